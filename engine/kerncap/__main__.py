@@ -1,0 +1,3 @@
+from kerncap.cli import main
+
+raise SystemExit(main())

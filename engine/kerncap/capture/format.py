@@ -1,0 +1,233 @@
+"""Reading a capture directory (docs/capture-format.md).
+
+`Capture.open(path)` accepts a reproducer directory (holding `capture/`) or the
+capture directory itself, checks completeness and the format version, and gives typed
+access to the manifest. Payload bytes are read through `Capture.read_chunk`, which
+verifies size and hash: a corrupt blob is an error, never replayed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import xxhash
+
+from kerncap.errors import CaptureFormatError
+
+FORMAT_NAME = "kerncap-capture"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Region:
+    id: int
+    base: int
+    size: int
+    api: str
+    kind: str
+    written: bool
+    zero_fraction: float
+    pre: list[str | None]
+    post: list[str | None]
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+    def contains(self, address: int) -> bool:
+        return self.base <= address < self.end
+
+
+@dataclass(frozen=True)
+class Global:
+    name: str
+    section: str
+    size: int
+    address: int
+    written: bool
+    pre: list[str | None]
+    post: list[str | None]
+
+
+@dataclass(frozen=True)
+class Param:
+    index: int
+    offset: int
+    size: int
+    value: bytes
+    region: int | None = None
+    region_offset: int | None = None
+
+
+@dataclass
+class Capture:
+    root: Path  # the capture directory (holding manifest.json)
+    manifest: dict[str, Any]
+    regions: list[Region] = field(default_factory=list)
+    globals: list[Global] = field(default_factory=list)
+    params: list[Param] = field(default_factory=list)
+
+    # -- opening -----------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path) -> "Capture":
+        path = Path(path)
+        if (path / "capture").is_dir() and not (path / "manifest.json").exists():
+            path = path / "capture"
+        if not path.exists():
+            raise CaptureFormatError(f"no capture at {path}", "check the path; `kerncap extract` writes one")
+        if (path / "INCOMPLETE").exists():
+            raise CaptureFormatError(
+                f"capture {path} did not finish (INCOMPLETE marker present)",
+                "the capturing process was interrupted; run `kerncap extract` again",
+            )
+        mpath = path / "manifest.json"
+        if not mpath.is_file():
+            raise CaptureFormatError(f"{mpath} is missing", "not a kerncap capture, or the capture did not finish")
+        try:
+            manifest = json.loads(mpath.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CaptureFormatError(f"{mpath} is not valid JSON ({exc})", "the capture is corrupt; extract again") from None
+        cap = cls(root=path, manifest=manifest)
+        cap._check_header()
+        cap._parse()
+        return cap
+
+    def _check_header(self) -> None:
+        m = self.manifest
+        where = self.root / "manifest.json"
+        if m.get("format") != FORMAT_NAME:
+            raise CaptureFormatError(f"{where} is not a kerncap capture manifest")
+        version = m.get("format_version")
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise CaptureFormatError(
+                f"{where} has format version {version}; this kerncap reads version {FORMAT_VERSION}",
+                "upgrade kerncap to read captures made by a newer version",
+            )
+        if not m.get("complete"):
+            raise CaptureFormatError(f"{where} is marked incomplete", "extract again")
+
+    def _parse(self) -> None:
+        m = self.manifest
+        try:
+            self.regions = [
+                Region(
+                    id=r["id"], base=r["base"], size=r["size"], api=r.get("api", "?"), kind=r.get("kind", "device"),
+                    written=bool(r.get("written")), zero_fraction=float(r.get("zero_fraction", 0.0)),
+                    pre=list(r["pre"]), post=list(r["post"]),
+                )
+                for r in m.get("regions", [])
+            ]
+            self.globals = [
+                Global(
+                    name=g["name"], section=g.get("section", ""), size=g["size"], address=g.get("address", 0),
+                    written=bool(g.get("written")), pre=list(g["pre"]), post=list(g["post"]),
+                )
+                for g in m.get("globals", [])
+            ]
+            self.params = [
+                Param(
+                    index=p["index"], offset=p["offset"], size=p["size"], value=bytes.fromhex(p["value"]),
+                    region=(p.get("pointer") or {}).get("region"), region_offset=(p.get("pointer") or {}).get("offset"),
+                )
+                for p in m.get("params", [])
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CaptureFormatError(
+                f"{self.root / 'manifest.json'} is malformed ({type(exc).__name__}: {exc})", "extract again"
+            ) from None
+        for r in self.regions:
+            n = self.chunk_count(r.size)
+            if len(r.pre) != n or len(r.post) != n:
+                raise CaptureFormatError(f"region {r.id} of {self.root} lists the wrong number of chunks")
+
+    # -- accessors -----------------------------------------------------------------
+    @property
+    def chunk_size(self) -> int:
+        return int(self.manifest["chunk_size"])
+
+    @property
+    def kernel(self) -> dict[str, Any]:
+        return self.manifest["kernel"]
+
+    @property
+    def launch(self) -> dict[str, Any]:
+        return self.manifest["launch"]
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return self.manifest.get("provenance", {})
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.manifest.get("warnings", []))
+
+    @property
+    def param_buffer(self) -> bytes:
+        return bytes.fromhex(self.manifest.get("param_buffer", ""))
+
+    @property
+    def cubin_path(self) -> Path:
+        return self.root / self.kernel["module"]["cubin"]
+
+    def chunk_count(self, size: int) -> int:
+        return (size + self.chunk_size - 1) // self.chunk_size
+
+    def chunk_length(self, size: int, index: int) -> int:
+        return min(self.chunk_size, size - index * self.chunk_size)
+
+    def region_of(self, address: int) -> Region | None:
+        for r in self.regions:
+            if r.contains(address):
+                return r
+        return None
+
+    def blob_path(self, h: str) -> Path:
+        return self.root / "blobs" / f"{h}.bin"
+
+    def read_chunk(self, h: str | None, length: int) -> bytes:
+        """The bytes of one chunk, verified; `None` is an elided zero chunk."""
+        if h is None:
+            return bytes(length)
+        path = self.blob_path(h)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise CaptureFormatError(f"payload {path} is missing", "the capture is incomplete; extract again") from None
+        if len(data) != length:
+            raise CaptureFormatError(
+                f"payload {path} holds {len(data)} bytes, expected {length} (truncated?)", "extract again"
+            )
+        if xxhash.xxh64_hexdigest(data) != h:
+            raise CaptureFormatError(f"payload {path} does not match its hash (corrupt)", "extract again")
+        return data
+
+    def read_bytes(self, chunks: list[str | None], size: int) -> bytes:
+        return b"".join(self.read_chunk(h, self.chunk_length(size, i)) for i, h in enumerate(chunks))
+
+    def iter_blobs(self) -> Iterator[str]:
+        seen: set[str] = set()
+        for item in [*self.regions, *self.globals]:
+            for h in [*item.pre, *item.post]:
+                if h is not None and h not in seen:
+                    seen.add(h)
+                    yield h
+
+    def verify(self) -> None:
+        """Check every payload (size and hash) and the cubin's presence."""
+        for item in [*self.regions, *self.globals]:
+            for chunks in (item.pre, item.post):
+                for i, h in enumerate(chunks):
+                    self.read_chunk(h, self.chunk_length(item.size, i))
+        if not self.cubin_path.is_file():
+            raise CaptureFormatError(f"cubin {self.cubin_path} is missing", "extract again")
+
+    @property
+    def logical_bytes(self) -> int:
+        return sum(r.size for r in self.regions)
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(self.blob_path(h).stat().st_size for h in self.iter_blobs() if self.blob_path(h).exists())

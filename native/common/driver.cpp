@@ -1,0 +1,64 @@
+#include "driver.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace kc {
+
+void* driver_library() {
+  static void* handle = [] {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+      const char* e = dlerror();
+      throw std::runtime_error(std::string("no CUDA driver: dlopen(libcuda.so.1) failed: ") +
+                               (e ? e : "unknown error") +
+                               ". Run on a machine with an NVIDIA GPU and driver installed.");
+    }
+    return h;
+  }();
+  return handle;
+}
+
+void* driver_symbol(const char* base_name) {
+  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  static GetProc get_proc = [] {
+    void* p = dlsym(driver_library(), "cuGetProcAddress_v2");
+    if (!p) throw std::runtime_error("libcuda.so.1 has no cuGetProcAddress_v2: driver older than CUDA 12");
+    return reinterpret_cast<GetProc>(p);
+  }();
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status;
+  CUresult r = get_proc(base_name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  if (r != CUDA_SUCCESS || !fn || status != CU_GET_PROC_ADDRESS_SUCCESS) {
+    throw std::runtime_error(std::string("CUDA driver has no entry point ") + base_name +
+                             " (driver too old for CUDA " + std::to_string(CUDA_VERSION) + "?)");
+  }
+  return fn;
+}
+
+std::string cu_error_string(CUresult r) {
+  const char* name = nullptr;
+  const char* desc = nullptr;
+  try {
+    static auto get_name = reinterpret_cast<CUresult (*)(CUresult, const char**)>(driver_symbol("cuGetErrorName"));
+    static auto get_desc = reinterpret_cast<CUresult (*)(CUresult, const char**)>(driver_symbol("cuGetErrorString"));
+    get_name(r, &name);
+    get_desc(r, &desc);
+  } catch (const std::exception&) {
+  }
+  std::string s = name ? name : "CUDA_ERROR";
+  s += " (" + std::to_string(static_cast<int>(r)) + ")";
+  if (desc) s += std::string(": ") + desc;
+  return s;
+}
+
+void check(CUresult r, const char* call, const std::string& what) {
+  if (r == CUDA_SUCCESS) return;
+  std::string msg = call;
+  if (!what.empty()) msg += " on " + what;
+  msg += " failed: " + cu_error_string(r);
+  throw CudaError(r, msg);
+}
+
+}  // namespace kc
