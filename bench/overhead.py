@@ -1,0 +1,106 @@
+"""What the capture library costs an app that is not being captured.
+
+Runs the launch_heavy app (>= 100k small launches) three ways, each --repeat times
+(median taken):
+  plain      the app alone
+  armed      under `extract` for a kernel that never launches (kc_never, keep_running):
+             every launch goes through the interposer's callbacks
+  profiling  under `run_profile`
+and prints wall-time ratios against plain, for the whole process and for the launch
+loop alone (the app reports its loop time). Goals: armed <= 1.05, profiling <= 1.10
+(process wall).
+
+  python3 bench/overhead.py [--app python|cuda] [--launches N] [--repeat 3] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import PYAPPS, build_testapps, median, print_table, timed, verdict, write_json
+
+GOALS = {"armed": 1.05, "profiling": 1.10}
+
+
+def app_command(args, build_dir: Path | None) -> list[str]:
+    if args.app == "python":
+        return [sys.executable, str(PYAPPS / "launch_heavy.py"), "--launches", str(args.launches)]
+    return [str(build_dir / "launch_heavy"), str(args.launches)]
+
+
+def run_once(mode: str, command: list[str], workdir: Path) -> tuple[float, float]:
+    """(process wall seconds, loop seconds) of one run in `mode`."""
+    from kerncap.errors import KerncapError
+    from kerncap.extract import extract
+    from kerncap.profile import run_profile
+
+    report = workdir / "report.json"
+    report.unlink(missing_ok=True)
+    env = {**os.environ, "KC_TESTAPP_REPORT": str(report)}
+    if mode == "plain":
+        wall, proc = timed(lambda: subprocess.run(command, env=env, stdout=subprocess.DEVNULL))
+        if proc.returncode != 0:
+            sys.exit(f"{command[-1]} exited with status {proc.returncode}")
+    elif mode == "armed":
+        output = workdir / "never"
+
+        def armed():
+            try:
+                extract("kc_never", command, output=output, keep_running=True, env=env, output_sink=lambda *_: None)
+            except KerncapError as exc:
+                if "never launched" not in exc.message:
+                    raise
+            else:
+                sys.exit("kc_never was captured?")
+
+        wall, _ = timed(armed)
+    else:
+        wall, _ = timed(lambda: run_profile(command, env=env, output=lambda *_: None))
+    if not report.exists():
+        sys.exit(f"{mode}: the app wrote no report ({report}); did it finish?")
+    return wall, json.loads(report.read_text())["loop_ns"] / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--app", choices=["python", "cuda"], default="python")
+    parser.add_argument("--launches", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--build-dir", type=Path, default=Path(tempfile.gettempdir()) / "kerncap-testapps")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+
+    build_dir = build_testapps(args.build_dir) if args.app == "cuda" else None
+    command = app_command(args, build_dir)
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="kerncap-bench-") as tmp:
+        for mode in ("plain", "armed", "profiling"):
+            runs = [run_once(mode, command, Path(tmp)) for _ in range(args.repeat)]
+            results[mode] = {"wall_s": [w for w, _ in runs], "loop_s": [loop for _, loop in runs],
+                             "wall_median_s": median([w for w, _ in runs]),
+                             "loop_median_s": median([loop for _, loop in runs])}
+
+    base = results["plain"]
+    rows = []
+    for mode, r in results.items():
+        r["wall_ratio"] = r["wall_median_s"] / base["wall_median_s"]
+        r["loop_ratio"] = r["loop_median_s"] / base["loop_median_s"]
+        goal = GOALS.get(mode)
+        r["goal"] = goal
+        r["met"] = goal is None or r["wall_ratio"] <= goal
+        rows.append([mode, f"{r['wall_median_s']:.3f}", f"{r['wall_ratio']:.3f}", f"{r['loop_median_s']:.3f}",
+                     f"{r['loop_ratio']:.3f}", f"<= {goal:.2f}" if goal else "", verdict(r["met"]) if goal else ""])
+    print(f"launch_heavy ({args.app}, {args.launches} launches), median of {args.repeat}")
+    print_table(["mode", "wall s", "ratio", "loop s", "loop ratio", "goal", ""], rows)
+    write_json(args.json, {"bench": "overhead", "app": args.app, "launches": args.launches,
+                           "repeat": args.repeat, "results": results})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The test applications as the GPU suite sees them: what to run, which kernel to
+capture, and which of the app's buffers (by report key, testapps/*/kc_testapp) that
+kernel reads and writes."""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TESTAPPS = REPO / "testapps"
+PYAPPS = TESTAPPS / "python"
+
+
+@dataclass(frozen=True)
+class AppSpec:
+    name: str
+    kernel: str  # pattern given to extract
+    match: str = "substring"
+    dispatch: int = 0
+    python: bool = False  # testapps/python/<name>.py, else the CMake-built executable
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    keep_running: bool = False
+    writes: tuple[str, ...] = ()  # report keys of buffers the kernel writes
+    reads: tuple[str, ...] = ()  # report keys of buffers it must leave unchanged
+    exact: bool = True  # the written regions are exactly those of `writes`
+    timeout: float = 180.0
+
+    def command(self, build_dir: Path) -> list[str]:
+        if self.python:
+            return [sys.executable, str(PYAPPS / f"{self.name}.py"), *self.args]
+        return [str(build_dir / self.name), *self.args]
+
+
+POINTER_TABLE_OUTS = tuple(f"out{b}" for b in range(4))
+TEMPLATE_K3 = "_Z7stencilILi3EEvPKfPfi"  # stencil<3>(const float*, float*, int), tu_b.cu
+
+# Every app a successful capture is made of (one extract each per session).
+APPS: dict[str, AppSpec] = {
+    s.name: s
+    for s in [
+        AppSpec("pointer_table", "scale_table", writes=POINTER_TABLE_OUTS,
+                reads=("in0", "in1", "in2", "in3", "in_table", "out_table")),
+        AppSpec("axpy_inplace", "axpy_inplace", writes=("y",), reads=("x",)),
+        AppSpec("template_multi", TEMPLATE_K3, match="exact", dispatch=1, writes=("out",), reads=("in", "mid")),
+        AppSpec("dyn_smem", "reverse_tiles", writes=("out",), reads=("in",)),
+        AppSpec("multistream", "ms_target", dispatch=1, writes=("out",), reads=("in", "other")),
+        AppSpec("torch_matmul", "nvjet", python=True, writes=("c",), reads=("a", "b", "d"), exact=False),
+        # keep_running: the chosen config reaches the report only after tuning.
+        AppSpec("triton_autotune", "kc_autotune_add", python=True, keep_running=True,
+                writes=("out",), reads=("x", "y")),
+        AppSpec("torch_compile", "triton_poi_fused", python=True, reads=("x", "y"), exact=False, timeout=400.0),
+        AppSpec("torch_expandable", "lerp", python=True, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                writes=("out",), reads=("a", "b"), exact=False),
+    ]
+}
+
+# Apps used only for failure paths (test_capture_errors.py).
+GRAPH_TARGET = AppSpec("graph_target", "graph_scale", keep_running=True)
+PROFILER_CONFLICT = AppSpec("torch_profiler_conflict", "lerp", python=True)
+
+
+def u64(raw: bytes) -> int:
+    return struct.unpack("<Q", raw)[0]
+
+
+def looks_like_device_address(value: int) -> bool:
+    """Device VAs on Linux x86-64 sit high in the 48-bit space (0x7f..., DESIGN fact 5);
+    sizes, counts and packed floats of the test kernels never fall in [2^40, 2^48)."""
+    return (1 << 40) <= value < (1 << 48)
+
+
+def app_env(spec: AppSpec, workdir: Path, **extra: str) -> dict[str, str]:
+    """The app's environment: ours, the spec's, and where to put its report and done marker."""
+    env = dict(os.environ)
+    env.update(spec.env)
+    env["KC_TESTAPP_REPORT"] = str(workdir / "report.json")
+    env["KC_TESTAPP_DONE"] = str(workdir / "done")
+    env.update(extra)
+    return env

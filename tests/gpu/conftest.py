@@ -1,0 +1,124 @@
+"""GPU suite fixtures: build the test applications once, extract each app once per
+session, and skip everything on machines without an NVIDIA GPU.
+
+Set KERNCAP_TESTAPPS_BUILD=<dir> to build the apps there (and reuse the build across
+sessions); otherwise they are built in a session temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .apps import APPS, TESTAPPS, AppSpec, app_env
+
+
+def _gpu_present() -> bool:
+    # Ask nvidia-smi rather than cuInit here: the pytest process itself never needs a
+    # CUDA context (replay runs in its own process).
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _require_gpu():
+    if not _gpu_present():
+        pytest.skip("no NVIDIA GPU here (nvidia-smi -L lists none)")
+
+
+@pytest.fixture(scope="session")
+def testapps_build(tmp_path_factory) -> Path:
+    """The CMake build directory of testapps/ (executables at its root, variants/*.cubin)."""
+    build = os.environ.get("KERNCAP_TESTAPPS_BUILD")
+    build_dir = Path(build) if build else tmp_path_factory.mktemp("testapps-build")
+    steps = [
+        ["cmake", "-S", str(TESTAPPS), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
+        ["ninja", "-C", str(build_dir)],
+    ]
+    for step in steps:
+        proc = subprocess.run(step, capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.fail(f"building the test apps failed: {' '.join(step)}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return build_dir
+
+
+@pytest.fixture(scope="session")
+def variant_cubins(testapps_build) -> Path:
+    return testapps_build / "variants"
+
+
+@dataclass
+class CapturedApp:
+    spec: AppSpec
+    reproducer: Path
+    capture: object  # kerncap.capture.format.Capture
+    report: dict
+    result: object  # kerncap.extract.ExtractResult
+
+    def region_of(self, key: str):
+        """The captured region holding the buffer the app reported under `key`."""
+        return self.capture.region_of(self.report[key])
+
+
+class Captures:
+    """Extracts each app once per session; a failed extract fails every test that needs it."""
+
+    def __init__(self, build_dir: Path, root: Path):
+        self.build_dir = build_dir
+        self.root = root
+        self._done: dict[str, CapturedApp | BaseException] = {}
+
+    def get(self, name: str) -> CapturedApp:
+        if name not in self._done:
+            try:
+                self._done[name] = self._extract(APPS[name])
+            except Exception as exc:  # noqa: BLE001 - re-raised for every test of this app
+                self._done[name] = exc
+        got = self._done[name]
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def _extract(self, spec: AppSpec) -> CapturedApp:
+        from kerncap.capture.format import Capture
+        from kerncap.extract import extract
+
+        workdir = self.root / spec.name
+        workdir.mkdir(parents=True)
+        result = extract(
+            spec.kernel,
+            spec.command(self.build_dir),
+            output=workdir / "reproducer",
+            dispatch=spec.dispatch,
+            match=spec.match,
+            keep_running=spec.keep_running,
+            timeout=spec.timeout,
+            env=app_env(spec, workdir),
+        )
+        reproducer = Path(result.reproducer_dir)
+        report_path = workdir / "report.json"
+        report = json.loads(report_path.read_text()) if report_path.exists() else {}
+        return CapturedApp(spec, reproducer, Capture.open(reproducer), report, result)
+
+
+@pytest.fixture(scope="session")
+def captures(testapps_build, tmp_path_factory) -> Captures:
+    return Captures(testapps_build, tmp_path_factory.mktemp("captures"))
+
+
+@pytest.fixture(scope="session")
+def vector_capture(captures) -> Path:
+    """Reproducer directory of the axpy_inplace capture (y += a*x, in place, n = 1<<24)."""
+    return captures.get("axpy_inplace").reproducer
