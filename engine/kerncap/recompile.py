@@ -1,0 +1,219 @@
+"""Kernel-only recompile: the reproducer's edited source -> a cubin for the captured GPU.
+
+Runs `nvcc -cubin -arch=sm_XX` with the original compile flags (minus -c/-o/-M*/
+-gencode/... ) in the original working directory, with `-I<reproducer>/source/<dir>`
+for each in-tree include directory placed first so the edited copies shadow the
+originals. The result lands in `<reproducer>/variants/<n>.cubin` only after it is
+checked: it must define the captured (mangled) kernel with the captured parameter
+layout (offsets and sizes from `.nv.info.<kernel>` EIATTR_KPARAM_INFO).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kerncap.capture.format import Capture
+from kerncap.errors import KerncapError
+from kerncap.sources import cubin as cubinfo
+from kerncap.sources.attach import BUILD_JSON, capture_arch
+from kerncap.sources.names import demangle_all
+
+_LAUNCHERS = {"ccache", "sccache", "distcc", "icecc"}
+# flags dropped, with how many values follow them when spelled as separate words
+_DROP_WITH_VALUE = {"-o", "--output-file", "-MF", "-MT", "-MQ", "--dependency-output", "-gencode", "--generate-code",
+                    "-arch", "--gpu-architecture", "-code", "--gpu-code", "-rdc", "--relocatable-device-code",
+                    "-Xlinker", "--linker-options", "-l", "--library", "-L", "--library-path"}
+_DROP = {"-c", "--compile", "-M", "-MM", "-MD", "-MMD", "-MP", "-dc", "--device-c", "-dw", "--device-w", "-dlink",
+         "--device-link", "-link", "-lib", "-cubin", "--cubin", "-ptx", "--ptx", "-fatbin", "--fatbin",
+         "-E", "--preprocess", "-generate-dependencies", "--generate-dependencies",
+         "--generate-nonsystem-dependencies", "--generate-dependencies-with-compile",
+         "--generate-nonsystem-dependencies-with-compile"}
+
+
+@dataclass
+class RecompileResult:
+    cubin: Path
+    seconds: float
+    command: list[str]
+    log: str
+
+
+def _load_build(repro: Path) -> dict:
+    path = repro / "source" / BUILD_JSON
+    if not path.is_file():
+        raise KerncapError(
+            f"{repro} has no editable CUDA source ({path} is missing)",
+            "extract with `kerncap extract ... --source-dir <app tree>` to get one",
+        )
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise KerncapError(f"cannot read {path} ({exc})", "extract again") from None
+
+
+def _sources_kind(repro: Path) -> str | None:
+    path = repro / "reproducer.json"
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, json.JSONDecodeError) as exc:
+        raise KerncapError(f"cannot read {path} ({exc})") from None
+    return (data.get("sources") or {}).get("kind")
+
+
+def resolve_compiler(argv0: str) -> str:
+    """The recorded nvcc if it still exists, else KERNCAP_NVCC, else nvcc on PATH."""
+    override = os.environ.get("KERNCAP_NVCC")
+    if override:
+        if not Path(override).is_file():
+            raise KerncapError(f"KERNCAP_NVCC={override} does not exist", "point it at the CUDA toolkit's bin/nvcc")
+        return override
+    if "nvcc" not in Path(argv0).name:
+        raise KerncapError(
+            f"the kernel was compiled by {argv0}; kernel-only recompile drives nvcc",
+            "set KERNCAP_NVCC to an nvcc of the same CUDA version",
+        )
+    if os.path.isabs(argv0) and Path(argv0).is_file():
+        return argv0
+    found = shutil.which(Path(argv0).name) or shutil.which("nvcc")
+    if found is None:
+        raise KerncapError(
+            f"nvcc not found: the original compiler {argv0} is not there and there is no nvcc on PATH",
+            "put the CUDA toolkit's bin directory on PATH (e.g. export PATH=/usr/local/cuda/bin:$PATH) or set KERNCAP_NVCC",
+        )
+    return found
+
+
+def arch_flag(build: dict, capture: Capture, argv: list[str]) -> str:
+    """sm_XX of the captured GPU, keeping an `a`/`f` suffix the original build used."""
+    cc = capture_arch(capture)
+    if cc is None:
+        recorded = build.get("arch")
+        if not recorded:
+            raise KerncapError("the capture does not record the GPU's compute capability, nor does source/build.json",
+                               "extract again with a current kerncap")
+        return recorded
+    text = " ".join(argv)
+    for suffix in ("a", "f"):
+        if f"sm_{cc}{suffix}" in text or f"compute_{cc}{suffix}" in text:
+            return f"sm_{cc}{suffix}"
+    return f"sm_{cc}"
+
+
+def device_flags(argv: list[str], tu_original: Path, cwd: Path) -> list[str]:
+    """The original flags without the compiler, the source, outputs, deps and arch/mode flags."""
+    kept: list[str] = []
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if arg in _DROP or name in _DROP:
+            i += 1
+            continue
+        if arg in _DROP_WITH_VALUE:
+            i += 2
+            continue
+        if name in _DROP_WITH_VALUE or _is_joined_drop(arg):
+            i += 1
+            continue
+        if not arg.startswith("-") and Path(os.path.normpath(cwd / arg)) == tu_original:
+            i += 1
+            continue
+        kept.append(arg)
+        i += 1
+    return kept
+
+
+def _is_joined_drop(arg: str) -> bool:
+    """-MFdeps.d, -Lpath, -lfoo (but not nvcc's own -lineinfo / -lto)."""
+    if arg.startswith(("-MF", "-MT", "-MQ", "-L")):
+        return True
+    return arg.startswith("-l") and arg not in ("-lineinfo", "-lto", "-l")
+
+
+def next_variant(variants: Path) -> int:
+    numbers = [int(p.stem) for p in variants.glob("*.cubin") if p.stem.isdigit()]
+    return max(numbers, default=0) + 1
+
+
+def recompile(reproducer_dir: str | Path, config: str | None = None) -> RecompileResult:
+    """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only."""
+    repro = Path(reproducer_dir).resolve()
+    if _sources_kind(repro) == "triton":
+        from kerncap import triton  # the Triton path; imported only when needed
+
+        return triton.recompile(repro) if config is None else triton.recompile(repro, config)
+    if config is not None:
+        raise KerncapError(f"--config applies to Triton reproducers; {repro} holds CUDA C++ source",
+                           "edit the source (e.g. __launch_bounds__) instead")
+    build = _load_build(repro)
+    capture = Capture.open(repro)
+    kernel = capture.kernel["name"]
+    argv = list(build["compile_command"])
+    while argv and Path(argv[0]).name in _LAUNCHERS:
+        argv = argv[1:]
+    if not argv:
+        raise KerncapError(f"{repro / 'source' / BUILD_JSON} holds an empty compile command", "extract again")
+    source = repro / "source"
+    tu_copy = source / build["tu"]
+    if not tu_copy.is_file():
+        raise KerncapError(f"the translation unit {tu_copy} is missing", "restore it (the original is under " + build.get("source_root", "?") + ")")
+    cwd = Path(build["cwd"])
+    tu_original = Path(build.get("source_root", "")) / build["tu"]
+    compiler = resolve_compiler(argv[0])
+    if not cwd.is_dir():
+        cwd = source  # the original build dir is gone: in-tree -I dirs are remapped below anyway
+    variants = repro / "variants"
+    variants.mkdir(exist_ok=True)
+    n = next_variant(variants)
+    final = variants / f"{n}.cubin"
+    tmp = variants / f".{n}.cubin.tmp-{os.getpid()}"
+    shadow = [f"-I{source / d}" for d in build.get("include_dirs", [])]
+    command = [compiler, *shadow, *device_flags(argv, tu_original, Path(build["cwd"])),
+               f"-arch={arch_flag(build, capture, argv)}", "-cubin", "-o", str(tmp), str(tu_copy)]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise KerncapError(f"cannot run {compiler}: {exc.strerror}", "check the CUDA toolkit installation") from None
+    seconds = time.perf_counter() - start
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise KerncapError(
+            f"nvcc failed to compile {tu_copy} (exit status {proc.returncode}):\n{log.rstrip()}",
+            "fix the source and run `kerncap recompile` again",
+        )
+    try:
+        check_cubin(tmp.read_bytes(), kernel, capture, str(tu_copy))
+    except KerncapError:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(final)
+    return RecompileResult(cubin=final, seconds=seconds, command=command, log=log)
+
+
+def check_cubin(data: bytes, kernel: str, capture: Capture, source: str) -> None:
+    """The cubin defines `kernel` with the captured parameter offsets and sizes."""
+    elf = cubinfo.open_elf(data, f"the cubin built from {source}")
+    defined = cubinfo.kernel_names(elf)
+    if kernel not in defined:
+        shown = demangle_all(sorted(defined))
+        listing = ", ".join(f"{n} ({shown[n]})" if shown[n] != n else n for n in sorted(defined)) or "none"
+        raise KerncapError(
+            f"the edited source no longer defines {kernel}: did the signature change? ({source} now defines: {listing})",
+            "keep the kernel's name and parameter list as captured; the replay passes the captured arguments",
+        )
+    built = [(s.offset, s.size) for s in cubinfo.param_layout(elf, kernel) or []]
+    captured = [(p.offset, p.size) for p in sorted(capture.params, key=lambda p: p.index)]
+    if captured and built != captured:
+        raise KerncapError(
+            f"the parameters of {kernel} in the recompiled cubin no longer match the capture: "
+            f"captured (offset, size) {captured}, built {built}",
+            "the replay passes the captured argument bytes; restore the captured parameter list",
+        )

@@ -1,0 +1,150 @@
+"""Source discovery on a real CMake CUDA build (see test_sources_project.py): no mocked
+nm, DWARF or compiler output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kerncap.cli import main
+from kerncap.errors import KerncapError
+from kerncap.sources import SourcesNotFound, attach_sources, discover
+from kerncap.sources.grep import find_definitions
+from test_sources_project import built_project  # noqa: F401  (session fixture)
+
+
+class FakeCapture:
+    """The parts of kerncap.capture.format.Capture that attach_sources reads."""
+
+    def __init__(self, name: str, root: Path, cc=(9, 0), triton=None):
+        self.kernel = {"name": name, "demangled": name}
+        self.provenance = {"gpu": {"cc": list(cc)}}
+        self.manifest = {"triton": triton}
+        self.cubin_path = root / "no-such.cubin"
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def source_copy(built, tmp_path: Path) -> Path:
+    """The fixture's sources without any build: no compile_commands.json, no objects."""
+    dest = tmp_path / "tree"
+    shutil.copytree(built.root, dest, ignore=shutil.ignore_patterns("build"))
+    return dest
+
+
+def test_template_instance_is_found_in_the_object_that_defines_it(built_project):
+    for mangled, tu in (("_Z12scale_kernelIiEvPT_iS0_", "src/scale_int.cu"), ("_Z12scale_kernelIfEvPT_iS0_", "src/scale_float.cu")):
+        found = discover(mangled, built_project.root)  # compile_commands.json found under build/
+        report = found.report()
+        assert report["translation_unit"] == tu
+        assert report["method"] == "nm+compile_commands" and report["confidence"] == "exact"
+        assert report["files"] == [tu, "include/kcfix/scale.cuh"]
+        assert report["object"].endswith(f"{Path(tu).name}.o")
+        assert "-lineinfo" in report["compile_command"]
+
+
+def test_launch_bounds_kernel_by_demangled_name(built_project):
+    found = discover("bounded_saxpy", built_project.root, built_project.build)
+    assert found.kernel == "_Z13bounded_saxpyfPKfPfi"
+    assert found.report()["translation_unit"] == "src/bounded.cu"
+
+
+def test_include_chain_five_levels_deep(built_project):
+    report = discover("kcfix::deep_kernel", built_project.root).report()
+    assert report["files"] == ["src/deep.cu"] + [f"include/kcfix/deep/level{i}.cuh" for i in range(1, 6)]
+    assert "include/kcfix/deep/level5.cuh" in report["line_table_files"]  # inlined code, from the line table
+
+
+def test_ambiguous_name_lists_the_candidates(built_project):
+    with pytest.raises(KerncapError) as err:
+        discover("scale_kernel", built_project.root)
+    assert "_Z12scale_kernelIfEvPT_iS0_" in err.value.message and "_Z12scale_kernelIiEvPT_iS0_" in err.value.message
+
+
+def test_kernel_not_in_tree(built_project):
+    with pytest.raises(SourcesNotFound) as err:
+        discover("_Z11not_a_kernelPf", built_project.root)
+    assert "not_a_kernel" in err.value.message and str(built_project.root) in err.value.message
+
+
+def test_library_kernel_is_explained(built_project, tmp_path):
+    cap = FakeCapture("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT", tmp_path)
+    report = attach_sources(tmp_path / "repro", cap, built_project.root, None)
+    assert report["kind"] == "none" and "cuBLAS" in report["reason"]
+    assert attach_sources(tmp_path / "r2", FakeCapture("add_kernel", tmp_path, triton={"fn": "x"}), built_project.root, None)["kind"] == "none"
+
+
+def test_wrong_directory(tmp_path):
+    report = attach_sources(tmp_path / "repro", FakeCapture("_Z3fooPf", tmp_path), tmp_path / "nowhere", None)
+    assert report == {"kind": "none", "reason": f"source directory {tmp_path / 'nowhere'} does not exist"}
+
+
+def test_grep_fallback_without_compile_database(built_project, tmp_path):
+    tree = source_copy(built_project, tmp_path)
+    report = discover("_Z13bounded_saxpyfPKfPfi", tree).report()
+    assert report["method"] == "grep" and report["confidence"] == "likely"
+    assert report["translation_unit"] == "src/bounded.cu"
+    assert report["compile_command"][0] == "nvcc"  # synthesized: the original flags are unknown
+
+
+def test_grep_fallback_for_a_template_defined_in_a_header(built_project, tmp_path):
+    report = discover("_Z12scale_kernelIiEvPT_iS0_", source_copy(built_project, tmp_path)).report()
+    assert report["method"] == "grep" and report["confidence"] == "guess"
+    assert report["translation_unit"] in ("src/scale_int.cu", "src/scale_float.cu")
+    assert "include/kcfix/scale.cuh" in report["files"]
+
+
+def test_grep_follows_kernel_macros(built_project):
+    [hit] = find_definitions(built_project.root, "macro_fill")
+    assert hit.file.name == "macro.cu" and hit.via_macro == "KCFIX_KERNEL"
+
+
+def test_grep_ignores_comments_and_declarations(tmp_path):
+    (tmp_path / "k.cu").write_text(
+        "// __global__ void ghost(int* p) {}\n"
+        "__global__ void decl_only(int* p);\n"
+        "template <int N>\n__global__ void\n__launch_bounds__(128)\nreal_one(float* __restrict__ p) { }\n"
+    )
+    assert find_definitions(tmp_path, "ghost") == [] and find_definitions(tmp_path, "decl_only") == []
+    assert [h.line for h in find_definitions(tmp_path, "real_one")] == [4]
+
+
+def test_objects_without_compile_database_use_the_line_table(built_project, tmp_path):
+    tree = source_copy(built_project, tmp_path)  # a Makefile-style build: objects, no database
+    (tree / "obj").mkdir()
+    subprocess.run(["nvcc", "-c", "-lineinfo", "-arch=sm_90", "-Iinclude", "src/deep.cu", "-o", "obj/deep.o"], cwd=tree, check=True)
+    report = discover("_ZN5kcfix11deep_kernelEPfPKfi", tree, tree / "obj").report()
+    assert report["method"] == "dwarf" and report["confidence"] == "likely"
+    assert report["translation_unit"] == "src/deep.cu"
+    assert "include/kcfix/deep/level5.cuh" in report["files"]
+
+
+def test_attach_copies_sources_and_leaves_the_tree_alone(built_project, tmp_path):
+    before = tree_digest(built_project.root)
+    repro = tmp_path / "repro"
+    report = attach_sources(repro, FakeCapture("_ZN5kcfix11deep_kernelEPfPKfi", tmp_path), built_project.root, built_project.build)
+    assert tree_digest(built_project.root) == before
+    assert report["kind"] == "cuda" and report["translation_unit"] == "src/deep.cu"
+    for rel in report["files"]:
+        assert (repro / "source" / rel).read_bytes() == (built_project.root / rel).read_bytes()
+    build = json.loads((repro / "source" / "build.json").read_text())
+    assert build["tu"] == "src/deep.cu" and build["arch"] == "sm_90" and build["include_dirs"] == ["include"]
+    assert build["cwd"] == str(built_project.build) and build["method"] == "nm+compile_commands"
+    assert build["compile_command"] == report["compile_command"]
+    with pytest.raises(KerncapError, match="already holds sources"):
+        attach_sources(repro, FakeCapture("_ZN5kcfix11deep_kernelEPfPKfi", tmp_path), built_project.root, None)
+
+
+def test_cli_json(built_project, capsys):
+    assert main(["sources", "deep_kernel", "--source-dir", str(built_project.root), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"translation_unit", "files", "compile_command", "method", "confidence"} <= out.keys()
+    assert main(["sources", "scale", "--source-dir", str(built_project.root)]) == 1
+    assert "ambiguous" in capsys.readouterr().err

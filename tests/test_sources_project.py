@@ -1,0 +1,92 @@
+"""Builds tests/fixtures/cmake_cuda_project once per session with the machine's nvcc
+(CMake, compile_commands.json, -lineinfo) into a temporary copy, and checks what the
+device-code readers see in those real objects. Other source/recompile tests import
+`built_project` from here."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cmake_cuda_project"
+_BUILT: dict[str, "Built"] = {}
+
+
+@dataclass(frozen=True)
+class Built:
+    root: Path  # the copied source tree
+    build: Path  # its CMake build directory
+
+    def obj(self, tu: str) -> Path:
+        return self.build / "CMakeFiles" / "kcfix.dir" / "src" / f"{tu}.o"
+
+
+def toolchain_or_skip() -> None:
+    missing = [t for t in ("nvcc", "cmake") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"needs {' and '.join(missing)} on PATH")
+
+
+@pytest.fixture(scope="session")
+def built_project(tmp_path_factory) -> Built:
+    toolchain_or_skip()
+    if "project" not in _BUILT:
+        base = tmp_path_factory.mktemp("kcfix")
+        root = base / "proj"
+        shutil.copytree(FIXTURE, root)
+        build = root / "build"
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        for cmd in (["cmake", "-S", str(root), "-B", str(build), *generator], ["cmake", "--build", str(build), "-j", "2"]):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
+        _BUILT["project"] = Built(root, build)
+    return _BUILT["project"]
+
+
+def test_objects_define_each_kernel(built_project):
+    from kerncap.sources import cubin
+    from kerncap.sources.fatbin import device_images
+
+    expect = {
+        "scale_float.cu": "_Z12scale_kernelIfEvPT_iS0_",
+        "scale_int.cu": "_Z12scale_kernelIiEvPT_iS0_",
+        "bounded.cu": "_Z13bounded_saxpyfPKfPfi",
+        "deep.cu": "_ZN5kcfix11deep_kernelEPfPKfi",
+        "macro.cu": "macro_fill",
+    }
+    for tu, kernel in expect.items():
+        images = device_images(built_project.obj(tu))
+        assert [im.arch for im in images] == [90]
+        elf = cubin.open_elf(images[0].data, tu)
+        assert cubin.kernel_names(elf) == {kernel}
+    bounded = cubin.open_elf(device_images(built_project.obj("bounded.cu"))[0].data, "bounded")
+    layout = [(s.offset, s.size) for s in cubin.param_layout(bounded, "_Z13bounded_saxpyfPKfPfi")]
+    assert layout == [(0, 4), (8, 8), (16, 8), (24, 4)]  # float, const float*, float*, int
+
+
+def test_line_table_is_per_kernel_and_reaches_the_deep_header(built_project):
+    from kerncap.sources import cubin
+    from kerncap.sources.fatbin import device_images
+
+    elf = cubin.open_elf(device_images(built_project.obj("deep.cu"))[0].data, "deep")
+    files = cubin.line_table_files(elf, "_ZN5kcfix11deep_kernelEPfPKfi")
+    assert any(f.endswith("src/deep.cu") for f in files)
+    assert any(f.endswith("include/kcfix/deep/level5.cuh") for f in files)
+    scale = cubin.open_elf(device_images(built_project.obj("scale_int.cu"))[0].data, "scale")
+    assert [Path(f).name for f in cubin.line_table_files(scale, "_Z12scale_kernelIiEvPT_iS0_")] == ["scale.cuh"]
+
+
+@pytest.mark.parametrize("mode", ["speed", "size"])  # speed: LZ4-style codec, size: zstd
+def test_compressed_fatbin_entries_decode_to_the_plain_cubin(built_project, tmp_path, mode):
+    from kerncap.sources.fatbin import device_images
+
+    src = built_project.root / "src" / "bounded.cu"
+    plain, packed = tmp_path / "plain.o", tmp_path / "packed.o"
+    base = ["nvcc", "-c", "-arch=sm_90", str(src)]
+    subprocess.run([*base, "-Xfatbin=-compress-mode=none", "-o", str(plain)], check=True)
+    subprocess.run([*base, "-Xfatbin=-compress-all", f"-Xfatbin=-compress-mode={mode}", "-o", str(packed)], check=True)
+    assert device_images(packed)[0].data == device_images(plain)[0].data
