@@ -1,0 +1,86 @@
+"""`kerncap extract KERNEL [--match M] [--dispatch N] [--output DIR] … -- CMD…`"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from kerncap.extract import MATCH_MODES, ExtractResult, extract
+from kerncap.info import human_bytes
+from kerncap.profile import format_dim
+from kerncap.run import resolve_app_command
+from kerncap.workspace import DEFAULT_WORKSPACE, Workspace
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "extract",
+        help="capture one dispatch of a kernel into a standalone reproducer",
+        description="Run the app, capture one dispatch of KERNEL (its binary, launch, arguments and the device "
+        "memory it can reach, at the original addresses) and write a reproducer directory.",
+        epilog="example: kerncap extract gemm --dispatch 3 --output ./gemm-repro -- ./app --size 4096",
+    )
+    p.add_argument("kernel", metavar="KERNEL", help="kernel name or pattern (see --match)")
+    p.add_argument("--match", choices=MATCH_MODES, default="substring",
+                   help="substring of the mangled or demangled name (default), regex search, or exact mangled name")
+    p.add_argument("--dispatch", type=int, default=0, metavar="N",
+                   help="capture the N-th matching launch, from 0, per process (default: 0)")
+    p.add_argument("--output", "-o", type=Path, metavar="DIR",
+                   help="reproducer directory (default: WORKSPACE/reproducers/<kernel>-<time>)")
+    p.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, metavar="DIR",
+                   help="workspace for the default --output (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --output (only once the capture succeeded)")
+    p.add_argument("--keep-running", action="store_true", help="let the app run to its end after the capture")
+    p.add_argument("--timeout", type=float, metavar="S", help="stop the app after S seconds")
+    p.add_argument("--source-dir", type=Path, metavar="DIR", help="the app's source tree, to copy the kernel's sources")
+    p.add_argument("--build-dir", type=Path, metavar="DIR", help="the app's build tree (compile_commands.json)")
+    p.add_argument("--keep-run-dir", action="store_true", help="keep the per-process run directory (debugging)")
+    p.add_argument("--cmd", metavar="CMD", help="the app's command as one string (instead of `-- CMD…`)")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    command = resolve_app_command(args.app_command, args.cmd)
+    output = args.output or Workspace(args.workspace).new_reproducer_path(args.kernel)
+    result = extract(
+        args.kernel, command, output=output, dispatch=args.dispatch, match=args.match,
+        keep_running=args.keep_running, timeout=args.timeout, source_dir=args.source_dir,
+        build_dir=args.build_dir, force=args.force, keep_run_dir=args.keep_run_dir,
+    )
+    print(format_extract_summary(result))
+    for w in result.warnings:
+        print(f"kerncap extract: warning: {w}", file=sys.stderr)
+    return 0
+
+
+def format_extract_summary(r: ExtractResult) -> str:
+    cap = r.capture
+    k, launch, prov = cap.kernel, cap.launch, cap.provenance
+    written = [reg for reg in cap.regions if reg.written]
+    written_text = ", ".join(f"#{reg.id} ({human_bytes(reg.size)})" for reg in written[:6])
+    if len(written) > 6:
+        written_text += f", … {len(written) - 6} more"
+    lines = [
+        f"captured    {k.get('demangled') or k.get('name')}",
+        f"            dispatch {prov.get('dispatch_index', '?')} via {k.get('launch_api')}, grid "
+        f"{format_dim(launch.get('grid', []))}, block {format_dim(launch.get('block', []))}, "
+        f"dynamic smem {launch.get('shared_mem_bytes', 0)} B",
+        f"memory      {len(cap.regions)} regions, {human_bytes(cap.logical_bytes)} logical, "
+        f"{human_bytes(cap.stored_bytes)} stored; written: {written_text or 'none'}",
+    ]
+    if cap.globals:
+        lines.append(f"globals     {len(cap.globals)} ({sum(g.written for g in cap.globals)} written)")
+    if r.sources:
+        lines.append(f"sources     {r.sources.get('kind')}: "
+                     f"{r.sources.get('translation_unit') or r.sources.get('reason', '')}")
+    secs = prov.get("capture_seconds") or {}
+    snap = f"snapshot {secs['total']:.2f} s, " if isinstance(secs.get("total"), (int, float)) else ""
+    lines.append(f"time        {snap}{r.seconds:.1f} s in all")
+    lines.append(f"reproducer  {r.reproducer_dir}")
+    if r.run_dir.exists():
+        lines.append(f"run dir     {r.run_dir} (kept)")
+    q = shlex.quote(str(r.reproducer_dir))
+    lines.append(f"next        kerncap info {q}  |  kerncap validate {q}  |  kerncap replay {q}")
+    return "\n".join(lines)

@@ -1,0 +1,400 @@
+"""`kerncap extract`: run the app, capture one dispatch of one kernel, write a reproducer.
+
+Nothing is left half-written: the app writes into a run directory next to the output
+(`<output>.run-<pid>`, same file system), the reproducer is assembled there and moved
+to `<output>` with one rename once it is complete. On any failure the run directory is
+removed and `<output>` is untouched.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kerncap import __version__
+from kerncap.capture.format import Capture
+from kerncap.errors import KerncapError
+from kerncap.native import inject_library
+from kerncap.profile import short_kernel_name
+from kerncap.run import (
+    AppOutcome,
+    OutputSink,
+    app_environment,
+    check_command,
+    command_text,
+    cupti_subscriber_error,
+    read_reports,
+    report_errors,
+    run_app,
+)
+
+MATCH_MODES = ("substring", "regex", "exact")
+
+
+@dataclass
+class ExtractResult:
+    reproducer_dir: Path
+    capture: Capture
+    run_dir: Path  # removed at the end unless keep_run_dir
+    sources: dict | None = None
+    triton: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    outcome: AppOutcome | None = None
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.capture.warnings + self.notes
+
+
+def extract(
+    kernel: str,
+    command: Sequence[str],
+    *,
+    output: str | os.PathLike,
+    dispatch: int = 0,
+    match: str = "substring",
+    keep_running: bool = False,
+    timeout: float | None = None,
+    source_dir: str | os.PathLike | None = None,
+    build_dir: str | os.PathLike | None = None,
+    cwd: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+    force: bool = False,
+    keep_run_dir: bool = False,
+    output_sink: OutputSink | None = None,
+) -> ExtractResult:
+    """Capture dispatch `dispatch` (0-based, counted per process among launches whose
+    name matches `kernel`) of the app `command` into the reproducer directory `output`.
+
+    `env` adds to (or overrides) the current environment of the app.
+    """
+    start = time.monotonic()
+    command = list(command)
+    output = Path(output).absolute()
+    _check_pattern(kernel, match, dispatch)
+    inject_library()  # fail before anything is created if the capture library is missing
+    base_env = {**os.environ, **(env or {})}
+    check_command(command, cwd=cwd, env=base_env)
+    if source_dir is not None and not Path(source_dir).is_dir():
+        raise KerncapError(f"--source-dir {source_dir} is not a directory", "pass the root of the app's source tree")
+    if build_dir is not None and not Path(build_dir).is_dir():
+        raise KerncapError(f"--build-dir {build_dir} is not a directory", "pass the app's build directory")
+    _check_output_free(output, force)
+
+    created_parents = _make_parents(output.parent)
+    run_dir = output.with_name(f"{output.name}.run-{os.getpid()}")
+    try:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # left over by an earlier process with our pid
+        run_dir.mkdir()
+    except OSError as exc:
+        _remove_empty(created_parents)
+        raise KerncapError(
+            f"cannot write in the output directory {output.parent}: {exc.strerror or exc}",
+            "choose a writable --output (the app was not started)",
+        ) from None
+
+    succeeded = False
+    try:
+        settings = {
+            "KERNCAP_KERNEL": kernel,
+            "KERNCAP_MATCH": match,
+            "KERNCAP_DISPATCH": str(dispatch),
+            "KERNCAP_KEEP_RUNNING": "1" if keep_running else "0",
+        }
+        app_env = app_environment(command, mode="capture", run_dir=run_dir, settings=settings, env=env)
+        manifest = run_dir / "capture" / "manifest.json"
+        outcome = run_app(
+            command, env=app_env, cwd=cwd, timeout=timeout, output=output_sink,
+            stop_when=None if keep_running else manifest.is_file,
+        )
+        procs = read_reports(run_dir, "proc")
+        if not manifest.is_file():
+            raise diagnose_failure(kernel, match, dispatch, procs, outcome, run_dir, timeout)
+
+        try:
+            result = _assemble(kernel, match, dispatch, command, output, run_dir, source_dir, build_dir, force)
+        except OSError as exc:
+            raise KerncapError(
+                f"the capture succeeded but the reproducer {output} could not be written: "
+                f"{exc.strerror or exc} ({exc.filename or output})",
+                "free space or fix permissions and extract again; --keep-run-dir keeps the raw capture",
+            ) from None
+        result.outcome = outcome
+        if outcome.returncode not in (0, None) and not outcome.stopped:
+            result.notes.append(f"the app {outcome.describe_exit()} after the capture was written")
+        result.seconds = time.monotonic() - start
+        succeeded = True
+        return result
+    finally:
+        if not keep_run_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        if not succeeded:
+            _remove_empty(created_parents)
+
+
+# -- input checks --------------------------------------------------------------------------
+
+
+def _check_pattern(kernel: str, match: str, dispatch: int) -> None:
+    if not kernel:
+        raise KerncapError("no kernel name given", "run `kerncap profile -- CMD` to see the kernel names")
+    if match not in MATCH_MODES:
+        raise KerncapError(f"unknown --match mode {match!r}", f"use one of: {', '.join(MATCH_MODES)}")
+    if match == "regex":
+        try:
+            re.compile(kernel)
+        except re.error as exc:
+            raise KerncapError(f"--match regex: {kernel!r} is not a valid regular expression ({exc})",
+                               "fix the pattern, or use --match substring") from None
+    if dispatch < 0:
+        raise KerncapError(f"--dispatch {dispatch} is negative", "dispatches are counted from 0")
+
+
+def _check_output_free(output: Path, force: bool) -> None:
+    if output.exists() and not output.is_dir():
+        raise KerncapError(f"output {output} exists and is not a directory", "choose another --output")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise KerncapError(
+            f"output directory {output} exists and is not empty",
+            "choose another --output, or pass --force to replace it (it is replaced only after a capture succeeds)",
+        )
+
+
+def _make_parents(directory: Path) -> list[Path]:
+    """Create `directory` and missing parents; return those created (deepest last)."""
+    missing = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    created = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except OSError as exc:
+            _remove_empty(created)
+            raise KerncapError(
+                f"cannot create the output directory {d}: {exc.strerror or exc}",
+                "choose a writable --output (the app was not started)",
+            ) from None
+        created.append(d)
+    return created
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    for d in reversed(dirs):
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+# -- success: assembling the reproducer ----------------------------------------------------
+
+
+def _assemble(
+    kernel: str, match: str, dispatch: int, command: list[str], output: Path, run_dir: Path,
+    source_dir, build_dir, force: bool,
+) -> ExtractResult:
+    stage = run_dir / "reproducer"
+    stage.mkdir()
+    os.rename(run_dir / "capture", stage / "capture")
+    capture = Capture.open(stage)
+    notes: list[str] = []
+
+    sources = None
+    if source_dir is not None:
+        sources = _attach("kerncap.sources", "attach_sources", notes, stage, capture, Path(source_dir),
+                          Path(build_dir) if build_dir is not None else None)
+    triton = None
+    if any(run_dir.glob("triton-*.json")):
+        triton = _attach("kerncap.triton", "attach_triton", notes, stage, capture, run_dir)
+
+    record: dict[str, Any] = {
+        "kerncap_version": __version__,
+        "kernel": capture.kernel.get("name"),
+        "demangled": capture.kernel.get("demangled"),
+        "match": {"pattern": kernel, "mode": match},
+        "dispatch": dispatch,
+        "command": command,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        # A Triton kernel's sources are the hook's snapshot, whatever --source-dir found.
+        "sources": triton if triton else sources,
+        "triton": triton,
+        "notes": notes,
+    }
+    tmp = stage / ".reproducer.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, stage / "reproducer.json")
+
+    if output.exists():
+        if force:
+            shutil.rmtree(output)
+        else:
+            output.rmdir()  # checked empty before the run; fails loudly if filled since
+    os.rename(stage, output)
+    return ExtractResult(
+        reproducer_dir=output, capture=Capture.open(output), run_dir=run_dir,
+        sources=record["sources"], triton=triton, notes=notes,
+    )
+
+
+def _attach(module_name: str, function: str, notes: list[str], *args) -> dict | None:
+    """Call an optional attach step; its failure is a note, never the loss of the capture."""
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        notes.append(f"{module_name} is not part of this kerncap build; {function} was skipped")
+        return None
+    try:
+        return getattr(module, function)(*args)
+    except KerncapError as exc:
+        notes.append(f"{function}: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+    except Exception as exc:  # a bug there must not cost the user the capture
+        notes.append(f"{function} failed ({type(exc).__name__}: {exc}); the capture itself is complete")
+    return None
+
+
+# -- failure: saying why ---------------------------------------------------------------------
+
+
+def diagnose_failure(
+    kernel: str, match: str, dispatch: int, procs: list[dict], outcome: AppOutcome, run_dir: Path,
+    timeout: float | None,
+) -> KerncapError:
+    """The one error that best explains why no capture was written."""
+    cmd = command_text(outcome.command)
+    target = f"kernel {kernel!r} (--match {match})"
+
+    for kind in ("disk", "capture_failed"):
+        found = report_errors(procs, kind)
+        if found:
+            pid, error = found[0]
+            msg = error.get("message", "")
+            if kind == "disk":
+                return KerncapError(
+                    f"the capture of {target} in process {pid} failed writing to disk: {msg}; "
+                    "the partial capture was removed and the app was not harmed",
+                    f"free space under {run_dir.parent} or choose an --output on another file system",
+                )
+            return KerncapError(
+                f"the capture of {target} in process {pid} failed: {msg}",
+                "see docs/interposer.md; rerun with --keep-run-dir and look at the run directory's interposer.log",
+            )
+    found = report_errors(procs, "stream_capture")
+    if found:
+        pid, error = found[0]
+        return KerncapError(
+            f"{target} was launched while its stream was being captured into a CUDA graph (process {pid}); "
+            "kerncap does not capture inside stream capture",
+            "turn CUDA graphs off for this run: torch.compile mode=\"default\" instead of \"reduce-overhead\" or "
+            "\"max-autotune\", no torch.cuda.graphs / CUDAGraph trees (TORCHINDUCTOR_CUDAGRAPHS=0), or the app's "
+            "own graph option",
+        )
+    found = report_errors(procs, "graph_node")
+    if found:
+        pid, error = found[0]
+        return KerncapError(
+            f"{target} was added to a CUDA graph as a kernel node (process {pid}); graph launches are invisible "
+            "to kerncap",
+            "run the kernel outside CUDA graphs for this run (e.g. disable the app's graph mode or "
+            "torch.compile's cudagraphs)",
+        )
+    matches = [int(p.get("target_matches") or 0) for p in procs]
+    subscriber = report_errors(procs, "cupti_subscriber")
+    if subscriber and not any(matches):
+        return cupti_subscriber_error(subscriber, f"{target} could not be captured")
+    partial = _partial_capture(run_dir)
+    if partial is not None:
+        where, log = partial
+        return KerncapError(
+            f"the capture of {target} did not finish ({where} left incomplete); the app {outcome.describe_exit()}"
+            + (f"; interposer.log ends with:\n{log}" if log else ""),
+            "rerun with --keep-run-dir to inspect the partial capture",
+        )
+    if outcome.timed_out:
+        seen = f"{max(matches)} matching dispatches seen" if any(matches) else "the kernel was not seen"
+        return KerncapError(
+            f"`{cmd}` did not finish within --timeout {timeout:g} s ({seen}); the app was stopped",
+            "raise --timeout, or pick an earlier --dispatch",
+        )
+    if outcome.failed:
+        return KerncapError(
+            f"`{cmd}` {outcome.describe_exit()} before {target} was captured; its stderr ended with:\n"
+            + outcome.stderr_excerpt(),
+            "fix the app so it runs to completion without kerncap first",
+        )
+    if not procs:
+        return KerncapError(
+            f"no process of `{cmd}` loaded the capture library (no proc-*.json was written)",
+            "does the app use CUDA? The driver loads the library only in processes that initialise CUDA",
+        )
+    if not any(matches):
+        return KerncapError(
+            f"{target} was never launched by `{cmd}`" + _closest_listing(kernel, procs),
+            "pass one of these names (or a substring of it); `kerncap profile -- CMD` lists every kernel",
+        )
+    if max(matches) <= dispatch:
+        return KerncapError(
+            f"{target} was launched only {max(matches)} time(s) in any one process; --dispatch {dispatch} asks for "
+            f"dispatch #{dispatch} (counted from 0, per process, excluding autotuner benchmark runs)",
+            f"use --dispatch between 0 and {max(matches) - 1}",
+        )
+    return KerncapError(
+        f"{target} matched {max(matches)} dispatches but no capture was written",
+        "rerun with --keep-run-dir and look at the proc-*.json files of the run directory",
+    )
+
+
+def _partial_capture(run_dir: Path) -> tuple[Path, str] | None:
+    for d in sorted(run_dir.glob("capture.partial-*")):
+        log = d / "interposer.log"
+        try:
+            tail = "\n".join("    | " + line for line in log.read_text(errors="replace").splitlines()[-10:])
+        except OSError:
+            tail = ""
+        return d.name, tail
+    return None
+
+
+def closest_kernel_names(pattern: str, names: Sequence[str], n: int = 5) -> list[str]:
+    """The `n` names most like `pattern`: names containing it first, then by similarity
+    of the pattern to the whole name or to its short form (no namespace/arguments)."""
+    p = pattern.lower()
+
+    def score(name: str) -> float:
+        low = name.lower()
+        base = short_kernel_name(name, width=1000).lower()
+        ident = re.split(r"::", base.split("<", 1)[0])[-1]
+        ratio = max(difflib.SequenceMatcher(None, p, s).ratio() for s in {low, base, ident})
+        return ratio + (1.0 if p in low else 0.0)
+
+    return sorted(set(names), key=lambda s: (-score(s), s))[:n]
+
+
+def _closest_listing(kernel: str, procs: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for p in procs:
+        for name, count in (p.get("kernels_seen") or {}).items():
+            counts[name] = counts.get(name, 0) + int(count or 0)
+    if not counts:
+        return " (the app launched no kernels at all)"
+    best = closest_kernel_names(kernel, list(counts))
+    lines = "\n".join(
+        f"    {name if len(name) <= 120 else short_kernel_name(name, 120)}  ({counts[name]} launches)" for name in best
+    )
+    return f"; the closest of the {len(counts)} kernel names it launched:\n{lines}"

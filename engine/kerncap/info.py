@@ -1,0 +1,218 @@
+"""`kerncap info`: what a reproducer holds, as a dict (`--json`) or as text."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from typing import Any
+
+from kerncap.capture.format import Capture
+
+
+def human_bytes(n: int | float) -> str:
+    """1536 -> '1.5 KiB'."""
+    if abs(n) < 1024:
+        return f"{int(n)} B"
+    n = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        n /= 1024
+        if abs(n) < 1024:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1024:.1f} TiB"
+
+
+def driver_version_text(v: int | None) -> str:
+    """cuDriverGetVersion's 13000 -> '13.0'."""
+    if not isinstance(v, int):
+        return "?"
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def summarize(path: str | os.PathLike) -> dict[str, Any]:
+    """Everything `kerncap info` shows, as plain JSON-able data."""
+    cap = Capture.open(path)
+    root = cap.root.parent if cap.root.name == "capture" else cap.root
+    regions = {r.id: r for r in cap.regions}
+    m = cap.manifest
+
+    params = []
+    for p in cap.params:
+        entry: dict[str, Any] = {"index": p.index, "offset": p.offset, "size": p.size, "hex": p.value.hex()}
+        if p.region is not None:
+            r = regions.get(p.region)
+            entry["pointer"] = {"region": p.region, "offset": p.region_offset,
+                                "base": r.base if r else None}
+        params.append(entry)
+
+    blob_sizes: dict[str, int] = {}
+    for h in cap.iter_blobs():
+        try:
+            blob_sizes[h] = cap.blob_path(h).stat().st_size
+        except OSError:
+            blob_sizes[h] = 0
+
+    def stored(chunks_pre, chunks_post) -> int:
+        return sum(blob_sizes.get(h, 0) for h in {*chunks_pre, *chunks_post} if h is not None)
+
+    reproducer = None
+    rpath = root / "reproducer.json"
+    if rpath.is_file():
+        try:
+            reproducer = json.loads(rpath.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            reproducer = {"error": f"{rpath} is not valid JSON"}
+
+    prov = cap.provenance
+    return {
+        "path": str(root),
+        "capture": str(cap.root),
+        "format_version": m.get("format_version"),
+        "kernel": {
+            "name": cap.kernel.get("name"),
+            "demangled": cap.kernel.get("demangled"),
+            "handle_kind": cap.kernel.get("handle_kind"),
+            "launch_api": cap.kernel.get("launch_api"),
+            "module": cap.kernel.get("module", {}),
+            "attributes": cap.kernel.get("attributes", {}),
+        },
+        "launch": {
+            "grid": cap.launch.get("grid"),
+            "block": cap.launch.get("block"),
+            "shared_mem_bytes": cap.launch.get("shared_mem_bytes", 0),
+            "stream": cap.launch.get("stream"),
+            "cooperative": cap.launch.get("cooperative", False),
+            "param_form": cap.launch.get("param_form"),
+            "attributes": cap.launch.get("attributes", []),
+        },
+        "params": params,
+        "param_buffer_size": len(cap.param_buffer),
+        "regions": [
+            {"id": r.id, "base": r.base, "size": r.size, "api": r.api, "kind": r.kind, "written": r.written,
+             "zero_fraction": r.zero_fraction, "stored_bytes": stored(r.pre, r.post)}
+            for r in cap.regions
+        ],
+        "host_regions": m.get("host_regions", []),
+        "globals": [
+            {"name": g.name, "section": g.section, "size": g.size, "address": g.address, "written": g.written}
+            for g in cap.globals
+        ],
+        "provenance": {
+            "tool_version": prov.get("tool_version"),
+            "gpu": prov.get("gpu", {}),
+            "command": prov.get("command"),
+            "cwd": prov.get("cwd"),
+            "host": prov.get("host"),
+            "pid": prov.get("pid"),
+            "time": prov.get("time"),
+            "dispatch_index": prov.get("dispatch_index"),
+            "match": prov.get("match"),
+            "capture_seconds": prov.get("capture_seconds"),
+            "env": prov.get("env", {}),
+        },
+        "sizes": {"logical": cap.logical_bytes, "stored": sum(blob_sizes.values())},
+        "warnings": cap.warnings,
+        "reproducer": reproducer,
+    }
+
+
+# -- text -----------------------------------------------------------------------------------
+
+
+def _table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return ["  " + line(headers), "  " + line(["-" * w for w in widths]), *("  " + line(r) for r in rows)]
+
+
+def _v(x) -> str:
+    """A manifest value for display; '?' where the capture did not record it."""
+    return "?" if x is None or x == "" else str(x)
+
+
+def _dim(d) -> str:
+    return "(" + ", ".join(str(x) for x in (d or [])) + ")"
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    k, launch, prov = s["kernel"], s["launch"], s["provenance"]
+    module, attrs = k.get("module") or {}, k.get("attributes") or {}
+    gpu = prov.get("gpu") or {}
+    cc = gpu.get("cc") or []
+    out = [f"reproducer  {s['path']}", ""]
+    out.append(f"kernel      {k.get('demangled') or k.get('name')}")
+    if k.get("demangled") and k.get("demangled") != k.get("name"):
+        out.append(f"mangled     {k.get('name')}")
+    out.append(f"launch      {_v(k.get('launch_api'))} ({_v(k.get('handle_kind'))}), grid {_dim(launch['grid'])}, "
+               f"block {_dim(launch['block'])}, dynamic smem {launch['shared_mem_bytes']} B, stream {_v(launch['stream'])}"
+               + (", cooperative" if launch.get("cooperative") else ""))
+    for a in launch.get("attributes") or []:
+        out.append(f"            launch attribute {a.get('id')}: {a.get('value', '')[:32]}…")
+    if attrs:
+        out.append("attributes  " + ", ".join(f"{name} {value}" for name, value in attrs.items()))
+    selection = _v(module.get("selection"))
+    if module.get("candidates") is not None:
+        selection += f" ({module['candidates']} candidate cubin(s))"
+    verified = module.get("verified") or {}
+    if verified:
+        selection += ", verified: " + ", ".join(f"{n} {'ok' if v else 'MISMATCH'}" for n, v in verified.items())
+    out.append(f"module      {_v(module.get('cubin'))}  selection: {selection}")
+    out.append("")
+
+    out.append(f"parameters ({len(s['params'])}, {_v(launch.get('param_form'))} form, {s['param_buffer_size']} bytes)")
+    rows = []
+    for p in s["params"]:
+        ptr = p.get("pointer")
+        target = f"region {ptr['region']} + {ptr['offset'] or 0:#x}" if ptr else ""
+        hexval = p["hex"] if len(p["hex"]) <= 34 else p["hex"][:32] + "…"
+        rows.append([str(p["index"]), str(p["offset"]), str(p["size"]), hexval, target])
+    out += _table(["#", "offset", "size", "bytes (hex)", "points to"], rows, right={0, 1, 2})
+    out.append("")
+
+    out.append(f"regions ({len(s['regions'])})")
+    rows = [
+        [str(r["id"]), f"{r['base']:#x}", human_bytes(r["size"]), r["api"], "yes" if r["written"] else "",
+         f"{100 * r['zero_fraction']:.0f}%", human_bytes(r["stored_bytes"])]
+        for r in s["regions"]
+    ]
+    out += _table(["id", "base", "size", "api", "written", "zero", "stored"], rows, right={0, 2, 5, 6})
+    if s["host_regions"]:
+        out.append(f"  + {len(s['host_regions'])} host region(s), recorded but not snapshotted")
+    out.append("")
+
+    if s["globals"]:
+        out.append(f"globals ({len(s['globals'])})")
+        rows = [[g["name"], g["section"], str(g["size"]), "yes" if g["written"] else ""] for g in s["globals"]]
+        out += _table(["name", "section", "size", "written"], rows, right={2})
+        out.append("")
+
+    sizes = s["sizes"]
+    ratio = f" ({sizes['logical'] / sizes['stored']:.1f}x smaller)" if 0 < sizes["stored"] < sizes["logical"] else ""
+    out.append(f"size        {human_bytes(sizes['logical'])} logical, {human_bytes(sizes['stored'])} stored{ratio}")
+    out.append(f"gpu         {_v(gpu.get('name'))}, sm_{''.join(str(c) for c in cc) or '?'}, "
+               f"driver CUDA {driver_version_text(gpu.get('driver_version'))}")
+    command = prov.get("command")
+    if command:
+        out.append(f"command     {shlex.join(command) if isinstance(command, list) else command}")
+    if prov.get("cwd"):
+        out.append(f"cwd         {prov['cwd']}")
+    match = prov.get("match") or {}
+    out.append(f"captured    {_v(prov.get('time'))} on {_v(prov.get('host'))} (pid {_v(prov.get('pid'))}), "
+               f"dispatch {_v(prov.get('dispatch_index'))}"
+               + (f" of {match.get('mode')} match {match.get('pattern')!r}" if match.get("pattern") else ""))
+    secs = prov.get("capture_seconds") or {}
+    if secs:
+        out.append("timing      " + ", ".join(f"{k} {v:.2f} s" for k, v in secs.items() if isinstance(v, (int, float))))
+    rep = s.get("reproducer") or {}
+    src = rep.get("sources")
+    if src:
+        out.append(f"sources     {src.get('kind')}: {src.get('translation_unit') or src.get('reason', '')}"
+                   + (f" ({src.get('method')}, {src.get('confidence')})" if src.get("method") else ""))
+    for note in rep.get("notes") or []:
+        out.append(f"note        {note}")
+    for w in s["warnings"]:
+        out.append(f"WARNING     {w}")
+    return "\n".join(out)

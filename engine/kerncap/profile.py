@@ -1,0 +1,313 @@
+"""`kerncap profile`: run the app once and rank its kernels by total GPU time.
+
+The capture library aggregates per kernel inside each process (CUPTI activity records,
+so millions of dispatches cost one dict entry each) and writes `profile-<pid>.json`
+at exit; here the per-process tables are merged, ranked and saved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kerncap import __version__
+from kerncap.errors import KerncapError
+from kerncap.native import inject_library
+from kerncap.run import (
+    AppOutcome,
+    OutputSink,
+    app_environment,
+    check_command,
+    command_text,
+    cupti_subscriber_error,
+    read_reports,
+    report_errors,
+    run_app,
+)
+
+PROFILE_FORMAT = "kerncap-profile"
+PROFILE_VERSION = 1
+
+
+@dataclass
+class KernelStat:
+    name: str  # mangled, as the cubin's symbol table holds it
+    demangled: str
+    calls: int
+    total_ns: int
+    avg_ns: float
+    min_ns: int
+    max_ns: int
+    grid: list[int]
+    block: list[int]
+    percent: float
+
+    @property
+    def display_name(self) -> str:
+        return self.demangled or self.name
+
+
+@dataclass
+class ProfileResult:
+    kernels: list[KernelStat]
+    total_ns: int
+    dispatches: int
+    processes: int
+    command: list[str] = field(default_factory=list)
+    created: str = ""
+    wall_seconds: float = 0.0
+    exit_status: int | None = 0
+    dropped_records: int = 0
+    warnings: list[str] = field(default_factory=list)
+    kerncap_version: str = __version__
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {"format": PROFILE_FORMAT, "format_version": PROFILE_VERSION, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, source: str = "profile") -> "ProfileResult":
+        if d.get("format") != PROFILE_FORMAT:
+            raise KerncapError(f"{source} is not a kerncap profile", "pass a file written by `kerncap profile`")
+        if not isinstance(d.get("format_version"), int) or d["format_version"] > PROFILE_VERSION:
+            raise KerncapError(
+                f"{source} has profile format version {d.get('format_version')}; this kerncap reads {PROFILE_VERSION}",
+                "upgrade kerncap",
+            )
+        try:
+            kernels = [KernelStat(**k) for k in d["kernels"]]
+            fields = {k: d[k] for k in ("total_ns", "dispatches", "processes")}
+        except (KeyError, TypeError) as exc:
+            raise KerncapError(f"{source} is malformed ({type(exc).__name__}: {exc})", "profile again") from None
+        optional = ("command", "created", "wall_seconds", "exit_status", "dropped_records", "warnings", "kerncap_version")
+        return cls(kernels=kernels, **fields, **{k: d[k] for k in optional if k in d})
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write atomically (temp file + rename in the same directory)."""
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise KerncapError(
+                f"cannot write profile {path}: {exc.strerror or exc}", "choose another --output or --workspace"
+            ) from None
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ProfileResult":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise KerncapError(f"profile {path} does not exist", "run `kerncap profile -- CMD` first") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise KerncapError(f"profile {path} cannot be read ({exc})", "profile again") from None
+        if not isinstance(data, dict):
+            raise KerncapError(f"{path} is not a kerncap profile", "pass a file written by `kerncap profile`")
+        return cls.from_dict(data, source=str(path))
+
+
+# -- merging ----------------------------------------------------------------------------
+
+
+def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
+    """Merge per-process tables into one ranking (by total time, descending).
+
+    Returns the kernels and the number of dropped CUPTI records. Grid and block are
+    those of the process that spent the most time in the kernel.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    dropped = 0
+    for report in reports:
+        where = f"profile-{report.get('pid', '?')}.json"
+        dropped += int(report.get("dropped_records") or 0)
+        for k in report.get("kernels") or []:
+            try:
+                name = str(k["name"])
+                calls, total = int(k["calls"]), int(k["total_ns"])
+                lo, hi = int(k["min_ns"]), int(k["max_ns"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise KerncapError(
+                    f"{where} in the run directory has a malformed kernel entry ({type(exc).__name__}: {exc})",
+                    "the capture library and this kerncap may come from different builds; reinstall kerncap",
+                ) from None
+            m = merged.get(name)
+            if m is None:
+                merged[name] = {
+                    "demangled": k.get("demangled") or "", "calls": calls, "total_ns": total,
+                    "min_ns": lo, "max_ns": hi, "grid": list(k.get("grid") or [0, 0, 0]),
+                    "block": list(k.get("block") or [0, 0, 0]), "best_total": total,
+                }
+                continue
+            m["calls"] += calls
+            m["total_ns"] += total
+            m["min_ns"] = min(m["min_ns"], lo)
+            m["max_ns"] = max(m["max_ns"], hi)
+            m["demangled"] = m["demangled"] or k.get("demangled") or ""
+            if total > m["best_total"]:
+                m["best_total"] = total
+                m["grid"] = list(k.get("grid") or m["grid"])
+                m["block"] = list(k.get("block") or m["block"])
+    grand = sum(m["total_ns"] for m in merged.values())
+    kernels = [
+        KernelStat(
+            name=name, demangled=m["demangled"], calls=m["calls"], total_ns=m["total_ns"],
+            avg_ns=m["total_ns"] / m["calls"] if m["calls"] else 0.0, min_ns=m["min_ns"], max_ns=m["max_ns"],
+            grid=m["grid"], block=m["block"], percent=100.0 * m["total_ns"] / grand if grand else 0.0,
+        )
+        for name, m in merged.items()
+    ]
+    kernels.sort(key=lambda s: (-s.total_ns, s.name))
+    return kernels, dropped
+
+
+# -- display helpers (shared by the CLI and the workbench) ------------------------------
+
+
+def short_kernel_name(name: str, width: int = 64) -> str:
+    """A readable one-line form of a demangled name: no return type or argument
+    list, template arguments below the first level elided, middle cut to `width`."""
+    s = name.strip()
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i] if i > 0 else s
+                break
+    if s.startswith("void "):
+        s = s[5:]
+    out, depth = [], 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == 2:
+                out.append("<…")
+                continue
+        elif ch == ">":
+            depth -= 1
+            if depth == 1:
+                out.append(">")
+                continue
+        if depth < 2:
+            out.append(ch)
+    s = "".join(out)
+    if len(s) > width:
+        keep = width - 1
+        s = s[: keep - keep // 3] + "…" + s[len(s) - keep // 3 :]
+    return s
+
+
+def format_dim(dim: Sequence[int]) -> str:
+    """(128, 1, 1) -> '128'; (64, 32, 1) -> '64x32'."""
+    dims = list(dim) or [0]
+    while len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    return "x".join(str(d) for d in dims)
+
+
+# -- running ------------------------------------------------------------------------------
+
+
+def run_profile(
+    command: Sequence[str],
+    *,
+    cwd: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    run_dir: str | os.PathLike | None = None,
+    output: OutputSink | None = None,
+) -> ProfileResult:
+    """Run `command` once under the capture library in profile mode and rank its kernels.
+
+    `env` adds to (or overrides) the current environment. `run_dir` keeps the
+    per-process reports there; by default a temporary directory is used and removed.
+    """
+    command = list(command)
+    base_env = {**os.environ, **(env or {})}
+    check_command(command, cwd=cwd, env=base_env)
+    inject_library()  # fail before anything is created if the capture library is missing
+    own_dir = run_dir is None
+    rdir = Path(tempfile.mkdtemp(prefix="kerncap-profile-")) if own_dir else Path(run_dir)
+    try:
+        rdir.mkdir(parents=True, exist_ok=True)
+        app_env = app_environment(command, mode="profile", run_dir=rdir, settings={}, env=env)
+        created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        # On timeout: SIGINT first, so a Python app unwinds and its atexit handlers
+        # (where the capture library writes the profile) still run.
+        outcome = run_app(
+            command, env=app_env, cwd=cwd, timeout=timeout, output=output,
+            timeout_signals=(signal.SIGINT, signal.SIGTERM),
+        )
+        profiles = read_reports(rdir, "profile")
+        procs = read_reports(rdir, "proc")
+        return _build_result(command, created, outcome, profiles, procs, timeout)
+    finally:
+        if own_dir:
+            shutil.rmtree(rdir, ignore_errors=True)
+
+
+def _build_result(
+    command: list[str], created: str, outcome: AppOutcome, profiles: list[dict], procs: list[dict],
+    timeout: float | None,
+) -> ProfileResult:
+    kernels, dropped = merge_profiles(profiles)
+    warnings: list[str] = []
+    cmd = command_text(command)
+    subscriber = report_errors(procs, "cupti_subscriber")
+
+    if not kernels:
+        if subscriber:
+            raise cupti_subscriber_error(subscriber, "no kernel could be profiled")
+        if outcome.timed_out:
+            raise KerncapError(
+                f"`{cmd}` did not finish within {timeout:g} s and was stopped before any profile was written",
+                "the capture library writes the profile when each process exits; raise --timeout or shorten the run",
+            )
+        if outcome.failed:
+            raise KerncapError(
+                f"`{cmd}` {outcome.describe_exit()} and no profile was written; its stderr ended with:\n"
+                + outcome.stderr_excerpt(),
+                "fix the app so it runs to completion without kerncap first",
+            )
+        if not procs:
+            raise KerncapError(
+                f"no process of `{cmd}` loaded the capture library (no proc-*.json was written)",
+                "does the app use CUDA? The driver loads the library only in processes that initialise CUDA "
+                "(check CUDA_VISIBLE_DEVICES and that the app really runs on the GPU)",
+            )
+        raise KerncapError(f"`{cmd}` launched no CUDA kernels", "check that the app does GPU work in this run")
+
+    for pid, error in subscriber:
+        warnings.append(f"process {pid}: {error.get('message', 'another CUPTI subscriber')}; its kernels are missing")
+    if outcome.timed_out:
+        warnings.append(f"the app was stopped after --timeout {timeout:g} s; the profile covers what ran until then")
+    elif outcome.failed:
+        warnings.append(f"the app {outcome.describe_exit()}; the profile covers what ran until then")
+    if dropped:
+        warnings.append(f"{dropped} CUPTI activity records were dropped; totals are lower bounds")
+    reporting = {int(p.get("pid", 0)) for p in profiles}
+    return ProfileResult(
+        kernels=kernels,
+        total_ns=sum(k.total_ns for k in kernels),
+        dispatches=sum(k.calls for k in kernels),
+        processes=len(reporting),
+        command=command,
+        created=created,
+        wall_seconds=round(outcome.seconds, 3),
+        exit_status=outcome.returncode,
+        dropped_records=dropped,
+        warnings=warnings,
+    )
+

@@ -1,0 +1,88 @@
+"""The command line of profile / extract / info: parsing, `--cmd`, and errors printed
+as one message + hint with a non-zero exit status and no traceback."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kerncap.cli import build_parser, main, split_app_command
+from kerncap.errors import KerncapError
+from kerncap.run import resolve_app_command
+
+
+def parse(argv):
+    own, app = split_app_command(argv)
+    args = build_parser().parse_args(own)
+    args.app_command = app
+    return args
+
+
+def test_extract_arguments():
+    args = parse(["extract", "gemm", "--match", "regex", "--dispatch", "3", "-o", "out", "--keep-running",
+                  "--timeout", "2.5", "--source-dir", "src", "--build-dir", "build", "--force",
+                  "--", "python", "app.py", "--dispatch", "9"])
+    assert args.kernel == "gemm" and args.match == "regex" and args.dispatch == 3
+    assert str(args.output) == "out" and args.keep_running and args.timeout == 2.5 and args.force
+    assert str(args.source_dir) == "src" and str(args.build_dir) == "build"
+    assert args.app_command == ["python", "app.py", "--dispatch", "9"], "the app's own flags stay the app's"
+
+
+def test_extract_defaults():
+    args = parse(["extract", "k", "--", "./app"])
+    assert (args.match, args.dispatch, args.output, args.keep_running, args.timeout) == ("substring", 0, None, False, None)
+
+
+def test_profile_arguments():
+    args = parse(["profile", "--json", "--top", "5", "--timeout", "10", "--output", "p.json", "--cmd", "./app -n 3"])
+    assert args.json and args.top == 5 and args.timeout == 10 and str(args.output) == "p.json"
+    assert resolve_app_command(args.app_command, args.cmd) == ["./app", "-n", "3"]
+
+
+def test_info_arguments():
+    args = parse(["info", "repro", "--json"])
+    assert str(args.path) == "repro" and args.json
+
+
+def test_resolve_app_command():
+    assert resolve_app_command([], 'python -c "print(1)"') == ["python", "-c", "print(1)"]
+    assert resolve_app_command(["a", "b"], None) == ["a", "b"]
+    with pytest.raises(KerncapError, match="not both"):
+        resolve_app_command(["a"], "b")
+    with pytest.raises(KerncapError, match="no app command"):
+        resolve_app_command([], None)
+    with pytest.raises(KerncapError, match="cannot be split"):
+        resolve_app_command([], "python 'unterminated")
+
+
+def test_bad_match_mode_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["extract", "k", "--match", "fuzzy", "--", "app"])
+    assert e.value.code == 2
+    assert "invalid choice: 'fuzzy'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["profile"], "no app command given"),
+    (["extract", "k"], "no app command given"),
+    (["profile", "--", "kc-no-such-command"], "command not found: kc-no-such-command"),
+    (["info", "/nonexistent/repro"], "no capture at /nonexistent/repro"),
+])
+def test_errors_are_one_message_and_a_hint(argv, words, capsys, monkeypatch, tmp_path):
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith(f"kerncap {argv[0]}: error: ") and words in err
+    assert "hint:" in err and "Traceback" not in err
+
+
+def test_missing_native_library_is_reported(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(tmp_path / "gone.so"))
+    rc = main(["extract", "k", "-o", str(tmp_path / "o"), "--", sys.executable, "-c", "pass"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "capture library not found" in err and "gone.so" in err
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,156 @@
+"""The success path of `kerncap extract`: the fake app publishes a capture in the run
+directory the way the capture library does (capture.partial-<pid> → capture, then
+stays alive like an app that keeps working), and the engine must stop the app, move the
+capture into <output>, write reproducer.json and leave nothing else behind.
+
+The capture it publishes is a real one from tests/fixtures/captures/ when present;
+otherwise the smallest manifest the reader accepts, which exercises only the file
+moves and bookkeeping here (the format itself is tested against real captures)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import xxhash
+
+from kerncap.errors import KerncapError
+from kerncap.commands.extract import format_extract_summary
+from kerncap.extract import extract
+
+FIXTURES = Path(__file__).parent / "fixtures" / "captures"
+
+PUBLISHING_APP = textwrap.dedent(
+    r'''
+    import json, os, shutil, subprocess, sys, time
+    out = os.environ["KERNCAP_OUT"]
+    spec = json.loads(os.environ["FAKE_SPEC"])
+    if spec.get("child_pidfile"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        open(spec["child_pidfile"], "w").write(str(child.pid))
+    print("app: working")
+    sys.stdout.flush()
+    partial = os.path.join(out, "capture.partial-%d" % os.getpid())
+    shutil.copytree(spec["capture"], partial)
+    os.rename(partial, os.path.join(out, "capture"))
+    if spec.get("triton"):
+        open(os.path.join(out, "triton-%d.json" % os.getpid()), "w").write("{}")
+    time.sleep(spec.get("sleep", 0))
+    '''
+)
+
+
+def _minimal_capture(root: Path) -> Path:
+    """One 4 KiB region of non-zero bytes, written by the kernel."""
+    pre, post = b"\x01" * 4096, b"\x02" * 4096
+    (root / "blobs").mkdir(parents=True)
+    (root / "cubins").mkdir()
+    hashes = []
+    for data in (pre, post):
+        h = xxhash.xxh64_hexdigest(data)
+        (root / "blobs" / f"{h}.bin").write_bytes(data)
+        hashes.append(h)
+    (root / "cubins" / "00.cubin").write_bytes(b"\x7fELF")
+    manifest = {
+        "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4194304, "hash": "xxh64",
+        "provenance": {"dispatch_index": 0, "capture_seconds": {"pre": 0.1, "post": 0.1, "total": 0.2}},
+        "kernel": {"name": "add_kernel", "demangled": "add_kernel", "launch_api": "cuLaunchKernelEx",
+                   "handle_kind": "CUfunction", "module": {"cubin": "cubins/00.cubin", "selection": "handle"}},
+        "launch": {"grid": [4, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 0},
+        "params": [{"index": 0, "offset": 0, "size": 8, "value": "00" * 8}],
+        "regions": [{"id": 0, "base": 1 << 45, "size": 4096, "api": "cuMemAlloc_v2", "written": True,
+                     "zero_fraction": 0.0, "pre": [hashes[0]], "post": [hashes[1]]}],
+        "warnings": [],
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    (root / "interposer.log").write_text("")
+    return root
+
+
+def _captures(tmp_path_factory) -> list[Path]:
+    real = sorted(p for p in FIXTURES.glob("*") if p.is_dir()) if FIXTURES.is_dir() else []
+    return real[:1] or [_minimal_capture(tmp_path_factory.mktemp("cap") / "capture")]
+
+
+@pytest.fixture
+def publish(tmp_path, tmp_path_factory, monkeypatch):
+    app = tmp_path / "app.py"
+    app.write_text(PUBLISHING_APP)
+    lib = tmp_path / "libkerncap_inject.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
+    source = _captures(tmp_path_factory)[0]
+    if (source / "capture").is_dir():
+        source = source / "capture"
+
+    def run(output: Path, *, spec=None, **kwargs):
+        spec = {"capture": str(source), **(spec or {})}
+        seen = []
+        result = extract("add", [sys.executable, str(app)], output=output, env={"FAKE_SPEC": json.dumps(spec)},
+                         output_sink=lambda stream, data: seen.append((stream, data)), timeout=60, **kwargs)
+        return result, seen
+
+    return run
+
+
+def test_capture_moves_into_output_and_app_group_is_stopped(publish, tmp_path):
+    out = tmp_path / "work" / "repro"
+    pidfile = tmp_path / "child.pid"
+    t0 = time.monotonic()
+    result, seen = publish(out, spec={"sleep": 60, "child_pidfile": str(pidfile)})
+    assert time.monotonic() - t0 < 20, "the app must be stopped once the manifest exists"
+    assert result.reproducer_dir == out
+    assert (out / "capture" / "manifest.json").is_file()
+    assert result.capture.root == out / "capture"
+    record = json.loads((out / "reproducer.json").read_text())
+    assert record["match"] == {"pattern": "add", "mode": "substring"}
+    assert record["command"][-1].endswith("app.py")
+    assert record["sources"] is None and record["triton"] is None
+    assert sorted(p.name for p in out.parent.iterdir()) == ["repro"], "run directory must be removed"
+    summary = format_extract_summary(result)
+    assert f"reproducer  {out}" in summary and "regions" in summary and "written: #0" in summary
+    assert (b"app: working\n" in b"".join(d for s, d in seen if s == "stdout"))
+    child = int(pidfile.read_text())
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the app's child survived")
+
+
+def test_force_replaces_only_after_success(publish, tmp_path):
+    out = tmp_path / "repro"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with pytest.raises(KerncapError):
+        publish(out)
+    assert (out / "old.txt").exists()
+    publish(out, force=True)
+    assert not (out / "old.txt").exists() and (out / "reproducer.json").is_file()
+
+
+def test_keep_run_dir_and_missing_optional_steps_are_notes(publish, tmp_path, monkeypatch):
+    real_import = __import__("importlib").import_module
+
+    def no_optional(name, *a):
+        if name in ("kerncap.sources", "kerncap.triton"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *a)
+
+    monkeypatch.setattr("importlib.import_module", no_optional)
+    out = tmp_path / "repro"
+    result, _ = publish(out, spec={"triton": True}, keep_run_dir=True, source_dir=tmp_path)
+    assert result.run_dir.is_dir() and list(result.run_dir.glob("triton-*.json"))
+    assert any("kerncap.sources is not part of this kerncap build" in n for n in result.notes)
+    assert any("kerncap.triton is not part of this kerncap build" in n for n in result.notes)
+    assert json.loads((out / "reproducer.json").read_text())["notes"] == result.notes
+    shutil.rmtree(result.run_dir)

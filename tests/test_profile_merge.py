@@ -1,0 +1,108 @@
+"""Merging, ranking, saving and displaying per-process profiles (profile-<pid>.json
+as the capture library writes them)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from kerncap.errors import KerncapError
+from kerncap.profile import ProfileResult, format_dim, merge_profiles, short_kernel_name
+
+
+def k(name, calls, total, lo, hi, grid=(1, 1, 1), block=(128, 1, 1), demangled=""):
+    return {"name": name, "demangled": demangled, "calls": calls, "total_ns": total, "min_ns": lo, "max_ns": hi,
+            "grid": list(grid), "block": list(block)}
+
+
+def test_merge_sums_and_ranks_across_processes():
+    p1 = {"pid": 1, "kernels": [k("gemm", 10, 1000, 90, 110, grid=(8, 8, 1)), k("add", 100, 500, 4, 6)],
+          "dropped_records": 0}
+    p2 = {"pid": 2, "kernels": [k("gemm", 30, 3300, 80, 130, grid=(16, 16, 1)), k("relu", 1, 2000, 2000, 2000)],
+          "dropped_records": 3}
+    kernels, dropped = merge_profiles([p1, p2])
+    assert [s.name for s in kernels] == ["gemm", "relu", "add"]
+    gemm = kernels[0]
+    assert (gemm.calls, gemm.total_ns, gemm.min_ns, gemm.max_ns) == (40, 4300, 80, 130)
+    assert gemm.avg_ns == pytest.approx(107.5)
+    assert gemm.grid == [16, 16, 1], "grid of the process that spent the most time in it"
+    assert sum(s.percent for s in kernels) == pytest.approx(100.0)
+    assert gemm.percent == pytest.approx(100 * 4300 / 6800)
+    assert dropped == 3
+
+
+def test_merge_ties_are_stable_and_empty_is_empty():
+    kernels, _ = merge_profiles([{"kernels": [k("b", 1, 5, 5, 5), k("a", 1, 5, 5, 5)]}])
+    assert [s.name for s in kernels] == ["a", "b"]
+    assert merge_profiles([]) == ([], 0)
+
+
+def test_merge_names_malformed_process_file():
+    with pytest.raises(KerncapError, match="profile-42.json"):
+        merge_profiles([{"pid": 42, "kernels": [{"name": "x", "calls": 1}]}])
+
+
+def test_merge_is_fast_for_many_kernels_and_processes():
+    # 8 processes x 20k distinct kernels: aggregation is per name, so this is cheap.
+    reports = [{"pid": p, "kernels": [k(f"kernel_{i}", 50, 1000 + i, 10, 40) for i in range(20_000)]} for p in range(8)]
+    t0 = time.perf_counter()
+    kernels, _ = merge_profiles(reports)
+    assert time.perf_counter() - t0 < 5.0
+    assert len(kernels) == 20_000 and kernels[0].calls == 400 and kernels[0].name == "kernel_19999"
+
+
+def test_save_load_roundtrip(tmp_path):
+    kernels, _ = merge_profiles([{"kernels": [k("gemm", 2, 10, 4, 6, demangled="gemm(float*)")]}])
+    res = ProfileResult(kernels=kernels, total_ns=10, dispatches=2, processes=1, command=["./app"],
+                        warnings=["w"], exit_status=0)
+    path = res.save(tmp_path / "p" / "x.json")
+    back = ProfileResult.load(path)
+    assert back == res
+    assert json.loads(path.read_text())["format"] == "kerncap-profile"
+    assert not list(path.parent.glob(".*tmp*")), "no temp file left"
+
+
+def test_load_errors_name_the_file(tmp_path):
+    with pytest.raises(KerncapError, match="does not exist"):
+        ProfileResult.load(tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(KerncapError, match="bad.json"):
+        ProfileResult.load(bad)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": "something"}))
+    with pytest.raises(KerncapError, match="not a kerncap profile"):
+        ProfileResult.load(other)
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({"format": "kerncap-profile", "format_version": 99}))
+    with pytest.raises(KerncapError, match="version 99"):
+        ProfileResult.load(newer)
+
+
+@pytest.mark.parametrize(
+    "name, short",
+    [
+        ("add_kernel", "add_kernel"),
+        ("scale_kern(float*, float*, int)", "scale_kern"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+         "std::array<char*, 1>>(int, at::native::FillFunctor<float>, std::array<char*, 1>)",
+         "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, std::array<…>>"),
+        ("void f<(anonymous namespace)::T>(int (*)(int))", "f<(anonymous namespace)::T>"),
+    ],
+)
+def test_short_kernel_name(name, short):
+    assert short_kernel_name(name, width=200) == short
+
+
+def test_short_kernel_name_cuts_the_middle():
+    s = short_kernel_name("a" * 50 + "_middle_" + "z" * 50, width=40)
+    assert len(s) == 40 and s.startswith("aaa") and s.endswith("zzz") and "…" in s
+
+
+def test_format_dim():
+    assert format_dim([128, 1, 1]) == "128"
+    assert format_dim([64, 32, 1]) == "64x32"
+    assert format_dim([1, 1, 1]) == "1"
+    assert format_dim([2, 1, 4]) == "2x1x4"

@@ -1,0 +1,138 @@
+"""`run_profile` against a fake app whose two processes (parent and child) each write
+profile-<pid>.json into $KERNCAP_OUT at exit, the way the capture library does."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from kerncap.cli import main
+from kerncap.errors import KerncapError
+from kerncap.profile import ProfileResult, run_profile
+
+PROFILING_APP = textwrap.dedent(
+    r'''
+    import json, os, subprocess, sys, time
+    out = os.environ["KERNCAP_OUT"]
+    spec = json.loads(os.environ.get("FAKE_SPEC", "{}"))
+    assert os.environ["KERNCAP_MODE"] == "profile"
+    assert os.environ["CUDA_MODULE_LOADING"] == spec.get("loading", "EAGER")
+
+    def write(kind, data):
+        path = os.path.join(out, "%s-%d.json" % (kind, os.getpid()))
+        open(path + ".tmp", "w").write(json.dumps(data))
+        os.rename(path + ".tmp", path)
+
+    def report():
+        write("proc", {"pid": os.getpid(), "errors": spec.get("errors", []), "kernels_seen": {}})
+        if spec.get("kernels") is not None:
+            write("profile", {"pid": os.getpid(), "kernels": spec["kernels"], "dropped_records": 0})
+
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        report()
+        sys.exit(0)
+    print("app stdout line")
+    if spec.get("child"):
+        subprocess.run([sys.executable, __file__, "child"], check=True)
+    try:
+        time.sleep(spec.get("sleep", 0))
+    except KeyboardInterrupt:
+        pass  # like a Python app unwinding on Ctrl-C: its atexit handlers still run
+    report()
+    print("\n".join(spec.get("stderr", [])), file=sys.stderr)
+    sys.exit(spec.get("exit", 0))
+    '''
+)
+
+KERNELS = [
+    {"name": "_Z4gemmPf", "demangled": "gemm(float*)", "calls": 10, "total_ns": 9_000_000, "min_ns": 800_000,
+     "max_ns": 1_000_000, "grid": [64, 64, 1], "block": [256, 1, 1]},
+    {"name": "add_kernel", "demangled": "add_kernel", "calls": 1000, "total_ns": 1_000_000, "min_ns": 900,
+     "max_ns": 1100, "grid": [4, 1, 1], "block": [128, 1, 1]},
+]
+
+
+@pytest.fixture
+def app(tmp_path, monkeypatch):
+    path = tmp_path / "app.py"
+    path.write_text(PROFILING_APP)
+    lib = tmp_path / "libkerncap_inject.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
+    return path
+
+
+def profile(app, spec, **kw):
+    return run_profile([sys.executable, str(app)], env={"FAKE_SPEC": json.dumps(spec)},
+                       output=lambda s, d: None, **kw)
+
+
+def test_two_processes_are_merged(app):
+    res = profile(app, {"kernels": KERNELS, "child": True})
+    assert res.processes == 2
+    assert [k.name for k in res.kernels] == ["_Z4gemmPf", "add_kernel"]
+    assert res.kernels[0].calls == 20 and res.total_ns == 20_000_000 and res.dispatches == 2020
+    assert res.kernels[0].percent == pytest.approx(90.0)
+    assert res.warnings == [] and res.exit_status == 0
+
+
+def test_user_module_loading_is_respected(app):
+    res = run_profile([sys.executable, str(app)], output=lambda s, d: None,
+                      env={"FAKE_SPEC": json.dumps({"kernels": KERNELS, "loading": "LAZY"}),
+                           "CUDA_MODULE_LOADING": "LAZY"})
+    assert res.kernels
+
+
+def test_app_failure_without_profile_shows_stderr(app):
+    with pytest.raises(KerncapError) as e:
+        profile(app, {"kernels": None, "exit": 2, "stderr": ["CUDA error: out of memory"]})
+    assert "exited with status 2" in e.value.message and "CUDA error: out of memory" in e.value.message
+
+
+def test_app_failure_with_profile_is_a_warning(app):
+    res = profile(app, {"kernels": KERNELS, "exit": 1})
+    assert res.kernels and any("exited with status 1" in w for w in res.warnings)
+
+
+def test_timeout_interrupts_so_the_profile_is_still_written(app):
+    res = profile(app, {"kernels": KERNELS, "sleep": 60}, timeout=1.0)
+    assert res.kernels and any("--timeout 1 s" in w for w in res.warnings)
+
+
+def test_cupti_subscriber_without_data_is_an_error(app):
+    err = [{"kind": "cupti_subscriber", "message": "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"}]
+    with pytest.raises(KerncapError) as e:
+        profile(app, {"kernels": None, "errors": err})
+    assert "another CUPTI subscriber" in e.value.message and "torch.profiler" in e.value.hint
+
+
+def test_no_kernels(app):
+    with pytest.raises(KerncapError, match="launched no CUDA kernels"):
+        profile(app, {"kernels": []})
+
+
+def test_cli_json_and_workspace(app, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_SPEC", json.dumps({"kernels": KERNELS}))
+    ws = tmp_path / "ws"
+    rc = main(["profile", "--json", "--workspace", str(ws), "--", sys.executable, str(app)])
+    captured = capsys.readouterr()
+    assert rc == 0
+    data = json.loads(captured.out)  # only the JSON on stdout: the app's stdout went to stderr
+    assert data["kernels"][0]["name"] == "_Z4gemmPf"
+    assert "app stdout line" in captured.err
+    saved = list((ws / "profiles").glob("*.json"))
+    assert len(saved) == 1 and ProfileResult.load(saved[0]).dispatches == 1010
+
+
+def test_cli_table(app, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_SPEC", json.dumps({"kernels": KERNELS}))
+    out = tmp_path / "p.json"
+    rc = main(["profile", "--top", "1", "--output", str(out), "--cmd", f"{sys.executable} {app}"])
+    text = capsys.readouterr().out
+    assert rc == 0 and out.is_file()
+    assert "gemm" in text and "9.000" in text and "90.0" in text and "64x64" in text
+    assert "add_kernel" not in text
+    assert "1 more not shown" in text
