@@ -1,0 +1,149 @@
+"""Triton and torch.compile (Inductor) kernels: what the Python hook recorded in the app
+becomes an editable, recompilable reproducer.
+
+  attach_triton(reproducer_dir, capture, run_dir)  called by extract: writes
+      source/kernel.py, source/triton.json and reproducer.py
+  recompile(reproducer_dir, config=None)           re-JIT source/kernel.py into variants/
+  region_dtypes(reproducer_dir, capture)           region id -> dtype, for validation
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kerncap.capture.format import Capture
+from kerncap.errors import KerncapError
+from kerncap.triton import records
+from kerncap.triton.kernel_source import function_only_module, sanitize_module
+from kerncap.triton.pinned import SPEC_FORMAT, SPEC_NAME, load_spec
+from kerncap.triton.recompile import RecompileResult, recompile
+from kerncap.triton.reproducer_script import render
+
+__all__ = ["attach_triton", "recompile", "region_dtypes", "RecompileResult"]
+
+CONFIG_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def attach_triton(reproducer_dir, capture: Capture, run_dir) -> dict | None:
+    """Write the Triton sources of the captured kernel into the reproducer and return
+    the `sources` entry of reproducer.json."""
+    root, run_dir = Path(reproducer_dir), Path(run_dir)
+    chosen = records.select(capture, run_dir)
+    record, launch = chosen.record, chosen.launch
+    fn = record.get("function") or {}
+    fn_name = fn.get("name") or record["kernel"]
+    source_dir = root / "source"
+    source_dir.mkdir(exist_ok=True)
+
+    kernel_text, how = _kernel_module_text(run_dir, fn)
+    _write(source_dir / "kernel.py", kernel_text)
+    spec = _spec(record, launch, capture, fn_name, how, chosen)
+    _write(source_dir / SPEC_NAME, json.dumps(spec, indent=1) + "\n")
+    _write(root / "reproducer.py", render(record["kernel"]))
+    os.chmod(root / "reproducer.py", 0o755)
+
+    config = {k: (record.get("options") or {}).get(k) for k in CONFIG_KEYS}
+    if record.get("autotune_config") or launch.get("autotune_config"):
+        tuned = launch.get("autotune_config") or record.get("autotune_config")
+        config["autotune_kwargs"] = tuned.get("kwargs")
+    result = {
+        "kind": "triton",
+        "translation_unit": "source/kernel.py",
+        "files": ["source/kernel.py", f"source/{SPEC_NAME}", "reproducer.py"],
+        "method": "triton-hook",
+        "confidence": "exact" if chosen.by == "sha256" and how == "module snapshot" else "likely",
+        "config": config,
+        "kernel_source": how,
+        "original_file": fn.get("file"),
+    }
+    inductor = launch.get("inductor") or record.get("inductor")
+    if inductor and inductor.get("generated_source"):
+        result["generated_source"] = inductor["generated_source"]
+    if chosen.warnings:
+        result["warnings"] = chosen.warnings
+    return result
+
+
+def _kernel_module_text(run_dir: Path, fn: dict) -> tuple[str, str]:
+    snapshot = fn.get("module_snapshot")
+    if snapshot and (run_dir / snapshot).is_file():
+        text, _blanked = sanitize_module((run_dir / snapshot).read_text(), fn.get("file") or "kernel.py")
+        return text, "module snapshot"
+    if fn.get("source"):
+        return function_only_module(fn["source"], fn.get("first_line")), "function source"
+    raise KerncapError(
+        f"the Python hook recorded no source for {fn.get('name')} (file {fn.get('file')})",
+        "the kernel's module file was not readable in the app; keep it on disk while capturing",
+    )
+
+
+def _spec(record: dict, launch: dict, capture: Capture, fn_name: str, how: str, chosen) -> dict:
+    fn = record.get("function") or {}
+    options = record.get("options") or {}
+    target = options.get("target") or {}
+    if not target.get("arch"):
+        cc = capture.provenance.get("gpu", {}).get("cc") or [9, 0]
+        target = {"backend": "cuda", "arch": cc[0] * 10 + cc[1], "warp_size": 32}
+    block = list(capture.launch.get("block", []))
+    return {
+        "format": SPEC_FORMAT,
+        "format_version": 1,
+        "kernel": record["kernel"],
+        "function": fn_name,
+        "source": "kernel.py",
+        "source_from": how,
+        "cubin_sha256": record.get("cubin_sha256"),
+        "triton_version": record.get("triton_version"),
+        "launcher": record.get("launcher"),
+        "arg_names": fn.get("arg_names", []),
+        "declared_constexprs": fn.get("declared_constexprs", []),
+        "signature": record.get("signature", {}),
+        "constexprs": record.get("constexprs", []),
+        "attrs": record.get("attrs", []),
+        "target": {"backend": target.get("backend", "cuda"), "arch": target["arch"], "warp_size": target.get("warp_size", 32)},
+        "options": options,
+        "autotune_config": launch.get("autotune_config") or record.get("autotune_config"),
+        "inductor": launch.get("inductor") or record.get("inductor"),
+        "launch": {
+            "grid": list(capture.launch.get("grid", launch.get("grid", []))),
+            "block": block,
+            "shared_mem_bytes": capture.launch.get("shared_mem_bytes"),
+            "args": launch.get("args", []),
+            "hook_dispatch": launch.get("hook_dispatch"),
+        },
+        "original": {
+            "file": fn.get("file"),
+            "dir": os.path.dirname(fn["file"]) if fn.get("file") else None,
+            "module": fn.get("module"),
+            "first_line": fn.get("first_line"),
+            "sys_path": fn.get("sys_path", []),
+        },
+        "selection": {"record_by": chosen.by, "launch_by": chosen.launch_match, "hook_file": chosen.source_file.name,
+                      "warnings": chosen.warnings},
+    }
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def region_dtypes(reproducer_dir, capture: Capture) -> dict[int, str]:
+    """Region id -> dtype name ('float16', 'bfloat16', 'float32', ...) of the tensor
+    arguments that point into it. A region reached by tensors of different dtypes is
+    left out (validated byte-exact)."""
+    try:
+        spec = load_spec(Path(reproducer_dir))
+    except KerncapError:
+        return {}
+    seen: dict[int, set[str]] = {}
+    for arg in spec.get("launch", {}).get("args", []):
+        if arg.get("kind") != "tensor":
+            continue
+        region = capture.region_of(arg["data_ptr"])
+        if region is not None:
+            seen.setdefault(region.id, set()).add(arg["dtype"])
+    return {rid: next(iter(d)) for rid, d in seen.items() if len(d) == 1}

@@ -1,0 +1,217 @@
+"""Compiling the reproducer's Triton kernel with the captured ("pinned") contract:
+same signature, constexprs, specialisation attributes, compile options and target.
+
+Used by `kerncap recompile` (no GPU needed: an explicit GPUTarget lets Triton compile
+to a cubin anywhere) and by the generated reproducer.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kerncap.errors import KerncapError
+from kerncap.triton.values import decode_value, jit_resolver
+
+SPEC_NAME = "triton.json"
+SPEC_FORMAT = "kerncap-triton-reproducer"
+
+
+def load_spec(reproducer_dir: Path) -> dict:
+    path = Path(reproducer_dir) / "source" / SPEC_NAME
+    if not path.is_file():
+        raise KerncapError(f"{path} is missing: {reproducer_dir} is not a Triton reproducer",
+                           "extract the kernel again with kerncap >= 0.1 (the Python hook writes it)")
+    try:
+        spec = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise KerncapError(f"{path} is not valid JSON ({exc})", "restore it from the extract, or extract again") from None
+    if spec.get("format") != SPEC_FORMAT:
+        raise KerncapError(f"{path} is not a kerncap Triton spec (format {spec.get('format')!r})")
+    return spec
+
+
+def import_triton():
+    try:
+        import triton
+    except ImportError as exc:
+        raise KerncapError(f"Triton is not importable here ({exc})", "run in the Python environment of the captured app") from None
+    return triton
+
+
+def check_version(spec: dict) -> None:
+    triton = import_triton()
+    captured = spec.get("triton_version")
+    if captured and captured != triton.__version__:
+        raise KerncapError(
+            f"the kernel was captured with Triton {captured}, this environment has Triton {triton.__version__}",
+            f"recompile in an environment with triton=={captured}: another Triton version generates different code",
+        )
+
+
+def load_kernel(reproducer_dir: Path, spec: dict):
+    """(JITFunction, module) of source/kernel.py."""
+    triton = import_triton()
+    from triton.runtime.jit import JITFunction
+
+    path = Path(reproducer_dir) / "source" / spec.get("source", "kernel.py")
+    fn_name = spec["function"]
+    if not path.is_file():
+        raise KerncapError(f"{path} is missing", "restore the kernel source (the extract wrote it)")
+    # The kernel's own imports (app helpers) resolve as in the app: its original folder
+    # and the app's sys.path come after everything the reproducer has.
+    for entry in [str(path.parent), spec.get("original", {}).get("dir"), *spec.get("original", {}).get("sys_path", [])]:
+        if entry and entry not in sys.path and os.path.isdir(entry):
+            sys.path.append(entry)
+    name = f"kerncap_kernel_{abs(hash(str(path.resolve())))}"
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = module
+    try:
+        mod_spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise KerncapError(f"{path}:{exc.lineno}: syntax error: {exc.msg}", "fix the kernel source and save again") from None
+    except Exception as exc:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(path)]
+        where = f"{path}:{frames[-1].lineno}" if frames else str(path)
+        raise KerncapError(f"{where}: importing the kernel module failed: {type(exc).__name__}: {exc}",
+                           "fix the kernel source (a module-level statement or import) and save again") from None
+    obj = getattr(module, fn_name, None)
+    if obj is None:
+        raise KerncapError(f"{path} defines no {fn_name}", f"the captured kernel is {fn_name}; keep its name")
+    seen = 0
+    while not isinstance(obj, JITFunction) and hasattr(obj, "fn") and seen < 8:
+        obj, seen = obj.fn, seen + 1  # Autotuner / Heuristics / CachingAutotuner wrap the JITFunction
+    if not isinstance(obj, JITFunction):
+        raise KerncapError(f"{path}: {fn_name} is not a @triton.jit function ({type(obj).__name__})",
+                           "keep the @triton.jit decorator on the kernel")
+    del triton
+    return obj, module
+
+
+def check_signature(fn, spec: dict, where: str) -> None:
+    """The recompiled kernel must take the captured arguments: the replay reuses the
+    captured parameter buffer."""
+    old = list(spec["arg_names"])
+    new = list(fn.arg_names)
+    problems = []
+    removed = [n for n in old if n not in new]
+    added = [n for n in new if n not in old]
+    if removed:
+        problems.append("removed " + ", ".join(removed))
+    if added:
+        problems.append("added " + ", ".join(added))
+    if not removed and not added and old != new:
+        problems.append(f"reordered ({', '.join(old)} -> {', '.join(new)})")
+    old_cx = set(spec.get("declared_constexprs", []))
+    new_cx = {p.name for p in fn.params if p.is_constexpr}
+    for n in sorted((old_cx ^ new_cx) & set(old) & set(new)):
+        problems.append(f"{n} is {'now' if n in new_cx else 'no longer'} a tl.constexpr")
+    if problems:
+        raise KerncapError(
+            f"{where}: the signature of {spec['function']} changed: " + "; ".join(problems),
+            "the replay passes the captured arguments; keep the parameter list as captured and edit the body",
+        )
+
+
+def compile_options(spec: dict, overrides: dict[str, Any] | None = None) -> dict:
+    """The captured compile options that Triton's CUDA backend accepts, plus overrides."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    fields = CUDAOptions.__dataclass_fields__
+    meta = spec.get("options", {})
+    options = {k: v for k, v in meta.items() if k in fields and v is not None}
+    libs = options.get("extern_libs")
+    if libs and not all(os.path.exists(p) for _, p in libs):
+        options.pop("extern_libs")  # the capture machine's libdevice path: use this Triton's own
+    for key in ("extern_libs", "allowed_dot_input_precisions", "supported_fp8_dtypes", "deprecated_fp8_dot_operand_dtypes"):
+        if isinstance(options.get(key), list):
+            options[key] = tuple(tuple(x) if isinstance(x, list) else x for x in options[key])
+    for key, value in (overrides or {}).items():
+        if key not in fields:
+            raise KerncapError(f"--config {key}: not a Triton compile option",
+                               "options include num_warps, num_stages, num_ctas, maxnreg, enable_fp_fusion")
+        options[key] = value
+    return options
+
+
+def target(spec: dict):
+    from triton.backends.compiler import GPUTarget
+
+    t = spec.get("target") or {}
+    return GPUTarget(t.get("backend", "cuda"), int(t["arch"]), int(t.get("warp_size", 32)))
+
+
+def ast_source(fn, module, spec: dict):
+    from triton.compiler import ASTSource
+
+    resolve = jit_resolver(module)
+    constexprs = {}
+    for entry in spec.get("constexprs", []):
+        path = tuple(entry["path"]) if entry.get("path") is not None else None
+        if path is None:
+            raise KerncapError(f"constexpr {entry.get('name')} has no argument position in source/triton.json")
+        constexprs[path] = decode_value(entry["value"], what=f"constexpr {entry.get('name') or path}", resolve_jit=resolve)
+    attrs = {tuple(e["path"]): [list(a) for a in e["value"]] for e in spec.get("attrs", []) if e.get("path") is not None}
+    return ASTSource(fn, dict(spec["signature"]), constexprs, attrs)
+
+
+def compile_pinned(reproducer_dir: Path, spec: dict, overrides: dict[str, Any] | None = None):
+    """(CompiledKernel, JITFunction, kernel module) of source/kernel.py under the pinned contract."""
+    check_version(spec)
+    import triton
+
+    where = str(Path(reproducer_dir) / "source" / spec.get("source", "kernel.py"))
+    fn, module = load_kernel(reproducer_dir, spec)
+    check_signature(fn, spec, where)
+    src = ast_source(fn, module, spec)
+    options = compile_options(spec, overrides)
+    try:
+        compiled = triton.compile(src, target=target(spec), options=options)
+    except Exception as exc:
+        raise KerncapError(f"{where}: {spec['function']} does not compile:\n{exc}",
+                           "fix the kernel source and save again") from None
+    return compiled, fn, module
+
+
+def parse_config(text: str | None, spec: dict) -> dict[str, Any]:
+    """`num_warps=4,num_stages=2` -> {"num_warps": 4, "num_stages": 2}."""
+    if not text:
+        return {}
+    out: dict[str, Any] = {}
+    constexprs = {e.get("name") for e in spec.get("constexprs", [])} | set(spec.get("declared_constexprs", []))
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key or not raw:
+            raise KerncapError(f"--config {item!r}: expected KEY=VALUE", "e.g. --config num_warps=4,num_stages=2")
+        if key in constexprs:
+            raise KerncapError(
+                f"--config {key}: {key} is a constexpr of {spec['function']}, not a compile option",
+                "changing a block size changes the launch grid, which the replay keeps as captured; "
+                "pin compile options only (num_warps, num_stages, num_ctas, maxnreg, ...)",
+            )
+        out[key] = _parse_scalar(raw)
+    return out
+
+
+def _parse_scalar(raw: str):
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(raw)
+        except ValueError:
+            pass
+    return raw

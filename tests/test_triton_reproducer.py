@@ -1,0 +1,276 @@
+"""attach_triton / recompile / region_dtypes on the CPU.
+
+The hook records come from a real run of the hook against real Triton on a fake CUDA
+driver (see test_triton_hook.py); the capture directory around them is built here from
+the real Triton cubin, since no GPU is available to make one. GPU evidence:
+tests/gpu/test_triton_repro.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+pytest.importorskip("elftools")
+xxhash = pytest.importorskip("xxhash")
+
+from kerncap.capture.format import Capture  # noqa: E402
+from kerncap.errors import KerncapError  # noqa: E402
+from kerncap.triton import attach_triton, recompile, region_dtypes  # noqa: E402
+from kerncap.triton.kernel_source import sanitize_module  # noqa: E402
+from kerncap.triton.pinned import parse_config  # noqa: E402
+
+from test_triton_hook import app_dir, fake_inject, run_capture  # noqa: E402,F401  (fixtures)
+
+N = 1000
+
+
+def _blob(cap: Path, data: bytes) -> str:
+    h = xxhash.xxh64_hexdigest(data)
+    (cap / "blobs" / f"{h}.bin").write_bytes(data)
+    return h
+
+
+def build_capture(root: Path, cubin: bytes, ptrs: list[int], grid: list[int], num_warps: int) -> Capture:
+    """A capture of kc_add(x, y, out, n) around the real cubin: three 4 KiB regions at
+    the recorded tensor addresses, parameters laid out as the cubin's .nv.info says."""
+    from kerncap.sources.cubin import open_elf, param_layout
+
+    cap = root / "capture"
+    (cap / "blobs").mkdir(parents=True)
+    (cap / "cubins").mkdir()
+    sha = hashlib.sha256(cubin).hexdigest()
+    (cap / "cubins" / f"{sha}.cubin").write_bytes(cubin)
+    xs = struct.pack(f"<{N}f", *[i * 0.5 for i in range(N)]) + bytes(4096 - 4 * N)
+    ys = struct.pack(f"<{N}f", *[1.0] * N) + bytes(4096 - 4 * N)
+    outs = struct.pack(f"<{N}f", *[i * 0.5 + 1.0 for i in range(N)]) + bytes(4096 - 4 * N)
+    regions = []
+    for rid, (ptr, pre, post) in enumerate(zip(ptrs, (xs, ys, bytes(4096)), (xs, ys, outs))):
+        regions.append({"id": rid, "base": ptr, "size": 4096, "api": "cuMemAlloc_v2", "kind": "device",
+                        "written": pre != post, "zero_fraction": 0.0,
+                        "pre": [_blob(cap, pre) if any(pre) else None], "post": [_blob(cap, post)]})
+    slots = param_layout(open_elf(cubin, "test cubin"), "kc_add")
+    values = [struct.pack("<Q", p) for p in ptrs] + [struct.pack("<i", N)] + [bytes(8)] * (len(slots) - 4)
+    params, buf = [], bytearray(sum(s.size for s in slots) + 8)
+    for i, (slot, value) in enumerate(zip(slots, values)):
+        entry = {"index": i, "offset": slot.offset, "size": slot.size, "value": value.hex()}
+        if i < 3:
+            entry["pointer"] = {"region": i, "offset": 0}
+        params.append(entry)
+        buf[slot.offset : slot.offset + slot.size] = value
+    manifest = {
+        "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4 << 20, "hash": "xxh64",
+        "provenance": {"gpu": {"name": "NVIDIA H200", "cc": [9, 0]}, "dispatch_index": 0},
+        "kernel": {"name": "kc_add", "demangled": "kc_add", "handle_kind": "CUfunction", "launch_api": "cuLaunchKernelEx",
+                   "module": {"cubin": f"cubins/{sha}.cubin", "sha256": sha, "selection": "handle", "candidates": 1},
+                   "attributes": {}},
+        "launch": {"grid": grid, "block": [32 * num_warps, 1, 1], "shared_mem_bytes": 0, "stream": "null",
+                   "attributes": [], "param_form": "array"},
+        "params": params, "param_buffer": bytes(buf).hex(), "regions": regions, "globals": [], "warnings": [],
+    }
+    (cap / "manifest.json").write_text(json.dumps(manifest))
+    return Capture.open(root)
+
+
+@pytest.fixture(scope="module")
+def hook_run(app_dir, fake_inject, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("hookrun") / "run"
+    result = run_capture(app_dir, out, fake_inject)
+    return out, result
+
+
+@pytest.fixture
+def reproducer(hook_run, tmp_path):
+    run_dir, result = hook_run
+    root = tmp_path / "repro"
+    root.mkdir()
+    capture = build_capture(root, bytes.fromhex(result["cubins"]["2"]), result["ptrs"], [16, 1, 1], num_warps=2)
+    sources = attach_triton(root, capture, run_dir)
+    return root, capture, sources
+
+
+# -- attach -------------------------------------------------------------------------------
+
+
+def test_attach_writes_editable_source_spec_and_script(reproducer, app_dir):  # noqa: F811
+    root, capture, sources = reproducer
+    assert sources["kind"] == "triton" and sources["method"] == "triton-hook"
+    assert sources["confidence"] == "exact"
+    assert sources["translation_unit"] == "source/kernel.py"
+    assert sources["config"]["num_warps"] == 2 and sources["config"]["autotune_kwargs"] == {"BLOCK": {"type": "int", "value": 64}}
+    for f in sources["files"]:
+        assert (root / f).is_file(), f
+    kernel = (root / "source" / "kernel.py").read_text()
+    original = (app_dir / "app.py").read_text()
+    assert kernel.count("\n") == original.count("\n")  # line numbers preserved
+    def_line = lambda text: text.splitlines().index("def kc_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):")  # noqa: E731
+    assert def_line(kernel) == def_line(original)
+    assert "\n    main()\n" not in kernel and "fakegpu.install()" not in kernel
+    spec = json.loads((root / "source" / "triton.json").read_text())
+    assert spec["launch"]["grid"] == [16, 1, 1]
+    assert spec["selection"] == {"record_by": "sha256", "launch_by": "params+grid", "hook_file": spec["selection"]["hook_file"],
+                                 "warnings": []}
+    assert os.access(root / "reproducer.py", os.X_OK)
+    compile((root / "reproducer.py").read_text(), "reproducer.py", "exec")
+
+
+def test_attach_falls_back_to_the_kernel_name_with_a_warning(hook_run, tmp_path):
+    run_dir, result = hook_run
+    root = tmp_path / "repro"
+    root.mkdir()
+    other = bytes.fromhex(result["cubins"]["4"])  # the benchmarked config's cubin: never recorded
+    capture = build_capture(root, other, result["ptrs"], [8, 1, 1], num_warps=4)
+    sources = attach_triton(root, capture, run_dir)
+    assert sources["confidence"] == "likely"
+    assert any("sha256" in w for w in sources["warnings"])
+
+
+def test_attach_without_records_names_the_run_dir(tmp_path, hook_run):
+    _run_dir, result = hook_run
+    root = tmp_path / "repro"
+    root.mkdir()
+    capture = build_capture(root, bytes.fromhex(result["cubins"]["2"]), result["ptrs"], [16, 1, 1], 2)
+    with pytest.raises(KerncapError, match="no triton-"):
+        attach_triton(root, capture, tmp_path)
+
+
+def test_region_dtypes_come_from_the_tensor_arguments(reproducer):
+    root, capture, _ = reproducer
+    assert region_dtypes(root, capture) == {0: "float32", 1: "float32", 2: "float32"}
+
+
+# -- recompile ----------------------------------------------------------------------------
+
+
+def test_recompile_unmodified_matches_the_captured_layout(reproducer):
+    root, capture, _ = reproducer
+    res = recompile(root)
+    assert res.cubin.parent == root / "variants" and res.cubin.is_file()
+    assert "parameter layout matches the capture" in res.log
+    assert "the cubin is identical to the captured one" in res.log
+    launch = json.loads(res.cubin.with_suffix(".launch.json").read_text())
+    assert launch["block"] == [64, 1, 1] and launch["changed"] == []
+    assert res.command[0] == "triton.compile"
+
+
+def test_recompile_with_a_pinned_config_reports_the_launch_change(reproducer):
+    root, _capture, _ = reproducer
+    res = recompile(root, "num_warps=8,num_stages=2")
+    launch = json.loads(res.cubin.with_suffix(".launch.json").read_text())
+    assert launch["block"] == [256, 1, 1] and "block" in launch["changed"]
+    assert "num_warps': 8" in res.log and "overridden" in res.log
+
+
+def test_recompile_sees_edits(reproducer):
+    root, _capture, _ = reproducer
+    first = recompile(root).cubin.read_bytes()
+    path = root / "source" / "kernel.py"
+    path.write_text(path.read_text().replace("tl.load(x_ptr + offs, mask=m) + tl.load", "tl.load(x_ptr + offs, mask=m) * tl.load"))
+    assert recompile(root).cubin.read_bytes() != first
+
+
+def test_recompile_rejects_a_signature_change(reproducer):
+    root, _capture, _ = reproducer
+    path = root / "source" / "kernel.py"
+    path.write_text(path.read_text().replace("out_ptr, n, BLOCK", "out_ptr, n, scale, BLOCK"))
+    with pytest.raises(KerncapError, match="signature of kc_add changed: added scale"):
+        recompile(root)
+
+
+def test_recompile_reports_the_compiler_message(reproducer):
+    root, _capture, _ = reproducer
+    path = root / "source" / "kernel.py"
+    path.write_text(path.read_text().replace("tl.program_id(0)", "tl.no_such_op(0)"))
+    with pytest.raises(KerncapError, match="kc_add does not compile") as err:
+        recompile(root)
+    assert "no_such_op" in err.value.message
+
+
+def test_recompile_reports_a_syntax_error_with_its_line(reproducer):
+    root, _capture, _ = reproducer
+    path = root / "source" / "kernel.py"
+    lines = path.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "tl.program_id" in line)
+    lines[at] = "    pid = = 1\n"
+    path.write_text("".join(lines))
+    with pytest.raises(KerncapError, match=f"kernel.py:{at + 1}: syntax error"):
+        recompile(root)
+
+
+def test_recompile_refuses_another_triton_version(reproducer):
+    import triton
+
+    root, _capture, _ = reproducer
+    spec_path = root / "source" / "triton.json"
+    spec = json.loads(spec_path.read_text())
+    spec["triton_version"] = "3.5.0"
+    spec_path.write_text(json.dumps(spec))
+    with pytest.raises(KerncapError, match=f"captured with Triton 3.5.0, this environment has Triton {triton.__version__}"):
+        recompile(root)
+
+
+def test_config_parsing_rejects_constexprs_and_unknown_options(reproducer):
+    root, _capture, _ = reproducer
+    spec = json.loads((root / "source" / "triton.json").read_text())
+    assert parse_config("num_warps=4, enable_fp_fusion=false", spec) == {"num_warps": 4, "enable_fp_fusion": False}
+    with pytest.raises(KerncapError, match="BLOCK is a constexpr"):
+        parse_config("BLOCK=128", spec)
+    with pytest.raises(KerncapError, match="expected KEY=VALUE"):
+        parse_config("num_warps", spec)
+    with pytest.raises(KerncapError, match="no_such_option: not a Triton compile option"):
+        recompile(root, "no_such_option=1")
+
+
+# -- kernel module sanitising ---------------------------------------------------------------
+
+
+SCRIPT = '''"""doc"""
+import torch
+import triton
+import triton.language as tl
+from triton import Config
+try:
+    import helper
+except ImportError:
+    helper = None
+
+BLOCK = tl.constexpr(128)
+SIZES = [Config({"B": 64}), Config({"B": 128})]
+x = torch.randn(1 << 20, device="cuda")
+torch.manual_seed(0)
+
+
+def configs():
+    return SIZES
+
+
+@triton.autotune(configs=configs(), key=["n"])
+@triton.jit
+def k(x_ptr, n, B: tl.constexpr):
+    pass
+
+
+for _ in range(3):
+    k[(1,)](x, 1)
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_sanitize_keeps_definitions_and_blanks_work():
+    text, blanked = sanitize_module(SCRIPT)
+    assert text.count("\n") == SCRIPT.count("\n")
+    kept = text.splitlines()
+    for line in ("import torch", "BLOCK = tl.constexpr(128)", 'SIZES = [Config({"B": 64}), Config({"B": 128})]',
+                 "    import helper", '@triton.autotune(configs=configs(), key=["n"])', "def configs():"):
+        assert line in kept, line
+    for gone in ('x = torch.randn(1 << 20, device="cuda")', "torch.manual_seed(0)", "    k[(1,)](x, 1)", "    main()"):
+        assert gone not in kept, gone
+    assert kept.index("def k(x_ptr, n, B: tl.constexpr):") == SCRIPT.splitlines().index("def k(x_ptr, n, B: tl.constexpr):")
+    assert len(blanked) == 4
