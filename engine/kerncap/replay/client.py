@@ -1,0 +1,226 @@
+"""ReplayClient: the engine's handle on a replay server process.
+
+    with ReplayClient(capture_dir) as rc:
+        r = rc.replay(cubin=None, iterations=20, warmup=3, flush_l2=False)
+        v = rc.validate(cubin="variant.cubin")
+
+The server (kerncap.replay.server) owns the CUDA context and the restored capture; it is
+started on first use and restarted transparently on the next request after it died (a
+faulting variant ends it with a sticky CUDA error). The request that hit the failure
+raises KerncapError; requests are never retried behind the caller's back.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import kerncap
+from kerncap.errors import KerncapError
+from kerncap.replay.protocol import decode, encode, error_to_exception
+from kerncap.replay.results import ReplayResult, ValidationResult
+
+STDERR_TAIL_LINES = 40
+
+
+def default_server_command() -> list[str]:
+    return [sys.executable, "-m", "kerncap.replay.server"]
+
+
+class ReplayClient:
+    def __init__(
+        self,
+        capture_dir: str | Path,
+        *,
+        device: int = 0,
+        timeout: float | None = None,
+        server_cmd: Sequence[str] | None = None,
+        env: dict[str, str] | None = None,
+        echo_log: bool = False,
+        before_open: Sequence[dict[str, Any]] = (),
+    ):
+        """`timeout`: seconds to wait for one response (None: no limit; on expiry the server
+        is killed). `echo_log`: copy the server's log to our stderr as it comes.
+        `before_open`: requests sent to each new server before `open` (test hooks)."""
+        self.capture_dir = Path(capture_dir)
+        self.device = device
+        self.timeout = timeout
+        self.server_cmd = list(server_cmd or default_server_command())
+        self.env = env
+        self.echo_log = echo_log
+        self.before_open = list(before_open)
+        self.info: dict[str, Any] | None = None  # what `open` reported
+        self.starts = 0  # servers started so far (restarts = starts - 1)
+        self._proc: subprocess.Popen | None = None
+        self._lines: queue.Queue[str | None] | None = None
+        self._log: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._next_id = 0
+        self._lock = threading.RLock()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def __enter__(self) -> "ReplayClient":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> dict[str, Any]:
+        """Starts a server (if none is running) and opens the capture in it."""
+        with self._lock:
+            if self.alive and self.info is not None:
+                return self.info
+            self._spawn()
+            for req in self.before_open:
+                self._send(dict(req))
+            self.info = self._send({"op": "open", "capture": str(self.capture_dir), "device": self.device})
+            return self.info
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+            self.info = None
+            if proc is None:
+                return
+            if proc.poll() is None:
+                try:
+                    proc.stdin.write(encode({"id": -1, "op": "shutdown"}))
+                    proc.stdin.flush()
+                    proc.stdin.close()
+                    proc.wait(timeout=10)
+                except (OSError, ValueError, subprocess.TimeoutExpired):
+                    proc.kill()
+                    proc.wait()
+
+    def _spawn(self) -> None:
+        self.close()
+        env = dict(os.environ if self.env is None else self.env)
+        # The server must import this very kerncap package, wherever it was found.
+        package_parent = str(Path(kerncap.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        try:
+            proc = subprocess.Popen(self.server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
+        except OSError as exc:
+            raise KerncapError(f"cannot start the replay server {self.server_cmd[0]}: {exc.strerror}",
+                               "check the Python installation") from None
+        self.starts += 1
+        self._proc = proc
+        self._log.clear()
+        self._lines = lines = queue.Queue()
+        threading.Thread(target=self._pump_stdout, args=(proc, lines), daemon=True).start()
+        threading.Thread(target=self._pump_stderr, args=(proc,), daemon=True).start()
+
+    @staticmethod
+    def _pump_stdout(proc: subprocess.Popen, lines: queue.Queue) -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)  # EOF: the server is gone
+
+    def _pump_stderr(self, proc: subprocess.Popen) -> None:
+        for line in proc.stderr:
+            self._log.append(line.rstrip("\n"))
+            if self.echo_log:
+                sys.stderr.write(line)
+
+    @property
+    def server_log(self) -> list[str]:
+        """The last lines the current (or last) server wrote to stderr."""
+        return list(self._log)
+
+    # -- requests ------------------------------------------------------------------------
+    def request(self, op: str, **args: Any) -> Any:
+        """Sends one request (starting a server when none is alive) and returns its result."""
+        with self._lock:
+            if not self.alive or self.info is None:
+                self.start()
+            return self._send({"op": op, **args})
+
+    def _send(self, req: dict[str, Any]) -> Any:
+        proc, lines = self._proc, self._lines
+        assert proc is not None and lines is not None
+        self._next_id += 1
+        req["id"] = rid = self._next_id
+        op = req["op"]
+        try:
+            proc.stdin.write(encode(req))
+            proc.stdin.flush()
+        except (OSError, ValueError):
+            raise self._died(op) from None
+        while True:
+            try:
+                line = lines.get(timeout=self.timeout)
+            except queue.Empty:
+                proc.kill()
+                proc.wait()
+                self._proc, self.info = None, None
+                raise KerncapError(
+                    f"replay server did not answer {op} within {self.timeout:g} s; killed it",
+                    "the kernel may hang (an endless loop in a variant?); raise the timeout if it is just slow",
+                ) from None
+            if line is None:
+                raise self._died(op)
+            try:
+                resp = decode(line)
+            except ValueError:
+                self._log.append(f"(unexpected output) {line.rstrip()}")
+                continue
+            if resp.get("id") == rid:
+                break
+        if resp.get("ok"):
+            return resp.get("result")
+        if resp.get("fatal"):
+            self._reap()
+        raise error_to_exception(resp)
+
+    def _reap(self) -> None:
+        """The server said it is exiting: wait for it and forget it."""
+        proc, self._proc, self.info = self._proc, None, None
+        if proc is not None:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def _died(self, op: str) -> KerncapError:
+        proc = self._proc
+        self._reap()
+        status = proc.returncode if proc is not None else None
+        how = f"killed by signal {-status}" if status is not None and status < 0 else f"exit status {status}"
+        tail = "\n".join(self._log) or "(no output)"
+        return KerncapError(
+            f"replay server died during {op} ({how}); its last output:\n{tail}",
+            "the next request starts a fresh server; if it dies again, the capture or the variant crashes it",
+        )
+
+    # -- API -----------------------------------------------------------------------------
+    def replay(self, cubin: str | Path | None = None, iterations: int = 20, warmup: int = 3,
+               flush_l2: bool = False) -> ReplayResult:
+        return ReplayResult.from_dict(self.request(
+            "replay", cubin=_path(cubin), iterations=iterations, warmup=warmup, flush_l2=flush_l2))
+
+    def validate(self, cubin: str | Path | None = None, atol: float | None = None, rtol: float | None = None,
+                 dtype: str | None = None, dtypes: dict[int, str] | None = None) -> ValidationResult:
+        """Byte-exact unless atol/rtol/dtype is given. `dtypes` maps region id -> dtype."""
+        return ValidationResult.from_dict(self.request(
+            "validate", cubin=_path(cubin), atol=atol, rtol=rtol, dtype=dtype,
+            dtypes={str(k): v for k, v in (dtypes or {}).items()}))
+
+    def load_variant(self, cubin: str | Path) -> dict[str, int]:
+        """Loads a variant (checks it fits the capture) and returns its function attributes."""
+        return self.request("load_variant", cubin=_path(cubin))
+
+
+def _path(cubin: str | Path | None) -> str | None:
+    return None if cubin is None else str(Path(cubin).resolve())

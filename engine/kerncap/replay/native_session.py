@@ -1,0 +1,201 @@
+"""The replay server's side of a capture: opens it, drives the native replay core
+(`kerncap._replay`) and turns its outputs into result objects.
+
+Imported only inside the replay server process: constructing a NativeSession
+reserves the captured virtual addresses, which must happen before anything else in
+the process allocates GPU memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from kerncap import native
+from kerncap.capture.format import Capture, Region
+from kerncap.errors import CaptureFormatError, KerncapError
+from kerncap.replay import dtypes as dt
+from kerncap.replay.plan import AddressPlan, plan_address_space
+from kerncap.replay.results import RegionCheck, ReplayResult, ValidationResult, first_mismatches
+
+log = logging.getLogger("kerncap.replay.server")
+
+# CUresult codes a module load returns for an image this GPU cannot run.
+ARCH_LOAD_ERRORS = {200, 209, 218, 222}  # INVALID_IMAGE, NO_BINARY_FOR_GPU, INVALID_PTX, UNSUPPORTED_PTX_VERSION
+COOPERATIVE_APIS = ("cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz")
+
+
+class NativeSession:
+    def __init__(self, capture_dir: str | Path, device: int = 0, reader_threads: int = 4):
+        t0 = time.perf_counter()
+        self.capture = cap = Capture.open(capture_dir)
+        if not cap.cubin_path.is_file():
+            raise CaptureFormatError(f"cubin {cap.cubin_path} is missing", "the capture is incomplete; extract again")
+        self.core = native.replay_module()
+        self.session = self.core.Session(device)  # cuInit + primary context, nothing allocated yet
+        self.cc: tuple[int, int] = tuple(self.session.compute_capability())
+        self.plan: AddressPlan = plan_address_space(cap.regions, self.session.granularity())
+        self.session.reserve([self._span_spec(s) for s in self.plan.spans])  # first, before any allocation
+        self.session.map(self.plan.maps)
+        self.items = [r for r in cap.regions if r.size > 0] + [g for g in cap.globals if g.size > 0]
+        self.session.load_state(str(cap.root / "blobs"), cap.chunk_size, [self._item_spec(i) for i in self.items],
+                                reader_threads)
+        self.session.set_launch(self._launch_spec())
+        self._loaded_sha: str | None = None
+        self._loaded_label: str | None = None
+        self.kernel_attributes: dict[str, int] = {}
+        self.load(None)
+        self.open_seconds = time.perf_counter() - t0
+        log.info("opened %s: %d spans (%d MiB reserved), %d MiB mapped, state resident in %.2f s",
+                 cap.root, len(self.plan.spans), self.plan.reserved_bytes >> 20, self.plan.mapped_bytes >> 20,
+                 self.open_seconds)
+
+    # -- specs for the native core ---------------------------------------------------------
+    def _span_spec(self, span):
+        s = self.core.SpanSpec()
+        s.label, s.base, s.size = span.label, span.base, span.size
+        return s
+
+    def _item_spec(self, item):
+        s = self.core.ItemSpec()
+        is_global = not isinstance(item, Region)
+        s.label = f"global {item.name}" if is_global else f"region {item.id}"
+        s.global_name = item.name if is_global else ""
+        s.base = 0 if is_global else item.base
+        s.size = item.size
+        s.pre, s.post = list(item.pre), list(item.post)
+        return s
+
+    def _launch_spec(self):
+        cap, launch, kernel = self.capture, self.capture.launch, self.capture.kernel
+        s = self.core.LaunchSpec()
+        try:
+            s.kernel_name = kernel["name"]
+            s.grid, s.block = list(launch["grid"]), list(launch["block"])
+            s.shared_mem_bytes = int(launch.get("shared_mem_bytes", 0))
+            s.attributes = [(int(a["id"]), bytes.fromhex(a["value"])) for a in launch.get("attributes", [])]
+            s.cooperative = bool(launch.get("cooperative")) or kernel.get("launch_api") in COOPERATIVE_APIS
+            s.extra_form = launch.get("param_form", "array") == "extra"
+            s.param_buffer = cap.param_buffer
+            s.params = [(p.offset, p.size) for p in cap.params]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CaptureFormatError(
+                f"{cap.root / 'manifest.json'}: launch description is malformed ({type(exc).__name__}: {exc})",
+                "extract again",
+            ) from None
+        return s
+
+    # -- module ----------------------------------------------------------------------------------
+    def load(self, cubin: str | Path | None) -> dict[str, int]:
+        """Loads the captured cubin (None) or a variant, unless those bytes are loaded already."""
+        path = Path(cubin) if cubin else self.capture.cubin_path
+        label = str(path) if cubin else f"captured cubin {path}"
+        try:
+            image = path.read_bytes()
+        except OSError as exc:
+            raise KerncapError(f"cannot read cubin {path}: {exc.strerror}", "check the --cubin path") from None
+        sha = hashlib.sha256(image).hexdigest()
+        if sha == self._loaded_sha:
+            return self.kernel_attributes
+        try:
+            self.kernel_attributes = dict(self.session.load_module(image, label))
+        except self.core.CudaError as exc:
+            message, code = exc.args
+            if code in ARCH_LOAD_ERRORS:
+                from kerncap.replay.cubin import describe_arch_mismatch
+
+                raise self.core.ReplayError(
+                    f"{message}. {describe_arch_mismatch(path if cubin else None, image, self.cc)}", "arch"
+                ) from None
+            raise
+        self._loaded_sha, self._loaded_label = sha, label
+        return self.kernel_attributes
+
+    # -- requests --------------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        return {
+            "capture": str(self.capture.root),
+            "kernel": self.capture.kernel.get("name"),
+            "gpu": {"name": self.session.device_name(), "cc": list(self.cc)},
+            "spans": [{"index": s.index, "base": s.base, "size": s.size, "regions": list(s.regions)} for s in self.plan.spans],
+            "maps": [list(m) for m in self.plan.maps],
+            "granularity": self.plan.granularity,
+            "open_seconds": self.open_seconds,
+            "kernel_attributes": self.kernel_attributes,
+            "notes": list(self.session.notes()),
+        }
+
+    def replay(self, cubin: str | None, iterations: int, warmup: int, flush_l2: bool) -> ReplayResult:
+        if iterations < 1 or warmup < 0:
+            raise KerncapError(f"--iterations must be >= 1 and --warmup >= 0 (got {iterations}, {warmup})")
+        self.load(cubin)
+        times = list(self.session.time(iterations, warmup, flush_l2))
+        return ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin,
+                                       notes=list(self.session.notes()))
+
+    def validate(self, cubin: str | None, atol: float | None, rtol: float | None, dtype: str | None,
+                 dtypes: dict[int, str] | None) -> ValidationResult:
+        self.load(cubin)
+        tolerance = atol is not None or rtol is not None or dtype is not None
+        a, r = float(atol or 0.0), float(rtol or 0.0)
+        notes = list(self.session.notes())
+        region_dtypes = self.region_dtypes(dtype, dtypes or {}, notes) if tolerance else {}
+        specs = []
+        for item in self.items:
+            spec = self.core.CompareSpec()
+            spec.dtype = region_dtypes.get(item.id, "") if isinstance(item, Region) else ""
+            spec.atol, spec.rtol = a, r
+            specs.append(spec)
+        outs = self.session.validate(specs)
+        checks = [self._check(item, spec.dtype or None, out, a, r) for item, spec, out in zip(self.items, specs, outs)]
+        return ValidationResult(
+            passed=all(c.passed for c in checks), mode="tolerance" if tolerance else "exact", regions=checks,
+            atol=a if tolerance else None, rtol=r if tolerance else None, cubin=cubin, notes=notes,
+        )
+
+    def region_dtypes(self, default: str | None, explicit: dict[int, str], notes: list[str]) -> dict[int, str]:
+        """Per region: the caller's choice, else a dtype hint from the manifest's
+        parameters, else `default`, else float32."""
+        hints: dict[int, str] = {}
+        for p in self.capture.manifest.get("params", []):
+            region, hint = (p.get("pointer") or {}).get("region"), p.get("dtype")
+            if region is None or not hint:
+                continue
+            try:
+                hint = dt.normalize(hint)
+            except KerncapError:
+                notes.append(f"parameter {p.get('index')}: dtype hint {hint!r} not usable for tolerance checks")
+                continue
+            if hints.setdefault(region, hint) != hint:
+                notes.append(f"region {region}: parameters disagree on its dtype ({hints[region]}, {hint}); "
+                             f"using {hints[region]}")
+        fallback = dt.normalize(default) if default else "float32"
+        out = {}
+        for item in self.items:
+            if isinstance(item, Region):
+                chosen = explicit.get(item.id) or explicit.get(str(item.id))
+                out[item.id] = dt.normalize(chosen) if chosen else hints.get(item.id, fallback)
+        return out
+
+    @staticmethod
+    def _check(item, dtype: str | None, out: dict, atol: float, rtol: float) -> RegionCheck:
+        is_region = isinstance(item, Region)
+        check = RegionCheck(
+            kind="region" if is_region else "global",
+            id=item.id if is_region else None,
+            name=f"region {item.id}" if is_region else item.name,
+            base=item.base if is_region else item.address,
+            size=item.size,
+            dtype=dtype,
+            mismatched_bytes=out["mismatched_bytes"],
+            mismatched_elements=out["mismatched_elements"] if dtype else None,
+            max_abs_err=out["max_abs"] if dtype else None,
+            max_rel_err=out["max_rel"] if dtype else None,
+            first_mismatches=first_mismatches(out["window_offset"], out["expected"], out["actual"], dtype, atol, rtol),
+            unexpected_write=False,
+        )
+        check.unexpected_write = not item.written and not check.passed
+        return check

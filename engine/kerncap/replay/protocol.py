@@ -1,0 +1,56 @@
+"""The replay server's wire protocol: one JSON object per line.
+
+Request:  {"id": 1, "op": "open" | "replay" | "validate" | "load_variant" | "info" | "shutdown", ...}
+Response: {"id": 1, "ok": true, "result": {...}}
+          {"id": 1, "ok": false, "error": "...", "hint": "...", "kind": "...", "fatal": bool}
+
+`kind` says what failed: "no_gpu", "native" (replay core not built), "capture" (damaged
+capture), "variant" / "arch" (a cubin that does not fit), "address" (a span that cannot be
+reserved), "cuda" (a driver error), "input" (a bad request), "internal" (a bug).
+`fatal`: the server exits right after this response (sticky CUDA error, failed open);
+the client starts a fresh one for the next request.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kerncap.errors import CaptureFormatError, KerncapError, NativeUnavailable
+
+HINTS = {
+    "no_gpu": "replay needs an NVIDIA GPU and its driver (libcuda.so.1); run on the GPU machine",
+    "capture": "the capture is damaged; extract it again with `kerncap extract`",
+    "variant": "the variant must keep the captured kernel's name, parameter list and module globals; "
+               "rebuild it from the reproducer with `kerncap recompile`",
+    "arch": "compile the variant for this GPU's architecture (`kerncap recompile` uses the captured flags)",
+    "address": "replay must restore the capture at its original addresses and something holds this range; "
+               "retry (every replay server is a fresh process); if it persists, the driver or GPU differs too "
+               "much from the capturing machine's",
+    "cuda": "the kernel faulted or the driver failed; for a variant, check its indexing with compute-sanitizer",
+    "internal": "this is a kerncap bug; please report it with the server log above",
+}
+
+
+def encode(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, separators=(",", ":")) + "\n"
+
+
+def decode(line: str) -> dict[str, Any]:
+    obj = json.loads(line)
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    return obj
+
+
+def error_to_exception(resp: dict[str, Any]) -> KerncapError:
+    """The client-side exception for an error response."""
+    kind, message = resp.get("kind", "internal"), resp.get("error", "replay server error")
+    hint = resp.get("hint") or HINTS.get(kind)
+    if kind == "no_gpu":
+        return KerncapError(f"no CUDA GPU available: {message}", hint)
+    if kind == "capture":
+        return CaptureFormatError(message, hint)
+    if kind == "native":
+        return NativeUnavailable(message, hint)
+    return KerncapError(message, hint)

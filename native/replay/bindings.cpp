@@ -1,0 +1,114 @@
+// kerncap._replay: the replay core for the replay server process
+// (engine/kerncap/replay/server.py). Driver failures raise kerncap._replay.CudaError
+// (args: message, CUresult code); other failures raise kerncap._replay.ReplayError
+// (args: message, kind) with kind "capture", "variant", "address", "input" or "no_gpu".
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "session.hpp"
+
+namespace py = pybind11;
+using namespace kc::replay;
+
+namespace {
+
+PyObject* g_cuda_error = nullptr;    // owned for the life of the process
+PyObject* g_replay_error = nullptr;
+
+py::object or_none(unsigned long long v) { return v == kNone ? py::object(py::none()) : py::object(py::int_(v)); }
+
+py::dict to_dict(const CompareOut& o) {
+  py::dict d;
+  d["mismatched_bytes"] = o.mismatched_bytes;
+  d["first_byte"] = or_none(o.first_byte);
+  d["mismatched_elements"] = o.mismatched_elements;
+  d["first_element"] = or_none(o.first_element);
+  d["max_abs"] = o.max_abs;
+  d["max_rel"] = o.max_rel;
+  d["window_offset"] = o.window_offset;
+  d["expected"] = py::bytes(o.expected);
+  d["actual"] = py::bytes(o.actual);
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_replay, m) {
+  m.doc() = "kerncap replay core: VA-faithful restore, launch, timing and GPU-side compare";
+
+  g_cuda_error = PyErr_NewException("kerncap._replay.CudaError", PyExc_RuntimeError, nullptr);
+  g_replay_error = PyErr_NewException("kerncap._replay.ReplayError", PyExc_RuntimeError, nullptr);
+  m.attr("CudaError") = py::handle(g_cuda_error);
+  m.attr("ReplayError") = py::handle(g_replay_error);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const kc::CudaError& e) {
+      PyErr_SetObject(g_cuda_error, py::make_tuple(e.what(), static_cast<int>(e.code)).ptr());
+    } catch (const Error& e) {
+      PyErr_SetObject(g_replay_error, py::make_tuple(e.what(), e.kind).ptr());
+    }
+  });
+
+  py::class_<SpanSpec>(m, "SpanSpec")
+      .def(py::init<>())
+      .def_readwrite("label", &SpanSpec::label)
+      .def_readwrite("base", &SpanSpec::base)
+      .def_readwrite("size", &SpanSpec::size);
+
+  py::class_<ItemSpec>(m, "ItemSpec")
+      .def(py::init<>())
+      .def_readwrite("label", &ItemSpec::label)
+      .def_readwrite("global_name", &ItemSpec::global_name)
+      .def_readwrite("base", &ItemSpec::base)
+      .def_readwrite("size", &ItemSpec::size)
+      .def_readwrite("pre", &ItemSpec::pre)
+      .def_readwrite("post", &ItemSpec::post);
+
+  py::class_<LaunchSpec>(m, "LaunchSpec")
+      .def(py::init<>())
+      .def_readwrite("kernel_name", &LaunchSpec::kernel_name)
+      .def_readwrite("grid", &LaunchSpec::grid)
+      .def_readwrite("block", &LaunchSpec::block)
+      .def_readwrite("shared_mem_bytes", &LaunchSpec::shared_mem_bytes)
+      .def_readwrite("attributes", &LaunchSpec::attributes)
+      .def_readwrite("cooperative", &LaunchSpec::cooperative)
+      .def_readwrite("extra_form", &LaunchSpec::extra_form)
+      .def_readwrite("param_buffer", &LaunchSpec::param_buffer)
+      .def_readwrite("params", &LaunchSpec::params);
+
+  py::class_<CompareSpec>(m, "CompareSpec")
+      .def(py::init<>())
+      .def_readwrite("dtype", &CompareSpec::dtype)
+      .def_readwrite("atol", &CompareSpec::atol)
+      .def_readwrite("rtol", &CompareSpec::rtol);
+
+  using release = py::call_guard<py::gil_scoped_release>;
+  py::class_<Session>(m, "Session")
+      .def(py::init<int>(), py::arg("device") = 0, release())
+      .def("granularity", &Session::granularity)
+      .def("compute_capability", &Session::compute_capability)
+      .def("device_name", &Session::device_name)
+      .def("reserve", &Session::reserve, release())
+      .def("map", &Session::map, release())
+      .def("load_state", &Session::load_state, py::arg("blob_dir"), py::arg("chunk_size"), py::arg("items"),
+           py::arg("threads") = 4, release())
+      .def("set_launch", &Session::set_launch)
+      .def("load_module", &Session::load_module, py::arg("image"), py::arg("label"), release())
+      .def("time", &Session::time, py::arg("iterations"), py::arg("warmup"), py::arg("flush_l2"), release())
+      .def(
+          "validate",
+          [](Session& s, const std::vector<CompareSpec>& specs) {
+            std::vector<CompareOut> outs;
+            {
+              py::gil_scoped_release unlocked;
+              outs = s.validate(specs);
+            }
+            py::list l;
+            for (const CompareOut& o : outs) l.append(to_dict(o));
+            return l;
+          },
+          py::arg("specs"))
+      .def("notes", &Session::notes)
+      .def("health", &Session::health, release());
+}

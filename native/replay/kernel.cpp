@@ -1,0 +1,148 @@
+#include "kernel.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kc::replay {
+
+LaunchConfig::LaunchConfig(LaunchSpec spec) : spec_(std::move(spec)) {
+  bool has_cooperative = false;
+  for (const auto& [id, raw] : spec_.attributes) {
+    // These carry event handles of the captured process, or are graph-only.
+    if (id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT ||
+        id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) {
+      notes_.push_back("launch attribute " + std::to_string(id) +
+                       " left out: it names an object of the captured process");
+      continue;
+    }
+    CUlaunchAttribute a;
+    std::memset(&a, 0, sizeof a);
+    a.id = static_cast<CUlaunchAttributeID>(id);
+    std::memcpy(&a.value, raw.data(), std::min(raw.size(), sizeof a.value));
+    attrs_.push_back(a);
+    has_cooperative |= id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  }
+  if (spec_.cooperative && !has_cooperative) {
+    CUlaunchAttribute a;
+    std::memset(&a, 0, sizeof a);
+    a.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    a.value.cooperative = 1;
+    attrs_.push_back(a);
+  }
+  for (const auto& [offset, size] : spec_.params) {
+    if (offset + size > spec_.param_buffer.size())
+      throw Error("capture", "parameter at offset " + std::to_string(offset) + " (" + std::to_string(size) +
+                                 " bytes) lies outside the captured parameter buffer of " +
+                                 std::to_string(spec_.param_buffer.size()) + " bytes");
+    args_.push_back(&spec_.param_buffer[offset]);
+  }
+  buffer_size_ = spec_.param_buffer.size();
+}
+
+void LaunchConfig::launch(CUfunction f, CUstream s) {
+  CUlaunchConfig cfg;
+  std::memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = spec_.grid[0];
+  cfg.gridDimY = spec_.grid[1];
+  cfg.gridDimZ = spec_.grid[2];
+  cfg.blockDimX = spec_.block[0];
+  cfg.blockDimY = spec_.block[1];
+  cfg.blockDimZ = spec_.block[2];
+  cfg.sharedMemBytes = spec_.shared_mem_bytes;
+  cfg.hStream = s;
+  cfg.attrs = attrs_.empty() ? nullptr : attrs_.data();
+  cfg.numAttrs = static_cast<unsigned>(attrs_.size());
+  const std::string what = "kernel " + spec_.kernel_name;
+  if (spec_.extra_form) {
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, spec_.param_buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                     &buffer_size_, CU_LAUNCH_PARAM_END};
+    KC_CHECK(cuLaunchKernelEx, (&cfg, f, nullptr, extra), what);
+  } else {
+    KC_CHECK(cuLaunchKernelEx, (&cfg, f, args_.empty() ? nullptr : args_.data(), nullptr), what);
+  }
+}
+
+// ---------------------------------------------------------------------------
+namespace {
+
+// Returns a note instead of checking when the driver cannot report the layout.
+std::string check_param_layout(CUfunction f, const LaunchSpec& spec, const std::string& label) {
+  const std::string head = "variant " + label + ": the parameters of " + spec.kernel_name + " differ from the capture: ";
+  size_t count = 0;
+  for (;; ++count) {
+    size_t offset = 0, size = 0;
+    CUresult r = KC_CU(cuFuncGetParamInfo)(f, count, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (r != CUDA_SUCCESS && count == 0)
+      return "parameter layout of " + label + " not checked: cuFuncGetParamInfo failed: " + cu_error_string(r);
+    check(r, "cuFuncGetParamInfo", "parameter " + std::to_string(count) + " of " + spec.kernel_name);
+    if (count >= spec.params.size()) continue;  // counted below
+    const auto& [want_offset, want_size] = spec.params[count];
+    if (offset != want_offset || size != want_size) {
+      throw Error("variant", head + "parameter " + std::to_string(count) + " is " + std::to_string(size) +
+                                 " bytes at offset " + std::to_string(offset) + ", the capture has " +
+                                 std::to_string(want_size) + " bytes at offset " + std::to_string(want_offset));
+    }
+  }
+  if (count != spec.params.size())
+    throw Error("variant", head + "it takes " + std::to_string(count) + " parameters, the capture has " +
+                               std::to_string(spec.params.size()));
+  return std::string();
+}
+
+}  // namespace
+
+LoadedKernel::LoadedKernel(const std::string& image, const std::string& label, const LaunchSpec& spec,
+                           const std::vector<std::pair<std::string, size_t>>& globals)
+    : module_(image.data(), label), label_(label) {
+  CUresult r = KC_CU(cuModuleGetFunction)(&func_, module_.get(), spec.kernel_name.c_str());
+  if (r == CUDA_ERROR_NOT_FOUND) throw Error("variant", "variant " + label + " has no kernel " + spec.kernel_name);
+  check(r, "cuModuleGetFunction", spec.kernel_name + " in " + label);
+  if (std::string note = check_param_layout(func_, spec, label); !note.empty()) notes_.push_back(note);
+  for (const auto& [name, size] : globals) {
+    CUdeviceptr p = 0;
+    size_t got = 0;
+    r = KC_CU(cuModuleGetGlobal)(&p, &got, module_.get(), name.c_str());
+    if (r == CUDA_ERROR_NOT_FOUND)
+      throw Error("variant", "variant " + label + " has no module global " + name + " (the captured module has it)");
+    check(r, "cuModuleGetGlobal", name + " in " + label);
+    if (got != size)
+      throw Error("variant", "variant " + label + ": module global " + name + " is " + std::to_string(got) +
+                                 " bytes, the capture has " + std::to_string(size));
+    globals_.push_back(p);
+  }
+  // Dynamic shared memory above the default (48 KB minus static) needs an opt-in.
+  if (spec.shared_mem_bytes > 0) {
+    int current = 0;
+    KC_CHECK(cuFuncGetAttribute, (&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, func_),
+             spec.kernel_name + " in " + label);
+    if (spec.shared_mem_bytes > static_cast<unsigned>(current)) {
+      KC_CHECK(cuFuncSetAttribute,
+               (func_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(spec.shared_mem_bytes)),
+               spec.kernel_name + " in " + label + " (" + std::to_string(spec.shared_mem_bytes) +
+                   " bytes of dynamic shared memory)");
+    }
+  }
+}
+
+std::map<std::string, long long> LoadedKernel::attributes() const {
+  static const std::pair<const char*, CUfunction_attribute> names[] = {
+      {"num_regs", CU_FUNC_ATTRIBUTE_NUM_REGS},
+      {"shared_size_bytes", CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES},
+      {"const_size_bytes", CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES},
+      {"local_size_bytes", CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES},
+      {"max_threads_per_block", CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
+      {"max_dynamic_shared_size_bytes", CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES},
+      {"ptx_version", CU_FUNC_ATTRIBUTE_PTX_VERSION},
+      {"binary_version", CU_FUNC_ATTRIBUTE_BINARY_VERSION},
+  };
+  std::map<std::string, long long> out;
+  for (const auto& [name, attr] : names) {
+    int v = 0;
+    KC_CHECK(cuFuncGetAttribute, (&v, attr, func_), std::string(name) + " of the kernel in " + label_);
+    out[name] = v;
+  }
+  return out;
+}
+
+}  // namespace kc::replay

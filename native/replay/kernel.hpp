@@ -1,0 +1,67 @@
+// The captured launch (configuration, attributes, parameter bytes) and a loaded cubin
+// (the captured one or a variant) that must fit it.
+#pragma once
+#include <cuda.h>
+
+#include <array>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "resources.hpp"
+
+namespace kc::replay {
+
+struct LaunchSpec {
+  std::string kernel_name;  // mangled
+  std::array<unsigned, 3> grid{1, 1, 1};
+  std::array<unsigned, 3> block{1, 1, 1};
+  unsigned shared_mem_bytes = 0;
+  std::vector<std::pair<unsigned, std::string>> attributes;  // id, raw CUlaunchAttributeValue bytes
+  bool cooperative = false;
+  bool extra_form = false;  // arguments passed via `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER)
+  std::string param_buffer;
+  std::vector<std::pair<size_t, size_t>> params;  // offset, size in param_buffer
+};
+
+// What cuLaunchKernelEx needs, built once from the spec.
+class LaunchConfig {
+ public:
+  explicit LaunchConfig(LaunchSpec spec);
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+  void launch(CUfunction f, CUstream s);
+  const LaunchSpec& spec() const { return spec_; }
+  // Attributes left out because they name objects of the captured process.
+  const std::vector<std::string>& notes() const { return notes_; }
+
+ private:
+  LaunchSpec spec_;
+  std::vector<CUlaunchAttribute> attrs_;
+  std::vector<void*> args_;  // kernelParams: pointers into spec_.param_buffer
+  size_t buffer_size_ = 0;
+  std::vector<std::string> notes_;
+};
+
+// A module loaded from a cubin image, its kernel checked against the capture.
+class LoadedKernel {
+ public:
+  // Throws Error("variant", ...) when the image lacks the kernel or one of `globals`
+  // (name, size), or when the kernel's parameter layout differs from the capture.
+  LoadedKernel(const std::string& image, const std::string& label, const LaunchSpec& spec,
+               const std::vector<std::pair<std::string, size_t>>& globals);
+  CUfunction function() const { return func_; }
+  CUdeviceptr global_address(size_t i) const { return globals_.at(i); }
+  std::map<std::string, long long> attributes() const;
+  const std::vector<std::string>& notes() const { return notes_; }
+
+ private:
+  Module module_;
+  CUfunction func_ = nullptr;
+  std::vector<CUdeviceptr> globals_;
+  std::string label_;
+  std::vector<std::string> notes_;  // e.g. a parameter layout the driver could not report
+};
+
+}  // namespace kc::replay

@@ -1,0 +1,144 @@
+"""ReplayClient process handling against a scripted stand-in for the replay server.
+
+The stand-in speaks the real protocol but does no CUDA work; the GPU suite
+(tests/gpu) covers the real server. Its behaviour is chosen by the cubin name."""
+
+import os
+import sys
+import textwrap
+
+import pytest
+
+from kerncap.errors import CaptureFormatError, KerncapError
+from kerncap.replay.client import ReplayClient
+from kerncap.replay.results import ReplayResult
+
+FAKE_SERVER = textwrap.dedent('''
+    import json, os, sys, time
+    out = sys.stdout
+    print("fake server starting", file=sys.stderr, flush=True)
+    def send(obj):
+        out.write(json.dumps(obj) + "\\n"); out.flush()
+    for line in sys.stdin:
+        req = json.loads(line)
+        rid, op, cubin = req["id"], req["op"], req.get("cubin") or ""
+        if op == "open":
+            if os.environ.get("FAKE_OPEN") == "no_gpu":
+                send({"id": rid, "ok": False, "error": "cuInit failed: CUDA_ERROR_NO_DEVICE (100)",
+                      "kind": "no_gpu", "fatal": True}); sys.exit(3)
+            if os.environ.get("FAKE_OPEN") == "corrupt":
+                send({"id": rid, "ok": False, "error": "payload blobs/ab.bin (region 0 pre-state chunk 0) is corrupt",
+                      "kind": "capture", "fatal": True}); sys.exit(3)
+            send({"id": rid, "ok": True, "result": {"capture": req["capture"], "pid": os.getpid()}})
+        elif op == "replay":
+            if cubin.endswith("fault.cubin"):
+                send({"id": rid, "ok": False, "error": "cuStreamSynchronize on kernel k failed: "
+                      "CUDA_ERROR_ILLEGAL_ADDRESS (700)", "kind": "cuda", "fatal": True, "code": 700})
+                sys.exit(3)
+            if cubin.endswith("crash.cubin"):
+                print("segfault-ish last words", file=sys.stderr, flush=True)
+                os._exit(139)
+            if cubin.endswith("hang.cubin"):
+                time.sleep(60)
+            if cubin.endswith("noisy.cubin"):
+                out.write("not json\\n")
+            times = [1.0, 2.0, 3.0]
+            send({"id": rid, "ok": True, "result": {
+                "times_ms": times, "median_ms": 2.0, "min_ms": 1.0, "max_ms": 3.0, "spread_pct": 80.0,
+                "iterations": 3, "warmup": req["warmup"], "flush_l2": req["flush_l2"], "cubin": req.get("cubin"),
+                "notes": [str(os.getpid())]}})
+        elif op == "validate":
+            send({"id": rid, "ok": False, "error": "variant v.cubin has no kernel k", "kind": "variant",
+                  "fatal": False})
+        elif op == "shutdown":
+            send({"id": rid, "ok": True, "result": {}}); break
+''')
+
+
+@pytest.fixture
+def server_cmd(tmp_path):
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+    return [sys.executable, str(script)]
+
+
+def pid_of(result: ReplayResult) -> str:
+    return result.notes[0]
+
+
+def test_replay_roundtrip_and_clean_shutdown(server_cmd, tmp_path):
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        assert rc.info["capture"] == str(tmp_path)
+        r = rc.replay(iterations=3, warmup=1)
+        assert r.median_ms == 2.0 and r.warmup == 1 and r.cubin is None
+        proc = rc._proc
+    assert proc.wait(timeout=10) == 0 and rc._proc is None
+
+
+def test_cubin_paths_are_sent_absolute(server_cmd, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        assert rc.replay(cubin="v.cubin").cubin == str(tmp_path / "v.cubin")
+
+
+def test_sticky_error_raises_then_next_request_restarts(server_cmd, tmp_path):
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        first = pid_of(rc.replay())
+        with pytest.raises(KerncapError) as err:
+            rc.replay(cubin="fault.cubin")
+        assert "CUDA_ERROR_ILLEGAL_ADDRESS" in err.value.message and err.value.hint
+        assert not rc.alive
+        again = rc.replay()
+        assert pid_of(again) != first and rc.starts == 2
+
+
+def test_server_death_without_answer_reports_its_last_words(server_cmd, tmp_path):
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        with pytest.raises(KerncapError) as err:
+            rc.replay(cubin="crash.cubin")
+        assert "died during replay" in err.value.message and "exit status 139" in err.value.message
+        assert "segfault-ish last words" in err.value.message
+        assert rc.replay().median_ms == 2.0 and rc.starts == 2
+
+
+def test_non_fatal_error_keeps_the_server(server_cmd, tmp_path):
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        pid = pid_of(rc.replay())
+        with pytest.raises(KerncapError, match="has no kernel k") as err:
+            rc.validate(cubin="v.cubin")
+        assert "kerncap recompile" in err.value.hint  # default hint for kind "variant"
+        assert pid_of(rc.replay()) == pid and rc.starts == 1
+
+
+def test_no_gpu_is_a_plain_message(server_cmd, tmp_path):
+    env = dict(os.environ, FAKE_OPEN="no_gpu")
+    with pytest.raises(KerncapError) as err:
+        ReplayClient(tmp_path, server_cmd=server_cmd, env=env).start()
+    assert err.value.message.startswith("no CUDA GPU available: cuInit failed")
+    assert "GPU" in err.value.hint
+
+
+def test_corrupt_capture_maps_to_capture_format_error(server_cmd, tmp_path):
+    env = dict(os.environ, FAKE_OPEN="corrupt")
+    with pytest.raises(CaptureFormatError, match="corrupt"):
+        with ReplayClient(tmp_path, server_cmd=server_cmd, env=env):
+            pass
+
+
+def test_timeout_kills_a_hanging_server(server_cmd, tmp_path):
+    with ReplayClient(tmp_path, server_cmd=server_cmd, timeout=1.0) as rc:
+        with pytest.raises(KerncapError, match="did not answer replay within 1 s"):
+            rc.replay(cubin="hang.cubin")
+        assert not rc.alive
+        assert rc.replay().median_ms == 2.0
+
+
+def test_stray_stdout_lines_are_skipped(server_cmd, tmp_path):
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        assert rc.replay(cubin="noisy.cubin").median_ms == 2.0
+        assert any("not json" in line for line in rc.server_log)
+
+
+def test_missing_server_executable(tmp_path):
+    with pytest.raises(KerncapError, match="cannot start the replay server"):
+        ReplayClient(tmp_path, server_cmd=[str(tmp_path / "nope")]).start()

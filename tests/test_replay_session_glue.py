@@ -1,0 +1,206 @@
+"""The server-side glue (NativeSession) between a capture and the native core, run
+against a recording stand-in for kerncap._replay on a tiny hand-made capture. The
+GPU suite runs the real core; this checks what the glue hands it and makes of it."""
+
+import json
+import struct
+import sys
+import types
+
+import pytest
+import xxhash
+
+from kerncap import native
+from kerncap.errors import KerncapError
+
+BASE = 0x7F12_3460_0000
+
+
+class Spec(types.SimpleNamespace):
+    pass
+
+
+class CudaError(RuntimeError):
+    pass
+
+
+class ReplayError(RuntimeError):
+    pass
+
+
+class FakeSession:
+    load_error = None
+    outs = None
+
+    def __init__(self, device):
+        self.calls = [("init", device)]
+
+    def granularity(self):
+        return 2 << 20
+
+    def compute_capability(self):
+        return (9, 0)
+
+    def device_name(self):
+        return "Fake H200"
+
+    def reserve(self, spans):
+        self.calls.append(("reserve", [(s.label, s.base, s.size) for s in spans]))
+
+    def map(self, ranges):
+        self.calls.append(("map", list(ranges)))
+
+    def load_state(self, blob_dir, chunk_size, items, threads):
+        self.calls.append(("load_state", [(i.label, i.global_name, i.base, i.size, i.pre, i.post) for i in items]))
+
+    def set_launch(self, spec):
+        self.launch = spec
+
+    def load_module(self, image, label):
+        self.calls.append(("load_module", label))
+        if FakeSession.load_error:
+            raise FakeSession.load_error
+        return {"num_regs": 16}
+
+    def notes(self):
+        return []
+
+    def time(self, iterations, warmup, flush_l2):
+        return [1.0] * iterations
+
+    def validate(self, specs):
+        self.calls.append(("validate", [(s.dtype, s.atol, s.rtol) for s in specs]))
+        return FakeSession.outs
+
+
+@pytest.fixture
+def core(monkeypatch):
+    mod = types.SimpleNamespace(Session=FakeSession, SpanSpec=Spec, ItemSpec=Spec, LaunchSpec=Spec,
+                                CompareSpec=Spec, CudaError=CudaError, ReplayError=ReplayError)
+    monkeypatch.setattr(native, "replay_module", lambda: mod)
+    FakeSession.load_error = None
+    return mod
+
+
+def out(mismatched=0, first=None, expected=b"", actual=b"", elements=0, max_abs=0.0):
+    return {"mismatched_bytes": mismatched, "first_byte": first, "mismatched_elements": elements,
+            "first_element": None, "max_abs": max_abs, "max_rel": 0.0, "window_offset": first or 0,
+            "expected": expected, "actual": actual}
+
+
+@pytest.fixture
+def capture(tmp_path):
+    root = tmp_path / "capture"
+    (root / "blobs").mkdir(parents=True)
+    (root / "cubins").mkdir()
+    pre = struct.pack("<4f", 1, 2, 3, 4)
+    post = struct.pack("<4f", 2, 4, 6, 8)
+    hashes = []
+    for data in (pre, post):
+        h = xxhash.xxh64_hexdigest(data)
+        (root / "blobs" / f"{h}.bin").write_bytes(data)
+        hashes.append(h)
+    (root / "cubins" / "k.cubin").write_bytes(b"\x7fELF" + bytes(60))
+    manifest = {
+        "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4194304, "hash": "xxh64",
+        "kernel": {"name": "_Z1kPfi", "launch_api": "cuLaunchCooperativeKernel", "module": {"cubin": "cubins/k.cubin"}},
+        "launch": {"grid": [2, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 65536,
+                   "attributes": [{"id": 4, "value": "01" * 64}], "param_form": "array"},
+        "params": [{"index": 0, "offset": 0, "size": 8, "value": "00" * 8, "pointer": {"region": 1, "offset": 0},
+                    "dtype": "fp16"},
+                   {"index": 1, "offset": 8, "size": 4, "value": "04000000"}],
+        "param_buffer": "00" * 12,
+        "regions": [
+            {"id": 0, "base": BASE, "size": 16, "written": False, "pre": [hashes[0]], "post": [hashes[0]]},
+            {"id": 1, "base": BASE + 4096, "size": 16, "written": True, "pre": [hashes[0]], "post": [hashes[1]]},
+        ],
+        "globals": [{"name": "scale", "section": ".nv.constant3", "size": 16, "address": 0x1000, "written": False,
+                     "pre": [hashes[0]], "post": [hashes[0]]}],
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+def test_open_hands_the_core_spans_maps_items_and_launch(core, capture):
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture)
+    calls = dict((c[0], c[1:]) for c in s.session.calls)
+    assert calls["reserve"] == ([("0 (regions 0, 1)", BASE - BASE % (32 << 20), 64 << 20)],)
+    assert calls["map"] == ([(BASE - BASE % (2 << 20), 2 << 20)],)
+    labels = [i[0] for i in calls["load_state"][0]]
+    assert labels == ["region 0", "region 1", "global scale"]
+    assert calls["load_state"][0][2][1] == "scale"
+    launch = s.session.launch
+    assert launch.kernel_name == "_Z1kPfi" and launch.grid == [2, 1, 1] and launch.shared_mem_bytes == 65536
+    assert launch.cooperative and not launch.extra_form and launch.attributes == [(4, b"\x01" * 64)]
+    assert launch.params == [(0, 8), (8, 4)] and launch.param_buffer == bytes(12)
+    assert [c[0] for c in s.session.calls] == ["init", "reserve", "map", "load_state", "load_module"]
+    assert s.info()["gpu"] == {"name": "Fake H200", "cc": [9, 0]}
+
+
+def test_exact_validation_builds_checks(core, capture):
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture)
+    FakeSession.outs = [out(2, 4, b"\x01\x02", b"\x09\x02"), out(), out(1, 0, b"\x05", b"\x06")]
+    v = s.validate(None, None, None, None, None)
+    assert s.session.calls[-1] == ("validate", [("", 0.0, 0.0)] * 3)
+    assert v.mode == "exact" and not v.passed
+    r0, r1, g = v.regions
+    assert r0.unexpected_write and r0.first_mismatches == [(4, 1, 9)] and r0.base == BASE
+    assert r1.passed and not r1.unexpected_write
+    assert g.kind == "global" and g.name == "scale" and g.id is None and g.unexpected_write
+
+
+def test_tolerance_dtypes_come_from_caller_then_hints_then_default(core, capture):
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture)
+    FakeSession.outs = [out(), out(elements=0, max_abs=0.0), out()]
+    v = s.validate(None, 1e-3, None, None, None)
+    assert s.session.calls[-1][1] == [("float32", 1e-3, 0.0), ("float16", 1e-3, 0.0), ("", 1e-3, 0.0)]
+    assert v.mode == "tolerance" and v.passed and v.regions[1].dtype == "float16" and v.regions[2].dtype is None
+    s.validate(None, None, 0.1, "bf16", {0: "int8"})
+    assert s.session.calls[-1][1] == [("int8", 0.0, 0.1), ("float16", 0.0, 0.1), ("", 0.0, 0.1)]
+
+
+def test_same_cubin_bytes_are_not_reloaded(core, capture, tmp_path):
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture)
+    same = tmp_path / "same.cubin"
+    same.write_bytes((capture / "cubins" / "k.cubin").read_bytes())
+    s.replay(str(same), 2, 0, False)
+    assert [c for c in s.session.calls if c[0] == "load_module"] == [("load_module", f"captured cubin {capture / 'cubins' / 'k.cubin'}")]
+
+
+def test_arch_load_failure_names_both_architectures(core, capture, tmp_path):
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture)
+    variant = tmp_path / "v.cubin"
+    header = b"\x7fELF" + bytes([2, 1, 1, 0x41, 8]) + bytes(39) + struct.pack("<I", 0x6005004) + bytes(16)
+    variant.write_bytes(header)
+    FakeSession.load_error = CudaError(f"cuModuleLoadData on {variant} failed: CUDA_ERROR_NO_BINARY_FOR_GPU (209)", 209)
+    with pytest.raises(ReplayError) as err:
+        s.load(str(variant))
+    message, kind = err.value.args
+    assert kind == "arch" and "built for sm_80; this GPU is sm_90" in message
+
+
+def test_missing_variant_file(core, capture, tmp_path):
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture)
+    with pytest.raises(KerncapError, match="cannot read cubin .*nope.cubin"):
+        s.load(str(tmp_path / "nope.cubin"))
+
+
+def test_missing_captured_cubin_is_a_capture_error(core, capture):
+    from kerncap.errors import CaptureFormatError
+    from kerncap.replay.native_session import NativeSession
+
+    (capture / "cubins" / "k.cubin").unlink()
+    with pytest.raises(CaptureFormatError, match="k.cubin is missing"):
+        NativeSession(capture)
