@@ -1,0 +1,37 @@
+#include "blob_store.hpp"
+
+#include <cstring>
+
+#include "xxh64.hpp"
+
+namespace kc {
+
+bool all_zero(const unsigned char* p, size_t n) {
+  size_t i = 0;
+  // Head up to 8-byte alignment, then 64 bytes per step with one branch, then the tail.
+  while (i < n && (reinterpret_cast<uintptr_t>(p + i) & 7)) if (p[i++]) return false;
+  for (; i + 64 <= n; i += 64) {
+    uint64_t w[8];
+    std::memcpy(w, p + i, 64);
+    if ((w[0] | w[1] | w[2] | w[3] | w[4] | w[5] | w[6] | w[7]) != 0) return false;
+  }
+  for (; i < n; ++i)
+    if (p[i]) return false;
+  return true;
+}
+
+bool BlobStore::put(const unsigned char* data, size_t n, uint64_t* hash) {
+  if (all_zero(data, n)) return false;
+  const uint64_t h = xxh64(data, n);
+  *hash = h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!known_.insert(h).second) return true;  // stored already (or being stored by another worker)
+  }
+  const std::string path = path_join(dir_, xxh64_hex(h) + ".bin");
+  write_file_atomic(path, data, n, budget_);
+  stored_ += n;
+  return true;
+}
+
+}  // namespace kc

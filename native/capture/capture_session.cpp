@@ -1,0 +1,415 @@
+#include "capture_session.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+#include "driver.hpp"
+#include "json_writer.hpp"
+#include "xxh64.hpp"
+
+extern char** environ;
+
+#ifndef KERNCAP_TOOL_VERSION
+#define KERNCAP_TOOL_VERSION "0.1.0"
+#endif
+
+namespace kc {
+
+namespace {
+
+std::string hex_addr(uint64_t a) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+  return buf;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+bool selected_env(const std::string& name) {
+  static const char* exact[] = {"CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "PYTORCH_CUDA_ALLOC_CONF",
+                                "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_ORDER", "CUBLAS_WORKSPACE_CONFIG"};
+  for (const char* e : exact)
+    if (name == e) return true;
+  return name.rfind("TRITON_", 0) == 0 || name.rfind("KERNCAP_", 0) == 0;
+}
+
+}  // namespace
+
+CaptureSession::CaptureSession(const Config& cfg, MemoryTracker& mem, ModuleRegistry& modules,
+                               const LaunchDesc& launch, const FuncInfo& func, uint64_t dispatch_index)
+    : cfg_(cfg), mem_(mem), modules_(modules), func_(func), dispatch_index_(dispatch_index), launch_(launch) {
+  partial_ = path_join(cfg.out_dir, "capture.partial-" + std::to_string(getpid()));
+  final_ = path_join(cfg.out_dir, "capture");
+  if (launch.attrs && launch.num_attrs) attrs_.assign(launch.attrs, launch.attrs + launch.num_attrs);
+  launch_.attrs = nullptr;  // the caller's array dies with the call: use attrs_
+  budget_.limit = cfg.fault_enospc_after;
+}
+
+CaptureSession::~CaptureSession() = default;
+
+void CaptureSession::log(const std::string& line) {
+  log_.push_back(utc_now() + " " + line);
+}
+
+double CaptureSession::seconds_since(std::chrono::steady_clock::time_point t) const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void CaptureSession::abort() {
+  snap_.reset();
+  remove_tree(partial_);
+}
+
+void CaptureSession::resolve_function() {
+  const std::string& name = func_.name;
+  if (func_.is_kernel) {
+    kernel_ = reinterpret_cast<CUkernel>(launch_.f);
+    // Under lazy loading this may load the module now: collect it and pair it.
+    ModuleCollector loaded;
+    KC_CHECK(cuKernelGetFunction, (&fn_, kernel_), "CUkernel " + name);
+    KC_CHECK(cuFuncGetModule, (&module_, fn_), "kernel " + name);
+    modules_.pair_module(module_, loaded.ids());
+    if (KC_CU(cuKernelGetLibrary)(&library_, kernel_) != CUDA_SUCCESS) library_ = nullptr;
+  } else {
+    fn_ = launch_.f;
+    KC_CHECK(cuFuncGetModule, (&module_, fn_), "kernel " + name);
+  }
+}
+
+void CaptureSession::read_attributes() {
+  static const std::pair<const char*, CUfunction_attribute> kAttrs[] = {
+      {"num_regs", CU_FUNC_ATTRIBUTE_NUM_REGS},
+      {"shared_size_bytes", CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES},
+      {"const_size_bytes", CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES},
+      {"local_size_bytes", CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES},
+      {"max_threads_per_block", CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
+      {"max_dynamic_shared_size_bytes", CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES},
+      {"ptx_version", CU_FUNC_ATTRIBUTE_PTX_VERSION},
+      {"binary_version", CU_FUNC_ATTRIBUTE_BINARY_VERSION},
+      {"required_cluster_width", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH},
+      {"required_cluster_height", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT},
+      {"required_cluster_depth", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH},
+      {"non_portable_cluster_size_allowed", CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED},
+  };
+  for (const auto& [key, attr] : kAttrs) {
+    int v = 0;
+    CUresult r = KC_CU(cuFuncGetAttribute)(&v, attr, fn_);
+    if (r == CUDA_SUCCESS) attributes_.emplace_back(key, v);
+    else log(std::string("cuFuncGetAttribute(") + key + ") on " + func_.name + " failed: " + cu_error_string(r));
+  }
+}
+
+void CaptureSession::choose_cubin() {
+  std::vector<uint32_t> ids = modules_.ids_for_module(module_);
+  if (ids.empty() && library_) ids = modules_.ids_for_library(library_);
+  DriverFuncAttrs attrs;
+  for (const auto& [k, v] : attributes_) {
+    if (!std::strcmp(k, "num_regs")) attrs.num_regs = v;
+    if (!std::strcmp(k, "local_size_bytes")) attrs.local_size_bytes = v;
+  }
+  choice_ = modules_.choose(func_.name, ids, attrs);
+  if (!choice_.cubin) {
+    std::string why = "no cubin holding " + func_.name + " was seen by kerncap";
+    for (const std::string& f : modules_.parse_failures()) why += "; " + f;
+    throw std::runtime_error(why + ". Its module was loaded before kerncap was injected or in a form CUPTI did not "
+                             "report; run the app with CUDA_MODULE_LOADING=EAGER");
+  }
+  for (const std::string& w : choice_.warnings) warnings_.push_back(w);
+  log("cubin " + choice_.cubin->sha256 + " chosen by " + choice_.selection + " among " +
+      std::to_string(choice_.candidates) + " candidate(s)");
+  const Cubin& cb = choice_.cubin->cubin;
+  write_file_atomic(path_join(partial_, "cubins/" + choice_.cubin->sha256 + ".cubin"), cb.data(), cb.size(), &budget_);
+}
+
+void CaptureSession::find_globals() {
+  for (const ModuleGlobal& g : choice_.cubin->cubin.module_globals()) {
+    CUdeviceptr ptr = 0;
+    size_t bytes = 0;
+    CUresult r = KC_CU(cuModuleGetGlobal)(&ptr, &bytes, module_, g.name.c_str());
+    if (r != CUDA_SUCCESS && library_) r = KC_CU(cuLibraryGetGlobal)(&ptr, &bytes, library_, g.name.c_str());
+    if (r != CUDA_SUCCESS || !ptr || !bytes) {
+      warnings_.push_back("module global " + g.name + " (" + g.section + ", " + std::to_string(g.size) +
+                          " bytes) not captured: cuModuleGetGlobal failed: " + cu_error_string(r) +
+                          "; a replay sees its initial value");
+      continue;
+    }
+    globals_.push_back(GlobalVar{g.name, g.section, uint64_t(ptr), uint64_t(bytes)});
+  }
+}
+
+std::vector<SnapshotItem> CaptureSession::snapshot_items() const {
+  std::vector<SnapshotItem> items;
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const TrackedRegion& r = regions_[i];
+    items.push_back(SnapshotItem{r.base, r.size,
+                                 "region " + std::to_string(i) + " (" + r.api + " " + hex_addr(r.base) + ", " +
+                                     std::to_string(r.size) + " bytes)"});
+  }
+  for (const GlobalVar& g : globals_)
+    items.push_back(SnapshotItem{g.address, g.size, "module global " + g.name + " (" + g.section + ")"});
+  return items;
+}
+
+void CaptureSession::before_launch() {
+  t_start_ = std::chrono::steady_clock::now();
+  time_utc_ = utc_now();
+  make_dir(partial_);
+  write_file_atomic(path_join(partial_, "INCOMPLETE"), std::string("capture in progress\n"), &budget_);
+  make_dir(path_join(partial_, "blobs"));
+  make_dir(path_join(partial_, "cubins"));
+  log("capturing dispatch " + std::to_string(dispatch_index_) + " of " + func_.demangled + " (" + launch_.api + ")");
+
+  KC_CHECK(cuCtxGetCurrent, (&ctx_), "the launching thread");
+  KC_CHECK(cuCtxGetDevice, (&device_), "the launching thread's context");
+  // Drain work already in flight, so the pre-state is what the kernel will see.
+  KC_CHECK(cuCtxSynchronize, (), "the target's context before the pre-state snapshot");
+
+  resolve_function();
+  read_attributes();
+  choose_cubin();
+  find_globals();
+  KernelInfo ki = choice_.cubin->cubin.kernel_info(func_.name);
+  params_ = capture_params(launch_, kernel_, &ki, func_.name);
+  if (params_.layout_source == "cubin")
+    warnings_.push_back("the driver reported no parameter layout for " + func_.name + "; used the cubin's .nv.info");
+
+  regions_ = mem_.regions_for(ctx_);
+  host_regions_ = mem_.host_regions();
+  blobs_ = std::make_unique<BlobStore>(path_join(partial_, "blobs"), &budget_);
+  snap_ = std::make_unique<Snapshotter>(*blobs_);
+  pre_ = snap_->run(snapshot_items());
+  pre_s_ = seconds_since(t_start_);
+  log("pre-state: " + std::to_string(regions_.size()) + " regions, " + std::to_string(globals_.size()) +
+      " globals in " + std::to_string(pre_s_) + " s");
+}
+
+std::string CaptureSession::after_launch(CUresult launch_result) {
+  if (launch_result != CUDA_SUCCESS)
+    throw CudaError(launch_result, std::string(launch_.api) + " of " + func_.name +
+                                       " (the target launch itself) failed: " + cu_error_string(launch_result));
+  const auto t_post = std::chrono::steady_clock::now();
+  KC_CHECK(cuCtxSynchronize, (), "the target's context after " + func_.name + " ran (did the kernel fault?)");
+  post_ = snap_->run(snapshot_items());
+  post_s_ = seconds_since(t_post);
+  logical_bytes_ = snap_->logical_bytes();
+  log("post-state in " + std::to_string(post_s_) + " s");
+  snap_.reset();  // frees the pinned ring before the app continues
+
+  std::string log_text;
+  log("capture complete: " + final_);
+  for (const std::string& l : log_) log_text += l + "\n";
+  write_file_atomic(path_join(partial_, "interposer.log"), log_text, &budget_);
+  write_file_atomic(path_join(partial_, "manifest.json"), manifest_json(), &budget_);
+  if (::unlink(path_join(partial_, "INCOMPLETE").c_str()) != 0)
+    throw IoError("cannot remove", path_join(partial_, "INCOMPLETE"), errno);
+  if (::rename(partial_.c_str(), final_.c_str()) != 0) throw IoError("cannot rename " + partial_ + " to", final_, errno);
+  return final_;
+}
+
+namespace {
+
+void write_hashes(JsonWriter& w, const std::vector<ChunkHash>& chunks) {
+  w.begin_array();
+  for (const ChunkHash& c : chunks) {
+    if (c.stored) w.value(xxh64_hex(c.hash));
+    else w.null();
+  }
+  w.end_array();
+}
+
+}  // namespace
+
+void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
+  w.key("provenance").begin_object();
+  w.field("tool_version", KERNCAP_TOOL_VERSION);
+  std::vector<std::string> cmd;
+  if (cfg_.command_json.empty() || !parse_json_string_list(cfg_.command_json, cmd)) cmd = process_cmdline();
+  w.key("command").begin_array();
+  for (const std::string& a : cmd) w.value(a);
+  w.end_array();
+  char cwd[4096];
+  w.field("cwd", getcwd(cwd, sizeof cwd) ? std::string(cwd) : std::string());
+  std::vector<std::string> env_kv;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos && selected_env(kv.substr(0, eq))) env_kv.push_back(kv);
+  }
+  std::sort(env_kv.begin(), env_kv.end());
+  w.key("env").begin_object();
+  for (const std::string& kv : env_kv) {
+    size_t eq = kv.find('=');
+    w.field(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  w.end_object();
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  w.field("host", std::string(host)).field("pid", int(getpid())).field("time", time_utc_);
+
+  // Informational only: a failing query leaves its field empty/zero rather than failing the capture.
+  char name[256] = {0};
+  int major = 0, minor = 0, driver = 0;
+  KC_CU(cuDeviceGetName)(name, sizeof name - 1, device_);
+  KC_CU(cuDeviceGetAttribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
+  KC_CU(cuDeviceGetAttribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
+  KC_CU(cuDriverGetVersion)(&driver);
+  CUuuid uuid{};
+  std::string uuid_s;
+  if (KC_CU(cuDeviceGetUuid)(&uuid, device_) == CUDA_SUCCESS) {
+    const std::string h = to_hex(uuid.bytes, sizeof uuid.bytes);
+    uuid_s = "GPU-" + h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
+             h.substr(20);
+  }
+  w.key("gpu").begin_object();
+  w.field("name", std::string(name));
+  w.key("cc").begin_array().value(major).value(minor).end_array();
+  w.field("uuid", uuid_s).field("driver_version", driver).field("ordinal", int(device_));
+  w.end_object();
+
+  w.field("dispatch_index", dispatch_index_);
+  w.key("match").begin_object().field("pattern", cfg_.kernel).field("mode", match_mode_name(cfg_.match)).end_object();
+  w.key("capture_seconds").begin_object().field("pre", pre_s_).field("post", post_s_).field("total", total_s).end_object();
+  w.key("bytes").begin_object().field("logical", logical_bytes_).field("stored", blobs_ ? blobs_->stored_bytes() : 0);
+  w.end_object();
+  w.end_object();
+}
+
+void CaptureSession::write_kernel(JsonWriter& w) const {
+  w.key("kernel").begin_object();
+  w.field("name", func_.name).field("demangled", func_.demangled);
+  w.field("handle_kind", func_.is_kernel ? "CUkernel" : "CUfunction").field("launch_api", launch_.api);
+  w.key("module").begin_object();
+  w.field("cubin", "cubins/" + choice_.cubin->sha256 + ".cubin").field("sha256", choice_.cubin->sha256);
+  w.field("selection", choice_.selection).field("candidates", choice_.candidates);
+  w.key("verified").begin_object();
+  for (const auto& [k, ok] : choice_.verified) w.field(k, ok);
+  w.end_object();
+  w.end_object();
+  w.key("attributes").begin_object();
+  for (const auto& [k, v] : attributes_) w.field(k, v);
+  w.end_object();
+  w.end_object();
+}
+
+void CaptureSession::write_launch(JsonWriter& w) const {
+  w.key("launch").begin_object();
+  w.key("grid").begin_array().value(launch_.grid[0]).value(launch_.grid[1]).value(launch_.grid[2]).end_array();
+  w.key("block").begin_array().value(launch_.block[0]).value(launch_.block[1]).value(launch_.block[2]).end_array();
+  w.field("shared_mem_bytes", launch_.shared_mem).field("stream", stream_kind(launch_));
+  w.field("cooperative", launch_.cooperative);
+  w.key("attributes").begin_array();
+  for (const CUlaunchAttribute& a : attrs_) {
+    w.begin_object().field("id", int(a.id)).field("value", to_hex(&a.value, sizeof a.value)).end_object();
+  }
+  w.end_array();
+  w.field("param_form", params_.form);
+  w.end_object();
+}
+
+int CaptureSession::region_of(uint64_t address) const {
+  auto it = std::upper_bound(regions_.begin(), regions_.end(), address,
+                             [](uint64_t a, const TrackedRegion& r) { return a < r.base; });
+  if (it == regions_.begin()) return -1;
+  --it;
+  return address < it->end() ? int(it - regions_.begin()) : -1;
+}
+
+void CaptureSession::write_params(JsonWriter& w) const {
+  const auto& buf = params_.buffer;
+  w.key("params").begin_array();
+  for (const ParamSlot& p : params_.params) {
+    w.begin_object().field("index", p.index).field("offset", p.offset).field("size", p.size);
+    const bool in_buffer = p.offset + p.size <= buf.size();
+    w.field("value", in_buffer ? to_hex(buf.data() + p.offset, p.size) : std::string());
+    // Annotation only (bytes stay as captured): 8-byte values that point into a region.
+    if (in_buffer && p.size >= 8) {
+      struct Hit { uint64_t at; int region; uint64_t offset; };
+      std::vector<Hit> hits;
+      for (uint64_t at = (8 - p.offset % 8) % 8; at + 8 <= p.size; at += 8) {
+        uint64_t v;
+        std::memcpy(&v, buf.data() + p.offset + at, 8);
+        int r = region_of(v);
+        if (r >= 0) hits.push_back(Hit{at, r, v - regions_[size_t(r)].base});
+      }
+      if (p.size == 8 && hits.size() == 1) {
+        w.key("pointer").begin_object().field("region", hits[0].region).field("offset", hits[0].offset).end_object();
+      } else if (!hits.empty()) {
+        w.key("pointers").begin_array();
+        for (const Hit& h : hits)
+          w.begin_object().field("at", h.at).field("region", h.region).field("offset", h.offset).end_object();
+        w.end_array();
+      }
+    }
+    w.end_object();
+  }
+  w.end_array();
+  w.field("param_buffer", to_hex(buf.data(), buf.size()));
+}
+
+void CaptureSession::write_regions(JsonWriter& w) const {
+  w.key("regions").begin_array();
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const TrackedRegion& r = regions_[i];
+    w.begin_object().field("id", int(i)).field("base", r.base).field("size", r.size);
+    w.field("api", r.api).field("kind", r.kind).field("written", pre_[i].chunks != post_[i].chunks);
+    w.field("zero_fraction", r.size ? double(pre_[i].zero_bytes) / double(r.size) : 1.0);
+    if (r.reserve_base)
+      w.key("reservation").begin_object().field("base", r.reserve_base).field("size", r.reserve_size).end_object();
+    w.key("pre");
+    write_hashes(w, pre_[i].chunks);
+    w.key("post");
+    write_hashes(w, post_[i].chunks);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("host_regions").begin_array();
+  for (const HostRegion& h : host_regions_)
+    w.begin_object().field("base", h.base).field("size", h.size).field("api", h.api).end_object();
+  w.end_array();
+  w.key("globals").begin_array();
+  for (size_t j = 0; j < globals_.size(); ++j) {
+    const GlobalVar& g = globals_[j];
+    const size_t k = regions_.size() + j;
+    w.begin_object().field("name", g.name).field("section", g.section).field("size", g.size);
+    w.field("address", g.address).field("written", pre_[k].chunks != post_[k].chunks);
+    w.key("pre");
+    write_hashes(w, pre_[k].chunks);
+    w.key("post");
+    write_hashes(w, post_[k].chunks);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+std::string CaptureSession::manifest_json() const {
+  const double total_s = seconds_since(t_start_);
+  JsonWriter w;
+  w.begin_object();
+  w.field("format", "kerncap-capture").field("format_version", 1).field("complete", true);
+  w.field("chunk_size", uint64_t(Snapshotter::kChunkSize)).field("hash", "xxh64");
+  write_provenance(w, total_s);
+  write_kernel(w);
+  write_launch(w);
+  write_params(w);
+  write_regions(w);
+  w.key("warnings").begin_array();
+  for (const std::string& s : warnings_) w.value(s);
+  w.end_array();
+  w.key("triton").null();
+  w.end_object();
+  return w.str();
+}
+
+}  // namespace kc

@@ -1,0 +1,195 @@
+#include "config.hpp"
+
+#include <cxxabi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace kc {
+
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::Profile: return "profile";
+    case Mode::Capture: return "capture";
+    default: return "off";
+  }
+}
+
+const char* match_mode_name(MatchMode m) {
+  switch (m) {
+    case MatchMode::Regex: return "regex";
+    case MatchMode::Exact: return "exact";
+    default: return "substring";
+  }
+}
+
+std::string demangle(const std::string& mangled) {
+  if (mangled.size() < 2 || mangled[0] != '_' || mangled[1] != 'Z') return mangled;
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+  if (status != 0 || !d) return mangled;
+  std::string out(d);
+  std::free(d);
+  return out;
+}
+
+KernelMatcher::KernelMatcher(std::string pattern, MatchMode mode) : pattern_(std::move(pattern)), mode_(mode) {
+  if (mode_ == MatchMode::Regex) {
+    try {
+      re_ = std::make_unique<std::regex>(pattern_, std::regex::ECMAScript | std::regex::optimize);
+    } catch (const std::regex_error& e) {
+      throw std::runtime_error("KERNCAP_KERNEL '" + pattern_ + "' is not a valid regular expression (" +
+                               e.what() + ")");
+    }
+  }
+}
+
+bool KernelMatcher::matches(const std::string& mangled, const std::string& demangled) const {
+  switch (mode_) {
+    case MatchMode::Exact: return mangled == pattern_;
+    case MatchMode::Regex: return std::regex_search(mangled, *re_) || std::regex_search(demangled, *re_);
+    default:
+      return mangled.find(pattern_) != std::string::npos || demangled.find(pattern_) != std::string::npos;
+  }
+}
+
+bool KernelMatcher::matches_symbol(const std::string& mangled) const {
+  if (mode_ == MatchMode::Exact) return mangled == pattern_;
+  if (mode_ == MatchMode::Substring && mangled.find(pattern_) != std::string::npos) return true;
+  return matches(mangled, demangle(mangled));
+}
+
+bool parse_json_string_list(const std::string& s, std::vector<std::string>& out) {
+  out.clear();
+  size_t i = 0;
+  auto ws = [&] { while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) ++i; };
+  auto hex4 = [&](size_t at, unsigned& v) {
+    if (at + 4 > s.size()) return false;
+    v = 0;
+    for (size_t k = at; k < at + 4; ++k) {
+      char c = s[k];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= unsigned(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= unsigned(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= unsigned(c - 'A' + 10);
+      else return false;
+    }
+    return true;
+  };
+  auto put_utf8 = [](std::string& o, unsigned cp) {
+    if (cp < 0x80) o += char(cp);
+    else if (cp < 0x800) { o += char(0xc0 | (cp >> 6)); o += char(0x80 | (cp & 0x3f)); }
+    else if (cp < 0x10000) { o += char(0xe0 | (cp >> 12)); o += char(0x80 | ((cp >> 6) & 0x3f)); o += char(0x80 | (cp & 0x3f)); }
+    else { o += char(0xf0 | (cp >> 18)); o += char(0x80 | ((cp >> 12) & 0x3f)); o += char(0x80 | ((cp >> 6) & 0x3f)); o += char(0x80 | (cp & 0x3f)); }
+  };
+  ws();
+  if (i >= s.size() || s[i++] != '[') return false;
+  ws();
+  if (i < s.size() && s[i] == ']') { ++i; ws(); return i == s.size(); }
+  for (;;) {
+    ws();
+    if (i >= s.size() || s[i++] != '"') return false;
+    std::string item;
+    for (;;) {
+      if (i >= s.size()) return false;
+      char c = s[i++];
+      if (c == '"') break;
+      if (c != '\\') { item += c; continue; }
+      if (i >= s.size()) return false;
+      char e = s[i++];
+      switch (e) {
+        case '"': item += '"'; break;
+        case '\\': item += '\\'; break;
+        case '/': item += '/'; break;
+        case 'b': item += '\b'; break;
+        case 'f': item += '\f'; break;
+        case 'n': item += '\n'; break;
+        case 'r': item += '\r'; break;
+        case 't': item += '\t'; break;
+        case 'u': {
+          unsigned cp;
+          if (!hex4(i, cp)) return false;
+          i += 4;
+          if (cp >= 0xd800 && cp < 0xdc00 && i + 6 <= s.size() && s[i] == '\\' && s[i + 1] == 'u') {
+            unsigned lo;
+            if (hex4(i + 2, lo) && lo >= 0xdc00 && lo < 0xe000) {
+              cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+              i += 6;
+            }
+          }
+          put_utf8(item, cp);
+          break;
+        }
+        default: return false;
+      }
+    }
+    out.push_back(std::move(item));
+    ws();
+    if (i >= s.size()) return false;
+    if (s[i] == ',') { ++i; continue; }
+    if (s[i] == ']') { ++i; ws(); return i == s.size(); }
+    return false;
+  }
+}
+
+std::vector<std::string> process_cmdline() {
+  std::vector<std::string> out;
+  FILE* f = std::fopen("/proc/self/cmdline", "rb");
+  if (!f) return out;
+  std::string cur;
+  int c;
+  while ((c = std::fgetc(f)) != EOF) {
+    if (c == 0) { out.push_back(cur); cur.clear(); }
+    else cur += char(c);
+  }
+  if (!cur.empty()) out.push_back(cur);
+  std::fclose(f);
+  return out;
+}
+
+namespace {
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+}  // namespace
+
+Config Config::from_env() {
+  Config c;
+  const std::string mode = env("KERNCAP_MODE");
+  if (mode == "profile") c.mode = Mode::Profile;
+  else if (mode == "capture") c.mode = Mode::Capture;
+  else {
+    c.mode = Mode::Off;
+    if (!mode.empty()) c.error = "KERNCAP_MODE='" + mode + "' is neither 'profile' nor 'capture'";
+    return c;
+  }
+  c.out_dir = env("KERNCAP_OUT");
+  if (c.out_dir.empty()) {
+    c.error = "KERNCAP_OUT is not set";
+    c.mode = Mode::Off;
+    return c;
+  }
+  c.kernel = env("KERNCAP_KERNEL");
+  const std::string match = env("KERNCAP_MATCH");
+  if (match == "regex") c.match = MatchMode::Regex;
+  else if (match == "exact") c.match = MatchMode::Exact;
+  else if (match.empty() || match == "substring") c.match = MatchMode::Substring;
+  else c.error = "KERNCAP_MATCH='" + match + "' is not substring, regex or exact";
+  const std::string dispatch = env("KERNCAP_DISPATCH");
+  if (!dispatch.empty()) {
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(dispatch.c_str(), &end, 10);
+    if (!end || *end != 0 || dispatch[0] == '-') c.error = "KERNCAP_DISPATCH='" + dispatch + "' is not a number";
+    else c.dispatch = n;
+  }
+  c.keep_running = env("KERNCAP_KEEP_RUNNING") == "1";
+  c.command_json = env("KERNCAP_COMMAND");
+  const std::string fault = env("KERNCAP_FAULT_ENOSPC_AFTER");
+  if (!fault.empty()) c.fault_enospc_after = std::strtoll(fault.c_str(), nullptr, 10);
+  if (c.mode == Mode::Capture && c.kernel.empty()) c.error = "KERNCAP_MODE=capture needs KERNCAP_KERNEL";
+  return c;
+}
+
+}  // namespace kc

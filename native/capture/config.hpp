@@ -1,0 +1,59 @@
+// Configuration of the interposer, read once from the environment
+// (docs/capture-format.md, "Environment of the captured app"), and the kernel-name
+// matcher used by both the cubin filter and the launch path.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace kc {
+
+enum class Mode { Off, Profile, Capture };
+enum class MatchMode { Substring, Regex, Exact };
+
+const char* mode_name(Mode m);
+const char* match_mode_name(MatchMode m);
+
+// substring: on the mangled OR demangled name; regex: std::regex_search on both;
+// exact: the mangled name only.
+class KernelMatcher {
+ public:
+  // Throws std::runtime_error naming the pattern when a regex does not compile.
+  KernelMatcher(std::string pattern, MatchMode mode);
+  bool matches(const std::string& mangled, const std::string& demangled) const;
+  // Cheap pre-filter on a mangled symbol of a cubin (demangles when needed).
+  bool matches_symbol(const std::string& mangled) const;
+  const std::string& pattern() const { return pattern_; }
+  MatchMode mode() const { return mode_; }
+
+ private:
+  std::string pattern_;
+  MatchMode mode_;
+  std::unique_ptr<std::regex> re_;
+};
+
+struct Config {
+  Mode mode = Mode::Off;
+  std::string out_dir;                  // KERNCAP_OUT
+  std::string kernel;                   // KERNCAP_KERNEL
+  MatchMode match = MatchMode::Substring;
+  uint64_t dispatch = 0;                // KERNCAP_DISPATCH
+  bool keep_running = false;            // KERNCAP_KEEP_RUNNING=1
+  std::string command_json;             // KERNCAP_COMMAND (a JSON list), may be empty
+  int64_t fault_enospc_after = -1;      // KERNCAP_FAULT_ENOSPC_AFTER
+  std::string error;                    // non-empty: the configuration is unusable (why)
+
+  static Config from_env();
+};
+
+// abi::__cxa_demangle, or the input when it is not a C++ mangled name.
+std::string demangle(const std::string& mangled);
+
+// Parses a JSON list of strings (KERNCAP_COMMAND); false when `json` is not one.
+bool parse_json_string_list(const std::string& json, std::vector<std::string>& out);
+// This process's argv from /proc/self/cmdline.
+std::vector<std::string> process_cmdline();
+
+}  // namespace kc

@@ -1,0 +1,45 @@
+// Per-handle facts about launched kernels (name, CUfunction vs CUkernel, does it
+// match the target pattern), resolved once per handle so a launch costs one hash
+// lookup under a shared lock and no allocation.
+#pragma once
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace kc {
+
+class KernelMatcher;
+
+struct FuncInfo {
+  std::string name;       // mangled, as the cubin's symbol table holds it
+  std::string demangled;
+  bool is_kernel = false; // the handle is a CUkernel passed as CUfunction (cudart 13, PyTorch eager)
+  bool resolved = false;  // false: neither cuFuncGetName nor cuKernelGetName knew the handle
+  bool matched = false;
+  std::atomic<uint64_t> launches{0};
+};
+
+class FuncCache {
+ public:
+  // Call with kerncap's reentrancy guard set: resolving makes driver calls.
+  FuncInfo* get(CUfunction f, const KernelMatcher* matcher);
+  // Forget every handle (a module was unloaded and handles may be reused). Entries
+  // are retired, not freed: another thread may still hold a pointer.
+  void clear();
+  // Launch counts merged by demangled name, highest first, at most `limit`.
+  std::vector<std::pair<std::string, uint64_t>> launch_counts(size_t limit) const;
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::unordered_map<CUfunction, FuncInfo*> live_;
+  std::vector<std::unique_ptr<FuncInfo>> all_;  // owns live and retired entries
+};
+
+}  // namespace kc

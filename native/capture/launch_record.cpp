@@ -1,0 +1,181 @@
+#include "launch_record.hpp"
+
+#include <cupti.h>  // also brings the cbids and generated_cuda_meta.h (which has no include guard)
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "driver.hpp"
+
+namespace kc {
+
+namespace {
+
+template <class P>
+void from_classic(const P* p, LaunchDesc& d) {
+  d.f = p->f;
+  d.grid[0] = p->gridDimX; d.grid[1] = p->gridDimY; d.grid[2] = p->gridDimZ;
+  d.block[0] = p->blockDimX; d.block[1] = p->blockDimY; d.block[2] = p->blockDimZ;
+  d.shared_mem = p->sharedMemBytes;
+  d.stream = p->hStream;
+  d.kernel_params = p->kernelParams;
+}
+
+template <class P>
+void from_ex(const P* p, LaunchDesc& d) {
+  d.f = p->f;
+  d.kernel_params = p->kernelParams;
+  d.extra = p->extra;
+  if (const CUlaunchConfig* c = p->config) {
+    d.grid[0] = c->gridDimX; d.grid[1] = c->gridDimY; d.grid[2] = c->gridDimZ;
+    d.block[0] = c->blockDimX; d.block[1] = c->blockDimY; d.block[2] = c->blockDimZ;
+    d.shared_mem = c->sharedMemBytes;
+    d.stream = c->hStream;
+    d.attrs = c->attrs;
+    d.num_attrs = c->attrs ? c->numAttrs : 0;
+    for (unsigned i = 0; i < d.num_attrs; ++i)
+      if (d.attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && d.attrs[i].value.cooperative) d.cooperative = true;
+  }
+}
+
+}  // namespace
+
+bool is_launch_cbid(CUpti_CallbackId cbid) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool decode_launch(CUpti_CallbackId cbid, const void* params, LaunchDesc& d) {
+  d = LaunchDesc();
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: {
+      auto* p = static_cast<const cuLaunchKernel_params*>(params);
+      from_classic(p, d);
+      d.extra = p->extra;
+      d.api = "cuLaunchKernel";
+      return true;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
+      auto* p = static_cast<const cuLaunchKernel_ptsz_params*>(params);
+      from_classic(p, d);
+      d.extra = p->extra;
+      d.api = "cuLaunchKernel_ptsz";
+      d.per_thread_default = true;
+      return true;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+      from_ex(static_cast<const cuLaunchKernelEx_params*>(params), d);
+      d.api = "cuLaunchKernelEx";
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+      from_ex(static_cast<const cuLaunchKernelEx_ptsz_params*>(params), d);
+      d.api = "cuLaunchKernelEx_ptsz";
+      d.per_thread_default = true;
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+      from_classic(static_cast<const cuLaunchCooperativeKernel_params*>(params), d);
+      d.api = "cuLaunchCooperativeKernel";
+      d.cooperative = true;
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      from_classic(static_cast<const cuLaunchCooperativeKernel_ptsz_params*>(params), d);
+      d.api = "cuLaunchCooperativeKernel_ptsz";
+      d.cooperative = true;
+      d.per_thread_default = true;
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* stream_kind(const LaunchDesc& d) {
+  if (d.stream == CU_STREAM_LEGACY) return "legacy";
+  if (d.stream == CU_STREAM_PER_THREAD) return "per-thread";
+  if (d.stream == nullptr) return d.per_thread_default ? "per-thread" : "null";
+  return "user";
+}
+
+namespace {
+
+// The driver's layout: iterate paramIndex until the call refuses the index.
+std::vector<ParamSlot> driver_layout(CUfunction f, CUkernel kernel) {
+  std::vector<ParamSlot> out;
+  for (size_t i = 0; i < 65536; ++i) {
+    size_t off = 0, size = 0;
+    CUresult r = kernel ? KC_CU(cuKernelGetParamInfo)(kernel, i, &off, &size)
+                        : KC_CU(cuFuncGetParamInfo)(f, i, &off, &size);
+    if (r != CUDA_SUCCESS) break;
+    out.push_back(ParamSlot{uint32_t(i), off, size});
+  }
+  return out;
+}
+
+}  // namespace
+
+ParamCapture capture_params(const LaunchDesc& d, CUkernel kernel, const KernelInfo* cubin_info,
+                            const std::string& kernel_name) {
+  ParamCapture pc;
+  pc.params = driver_layout(d.f, kernel);
+  pc.layout_source = "driver";
+  if (pc.params.empty() && cubin_info && !cubin_info->params.empty()) {
+    for (const KernelParamInfo& k : cubin_info->params) pc.params.push_back(ParamSlot{k.ordinal, k.offset, k.size});
+    pc.layout_source = "cubin";
+  }
+
+  if (d.kernel_params) {
+    uint64_t total = 0;
+    for (const ParamSlot& p : pc.params) total = std::max(total, p.offset + p.size);
+    pc.buffer.assign(total, 0);
+    for (const ParamSlot& p : pc.params) {
+      const void* src = d.kernel_params[p.index];
+      if (!src && p.size) throw std::runtime_error("kernelParams[" + std::to_string(p.index) + "] of " + kernel_name + " is NULL");
+      if (p.size) std::memcpy(pc.buffer.data() + p.offset, src, p.size);
+    }
+    if (pc.params.empty()) pc.layout_source = "none";
+    return pc;
+  }
+
+  if (d.extra) {
+    const void* buf = nullptr;
+    size_t size = 0;
+    bool have_size = false;
+    for (size_t i = 0; i < 64 && d.extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (d.extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = d.extra[i + 1];
+      else if (d.extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && d.extra[i + 1]) {
+        size = *static_cast<const size_t*>(d.extra[i + 1]);
+        have_size = true;
+      }
+    }
+    if (!buf || !have_size)
+      throw std::runtime_error("the `extra` launch options of " + kernel_name +
+                               " hold no CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE pair");
+    pc.form = "extra";
+    const auto* b = static_cast<const unsigned char*>(buf);
+    pc.buffer.assign(b, b + size);
+    // Keep the driver's per-parameter layout when it fits the buffer, else one parameter.
+    bool fits = !pc.params.empty();
+    for (const ParamSlot& p : pc.params) fits = fits && p.offset + p.size <= size;
+    if (!fits) {
+      pc.params.assign(1, ParamSlot{0, 0, size});
+      pc.layout_source = "extra-buffer";
+    }
+    return pc;
+  }
+
+  // Neither form: a kernel without parameters.
+  pc.params.clear();
+  pc.layout_source = "none";
+  return pc;
+}
+
+}  // namespace kc

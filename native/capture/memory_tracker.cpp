@@ -1,0 +1,131 @@
+#include "memory_tracker.hpp"
+
+#include <algorithm>
+
+namespace kc {
+
+void MemoryTracker::carve(std::map<uint64_t, TrackedRegion>& m, uint64_t base, uint64_t size) {
+  const uint64_t end = base + size;
+  auto it = m.upper_bound(base);
+  if (it != m.begin()) --it;
+  while (it != m.end() && it->second.base < end) {
+    TrackedRegion r = it->second;
+    if (r.end() <= base) { ++it; continue; }
+    it = m.erase(it);
+    if (r.base < base) {  // keep the part below the carved range
+      TrackedRegion lo = r;
+      lo.size = base - r.base;
+      m.emplace(lo.base, lo);
+    }
+    if (r.end() > end) {  // and the part above it
+      TrackedRegion hi = r;
+      hi.base = end;
+      hi.size = r.end() - end;
+      it = m.emplace(hi.base, hi).first;
+      ++it;
+    }
+  }
+}
+
+void MemoryTracker::on_alloc(uint64_t base, uint64_t size, const char* api, const char* kind, CUcontext ctx) {
+  if (!base || !size) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  // The driver just handed out this range: anything we still list there is stale.
+  carve(allocs_, base, size);
+  TrackedRegion r;
+  r.base = base; r.size = size; r.api = api; r.kind = kind; r.ctx = ctx;
+  allocs_[base] = r;
+}
+
+void MemoryTracker::on_free(uint64_t base) {
+  std::lock_guard<std::mutex> lock(mu_);
+  allocs_.erase(base);
+}
+
+void MemoryTracker::on_reserve(uint64_t base, uint64_t size) {
+  if (!base || !size) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  reservations_[base] = size;
+}
+
+void MemoryTracker::on_address_free(uint64_t base) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reservations_.find(base);
+  if (it == reservations_.end()) return;
+  carve(mapped_, base, it->second);
+  reservations_.erase(it);
+}
+
+void MemoryTracker::on_map(uint64_t base, uint64_t size) {
+  if (!base || !size) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  carve(mapped_, base, size);
+  TrackedRegion r;
+  r.base = base; r.size = size; r.api = "cuMemMap"; r.kind = "vmm";
+  auto it = reservations_.upper_bound(base);
+  if (it != reservations_.begin()) {
+    --it;
+    if (base >= it->first && base + size <= it->first + it->second) {
+      r.reserve_base = it->first;
+      r.reserve_size = it->second;
+    }
+  }
+  mapped_[base] = r;
+}
+
+void MemoryTracker::on_unmap(uint64_t base, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  carve(mapped_, base, size);
+}
+
+void MemoryTracker::on_host_alloc(uint64_t base, uint64_t size, const char* api) {
+  if (!base) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  host_[base] = HostRegion{base, size, api};
+}
+
+void MemoryTracker::on_host_free(uint64_t base) {
+  std::lock_guard<std::mutex> lock(mu_);
+  host_.erase(base);
+}
+
+void MemoryTracker::drop_context(CUcontext ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = allocs_.begin(); it != allocs_.end();) it = it->second.ctx == ctx ? allocs_.erase(it) : std::next(it);
+}
+
+std::vector<TrackedRegion> MemoryTracker::regions_for(CUcontext ctx) const {
+  std::vector<TrackedRegion> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [b, r] : allocs_)
+    if (!ctx || !r.ctx || r.ctx == ctx) out.push_back(r);
+  for (const auto& [b, r] : mapped_) {
+    if (!out.empty() && out.back().kind == r.kind && out.back().end() == r.base &&
+        out.back().reserve_base == r.reserve_base && r.reserve_base != 0) {
+      out.back().size += r.size;  // PyTorch expandable segments map page by page
+    } else {
+      out.push_back(r);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const TrackedRegion& a, const TrackedRegion& b) { return a.base < b.base; });
+  // Allocations and mappings come from disjoint address ranges; should a stale entry
+  // ever overlap a newer one, keep regions disjoint by trimming the earlier one.
+  std::vector<TrackedRegion> disjoint;
+  for (const TrackedRegion& r : out) {
+    if (!disjoint.empty() && disjoint.back().end() > r.base) {
+      disjoint.back().size = r.base - disjoint.back().base;
+      if (disjoint.back().size == 0) disjoint.pop_back();
+    }
+    disjoint.push_back(r);
+  }
+  return disjoint;
+}
+
+std::vector<HostRegion> MemoryTracker::host_regions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<HostRegion> out;
+  for (const auto& [b, h] : host_) out.push_back(h);
+  return out;
+}
+
+}  // namespace kc

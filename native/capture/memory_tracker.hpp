@@ -1,0 +1,59 @@
+// Live device allocations of the process, kept from the allocation callbacks so the
+// capture knows every region the kernel could reach (docs/capture-format.md,
+// "Regions"). VMM memory counts by its *mapped* ranges (cuMemMap), since only mapped
+// pages can be read; host allocations are recorded, never snapshotted.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace kc {
+
+struct TrackedRegion {
+  uint64_t base = 0;
+  uint64_t size = 0;
+  const char* api = "";   // the allocating call, e.g. "cuMemAlloc_v2", "cuMemMap"
+  const char* kind = "";  // device | managed | async | vmm
+  CUcontext ctx = nullptr;
+  uint64_t reserve_base = 0, reserve_size = 0;  // vmm: the enclosing cuMemAddressReserve range
+  uint64_t end() const { return base + size; }
+};
+
+struct HostRegion {
+  uint64_t base = 0;
+  uint64_t size = 0;
+  const char* api = "";
+};
+
+class MemoryTracker {
+ public:
+  void on_alloc(uint64_t base, uint64_t size, const char* api, const char* kind, CUcontext ctx);
+  void on_free(uint64_t base);
+  void on_reserve(uint64_t base, uint64_t size);
+  void on_address_free(uint64_t base);
+  void on_map(uint64_t base, uint64_t size);
+  void on_unmap(uint64_t base, uint64_t size);
+  void on_host_alloc(uint64_t base, uint64_t size, const char* api);
+  void on_host_free(uint64_t base);
+  void drop_context(CUcontext ctx);
+
+  // Regions to snapshot for a launch in `ctx`: that context's allocations plus every
+  // mapped VMM range (adjacent mappings of one reservation merged), sorted by base.
+  std::vector<TrackedRegion> regions_for(CUcontext ctx) const;
+  std::vector<HostRegion> host_regions() const;
+
+ private:
+  // Removes entries of `m` overlapping [base, base+size); trims partial overlaps.
+  static void carve(std::map<uint64_t, TrackedRegion>& m, uint64_t base, uint64_t size);
+
+  mutable std::mutex mu_;
+  std::map<uint64_t, TrackedRegion> allocs_;    // cuMemAlloc*, managed, async
+  std::map<uint64_t, TrackedRegion> mapped_;    // cuMemMap ranges
+  std::map<uint64_t, uint64_t> reservations_;   // base -> size
+  std::map<uint64_t, HostRegion> host_;
+};
+
+}  // namespace kc

@@ -1,0 +1,319 @@
+// CPU unit tests of the interposer's GPU-independent parts: the cubin reader, SHA-256,
+// the JSON writer and KERNCAP_COMMAND parser, the kernel matcher, the blob store (and
+// its ENOSPC test hook), the memory tracker and the cubin selection.
+//
+// Usage: capture_units_test <a.cubin> <variant.cubin> <scratch dir>
+// Prints one JSON object of facts for tests/test_cubin_elf.py to cross-check
+// (sha256, blob names) and exits non-zero on the first failed check.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "blob_store.hpp"
+#include "config.hpp"
+#include "cubin_elf.hpp"
+#include "fsutil.hpp"
+#include "json_writer.hpp"
+#include "memory_tracker.hpp"
+#include "module_registry.hpp"
+#include "sha256.hpp"
+#include "xxh64.hpp"
+
+using namespace kc;
+
+static int failures = 0;
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                            \
+    }                                                                        \
+  } while (0)
+
+template <class F>
+static bool throws(F f) {
+  try {
+    f();
+  } catch (const std::exception&) {
+    return true;
+  }
+  return false;
+}
+
+static std::vector<unsigned char> read_file(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+static bool file_exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+static void test_cubin(const std::vector<unsigned char>& bytes, JsonWriter& facts) {
+  Cubin c = Cubin::parse(bytes.data(), bytes.size());
+  std::set<std::string> fns;
+  for (const auto& n : c.function_names()) fns.insert(n);
+  CHECK(fns.count("scale_kern"));
+  CHECK(fns.count("_Z4tmplIfEvPT_S0_"));
+  CHECK(fns.count("_Z4tmplIdEvPT_S0_"));
+  CHECK(fns.count("_Z5spillPfi"));
+  CHECK(c.has_function("scale_kern"));
+  CHECK(!c.has_function("scale"));  // an object, not a function
+
+  std::set<std::string> globals;
+  for (const ModuleGlobal& g : c.module_globals()) {
+    globals.insert(g.name + "@" + g.section + ":" + std::to_string(g.size));
+  }
+  CHECK(globals.count("scale@.nv.constant3:4"));
+  CHECK(globals.count("table@.nv.constant3:64"));
+  CHECK(globals.count("counter@.nv.global:4"));
+  CHECK(globals.count("hidden@.nv.global:4"));
+  CHECK(globals.count("ginit@.nv.global.init:16"));
+  CHECK(globals.size() == 5);  // nothing from .nv.constant0.* parameter banks
+
+  KernelInfo k = c.kernel_info("scale_kern");
+  CHECK(k.num_regs > 0);
+  CHECK(k.static_shared >= 1024);  // float tile[256]
+  CHECK(k.param_bank > 0);
+  CHECK(k.params.size() == 3);
+  if (k.params.size() == 3) {
+    CHECK(k.params[0].offset == 0 && k.params[0].size == 8);
+    CHECK(k.params[1].offset == 8 && k.params[1].size == 8);
+    CHECK(k.params[2].offset == 16 && k.params[2].size == 4);
+  }
+  KernelInfo s = c.kernel_info("_Z5spillPfi");
+  CHECK(s.frame_size == 256);  // float loc[64] lives in local memory
+  KernelInfo none = c.kernel_info("no_such_kernel");
+  CHECK(none.num_regs == -1 && none.params.empty());
+
+  facts.field("sha256", sha256_hex(bytes.data(), bytes.size()));
+  facts.field("scale_kern_regs", k.num_regs);
+
+  // Malformed images: every truncation throws ElfError or parses; none may crash
+  // (the test is built with AddressSanitizer).
+  for (size_t n = 0; n < bytes.size(); n += 61) {
+    try {
+      Cubin t = Cubin::parse(bytes.data(), n, false);
+      t.function_names();
+      t.module_globals();
+      t.kernel_info("scale_kern");
+    } catch (const ElfError&) {
+    }
+  }
+  std::vector<unsigned char> junk(bytes);
+  for (size_t i = 64; i < junk.size(); i += 7) junk[i] ^= 0x5a;  // corrupt everything past the header
+  try {
+    Cubin t = Cubin::parse(junk.data(), junk.size(), false);
+    t.function_names();
+    t.module_globals();
+    t.kernel_info("scale_kern");
+  } catch (const ElfError&) {
+  }
+  CHECK(throws([] { Cubin::parse("not an elf", 10); }));
+  std::vector<unsigned char> bad(bytes);
+  bad[0x28] = 0xff; bad[0x2f] = 0x7f;  // e_shoff far past the end
+  CHECK(throws([&] { Cubin::parse(bad.data(), bad.size()); }));
+}
+
+static void test_small_pieces() {
+  CHECK(is_module_constant_section(".nv.constant3"));
+  CHECK(is_module_constant_section(".nv.constant12"));
+  CHECK(is_module_constant_section(".nv.constant2._Z3foov"));
+  CHECK(!is_module_constant_section(".nv.constant0"));
+  CHECK(!is_module_constant_section(".nv.constant0._Z3foov"));
+  CHECK(!is_module_constant_section(".nv.constant"));
+  CHECK(!is_module_constant_section(".nv.constantx"));
+  CHECK(!is_module_constant_section(".nv.global"));
+
+  CHECK(sha256_hex("", 0) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256_hex("abc", 3) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const char* two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  CHECK(sha256_hex(two, 56) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+
+  std::vector<std::string> argv;
+  CHECK(parse_json_string_list("[\"python3\", \"app.py\", \"--x=\\\"q\\\"\", \"\\u00e9\\n\"]", argv));
+  CHECK(argv.size() == 4 && argv[2] == "--x=\"q\"" && argv[3] == "\xc3\xa9\n");
+  CHECK(parse_json_string_list(" [ ] ", argv) && argv.empty());
+  CHECK(!parse_json_string_list("[\"a\",]", argv));
+  CHECK(!parse_json_string_list("python3 app.py", argv));
+  CHECK(!parse_json_string_list("[1]", argv));
+
+  KernelMatcher sub("tmpl<float>", MatchMode::Substring);
+  CHECK(sub.matches_symbol("_Z4tmplIfEvPT_S0_"));
+  CHECK(!sub.matches_symbol("_Z4tmplIdEvPT_S0_"));
+  KernelMatcher re("^scale_k.*n$", MatchMode::Regex);
+  CHECK(re.matches_symbol("scale_kern"));
+  CHECK(!re.matches_symbol("xscale_kern"));
+  KernelMatcher exact("_Z5spillPfi", MatchMode::Exact);
+  CHECK(exact.matches_symbol("_Z5spillPfi"));
+  CHECK(!exact.matches("spill", "spill(float*, int)"));
+  CHECK(throws([] { KernelMatcher bad("(", MatchMode::Regex); }));
+  CHECK(demangle("_Z5spillPfi") == "spill(float*, int)");
+  CHECK(demangle("scale_kern") == "scale_kern");
+}
+
+static void test_blob_store(const std::string& dir, JsonWriter& facts) {
+  const std::string blobs = path_join(dir, "blobs");
+  make_dir(blobs);
+  BlobStore store(blobs, nullptr);
+  std::vector<unsigned char> zero(4 << 20, 0), data(1000003);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 131 + 7);
+  uint64_t h = 0;
+  CHECK(!store.put(zero.data(), zero.size(), &h));
+  CHECK(all_zero(zero.data() + 1, zero.size() - 3));
+  zero[zero.size() - 1] = 1;
+  CHECK(!all_zero(zero.data(), zero.size()));
+  CHECK(!all_zero(zero.data() + 5, zero.size() - 5));
+  CHECK(store.put(data.data(), data.size(), &h));
+  const std::string path = path_join(blobs, xxh64_hex(h) + ".bin");
+  CHECK(file_exists(path));
+  CHECK(read_file(path) == data);
+  CHECK(store.stored_bytes() == data.size());
+  CHECK(store.put(data.data(), data.size(), &h));
+  CHECK(store.stored_bytes() == data.size());  // deduplicated
+  facts.field("blob", xxh64_hex(h)).field("blob_path", path);
+
+  // The ENOSPC hook: the write that crosses the budget fails, names the file and leaves nothing behind.
+  const std::string blobs2 = path_join(dir, "blobs2");
+  make_dir(blobs2);
+  WriteBudget budget;
+  budget.limit = 1500000;
+  BlobStore limited(blobs2, &budget);
+  CHECK(limited.put(data.data(), data.size(), &h));
+  data[0] ^= 1;
+  bool enospc = false;
+  try {
+    limited.put(data.data(), data.size(), &h);
+  } catch (const IoError& e) {
+    enospc = e.err == ENOSPC && std::string(e.what()).find(xxh64_hex(h)) != std::string::npos;
+  }
+  CHECK(enospc);
+  CHECK(!file_exists(path_join(blobs2, xxh64_hex(h) + ".bin")));
+}
+
+static void test_memory_tracker() {
+  MemoryTracker m;
+  auto ctx = reinterpret_cast<CUcontext>(0x10);
+  auto other = reinterpret_cast<CUcontext>(0x20);
+  m.on_alloc(0x100000, 0x1000, "cuMemAlloc_v2", "device", ctx);
+  m.on_alloc(0x200000, 0x2000, "cuMemAllocManaged", "managed", ctx);
+  m.on_alloc(0x300000, 0x1000, "cuMemAlloc_v2", "device", other);
+  auto r = m.regions_for(ctx);
+  CHECK(r.size() == 2 && r[0].base == 0x100000 && r[1].kind == std::string("managed"));
+  m.on_free(0x100000);
+  CHECK(m.regions_for(ctx).size() == 1);
+  // A new allocation over a stale entry replaces it (regions never overlap).
+  m.on_alloc(0x201000, 0x1000, "cuMemAllocAsync", "async", ctx);
+  r = m.regions_for(ctx);
+  CHECK(r.size() == 2 && r[0].base == 0x200000 && r[0].size == 0x1000 && r[1].base == 0x201000);
+
+  // VMM: a reservation mapped page by page is one region; an unmap splits it.
+  const uint64_t res = 0x7f0000000000ull, page = 2 << 20;
+  m.on_reserve(res, 64ull << 20);
+  for (int i = 0; i < 4; ++i) m.on_map(res + i * page, page);
+  r = m.regions_for(ctx);
+  CHECK(r.size() == 3 && r[2].base == res && r[2].size == 4 * page && r[2].reserve_size == (64ull << 20));
+  m.on_unmap(res + page, page);
+  r = m.regions_for(ctx);
+  CHECK(r.size() == 4 && r[2].size == page && r[3].base == res + 2 * page && r[3].size == 2 * page);
+  m.on_address_free(res);
+  CHECK(m.regions_for(ctx).size() == 2);
+  m.drop_context(ctx);
+  CHECK(m.regions_for(ctx).empty());
+
+  m.on_host_alloc(0x5000, 64, "cuMemHostAlloc");
+  CHECK(m.host_regions().size() == 1);
+  m.on_host_free(0x5000);
+  CHECK(m.host_regions().empty());
+}
+
+static void test_selection(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b,
+                           JsonWriter& facts) {
+  KernelMatcher matcher("scale_kern", MatchMode::Substring);
+  KernelMatcher nothing("no_such_kernel", MatchMode::Exact);
+  DriverFuncAttrs attrs;
+  {
+    ModuleRegistry reg;
+    reg.on_module_loaded(1, a.data(), a.size(), nothing);
+    CHECK(!reg.choose("scale_kern", {}, attrs).cubin);  // filtered out: not kept
+    reg.on_module_loaded(2, a.data(), a.size(), matcher);
+    reg.on_module_loaded(3, a.data(), a.size(), matcher);  // the same bytes loaded twice
+    CubinChoice c = reg.choose("scale_kern", {}, attrs);
+    CHECK(c.cubin && c.selection == "unique-symbol" && c.candidates == 1);
+  }
+  ModuleRegistry reg;
+  {
+    ModuleCollector outer;
+    reg.on_module_loaded(10, a.data(), a.size(), matcher);
+    ModuleCollector::note_loaded(10);
+    {
+      ModuleCollector inner;
+      reg.on_module_loaded(11, b.data(), b.size(), matcher);
+      ModuleCollector::note_loaded(11);
+      CHECK(inner.ids() == std::vector<uint32_t>{11});
+    }
+    CHECK(outer.ids() == std::vector<uint32_t>{10});
+  }
+  auto mod_b = reinterpret_cast<CUmodule>(0xb0);
+  reg.pair_module(mod_b, {11});
+  CHECK(reg.any_kept({11}) && !reg.any_kept({99}));
+  const int regs_a = Cubin::parse(a.data(), a.size()).kernel_info("scale_kern").num_regs;
+  const int regs_b = Cubin::parse(b.data(), b.size()).kernel_info("scale_kern").num_regs;
+
+  CubinChoice by_handle = reg.choose("scale_kern", reg.ids_for_module(mod_b), attrs);
+  CHECK(by_handle.selection == "handle" && by_handle.candidates == 2);
+  CHECK(by_handle.cubin && by_handle.cubin->module_id == 11);
+
+  attrs.num_regs = regs_b;
+  CubinChoice by_attrs = reg.choose("scale_kern", {}, attrs);
+  if (regs_a != regs_b) {
+    CHECK(by_attrs.selection == "attributes" && by_attrs.cubin->module_id == 11);
+  } else {
+    CHECK(by_attrs.selection == "ambiguous" && !by_attrs.warnings.empty());
+  }
+  attrs.num_regs = regs_a;
+  CubinChoice verified = reg.choose("scale_kern", {11}, attrs);
+  CHECK(verified.selection == "handle");
+  bool has_regs = false;
+  for (const auto& [k, ok] : verified.verified)
+    if (k == "num_regs") has_regs = (ok == (regs_a == regs_b));
+  CHECK(has_regs);
+
+  reg.on_module_unloading(11);
+  CHECK(reg.ids_for_module(mod_b).empty());
+  CHECK(reg.choose("scale_kern", {}, DriverFuncAttrs()).selection == "unique-symbol");
+  facts.field("regs_a", regs_a).field("regs_b", regs_b);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s a.cubin variant.cubin scratch-dir\n", argv[0]);
+    return 2;
+  }
+  const auto a = read_file(argv[1]);
+  const auto b = read_file(argv[2]);
+  JsonWriter facts;
+  facts.begin_object();
+  try {
+    test_cubin(a, facts);
+    test_small_pieces();
+    test_blob_store(argv[3], facts);
+    test_memory_tracker();
+    test_selection(a, b, facts);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "unexpected exception: %s\n", e.what());
+    ++failures;
+  }
+  facts.field("escapes", std::string("q\"b\\n\n\x01\xff\xc3\xa9"));
+  facts.field("failures", failures);
+  facts.end_object();
+  std::printf("%s\n", facts.str().c_str());
+  return failures ? 1 : 0;
+}

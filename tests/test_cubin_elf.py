@@ -1,0 +1,104 @@
+"""CPU tests of the capture interposer's GPU-independent C++ parts.
+
+Builds native/capture/test/capture_units_test.cpp (with AddressSanitizer) against real
+cubins compiled here by nvcc from native/capture/test/sample_kernels.cu, runs it, and
+cross-checks what it reports (cubin SHA-256, blob names, JSON escaping) with Python's
+own hashlib / xxhash / json. Skipped when nvcc or a C++ compiler is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import xxhash
+
+ROOT = Path(__file__).resolve().parents[1]
+NATIVE = ROOT / "native"
+TEST_SRC = NATIVE / "capture" / "test"
+PURE_SOURCES = [
+    NATIVE / "common" / "cubin_elf.cpp",
+    *(NATIVE / "capture" / f"{name}.cpp" for name in
+      ("config", "fsutil", "blob_store", "memory_tracker", "module_registry")),
+]
+
+
+def _cuda_home() -> Path | None:
+    """A toolkit root holding bin/nvcc and include/cupti.h."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots += [str(Path(nvcc).parent.parent), str(Path(nvcc).resolve().parent.parent)]
+    roots.append("/usr/local/cuda")
+    for root in filter(None, roots):
+        if (Path(root) / "bin" / "nvcc").exists() and (Path(root) / "include" / "cupti.h").exists():
+            return Path(root)
+    return None
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cuda = _cuda_home()
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    if cuda is None or cxx is None:
+        pytest.skip("needs nvcc, cupti.h and a C++ compiler")
+    work = tmp_path_factory.mktemp("capture_units")
+    nvcc = str(cuda / "bin" / "nvcc")
+    cubins = {}
+    for name, extra in (("a", []), ("variant", ["-DVARIANT"])):
+        out = work / f"{name}.cubin"
+        r = _run([nvcc, "-cubin", "-arch=sm_90", *extra, "-o", str(out), str(TEST_SRC / "sample_kernels.cu")])
+        assert r.returncode == 0, f"nvcc failed:\n{r.stderr}"
+        cubins[name] = out
+    exe = work / "capture_units_test"
+    r = _run([
+        cxx, "-std=c++17", "-g", "-O1", "-Wall", "-Wextra", "-Werror", "-Wno-maybe-uninitialized",
+        "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+        f"-I{NATIVE / 'common'}", f"-I{NATIVE / 'capture'}", f"-I{cuda / 'include'}",
+        str(TEST_SRC / "capture_units_test.cpp"), *map(str, PURE_SOURCES), "-o", str(exe),
+    ])
+    assert r.returncode == 0, f"building the unit test failed:\n{r.stderr[-4000:]}"
+    return exe, cubins, work
+
+
+def test_units_pass_and_agree_with_python(built):
+    exe, cubins, work = built
+    scratch = work / "scratch"
+    scratch.mkdir()
+    r = _run([str(exe), str(cubins["a"]), str(cubins["variant"]), str(scratch)],
+             env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
+    assert r.returncode == 0, f"C++ checks failed:\n{r.stderr}\n{r.stdout}"
+    facts = json.loads(r.stdout)  # also proves the JSON writer's output parses
+    assert facts["failures"] == 0
+    assert facts["sha256"] == hashlib.sha256(cubins["a"].read_bytes()).hexdigest()
+
+    blob = Path(facts["blob_path"])
+    data = blob.read_bytes()
+    assert facts["blob"] == xxhash.xxh64(data, seed=0).hexdigest()
+    assert blob.name == f"{facts['blob']}.bin"
+    # Escaping: control bytes as \\u00XX, invalid UTF-8 as U+FFFD, valid UTF-8 kept.
+    assert facts["escapes"] == 'q"b\\n\n\x01\ufffd\u00e9'
+    assert not list(scratch.rglob("*.tmp.*")), "a temp file was left behind"
+
+
+def test_exported_symbols_only_the_injection_api():
+    """The built interposer (if a build tree is around) exports exactly three symbols."""
+    candidates = [Path(p) for p in os.environ.get("KERNCAP_INJECT_LIB", "").split(os.pathsep) if p]
+    candidates += list(ROOT.glob("build/*/native/capture/libkerncap_inject.so"))
+    lib = next((p for p in candidates if p.is_file()), None)
+    nm = shutil.which("nm")
+    if lib is None or nm is None:
+        pytest.skip("no built libkerncap_inject.so (set KERNCAP_INJECT_LIB) or no nm")
+    r = _run([nm, "-D", "--defined-only", str(lib)])
+    assert r.returncode == 0, r.stderr
+    names = {line.split()[-1] for line in r.stdout.splitlines() if line.strip()}
+    assert names == {"InitializeInjection", "kerncap_benchmark_enter", "kerncap_benchmark_exit"}
