@@ -23,6 +23,7 @@
 
 #include "capture_session.hpp"
 #include "config.hpp"
+#include "crash_report.hpp"
 #include "driver.hpp"
 #include "func_cache.hpp"
 #include "launch_record.hpp"
@@ -734,6 +735,7 @@ void initialize() {
 KC_EXPORT int InitializeInjection(void) {
   static std::atomic<bool> done{false};
   if (done.exchange(true)) return 1;
+  kc::install_crash_reporter();
   try {
     kc::initialize();
   } catch (const std::exception& e) {
