@@ -20,19 +20,12 @@ void* driver_library() {
   return handle;
 }
 
-void* driver_symbol(const char* base_name) {
-  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-  static GetProc get_proc = [] {
-    void* p = dlsym(driver_library(), "cuGetProcAddress_v2");
-    if (!p) throw std::runtime_error("libcuda.so.1 has no cuGetProcAddress_v2: driver older than CUDA 12");
-    return reinterpret_cast<GetProc>(p);
-  }();
-  void* fn = nullptr;
-  CUdriverProcAddressQueryResult status;
-  CUresult r = get_proc(base_name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
-  if (r != CUDA_SUCCESS || !fn || status != CU_GET_PROC_ADDRESS_SUCCESS) {
-    throw std::runtime_error(std::string("CUDA driver has no entry point ") + base_name +
-                             " (driver too old for CUDA " + std::to_string(CUDA_VERSION) + "?)");
+void* driver_symbol(const char* name) {
+  void* fn = dlsym(driver_library(), name);
+  if (!fn) {
+    throw std::runtime_error(std::string("the CUDA driver (libcuda.so.1) has no entry point ") + name +
+                             ": driver older than the CUDA " + std::to_string(CUDA_VERSION / 1000) +
+                             " headers kerncap was built with? Update the NVIDIA driver.");
   }
   return fn;
 }

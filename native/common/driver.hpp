@@ -1,10 +1,13 @@
 // Run-time access to the CUDA driver API.
 //
 // Nothing in kerncap links against libcuda (build machines have none, DESIGN fact 11):
-// entry points are resolved on first use through cuGetProcAddress from
-// dlopen("libcuda.so.1"). Use KC_CU(cuMemAlloc)(&p, n): the base name is looked up
-// (cuGetProcAddress picks the ABI version matching the cuda.h we compiled against)
-// and the pointer is cached per call site.
+// entry points are resolved on first use with dlsym on dlopen("libcuda.so.1"). Use
+// KC_CU(cuMemAlloc)(&p, n): the name is looked up *after* cuda.h's versioning macros
+// (cuMemAlloc -> "cuMemAlloc_v2"), so the symbol has exactly the prototype we compiled
+// against. Not cuGetProcAddress(base name, CUDA_VERSION): it returns the newest ABI,
+// which for some calls differs from the header's unversioned prototype (measured on
+// the H200: "cuCtxGetDevice" at 13000 is cuCtxGetDevice_v2(CUdevice*, CUcontext) and
+// crashed when called with one argument).
 #pragma once
 #include <cuda.h>
 
@@ -22,8 +25,8 @@ class CudaError : public std::runtime_error {
 
 // Loads libcuda.so.1 once; throws std::runtime_error naming the library when absent.
 void* driver_library();
-// Resolves a driver entry point by base name ("cuMemAlloc"); throws when missing.
-void* driver_symbol(const char* base_name);
+// Resolves an exported driver symbol ("cuMemAlloc_v2"); throws when missing.
+void* driver_symbol(const char* name);
 // "CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal memory access was encountered".
 std::string cu_error_string(CUresult r);
 
@@ -38,10 +41,11 @@ void check(CUresult r, const char* call, const std::string& what = std::string()
 
 }  // namespace kc
 
-// decltype(&::cuMemAlloc) expands cuda.h's versioning macro (cuMemAlloc_v2) while
-// #name keeps the base name that cuGetProcAddress wants.
+#define KC_STR2(x) #x
+#define KC_STR(x) KC_STR2(x)
+// decltype(&::cuMemAlloc) and KC_STR(cuMemAlloc) both see the expanded cuMemAlloc_v2.
 #define KC_CU(name) \
-  ([]() -> decltype(&::name) { static ::kc::DriverFn<decltype(&::name)> f(#name); return f.fn; }())
+  ([]() -> decltype(&::name) { static ::kc::DriverFn<decltype(&::name)> f(KC_STR(name)); return f.fn; }())
 
 // KC_CHECK(cuMemAlloc, (&p, n), "region 3") -> checked call naming the object.
 #define KC_CHECK(name, args, what) ::kc::check(KC_CU(name) args, #name, (what))
