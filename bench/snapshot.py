@@ -2,7 +2,7 @@
 
 Extracts kc_touch from testapps/python/big_alloc.py twice: with the 8 GB filled with
 zeros (chunks elided: goal >= 10 GB/s) and with random bytes (every chunk stored: bound
-by the disk). Rates are logical bytes (provenance.bytes.logical) over the capture time
+by the disk). Rates are logical bytes moved, pre- plus post-state (provenance.bytes.snapshotted), over the capture time
 the interposer recorded (provenance.capture_seconds.total). The disk's own write speed
 is measured in the same run (2 GB, buffered and with fsync) on the output's file system.
 
@@ -55,7 +55,7 @@ def capture_big_alloc(fill: str, gb: int, directory: Path) -> dict:
     shutil.rmtree(output, ignore_errors=True)
     return {
         "fill": fill, "extract_wall_s": wall, "capture_seconds": seconds, "bytes": size,
-        "logical_gbps": size["logical"] / seconds["total"] / GB,
+        "logical_gbps": size["snapshotted"] / seconds["total"] / GB,
     }
 
 

@@ -203,7 +203,9 @@ std::string CaptureSession::after_launch(CUresult launch_result) {
   KC_CHECK(cuCtxSynchronize, (), "the target's context after " + func_.name + " ran (did the kernel fault?)");
   post_ = snap_->run(snapshot_items());
   post_s_ = seconds_since(t_post);
-  logical_bytes_ = snap_->logical_bytes();
+  snapshotted_bytes_ = snap_->logical_bytes();  // pre + post, what the snapshot moved
+  logical_bytes_ = 0;  // the captured address space: every region once
+  for (const TrackedRegion& r : regions_) logical_bytes_ += r.size;
   log("post-state in " + std::to_string(post_s_) + " s");
   snap_.reset();  // frees the pinned ring before the app continues
 
@@ -281,7 +283,7 @@ void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
   w.field("dispatch_index", dispatch_index_);
   w.key("match").begin_object().field("pattern", cfg_.kernel).field("mode", match_mode_name(cfg_.match)).end_object();
   w.key("capture_seconds").begin_object().field("pre", pre_s_).field("post", post_s_).field("total", total_s).end_object();
-  w.key("bytes").begin_object().field("logical", logical_bytes_).field("stored", blobs_ ? blobs_->stored_bytes() : 0);
+  w.key("bytes").begin_object().field("logical", logical_bytes_).field("snapshotted", snapshotted_bytes_).field("stored", blobs_ ? blobs_->stored_bytes() : 0);
   w.end_object();
   w.end_object();
 }

@@ -93,6 +93,7 @@ class CaptureSession {
   std::chrono::steady_clock::time_point t_start_;
   double pre_s_ = 0, post_s_ = 0;
   uint64_t logical_bytes_ = 0;
+  uint64_t snapshotted_bytes_ = 0;
   std::string time_utc_;
 };
 
