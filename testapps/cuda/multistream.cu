@@ -63,6 +63,9 @@ int main() {
   // Start the target only once the writer is busy.
   while (launched.load() < 200) std::this_thread::sleep_for(std::chrono::microseconds(100));
   for (int it = 0; it < 3; ++it) {
+    // Clear the output first, so every dispatch really changes it (an idempotent
+    // rewrite of the same values would leave pre == post).
+    TA_CHECK(cudaMemsetAsync(out, 0, n * sizeof(float), 0));
     ms_target<<<(n + 255) / 256, 256>>>(in, out, n);
     TA_CHECK(cudaGetLastError());
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -20,7 +20,10 @@ def main() -> None:
     torch.cuda.synchronize()
     write_report(x=x, y=y, n=n)
     compiled = torch.compile(fused)
-    for _ in range(3):
+    for i in range(3):
+        # New inputs each call: a re-run on the same inputs may land in a block that
+        # already holds the same result, and then pre == post.
+        x.add_(0.25)
         out = compiled(x, y)
     torch.cuda.synchronize()
     if not torch.allclose(out, fused(x, y), atol=1e-5, rtol=1e-5):

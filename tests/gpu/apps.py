@@ -51,9 +51,9 @@ APPS: dict[str, AppSpec] = {
         AppSpec("multistream", "ms_target", dispatch=1, writes=("out",), reads=("in", "other")),
         AppSpec("torch_matmul", "nvjet", python=True, writes=("c",), reads=("a", "b", "d"), exact=False),
         # keep_running: the chosen config reaches the report only after tuning.
-        AppSpec("triton_autotune", "kc_autotune_add", python=True, keep_running=True,
+        AppSpec("triton_autotune", "kc_autotune_add", python=True, keep_running=True, dispatch=1,
                 writes=("out",), reads=("x", "y")),
-        AppSpec("torch_compile", "triton_poi_fused", python=True, reads=("x", "y"), exact=False, timeout=400.0),
+        AppSpec("torch_compile", "triton_poi_fused", python=True, dispatch=1, reads=("x", "y"), exact=False, timeout=400.0),
         AppSpec("torch_expandable", "lerp", python=True, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
                 writes=("out",), reads=("a", "b"), exact=False),
     ]
@@ -61,7 +61,8 @@ APPS: dict[str, AppSpec] = {
 
 # Apps used only for failure paths (test_capture_errors.py).
 GRAPH_TARGET = AppSpec("graph_target", "graph_scale", keep_running=True)
-PROFILER_CONFLICT = AppSpec("torch_profiler_conflict", "lerp", python=True)
+# An app that subscribes to CUPTI itself before its first CUDA call.
+PROFILER_CONFLICT = AppSpec("cupti_first", "cupti_first_scale")
 
 
 def u64(raw: bytes) -> int:

@@ -9,6 +9,7 @@ the process allocates GPU memory.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -43,9 +44,9 @@ class NativeSession:
         self.items = [r for r in cap.regions if r.size > 0] + [g for g in cap.globals if g.size > 0]
         self.session.load_state(str(cap.root / "blobs"), cap.chunk_size, [self._item_spec(i) for i in self.items],
                                 reader_threads)
-        self.session.set_launch(self._launch_spec())
         self._loaded_sha: str | None = None
         self._loaded_label: str | None = None
+        self._loaded_overrides: dict[str, Any] | None = None
         self.kernel_attributes: dict[str, int] = {}
         self.load(None)
         self.open_seconds = time.perf_counter() - t0
@@ -69,8 +70,12 @@ class NativeSession:
         s.pre, s.post = list(item.pre), list(item.post)
         return s
 
-    def _launch_spec(self):
-        cap, launch, kernel = self.capture, self.capture.launch, self.capture.kernel
+    def _launch_spec(self, overrides: dict[str, Any] | None = None):
+        """The captured launch; `overrides` (a variant's .launch.json: grid, block,
+        shared_mem_bytes) replace what a recompile with another config changed."""
+        cap, kernel = self.capture, self.capture.kernel
+        launch = {**cap.launch, **{k: v for k, v in (overrides or {}).items()
+                                   if k in ("grid", "block", "shared_mem_bytes")}}
         s = self.core.LaunchSpec()
         try:
             s.kernel_name = kernel["name"]
@@ -98,8 +103,10 @@ class NativeSession:
         except OSError as exc:
             raise KerncapError(f"cannot read cubin {path}: {exc.strerror}", "check the --cubin path") from None
         sha = hashlib.sha256(image).hexdigest()
-        if sha == self._loaded_sha:
+        overrides = self._variant_launch(path) if cubin else None
+        if sha == self._loaded_sha and overrides == self._loaded_overrides:
             return self.kernel_attributes
+        self.session.set_launch(self._launch_spec(overrides))
         try:
             self.kernel_attributes = dict(self.session.load_module(image, label))
         except self.core.CudaError as exc:
@@ -111,8 +118,20 @@ class NativeSession:
                     f"{message}. {describe_arch_mismatch(path if cubin else None, image, self.cc)}", "arch"
                 ) from None
             raise
-        self._loaded_sha, self._loaded_label = sha, label
+        self._loaded_sha, self._loaded_label, self._loaded_overrides = sha, label, overrides
         return self.kernel_attributes
+
+    @staticmethod
+    def _variant_launch(path: Path) -> dict[str, Any] | None:
+        """A Triton recompile with another num_warps/num_stages writes <stem>.launch.json
+        beside the cubin: the block size and shared memory that variant needs."""
+        spec = path.with_suffix(".launch.json")
+        if not spec.is_file():
+            return None
+        try:
+            return json.loads(spec.read_text())
+        except (OSError, ValueError) as exc:
+            raise KerncapError(f"cannot read {spec}: {exc}", "recompile the variant again") from None
 
     # -- requests --------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
