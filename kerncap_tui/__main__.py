@@ -1,0 +1,3 @@
+from kerncap_tui.app import main
+
+raise SystemExit(main())

@@ -1,0 +1,20 @@
+"""Timing bars from Unicode blocks: wide enough to compare variants at 80 columns,
+plain text so they survive NO_COLOR and snapshot tests."""
+
+from __future__ import annotations
+
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def bar(value: float | None, scale: float, width: int) -> str:
+    """A left-aligned bar of `width` cells for value/scale (clamped to [0, 1])."""
+    if value is None or scale <= 0:
+        return " " * width
+    eighths = round(max(0.0, min(1.0, value / scale)) * width * 8)
+    full, rest = divmod(eighths, 8)
+    text = "█" * full + (_EIGHTHS[rest] if rest else "")
+    return text.ljust(width)
+
+
+def speedup_text(s: float | None) -> str:
+    return "—" if s is None else f"{s:.2f}×"

@@ -1,0 +1,132 @@
+"""What the memory-region map shows: one row per region or module global, and typed
+pre/post/difference values of the first few KB. Pure logic, no Textual."""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+PREVIEW_BYTES = 4096
+
+# name -> (struct code, element size); bfloat16 is decoded by hand (struct has no code for it)
+DTYPES: dict[str, tuple[str, int]] = {
+    "float32": ("f", 4),
+    "float16": ("e", 2),
+    "bfloat16": ("H", 2),
+    "float64": ("d", 8),
+    "int32": ("i", 4),
+    "uint32": ("I", 4),
+    "int64": ("q", 8),
+    "uint8": ("B", 1),
+}
+
+
+@dataclass(frozen=True)
+class MapRow:
+    key: str          # "r<id>" or "g<name>"
+    label: str        # "region 3" / "__constant__ scale"
+    base: int
+    size: int
+    kind: str
+    by_argument: bool
+    written: bool
+    zero: bool
+
+    @property
+    def flags(self) -> str:
+        """A: an argument points into it, W: the kernel wrote it, 0: all zero, =: unchanged."""
+        return (
+            ("A" if self.by_argument else "·")
+            + ("W" if self.written else "=")
+            + ("0" if self.zero else "·")
+        )
+
+
+def map_rows(capture) -> list[MapRow]:
+    """Regions by address, then module globals."""
+    referenced = {p.region for p in capture.params if p.region is not None}
+    rows = [
+        MapRow(
+            key=f"r{r.id}", label=f"region {r.id}", base=r.base, size=r.size, kind=f"{r.kind}/{r.api}",
+            by_argument=r.id in referenced, written=r.written, zero=r.zero_fraction >= 1.0,
+        )
+        for r in sorted(capture.regions, key=lambda r: r.base)
+    ]
+    rows += [
+        MapRow(
+            key=f"g{g.name}", label=g.name, base=g.address, size=g.size, kind=g.section or "global",
+            by_argument=False, written=g.written, zero=all(h is None for h in g.pre),
+        )
+        for g in capture.globals
+    ]
+    return rows
+
+
+def preview_bytes(capture, key: str, limit: int = PREVIEW_BYTES) -> tuple[bytes, bytes]:
+    """(pre, post) of the first `limit` bytes of a region or global; reads one chunk only."""
+    if key.startswith("r"):
+        item = next(r for r in capture.regions if r.id == int(key[1:]))
+    else:
+        item = next(g for g in capture.globals if g.name == key[1:])
+    length = capture.chunk_length(item.size, 0) if item.size else 0
+    if not length:
+        return b"", b""
+    pre = capture.read_chunk(item.pre[0], length)[:limit]
+    post = capture.read_chunk(item.post[0], length)[:limit]
+    return pre, post
+
+
+def decode(data: bytes, dtype: str) -> list[float | int]:
+    code, size = DTYPES[dtype]
+    n = len(data) // size
+    values = list(struct.unpack(f"<{n}{code}", data[: n * size]))
+    if dtype == "bfloat16":
+        values = [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in values]
+    return values
+
+
+@dataclass(frozen=True)
+class ValueRow:
+    index: int
+    offset: int
+    pre: float | int
+    post: float | int
+    changed: bool
+
+    @property
+    def diff(self) -> float | int | None:
+        if not self.changed:
+            return 0
+        if isinstance(self.pre, float) and (math.isnan(self.pre) or math.isnan(self.post)):
+            return None
+        return self.post - self.pre
+
+
+def value_rows(pre: bytes, post: bytes, dtype: str) -> list[ValueRow]:
+    """Element-wise rows; `changed` compares the raw bytes (byte-exact, so NaN payloads and -0.0 count)."""
+    size = DTYPES[dtype][1]
+    a, b = decode(pre, dtype), decode(post, dtype)
+    return [
+        ValueRow(i, i * size, x, y, pre[i * size:(i + 1) * size] != post[i * size:(i + 1) * size])
+        for i, (x, y) in enumerate(zip(a, b))
+    ]
+
+
+def format_value(v: float | int | None) -> str:
+    if v is None:
+        return "nan"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def human_size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:.1f} {unit}"

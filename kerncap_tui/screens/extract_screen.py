@@ -1,0 +1,105 @@
+"""Extract a kernel from the profiled application: command line, dispatch index, output
+directory. The extraction runs in a worker (the app keeps responding); this screen
+shows that it is running and how long it has been."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, ProgressBar
+
+from kerncap.errors import KerncapError
+
+
+class ExtractScreen(ModalScreen[Path | None]):
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="extract.cancel")]
+
+    def __init__(self, kernel: str, command: list[str], output: Path) -> None:
+        super().__init__()
+        self.kernel = kernel
+        self.command = command
+        self.output = output
+        self.started = 0.0
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="extract-box"):
+            yield Label(f"Extract [b]{self.kernel}[/b]", id="extract-title")
+            yield Label("command")
+            yield Input(shlex.join(self.command), id="extract-command")
+            with Horizontal(classes="row"):
+                yield Label("dispatch ")
+                yield Input("0", id="extract-dispatch", type="integer")
+            yield Label("output")
+            yield Input(str(self.output), id="extract-output")
+            yield ProgressBar(total=None, show_eta=False, id="extract-progress")
+            yield Label("enter: extract · esc: cancel", id="extract-status")
+            with Horizontal(classes="row"):
+                yield Button("Extract", variant="primary", id="extract-go")
+                yield Button("Cancel", id="extract-cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#extract-progress").display = False
+        self.query_one("#extract-command", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.start()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "extract-go":
+            self.start()
+        else:
+            self.action_cancel()
+
+    def action_cancel(self) -> None:
+        # A running extraction cannot be interrupted safely mid-capture; it finishes in
+        # the background and its reproducer stays on disk.
+        self.dismiss(None)
+
+    def start(self) -> None:
+        try:
+            command = shlex.split(self.query_one("#extract-command", Input).value)
+            dispatch = int(self.query_one("#extract-dispatch", Input).value or 0)
+        except ValueError as exc:
+            self.notify(f"cannot parse the command or dispatch: {exc}", severity="error", title="extract")
+            return
+        if not command:
+            self.notify("give the application command to run", severity="warning", title="extract")
+            return
+        self.query_one("#extract-progress").display = True
+        self.query_one("#extract-go", Button).disabled = True
+        self.started = time.monotonic()
+        self.set_interval(0.5, self._tick)
+        self.run_extract(command, dispatch, Path(self.query_one("#extract-output", Input).value).expanduser())
+
+    def _tick(self) -> None:
+        self.query_one("#extract-status", Label).update(f"extracting… {time.monotonic() - self.started:.0f} s")
+
+    @work(thread=True, exclusive=True, group="extract")
+    def run_extract(self, command: list[str], dispatch: int, output: Path) -> None:
+        from textual.worker import get_current_worker
+
+        from kerncap_tui import engine
+
+        try:
+            result = engine.extract(self.kernel, command, output, dispatch)
+        except KerncapError as exc:
+            if not get_current_worker().is_cancelled:
+                self.app.call_from_thread(self._failed, exc)
+            return
+        if get_current_worker().is_cancelled:  # the user closed this screen meanwhile
+            self.app.call_from_thread(self.app.notify, f"extraction finished: {result.reproducer_dir}", title="extract")
+        else:
+            self.app.call_from_thread(self.dismiss, Path(result.reproducer_dir))
+
+    def _failed(self, exc: KerncapError) -> None:
+        self.query_one("#extract-progress").display = False
+        self.query_one("#extract-go", Button).disabled = False
+        self.query_one("#extract-status", Label).update(f"failed: {exc.message}")
+        self.app.report_error("extract", exc)

@@ -1,0 +1,59 @@
+"""A watchdog observer on <reproducer>/source, in its own thread, posting SourceChanged.
+
+Debouncing happens in the app (one timer on the event loop), so bursts of editor
+writes (temp file + rename + chmod) become one build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kerncap_tui.messages import SourceChanged
+
+# editor droppings that are not sources: vim swap/backup/probe files, emacs locks, temp renames
+_IGNORED_SUFFIXES = (".swp", ".swx", ".swo", "~", ".tmp", ".orig")
+_IGNORED_NAMES = {"4913", "build.json.lock"}
+
+
+def is_source_event(path: str) -> bool:
+    p = Path(path)
+    return not (
+        p.name in _IGNORED_NAMES
+        or p.name.endswith(_IGNORED_SUFFIXES)
+        or p.name.startswith(".")
+    )
+
+
+class SourceWatcher:
+    def __init__(self, source_dir: Path, post) -> None:
+        self.source_dir = source_dir
+        self._post = post
+        self._observer = None
+
+    def start(self) -> None:
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        post = self._post
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event) -> None:
+                if event.is_directory or event.event_type not in ("modified", "created", "moved", "closed"):
+                    return
+                path = getattr(event, "dest_path", "") or event.src_path
+                if is_source_event(path):
+                    post(SourceChanged(Path(path)))
+
+        self._observer = Observer()
+        self._observer.daemon = True
+        self._observer.schedule(Handler(), str(self.source_dir), recursive=True)
+        self._observer.start()
+
+    @property
+    def running(self) -> bool:
+        return self._observer is not None and self._observer.is_alive()
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=2)
+            self._observer = None

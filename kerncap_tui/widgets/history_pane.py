@@ -1,0 +1,95 @@
+"""Timing history: every variant against the baseline (bar, median, spread, speedup,
+validation); diff any two, restore any one."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from kerncap_tui.charts import bar, speedup_text
+
+BAR_WIDTH = 16
+VALIDATION_STYLE = {"pass": ("✓ pass", "green"), "fail": ("✗ FAIL", "bold red"),
+                    "error": ("! error", "yellow"), "skipped": ("– skipped", "dim")}
+
+
+class HistoryPane(Vertical):
+    BINDINGS = [
+        Binding("space", "mark", "Mark", id="history.mark"),
+        Binding("d", "diff", "Diff", id="history.diff"),
+        Binding("ctrl+r", "restore", "Restore", id="history.restore"),
+    ]
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.history = None
+        self.marked: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="history-status", classes="status")
+
+    def on_mount(self) -> None:
+        t = self.query_one(DataTable)
+        for label in ("", "variant", "median ms", "time vs baseline", "speedup", "valid", "spread", "commit"):
+            t.add_column(label, key=label or "mark")
+
+    def show(self, history) -> None:
+        self.history = history
+        t = self.query_one(DataTable)
+        cursor = t.cursor_row
+        t.clear()
+        variants = history.variants if history else []
+        timed = [v.median_ms for v in variants if v.median_ms]
+        scale = max(timed) if timed else 0.0
+        for v in variants:
+            label, style = VALIDATION_STYLE.get(v.validation, (v.validation, ""))
+            t.add_row(
+                "●" if v.id == self.marked else " ",
+                Text(v.label, style="bold" if v.id == 0 else ""),
+                f"{v.median_ms:.4f}" if v.median_ms is not None else "—",
+                Text(bar(v.median_ms, scale, BAR_WIDTH), style="cyan" if v.id else "magenta"),
+                speedup_text(history.speedup(v)),
+                Text(label, style=style),
+                f"±{v.spread_pct:.1f}%" if v.spread_pct is not None else "",
+                (v.commit or "")[:8],
+                key=str(v.id),
+            )
+        if variants:
+            t.move_cursor(row=min(max(cursor, 0), len(variants) - 1))
+        best = min((v for v in variants if v.median_ms and v.validation == "pass"), key=lambda v: v.median_ms, default=None)
+        summary = f"{len(variants)} variant(s)"
+        if best is not None:
+            summary += f" · best valid: {best.label} {speedup_text(history.speedup(best))}"
+        self.query_one("#history-status", Static).update(summary + " · space mark · d diff · ctrl+r restore")
+
+    def selected(self):
+        t = self.query_one(DataTable)
+        if not self.history or not t.row_count:
+            return None
+        row_key, _ = t.coordinate_to_cell_key(t.cursor_coordinate)
+        return self.history.get(int(row_key.value))
+
+    def action_mark(self) -> None:
+        v = self.selected()
+        if v is not None:
+            self.marked = None if self.marked == v.id else v.id
+            self.show(self.history)
+
+    def action_diff(self) -> None:
+        v = self.selected()
+        if v is None:
+            return
+        other = self.history.get(self.marked) if self.marked is not None else self.history.baseline
+        if other is None or other.id == v.id:
+            self.app.notify("mark another variant with space (or record a baseline) to diff against", title="history")
+            return
+        self.app.show_diff(other, v)
+
+    def action_restore(self) -> None:
+        v = self.selected()
+        if v is not None:
+            self.app.restore_variant(v)

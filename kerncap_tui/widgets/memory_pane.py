@@ -1,0 +1,102 @@
+"""Memory-region map: regions by address (flags: referenced by an argument, written by
+the kernel, all zero, unchanged) and module globals; the selected one shows typed
+pre/post/difference values of its first few KB."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Label, Select, Static
+
+from kerncap_tui import regions as R
+
+
+class MemoryPane(Vertical):
+    BINDINGS = [Binding("t", "next_dtype", "Dtype", id="memory.dtype")]
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.capture = None
+        self.rows: dict[str, R.MapRow] = {}
+        self.selected: str | None = None
+        self.dtype = "float32"
+
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="region-table", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="value-bar"):
+            yield Label("", id="value-title")
+            yield Select([(d, d) for d in R.DTYPES], value="float32", allow_blank=False, id="dtype", compact=True)
+        yield DataTable(id="value-table", cursor_type="row", zebra_stripes=True)
+        yield Static("flags: A argument points here · W written (= unchanged) · 0 all zero", classes="status")
+
+    def on_mount(self) -> None:
+        t = self.query_one("#region-table", DataTable)
+        for label in ("flags", "name", "base", "size", "kind"):
+            t.add_column(label, key=label)
+        v = self.query_one("#value-table", DataTable)
+        for label in ("#", "offset", "pre", "post", "post − pre"):
+            v.add_column(label, key=label)
+
+    def show(self, capture) -> None:
+        self.capture = capture
+        t = self.query_one("#region-table", DataTable)
+        t.clear()
+        self.rows = {row.key: row for row in R.map_rows(capture)}
+        for row in self.rows.values():
+            t.add_row(row.flags, row.label, f"0x{row.base:x}", R.human_size(row.size), row.kind, key=row.key)
+        if self.rows:
+            self.select(next(iter(self.rows)))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "region-table" and event.row_key is not None:
+            self.select(str(event.row_key.value))
+
+    def select(self, key: str) -> None:
+        self.selected = key
+        self.load_values(key, self.dtype)
+
+    @work(thread=True, exclusive=True, group="memory-preview")
+    def load_values(self, key: str, dtype: str) -> None:
+        """Reading (and hash-verifying) a 4 MiB chunk is blocking work: off the event loop."""
+        from kerncap.errors import KerncapError
+
+        try:
+            pre, post = R.preview_bytes(self.capture, key)
+            rows, error = R.value_rows(pre, post, dtype), None
+        except KerncapError as exc:
+            rows, error = [], exc
+        self.app.call_from_thread(self._fill_values, key, dtype, rows, error)
+
+    def _fill_values(self, key: str, dtype: str, rows: list[R.ValueRow], error) -> None:
+        if key != self.selected or dtype != self.dtype:
+            return
+        v = self.query_one("#value-table", DataTable)
+        v.clear()
+        row = self.rows[key]
+        title = self.query_one("#value-title", Label)
+        if error is not None:
+            title.update(f"{row.label}: {error.message}")
+            self.app.notify(f"{error.message}\n{error.hint or ''}", severity="error", title="memory")
+            return
+        changed = sum(r.changed for r in rows)
+        title.update(f"{row.label} · first {len(rows)} × {dtype} · {changed} changed")
+        for r in rows:
+            style = "bold" if r.changed else "dim"
+            diff = R.format_value(r.diff) if r.changed else "·"
+            v.add_row(
+                Text(str(r.index), style=style), f"+0x{r.offset:x}", R.format_value(r.pre),
+                R.format_value(r.post), Text(diff, style=style), key=str(r.index),
+            )
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.value != self.dtype and isinstance(event.value, str):
+            self.dtype = event.value
+            if self.selected:
+                self.load_values(self.selected, self.dtype)
+
+    def action_next_dtype(self) -> None:
+        names = list(R.DTYPES)
+        self.query_one(Select).value = names[(names.index(self.dtype) + 1) % len(names)]

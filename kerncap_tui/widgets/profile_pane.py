@@ -1,0 +1,120 @@
+"""Profile ranking: kernels by total GPU time, sortable by any column, filtered by name.
+Enter on a kernel asks the app to extract it."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import DataTable, Input, Static
+
+from kerncap_tui.messages import ExtractRequested
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _dim3(v) -> str:
+    return "×".join(str(x) for x in v) if isinstance(v, (list, tuple)) else str(v or "")
+
+
+# key, label, value of a KernelStat used for display and for sorting
+COLUMNS = [
+    ("percent", "%", lambda k: (f"{k.percent:5.1f}", k.percent)),
+    ("total", "total ms", lambda k: (_ms(k.total_ns), k.total_ns)),
+    ("calls", "calls", lambda k: (str(k.calls), k.calls)),
+    ("avg", "avg µs", lambda k: (f"{k.avg_ns / 1e3:.1f}", k.avg_ns)),
+    ("kernel", "kernel", lambda k: (k.demangled or k.name, (k.demangled or k.name).lower())),
+    ("min", "min µs", lambda k: (f"{k.min_ns / 1e3:.1f}", k.min_ns)),
+    ("max", "max µs", lambda k: (f"{k.max_ns / 1e3:.1f}", k.max_ns)),
+    ("grid", "grid", lambda k: (_dim3(k.grid), str(k.grid))),
+    ("block", "block", lambda k: (_dim3(k.block), str(k.block))),
+]
+
+
+class ProfilePane(Vertical):
+    BINDINGS = [
+        Binding("slash", "focus_filter", "Filter", id="profile.filter"),
+        Binding("s", "sort_next", "Sort", id="profile.sort"),
+        Binding("R", "sort_reverse", "Reverse", id="profile.reverse"),
+        Binding("x", "extract", "Extract", id="profile.extract"),
+    ]
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.kernels: list = []
+        self.sort_column = "total"
+        self.sort_reverse = True
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder="/ filter kernels (substring)", id="profile-filter", compact=True)
+        yield DataTable(id="profile-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="profile-status", classes="status")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for key, label, _ in COLUMNS:
+            table.add_column(label, key=key)
+
+    def show(self, kernels: list, note: str = "") -> None:
+        self.kernels = list(kernels)
+        self.refill()
+        if note:
+            self.query_one("#profile-status", Static).update(note)
+
+    def show_message(self, text: str) -> None:
+        self.kernels = []
+        self.refill()
+        self.query_one("#profile-status", Static).update(text)
+
+    def refill(self) -> None:
+        table = self.query_one(DataTable)
+        needle = self.query_one(Input).value.strip().lower()
+        table.clear()
+        shown = [
+            (i, k) for i, k in enumerate(self.kernels)
+            if needle in k.name.lower() or needle in (k.demangled or "").lower()
+        ]
+        sort_index = [c[0] for c in COLUMNS].index(self.sort_column)
+        shown.sort(key=lambda ik: COLUMNS[sort_index][2](ik[1])[1], reverse=self.sort_reverse)
+        for i, k in shown:  # keyed by position: a profile may list one name twice (template instances)
+            table.add_row(*(fn(k)[0] for _, _, fn in COLUMNS), key=str(i))
+        arrow = "↓" if self.sort_reverse else "↑"
+        self.query_one("#profile-status", Static).update(
+            f"{len(shown)}/{len(self.kernels)} kernels · sorted by {self.sort_column} {arrow} · enter/x: extract"
+        )
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.refill()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one(DataTable).focus()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        self.sort_reverse = not self.sort_reverse if key == self.sort_column else key != "kernel"
+        self.sort_column = key
+        self.refill()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.post_message(ExtractRequested(self.kernels[int(event.row_key.value)].name))
+
+    def action_focus_filter(self) -> None:
+        self.query_one(Input).focus()
+
+    def action_sort_next(self) -> None:
+        keys = [c[0] for c in COLUMNS]
+        self.sort_column = keys[(keys.index(self.sort_column) + 1) % len(keys)]
+        self.sort_reverse = self.sort_column != "kernel"
+        self.refill()
+
+    def action_sort_reverse(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self.refill()
+
+    def action_extract(self) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+            self.post_message(ExtractRequested(self.kernels[int(row_key.value)].name))

@@ -1,0 +1,123 @@
+"""Source tree and editor. Saving (ctrl+s) writes the file; the watchdog observer sees
+the write and the app rebuilds, exactly as when the file is saved from $EDITOR."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DirectoryTree, Label, TextArea
+
+from kerncap_tui.highlight import language_for, register_cpp
+
+
+class SourceTree(DirectoryTree):
+    def filter_paths(self, paths):
+        return [p for p in paths if not p.name.startswith(".") and p.name != "__pycache__"]
+
+
+class SourcePane(Horizontal):
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save", id="source.save", priority=True),
+        Binding("ctrl+o", "open_editor", "$EDITOR", id="source.editor"),
+    ]
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.source_dir: Path | None = None
+        self.path: Path | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Label("no source", id="source-empty")
+        with Vertical(id="editor-box"):
+            yield Label("", id="editor-title")
+            editor = TextArea.code_editor("", id="editor", soft_wrap=False, theme="css")
+            self.has_cpp = register_cpp(editor)
+            yield editor
+
+    def show(self, source_dir: Path | None) -> None:
+        self.source_dir = source_dir
+        for old in self.query(SourceTree):
+            old.remove()
+        empty = self.query_one("#source-empty", Label)
+        if source_dir is None or not source_dir.is_dir():
+            empty.update("this reproducer has no editable source/ (kerncap extract --source-dir)")
+            empty.display = True
+            return
+        empty.display = False
+        self.mount(SourceTree(source_dir, id="source-tree"), before=0)
+        first = self.primary_source(source_dir)
+        if first:
+            self.open_file(first)
+
+    @staticmethod
+    def primary_source(source_dir: Path) -> Path | None:
+        """The kernel's translation unit first (build.json names it), else the first source by name."""
+        import json
+
+        build = source_dir / "build.json"
+        if build.is_file():
+            try:
+                main = json.loads(build.read_text()).get("tu")  # the translation unit (kerncap.recompile)
+                if main and (source_dir / main).is_file():
+                    return source_dir / main
+            except (OSError, ValueError, AttributeError):
+                pass
+        files = sorted(p for p in source_dir.rglob("*") if p.is_file() and language_for(p) in ("cpp", "python"))
+        return files[0] if files else None
+
+    def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
+        self.open_file(Path(event.path))
+        self.query_one(TextArea).focus()
+
+    def open_file(self, path: Path) -> None:
+        editor = self.query_one(TextArea)
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            self.app.notify(f"cannot open {path}: {exc}", severity="error", title="source")
+            return
+        self.path = path
+        lang = language_for(path)
+        editor.language = lang if (lang != "cpp" or self.has_cpp) and lang in editor.available_languages else None
+        editor.load_text(text)
+        self._title()
+
+    def _title(self) -> None:
+        if self.path is None:
+            return
+        rel = self.path.relative_to(self.source_dir) if self.source_dir else self.path
+        hl = self.query_one(TextArea).language or "plain"
+        self.query_one("#editor-title", Label).update(f"{rel} · {hl} · ctrl+s save → rebuild · ctrl+o $EDITOR")
+
+    def action_save(self) -> None:
+        if self.path is None:
+            return
+        try:
+            self.path.write_text(self.query_one(TextArea).text)
+        except OSError as exc:
+            self.app.notify(f"cannot write {self.path}: {exc}", severity="error", title="source")
+            return
+        self.app.notify(f"saved {self.path.name}", title="source")
+
+    def action_open_editor(self) -> None:
+        if self.path is None:
+            return
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        try:
+            with self.app.suspend():
+                subprocess.run([*shlex.split(editor), str(self.path)], check=False)
+        except Exception as exc:  # SuspendNotSupported (headless, web) or editor not found
+            self.app.notify(f"cannot run $EDITOR ({editor}): {exc}", severity="warning", title="source")
+            return
+        self.open_file(self.path)
+
+    def reload_if_open(self, path: Path) -> None:
+        """After a restore from history, show the restored text (unless the user is mid-edit)."""
+        if self.path and path == self.path:
+            self.open_file(path)

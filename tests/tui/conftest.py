@@ -1,0 +1,49 @@
+"""TUI tests run on the bundled demo reproducer (kerncap_tui.demo.demo_path()); each
+test gets its own writable copy, so git commits and restores never touch the package."""
+
+from __future__ import annotations
+
+import pytest
+
+from kerncap_tui import demo
+
+
+WORKBENCH_GROUPS = {"profile", "git", "build", "memory-preview", "extract"}
+
+
+async def _settle(pilot) -> None:
+    """Let the workbench's thread workers finish. DirectoryTree's loader never completes
+    by design, and a superseded exclusive worker ends cancelled: both are fine."""
+    from textual.worker import WorkerCancelled
+
+    await pilot.pause()
+    ours = [w for w in pilot.app.workers if w.group in WORKBENCH_GROUPS]
+    if ours:  # an empty list would mean "all workers"
+        try:
+            await pilot.app.workers.wait_for_complete(ours)
+        except WorkerCancelled:
+            pass
+    await pilot.pause()
+
+
+@pytest.fixture
+def settle():
+    return _settle
+
+
+@pytest.fixture
+def demo_root(tmp_path, monkeypatch):
+    if not demo.available():
+        pytest.skip(f"no demo capture at {demo.demo_path()} (the lead bundles a real H200 capture there)")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no user themes/keymap leak in
+    return demo.materialize(tmp_path / "reproducer")
+
+
+@pytest.fixture
+def make_app(demo_root):
+    from kerncap_tui.app import KerncapApp
+
+    def make():
+        return KerncapApp(demo_root, demo=True)
+
+    return make

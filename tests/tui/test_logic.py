@@ -1,0 +1,87 @@
+"""CPU tests of the workbench's pure logic: typed values, history (real git), watcher
+filter, bars, themes."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from kerncap.errors import KerncapError
+from kerncap_tui import charts, regions, theming
+from kerncap_tui.history import History
+from kerncap_tui.watcher import is_source_event
+
+
+def test_value_rows_are_byte_exact():
+    pre = struct.pack("<4f", 1.0, 2.0, 0.0, float("nan"))
+    post = struct.pack("<4f", 1.0, 2.5, -0.0, float("nan"))
+    rows = regions.value_rows(pre, post, "float32")
+    assert [r.changed for r in rows] == [False, True, True, False]  # -0.0 differs from 0.0 in bytes
+    assert rows[1].diff == pytest.approx(0.5)
+
+
+def test_decode_dtypes():
+    assert regions.decode(struct.pack("<2e", 1.5, -2.0), "float16") == [1.5, -2.0]
+    assert regions.decode(bytes.fromhex("803f"), "bfloat16") == [1.0]  # 0x3f80 = 1.0
+    assert regions.decode(struct.pack("<2i", -3, 7), "int32") == [-3, 7]
+    assert regions.decode(b"\x01\x02\x03", "int32") == []  # partial element dropped
+
+
+def test_human_size():
+    assert regions.human_size(512) == "512 B"
+    assert regions.human_size(16 * 1024) == "16.0 KiB"
+    assert regions.human_size(3 * 1024**3) == "3.0 GiB"
+
+
+def test_history_commits_diffs_and_restores(tmp_path):
+    src = tmp_path / "source"
+    src.mkdir()
+    (src / "k.cu").write_text("// v0\n")
+    h = History.load(tmp_path)
+    first = h.initial_commit()
+    base = h.record(baseline=True, median_ms=2.0, validation="pass")
+    assert base.commit == first
+    (src / "k.cu").write_text("// v1\n")
+    v1 = h.record(median_ms=1.0, validation="pass", cubin="variants/1.cubin")
+    assert h.speedup(v1) == pytest.approx(2.0)
+    msg = h.repo().commit(v1.commit).message
+    assert "Kerncap-Median-Ms: 1.0" in msg and "Kerncap-Validation: pass" in msg and "2.00x" in msg
+    assert "-// v0" in h.diff(base, v1) and "+// v1" in h.diff(base, v1)
+    h.restore(base)
+    assert (src / "k.cu").read_text() == "// v0\n"
+    again = History.load(tmp_path)  # mirrored in history.json
+    assert [v.label for v in again.variants] == ["baseline", "v1"]
+    assert (tmp_path / ".gitignore").read_text().count("capture/blobs/") == 1
+
+
+def test_history_unreadable_names_the_file(tmp_path):
+    (tmp_path / "history.json").write_text("{not json")
+    with pytest.raises(KerncapError, match="history.json"):
+        History.load(tmp_path)
+
+
+def test_watcher_ignores_editor_droppings():
+    assert is_source_event("/r/source/k.cu")
+    for name in (".k.cu.swp", "k.cu~", "4913", ".#k.cu", ".hidden"):
+        assert not is_source_event(f"/r/source/{name}")
+
+
+def test_bar():
+    assert charts.bar(1.0, 1.0, 4) == "████"
+    assert charts.bar(0.5, 1.0, 4) == "██  "
+    assert charts.bar(None, 1.0, 3) == "   "
+    assert charts.speedup_text(1.234) == "1.23×"
+
+
+def test_house_themes_and_user_theme_errors(tmp_path, monkeypatch):
+    names = {t.name for t in theming.house_themes()}
+    assert {"kerncap-dark", "kerncap-light"} <= names
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    tdir = tmp_path / "kerncap" / "themes"
+    tdir.mkdir(parents=True)
+    (tdir / "mine.toml").write_text('primary = "#ff0000"\ndark = false\n')
+    (tdir / "bad.toml").write_text('primary = "#ff0000"\ncolour = "x"\n')
+    themes, errors = theming.user_themes()
+    assert [t.name for t in themes] == ["mine"]
+    assert len(errors) == 1 and "bad.toml" in errors[0].message and "colour" in errors[0].message
