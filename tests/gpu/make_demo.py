@@ -1,0 +1,88 @@
+"""Make the workbench's bundled demo and the CPU tests' capture fixtures on the GPU
+machine (real H200 captures, small):
+
+    python3 tests/gpu/make_demo.py --build BUILD_DIR_OF_TESTAPPS --out DIR
+
+Writes DIR/demo.tgz holding reproducer/ (the smooth kernel with its source, a profile
+and three recorded variants; its git history shipped as dot-git/) and
+fixtures/axpy_small/ (an in-place axpy reproducer). Unpack into kerncap_tui/demo/ and
+tests/fixtures/captures/ respectively.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from smooth_edits import SMOOTH_MANGLED, edit, kernel_header  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_N = str(1 << 16)
+
+
+def record(history, rc, repro: Path, cubin: Path | None, note: str, build_seconds: float | None = None):
+    t = rc.replay(cubin=cubin, iterations=50, warmup=5)
+    v = rc.validate(cubin=cubin)
+    fields = dict(median_ms=t.median_ms, min_ms=t.min_ms, spread_pct=t.spread_pct,
+                  validation="pass" if v.passed else "fail", build_seconds=build_seconds, note=note)
+    if cubin is None:
+        return history.record(baseline=True, **fields)
+    return history.record(cubin=str(cubin.relative_to(repro)), **fields)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    from kerncap.extract import extract
+    from kerncap.profile import run_profile
+    from kerncap.recompile import recompile
+    from kerncap.replay.client import ReplayClient
+    from kerncap_tui.history import History
+
+    stage = Path(tempfile.mkdtemp(prefix="kc-demo-"))
+    smooth = [str(args.build / "smooth"), DEMO_N]
+    repro = stage / "reproducer"
+    extract(SMOOTH_MANGLED, smooth, output=repro, match="exact", source_dir=REPO / "testapps" / "cuda",
+            build_dir=args.build, timeout=120)
+    run_profile(smooth, timeout=120).save(repro / "profile.json")
+
+    history = History.load(repro)
+    header = kernel_header(repro)
+    original = header.read_text()
+    with ReplayClient(repro) as rc:
+        print("baseline", record(history, rc, repro, None, "captured cubin"))
+        t0 = time.perf_counter(); cubin = recompile(repro).cubin
+        print("v1", record(history, rc, repro, cubin, "unmodified source", time.perf_counter() - t0))
+        edit(header, "fast")
+        t0 = time.perf_counter(); cubin = recompile(repro).cubin
+        fast = record(history, rc, repro, cubin, "bounds check hoisted, 64 taps unrolled", time.perf_counter() - t0)
+        print("v2", fast)
+        header.write_text(original)
+        edit(header, "wrong")
+        t0 = time.perf_counter(); cubin = recompile(repro).cubin
+        print("v3", record(history, rc, repro, cubin, "window off by one", time.perf_counter() - t0))
+    history.restore(fast)
+    (repro / ".git").rename(repro / "dot-git")
+
+    fixture = stage / "fixtures" / "axpy_small"
+    extract("axpy_inplace", [str(args.build / "axpy_inplace"), "4096"], output=fixture, timeout=120)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(args.out / "demo.tgz", "w:gz") as tar:
+        tar.add(repro, arcname="reproducer")
+        tar.add(fixture, arcname="fixtures/axpy_small")
+    shutil.rmtree(stage)
+    print("wrote", args.out / "demo.tgz", (args.out / "demo.tgz").stat().st_size, "bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
