@@ -106,9 +106,10 @@ def app_environment(
     out["KERNCAP_OUT"] = str(Path(run_dir).resolve())
     out["KERNCAP_COMMAND"] = json.dumps(list(command))
     out.update(settings)
-    # Eager loading makes MODULE_LOADED fire inside the call that returns the module
-    # handle, the pairing the interposer relies on (DESIGN fact 3). The user may override.
-    out.setdefault("CUDA_MODULE_LOADING", "EAGER")
+    # CUDA_MODULE_LOADING is left as the user has it (the driver's default is lazy). Forcing
+    # EAGER, DESIGN fact 3's fallback, loaded every libtorch kernel at start-up: +4.3 s on
+    # a 6 s PyTorch app on the H200 (bench/overhead.py); the interposer pairs lazily
+    # loaded modules with the launch that loads them instead (docs/interposer.md).
     if (PYHOOKS_DIR / "sitecustomize.py").is_file():
         existing = out.get("PYTHONPATH")
         out["PYTHONPATH"] = str(PYHOOKS_DIR) + (os.pathsep + existing if existing else "")
