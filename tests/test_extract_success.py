@@ -3,9 +3,7 @@ directory the way the capture library does (capture.partial-<pid> → capture, t
 stays alive like an app that keeps working), and the engine must stop the app, move the
 capture into <output>, write reproducer.json and leave nothing else behind.
 
-The capture it publishes is a real one from tests/fixtures/captures/ when present;
-otherwise the smallest manifest the reader accepts, which exercises only the file
-moves and bookkeeping here (the format itself is tested against real captures)."""
+The capture it publishes is a real H200 capture from tests/fixtures/captures/."""
 
 from __future__ import annotations
 
@@ -18,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import xxhash
 
 from kerncap.errors import KerncapError
 from kerncap.commands.extract import format_extract_summary
@@ -46,36 +43,9 @@ PUBLISHING_APP = textwrap.dedent(
 )
 
 
-def _minimal_capture(root: Path) -> Path:
-    """One 4 KiB region of non-zero bytes, written by the kernel."""
-    pre, post = b"\x01" * 4096, b"\x02" * 4096
-    (root / "blobs").mkdir(parents=True)
-    (root / "cubins").mkdir()
-    hashes = []
-    for data in (pre, post):
-        h = xxhash.xxh64_hexdigest(data)
-        (root / "blobs" / f"{h}.bin").write_bytes(data)
-        hashes.append(h)
-    (root / "cubins" / "00.cubin").write_bytes(b"\x7fELF")
-    manifest = {
-        "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4194304, "hash": "xxh64",
-        "provenance": {"dispatch_index": 0, "capture_seconds": {"pre": 0.1, "post": 0.1, "total": 0.2}},
-        "kernel": {"name": "add_kernel", "demangled": "add_kernel", "launch_api": "cuLaunchKernelEx",
-                   "handle_kind": "CUfunction", "module": {"cubin": "cubins/00.cubin", "selection": "handle"}},
-        "launch": {"grid": [4, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 0},
-        "params": [{"index": 0, "offset": 0, "size": 8, "value": "00" * 8}],
-        "regions": [{"id": 0, "base": 1 << 45, "size": 4096, "api": "cuMemAlloc_v2", "written": True,
-                     "zero_fraction": 0.0, "pre": [hashes[0]], "post": [hashes[1]]}],
-        "warnings": [],
-    }
-    (root / "manifest.json").write_text(json.dumps(manifest))
-    (root / "interposer.log").write_text("")
-    return root
-
-
 def _captures(tmp_path_factory) -> list[Path]:
-    real = sorted(p for p in FIXTURES.glob("*") if p.is_dir()) if FIXTURES.is_dir() else []
-    return real[:1] or [_minimal_capture(tmp_path_factory.mktemp("cap") / "capture")]
+    """The real H200 captures committed under tests/fixtures/captures/."""
+    return sorted(p for p in FIXTURES.glob("*") if p.is_dir())
 
 
 @pytest.fixture
@@ -114,7 +84,8 @@ def test_capture_moves_into_output_and_app_group_is_stopped(publish, tmp_path):
     assert record["sources"] is None and record["triton"] is None
     assert sorted(p.name for p in out.parent.iterdir()) == ["repro"], "run directory must be removed"
     summary = format_extract_summary(result)
-    assert f"reproducer  {out}" in summary and "regions" in summary and "written: #0" in summary
+    written = ", ".join(f"#{r.id}" for r in result.capture.regions if r.written)
+    assert f"reproducer  {out}" in summary and "regions" in summary and f"written: {written}" in summary
     assert (b"app: working\n" in b"".join(d for s, d in seen if s == "stdout"))
     child = int(pidfile.read_text())
     for _ in range(100):
