@@ -148,3 +148,13 @@ def test_device_flags_drop_host_and_output_flags():
     argv = ["nvcc", "-DX=1", "-Iinc", "--generate-code=arch=compute_90,code=[compute_90,sm_90]", "-gencode", "arch=compute_80,code=sm_80",
             "-lineinfo", "-MD", "-MT", "a.o", "-MF", "a.d", "-x", "cu", "-rdc=true", "-c", "/t/a.cu", "-o", "a.o", "-Xcompiler=-fPIC", "-lcublas"]
     assert device_flags(argv, Path("/t/a.cu"), Path("/t/build")) == ["-DX=1", "-Iinc", "-lineinfo", "-x", "cu", "-Xcompiler=-fPIC"]
+
+
+def test_missing_host_compiler_is_dropped(tmp_path):
+    from kerncap.recompile import device_flags
+
+    tu = tmp_path / "k.cu"
+    argv = ["nvcc", "-ccbin=/no/such/g++", "-O3", "-ccbin", "/no/such/g++", "--compiler-bindir=/usr/bin", "-c", str(tu)]
+    flags = device_flags(argv, tu, tmp_path)
+    assert "-ccbin=/no/such/g++" not in flags and "/no/such/g++" not in flags
+    assert "-O3" in flags and "--compiler-bindir=/usr/bin" in flags

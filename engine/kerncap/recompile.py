@@ -126,7 +126,35 @@ def device_flags(argv: list[str], tu_original: Path, cwd: Path) -> list[str]:
             continue
         kept.append(arg)
         i += 1
-    return kept
+    return _drop_missing_host_compiler(kept)
+
+
+_CCBIN = ("-ccbin", "--compiler-bindir")
+
+
+def _drop_missing_host_compiler(flags: list[str]) -> list[str]:
+    """A reproducer moved to another machine (the bundled demo, a shipped capture) names a
+    host compiler that is not there; nvcc then uses the one on PATH instead."""
+    out: list[str] = []
+    i = 0
+    while i < len(flags):
+        arg = flags[i]
+        name, eq, value = arg.partition("=")
+        if name in _CCBIN:
+            if not eq:  # "-ccbin PATH"
+                value = flags[i + 1] if i + 1 < len(flags) else ""
+                step = 2
+            else:
+                step = 1
+            if value and not Path(value).exists():
+                i += step
+                continue
+            out.extend(flags[i:i + step])
+            i += step
+            continue
+        out.append(arg)
+        i += 1
+    return out
 
 
 def _is_joined_drop(arg: str) -> bool:
