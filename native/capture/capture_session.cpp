@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "driver.hpp"
+#include "func_attributes.hpp"
 #include "json_writer.hpp"
 #include "xxh64.hpp"
 
@@ -21,12 +22,6 @@ extern char** environ;
 namespace kc {
 
 namespace {
-
-std::string hex_addr(uint64_t a) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
-  return buf;
-}
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
@@ -89,21 +84,7 @@ void CaptureSession::resolve_function() {
 }
 
 void CaptureSession::read_attributes() {
-  static const std::pair<const char*, CUfunction_attribute> kAttrs[] = {
-      {"num_regs", CU_FUNC_ATTRIBUTE_NUM_REGS},
-      {"shared_size_bytes", CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES},
-      {"const_size_bytes", CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES},
-      {"local_size_bytes", CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES},
-      {"max_threads_per_block", CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
-      {"max_dynamic_shared_size_bytes", CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES},
-      {"ptx_version", CU_FUNC_ATTRIBUTE_PTX_VERSION},
-      {"binary_version", CU_FUNC_ATTRIBUTE_BINARY_VERSION},
-      {"required_cluster_width", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH},
-      {"required_cluster_height", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT},
-      {"required_cluster_depth", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH},
-      {"non_portable_cluster_size_allowed", CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED},
-  };
-  for (const auto& [key, attr] : kAttrs) {
+  for (const auto& [key, attr] : kFuncAttributes) {
     int v = 0;
     CUresult r = KC_CU(cuFuncGetAttribute)(&v, attr, fn_);
     if (r == CUDA_SUCCESS) attributes_.emplace_back(key, v);

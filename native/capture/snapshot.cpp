@@ -4,16 +4,10 @@
 #include <cstdio>
 
 #include "driver.hpp"
+#include "func_attributes.hpp"
 
 namespace kc {
 
-namespace {
-std::string hex_addr(uint64_t a) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
-  return buf;
-}
-}  // namespace
 
 Snapshotter::Snapshotter(BlobStore& store) : store_(store) {}
 

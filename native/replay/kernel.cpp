@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "func_attributes.hpp"
+
 namespace kc::replay {
 
 LaunchConfig::LaunchConfig(LaunchSpec spec) : spec_(std::move(spec)) {
@@ -126,18 +128,8 @@ LoadedKernel::LoadedKernel(const std::string& image, const std::string& label, c
 }
 
 std::map<std::string, long long> LoadedKernel::attributes() const {
-  static const std::pair<const char*, CUfunction_attribute> names[] = {
-      {"num_regs", CU_FUNC_ATTRIBUTE_NUM_REGS},
-      {"shared_size_bytes", CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES},
-      {"const_size_bytes", CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES},
-      {"local_size_bytes", CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES},
-      {"max_threads_per_block", CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
-      {"max_dynamic_shared_size_bytes", CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES},
-      {"ptx_version", CU_FUNC_ATTRIBUTE_PTX_VERSION},
-      {"binary_version", CU_FUNC_ATTRIBUTE_BINARY_VERSION},
-  };
   std::map<std::string, long long> out;
-  for (const auto& [name, attr] : names) {
+  for (const auto& [name, attr] : kFuncAttributes) {
     int v = 0;
     KC_CHECK(cuFuncGetAttribute, (&v, attr, func_), std::string(name) + " of the kernel in " + label_);
     out[name] = v;
