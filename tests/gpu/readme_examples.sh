@@ -6,7 +6,7 @@ OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 B=/tmp/kc-readme-apps; W=/tmp/kc-readme; rm -rf "$W"; mkdir -p "$W"
 cmake -S testapps -B "$B" -G Ninja >/dev/null && ninja -C "$B" >/dev/null
-step() { echo "\$ $*"; "$@" 2>&1 | grep -v '^WARNING'; echo "[exit $?]"; echo; }
+step() { echo "\$ $*"; "$@" > /tmp/kc-step.txt 2>&1; local rc=$?; grep -v '^WARNING' /tmp/kc-step.txt; echo "[exit $rc]"; echo; }
 {
   cd "$W"
   step kerncap profile --top 5 -- "$B/smooth"

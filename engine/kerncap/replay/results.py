@@ -197,9 +197,10 @@ def _value(v: Any) -> str:
 
 
 def format_check(c: RegionCheck) -> str:
-    head = f"{c.kind:<6} {c.name:<24} {format_size(c.size):>10}"
+    # Regions are named "region N"; globals by their symbol, so the kind is said for them.
+    head = f"global {c.name:<24} {format_size(c.size):>10}"
     if c.kind == "region":
-        head = f"{c.kind:<6} {c.name:<24} 0x{c.base:012x} {format_size(c.size):>10}"
+        head = f"{c.name:<10} 0x{c.base:012x} {format_size(c.size):>10}"
     if c.passed:
         return f"  ok    {head}"
     if c.dtype is None:
