@@ -3,9 +3,11 @@
 `demo_path()` is the one place the app, the tests and the screenshot script take the
 demo from. The bundled data lives in `kerncap_tui/demo/reproducer/` (a real H200 capture
 with its source and recorded variants); `KERNCAP_TUI_DEMO` points elsewhere for
-development. The variant history's git repository is shipped as `dot-git/`, because a
-nested `.git` cannot be committed; `materialize()` turns it back into `.git` in a
-scratch copy, so the installed package is never written to.
+development. The variant history's git repository is shipped as `dot-git/` and its
+ignore file as `dot-gitignore`, because a nested `.git` cannot be committed and a nested
+`.gitignore` would keep the capture's payloads out of kerncap's own repository;
+`materialize()` renames both back in a scratch copy, so the installed package is never
+written to.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def materialize(dest: Path | None = None) -> Path:
         )
     dest = Path(dest) if dest else Path(tempfile.mkdtemp(prefix="kerncap-demo-")) / "reproducer"
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
-    shipped = dest / "dot-git"
-    if shipped.is_dir() and not (dest / ".git").exists():
-        shipped.rename(dest / ".git")
+    for shipped, real in (("dot-git", ".git"), ("dot-gitignore", ".gitignore")):
+        if (dest / shipped).exists() and not (dest / real).exists():
+            (dest / shipped).rename(dest / real)
     return dest

@@ -4,7 +4,7 @@ machine (real H200 captures, small):
     python3 tests/gpu/make_demo.py --build BUILD_DIR_OF_TESTAPPS --out DIR
 
 Writes DIR/demo.tgz holding reproducer/ (the smooth kernel with its source, a profile
-and three recorded variants; its git history shipped as dot-git/) and
+and three recorded variants; its git history and ignore file shipped as dot-git/ and dot-gitignore) and
 fixtures/axpy_small/ (an in-place axpy reproducer). Unpack into kerncap_tui/demo/ and
 tests/fixtures/captures/ respectively.
 """
@@ -70,7 +70,8 @@ def main() -> int:
         t0 = time.perf_counter(); cubin = recompile(repro).cubin
         print("v3", record(history, rc, repro, cubin, "window off by one", time.perf_counter() - t0))
     history.restore(fast)
-    (repro / ".git").rename(repro / "dot-git")
+    (repro / ".git").rename(repro / "dot-git")  # kerncap_tui.demo.materialize() renames both back
+    (repro / ".gitignore").rename(repro / "dot-gitignore")
 
     fixture = stage / "fixtures" / "axpy_small"
     extract("axpy_inplace", [str(args.build / "axpy_inplace"), "4096"], output=fixture, timeout=120)
