@@ -1,0 +1,57 @@
+"""`kerncap list [DIR…] [--workspace DIR] [--json]`"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from kerncap.info import _table, human_bytes
+from kerncap.workspace import DEFAULT_WORKSPACE, list_captures
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "list",
+        help="list the captures of a workspace",
+        description="List the reproducers under WORKSPACE/reproducers/ and under each DIR given: "
+        "kernel, command, date, sizes and the baseline's validation status.",
+    )
+    p.add_argument("dirs", type=Path, nargs="*", metavar="DIR", help="further reproducers, or directories of them")
+    p.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, metavar="DIR",
+                   help=f"workspace directory (default: ./{DEFAULT_WORKSPACE})")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(handler=handle)
+
+
+def _size(n: int | None) -> str:
+    return "?" if n is None else human_bytes(n)
+
+
+def _cut(text: str | None, width: int) -> str:
+    text = text or "?"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_list(rows: list[dict]) -> str:
+    table = [
+        [_cut(r["kernel"], 48) if not r["error"] else "(unreadable)", _cut(r["command"], 40), (r["time"] or "?")[:16].replace("T", " "),
+         _size(r["logical"]), _size(r["stored"]), r["validation"] or "-", r["path"]]
+        for r in rows
+    ]
+    out = _table(["kernel", "command", "captured", "logical", "stored", "valid", "path"], table, right={3, 4})
+    out += [f"  ! {r['path']}: {r['error']}" for r in rows if r["error"]]
+    return "\n".join(out)
+
+
+def handle(args: argparse.Namespace) -> int:
+    rows = list_captures(args.workspace, args.dirs)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    elif not rows:
+        print(f"no reproducers under {args.workspace / 'reproducers'}"
+              + (" or " + ", ".join(map(str, args.dirs)) if args.dirs else "")
+              + "; `kerncap extract KERNEL -- CMD` makes one")
+    else:
+        print(format_list(rows))
+    return 0

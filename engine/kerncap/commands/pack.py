@@ -1,0 +1,41 @@
+"""`kerncap pack DIR [-o FILE] [--force] [--json]`"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from kerncap.info import human_bytes
+from kerncap.pack import PackResult, pack
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pack",
+        help="write a reproducer into one compressed file",
+        description="Write a reproducer (manifest, cubins, sources, history, each distinct chunk once) "
+        "into one zstd-compressed .kcap file; `kerncap unpack` restores it.",
+    )
+    p.add_argument("path", type=Path, metavar="DIR", help="reproducer directory")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="pack file (default: DIR.kcap)")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=handle)
+
+
+def size_line(r: PackResult) -> str:
+    return (f"{human_bytes(r.logical)} logical, {human_bytes(r.stored)} stored, {human_bytes(r.packed)} packed "
+            f"({r.ratio:.1f}x smaller than the directory)")
+
+
+def handle(args: argparse.Namespace) -> int:
+    r = pack(args.path, args.output, force=args.force)
+    if args.json:
+        print(json.dumps(r.as_dict(), indent=1))
+        return 0
+    print(f"packed {args.path} -> {r.path}: {r.files} files, {r.blobs} chunks")
+    print(f"  {size_line(r)}")
+    for item in r.left_out:
+        print(f"  left out: {item}")
+    return 0

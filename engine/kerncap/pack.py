@@ -1,0 +1,332 @@
+"""One-file reproducers: `kerncap pack DIR` / `kerncap unpack FILE`.
+
+A pack file (`.kcap`) is a magic, a version and a sequence of frames:
+
+    b"KCAPPACK" u32le(version)
+    frame := u16le(len(name)) name(utf-8) u64le(len(payload)) payload
+
+    kcap-pack.json        the index (zstd JSON): every entry's path, type, size, XXH64, mode
+    files/<path>          each file of the reproducer except capture/blobs, zstd
+    blobs/<h>             each distinct chunk once, zstd (restored as <blobs_dir>/<h>.bin)
+
+Each payload is compressed on its own, so a damaged byte costs one entry, and the
+unpacker checks every entry's length and hash against the index. (A tar stream was
+tried first: its 512-byte headers and padding doubled the size of small reproducers.)
+Unpacking goes into `DIR.partial-<pid>`, renamed to DIR only when every entry arrived intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO, Iterator
+
+import zstandard as zstd
+
+from kerncap import __version__
+from kerncap.capture.format import Capture
+from kerncap.errors import KerncapError
+from kerncap.store import capture_chunks, chunk_hash, compress, compress_in_order, decompress
+
+PACK_FORMAT = "kerncap-pack"
+PACK_VERSION = 1
+INDEX_NAME = "kcap-pack.json"
+SUFFIX = ".kcap"
+MAGIC = b"KCAPPACK"
+_HEADER = struct.Struct("<8sI")
+_NAME_LEN = struct.Struct("<H")
+_PAYLOAD_LEN = struct.Struct("<Q")
+
+
+@dataclass
+class PackResult:
+    path: Path                 # the pack file, or the unpacked directory
+    files: int = 0             # reproducer files (manifest, cubins, sources, …)
+    blobs: int = 0             # distinct chunks
+    logical: int = 0           # captured memory: sum of region sizes
+    stored: int = 0            # bytes of the reproducer directory's files on disk
+    packed: int = 0            # bytes of the pack file
+    left_out: list[str] = field(default_factory=list)  # files not packed, and why
+
+    @property
+    def ratio(self) -> float:
+        """How many times smaller the pack is than the directory."""
+        return self.stored / self.packed if self.packed else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "files": self.files, "blobs": self.blobs, "logical": self.logical,
+                "stored": self.stored, "packed": self.packed, "ratio": round(self.ratio, 2), "left_out": self.left_out}
+
+
+def default_pack_path(directory: Path) -> Path:
+    """Next to the directory (resolved, so `kerncap pack .` does not write into it)."""
+    root = directory.resolve()
+    return root.parent / f"{root.name}{SUFFIX}"
+
+
+def default_unpack_dir(pack: Path) -> Path:
+    name = pack.name[: -len(SUFFIX)] if pack.name.endswith(SUFFIX) and len(pack.name) > len(SUFFIX) else pack.name + ".d"
+    return pack.parent / name
+
+
+# -- packing ------------------------------------------------------------------------------
+
+
+def pack(directory: str | os.PathLike, output: str | os.PathLike | None = None, *, force: bool = False) -> PackResult:
+    root = Path(directory)
+    if not root.is_dir():
+        raise KerncapError(f"{root} is not a directory", "pass a reproducer directory (what `kerncap extract` wrote)")
+    cap = Capture.open(root)  # refuses incomplete or foreign directories
+    out = Path(output) if output is not None else default_pack_path(root)
+    if out.exists() and not force:
+        raise KerncapError(f"{out} already exists", "pass --force to replace it, or -o another file")
+    tmp = out.with_name(out.name + ".tmp")
+    blobs_dir = PurePosixPath((cap.root.resolve().relative_to(root.resolve()) / "blobs").as_posix())
+    chunks = dict(capture_chunks(cap))
+    entries, left_out = _walk(root, blobs_dir, chunks, skip={out.resolve(), tmp.resolve()})
+    index = {
+        "format": PACK_FORMAT, "format_version": PACK_VERSION, "tool_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "source": str(root.resolve()),
+        "blobs_dir": blobs_dir.as_posix(), "entries": entries,
+        "blobs": [{"hash": h, "size": n} for h, n in chunks.items()],
+    }
+    result = PackResult(path=out, files=sum(e["type"] == "file" for e in entries), blobs=len(chunks),
+                        logical=cap.logical_bytes, left_out=left_out)
+    result.stored = sum(e["size"] for e in entries if e["type"] == "file")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(_HEADER.pack(MAGIC, PACK_VERSION))
+            _write_frame(f, INDEX_NAME, compress(json.dumps(index, separators=(",", ":")).encode()))
+            for name, data, payload in compress_in_order(_payloads(root, entries, cap, chunks)):
+                if name.startswith("blobs/"):
+                    result.stored += len(data)
+                _write_frame(f, name, payload)
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise KerncapError(f"cannot write {out} ({exc})", "check free space and permissions, then pack again") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    result.packed = out.stat().st_size
+    return result
+
+
+def _payloads(root: Path, entries: list[dict], cap: Capture, chunks: dict[str, int]) -> Iterator[tuple[str, bytes]]:
+    """(frame name, raw bytes) of every file, then every chunk."""
+    for e in entries:
+        if e["type"] == "file":
+            data = (root / e["path"]).read_bytes()
+            if len(data) != e["size"] or chunk_hash(data) != e["xxh64"]:
+                raise KerncapError(f"{root / e['path']} changed while packing", "pack again when nothing writes to the reproducer")
+            yield f"files/{e['path']}", data
+    for h, n in chunks.items():
+        yield f"blobs/{h}", cap.read_chunk(h, n)  # verifies length and hash: never pack a corrupt chunk
+
+
+def _walk(root: Path, blobs_dir: PurePosixPath, chunks: dict[str, int], skip: set[Path]) -> tuple[list[dict], list[str]]:
+    """Index entries for everything under root except the chunk files of blobs_dir."""
+    entries: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        rel_dir = Path(dirpath).relative_to(root)
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            rel = (rel_dir / name).as_posix()
+            st = path.lstat()
+            meta = {"path": rel, "mode": stat.S_IMODE(st.st_mode), "mtime": st.st_mtime}
+            if stat.S_ISLNK(st.st_mode):
+                entries.append({**meta, "type": "symlink", "target": os.readlink(path)})
+            elif stat.S_ISDIR(st.st_mode):
+                entries.append({**meta, "type": "dir"})
+            elif not stat.S_ISREG(st.st_mode):
+                left_out.append(f"{rel} (not a regular file)")
+            elif path.resolve() in skip:
+                continue
+            elif PurePosixPath(rel).parent == blobs_dir:
+                if name.removesuffix(".bin") not in chunks:
+                    left_out.append(f"{rel} (no manifest entry uses it)")
+            else:
+                data = path.read_bytes()
+                entries.append({**meta, "type": "file", "size": len(data), "xxh64": chunk_hash(data)})
+    return entries, left_out
+
+
+def _write_frame(f: BinaryIO, name: str, payload: bytes) -> None:
+    raw = name.encode()
+    f.write(_NAME_LEN.pack(len(raw)) + raw + _PAYLOAD_LEN.pack(len(payload)))
+    f.write(payload)
+
+
+class _Truncated(Exception):
+    def __init__(self, what: str, entry: str | None = None):
+        super().__init__(what)
+        self.entry = entry
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise _Truncated(f"file ends {n - len(data)} bytes early")
+    return data
+
+
+def _read_frame(f: BinaryIO, limit: int) -> tuple[str, bytes] | None:
+    """The next (name, payload), or None at the end of the file."""
+    head = f.read(_NAME_LEN.size)
+    if not head:
+        return None
+    if len(head) != _NAME_LEN.size:
+        raise _Truncated("file ends inside a frame header")
+    name = _read_exact(f, _NAME_LEN.unpack(head)[0]).decode()
+    try:
+        (size,) = _PAYLOAD_LEN.unpack(_read_exact(f, _PAYLOAD_LEN.size))
+        if size > limit:  # a damaged length must not make us read (or allocate) the whole file
+            raise _Truncated(f"it claims {size} bytes, only {limit} are left in the file")
+        return name, _read_exact(f, size)
+    except _Truncated as exc:
+        raise _Truncated(str(exc), name) from None
+
+
+# -- unpacking ----------------------------------------------------------------------------
+
+
+def unpack(pack_file: str | os.PathLike, output: str | os.PathLike | None = None) -> PackResult:
+    src = Path(pack_file)
+    out = Path(output) if output is not None else default_unpack_dir(src)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise KerncapError(f"{out} exists and is not empty", "pass -o with a new directory, or remove that one")
+    partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)  # a leftover of this pid's earlier, killed run
+    try:
+        f = open(src, "rb")
+    except OSError as exc:
+        raise KerncapError(f"cannot open {src} ({exc})", "check the path") from None
+    try:
+        with f:
+            result = _extract(src, f, partial)
+        os.rename(partial, out)  # onto an empty directory too (POSIX rename)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise KerncapError(f"cannot unpack {src} into {out} ({exc})", "check free space and permissions") from None
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    result.path = out
+    result.packed = src.stat().st_size
+    return result
+
+
+def _corrupt(src: Path, entry: str, what: str) -> KerncapError:
+    return KerncapError(f"{src} is corrupt or truncated at entry {entry!r}: {what}",
+                        "the pack file is damaged; copy it again or pack the reproducer again (`kerncap pack DIR`)")
+
+
+def _extract(src: Path, f: BinaryIO, dest: Path) -> PackResult:
+    entry = INDEX_NAME
+    total = src.stat().st_size
+    try:
+        head = f.read(_HEADER.size)
+        if not head.startswith(MAGIC) or len(head) < _HEADER.size:
+            raise KerncapError(f"{src} is not a kerncap pack file (no {MAGIC.decode()} header)",
+                               "pass a file written by `kerncap pack`; if it was one, copy it again or re-pack")
+        _, version = _HEADER.unpack(head)
+        if version > PACK_VERSION:
+            raise KerncapError(f"{src} has pack format version {version}; this kerncap reads {PACK_VERSION}",
+                               "upgrade kerncap to unpack it")
+        frame = _read_frame(f, total - f.tell())
+        if frame is None or frame[0] != INDEX_NAME:
+            raise _corrupt(src, entry, "the index is not the first entry")
+        # decompressobj grows with the real data: a damaged size field cannot ask for gigabytes
+        index = _read_index(src, zstd.ZstdDecompressor().decompressobj().decompress(frame[1]))
+        files = {f"files/{e['path']}": e for e in index["entries"] if e["type"] == "file"}
+        blobs = {f"blobs/{b['hash']}": b for b in index["blobs"]}
+        blobs_dir = dest / index["blobs_dir"]
+        dest.mkdir(parents=True)
+        blobs_dir.mkdir(parents=True, exist_ok=True)
+        for e in index["entries"]:
+            if e["type"] == "dir":
+                (dest / e["path"]).mkdir(parents=True, exist_ok=True)
+        result = PackResult(path=dest)
+        while True:
+            entry = f"(the entry after {entry})"
+            if (frame := _read_frame(f, total - f.tell())) is None:
+                break
+            entry, payload = frame
+            e = files.pop(entry, None) or blobs.pop(entry, None)
+            if e is None:
+                raise _corrupt(src, entry, "not in the index (or listed twice)")
+            size = e["size"]
+            data = decompress(payload, size)
+            if len(data) != size or chunk_hash(data) != e.get("xxh64", e.get("hash")):
+                raise _corrupt(src, entry, "content does not match its hash in the index")
+            if "hash" in e:
+                (blobs_dir / f"{e['hash']}.bin").write_bytes(data)
+                result.blobs += 1
+            else:
+                path = dest / e["path"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+                os.chmod(path, e["mode"])
+                os.utime(path, (e["mtime"], e["mtime"]))
+                result.files += 1
+            result.stored += size
+        missing = [*files, *blobs]
+        if missing:
+            raise _corrupt(src, missing[0], f"missing, and {len(missing) - 1} entries after it (truncated)")
+    except _Truncated as exc:
+        raise _corrupt(src, exc.entry or entry, f"{exc} (truncated?)") from None
+    except (zstd.ZstdError, UnicodeDecodeError, struct.error) as exc:
+        raise _corrupt(src, entry, str(exc)) from None
+    # Links and directory modes last: nothing is written through a link, and a
+    # read-only directory is made read-only only after it was filled.
+    for e in index["entries"]:
+        if e["type"] == "symlink":
+            os.symlink(e["target"], dest / e["path"])
+    for e in reversed(index["entries"]):
+        if e["type"] == "dir":
+            os.chmod(dest / e["path"], e["mode"])
+            os.utime(dest / e["path"], (e["mtime"], e["mtime"]))
+    result.logical = Capture.open(dest).logical_bytes
+    return result
+
+
+def _read_index(src: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        index = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _corrupt(src, INDEX_NAME, f"not valid JSON ({exc})") from None
+    if not isinstance(index, dict) or index.get("format") != PACK_FORMAT:
+        raise _corrupt(src, INDEX_NAME, "not a kerncap pack index")
+    if not isinstance(index.get("format_version"), int) or index["format_version"] > PACK_VERSION:
+        raise KerncapError(f"{src} has pack format version {index.get('format_version')}; this kerncap reads {PACK_VERSION}",
+                           "upgrade kerncap to unpack it")
+    try:
+        for p in [index["blobs_dir"], *(e["path"] for e in index["entries"])]:
+            _check_relative(src, p)
+        for e in index["entries"]:
+            if e["type"] not in ("file", "dir", "symlink"):
+                raise _corrupt(src, INDEX_NAME, f"unknown entry type {e['type']!r}")
+            if e["type"] != "symlink":
+                e["mode"], e["mtime"] = int(e["mode"]) & 0o7777, float(e["mtime"])
+            if e["type"] == "file":
+                e["size"] = int(e["size"])
+        for b in index["blobs"]:
+            if not (isinstance(b["hash"], str) and len(b["hash"]) == 16 and all(c in "0123456789abcdef" for c in b["hash"])):
+                raise _corrupt(src, INDEX_NAME, f"bad chunk hash {b['hash']!r}")
+            b["size"] = int(b["size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _corrupt(src, INDEX_NAME, f"malformed index ({type(exc).__name__}: {exc})") from None
+    return index
+
+
+def _check_relative(src: Path, p: Any) -> None:
+    """Entry paths stay inside the target directory."""
+    pp = PurePosixPath(p) if isinstance(p, str) else None
+    if pp is None or not p or pp.is_absolute() or ".." in pp.parts or "\\" in p or str(pp) == ".":
+        raise _corrupt(src, INDEX_NAME, f"entry path {p!r} would leave the target directory")

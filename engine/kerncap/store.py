@@ -1,0 +1,183 @@
+"""A content-addressed chunk store shared by the captures of a workspace.
+
+    <workspace>/store/objects/<h[:2]>/<h>.zst   one zstd frame holding one chunk
+
+`<h>` is the chunk's XXH64 (seed 0, 16 hex digits), the same name the capture gives
+it under `capture/blobs/<h>.bin`, so a second capture of the same app adds only the
+chunks that changed. All-zero chunks are never stored: they are `null` in manifests,
+and here `put` returns None for them and `get(None, n)` gives n zero bytes.
+
+Writes go to a hidden temp file next to the object and are renamed into place, so an
+interrupted write never leaves a visible partial object, and two writers of one
+object are harmless (same name, same bytes; the later `os.replace` changes nothing).
+Reads decompress and check length and hash: a corrupt object is an error, never data.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterable, Iterator, TypeVar
+
+import xxhash
+import zstandard as zstd
+
+from kerncap.capture.format import Capture
+from kerncap.errors import CaptureFormatError, KerncapError
+from kerncap.workspace import DEFAULT_WORKSPACE
+
+DEFAULT_STORE = DEFAULT_WORKSPACE / "store"
+ZSTD_LEVEL = 3
+
+
+def chunk_hash(data: bytes) -> str:
+    return xxhash.xxh64_hexdigest(data)
+
+
+def is_zero(data: bytes) -> bool:
+    return data == bytes(len(data))
+
+
+def compress(data: bytes) -> bytes:
+    # A compressor object is not safe to share between threads; making one is cheap.
+    return zstd.ZstdCompressor(level=ZSTD_LEVEL, threads=-1).compress(data)
+
+
+def decompress(data: bytes, length: int) -> bytes:
+    """Raises zstd.ZstdError on a damaged frame; callers turn that into a named error.
+    The frame header's size is checked first so a damaged one cannot ask for gigabytes."""
+    declared = zstd.frame_content_size(data)
+    if declared != length:
+        raise zstd.ZstdError(f"frame declares {declared} bytes, expected {length}")
+    return zstd.ZstdDecompressor().decompress(data)
+
+
+K = TypeVar("K")
+
+
+def compress_in_order(items: Iterable[tuple[K, bytes]], workers: int | None = None) -> Iterator[tuple[K, bytes, bytes]]:
+    """(key, data, compressed) for each (key, data), in input order. Several chunks are
+    compressed at once in threads (zstd releases the GIL: one 4 MiB chunk is a single
+    zstd job, so threads=-1 alone leaves most cores idle); at most 2 x workers chunks
+    are held in memory."""
+    workers = workers or min(16, os.cpu_count() or 1)
+    with ThreadPoolExecutor(workers, thread_name_prefix="kerncap-zstd") as pool:
+        pending: deque = deque()
+        for key, data in items:
+            pending.append((key, data, pool.submit(compress, data)))
+            if len(pending) >= 2 * workers:
+                key, data, fut = pending.popleft()
+                yield key, data, fut.result()
+        while pending:
+            key, data, fut = pending.popleft()
+            yield key, data, fut.result()
+
+
+def capture_chunks(cap: Capture) -> Iterator[tuple[str, int]]:
+    """(hash, length) of every distinct stored chunk of a capture, regions then globals."""
+    seen: set[str] = set()
+    for item in [*cap.regions, *cap.globals]:
+        for chunks in (item.pre, item.post):
+            for i, h in enumerate(chunks):
+                if h is not None and h not in seen:
+                    seen.add(h)
+                    yield h, cap.chunk_length(item.size, i)
+
+
+class Store:
+    def __init__(self, root: str | os.PathLike = DEFAULT_STORE, *, fsync: bool = False):
+        self.root = Path(root)
+        self.fsync = fsync
+
+    @property
+    def objects_dir(self) -> Path:
+        return self.root / "objects"
+
+    def object_path(self, h: str) -> Path:
+        if len(h) != 16 or any(c not in "0123456789abcdef" for c in h):
+            raise KerncapError(f"{h!r} is not a chunk hash (16 lower-case hex digits)", "pass a hash from a manifest")
+        return self.objects_dir / h[:2] / f"{h}.zst"
+
+    # -- writing -------------------------------------------------------------------------
+    def put(self, data: bytes) -> str | None:
+        """Store one chunk; its hash, or None for an all-zero chunk (never stored)."""
+        if is_zero(data):
+            return None
+        h = chunk_hash(data)
+        path = self.object_path(h)
+        if not path.exists():  # a second writer of the same object skips the work
+            self._write_atomic(path, compress(data))
+        return h
+
+    def _write_atomic(self, path: Path, payload: bytes) -> int:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise KerncapError(f"cannot create store directory {path.parent} ({exc})", "check the workspace's permissions and free space") from None
+        # Hidden, unique per writer: concurrent writers never share a temp file, and a
+        # writer killed mid-way leaves only a dot-file that no reader looks at.
+        tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(payload)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise KerncapError(f"cannot write store object {path} ({exc})", "check free space and permissions of the store, then add the capture again") from None
+        finally:
+            if tmp.exists():
+                tmp.unlink(missing_ok=True)
+        return len(payload)
+
+    def add_capture(self, capture: Capture | str | os.PathLike) -> tuple[int, int]:
+        """Import every chunk of a capture; (objects added, bytes added to the store).
+        Chunks already present are skipped without being read."""
+        cap = capture if isinstance(capture, Capture) else Capture.open(capture)
+        missing = ((h, cap.read_chunk(h, n)) for h, n in capture_chunks(cap) if not self.has(h))  # read_chunk verifies
+        added_objects = added_bytes = 0
+        for h, _, payload in compress_in_order(missing):
+            path = self.object_path(h)
+            if not path.exists():  # another writer may have stored it meanwhile
+                added_objects += 1
+                added_bytes += self._write_atomic(path, payload)
+        return added_objects, added_bytes
+
+    # -- reading -------------------------------------------------------------------------
+    def has(self, h: str) -> bool:
+        return self.object_path(h).is_file()
+
+    def get(self, h: str | None, length: int) -> bytes:
+        """The chunk's bytes, verified; None is an elided zero chunk."""
+        if h is None:
+            return bytes(length)
+        path = self.object_path(h)
+        hint = f"delete {path} and add a capture holding this chunk again"
+        try:
+            payload = path.read_bytes()
+        except FileNotFoundError:
+            raise CaptureFormatError(f"store object {path} is missing", "add the capture that uses it to the store again") from None
+        except OSError as exc:
+            raise CaptureFormatError(f"cannot read store object {path} ({exc})", "check the store's permissions") from None
+        try:
+            data = decompress(payload, length)
+        except zstd.ZstdError as exc:
+            raise CaptureFormatError(f"store object {path} is corrupt ({exc})", hint) from None
+        if len(data) != length:
+            raise CaptureFormatError(f"store object {path} holds {len(data)} bytes, expected {length} (corrupt)", hint)
+        if chunk_hash(data) != h:
+            raise CaptureFormatError(f"store object {path} does not match its hash (corrupt)", hint)
+        return data
+
+    def objects(self) -> Iterator[Path]:
+        """Visible object files (temp files of writers in progress are hidden)."""
+        if self.objects_dir.is_dir():
+            yield from (p for p in self.objects_dir.glob("??/*.zst") if not p.name.startswith("."))
+
+    def size(self) -> int:
+        """Bytes the store's objects take on disk."""
+        return sum(p.stat().st_size for p in self.objects())

@@ -1,0 +1,68 @@
+"""`kerncap list` and kerncap.workspace.list_captures on real H200 reproducers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kerncap.capture.format import Capture
+from kerncap.cli import main
+from kerncap.workspace import list_captures
+
+ROOT = Path(__file__).resolve().parent.parent
+AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"
+DEMO = ROOT / "kerncap_tui" / "demo" / "reproducer"
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(AXPY, ws / "reproducers" / "axpy_inplace-1")
+    shutil.copytree(DEMO, ws / "reproducers" / "smooth-1", ignore=shutil.ignore_patterns("dot-git"))
+    return ws
+
+
+def test_list_captures(workspace):
+    rows = list_captures(workspace)
+    assert [r["kernel"] for r in rows] == ["axpy_inplace", "smooth"]  # newest first (19:49:10 vs 19:49:07)
+    axpy, smooth = rows
+    cap = Capture.open(AXPY)
+    assert axpy["mangled"] == cap.kernel["name"] and axpy["command"] == "/tmp/bt/axpy_inplace 4096"
+    assert axpy["time"] == cap.provenance["time"]
+    assert (axpy["logical"], axpy["stored"]) == (cap.logical_bytes, cap.stored_bytes)
+    assert axpy["validation"] is None and axpy["variants"] == 0 and axpy["error"] is None
+    history = json.loads((DEMO / "history.json").read_text())
+    baseline = next(v for v in history["variants"] if v["id"] == 0)
+    assert smooth["validation"] == baseline["validation"] and smooth["variants"] == len(history["variants"])
+    json.dumps(rows)
+
+
+def test_extra_dirs_and_duplicates(workspace, tmp_path):
+    rows = list_captures(tmp_path / "empty-ws", [AXPY, AXPY.parent, workspace / "reproducers"])
+    assert sorted(Path(r["path"]).name for r in rows) == ["axpy_inplace-1", "axpy_small", "smooth-1"]
+    assert list_captures(tmp_path / "empty-ws") == []
+
+
+def test_broken_reproducers_are_listed_with_the_reason(workspace):
+    broken = workspace / "reproducers" / "broken"
+    (broken / "capture").mkdir(parents=True)
+    (workspace / "reproducers" / "smooth-1" / "history.json").write_text("{not json")
+    rows = {Path(r["path"]).name: r for r in list_captures(workspace)}
+    assert "manifest.json is missing" in rows["broken"]["error"] and rows["broken"]["kernel"] is None
+    assert rows["smooth-1"]["validation"] == "unreadable history.json" and rows["smooth-1"]["error"] is None
+
+
+def test_cli_list(workspace, tmp_path, capsys):
+    assert main(["list", "--workspace", str(workspace)]) == 0
+    out = capsys.readouterr().out
+    assert "axpy_inplace" in out and "smooth" in out and "pass" in out and "32.0 KiB" in out
+    assert main(["list", "--workspace", str(workspace), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2
+    (workspace / "reproducers" / "broken" / "capture").mkdir(parents=True)
+    assert main(["list", "--workspace", str(workspace)]) == 0
+    assert "(unreadable)" in capsys.readouterr().out
+    assert main(["list", "--workspace", str(tmp_path / "none")]) == 0
+    assert "no reproducers under" in capsys.readouterr().out
