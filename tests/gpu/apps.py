@@ -38,6 +38,8 @@ class AppSpec:
 
 POINTER_TABLE_OUTS = tuple(f"out{b}" for b in range(4))
 TEMPLATE_K3 = "_Z7stencilILi3EEvPKfPfi"  # stencil<3>(const float*, float*, int), tu_b.cu
+MOE_EXPERTS = 8  # testapps/python/triton_moe.py: EXPERTS
+MOE_WEIGHTS = tuple(f"w{e}" for e in range(MOE_EXPERTS))  # reached only through `table`
 
 # Every app a successful capture is made of (one extract each per session).
 APPS: dict[str, AppSpec] = {
@@ -53,6 +55,11 @@ APPS: dict[str, AppSpec] = {
         # keep_running: the chosen config reaches the report only after tuning.
         AppSpec("triton_autotune", "kc_autotune_add", python=True, keep_running=True, dispatch=1,
                 writes=("out",), reads=("x", "y")),
+        # Like triton_autotune: dispatch 1 (after tuning), best config reported after tuning.
+        AppSpec("triton_flash_attn", "kc_flash_attn_fwd", python=True, keep_running=True, dispatch=1,
+                writes=("out",), reads=("q", "k", "v"), timeout=300.0),
+        AppSpec("triton_moe", "kc_moe_expert_matmul", python=True, keep_running=True, dispatch=1,
+                writes=("out",), reads=("x", "table", "routing", *MOE_WEIGHTS), timeout=300.0),
         AppSpec("torch_compile", "triton_poi_fused", python=True, dispatch=1, reads=("x", "y"), exact=False, timeout=400.0),
         AppSpec("torch_expandable", "lerp", python=True, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
                 writes=("out",), reads=("a", "b"), exact=False),

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from .apps import APPS, POINTER_TABLE_OUTS, TEMPLATE_K3, looks_like_device_address, u64
+from .apps import APPS, MOE_WEIGHTS, POINTER_TABLE_OUTS, TEMPLATE_K3, looks_like_device_address, u64
 
 pytestmark = pytest.mark.gpu
 
@@ -147,6 +147,46 @@ def test_triton_autotune_dispatch_skips_benchmark_launches(captures):
     launch = got.capture.launch
     assert launch["grid"] == [-(-n // best["BLOCK_SIZE"]), 1, 1], f"grid is not the chosen config's ({best})"
     assert launch["block"] == [32 * best["num_warps"], 1, 1]
+
+
+def test_triton_flash_attn_dispatch_is_the_chosen_config(captures):
+    got = captures.get("triton_flash_attn")
+    best = got.report["best"]
+    assert best, "the app never reported its chosen config"
+    launch = got.capture.launch
+    grid = [got.report["seq"] // best["BLOCK_M"], got.report["batch"] * got.report["heads"], 1]
+    assert launch["grid"] == grid, f"grid is not the chosen config's ({best})"
+    assert launch["block"] == [32 * best["num_warps"], 1, 1]
+
+
+def test_triton_moe_expert_weights_are_captured_through_the_table(captures):
+    """No kernel argument points at an expert weight: the kernel reads their addresses
+    from `table` (device memory). The capture holds them because it keeps every live
+    allocation (address-space closure), and replay at the original addresses validates."""
+    from kerncap.replay.client import ReplayClient
+
+    got = captures.get("triton_moe")
+    cap, report = got.capture, got.report
+    weight_bytes = report["d_in"] * report["d_out"] * 2  # fp16
+    table = got.region_of("table")
+    raw = cap.read_bytes(table.pre, table.size)
+    offset = report["table"] - table.base
+    pointers = struct.unpack(f"<{len(MOE_WEIGHTS)}Q", raw[offset : offset + 8 * len(MOE_WEIGHTS)])
+    assert list(pointers) == [report[k] for k in MOE_WEIGHTS], "the captured table does not hold the weights' addresses"
+    params = {u64(p.value) for p in cap.params if p.size == 8}
+    for key in MOE_WEIGHTS:
+        address = report[key]
+        assert address not in params, f"a kernel argument points at {key} directly"
+        region = cap.region_of(address)
+        assert region is not None, f"{key} = {address:#x} lies in no captured region"
+        assert address + weight_bytes <= region.end, f"{key} runs past the end of region {region.id}"
+        start = address - region.base
+        pre = cap.read_bytes(region.pre, region.size)[start : start + weight_bytes]
+        post = cap.read_bytes(region.post, region.size)[start : start + weight_bytes]
+        assert pre == post and any(pre), f"{key}: captured weights are all zero or changed"
+    with ReplayClient(got.reproducer) as rc:
+        result = rc.validate()
+    assert result.passed, [r for r in result.regions if r.mismatched_bytes]
 
 
 def test_torch_expandable_regions_come_from_cumemmap(captures):

@@ -28,7 +28,7 @@ def mismatches(result) -> int:
     return sum(r.mismatched_bytes for r in result.regions)
 
 
-@pytest.mark.parametrize("app", ["triton_autotune", "torch_compile"])
+@pytest.mark.parametrize("app", ["triton_autotune", "triton_flash_attn", "triton_moe", "torch_compile"])
 def test_unmodified_recompile_validates_byte_exact(captures, app):
     from kerncap.replay.client import ReplayClient
     from kerncap.triton import recompile
@@ -49,6 +49,19 @@ def test_autotuned_kernel_record_holds_the_chosen_config(captures):
     assert spec["options"]["num_warps"] == best["num_warps"]
     n = captures.get("triton_autotune").report["n"]
     assert spec["launch"]["grid"] == [-(-n // best["BLOCK_SIZE"]), 1, 1]  # programs, not threads
+
+
+@pytest.mark.parametrize("app", ["triton_flash_attn", "triton_moe"])
+def test_autotuned_record_holds_the_chosen_block_sizes(captures, app):
+    repro = triton_reproducer(captures, app)
+    spec = json.loads((repro / "source" / "triton.json").read_text())
+    best = captures.get(app).report["best"]
+    assert best, f"{app} never reported its chosen config"
+    kwargs = spec["autotune_config"]["kwargs"]
+    for key, value in best.items():
+        if key.startswith("BLOCK_"):
+            assert kwargs[key]["value"] == value, f"{key}: {kwargs[key]} recorded, {value} chosen"
+    assert spec["options"]["num_warps"] == best["num_warps"]
 
 
 def test_other_num_warps_changes_the_launch_and_still_validates(captures):
@@ -86,6 +99,90 @@ def test_pinned_config_changing_rounding_fails_exact_and_passes_tolerance(captur
     assert tolerant.passed, f"{mismatches(tolerant)} bytes outside atol/rtol 1e-5"
 
 
+def rounding_pin(app: str, spec: dict) -> tuple[str, str, float, float]:
+    """(compile options to pin, dtype of `out`, atol, rtol) for an autotuned app: a config
+    other than the captured one that changes the kernel's rounding. Block sizes (the
+    autotune constexprs) cannot be pinned (they change the grid), so these pin a compile
+    option, as the torch_compile test does."""
+    if app == "triton_flash_attn":
+        # exp2(qk * qk_scale - m) and l_i * alpha + sum(p) compile to FMAs (fp32 operands
+        # whose product is inexact): without FP fusion the rounding of p and l_i changes.
+        return "enable_fp_fusion=False", "float16", 1e-3, 1e-2
+    if app == "triton_moe":
+        # FP fusion cannot change this kernel (fp16 x fp16 products are exact in fp32), but
+        # num_warps does: the warps are laid out along BLOCK_K (warpsPerCTA [num_warps/2, 2]
+        # for 4 and 8 warps, [1, 2] for 2), so another num_warps changes the order of the
+        # tl.sum reduction over K, hence the fp32 rounding of `out`.
+        captured = spec["options"]["num_warps"]
+        return f"num_warps={2 if captured != 2 else 4}", "float32", 1e-4, 1e-4
+    raise AssertionError(app)
+
+
+@pytest.mark.parametrize("app", ["triton_flash_attn", "triton_moe"])
+def test_pinned_other_config_of_autotuned_kernel_fails_exact_and_passes_tolerance(captures, app):
+    from kerncap.replay.client import ReplayClient
+    from kerncap.triton import recompile, region_dtypes
+
+    repro = triton_reproducer(captures, app)
+    got = captures.get(app)
+    spec = json.loads((repro / "source" / "triton.json").read_text())
+    config, out_dtype, atol, rtol = rounding_pin(app, spec)
+    out_region = got.region_of("out")
+    # Tensors of other dtypes may share the caching allocator's segment with `out`:
+    # compare that region as `out`'s dtype (its other bytes are unchanged either way).
+    dtypes = {**region_dtypes(repro, got.capture), out_region.id: out_dtype}
+    res = recompile(repro, config)
+    with ReplayClient(repro) as rc:
+        exact = rc.validate(cubin=res.cubin)
+        counted = rc.validate(cubin=res.cubin, atol=0.0, rtol=0.0, dtypes=dtypes)
+        tolerant = rc.validate(cubin=res.cubin, atol=atol, rtol=rtol, dtypes=dtypes)
+    changed = sum(r.mismatched_elements or 0 for r in counted.regions)
+    report = got.report
+    n_out = (report["batch"] * report["heads"] * report["seq"] * report["head_dim"]
+             if app == "triton_flash_attn" else report["tokens"] * report["d_out"])
+    print(f"{app} (captured config {report['best']}) with {config}: {changed} of {n_out} output "
+          f"elements changed ({100.0 * changed / n_out:.2f} %), {mismatches(exact)} bytes differ")
+    assert not exact.passed and changed > 0, f"{config} did not change the rounding of {app}"
+    bad = {r.id for r in exact.regions if r.mismatched_bytes}
+    assert bad == {out_region.id}, f"regions other than out's changed: {sorted(bad)}"
+    assert tolerant.passed, (f"{sum(r.mismatched_elements or 0 for r in tolerant.regions)} elements outside "
+                             f"atol {atol} / rtol {rtol}")
+
+
+# The flash-attention app reloads Q on every K/V iteration (volatile, so the compiler keeps
+# it there): the demo's deliberate inefficiency. The edit loads Q once before the loop.
+FLASH_SLOW_Q = "        q = tl.load(q_ptrs, volatile=True)\n"
+FLASH_LOOP = "    for start_n in range(0, seq_len, BLOCK_N):\n"
+
+
+def test_flash_attn_faster_edit_validates_and_times_faster(captures):
+    from kerncap.replay.client import ReplayClient
+    from kerncap.triton import recompile
+
+    repro = triton_reproducer(captures, "triton_flash_attn")
+    kernel = repro / "source" / "kernel.py"
+    original = kernel.read_text()
+    assert original.count(FLASH_SLOW_Q) == 1 and original.count(FLASH_LOOP) == 1, "the app's kernel changed"
+    unmodified = recompile(repro).cubin
+    try:  # the capture is shared by the session's tests: put the source back
+        kernel.write_text(original.replace(FLASH_SLOW_Q, "").replace(FLASH_LOOP, "    q = tl.load(q_ptrs)\n" + FLASH_LOOP))
+        edited = recompile(repro)
+    finally:
+        kernel.write_text(original)
+    assert edited.cubin != unmodified, "the edit did not change the cubin"
+    with ReplayClient(repro) as rc:
+        result = rc.validate(cubin=edited.cubin)
+        assert result.passed, f"{mismatches(result)} bytes differ after hoisting the Q load\n{edited.log}"
+        medians: dict[str, list[float]] = {"unmodified": [], "edited": []}
+        for _ in range(2):  # interleaved, best of two medians each
+            for name, cubin in (("unmodified", unmodified), ("edited", edited.cubin)):
+                medians[name].append(rc.replay(cubin=cubin, iterations=50, warmup=5).median_ms)
+    base, fast = min(medians["unmodified"]), min(medians["edited"])
+    print(f"triton_flash_attn: unmodified {base * 1e3:.2f} us, Q load hoisted {fast * 1e3:.2f} us "
+          f"({base / fast:.2f}x); medians {medians}")
+    assert fast < base, f"the edit is not faster: {fast:.4f} ms vs {base:.4f} ms"
+
+
 def run_reproducer_py(repro: Path, *args: str) -> subprocess.CompletedProcess:
     import kerncap
 
@@ -96,7 +193,9 @@ def run_reproducer_py(repro: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("app", ["triton_autotune", "torch_compile"])
+# Not triton_moe: reproducer.py uses ordinary PyTorch buffers, and that kernel follows
+# pointers stored in device memory (docs/triton.md: those need kerncap replay).
+@pytest.mark.parametrize("app", ["triton_autotune", "triton_flash_attn", "torch_compile"])
 def test_reproducer_py_matches_the_capture(captures, app):
     repro = triton_reproducer(captures, app)
     proc = run_reproducer_py(repro, "--iterations", "20")
