@@ -68,6 +68,9 @@ class ProfileResult:
     dropped_records: int = 0
     warnings: list[str] = field(default_factory=list)
     kerncap_version: str = __version__
+    # Every reporting process detached CUPTI (cuptiFinalize) at exit; None: unknown
+    # (a process that never reached its exit handler, or an older capture library).
+    cupti_finalized: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -87,7 +90,8 @@ class ProfileResult:
             fields = {k: d[k] for k in ("total_ns", "dispatches", "processes")}
         except (KeyError, TypeError) as exc:
             raise KerncapError(f"{source} is malformed ({type(exc).__name__}: {exc})", "profile again") from None
-        optional = ("command", "created", "wall_seconds", "exit_status", "dropped_records", "warnings", "kerncap_version")
+        optional = ("command", "created", "wall_seconds", "exit_status", "dropped_records", "warnings", "kerncap_version",
+                    "cupti_finalized")
         return cls(kernels=kernels, **fields, **{k: d[k] for k in optional if k in d})
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -297,8 +301,13 @@ def _build_result(
         warnings.append(f"the app {outcome.describe_exit()}; the profile covers what ran until then")
     if dropped:
         warnings.append(f"{dropped} CUPTI activity records were dropped; totals are lower bounds")
+    finalize = [p.get("cupti_finalize") for p in procs]
+    for p, result in zip(procs, finalize):
+        if result not in (None, "ok"):
+            warnings.append(f"process {p.get('pid')}: CUPTI was not detached at exit ({result})")
     reporting = {int(p.get("pid", 0)) for p in profiles}
     return ProfileResult(
+        cupti_finalized=all(r == "ok" for r in finalize) if finalize and None not in finalize else None,
         kernels=kernels,
         total_ns=sum(k.total_ns for k in kernels),
         dispatches=sum(k.calls for k in kernels),

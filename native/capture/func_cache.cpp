@@ -40,6 +40,7 @@ FuncInfo* FuncCache::get(CUfunction f, const KernelMatcher* matcher) {
 void FuncCache::clear() {
   std::unique_lock<std::shared_mutex> lock(mu_);
   live_.clear();
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 std::vector<std::pair<std::string, uint64_t>> FuncCache::launch_counts(size_t limit) const {

@@ -33,11 +33,14 @@ class FuncCache {
   // Forget every handle (a module was unloaded and handles may be reused). Entries
   // are retired, not freed: another thread may still hold a pointer.
   void clear();
+  // Changes whenever clear() runs: per-thread caches of get() are valid while it holds.
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   // Launch counts merged by demangled name, highest first, at most `limit`.
   std::vector<std::pair<std::string, uint64_t>> launch_counts(size_t limit) const;
 
  private:
   mutable std::shared_mutex mu_;
+  std::atomic<uint64_t> epoch_{1};  // per-thread caches start at 0: invalid
   std::unordered_map<CUfunction, FuncInfo*> live_;
   std::vector<std::unique_ptr<FuncInfo>> all_;  // owns live and retired entries
 };

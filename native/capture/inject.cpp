@@ -56,6 +56,7 @@ struct State {
   std::atomic<bool> claimed{false};  // this process started its (only) capture attempt
   std::atomic<uint64_t> launches{0};
   std::atomic<uint64_t> target_matches{0};
+  std::atomic<bool> stream_captures_seen{false};  // some thread began a stream capture
 };
 
 // Never destroyed: other threads may be inside a callback while the process exits.
@@ -64,27 +65,38 @@ State* g = nullptr;
 std::atomic<bool> g_forked{false};
 void on_fork_child() { g_forked.store(true, std::memory_order_relaxed); }
 
+// Everything a callback keeps per thread, in one trivially constructible object: the
+// hot path (every launch of the app) pays one TLS lookup and no TLS init guard. A
+// PyTorch launch costs the app ~6 us of CPU; every 100 ns here is ~1.6% of its loop.
+constexpr int kLazyIds = 8;      // modules lazily loaded by one launch (more: pairing falls back)
+constexpr int kFuncSlots = 8;    // recently launched handles, direct-mapped
+struct ThreadState {
+  bool guard;         // kerncap itself is calling the driver: not the app's calls
+  int shared_depth;   // quiesce lock held shared by this thread
+  // The launch in flight (between its API entry and exit).
+  bool in_launch;
+  bool is_kernel;
+  CUfunction f;
+  int n_lazy;
+  uint32_t lazy[kLazyIds];
+  // The capture in flight.
+  CaptureSession* session;
+  uint32_t correlation;
+  // Handle -> FuncInfo for this thread's recent launches, valid while epoch matches.
+  uint64_t func_epoch;
+  CUfunction func_key[kFuncSlots];
+  FuncInfo* func_info[kFuncSlots];
+};
+thread_local ThreadState tl;  // zero-initialised, trivial: no guard, no destructor
+
 // Set while kerncap itself calls the driver, so its own calls are not treated as the app's.
-thread_local bool tl_guard = false;
 struct Guard {
   bool prev;
-  Guard() : prev(tl_guard) { tl_guard = true; }
-  ~Guard() { tl_guard = prev; }
+  Guard() : prev(tl.guard) { tl.guard = true; }
+  ~Guard() { tl.guard = prev; }
 };
 
-thread_local int tl_shared_depth = 0;                          // quiesce lock held shared by this thread
 thread_local std::optional<ModuleCollector> tl_load_collector; // inside cuModuleLoad*/cuLibraryLoad*
-struct LaunchInFlight {
-  CUfunction f = nullptr;
-  bool is_kernel = false;
-  std::optional<ModuleCollector> collector;  // modules lazily loaded by this launch
-};
-thread_local LaunchInFlight tl_launch;
-struct CaptureInFlight {
-  CaptureSession* session = nullptr;
-  uint32_t correlation = 0;
-};
-thread_local CaptureInFlight tl_capture;
 
 // ---------------------------------------------------------------------------------
 // Which driver calls are watched, and why.
@@ -179,6 +191,19 @@ const CUpti_CallbackId kGraphCalls[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
 };
 
+// Stream captures beginning: launches into a capturing stream must not be counted,
+// and asking the driver per launch costs ~150 ns, so only processes that ever begin a
+// capture ask (launch_enter).
+const CUpti_CallbackId kStreamCaptureCalls[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture,         CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,      CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph,  CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
+};
+
+bool is_stream_capture_begin(CUpti_CallbackId cbid) {
+  return std::find(std::begin(kStreamCaptureCalls), std::end(kStreamCaptureCalls), cbid) != std::end(kStreamCaptureCalls);
+}
+
 bool g_is_enqueue[CUPTI_DRIVER_TRACE_CBID_SIZE];
 
 // ---------------------------------------------------------------------------------
@@ -216,12 +241,12 @@ void write_proc(State& s) {
   s.report.write(s.cfg.out_dir, counters(s));
 }
 
-void quiesce_enter(State& s) {
-  if (s.armed.load(std::memory_order_acquire) && tl_shared_depth++ == 0) s.quiesce.lock_shared();
+void quiesce_enter(State& s, ThreadState& t) {
+  if (s.armed.load(std::memory_order_acquire) && t.shared_depth++ == 0) s.quiesce.lock_shared();
 }
 
-void quiesce_exit(State& s) {
-  if (tl_shared_depth > 0 && --tl_shared_depth == 0) s.quiesce.unlock_shared();
+void quiesce_exit(State& s, ThreadState& t) {
+  if (t.shared_depth > 0 && --t.shared_depth == 0) s.quiesce.unlock_shared();
 }
 
 CUresult result_of(const CUpti_CallbackData* cb) {
@@ -275,14 +300,15 @@ bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpt
     write_proc(s);
     return false;
   }
-  tl_capture.session = session.release();
-  tl_capture.correlation = cb->correlationId;
+  tl.session = session.release();
+  tl.correlation = cb->correlationId;
   return true;
 }
 
 void finish_capture(State& s, const CUpti_CallbackData* cb) {
-  std::unique_ptr<CaptureSession> session(tl_capture.session);
-  tl_capture = CaptureInFlight();
+  std::unique_ptr<CaptureSession> session(tl.session);
+  tl.session = nullptr;
+  tl.correlation = 0;
   std::string dir;
   try {
     Guard guard;
@@ -335,23 +361,35 @@ bool stream_is_capturing(const LaunchDesc& d, std::string& why) {
   return false;
 }
 
-void launch_enter(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
-  LaunchDesc d;
-  if (!decode_launch(cbid, cb->functionParams, d)) return;
-  s.launches.fetch_add(1, std::memory_order_relaxed);
+FuncInfo* func_info(State& s, ThreadState& t, CUfunction f) {
+  const uint64_t epoch = s.funcs.epoch();
+  if (t.func_epoch != epoch) {
+    std::fill(std::begin(t.func_key), std::end(t.func_key), nullptr);
+    t.func_epoch = epoch;
+  }
+  const size_t slot = (reinterpret_cast<uintptr_t>(f) >> 4) % kFuncSlots;
+  if (t.func_key[slot] == f) return t.func_info[slot];
   FuncInfo* fi;
   {
     Guard guard;
-    fi = s.funcs.get(d.f, s.matcher.get());
+    fi = s.funcs.get(f, s.matcher.get());
   }
+  t.func_key[slot] = f;
+  t.func_info[slot] = fi;
+  return fi;
+}
+
+void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  LaunchDesc d;
+  if (!decode_launch(cbid, cb->functionParams, d)) return;
+  s.launches.fetch_add(1, std::memory_order_relaxed);
+  FuncInfo* fi = func_info(s, t, d.f);
   fi->launches.fetch_add(1, std::memory_order_relaxed);
-  tl_launch.f = d.f;
-  tl_launch.is_kernel = fi->is_kernel;
-  tl_launch.collector.emplace();
 
   if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0) {
     std::string why;
-    if (stream_is_capturing(d, why)) {
+    // Only processes that ever began a stream capture pay for asking the driver.
+    if (s.stream_captures_seen.load(std::memory_order_acquire) && stream_is_capturing(d, why)) {
       // Refused, never counted: a captured launch runs later, inside a graph kerncap cannot see.
       s.report.add_error("stream_capture",
                          fi->demangled + " was launched while " + why +
@@ -363,18 +401,22 @@ void launch_enter(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb)
       if (index == s.cfg.dispatch && start_capture(s, d, *fi, cb, index)) return;
     }
   }
-  quiesce_enter(s);
+  t.in_launch = true;
+  t.f = d.f;
+  t.is_kernel = fi->is_kernel;
+  t.n_lazy = 0;
+  quiesce_enter(s, t);
 }
 
 // Pairs modules that were lazily loaded during this launch with the launched
 // function's module, so a later capture of that kernel finds its cubin by handle.
-void pair_lazy_modules(State& s) {
-  const std::vector<uint32_t>& ids = tl_launch.collector->ids();
-  if (ids.empty() || !s.modules.any_kept(ids)) return;
+void pair_lazy_modules(State& s, ThreadState& t) {
+  const std::vector<uint32_t> ids(t.lazy, t.lazy + std::min(t.n_lazy, kLazyIds));
+  if (!s.modules.any_kept(ids)) return;
   Guard guard;
-  CUfunction fn = tl_launch.f;
-  if (tl_launch.is_kernel) {
-    CUkernel k = reinterpret_cast<CUkernel>(tl_launch.f);
+  CUfunction fn = t.f;
+  if (t.is_kernel) {
+    CUkernel k = reinterpret_cast<CUkernel>(t.f);
     CUlibrary lib = nullptr;
     if (KC_CU(cuKernelGetLibrary)(&lib, k) == CUDA_SUCCESS) s.modules.pair_library(lib, ids);
     if (KC_CU(cuKernelGetFunction)(&fn, k) != CUDA_SUCCESS) return;
@@ -383,17 +425,17 @@ void pair_lazy_modules(State& s) {
   if (KC_CU(cuFuncGetModule)(&mod, fn) == CUDA_SUCCESS) s.modules.pair_module(mod, ids);
 }
 
-void launch_exit(State& s, const CUpti_CallbackData* cb) {
-  if (tl_capture.session && tl_capture.correlation == cb->correlationId) {
-    tl_launch.collector.reset();
+void launch_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb) {
+  if (t.session && t.correlation == cb->correlationId) {
     finish_capture(s, cb);
     return;
   }
-  quiesce_exit(s);
-  if (tl_launch.collector) {
-    pair_lazy_modules(s);
-    tl_launch.collector.reset();
-  }
+  quiesce_exit(s, t);
+  if (!t.in_launch) return;
+  t.in_launch = false;
+  // More than kLazyIds modules in one launch: those are not paired by handle, and the
+  // capture selects the cubin by symbol and attributes instead (docs/interposer.md).
+  if (t.n_lazy > 0) pair_lazy_modules(s, t);
 }
 
 // ---------------------------------------------------------------------------------
@@ -577,11 +619,17 @@ void check_graph_node(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData*
 // ---------------------------------------------------------------------------------
 // Callback entry
 
-void on_driver(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
   if (is_launch_cbid(cbid)) {
-    if (enter) launch_enter(s, cbid, cb);
-    else launch_exit(s, cb);
+    if (enter) launch_enter(s, t, cbid, cb);
+    else launch_exit(s, t, cb);
+    return;
+  }
+  if (is_stream_capture_begin(cbid)) {
+    // Set before the capture can begin: from here on every target launch asks the
+    // driver whether its stream is capturing (stream_is_capturing).
+    if (enter) s.stream_captures_seen.store(true, std::memory_order_release);
     return;
   }
   if (is_load_call(cbid)) {
@@ -595,7 +643,7 @@ void on_driver(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   }
   const bool enqueue = cbid < CUPTI_DRIVER_TRACE_CBID_SIZE && g_is_enqueue[cbid];
   if (enter) {
-    if (enqueue) quiesce_enter(s);
+    if (enqueue) quiesce_enter(s, t);
     return;
   }
   if (result_of(cb) == CUDA_SUCCESS) {
@@ -606,7 +654,7 @@ void on_driver(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
       check_graph_node(s, cbid, cb);
     }
   }
-  if (enqueue) quiesce_exit(s);  // after tracking: the capture sees a consistent region list
+  if (enqueue) quiesce_exit(s, t);  // after tracking: the capture sees a consistent region list
 }
 
 void on_resource(State& s, CUpti_CallbackId cbid, const CUpti_ResourceData* rd) {
@@ -614,7 +662,10 @@ void on_resource(State& s, CUpti_CallbackId cbid, const CUpti_ResourceData* rd) 
     case CUPTI_CBID_RESOURCE_MODULE_LOADED: {
       auto* md = static_cast<const CUpti_ModuleResourceData*>(rd->resourceDescriptor);
       if (!md) return;
-      ModuleCollector::note_loaded(md->moduleId);
+      // A load call's collector (or the capture's) takes it first; else it was loaded
+      // lazily by the launch in flight on this thread.
+      if (!ModuleCollector::note_loaded(md->moduleId) && tl.in_launch && tl.n_lazy++ < kLazyIds)
+        tl.lazy[tl.n_lazy - 1] = md->moduleId;
       if (s.matcher && md->pCubin && md->cubinSize)
         s.modules.on_module_loaded(md->moduleId, md->pCubin, md->cubinSize, *s.matcher);
       break;
@@ -638,8 +689,9 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   try {
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
       on_resource(*s, cbid, static_cast<const CUpti_ResourceData*>(data));
-    } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && !tl_guard) {
-      on_driver(*s, cbid, static_cast<const CUpti_CallbackData*>(data));
+    } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+      ThreadState& t = tl;
+      if (!t.guard) on_driver(*s, t, cbid, static_cast<const CUpti_CallbackData*>(data));
     }
   } catch (const std::exception& e) {
     s->report.add_error("capture_failed", std::string("kerncap internal error in callback ") + std::to_string(cbid) +
@@ -662,6 +714,13 @@ void at_exit() {
     } catch (const std::exception& e) {
       s->report.add_error("disk", std::string("profile not written: ") + e.what());
     }
+    // Every record is in: detach CUPTI so the app's own teardown runs without it. No
+    // callback is enabled in profile mode and activity is off, so nothing of ours
+    // can be inside CUPTI now.
+    s->active.store(false, std::memory_order_release);
+    CUptiResult r = cuptiUnsubscribe(s->subscriber);
+    if (r == CUPTI_SUCCESS) r = cuptiFinalize();
+    s->report.set_finalize_result(r == CUPTI_SUCCESS ? "ok" : cupti_error(r, "cuptiFinalize"));
   }
   write_proc(*s);
 }
@@ -718,6 +777,7 @@ void initialize() {
   for (CUpti_CallbackId id : kHostMemoryCalls) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, id);
   for (CUpti_CallbackId id : kModuleCalls) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, id);
   for (CUpti_CallbackId id : kGraphCalls) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  for (CUpti_CallbackId id : kStreamCaptureCalls) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, id);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);

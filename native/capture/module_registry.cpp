@@ -14,8 +14,10 @@ thread_local ModuleCollector* tl_collector = nullptr;
 
 ModuleCollector::ModuleCollector() : prev_(tl_collector) { tl_collector = this; }
 ModuleCollector::~ModuleCollector() { tl_collector = prev_; }
-void ModuleCollector::note_loaded(uint32_t module_id) {
-  if (tl_collector) tl_collector->ids_.push_back(module_id);
+bool ModuleCollector::note_loaded(uint32_t module_id) {
+  if (!tl_collector) return false;
+  tl_collector->ids_.push_back(module_id);
+  return true;
 }
 
 void ModuleRegistry::on_module_loaded(uint32_t module_id, const void* data, size_t size,

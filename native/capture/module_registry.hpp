@@ -38,8 +38,9 @@ class ModuleCollector {
   ModuleCollector(const ModuleCollector&) = delete;
   ModuleCollector& operator=(const ModuleCollector&) = delete;
   const std::vector<uint32_t>& ids() const { return ids_; }
-  // Called from MODULE_LOADED: appends to the innermost collector of this thread.
-  static void note_loaded(uint32_t module_id);
+  // Called from MODULE_LOADED: appends to the innermost collector of this thread;
+  // false when this thread has none.
+  static bool note_loaded(uint32_t module_id);
 
  private:
   std::vector<uint32_t> ids_;

@@ -23,6 +23,11 @@ void ProcReport::set_captured(const std::string& dir) {
   capture_dir_ = dir;
 }
 
+void ProcReport::set_finalize_result(const std::string& result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  finalize_ = result;
+}
+
 bool ProcReport::captured() const {
   std::lock_guard<std::mutex> lock(mu_);
   return captured_;
@@ -47,6 +52,9 @@ std::string ProcReport::to_json(const ProcCounters& c) const {
   w.key("capture_dir");
   if (captured_) w.value(capture_dir_);
   else w.null();
+  w.key("cupti_finalize");
+  if (finalize_.empty()) w.null();
+  else w.value(finalize_);
   w.end_object();
   return w.str();
 }

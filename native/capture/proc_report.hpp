@@ -27,6 +27,8 @@ class ProcReport {
   // Identical (kind, message) pairs are recorded once; at most 100 errors are kept.
   void add_error(const std::string& kind, const std::string& message);
   void set_captured(const std::string& dir);
+  // Profile mode's detach at exit: "ok", or the CUPTI error (written as cupti_finalize).
+  void set_finalize_result(const std::string& result);
   bool captured() const;
   std::string to_json(const ProcCounters& c) const;
   // Writes $out_dir/proc-<pid>.json atomically; returns false (and says why on stderr) on failure.
@@ -37,6 +39,7 @@ class ProcReport {
   std::vector<ProcError> errors_;
   bool captured_ = false;
   std::string capture_dir_;
+  std::string finalize_;
 };
 
 }  // namespace kc
