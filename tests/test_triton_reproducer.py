@@ -219,8 +219,12 @@ def test_config_parsing_rejects_constexprs_and_unknown_options(reproducer):
     root, _capture, _ = reproducer
     spec = json.loads((root / "source" / "triton.json").read_text())
     assert parse_config("num_warps=4, enable_fp_fusion=false", spec) == {"num_warps": 4, "enable_fp_fusion": False}
-    with pytest.raises(KerncapError, match="BLOCK is a constexpr"):
-        parse_config("BLOCK=128", spec)
+    assert (spec.get("autotune_config") or {}).get("kwargs"), "the fixture's kernel is autotuned over BLOCK"
+    untuned = {**spec, "autotune_config": None}
+    with pytest.raises(KerncapError, match="BLOCK is a constexpr of .* that the autotuner did not choose"):
+        parse_config("BLOCK=128", untuned)
+    # An autotuned constexpr may be pinned: that is another of the autotuner's configs.
+    assert parse_config("BLOCK=128,num_warps=8", spec) == {"BLOCK": 128, "num_warps": 8}
     with pytest.raises(KerncapError, match="expected KEY=VALUE"):
         parse_config("num_warps", spec)
     with pytest.raises(KerncapError, match="no_such_option: not a Triton compile option"):
@@ -274,3 +278,14 @@ def test_sanitize_keeps_definitions_and_blanks_work():
         assert gone not in kept, gone
     assert kept.index("def k(x_ptr, n, B: tl.constexpr):") == SCRIPT.splitlines().index("def k(x_ptr, n, B: tl.constexpr):")
     assert len(blanked) == 4
+
+
+def test_recompile_pins_another_autotuned_block(reproducer):
+    root, _capture, _ = reproducer
+    spec = json.loads((root / "source" / "triton.json").read_text())
+    captured = spec["autotune_config"]["kwargs"]["BLOCK"]
+    other = (captured["value"] if isinstance(captured, dict) else captured) * 2
+    res = recompile(root, f"BLOCK={other}")
+    assert f"autotuned constexprs pinned to {{'BLOCK': {other}}}" in res.log
+    assert f"BLOCK={other}" in res.command
+    assert res.cubin.read_bytes() != recompile(root).cubin.read_bytes()

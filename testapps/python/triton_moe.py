@@ -5,7 +5,9 @@ For token t routed to expert e = routing[t], out[t] = x[t] @ W_e (fp16 inputs, f
 accumulation and output). W_e is reached only through `table` (an int64 tensor of the
 E weight tensors' data pointers): no kernel argument points at a weight, so a capture
 holds them only because it keeps every live allocation. The configs differ in BLOCK_K,
-so the order of the fp32 accumulation differs between them. As in triton_autotune.py,
+so the order of the fp32 accumulation differs between them. The routing entry and the
+table entry are re-read on every K step (see the kernel): the inefficiency that
+tests/gpu/test_triton_repro.py's faster edit hoists out of the loop. As in triton_autotune.py,
 dispatch 0 is the first launch with the chosen config and the report gets `best` only
 after tuning; `out` is cleared before every call so that every dispatch changes it.
 """
@@ -36,10 +38,13 @@ def kc_moe_expert_matmul(x_ptr, table_ptr, routing_ptr, out_ptr, d_in, d_out,
     t = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    e = tl.load(routing_ptr + t)
-    w_ptr = tl.load(table_ptr + e).to(tl.pointer_type(tl.float16))
     acc = tl.zeros([BLOCK_N], tl.float32)
     for k0 in range(0, d_in, BLOCK_K):
+        # Deliberately slow, for the faster-edit test: the token's expert and its weight
+        # address are re-read on every K step (volatile, so the compiler keeps the
+        # reloads), a chain of dependent loads before each weight tile can be fetched.
+        e = tl.load(routing_ptr + t, volatile=True)
+        w_ptr = tl.load(table_ptr + e, volatile=True).to(tl.pointer_type(tl.float16))
         x = tl.load(x_ptr + t * d_in + k0 + offs_k).to(tl.float32)
         w = tl.load(w_ptr + (k0 + offs_k)[:, None] * d_out + offs_n[None, :]).to(tl.float32)
         acc += tl.sum(x[:, None] * w, axis=0)

@@ -99,23 +99,26 @@ def test_pinned_config_changing_rounding_fails_exact_and_passes_tolerance(captur
     assert tolerant.passed, f"{mismatches(tolerant)} bytes outside atol/rtol 1e-5"
 
 
-def rounding_pin(app: str, spec: dict) -> tuple[str, str, float, float]:
-    """(compile options to pin, dtype of `out`, atol, rtol) for an autotuned app: a config
-    other than the captured one that changes the kernel's rounding. Block sizes (the
-    autotune constexprs) cannot be pinned (they change the grid), so these pin a compile
-    option, as the torch_compile test does."""
+# The apps' @triton.autotune configs (testapps/python/triton_flash_attn.py, triton_moe.py).
+# Within each app they share the block size that sets the grid (BLOCK_M, BLOCK_N) and
+# differ in the K/V or K block, which sets the order of the fp32 accumulation.
+AUTOTUNE_CONFIGS = {
+    "triton_flash_attn": [{"BLOCK_N": 32, "num_warps": 4, "num_stages": 2},
+                          {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+                          {"BLOCK_N": 128, "num_warps": 8, "num_stages": 2}],
+    "triton_moe": [{"BLOCK_K": 32, "num_warps": 2}, {"BLOCK_K": 64, "num_warps": 4},
+                   {"BLOCK_K": 128, "num_warps": 4}],
+}
+
+
+def rounding_pin(app: str, best: dict) -> tuple[str, str, float, float]:
+    """(another autotune config of `app` as a --config string, dtype of `out`, atol, rtol)."""
+    others = [c for c in AUTOTUNE_CONFIGS[app] if any(best.get(k) != v for k, v in c.items() if k.startswith("BLOCK"))]
+    assert len(others) == len(AUTOTUNE_CONFIGS[app]) - 1, f"the captured config {best} is not one of the app's"
+    config = ",".join(f"{k}={v}" for k, v in others[0].items())
     if app == "triton_flash_attn":
-        # exp2(qk * qk_scale - m) and l_i * alpha + sum(p) compile to FMAs (fp32 operands
-        # whose product is inexact): without FP fusion the rounding of p and l_i changes.
-        return "enable_fp_fusion=False", "float16", 1e-3, 1e-2
-    if app == "triton_moe":
-        # FP fusion cannot change this kernel (fp16 x fp16 products are exact in fp32), but
-        # num_warps does: the warps are laid out along BLOCK_K (warpsPerCTA [num_warps/2, 2]
-        # for 4 and 8 warps, [1, 2] for 2), so another num_warps changes the order of the
-        # tl.sum reduction over K, hence the fp32 rounding of `out`.
-        captured = spec["options"]["num_warps"]
-        return f"num_warps={2 if captured != 2 else 4}", "float32", 1e-4, 1e-4
-    raise AssertionError(app)
+        return config, "float16", 1e-3, 1e-2
+    return config, "float32", 1e-4, 1e-4
 
 
 @pytest.mark.parametrize("app", ["triton_flash_attn", "triton_moe"])
@@ -125,8 +128,7 @@ def test_pinned_other_config_of_autotuned_kernel_fails_exact_and_passes_toleranc
 
     repro = triton_reproducer(captures, app)
     got = captures.get(app)
-    spec = json.loads((repro / "source" / "triton.json").read_text())
-    config, out_dtype, atol, rtol = rounding_pin(app, spec)
+    config, out_dtype, atol, rtol = rounding_pin(app, got.report["best"])
     out_region = got.region_of("out")
     # Tensors of other dtypes may share the caching allocator's segment with `out`:
     # compare that region as `out`'s dtype (its other bytes are unchanged either way).
@@ -149,37 +151,55 @@ def test_pinned_other_config_of_autotuned_kernel_fails_exact_and_passes_toleranc
                              f"atol {atol} / rtol {rtol}")
 
 
-# The flash-attention app reloads Q on every K/V iteration (volatile, so the compiler keeps
-# it there): the demo's deliberate inefficiency. The edit loads Q once before the loop.
-FLASH_SLOW_Q = "        q = tl.load(q_ptrs, volatile=True)\n"
-FLASH_LOOP = "    for start_n in range(0, seq_len, BLOCK_N):\n"
+# Each app carries one deliberate inefficiency that an exact edit removes:
+# flash attention reloads the loop-invariant Q tile on every K/V iteration; the MoE
+# kernel re-reads the token's expert and the expert's weight address on every K step.
+# (volatile, so the compiler keeps the reloads). The edits hoist them out of the loop.
+FASTER_EDITS = {
+    "triton_flash_attn": [
+        ("        q = tl.load(q_ptrs, volatile=True)\n", ""),
+        ("    for start_n in range(0, seq_len, BLOCK_N):\n",
+         "    q = tl.load(q_ptrs)\n    for start_n in range(0, seq_len, BLOCK_N):\n"),
+    ],
+    "triton_moe": [
+        ("        e = tl.load(routing_ptr + t, volatile=True)\n"
+         "        w_ptr = tl.load(table_ptr + e, volatile=True).to(tl.pointer_type(tl.float16))\n", ""),
+        ("    for k0 in range(0, d_in, BLOCK_K):\n",
+         "    e = tl.load(routing_ptr + t)\n    w_ptr = tl.load(table_ptr + e).to(tl.pointer_type(tl.float16))\n"
+         "    for k0 in range(0, d_in, BLOCK_K):\n"),
+    ],
+}
 
 
-def test_flash_attn_faster_edit_validates_and_times_faster(captures):
+@pytest.mark.parametrize("app", sorted(FASTER_EDITS))
+def test_faster_edit_validates_byte_exact_and_times_faster(captures, app):
     from kerncap.replay.client import ReplayClient
     from kerncap.triton import recompile
 
-    repro = triton_reproducer(captures, "triton_flash_attn")
+    repro = triton_reproducer(captures, app)
     kernel = repro / "source" / "kernel.py"
     original = kernel.read_text()
-    assert original.count(FLASH_SLOW_Q) == 1 and original.count(FLASH_LOOP) == 1, "the app's kernel changed"
+    edited_source = original
+    for old, new in FASTER_EDITS[app]:
+        assert edited_source.count(old) == 1, f"the app's kernel changed: {old!r} not found once"
+        edited_source = edited_source.replace(old, new)
     unmodified = recompile(repro).cubin
     try:  # the capture is shared by the session's tests: put the source back
-        kernel.write_text(original.replace(FLASH_SLOW_Q, "").replace(FLASH_LOOP, "    q = tl.load(q_ptrs)\n" + FLASH_LOOP))
+        kernel.write_text(edited_source)
         edited = recompile(repro)
     finally:
         kernel.write_text(original)
     assert edited.cubin != unmodified, "the edit did not change the cubin"
     with ReplayClient(repro) as rc:
         result = rc.validate(cubin=edited.cubin)
-        assert result.passed, f"{mismatches(result)} bytes differ after hoisting the Q load\n{edited.log}"
+        assert result.passed, f"{mismatches(result)} bytes differ after the edit\n{edited.log}"
         medians: dict[str, list[float]] = {"unmodified": [], "edited": []}
         for _ in range(2):  # interleaved, best of two medians each
             for name, cubin in (("unmodified", unmodified), ("edited", edited.cubin)):
                 medians[name].append(rc.replay(cubin=cubin, iterations=50, warmup=5).median_ms)
     base, fast = min(medians["unmodified"]), min(medians["edited"])
-    print(f"triton_flash_attn: unmodified {base * 1e3:.2f} us, Q load hoisted {fast * 1e3:.2f} us "
-          f"({base / fast:.2f}x); medians {medians}")
+    print(f"{app}: unmodified {base * 1e3:.2f} us, edited {fast * 1e3:.2f} us ({base / fast:.2f}x), "
+          f"byte-exact; medians {medians}")
     assert fast < base, f"the edit is not faster: {fast:.4f} ms vs {base:.4f} ms"
 
 

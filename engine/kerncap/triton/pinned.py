@@ -147,16 +147,23 @@ def target(spec: dict):
     return GPUTarget(t.get("backend", "cuda"), int(t["arch"]), int(t.get("warp_size", 32)))
 
 
-def ast_source(fn, module, spec: dict):
+def ast_source(fn, module, spec: dict, constexpr_overrides: dict[str, Any] | None = None):
     from triton.compiler import ASTSource
 
     resolve = jit_resolver(module)
     constexprs = {}
+    pending = dict(constexpr_overrides or {})
     for entry in spec.get("constexprs", []):
         path = tuple(entry["path"]) if entry.get("path") is not None else None
         if path is None:
             raise KerncapError(f"constexpr {entry.get('name')} has no argument position in source/triton.json")
+        if entry.get("name") in pending:
+            constexprs[path] = pending.pop(entry["name"])
+            continue
         constexprs[path] = decode_value(entry["value"], what=f"constexpr {entry.get('name') or path}", resolve_jit=resolve)
+    if pending:
+        raise KerncapError(f"--config {', '.join(pending)}: not a constexpr argument of {spec['function']} in the capture",
+                           "pin the autotuned constexprs the capture recorded")
     attrs = {tuple(e["path"]): [list(a) for a in e["value"]] for e in spec.get("attrs", []) if e.get("path") is not None}
     return ASTSource(fn, dict(spec["signature"]), constexprs, attrs)
 
@@ -169,8 +176,9 @@ def compile_pinned(reproducer_dir: Path, spec: dict, overrides: dict[str, Any] |
     where = str(Path(reproducer_dir) / "source" / spec.get("source", "kernel.py"))
     fn, module = load_kernel(reproducer_dir, spec)
     check_signature(fn, spec, where)
-    src = ast_source(fn, module, spec)
-    options = compile_options(spec, overrides)
+    option_overrides, constexpr_overrides = split_overrides(overrides, spec)
+    src = ast_source(fn, module, spec, constexpr_overrides)
+    options = compile_options(spec, option_overrides)
     try:
         compiled = triton.compile(src, target=target(spec), options=options)
     except Exception as exc:
@@ -179,12 +187,21 @@ def compile_pinned(reproducer_dir: Path, spec: dict, overrides: dict[str, Any] |
     return compiled, fn, module
 
 
+def autotuned_constexprs(spec: dict) -> set[str]:
+    """Constexprs the app's @triton.autotune chose (its Config kwargs): another of its
+    configs may be pinned by setting them."""
+    tuned = spec.get("autotune_config") or {}
+    return set((tuned.get("kwargs") or {}).keys())
+
+
 def parse_config(text: str | None, spec: dict) -> dict[str, Any]:
-    """`num_warps=4,num_stages=2` -> {"num_warps": 4, "num_stages": 2}."""
+    """`num_warps=4,num_stages=2` -> {"num_warps": 4, "num_stages": 2}. Autotuned
+    constexprs (`BLOCK_N=64`) may be set too: that pins another autotune config."""
     if not text:
         return {}
     out: dict[str, Any] = {}
     constexprs = {e.get("name") for e in spec.get("constexprs", [])} | set(spec.get("declared_constexprs", []))
+    tuned = autotuned_constexprs(spec)
     for item in text.split(","):
         item = item.strip()
         if not item:
@@ -193,14 +210,23 @@ def parse_config(text: str | None, spec: dict) -> dict[str, Any]:
         key, raw = key.strip(), raw.strip()
         if not sep or not key or not raw:
             raise KerncapError(f"--config {item!r}: expected KEY=VALUE", "e.g. --config num_warps=4,num_stages=2")
-        if key in constexprs:
+        if key in constexprs and key not in tuned:
             raise KerncapError(
-                f"--config {key}: {key} is a constexpr of {spec['function']}, not a compile option",
-                "changing a block size changes the launch grid, which the replay keeps as captured; "
-                "pin compile options only (num_warps, num_stages, num_ctas, maxnreg, ...)",
+                f"--config {key}: {key} is a constexpr of {spec['function']} that the autotuner did not choose",
+                "changing a block size may change the launch grid, which the replay keeps as captured; pin compile "
+                "options (num_warps, num_stages, num_ctas, maxnreg, ...) or the autotuned constexprs "
+                f"({', '.join(sorted(tuned)) or 'none in this kernel'})",
             )
         out[key] = _parse_scalar(raw)
     return out
+
+
+def split_overrides(overrides: dict[str, Any] | None, spec: dict) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(compile options, autotuned constexpr values) of a parsed --config."""
+    tuned = autotuned_constexprs(spec)
+    options = {k: v for k, v in (overrides or {}).items() if k not in tuned}
+    constexprs = {k: v for k, v in (overrides or {}).items() if k in tuned}
+    return options, constexprs
 
 
 def _parse_scalar(raw: str):

@@ -57,14 +57,19 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     if isinstance(compiled.asm.get("ptx"), str):
         _write(variants / f"{stem}.ptx", compiled.asm["ptx"].encode())
     _write(variants / f"{stem}.launch.json", (json.dumps(launch, indent=1) + "\n").encode())
-    options = pinned.compile_options(spec, overrides)
+    option_overrides, constexpr_overrides = pinned.split_overrides(overrides, spec)
+    options = pinned.compile_options(spec, option_overrides)
     pinned_view = {k: options.get(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
     log.append(f"options: {pinned_view}" + (f" (overridden: {overrides})" if overrides else " (as captured)"))
+    if constexpr_overrides:
+        log.append(f"autotuned constexprs pinned to {constexpr_overrides}; the replay keeps the captured grid "
+                   f"{capture.launch.get('grid')}: a config that changes the number of programs does not validate")
     if digest == spec.get("cubin_sha256"):
         log.append("the cubin is identical to the captured one")
     log.append(f"wrote {out}")
     command = ["triton.compile", f"source/{spec.get('source', 'kernel.py')}:{spec['function']}",
-               f"target=cuda:{spec['target']['arch']}", *[f"{k}={v}" for k, v in pinned_view.items() if v is not None]]
+               f"target=cuda:{spec['target']['arch']}", *[f"{k}={v}" for k, v in pinned_view.items() if v is not None],
+               *[f"{k}={v}" for k, v in constexpr_overrides.items()]]
     return RecompileResult(cubin=out, seconds=time.monotonic() - start, command=command, log="\n".join(log))
 
 
