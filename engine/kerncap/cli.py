@@ -10,7 +10,8 @@ import sys
 from kerncap import __version__
 from kerncap.errors import KerncapError
 
-COMMANDS = ["profile", "extract", "replay", "validate", "recompile", "sources", "info", "list", "pack", "unpack", "tui"]
+COMMANDS = ["profile", "extract", "replay", "validate", "recompile", "sources", "info", "list", "pack", "unpack",
+            "prune", "tui"]
 
 
 def build_parser() -> argparse.ArgumentParser:

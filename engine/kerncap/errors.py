@@ -27,3 +27,7 @@ class CaptureFormatError(KerncapError):
 
 class NativeUnavailable(KerncapError):
     """The native parts (interposer, replay core) were not built or cannot run here."""
+
+
+class GpuUnavailable(KerncapError):
+    """No CUDA GPU (or no driver) where replay had to run."""

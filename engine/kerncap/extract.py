@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kerncap import __version__
 from kerncap.capture.format import Capture
@@ -36,6 +36,9 @@ from kerncap.run import (
     run_app,
 )
 
+if TYPE_CHECKING:
+    from kerncap.prune_report import PruneReport
+
 MATCH_MODES = ("substring", "regex", "exact")
 
 
@@ -49,6 +52,7 @@ class ExtractResult:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     outcome: AppOutcome | None = None
+    prune: PruneReport | None = None  # with extract(prune=True), unless pruning could not run (see notes)
 
     @property
     def warnings(self) -> list[str]:
@@ -71,11 +75,14 @@ def extract(
     force: bool = False,
     keep_run_dir: bool = False,
     output_sink: OutputSink | None = None,
+    prune: bool = False,
 ) -> ExtractResult:
     """Capture dispatch `dispatch` (0-based, counted per process among launches whose
     name matches `kernel`) of the app `command` into the reproducer directory `output`.
 
-    `env` adds to (or overrides) the current environment of the app.
+    `env` adds to (or overrides) the current environment of the app. `prune`: then
+    shrink the reproducer to its pointer closure if replay validates it (kerncap.prune);
+    the verdict is `result.prune`.
     """
     start = time.monotonic()
     command = list(command)
@@ -134,12 +141,28 @@ def extract(
             result.notes.append(f"the app {outcome.describe_exit()} after the capture was written")
         result.seconds = time.monotonic() - start
         succeeded = True
-        return result
     finally:
         if not keep_run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
         if not succeeded:
             _remove_empty(created_parents)
+    if prune:
+        _prune(result)
+    return result
+
+
+def _prune(result: ExtractResult) -> None:
+    """Prune the fresh reproducer; a failure to prune is a note, never the loss of the capture
+    (prune_reproducer leaves the full reproducer in place whenever it does not finish)."""
+    from kerncap.prune import prune_reproducer
+
+    try:
+        result.prune = prune_reproducer(result.reproducer_dir)
+    except KerncapError as exc:
+        result.notes.append(f"not pruned: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+    except Exception as exc:  # a bug there must not cost the user the capture
+        result.notes.append(f"not pruned: {type(exc).__name__}: {exc}; the full reproducer is complete")
+    result.capture = Capture.open(result.reproducer_dir)
 
 
 # -- input checks --------------------------------------------------------------------------

@@ -111,6 +111,7 @@ def summarize(path: str | os.PathLike) -> dict[str, Any]:
             "env": prov.get("env", {}),
         },
         "sizes": {"logical": cap.logical_bytes, "stored": sum(blob_sizes.values())},
+        "pruned": m.get("pruned"),  # kerncap prune: what the full capture held, why each region stayed
         "warnings": cap.warnings,
         "reproducer": reproducer,
     }
@@ -173,12 +174,16 @@ def format_summary(s: dict[str, Any]) -> str:
     out.append("")
 
     out.append(f"regions ({len(s['regions'])})")
+    pruned = s.get("pruned") or {}
+    why = pruned.get("reasons") or {}
     rows = [
         [str(r["id"]), f"{r['base']:#x}", human_bytes(r["size"]), r["api"], "yes" if r["written"] else "",
          f"{100 * r['zero_fraction']:.0f}%", human_bytes(r["stored_bytes"])]
+        + ([why.get(str(r["id"]), "?")] if why else [])
         for r in s["regions"]
     ]
-    out += _table(["id", "base", "size", "api", "written", "zero", "stored"], rows, right={0, 2, 5, 6})
+    headers = ["id", "base", "size", "api", "written", "zero", "stored"] + (["kept because"] if why else [])
+    out += _table(headers, rows, right={0, 2, 5, 6})
     if s["host_regions"]:
         out.append(f"  + {len(s['host_regions'])} host region(s), recorded but not snapshotted")
     out.append("")
@@ -211,6 +216,15 @@ def format_summary(s: dict[str, Any]) -> str:
     if src:
         out.append(f"sources     {src.get('kind')}: {src.get('translation_unit') or src.get('reason', '')}"
                    + (f" ({src.get('method')}, {src.get('confidence')})" if src.get("method") else ""))
+    if pruned:
+        out.append(f"pruned      from {pruned.get('from', '?')}: held {pruned.get('regions_full', '?')} regions "
+                   f"({human_bytes(pruned.get('logical_full', 0))} logical, "
+                   f"{human_bytes(pruned.get('stored_full', 0))} stored); {pruned.get('regions_dropped', '?')} dropped")
+    record = rep.get("prune")
+    if isinstance(record, dict):
+        from kerncap.prune_report import PruneReport
+
+        out.append(f"prune       {PruneReport.from_json(record).summary()}")
     for note in rep.get("notes") or []:
         out.append(f"note        {note}")
     for w in s["warnings"]:

@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source-dir", type=Path, metavar="DIR", help="the app's source tree, to copy the kernel's sources")
     p.add_argument("--build-dir", type=Path, metavar="DIR", help="the app's build tree (compile_commands.json)")
     p.add_argument("--keep-run-dir", action="store_true", help="keep the per-process run directory (debugging)")
+    p.add_argument("--prune", action="store_true",
+                   help="then keep only the memory the kernel can reach through pointers, if replay validates "
+                        "that byte-exact (needs the GPU; see `kerncap prune`)")
     p.add_argument("--cmd", metavar="CMD", help="the app's command as one string (instead of `-- CMD…`)")
     p.set_defaults(handler=handle)
 
@@ -47,7 +50,7 @@ def handle(args: argparse.Namespace) -> int:
     result = extract(
         args.kernel, command, output=output, dispatch=args.dispatch, match=args.match,
         keep_running=args.keep_running, timeout=args.timeout, source_dir=args.source_dir,
-        build_dir=args.build_dir, force=args.force, keep_run_dir=args.keep_run_dir,
+        build_dir=args.build_dir, force=args.force, keep_run_dir=args.keep_run_dir, prune=args.prune,
     )
     print(format_extract_summary(result))
     for w in result.warnings:
@@ -78,6 +81,8 @@ def format_extract_summary(r: ExtractResult) -> str:
     secs = prov.get("capture_seconds") or {}
     snap = f"snapshot {secs['total']:.2f} s, " if isinstance(secs.get("total"), (int, float)) else ""
     lines.append(f"time        {snap}{r.seconds:.1f} s in all")
+    if r.prune is not None:
+        lines.append(f"prune       {r.prune.summary()}")
     lines.append(f"reproducer  {r.reproducer_dir}")
     if r.run_dir.exists():
         lines.append(f"run dir     {r.run_dir} (kept)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kerncap.errors import CaptureFormatError, KerncapError, NativeUnavailable
+from kerncap.errors import CaptureFormatError, GpuUnavailable, KerncapError, NativeUnavailable
 
 HINTS = {
     "no_gpu": "replay needs an NVIDIA GPU and its driver (libcuda.so.1); run on the GPU machine",
@@ -48,7 +48,7 @@ def error_to_exception(resp: dict[str, Any]) -> KerncapError:
     kind, message = resp.get("kind", "internal"), resp.get("error", "replay server error")
     hint = resp.get("hint") or HINTS.get(kind)
     if kind == "no_gpu":
-        return KerncapError(f"no CUDA GPU available: {message}", hint)
+        return GpuUnavailable(f"no CUDA GPU available: {message}", hint)
     if kind == "capture":
         return CaptureFormatError(message, hint)
     if kind == "native":

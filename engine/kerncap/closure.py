@@ -1,0 +1,231 @@
+"""The pointer closure of a capture: the regions a kernel can reach from its arguments.
+
+Roots are the regions that the launch names: the manifest's parameter annotations
+(`pointer`, `pointers`), every 8-byte-aligned value of the raw parameter buffer (a
+struct parameter may hold pointers the manifest did not annotate), the launch
+attribute values and the pre-state of the module globals. From there a worklist reads
+the pre-state of every kept region and treats each 8-byte-aligned little-endian u64 as
+a candidate pointer: a value in [base, base + size] of a captured region (inclusive
+end: a one-past-the-end pointer counts) adds that region.
+
+Granularity is the whole allocation: one pointer into a caching allocator's segment
+keeps the segment, and with it everything the segment points to. A value that merely
+looks like a pointer keeps its region too; the closure errs towards keeping.
+
+A region the kernel wrote (pre != post) that the closure does not reach means the
+kernel found memory through something the closure cannot see: such a capture must not
+be pruned (`Closure.refusal`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from kerncap.capture.format import Capture, Region
+from kerncap.errors import KerncapError
+from kerncap.info import human_bytes
+
+try:
+    import numpy as np
+except ModuleNotFoundError:  # a declared dependency, but installs with --no-deps can miss it
+    np = None
+
+# Threads that read and scan chunks; each holds one chunk (4 MiB) at a time.
+SCAN_WORKERS = min(8, os.cpu_count() or 1)
+
+
+@dataclass
+class Closure:
+    kept: list[int]                      # region ids, ascending
+    reasons: dict[int, str]              # region id -> why it is kept ("argument 1", "pointer at region 3+0x40")
+    regions_full: int
+    logical_full: int                    # sum of region sizes
+    logical_pruned: int
+    stored_full: int                     # bytes of the distinct non-null chunks the manifest names
+    stored_pruned: int                   # the same for the kept regions and the globals
+    unreached_written: list[Region] = field(default_factory=list)  # written, yet outside the closure
+    seconds: float = 0.0
+
+    @property
+    def regions_pruned(self) -> int:
+        return len(self.kept)
+
+    @property
+    def dropped(self) -> int:
+        return self.regions_full - len(self.kept)
+
+    @property
+    def refusal(self) -> str:
+        """Why a reproducer holding only this closure cannot be valid ("" when it can)."""
+        if not self.unreached_written:
+            return ""
+        shown = ", ".join(f"{r.id} ({r.base:#x}, {human_bytes(r.size)})" for r in self.unreached_written[:5])
+        more = f" and {len(self.unreached_written) - 5} more" if len(self.unreached_written) > 5 else ""
+        which = "region" if len(self.unreached_written) == 1 else "regions"
+        return (f"the kernel wrote {which} {shown}{more}, which no pointer in the arguments, the globals or the "
+                "captured memory reaches: it found that memory some other way, so only the full capture replays it")
+
+
+def compute_closure(capture: Capture) -> Closure:
+    """The regions reachable from the launch of `capture` by following pointers in memory."""
+    if np is None:
+        raise KerncapError("numpy is not installed; the closure scans captured memory with it",
+                           "pip install numpy (a dependency of kerncap)")
+    t0 = time.perf_counter()
+    cap = capture
+    finder = _PointerFinder(cap.regions)
+    reasons: dict[int, str] = {}
+    frontier: list[Region] = []
+
+    def keep(index: int, why: str) -> None:
+        region = finder.regions[index]
+        if region.id not in reasons:
+            reasons[region.id] = why
+            frontier.append(region)
+
+    by_id = {r.id: i for i, r in enumerate(finder.regions)}
+    for p in cap.manifest.get("params", []):
+        annotated = [p.get("pointer")] if p.get("pointer") else []
+        annotated += p.get("pointers") or []
+        for ptr in annotated:
+            if ptr.get("region") in by_id:
+                keep(by_id[ptr["region"]], f"argument {p.get('index')}")
+    buffer = cap.param_buffer
+    for index, offset in finder.hits(buffer):
+        keep(index, _param_name(cap, offset))
+    for attr in cap.launch.get("attributes", []):
+        for index, offset in finder.hits(bytes.fromhex(attr.get("value", ""))):
+            keep(index, f"launch attribute {attr.get('id')}+{offset:#x}")
+    cache: dict[str, list[tuple[int, int]]] = {}  # blob -> hits (region index, offset in chunk)
+    with ThreadPoolExecutor(SCAN_WORKERS, thread_name_prefix="kerncap-closure") as pool:
+        for g in cap.globals:
+            _scan(cap, finder, [(g.pre, g.size)], cache, pool)
+            for index, offset in _item_hits(cap, g.pre, cache):
+                keep(index, f"global {g.name}+{offset:#x}")
+        while frontier:  # breadth first: a region's reason names the shortest path to it
+            level, frontier = frontier, []
+            _scan(cap, finder, [(r.pre, r.size) for r in level], cache, pool)
+            for region in level:
+                for index, offset in _item_hits(cap, region.pre, cache):
+                    keep(index, f"pointer at region {region.id}+{offset:#x}")
+
+    kept = sorted(reasons)
+    kept_set = set(kept)
+    kept_regions = [r for r in cap.regions if r.id in kept_set]
+    return Closure(
+        kept=kept,
+        reasons=reasons,
+        regions_full=len(cap.regions),
+        logical_full=sum(r.size for r in cap.regions),
+        logical_pruned=sum(r.size for r in kept_regions),
+        stored_full=stored_bytes(cap, cap.regions),
+        stored_pruned=stored_bytes(cap, kept_regions),
+        unreached_written=[r for r in cap.regions if r.written and r.id not in kept_set],
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def stored_bytes(cap: Capture, regions: Iterable[Region]) -> int:
+    """Bytes of the distinct non-null chunks of `regions` and of every global."""
+    sizes: dict[str, int] = {}
+    for item in [*regions, *cap.globals]:
+        for chunks in (item.pre, item.post):
+            for i, h in enumerate(chunks):
+                if h is not None:
+                    sizes[h] = cap.chunk_length(item.size, i)
+    return sum(sizes.values())
+
+
+def _param_name(cap: Capture, offset: int) -> str:
+    for p in cap.params:
+        if p.offset <= offset < p.offset + p.size:
+            return f"argument {p.index}" + (f"+{offset - p.offset:#x}" if offset != p.offset else "")
+    return f"parameter buffer+{offset:#x}"
+
+
+def _scan(cap: Capture, finder: "_PointerFinder", items: list[tuple[list[str | None], int]],
+          cache: dict[str, list[tuple[int, int]]], pool: ThreadPoolExecutor) -> None:
+    """Read and scan every blob of `items` (pre-state chunks, item size) not scanned yet.
+    Zero chunks hold no pointers; a blob is read once however often it repeats."""
+    todo: dict[str, int] = {}
+    for chunks, size in items:
+        for i, h in enumerate(chunks):
+            if h is not None and h not in cache:
+                todo.setdefault(h, cap.chunk_length(size, i))
+
+    def scan(batch: list[tuple[str, int]]) -> list[list[tuple[int, int]]]:
+        return [finder.hits(cap.read_chunk(h, length)) for h, length in batch]  # read_chunk verifies
+
+    batches = list(_batches(todo.items()))
+    for batch, found in zip(batches, pool.map(scan, batches)):
+        for (h, _), hits in zip(batch, found):
+            cache[h] = hits
+
+
+def _batches(items: Iterable[tuple[str, int]], max_bytes: int = 8 << 20, max_items: int = 256):
+    """Groups of chunks of about max_bytes: a task per small chunk would cost more in
+    thread hand-offs than the scan (captures can hold 10^5 small regions)."""
+    batch: list[tuple[str, int]] = []
+    size = 0
+    for h, length in items:
+        batch.append((h, length))
+        size += length
+        if size >= max_bytes or len(batch) >= max_items:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _item_hits(cap: Capture, chunks: list[str | None],
+               cache: dict[str, list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """(region index, byte offset in the item) of its scanned chunks, each region once at
+    its first offset, in offset order."""
+    found: dict[int, int] = {}
+    for i, h in enumerate(chunks):
+        if h is not None:
+            for index, offset in cache[h]:
+                found.setdefault(index, i * cap.chunk_size + offset)
+    return list(found.items())
+
+
+class _PointerFinder:
+    """Which captured regions the u64 values of a byte string point into (inclusive end)."""
+
+    def __init__(self, regions: list[Region]):
+        self.regions = sorted(regions, key=lambda r: (r.base, r.end))
+        self.bases = np.array([r.base for r in self.regions], dtype=np.uint64)
+        self.ends = np.array([r.end for r in self.regions], dtype=np.uint64)
+        self.low = int(self.bases.min()) if self.regions else 0
+        self.high = int(self.ends.max()) if self.regions else -1
+
+    def hits(self, data: bytes) -> list[tuple[int, int]]:
+        """(region index, byte offset of the first value pointing into it), by offset."""
+        n = len(data) // 8
+        if n == 0 or self.high < 0:
+            return []
+        values = np.frombuffer(data, dtype="<u8", count=n)
+        where = np.flatnonzero((values >= np.uint64(self.low)) & (values <= np.uint64(self.high)))
+        if where.size == 0:
+            return []
+        cand = values[where]
+        # Regions do not overlap, so bases and ends are both sorted. The last region starting
+        # at or below v holds v if v <= its end; the first region ending at or above v holds
+        # it if it starts at or below v. Both are needed where one region ends exactly where
+        # the next begins (v is then the one's end and the other's base).
+        below = np.searchsorted(self.bases, cand, side="right") - 1
+        hit_below = self.ends[below] >= cand
+        above = np.searchsorted(self.ends, cand, side="left")
+        hit_above = self.bases[above] <= cand
+        index = np.concatenate([below[hit_below], above[hit_above]])
+        offset = np.concatenate([where[hit_below], where[hit_above]]) * 8
+        if index.size == 0:
+            return []
+        order = np.lexsort((offset, index))  # by region, then offset
+        regions, first = np.unique(index[order], return_index=True)
+        found = sorted(zip(offset[order][first].tolist(), regions.tolist()))
+        return [(int(r), int(o)) for o, r in found]

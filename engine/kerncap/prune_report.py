@@ -1,0 +1,83 @@
+"""What `kerncap prune` (and `extract --prune`) did, as an object, a one-line summary
+and the JSON record kept in reproducer.json under "prune". No numpy here: `kerncap info`
+renders the record without loading the closure code."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kerncap import __version__
+from kerncap.info import human_bytes
+
+
+@dataclass
+class PruneReport:
+    path: Path                      # the reproducer that was pruned
+    kept: str                       # "pruned" | "full"
+    reason: str                     # why the full reproducer was kept ("" when pruned)
+    regions_full: int
+    regions_pruned: int             # the closure's regions (also when the full reproducer was kept)
+    logical_full: int               # sum of region sizes
+    logical_pruned: int
+    stored_full: int                # bytes of the distinct non-null chunks
+    stored_pruned: int
+    seconds: dict[str, float] = field(default_factory=lambda: {"closure": 0.0, "write": 0.0, "validate": 0.0})
+    validated: bool = False         # the pruned reproducer replayed byte-exact against the capture
+    output: Path | None = None      # where the pruned reproducer is (the original path once swapped in)
+    reasons: dict[int, str] = field(default_factory=dict)  # region id -> why the closure holds it
+    notes: list[str] = field(default_factory=list)
+    time: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+    @property
+    def ratio(self) -> float:
+        """stored_full / stored_pruned: how many times smaller the pruned payload is."""
+        if self.stored_pruned:
+            return self.stored_full / self.stored_pruned
+        return 1.0 if not self.stored_full else math.inf
+
+    def _sizes(self) -> str:
+        smaller = "nothing left to store" if math.isinf(self.ratio) else f"{self.ratio:.1f}x smaller"
+        return (f"{self.regions_full} -> {self.regions_pruned} regions "
+                f"({human_bytes(self.logical_full)} -> {human_bytes(self.logical_pruned)} logical), "
+                f"{human_bytes(self.stored_full)} -> {human_bytes(self.stored_pruned)} stored ({smaller})")
+
+    def summary(self) -> str:
+        if self.kept != "pruned":
+            return (f"kept the full reproducer ({self.regions_full} regions, {human_bytes(self.stored_full)} "
+                    f"stored): {self.reason}")
+        if self.validated:
+            return f"pruned {self._sizes()}, validated byte-exact in {self.seconds.get('validate', 0.0):.1f} s"
+        return (f"pruned {self._sizes()} into {self.output}; NOT validated: run `kerncap validate {self.output}` "
+                "on a GPU before relying on it")
+
+    def to_json(self) -> dict[str, Any]:
+        ratio = self.ratio
+        return {
+            "kept": self.kept, "reason": self.reason, "validated": self.validated,
+            "regions_full": self.regions_full, "regions_pruned": self.regions_pruned,
+            "logical_full": self.logical_full, "logical_pruned": self.logical_pruned,
+            "stored_full": self.stored_full, "stored_pruned": self.stored_pruned,
+            "ratio": "inf" if math.isinf(ratio) else round(ratio, 3),
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "output": str(self.output) if self.output is not None else None,
+            "reasons": {str(k): v for k, v in sorted(self.reasons.items())},
+            "notes": list(self.notes), "time": self.time, "tool_version": __version__,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], path: str | Path = "") -> "PruneReport":
+        """The report of a reproducer.json "prune" record (for `kerncap info`)."""
+        return cls(
+            path=Path(path), kept=d.get("kept", "?"), reason=d.get("reason", ""),
+            regions_full=int(d.get("regions_full", 0)), regions_pruned=int(d.get("regions_pruned", 0)),
+            logical_full=int(d.get("logical_full", 0)), logical_pruned=int(d.get("logical_pruned", 0)),
+            stored_full=int(d.get("stored_full", 0)), stored_pruned=int(d.get("stored_pruned", 0)),
+            seconds={k: float(v) for k, v in (d.get("seconds") or {}).items()},
+            validated=bool(d.get("validated")), output=Path(d["output"]) if d.get("output") else None,
+            reasons={int(k): v for k, v in (d.get("reasons") or {}).items()},
+            notes=list(d.get("notes") or []), time=d.get("time", ""),
+        )
