@@ -66,6 +66,29 @@ APPS: dict[str, AppSpec] = {
     ]
 }
 
+# Issue 7 (robustness at scale), extracted by test_scale.py only: kept out of APPS so
+# the per-app tests of test_capture_apps/test_replay_apps keep their budget.
+MANY_ALLOCS = AppSpec("many_allocs", "ma_target", writes=("out",), reads=("table", "words", "first", "last"),
+                      timeout=300.0)
+MS8_THREADS = 8  # testapps/cuda/multistream8.cu: kThreads
+MS8_BUFFERS = tuple(f"buf{t}" for t in range(MS8_THREADS))
+# Dispatch 5 of 12: every thread has launched >= 100 times and keeps launching.
+MULTISTREAM8 = AppSpec("multistream8", "ms8_target", dispatch=5, keep_running=True, writes=("out",),
+                       reads=("in", *MS8_BUFFERS), timeout=300.0)
+MILLION = 1_000_000
+# kc_tiny adds 1 to a counter the app zeroes: dispatch N sees N in its pre-state.
+LAUNCH_HEAVY_1M = AppSpec("launch_heavy", "kc_tiny", dispatch=MILLION - 1, args=(str(MILLION),), timeout=300.0)
+# testapps/python/moe_scale.py, small: moe_scale_expert_ffn runs twice per layer (up,
+# down), silu once; the target is the last layer's up projection. Its tensors are small
+# enough to share the caching allocator's segments, so checks are by byte range.
+MOE_SMALL_LAYERS = 3
+MOE_SMALL_ARGS = ("--layers", str(MOE_SMALL_LAYERS), "--experts", "4", "--d-model", "256", "--d-ff", "512",
+                  "--tokens", "64")
+MOE_SCALE_SMALL = AppSpec("moe_scale", "moe_scale_expert_ffn", python=True, args=MOE_SMALL_ARGS,
+                          dispatch=2 * (MOE_SMALL_LAYERS - 1), keep_running=True, timeout=300.0)
+MOE_SCALE_SMALL_SILU = AppSpec("moe_scale", "silu", python=True, args=MOE_SMALL_ARGS, dispatch=MOE_SMALL_LAYERS - 1,
+                               timeout=300.0)
+
 # Apps used only for failure paths (test_capture_errors.py).
 GRAPH_TARGET = AppSpec("graph_target", "graph_scale", keep_running=True)
 # An app that subscribes to CUPTI itself before its first CUDA call.
