@@ -5,8 +5,9 @@ Roots are the regions that the launch names: the manifest's parameter annotation
 struct parameter may hold pointers the manifest did not annotate), the launch
 attribute values and the pre-state of the module globals. From there a worklist reads
 the pre-state of every kept region and treats each 8-byte-aligned little-endian u64 as
-a candidate pointer: a value in [base, base + size] of a captured region (inclusive
-end: a one-past-the-end pointer counts) adds that region.
+a candidate pointer: a value in [base, base + size) of a captured region adds that
+region, and so does its one-past-the-end value base + size unless another region
+begins there (then the value is that region's base).
 
 Granularity is the whole allocation: one pointer into a caching allocator's segment
 keeps the segment, and with it everything the segment points to. A value that merely
@@ -194,7 +195,7 @@ def _item_hits(cap: Capture, chunks: list[str | None],
 
 
 class _PointerFinder:
-    """Which captured regions the u64 values of a byte string point into (inclusive end)."""
+    """Which captured regions the u64 values of a byte string point into (or one past)."""
 
     def __init__(self, regions: list[Region]):
         self.regions = sorted(regions, key=lambda r: (r.base, r.end))
@@ -213,16 +214,15 @@ class _PointerFinder:
         if where.size == 0:
             return []
         cand = values[where]
-        # Regions do not overlap, so bases and ends are both sorted. The last region starting
-        # at or below v holds v if v <= its end; the first region ending at or above v holds
-        # it if it starts at or below v. Both are needed where one region ends exactly where
-        # the next begins (v is then the one's end and the other's base).
-        below = np.searchsorted(self.bases, cand, side="right") - 1
-        hit_below = self.ends[below] >= cand
-        above = np.searchsorted(self.ends, cand, side="left")
-        hit_above = self.bases[above] <= cand
-        index = np.concatenate([below[hit_below], above[hit_above]])
-        offset = np.concatenate([where[hit_below], where[hit_above]]) * 8
+        # Regions do not overlap and are sorted: the last region starting at or below v
+        # holds v if v < its end. Else v may be that region's one-past-the-end pointer
+        # (v == end), which keeps it; where the next region begins at v, v is that
+        # region's base instead and keeps only it (a caching allocator packs small
+        # allocations back to back: counting both would keep every neighbour).
+        below = np.searchsorted(self.bases, cand, side="right") - 1  # >= 0: cand >= low
+        hit = cand <= self.ends[below]
+        index = below[hit]
+        offset = where[hit] * 8
         if index.size == 0:
             return []
         order = np.lexsort((offset, index))  # by region, then offset
