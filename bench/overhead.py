@@ -1,7 +1,7 @@
 """What the capture library costs an app that is not being captured.
 
-Runs the launch_heavy app (>= 100k small launches) three ways, each --repeat times
-(median taken):
+Runs the launch_heavy app (>= 100k small launches) three ways, each --repeat times,
+interleaved (median taken):
   plain      the app alone
   armed      under `extract` for a kernel that never launches (kc_never, keep_running):
              every launch goes through the interposer's callbacks
@@ -80,11 +80,17 @@ def main() -> None:
     command = app_command(args, build_dir)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="kerncap-bench-") as tmp:
-        for mode in ("plain", "armed", "profiling"):
-            runs = [run_once(mode, command, Path(tmp)) for _ in range(args.repeat)]
-            results[mode] = {"wall_s": [w for w, _ in runs], "loop_s": [loop for _, loop in runs],
-                             "wall_median_s": median([w for w, _ in runs]),
-                             "loop_median_s": median([loop for _, loop in runs])}
+        # Interleaved (plain, armed, profiling, plain, ...): the GPU machine's CPU speed
+        # drifts by 10-20% between runs, and drift must hit every mode alike.
+        for _ in range(args.repeat):
+            for mode in ("plain", "armed", "profiling"):
+                wall, loop = run_once(mode, command, Path(tmp))
+                r = results.setdefault(mode, {"wall_s": [], "loop_s": []})
+                r["wall_s"].append(wall)
+                r["loop_s"].append(loop)
+        for r in results.values():
+            r["wall_median_s"] = median(r["wall_s"])
+            r["loop_median_s"] = median(r["loop_s"])
 
     base = results["plain"]
     rows = []
