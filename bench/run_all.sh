@@ -5,6 +5,8 @@ set -uo pipefail
 OUT=${OUT:-$PWD/bench-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 cd "$(dirname "$0")"
-timeout 200 python3 overhead.py --json "$OUT/overhead.json" 2>&1 | grep -v "^WARNING"
+timeout 200 python3 overhead.py --launches 300000 --repeat 5 --json "$OUT/overhead.json" 2>&1 | grep -v "^WARNING"
+timeout 150 python3 cupti_floor.py --launches 300000 --json "$OUT/cupti_floor.json" 2>&1 | grep -v "^WARNING"
 timeout 200 python3 snapshot.py --json "$OUT/snapshot.json" 2>&1 | grep -v "^WARNING"
 timeout 240 python3 replay.py --json "$OUT/replay.json" 2>&1 | grep -v "^WARNING"
+timeout 300 python3 scale.py --json "$OUT/scale.json" 2>&1 | grep -v "^WARNING"
