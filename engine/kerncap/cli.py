@@ -11,7 +11,7 @@ from kerncap import __version__
 from kerncap.errors import KerncapError
 
 COMMANDS = ["profile", "extract", "replay", "validate", "recompile", "sources", "info", "list", "pack", "unpack",
-            "prune", "tui"]
+            "prune", "store", "tui"]
 
 
 def build_parser() -> argparse.ArgumentParser:

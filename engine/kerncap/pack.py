@@ -89,7 +89,10 @@ def pack(directory: str | os.PathLike, output: str | os.PathLike | None = None, 
     tmp = out.with_name(out.name + ".tmp")
     blobs_dir = PurePosixPath((cap.root.resolve().relative_to(root.resolve()) / "blobs").as_posix())
     chunks = dict(capture_chunks(cap))
-    entries, left_out = _walk(root, blobs_dir, chunks, skip={out.resolve(), tmp.resolve()})
+    # A reproducer whose payloads are in the store packs them from there (read_chunk),
+    # and the pack carries the chunks itself: its store marker stays behind.
+    marker = cap.root / "stored.json"
+    entries, left_out = _walk(root, blobs_dir, chunks, skip={out.resolve(), tmp.resolve(), marker.resolve()})
     index = {
         "format": PACK_FORMAT, "format_version": PACK_VERSION, "tool_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "source": str(root.resolve()),

@@ -169,6 +169,9 @@ def prune_reproducer(
     root = Path(os.path.abspath(repro_dir))
     if root.is_symlink():
         root = root.resolve()  # swap the directory itself, not the link to it
+    from kerncap.stored import hydrate
+
+    hydrate(root)  # payloads moved to the store (`kerncap store`) come back: pruning hard-links them
     cap = Capture.open(root)
     closure = compute_closure(cap)
     report = PruneReport(

@@ -102,7 +102,8 @@ def describe_reproducer(repro: Path) -> dict[str, Any]:
     from kerncap.profile import short_kernel_name
 
     row: dict[str, Any] = {"path": str(repro), "kernel": None, "mangled": None, "command": None, "time": None,
-                           "logical": None, "stored": None, "validation": None, "variants": 0, "error": None}
+                           "logical": None, "stored": None, "in_store": False, "validation": None, "variants": 0,
+                           "error": None}
     try:
         cap = Capture.open(repro)
         prov = cap.provenance
@@ -114,6 +115,7 @@ def describe_reproducer(repro: Path) -> dict[str, Any]:
             time=prov.get("time"),
             logical=cap.logical_bytes,
             stored=cap.stored_bytes,
+            in_store=(cap.root / "stored.json").is_file(),  # payloads in the workspace store (`kerncap store`)
         )
     except KerncapError as exc:
         row["error"] = exc.message

@@ -195,6 +195,11 @@ class Capture:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
+            from kerncap.stored import store_of  # payloads moved to the workspace store (`kerncap store`)
+
+            store = store_of(self.root)
+            if store is not None:
+                return store.get(h, length)  # verified there
             raise CaptureFormatError(f"payload {path} is missing", "the capture is incomplete; extract again") from None
         if len(data) != length:
             raise CaptureFormatError(

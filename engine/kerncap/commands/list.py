@@ -36,7 +36,8 @@ def _cut(text: str | None, width: int) -> str:
 def format_list(rows: list[dict]) -> str:
     table = [
         [_cut(r["kernel"], 48) if not r["error"] else "(unreadable)", _cut(r["command"], 40), (r["time"] or "?")[:16].replace("T", " "),
-         _size(r["logical"]), _size(r["stored"]), r["validation"] or "-", r["path"]]
+         _size(r["logical"]), "in store" if r.get("in_store") else _size(r["stored"]), r["validation"] or "-",
+         r["path"]]
         for r in rows
     ]
     out = _table(["kernel", "command", "captured", "logical", "stored", "valid", "path"], table, right={3, 4})

@@ -80,11 +80,21 @@ class ReplayClient:
         with self._lock:
             if self.alive and self.info is not None:
                 return self.info
+            self._hydrate()
             self._spawn()
             for req in self.before_open:
                 self._send(dict(req))
             self.info = self._send({"op": "open", "capture": str(self.capture_dir), "device": self.device})
             return self.info
+
+    def _hydrate(self) -> None:
+        """The native replay reads blob files: a reproducer whose payloads were moved to
+        the store (`kerncap store`) gets them back first (a cheap check otherwise)."""
+        from kerncap.stored import MARKER, hydrate
+
+        root = self.capture_dir
+        if (root / "capture" / MARKER).is_file() or (root / MARKER).is_file():
+            hydrate(root)
 
     def close(self) -> None:
         with self._lock:

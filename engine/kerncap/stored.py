@@ -1,0 +1,145 @@
+"""Reproducers whose payloads live in the workspace's chunk store.
+
+`store_reproducer(dir)` adds every chunk of a reproducer to the content-addressed store
+(kerncap.store: zstd, zero chunks elided, shared by every capture of the workspace, so
+a second capture of the same app adds only what changed) and then removes the
+reproducer's own `capture/blobs/*.bin`, leaving `capture/stored.json` that names the
+store. The reproducer keeps its manifest, cubins, sources and history: `kerncap info`,
+`list`, `prune`'s closure and `pack` read its chunks from the store (verified on
+read). The native replay reads blob files, so `hydrate(dir)` (run by ReplayClient
+before it starts a server) writes them back, each verified, each temp file + rename.
+
+Blobs are removed only after every chunk the manifest names is present in the store,
+so an interrupted `store` leaves a reproducer that still replays as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kerncap.capture.format import Capture
+from kerncap.errors import KerncapError
+from kerncap.store import DEFAULT_STORE, Store, capture_chunks
+
+MARKER = "stored.json"
+MARKER_FORMAT = "kerncap-stored"
+
+
+@dataclass
+class StoreResult:
+    path: Path
+    store: Path
+    chunks: int          # distinct non-zero chunks the manifest names
+    objects_added: int   # of those, new in the store
+    bytes_added: int     # compressed bytes the store grew by
+    bytes_freed: int     # blob bytes removed from the reproducer
+
+    def as_dict(self) -> dict:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+@dataclass
+class HydrateResult:
+    path: Path
+    chunks: int    # blob files written
+    bytes: int
+
+
+def default_store_for(repro_dir: str | os.PathLike) -> Path:
+    """`<workspace>/store` for a reproducer under `<workspace>/reproducers/`, else the
+    default workspace's store."""
+    repro = Path(repro_dir).absolute()
+    if repro.parent.name == "reproducers":
+        return repro.parent.parent / "store"
+    return DEFAULT_STORE.absolute()
+
+
+def marker_path(capture_root: Path) -> Path:
+    return Path(capture_root) / MARKER
+
+
+def store_of(capture_root: Path) -> Store | None:
+    """The store a capture's payloads were moved to, or None (payloads are local)."""
+    path = marker_path(capture_root)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if record.get("format") != MARKER_FORMAT:
+            raise ValueError(f"format {record.get('format')!r}")
+        return Store(record["store"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KerncapError(f"{path} is unreadable ({exc})",
+                           "restore it, or rerun `kerncap store` on the original reproducer") from None
+
+
+def missing_blobs(cap: Capture) -> list[tuple[str, int]]:
+    return [(h, n) for h, n in capture_chunks(cap) if not cap.blob_path(h).is_file()]
+
+
+def store_reproducer(repro_dir: str | os.PathLike, store: Store | None = None) -> StoreResult:
+    repro = Path(repro_dir)
+    cap = Capture.open(repro)
+    store = store or Store(default_store_for(repro))
+    current = store_of(cap.root)
+    if current is not None and current.root.absolute() != store.root.absolute():
+        raise KerncapError(f"{repro}'s payloads are already in the store {current.root}",
+                           f"run `kerncap hydrate {repro}` first to move it to {store.root}")
+    chunks = list(capture_chunks(cap))
+    objects, added = store.add_capture(cap)  # reads (and verifies) only chunks the store lacks
+    absent = [h for h, _ in chunks if not store.has(h)]
+    if absent:
+        raise KerncapError(f"the store {store.root} lacks {len(absent)} chunk(s) of {repro} after adding it "
+                           f"(first: {absent[0]}); nothing was removed", "check the store's disk and permissions")
+    _write_json(marker_path(cap.root), {"format": MARKER_FORMAT, "store": str(store.root.absolute()),
+                                        "chunks": len(chunks), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    freed = 0
+    for h, _ in chunks:
+        path = cap.blob_path(h)
+        try:
+            freed += path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            pass
+    return StoreResult(path=repro, store=store.root, chunks=len(chunks), objects_added=objects, bytes_added=added,
+                       bytes_freed=freed)
+
+
+def hydrate(repro_dir: str | os.PathLike) -> HydrateResult:
+    """Write back every blob file a stored reproducer lacks (verified against its hash).
+    A reproducer whose payloads are local is left as it is."""
+    repro = Path(repro_dir)
+    cap = Capture.open(repro)
+    store = store_of(cap.root)
+    missing = missing_blobs(cap)
+    if store is None or not missing:
+        return HydrateResult(path=repro, chunks=0, bytes=0)
+    blobs = cap.root / "blobs"
+    blobs.mkdir(exist_ok=True)
+    written = 0
+    for h, n in missing:
+        data = store.get(h, n)  # verifies length and hash
+        path = cap.blob_path(h)
+        tmp = blobs / f".{h}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise KerncapError(f"cannot write {path} ({exc})",
+                               f"free space in {blobs}; {len(missing)} chunks ({sum(x for _, x in missing)} bytes) "
+                               "are needed") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        written += n
+    return HydrateResult(path=repro, chunks=len(missing), bytes=written)
+
+
+def _write_json(path: Path, record: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
