@@ -204,3 +204,22 @@ def test_missing_captured_cubin_is_a_capture_error(core, capture):
     (capture / "cubins" / "k.cubin").unlink()
     with pytest.raises(CaptureFormatError, match="k.cubin is missing"):
         NativeSession(capture)
+
+
+def test_tolerance_dtypes_of_a_triton_reproducer_come_from_its_tensor_arguments(core, capture):
+    """A Triton reproducer's source/triton.json names each tensor's dtype: it beats the
+    manifest's hint (fp16 here) but not the caller's choice."""
+    from kerncap.replay.native_session import NativeSession
+    from kerncap.triton.pinned import SPEC_FORMAT
+
+    source = capture.parent / "source"
+    source.mkdir()
+    args = [{"name": "x", "kind": "tensor", "dtype": "bfloat16", "shape": [8], "strides": [1],
+             "data_ptr": BASE + 4096, "element_size": 2}]
+    (source / "triton.json").write_text(json.dumps({"format": SPEC_FORMAT, "launch": {"args": args}}))
+    s = NativeSession(capture)
+    FakeSession.outs = [out(), out(), out()]
+    s.validate(None, 1e-3, None, None, None)
+    assert s.session.calls[-1][1] == [("float32", 1e-3, 0.0), ("bfloat16", 1e-3, 0.0), ("", 1e-3, 0.0)]
+    s.validate(None, 1e-3, None, None, {1: "float16"})
+    assert s.session.calls[-1][1][1] == ("float16", 1e-3, 0.0)

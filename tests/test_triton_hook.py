@@ -249,6 +249,10 @@ def test_records_real_launches_keyed_by_cubin_sha256(app_dir, fake_inject, tmp_p
     assert all(x["grid"] == [16, 1, 1] for x in launches)
     assert launches[0]["autotune_config"]["kwargs"] == {"BLOCK": {"type": "int", "value": 64}}
     assert launches[0]["autotune_config"]["num_warps"] == 2
+    # Every config of the autotuner, with the grid the app's grid lambda gives for it.
+    weighed = launches[0]["autotune_config"]["configs"]
+    assert [(c["kwargs"]["BLOCK"]["value"], c["num_warps"], c["grid"]) for c in weighed] == [
+        (64, 2, [16, 1, 1]), (128, 4, [8, 1, 1])]
     args = launches[0]["args"]
     assert [a["name"] for a in args] == ["x_ptr", "y_ptr", "out_ptr", "n", "BLOCK"]
     assert [a["data_ptr"] for a in args[:3]] == result["ptrs"]

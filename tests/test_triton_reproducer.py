@@ -287,5 +287,9 @@ def test_recompile_pins_another_autotuned_block(reproducer):
     other = (captured["value"] if isinstance(captured, dict) else captured) * 2
     res = recompile(root, f"BLOCK={other}")
     assert f"autotuned constexprs pinned to {{'BLOCK': {other}}}" in res.log
+    # The hook recorded the grid the app's grid lambda gives for that config.
+    launch = json.loads(res.cubin.with_suffix(".launch.json").read_text())
+    assert launch["grid"] == [-(-N // other), 1, 1] and "grid" in launch["changed"], launch
+    assert f"the app's grid for BLOCK={other}" in res.log
     assert f"BLOCK={other}" in res.command
     assert res.cubin.read_bytes() != recompile(root).cubin.read_bytes()

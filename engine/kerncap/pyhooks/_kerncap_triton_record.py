@@ -166,29 +166,68 @@ def _tensor(t) -> dict:
 # -- where we are called from --------------------------------------------------------------
 
 
-def _find_self(module: str, name: str, max_depth: int = 48):
-    """The nearest caller frame's `self` that is an instance of module.name (or a subclass)."""
+def _find_frame(module: str, name: str, max_depth: int = 48):
+    """The nearest caller frame whose `self` is an instance of module.name (or a subclass)."""
     f = sys._getframe(2)
     for _ in range(max_depth):
         if f is None:
             return None
         obj = f.f_locals.get("self")
         if obj is not None and any(c.__name__ == name and c.__module__ == module for c in type(obj).__mro__):
-            return obj
+            return f
         f = f.f_back
     return None
 
 
-def _triton_autotune_config():
-    tuner = _find_self("triton.runtime.autotuner", "Autotuner")
-    config = getattr(tuner, "best_config", None) if tuner is not None else None
-    if config is None:
-        return None
+def _find_self(module: str, name: str, max_depth: int = 48):
+    f = _find_frame(module, name, max_depth)
+    return f.f_locals.get("self") if f is not None else None
+
+
+def _config_dict(config) -> dict:
+    """A triton.Config as JSON: its kwargs (encoded) and its other plain attributes."""
     out = {"kwargs": {k: encode_value(v) for k, v in dict(getattr(config, "kwargs", {})).items()}}
     for k, v in vars(config).items():
         if k != "kwargs" and not callable(v):
             out[k] = _jsonable(v)
+    return out
+
+
+def _grid_of(grid, meta: dict):
+    """A launch grid (programs) as the app's grid callable gives it for `meta`."""
+    g = grid(meta) if callable(grid) else grid
+    g = tuple(int(x) for x in g)
+    return list(g + (1,) * (3 - len(g)))
+
+
+def _triton_autotune_config():
+    frame = _find_frame("triton.runtime.autotuner", "Autotuner")
+    tuner = frame.f_locals.get("self") if frame is not None else None
+    config = getattr(tuner, "best_config", None) if tuner is not None else None
+    if config is None:
+        return None
+    out = _config_dict(config)
     out["autotuner_keys"] = _jsonable(getattr(tuner, "keys", None))
+    out["configs"] = _autotune_candidates(tuner, frame.f_locals)
+    return out
+
+
+def _autotune_candidates(tuner, scope: dict) -> list[dict]:
+    """Every config of the app's @triton.autotune with the grid the app's grid callable
+    gives for it: pinning another config replays it with its own number of programs."""
+    kwargs = dict(scope.get("kwargs") or {})
+    grid = kwargs.pop("grid", None)
+    kwargs.pop("warmup", None)
+    nargs = dict(zip(getattr(tuner, "arg_names", []), scope.get("args") or ()))
+    out = []
+    for cfg in list(getattr(tuner, "configs", None) or [])[:64]:
+        entry = _config_dict(cfg)
+        if grid is not None:
+            try:
+                entry["grid"] = _grid_of(grid, {**nargs, **kwargs, **cfg.all_kwargs()})
+            except Exception as exc:  # the app's grid callable: record why, never fail
+                entry["grid_error"] = f"{type(exc).__name__}: {exc}"
+        out.append(entry)
     return out
 
 
@@ -204,11 +243,32 @@ def _inductor_info(autotuner, config) -> dict | None:
         "mutated_arg_names": _jsonable(getattr(autotuner, "mutated_arg_names", None)),
     }
     if config is not None:
-        info["config"] = {
-            "kwargs": {k: encode_value(v) for k, v in dict(getattr(config, "kwargs", {})).items()},
-            **{k: _jsonable(v) for k, v in vars(config).items() if k != "kwargs" and not callable(v)},
-        }
+        info["config"] = _config_dict(config)
+    info["configs"] = [_config_dict(c) for c in _inductor_candidates(autotuner)[:64]]
     return info
+
+
+# CachingAutotuner -> the longest list of configs it was seen with. Its `configs` are
+# dropped once compiled, `compile_results` shrink to the winner after benchmarking, and
+# coordinate descent makes the captured launcher later still: remember them early.
+_inductor_configs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _inductor_candidates(autotuner) -> list:
+    """The configs Inductor's heuristics offered this autotuner (another may be pinned).
+    One only when Inductor's autotune cache answered (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1
+    makes it tune again)."""
+    current = list(getattr(autotuner, "configs", None) or [])
+    if not current:
+        current = [r.config for r in (getattr(autotuner, "compile_results", None) or [])
+                   if getattr(r, "config", None) is not None]
+    try:
+        known = _inductor_configs.get(autotuner)
+        if known is None or len(current) > len(known):
+            _inductor_configs[autotuner] = known = current
+    except TypeError:  # not weak-referenceable
+        known = current
+    return known
 
 
 # -- the record store ------------------------------------------------------------------------

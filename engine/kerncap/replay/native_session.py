@@ -33,6 +33,7 @@ class NativeSession:
     def __init__(self, capture_dir: str | Path, device: int = 0, reader_threads: int = 4):
         t0 = time.perf_counter()
         self.capture = cap = Capture.open(capture_dir)
+        self._tensor_dtypes: dict[int, str] | None = None
         if not cap.cubin_path.is_file():
             raise CaptureFormatError(f"cubin {cap.cubin_path} is missing", "the capture is incomplete; extract again")
         self.core = native.replay_module()
@@ -176,9 +177,10 @@ class NativeSession:
         )
 
     def region_dtypes(self, default: str | None, explicit: dict[int, str], notes: list[str]) -> dict[int, str]:
-        """Per region: the caller's choice, else a dtype hint from the manifest's
+        """Per region: the caller's choice, else the dtype of the tensors a Triton
+        reproducer's kernel took there, else a dtype hint from the manifest's
         parameters, else `default`, else float32."""
-        hints: dict[int, str] = {}
+        hints: dict[int, str] = dict(self._triton_dtypes())
         for p in self.capture.manifest.get("params", []):
             region, hint = (p.get("pointer") or {}).get("region"), p.get("dtype")
             if region is None or not hint:
@@ -187,6 +189,8 @@ class NativeSession:
                 hint = dt.normalize(hint)
             except KerncapError:
                 notes.append(f"parameter {p.get('index')}: dtype hint {hint!r} not usable for tolerance checks")
+                continue
+            if region in self._triton_dtypes():
                 continue
             if hints.setdefault(region, hint) != hint:
                 notes.append(f"region {region}: parameters disagree on its dtype ({hints[region]}, {hint}); "
@@ -198,6 +202,17 @@ class NativeSession:
                 chosen = explicit.get(item.id) or explicit.get(str(item.id))
                 out[item.id] = dt.normalize(chosen) if chosen else hints.get(item.id, fallback)
         return out
+
+    def _triton_dtypes(self) -> dict[int, str]:
+        """Region dtypes from a Triton reproducer's tensor arguments (source/triton.json
+        beside capture/), computed once; {} for other reproducers."""
+        if self._tensor_dtypes is None:
+            from kerncap.triton import region_dtypes
+
+            root = self.capture.root
+            repro = root.parent if root.name == "capture" else root
+            self._tensor_dtypes = region_dtypes(repro, self.capture) if (repro / "source" / "triton.json").is_file() else {}
+        return self._tensor_dtypes
 
     @staticmethod
     def _check(item, dtype: str | None, out: dict, atol: float, rtol: float) -> RegionCheck:

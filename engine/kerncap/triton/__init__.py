@@ -133,17 +133,62 @@ def _write(path: Path, text: str) -> None:
 
 def region_dtypes(reproducer_dir, capture: Capture) -> dict[int, str]:
     """Region id -> dtype name ('float16', 'bfloat16', 'float32', ...) of the tensor
-    arguments that point into it. A region reached by tensors of different dtypes is
-    left out (validated byte-exact)."""
+    arguments that point into it, for tolerance validation. A region that tensors of
+    several dtypes share (PyTorch's caching allocator packs them into one segment) gets
+    the dtype of the tensors that cover every byte the kernel changed in it; when no one
+    dtype does, it is left out (validated byte-exact)."""
     try:
         spec = load_spec(Path(reproducer_dir))
     except KerncapError:
         return {}
-    seen: dict[int, set[str]] = {}
+    seen: dict[int, dict[str, list[tuple[int, int]]]] = {}
     for arg in spec.get("launch", {}).get("args", []):
         if arg.get("kind") != "tensor":
             continue
         region = capture.region_of(arg["data_ptr"])
         if region is not None:
-            seen.setdefault(region.id, set()).add(arg["dtype"])
-    return {rid: next(iter(d)) for rid, d in seen.items() if len(d) == 1}
+            seen.setdefault(region.id, {}).setdefault(arg["dtype"], []).append(_tensor_span(arg))
+    out = {}
+    by_id = {r.id: r for r in capture.regions}
+    for rid, spans in seen.items():
+        if len(spans) == 1:
+            out[rid] = next(iter(spans))
+        else:
+            dtype = _written_dtype(capture, by_id[rid], spans)
+            if dtype is not None:
+                out[rid] = dtype
+    return out
+
+
+def _tensor_span(arg: dict) -> tuple[int, int]:
+    """[start, end) bytes of a strided tensor's storage extent."""
+    shape, strides = arg.get("shape") or [], arg.get("strides") or []
+    if any(int(n) == 0 for n in shape):
+        return int(arg["data_ptr"]), int(arg["data_ptr"])
+    last = sum((int(n) - 1) * int(st) for n, st in zip(shape, strides))
+    return int(arg["data_ptr"]), int(arg["data_ptr"]) + (last + 1) * int(arg.get("element_size", 1))
+
+
+def _written_dtype(capture: Capture, region, spans: dict[str, list[tuple[int, int]]]) -> str | None:
+    """The one dtype whose tensors cover every byte that differs between the region's
+    pre- and post-state (only changed chunks are read)."""
+    import numpy as np
+
+    candidates, any_change = set(spans), False
+    for i, (a, b) in enumerate(zip(region.pre, region.post)):
+        if a == b or not candidates:
+            continue
+        length = capture.chunk_length(region.size, i)
+        diff = np.frombuffer(capture.read_chunk(a, length), dtype=np.uint8) != np.frombuffer(
+            capture.read_chunk(b, length), dtype=np.uint8)
+        if not diff.any():
+            continue
+        any_change = True
+        lo = region.base + i * capture.chunk_size
+        for dtype in list(candidates):
+            covered = np.zeros(length, dtype=bool)
+            for start, end in spans[dtype]:
+                covered[max(start - lo, 0):max(min(end - lo, length), 0)] = True
+            if (diff & ~covered).any():
+                candidates.discard(dtype)
+    return next(iter(candidates)) if any_change and len(candidates) == 1 else None

@@ -188,10 +188,11 @@ def compile_pinned(reproducer_dir: Path, spec: dict, overrides: dict[str, Any] |
 
 
 def autotuned_constexprs(spec: dict) -> set[str]:
-    """Constexprs the app's @triton.autotune chose (its Config kwargs): another of its
-    configs may be pinned by setting them."""
-    tuned = spec.get("autotune_config") or {}
-    return set((tuned.get("kwargs") or {}).keys())
+    """Constexprs the app's @triton.autotune or Inductor's autotuner chose (its Config
+    kwargs): another of its configs may be pinned by setting them."""
+    from kerncap.triton.configs import tuned_config
+
+    return set(((tuned_config(spec) or {}).get("kwargs") or {}).keys())
 
 
 def parse_config(text: str | None, spec: dict) -> dict[str, Any]:
@@ -213,9 +214,9 @@ def parse_config(text: str | None, spec: dict) -> dict[str, Any]:
         if key in constexprs and key not in tuned:
             raise KerncapError(
                 f"--config {key}: {key} is a constexpr of {spec['function']} that the autotuner did not choose",
-                "changing a block size may change the launch grid, which the replay keeps as captured; pin compile "
-                "options (num_warps, num_stages, num_ctas, maxnreg, ...) or the autotuned constexprs "
-                f"({', '.join(sorted(tuned)) or 'none in this kernel'})",
+                "kerncap cannot tell how the launch grid depends on it; pin compile options (num_warps, "
+                "num_stages, num_ctas, maxnreg, ...) or the autotuned constexprs "
+                f"({', '.join(sorted(tuned)) or 'none in this kernel'}; --list-configs shows the recorded configs)",
             )
         out[key] = _parse_scalar(raw)
     return out

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kerncap.capture.format import Capture
 from kerncap.errors import KerncapError
-from kerncap.triton import pinned
+from kerncap.triton import configs, pinned
 
 try:  # the generic recompile owns the result type when it exists
     from kerncap.recompile import RecompileResult  # type: ignore[attr-defined]
@@ -45,7 +45,8 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     log = [f"compiled {spec['function']} with Triton {spec.get('triton_version')} for sm_{spec['target']['arch']}"]
     _check_symbol(compiled.name, capture, spec)
     log += _check_params(bytes(cubin), capture, spec)
-    launch, notes = _launch_changes(compiled.metadata, spec, capture)
+    option_overrides, constexpr_overrides = pinned.split_overrides(overrides, spec)
+    launch, notes = _launch_changes(compiled.metadata, spec, capture, constexpr_overrides)
     log += notes
 
     variants = root / "variants"
@@ -57,13 +58,11 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     if isinstance(compiled.asm.get("ptx"), str):
         _write(variants / f"{stem}.ptx", compiled.asm["ptx"].encode())
     _write(variants / f"{stem}.launch.json", (json.dumps(launch, indent=1) + "\n").encode())
-    option_overrides, constexpr_overrides = pinned.split_overrides(overrides, spec)
     options = pinned.compile_options(spec, option_overrides)
     pinned_view = {k: options.get(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
     log.append(f"options: {pinned_view}" + (f" (overridden: {overrides})" if overrides else " (as captured)"))
     if constexpr_overrides:
-        log.append(f"autotuned constexprs pinned to {constexpr_overrides}; the replay keeps the captured grid "
-                   f"{capture.launch.get('grid')}: a config that changes the number of programs does not validate")
+        log.append(f"autotuned constexprs pinned to {constexpr_overrides}")
     if digest == spec.get("cubin_sha256"):
         log.append("the cubin is identical to the captured one")
     log.append(f"wrote {out}")
@@ -130,17 +129,22 @@ def _check_params(cubin: bytes, capture: Capture, spec: dict) -> list[str]:
     )
 
 
-def _launch_changes(metadata, spec: dict, capture: Capture) -> tuple[dict, list[str]]:
-    """The block size and dynamic shared memory the variant must be launched with:
-    Triton derives them from num_warps and the kernel's shared memory use."""
+def _launch_changes(metadata, spec: dict, capture: Capture, constexprs: dict) -> tuple[dict, list[str]]:
+    """The grid, block size and dynamic shared memory the variant must be launched with:
+    the pinned autotune config sets the grid, Triton derives the block from num_warps and
+    the shared memory from the kernel's use."""
     warp = int(getattr(metadata, "warp_size", 32) or 32)
     block = [int(metadata.num_warps) * warp, 1, 1]
     smem = int(metadata.shared)
+    captured_grid = [int(g) for g in capture.launch.get("grid", [])]
     captured_block = list(capture.launch.get("block", []))
     captured_smem = int(capture.launch.get("shared_mem_bytes", 0))
-    launch = {"kernel": metadata.name, "grid": list(capture.launch.get("grid", [])), "block": block,
-              "shared_mem_bytes": smem, "changed": []}
-    notes = []
+    grid, grid_note = configs.pinned_grid({**spec, "launch": {**spec.get("launch", {}), "grid": captured_grid}},
+                                          constexprs)
+    launch = {"kernel": metadata.name, "grid": grid, "block": block, "shared_mem_bytes": smem, "changed": []}
+    notes = [grid_note] if grid_note else []
+    if grid != captured_grid:
+        launch["changed"].append("grid")
     if block != captured_block:
         launch["changed"].append("block")
         notes.append(f"block changes {captured_block} -> {block} (num_warps {metadata.num_warps}): "

@@ -11,7 +11,8 @@ REPRODUCER_PY = '''#!/usr/bin/env python3
   python reproducer.py --iterations 100         # also time the kernel
 
 Inputs are the captured pre-state of the regions the tensor arguments point into,
-uploaded to fresh PyTorch buffers; the grid is the captured one, in programs. The
+uploaded to fresh PyTorch buffers; the grid is the captured one (or the pinned
+autotune config's), in programs. The
 kernel is compiled with the captured signature, constexprs and options
 (source/triton.json), so only your edits to source/kernel.py change the code.
 Exit status: 0 when every compared region matches, 1 otherwise.
@@ -37,20 +38,24 @@ def main() -> int:
 
     from kerncap.capture.format import Capture
     from kerncap.errors import KerncapError
-    from kerncap.triton import pinned, region_dtypes, torch_launch
+    from kerncap.triton import configs, pinned, region_dtypes, torch_launch
     from kerncap.triton.values import jit_resolver
 
     try:
         capture = Capture.open(HERE)
         spec = pinned.load_spec(HERE)
-        compiled, _fn, module = pinned.compile_pinned(HERE, spec, pinned.parse_config(opts.config, spec))
+        overrides = pinned.parse_config(opts.config, spec)
+        compiled, _fn, module = pinned.compile_pinned(HERE, spec, overrides)
+        grid, grid_note = configs.pinned_grid(spec, pinned.split_overrides(overrides, spec)[1])
         buffers = torch_launch.region_buffers(capture, spec, torch)
         args = torch_launch.kernel_arguments(spec, capture, buffers, torch, jit_resolver(module))
     except KerncapError as exc:
         print(f"reproducer: {{exc}}", file=sys.stderr)
         return 2
     torch_launch.install_allocator(torch, triton)
-    grid = tuple(spec["launch"]["grid"])  # programs, not threads
+    if grid_note:
+        print(grid_note)
+    grid = tuple(grid)  # programs, not threads
     compiled[grid](*args)
     torch.cuda.synchronize()
 
