@@ -26,6 +26,16 @@ FAKE_SERVER = textwrap.dedent('''
             if os.environ.get("FAKE_OPEN") == "no_gpu":
                 send({"id": rid, "ok": False, "error": "cuInit failed: CUDA_ERROR_NO_DEVICE (100)",
                       "kind": "no_gpu", "fatal": True}); sys.exit(3)
+            if os.environ.get("FAKE_OPEN", "").startswith("address"):
+                # fail the first N opens (a counter file), like a host mapping in the way
+                budget = int(os.environ["FAKE_OPEN"].split(":")[1])
+                counter = os.environ["FAKE_COUNTER"]
+                n = int(open(counter).read()) if os.path.exists(counter) else 0
+                open(counter, "w").write(str(n + 1))
+                if n < budget:
+                    send({"id": rid, "ok": False, "error": "cannot reserve span 0 (regions 0) [0x7f00, +64 MiB) at its "
+                          "captured address: cuMemAddressReserve placed it at 0x7f80 instead.",
+                          "kind": "address", "fatal": True}); sys.exit(3)
             if os.environ.get("FAKE_OPEN") == "corrupt":
                 send({"id": rid, "ok": False, "error": "payload blobs/ab.bin (region 0 pre-state chunk 0) is corrupt",
                       "kind": "capture", "fatal": True}); sys.exit(3)
@@ -142,3 +152,24 @@ def test_stray_stdout_lines_are_skipped(server_cmd, tmp_path):
 def test_missing_server_executable(tmp_path):
     with pytest.raises(KerncapError, match="cannot start the replay server"):
         ReplayClient(tmp_path, server_cmd=[str(tmp_path / "nope")]).start()
+
+
+@pytest.mark.parametrize(("failures", "starts"), [(1, 2), (2, 3)])
+def test_open_retries_in_a_fresh_server_when_the_address_range_is_taken(server_cmd, tmp_path, monkeypatch,
+                                                                         failures, starts):
+    monkeypatch.setenv("FAKE_OPEN", f"address:{failures}")
+    monkeypatch.setenv("FAKE_COUNTER", str(tmp_path / "opens"))
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        assert rc.info["capture"] == str(tmp_path) and rc.starts == starts
+
+
+def test_open_gives_up_after_three_servers_and_says_so(server_cmd, tmp_path, monkeypatch):
+    from kerncap.errors import AddressUnavailable
+
+    monkeypatch.setenv("FAKE_OPEN", "address:9")
+    monkeypatch.setenv("FAKE_COUNTER", str(tmp_path / "opens"))
+    rc = ReplayClient(tmp_path, server_cmd=server_cmd)
+    with pytest.raises(AddressUnavailable, match=r"placed it at 0x7f80 instead\. \(tried 3 fresh replay servers\)") as err:
+        rc.start()
+    assert "retry" in err.value.hint and rc._proc is None
+    assert (tmp_path / "opens").read_text() == "3"

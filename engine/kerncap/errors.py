@@ -31,3 +31,7 @@ class NativeUnavailable(KerncapError):
 
 class GpuUnavailable(KerncapError):
     """No CUDA GPU (or no driver) where replay had to run."""
+
+
+class AddressUnavailable(KerncapError):
+    """A captured address range that the replay process could not reserve."""

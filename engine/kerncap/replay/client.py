@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import kerncap
-from kerncap.errors import KerncapError
+from kerncap.errors import AddressUnavailable, KerncapError
 from kerncap.replay.protocol import decode, encode, error_to_exception
 from kerncap.replay.results import ReplayResult, ValidationResult
 
 STDERR_TAIL_LINES = 40
+# Fresh servers to try when the captured address range is taken in one (see start()).
+ADDRESS_ATTEMPTS = 3
 
 
 def default_server_command() -> list[str]:
@@ -81,11 +83,22 @@ class ReplayClient:
             if self.alive and self.info is not None:
                 return self.info
             self._hydrate()
-            self._spawn()
-            for req in self.before_open:
-                self._send(dict(req))
-            self.info = self._send({"op": "open", "capture": str(self.capture_dir), "device": self.device})
-            return self.info
+            for attempt in range(1, ADDRESS_ATTEMPTS + 1):
+                self._spawn()
+                for req in self.before_open:
+                    self._send(dict(req))
+                try:
+                    self.info = self._send({"op": "open", "capture": str(self.capture_dir), "device": self.device})
+                    return self.info
+                except AddressUnavailable as exc:
+                    # Host mappings (the driver's own reservations among them) land at
+                    # random addresses in each new process: a fresh server usually
+                    # finds the captured range free.
+                    self.close()
+                    if attempt == ADDRESS_ATTEMPTS:
+                        raise AddressUnavailable(f"{exc.message} (tried {attempt} fresh replay servers)",
+                                                 exc.hint) from None
+            raise AssertionError("unreachable")
 
     def _hydrate(self) -> None:
         """The native replay reads blob files: a reproducer whose payloads were moved to

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kerncap.errors import CaptureFormatError, GpuUnavailable, KerncapError, NativeUnavailable
+from kerncap.errors import AddressUnavailable, CaptureFormatError, GpuUnavailable, KerncapError, NativeUnavailable
 
 HINTS = {
     "no_gpu": "replay needs an NVIDIA GPU and its driver (libcuda.so.1); run on the GPU machine",
@@ -53,4 +53,6 @@ def error_to_exception(resp: dict[str, Any]) -> KerncapError:
         return CaptureFormatError(message, hint)
     if kind == "native":
         return NativeUnavailable(message, hint)
+    if kind == "address":
+        return AddressUnavailable(message, hint)
     return KerncapError(message, hint)
