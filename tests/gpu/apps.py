@@ -40,6 +40,8 @@ POINTER_TABLE_OUTS = tuple(f"out{b}" for b in range(4))
 TEMPLATE_K3 = "_Z7stencilILi3EEvPKfPfi"  # stencil<3>(const float*, float*, int), tu_b.cu
 MOE_EXPERTS = 8  # testapps/python/triton_moe.py: EXPERTS
 MOE_WEIGHTS = tuple(f"w{e}" for e in range(MOE_EXPERTS))  # reached only through `table`
+RMSNORM_ROWS, RMSNORM_COLS = 512, 32768
+RMSNORM_ARGS = (str(RMSNORM_ROWS), str(RMSNORM_COLS))
 
 # Every app a successful capture is made of (one extract each per session).
 APPS: dict[str, AppSpec] = {
@@ -61,6 +63,10 @@ APPS: dict[str, AppSpec] = {
         AppSpec("triton_moe", "kc_moe_expert_matmul", python=True, keep_running=True, dispatch=1,
                 writes=("out",), reads=("x", "table", "routing", *MOE_WEIGHTS), timeout=300.0),
         AppSpec("torch_compile", "triton_poi_fused", python=True, dispatch=1, reads=("x", "y"), exact=False, timeout=400.0),
+        # Inductor's looped RMSNorm, max-autotune (testapps/python/torch_compile_rmsnorm.py,
+        # 512 x 32768 bf16). Not `w`: the caching allocator packs it with the rstd output.
+        AppSpec("torch_compile_rmsnorm", "triton_red_fused", python=True, dispatch=1, args=RMSNORM_ARGS,
+                reads=("x",), exact=False, timeout=400.0),
         AppSpec("torch_expandable", "lerp", python=True, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
                 writes=("out",), reads=("a", "b"), exact=False),
     ]

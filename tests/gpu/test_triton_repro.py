@@ -28,7 +28,8 @@ def mismatches(result) -> int:
     return sum(r.mismatched_bytes for r in result.regions)
 
 
-@pytest.mark.parametrize("app", ["triton_autotune", "triton_flash_attn", "triton_moe", "torch_compile"])
+@pytest.mark.parametrize("app", ["triton_autotune", "triton_flash_attn", "triton_moe", "torch_compile",
+                                 "torch_compile_rmsnorm"])
 def test_unmodified_recompile_validates_byte_exact(captures, app):
     from kerncap.replay.client import ReplayClient
     from kerncap.triton import recompile
@@ -151,6 +152,92 @@ def test_pinned_other_config_of_autotuned_kernel_fails_exact_and_passes_toleranc
                              f"atol {atol} / rtol {rtol}")
 
 
+def inductor_spec(captures) -> tuple[Path, dict]:
+    repro = triton_reproducer(captures, "torch_compile_rmsnorm")
+    return repro, json.loads((repro / "source" / "triton.json").read_text())
+
+
+def test_inductor_records_the_configs_its_autotuner_weighed(captures):
+    """max-autotune offers the looped reduction several (XBLOCK, R0_BLOCK, num_warps)
+    configs; the hook keeps them all although Inductor drops them once one wins."""
+    from kerncap.triton import configs
+
+    repro, spec = inductor_spec(captures)
+    cands = configs.candidates(spec)
+    print("recorded Inductor configs:", [(c.config, c.grid, c.captured) for c in cands])
+    assert len(cands) >= 3, cands
+    assert all(c.grid for c in cands), [c.grid_error for c in cands if not c.grid]
+    xnumel = next(a["value"] for a in spec["launch"]["args"] if a.get("name") == "xnumel")
+    for c in cands:
+        assert c.grid == [-(-xnumel // c.constexprs["XBLOCK"]), 1, 1], c
+    assert sum(c.captured for c in cands) <= 1
+    proc = subprocess.run([sys.executable, "-m", "kerncap", "recompile", str(repro), "--list-configs"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert all(c.config in proc.stdout for c in cands), proc.stdout
+
+
+def test_pinned_other_inductor_configs_fail_exact_and_pass_tolerance(captures):
+    """Every other config changes the order of the fp32 sum over the row: rstd (fp32)
+    and y (bf16) change in their last bits. Configs with another XBLOCK launch their own
+    grid (cdiv(xnumel, XBLOCK)), which the replay takes from the variant's .launch.json."""
+    from kerncap.replay.client import ReplayClient
+    from kerncap.triton import configs, recompile, region_dtypes
+
+    repro, spec = inductor_spec(captures)
+    got = captures.get("torch_compile_rmsnorm")
+    dtypes = region_dtypes(repro, got.capture)
+    tensors = {a["name"]: a for a in spec["launch"]["args"] if a.get("kind") == "tensor"}
+    y_region = got.capture.region_of(tensors["out_ptr0"]["data_ptr"]).id
+    rstd_region = got.capture.region_of(tensors["in_out_ptr0"]["data_ptr"]).id
+    # rstd shares the caching allocator's segment with w: the written bytes are rstd's
+    assert dtypes.get(y_region) == "bfloat16" and dtypes.get(rstd_region) == "float32", dtypes
+    others = [c for c in configs.candidates(spec) if not c.captured]
+    assert others and any(c.grid != spec["launch"]["grid"] for c in others), "no config with another grid"
+    rows, cols = got.report["rows"], got.report["cols"]
+    with ReplayClient(repro) as rc:
+        for c in others:
+            res = recompile(repro, c.config)
+            launch = json.loads(res.cubin.with_suffix(".launch.json").read_text())
+            assert launch["grid"] == c.grid
+            exact = rc.validate(cubin=res.cubin)
+            counted = {r.id: r.mismatched_elements for r in
+                       rc.validate(cubin=res.cubin, atol=0.0, rtol=0.0, dtypes=dtypes).regions}
+            tolerant = rc.validate(cubin=res.cubin, atol=1e-2, rtol=1e-2, dtypes=dtypes)
+            print(f"torch_compile_rmsnorm (captured {configs.captured_constexprs(spec)}) pinned {c.config}, grid "
+                  f"{launch['grid']}: {counted[rstd_region]} of {rows} rstd and {counted[y_region]} of {rows * cols} "
+                  f"y elements changed")
+            assert not exact.passed and counted[rstd_region] > 0, f"{c.config} did not change the rounding"
+            assert {r.id for r in exact.regions if r.mismatched_bytes} <= {y_region, rstd_region}
+            assert tolerant.passed, (c.config, [(r.id, r.mismatched_elements) for r in tolerant.regions])
+
+
+def test_cli_validate_compares_a_triton_reproducers_regions_as_their_dtypes(captures):
+    """`kerncap validate --atol/--rtol` on a Triton reproducer takes each region's dtype
+    from the kernel's tensor arguments: y as bfloat16, the segment holding rstd as
+    float32 (the bytes the kernel wrote there are rstd's)."""
+    from kerncap.triton import configs, recompile
+
+    repro, spec = inductor_spec(captures)
+    got = captures.get("torch_compile_rmsnorm")
+    other = next(c for c in configs.candidates(spec) if not c.captured)
+    res = recompile(repro, other.config)
+    tensors = {a["name"]: a for a in spec["launch"]["args"] if a.get("kind") == "tensor"}
+    y_region = got.capture.region_of(tensors["out_ptr0"]["data_ptr"]).id
+    rstd_region = got.capture.region_of(tensors["in_out_ptr0"]["data_ptr"]).id
+
+    def validate(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kerncap", "validate", str(repro), "--cubin", str(res.cubin),
+                               "--json", *extra], capture_output=True, text=True, timeout=300)
+
+    exact = validate()
+    assert exact.returncode == 1, exact.stdout[-2000:] + exact.stderr
+    tolerant = validate("--atol", "1e-2", "--rtol", "1e-2")
+    assert tolerant.returncode == 0, tolerant.stdout[-2000:] + tolerant.stderr
+    dtypes = {r["id"]: r["dtype"] for r in json.loads(tolerant.stdout)["regions"] if r["kind"] == "region"}
+    assert dtypes[y_region] == "bfloat16" and dtypes[rstd_region] == "float32", dtypes
+
+
 # Each app carries one deliberate inefficiency that an exact edit removes:
 # flash attention reloads the loop-invariant Q tile on every K/V iteration; the MoE
 # kernel re-reads the token's expert and the expert's weight address on every K step.
@@ -171,7 +258,26 @@ FASTER_EDITS = {
 }
 
 
-@pytest.mark.parametrize("app", sorted(FASTER_EDITS))
+def rmsnorm_keep_row(source: str, spec: dict) -> str:
+    """Inductor's RMSNorm reloads the row in pass 2; keep pass 1's tiles instead
+    (tests/gpu/inductor_edits.py). The H200's autotuner picked a whole row per tile
+    (R0_BLOCK = r0_numel, 32 warps) in every run so far; with one 1024-thread program
+    per SM the reload's latency is not hidden by other programs."""
+    from kerncap.triton import configs
+
+    from .inductor_edits import keep_row_in_registers
+
+    r0_numel = next(a["value"] for a in spec["launch"]["args"] if a.get("name") == "r0_numel")
+    r0_block = configs.captured_constexprs(spec)["R0_BLOCK"]
+    assert r0_block == r0_numel, (f"the autotuner chose R0_BLOCK={r0_block} this time; the edit is faster for "
+                                  f"the whole-row config (R0_BLOCK={r0_numel}) only")
+    return keep_row_in_registers(source, r0_numel // r0_block)
+
+
+EDIT_FUNCTIONS = {"torch_compile_rmsnorm": rmsnorm_keep_row}
+
+
+@pytest.mark.parametrize("app", sorted([*FASTER_EDITS, *EDIT_FUNCTIONS]))
 def test_faster_edit_validates_byte_exact_and_times_faster(captures, app):
     from kerncap.replay.client import ReplayClient
     from kerncap.triton import recompile
@@ -180,9 +286,11 @@ def test_faster_edit_validates_byte_exact_and_times_faster(captures, app):
     kernel = repro / "source" / "kernel.py"
     original = kernel.read_text()
     edited_source = original
-    for old, new in FASTER_EDITS[app]:
+    for old, new in FASTER_EDITS.get(app, []):
         assert edited_source.count(old) == 1, f"the app's kernel changed: {old!r} not found once"
         edited_source = edited_source.replace(old, new)
+    if app in EDIT_FUNCTIONS:
+        edited_source = EDIT_FUNCTIONS[app](original, json.loads((repro / "source" / "triton.json").read_text()))
     unmodified = recompile(repro).cubin
     try:  # the capture is shared by the session's tests: put the source back
         kernel.write_text(edited_source)
@@ -221,6 +329,16 @@ def test_reproducer_py_matches_the_capture(captures, app):
     proc = run_reproducer_py(repro, "--iterations", "20")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "DIFFERS" not in proc.stdout and "launches: median" in proc.stdout
+
+
+def test_reproducer_py_launches_a_pinned_config_with_its_own_grid(captures):
+    from kerncap.triton import configs
+
+    repro, spec = inductor_spec(captures)
+    other = next(c for c in configs.candidates(spec) if c.grid != spec["launch"]["grid"])
+    proc = run_reproducer_py(repro, "--config", other.config, "--atol", "1e-2", "--rtol", "1e-2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"Inductor's grid for" in proc.stdout and str(other.grid) in proc.stdout, proc.stdout
 
 
 def test_reproducer_py_pinned_config_needs_a_tolerance(captures):
