@@ -12,7 +12,7 @@ captured grid before it is trusted.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kerncap.errors import KerncapError
@@ -32,7 +32,6 @@ class Candidate:
     grid: list[int] | None = None
     grid_error: str | None = None
     captured: bool = False
-    notes: list[str] = field(default_factory=list)
 
     @property
     def config(self) -> str:

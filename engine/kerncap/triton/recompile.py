@@ -38,6 +38,8 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     spec = pinned.load_spec(root)
     capture = Capture.open(root)
     overrides = pinned.parse_config(config, spec) if isinstance(config, str) or config is None else dict(config)
+    option_overrides, constexpr_overrides = pinned.split_overrides(overrides, spec)
+    grid_pin = configs.pinned_grid(spec, constexpr_overrides)  # refuses an underivable grid before compiling
     compiled, _fn, _module = pinned.compile_pinned(root, spec, overrides)
     cubin = compiled.asm.get("cubin")
     if not isinstance(cubin, (bytes, bytearray)):
@@ -45,8 +47,7 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     log = [f"compiled {spec['function']} with Triton {spec.get('triton_version')} for sm_{spec['target']['arch']}"]
     _check_symbol(compiled.name, capture, spec)
     log += _check_params(bytes(cubin), capture, spec)
-    option_overrides, constexpr_overrides = pinned.split_overrides(overrides, spec)
-    launch, notes = _launch_changes(compiled.metadata, spec, capture, constexpr_overrides)
+    launch, notes = _launch_changes(compiled.metadata, spec, capture, grid_pin)
     log += notes
 
     variants = root / "variants"
@@ -129,7 +130,8 @@ def _check_params(cubin: bytes, capture: Capture, spec: dict) -> list[str]:
     )
 
 
-def _launch_changes(metadata, spec: dict, capture: Capture, constexprs: dict) -> tuple[dict, list[str]]:
+def _launch_changes(metadata, spec: dict, capture: Capture,
+                    pinned_grid: tuple[list[int], str | None]) -> tuple[dict, list[str]]:
     """The grid, block size and dynamic shared memory the variant must be launched with:
     the pinned autotune config sets the grid, Triton derives the block from num_warps and
     the shared memory from the kernel's use."""
@@ -139,8 +141,7 @@ def _launch_changes(metadata, spec: dict, capture: Capture, constexprs: dict) ->
     captured_grid = [int(g) for g in capture.launch.get("grid", [])]
     captured_block = list(capture.launch.get("block", []))
     captured_smem = int(capture.launch.get("shared_mem_bytes", 0))
-    grid, grid_note = configs.pinned_grid({**spec, "launch": {**spec.get("launch", {}), "grid": captured_grid}},
-                                          constexprs)
+    grid, grid_note = pinned_grid
     launch = {"kernel": metadata.name, "grid": grid, "block": block, "shared_mem_bytes": smem, "changed": []}
     notes = [grid_note] if grid_note else []
     if grid != captured_grid:
