@@ -64,7 +64,7 @@ def app_command(args, build_dir: Path | None) -> list[str]:
 
 def run_once(mode: str, command: list[str], floor: Path, workdir: Path, args) -> tuple[float, float, str]:
     from kerncap.errors import KerncapError
-    from kerncap.extract import extract
+    from kerncap.capture.extract import extract
 
     report = workdir / "report.json"
     report.unlink(missing_ok=True)

@@ -37,8 +37,8 @@ def app_command(args, build_dir: Path | None) -> list[str]:
 def run_once(mode: str, command: list[str], workdir: Path) -> tuple[float, float]:
     """(process wall seconds, loop seconds) of one run in `mode`."""
     from kerncap.errors import KerncapError
-    from kerncap.extract import extract
-    from kerncap.profile import run_profile
+    from kerncap.capture.extract import extract
+    from kerncap.capture.profile import run_profile
 
     report = workdir / "report.json"
     report.unlink(missing_ok=True)

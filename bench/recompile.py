@@ -4,7 +4,7 @@
 
 Builds tests/fixtures/cmake_cuda_project in a temporary copy, attaches the sources of
 one kernel to a reproducer, then times `cmake --build --clean-first` against
-`kerncap.recompile.recompile` (median of --repeat runs each) and prints the ratio.
+`kerncap.recompile.cuda.recompile` (median of --repeat runs each) and prints the ratio.
 Runs on a CPU-only machine (nvcc and cmake needed, no GPU).
 """
 
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kerncap.capture.format import Capture
-from kerncap.recompile import recompile
+from kerncap.reproducer.format import Capture
+from kerncap.recompile.cuda import recompile
 from kerncap.sources import attach_sources
 
 ROOT = Path(__file__).resolve().parent.parent

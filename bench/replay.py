@@ -73,9 +73,9 @@ def stats_ms(values: list[float]) -> dict:
 
 # -- 2. hot variant reloads --------------------------------------------------------------------
 def hot_variants(args, base: Path, build_dir: Path) -> dict:
-    from kerncap.capture.format import Capture
+    from kerncap.reproducer.format import Capture
     from kerncap.errors import KerncapError
-    from kerncap.extract import extract
+    from kerncap.capture.extract import extract
     from kerncap.replay.client import ReplayClient
 
     fast = build_dir / "variants" / "axpy_fast.cubin"
@@ -147,8 +147,8 @@ def hot_variants(args, base: Path, build_dir: Path) -> dict:
 
 # -- 1. cold start and 3. strict validation on the big capture ----------------------------------
 def big_capture(args, base: Path) -> dict:
-    from kerncap.capture.format import Capture
-    from kerncap.extract import extract
+    from kerncap.reproducer.format import Capture
+    from kerncap.capture.extract import extract
     from kerncap.replay.client import ReplayClient
 
     command = [sys.executable, str(PYAPPS / "big_alloc.py"), "--gb", str(args.gb), "--fill", "random"]

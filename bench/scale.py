@@ -5,7 +5,7 @@ expert weights (testapps/python/moe_scale.py) on the H200 and measure
             from its start to the target dispatch (goal <= 15 s)
   size      the reproducer: du, apparent bytes, and the manifest's logical and stored
             bytes (provenance.bytes)
-  prune     kerncap.prune on it: what was kept, stored full / stored pruned (goal >= 10x),
+  prune     kerncap.prune.pruner on it: what was kept, stored full / stored pruned (goal >= 10x),
             and a replay of what is kept validates byte-exact
   store     bytes a second capture of another kernel of the same app (the last layer's
             silu) adds to a chunk store that holds the first (goal <= 5 % of what the
@@ -153,7 +153,7 @@ def run_plain(command: list[str], workdir: Path, label: str, timeout: float) -> 
 def run_extract(kernel: str, dispatch: int, command: list[str], output: Path, workdir: Path, label: str,
                 timeout: float) -> dict:
     from kerncap.errors import KerncapError
-    from kerncap.extract import extract
+    from kerncap.capture.extract import extract
 
     report = workdir / f"report-{label}.json"
     t0 = time.time()
@@ -187,14 +187,14 @@ def add_to_store(store, reproducer: Path) -> dict:
 
 
 def run_prune(reproducer: Path) -> dict:
-    """kerncap.prune in place (it swaps in the pruned reproducer when that validates),
+    """kerncap.prune.pruner in place (it swaps in the pruned reproducer when that validates),
     then an independent byte-exact validation of whatever is in place."""
     try:
-        from kerncap.prune import prune_reproducer
+        from kerncap.prune.pruner import prune_reproducer
     except ModuleNotFoundError as exc:
-        if exc.name not in ("kerncap", "kerncap.prune"):
+        if exc.name not in ("kerncap", "kerncap.prune.pruner"):
             raise
-        return {"error": "kerncap.prune is not part of this kerncap build"}
+        return {"error": "kerncap.prune.pruner is not part of this kerncap build"}
     from kerncap.errors import KerncapError
     from kerncap.replay.client import ReplayClient
 
@@ -244,7 +244,7 @@ def run_steps(args, base: Path, disk: Disk, results: dict) -> None:
           f"{first['disk']['du'] / GB:.2f} GB on disk", flush=True)
     disk.note("first capture written")
 
-    from kerncap.store import Store
+    from kerncap.reproducer.store import Store
 
     store = Store(base / "store")
     results["store_first"] = add_to_store(store, first_dir)

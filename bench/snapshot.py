@@ -43,8 +43,8 @@ def disk_write_speed(directory: Path, total: int = 2 << 30, block: int = 64 << 2
 
 
 def capture_big_alloc(fill: str, gb: int, directory: Path) -> dict:
-    from kerncap.capture.format import Capture
-    from kerncap.extract import extract
+    from kerncap.reproducer.format import Capture
+    from kerncap.capture.extract import extract
 
     output = directory / f"big-{fill}"
     command = [sys.executable, str(PYAPPS / "big_alloc.py"), "--gb", str(gb), "--fill", fill]

@@ -122,7 +122,7 @@ class KerncapApp(App[int]):
         self.log_line(f"opened {'the bundled demo' if self.demo else self.root}")
         self.capture = None
         if (self.root / "capture").is_dir() or (self.root / "manifest.json").is_file():
-            from kerncap.capture.format import Capture
+            from kerncap.reproducer.format import Capture
 
             try:
                 self.capture = Capture.open(self.root)
@@ -164,7 +164,7 @@ class KerncapApp(App[int]):
         if own.is_file():
             return own
         try:
-            from kerncap.workspace import Workspace
+            from kerncap.reproducer.workspace import Workspace
         except ImportError:
             return None
         saved = Workspace(self.root).profiles()
@@ -298,7 +298,7 @@ class KerncapApp(App[int]):
     def on_extract_requested(self, message: ExtractRequested) -> None:
         from kerncap_tui.screens.extract_screen import ExtractScreen
 
-        from kerncap.workspace import Workspace
+        from kerncap.reproducer.workspace import Workspace
 
         command = list(getattr(self.profile, "command", None) or [])
         # next to the profile's workspace; from a reproducer, into ./kerncap-workspace

@@ -32,15 +32,15 @@ def needs_gpu(exc: BaseException) -> bool:
 
 
 def load_profile(path: Path):
-    return engine_module("profile").ProfileResult.load(path)
+    return engine_module("capture.profile").ProfileResult.load(path)
 
 
 def extract(kernel: str, command: list[str], output: Path, dispatch: int):
-    return engine_module("extract").extract(kernel, command, output=output, dispatch=dispatch)
+    return engine_module("capture.extract").extract(kernel, command, output=output, dispatch=dispatch)
 
 
 def recompile(reproducer: Path):
-    return engine_module("recompile").recompile(reproducer)
+    return engine_module("recompile.cuda").recompile(reproducer)
 
 
 @dataclass

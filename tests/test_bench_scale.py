@@ -105,10 +105,10 @@ def test_figures_all_goals_met(scale):
 
 
 def test_figures_missing_or_failing_steps_are_missed(scale):
-    missing = {"weights_bytes": 1.9 * GB, "prune": {"error": "kerncap.prune is not part of this kerncap build"}}
+    missing = {"weights_bytes": 1.9 * GB, "prune": {"error": "kerncap.prune.pruner is not part of this kerncap build"}}
     rows = goal_rows(scale.figures(missing))
     assert all(r[3] == "MISSED" for r in rows.values()), rows
-    assert rows["prune"][1].startswith("kerncap.prune is not")
+    assert rows["prune"][1].startswith("kerncap.prune.pruner is not")
     kept_full = dict(FULL_RESULTS, prune={**FULL_RESULTS["prune"], "kept": "full"})
     rows = scale.figures(kept_full)
     assert goal_rows(rows)["prune: stored full / pruned"][3] == "MISSED"

@@ -9,7 +9,7 @@ import pytest
 
 from kerncap.cli import build_parser, main, split_app_command
 from kerncap.errors import KerncapError
-from kerncap.run import resolve_app_command
+from kerncap.capture.run import resolve_app_command
 
 
 def parse(argv):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kerncap.errors import KerncapError, NativeUnavailable
-from kerncap.extract import closest_kernel_names, extract
+from kerncap.capture.extract import closest_kernel_names, extract
 
 FAKE_APP = textwrap.dedent(
     r'''

@@ -1,4 +1,4 @@
-"""kerncap.run: spawning the app in its own process group, stopping it, streaming its
+"""kerncap.capture.run: spawning the app in its own process group, stopping it, streaming its
 output, and the environment it gets."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from kerncap.run import PYHOOKS_DIR, AppOutcome, app_environment, read_reports, run_app
+from kerncap.capture.run import PYHOOKS_DIR, AppOutcome, app_environment, read_reports, run_app
 
 
 def py(code: str) -> list[str]:

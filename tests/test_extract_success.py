@@ -19,7 +19,7 @@ import pytest
 
 from kerncap.errors import KerncapError
 from kerncap.commands.extract import format_extract_summary
-from kerncap.extract import extract
+from kerncap.capture.extract import extract
 
 FIXTURES = Path(__file__).parent / "fixtures" / "captures"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.cli import main
-from kerncap.info import driver_version_text, format_summary, human_bytes, summarize
+from kerncap.reproducer.info import driver_version_text, format_summary, human_bytes, summarize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "captures"
 CAPTURES = sorted(p for p in FIXTURES.glob("*") if p.is_dir()) if FIXTURES.is_dir() else []

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.cli import main
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.pack import INDEX_NAME, MAGIC, PACK_VERSION, _HEADER, _write_frame, pack, unpack
-from kerncap.store import compress
+from kerncap.reproducer.pack import INDEX_NAME, MAGIC, PACK_VERSION, _HEADER, _write_frame, pack, unpack
+from kerncap.reproducer.store import compress
 
 ROOT = Path(__file__).resolve().parent.parent
 AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"

@@ -11,7 +11,7 @@ import pytest
 
 from kerncap.cli import main
 from kerncap.errors import KerncapError
-from kerncap.profile import ProfileResult, run_profile
+from kerncap.capture.profile import ProfileResult, run_profile
 
 PROFILING_APP = textwrap.dedent(
     r'''

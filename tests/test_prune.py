@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from kerncap import prune as prune_mod
-from kerncap.capture.format import Capture
+from kerncap.prune import pruner as prune_mod
+from kerncap.reproducer.format import Capture
 from kerncap.cli import main
-from kerncap.closure import compute_closure
+from kerncap.prune.closure import compute_closure
 from kerncap.errors import GpuUnavailable, KerncapError
-from kerncap.prune import NOTHING_TO_DROP, PruneReport, prune_reproducer, write_pruned
+from kerncap.prune.pruner import NOTHING_TO_DROP, PruneReport, prune_reproducer, write_pruned
 from kerncap.replay.results import RegionCheck, ValidationResult
 from test_extract_success import publish  # noqa: F401  (fixture)
 

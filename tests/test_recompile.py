@@ -12,7 +12,7 @@ import pytest
 
 from kerncap.cli import main
 from kerncap.errors import KerncapError
-from kerncap.recompile import device_flags, recompile
+from kerncap.recompile.cuda import device_flags, recompile
 from kerncap.sources import attach_sources, cubin
 from test_sources_project import built_project  # noqa: F401  (session fixture)
 
@@ -42,7 +42,7 @@ def reproducer(built_project, tmp_path):
     def make(kernel: str) -> Path:
         repro = tmp_path / kernel
         write_capture(repro, kernel)
-        from kerncap.capture.format import Capture
+        from kerncap.reproducer.format import Capture
 
         report = attach_sources(repro, Capture.open(repro), built_project.root, built_project.build)
         assert report["kind"] == "cuda", report
@@ -151,7 +151,7 @@ def test_device_flags_drop_host_and_output_flags():
 
 
 def test_missing_host_compiler_is_dropped(tmp_path):
-    from kerncap.recompile import device_flags
+    from kerncap.recompile.cuda import device_flags
 
     tu = tmp_path / "k.cu"
     argv = ["nvcc", "-ccbin=/no/such/g++", "-O3", "-ccbin", "/no/such/g++", "--compiler-bindir=/usr/bin", "-c", str(tu)]

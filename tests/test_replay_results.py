@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from kerncap.errors import KerncapError
-from kerncap.replay import dtypes as dt
+from kerncap.core import dtypes as dt
 from kerncap.replay.cubin import cubin_arch, describe_arch_mismatch
 from kerncap.replay.results import (
     RegionCheck, ReplayResult, ValidationResult, first_mismatches, format_replay, format_validation, percentile,

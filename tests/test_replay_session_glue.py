@@ -10,7 +10,7 @@ import types
 import pytest
 import xxhash
 
-from kerncap import native
+from kerncap.core import native
 from kerncap.errors import KerncapError
 
 BASE = 0x7F12_3460_0000

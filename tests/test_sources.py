@@ -19,7 +19,7 @@ from test_sources_project import built_project  # noqa: F401  (session fixture)
 
 
 class FakeCapture:
-    """The parts of kerncap.capture.format.Capture that attach_sources reads."""
+    """The parts of kerncap.reproducer.format.Capture that attach_sources reads."""
 
     def __init__(self, name: str, root: Path, cc=(9, 0), triton=None):
         self.kernel = {"name": name, "demangled": name}

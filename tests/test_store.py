@@ -1,4 +1,4 @@
-"""The shared chunk store (kerncap.store) on real H200 captures: round trips, integrity,
+"""The shared chunk store (kerncap.reproducer.store) on real H200 captures: round trips, integrity,
 atomic writes, concurrent writers, and incremental adds."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.store import Store, capture_chunks
+from kerncap.reproducer.store import Store, capture_chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.cli import main
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.pack import pack, unpack
+from kerncap.reproducer.pack import pack, unpack
 from kerncap.replay.client import ReplayClient
-from kerncap.store import Store, capture_chunks
-from kerncap.stored import MARKER, default_store_for, hydrate, store_reproducer
+from kerncap.reproducer.store import Store, capture_chunks
+from kerncap.reproducer.stored import MARKER, default_store_for, hydrate, store_reproducer
 
 ROOT = Path(__file__).resolve().parent.parent
 AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"

@@ -150,7 +150,7 @@ def _mixed_capture(root: Path, post_changes: dict[int, bytes]) -> Path:
     ({2000: b"\x01"}, None),  # outside every tensor
 ])
 def test_shared_region_takes_the_dtype_of_the_bytes_the_kernel_wrote(tmp_path, changes, expected):
-    from kerncap.capture.format import Capture
+    from kerncap.reproducer.format import Capture
     from kerncap.triton import region_dtypes
 
     root = _mixed_capture(tmp_path, changes)

@@ -20,7 +20,7 @@ pytest.importorskip("triton")
 pytest.importorskip("elftools")
 xxhash = pytest.importorskip("xxhash")
 
-from kerncap.capture.format import Capture  # noqa: E402
+from kerncap.reproducer.format import Capture  # noqa: E402
 from kerncap.errors import KerncapError  # noqa: E402
 from kerncap.triton import attach_triton, recompile, region_dtypes  # noqa: E402
 from kerncap.triton.kernel_source import sanitize_module  # noqa: E402

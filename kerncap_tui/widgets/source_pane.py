@@ -63,7 +63,7 @@ class SourcePane(Horizontal):
         build = source_dir / "build.json"
         if build.is_file():
             try:
-                main = json.loads(build.read_text()).get("tu")  # the translation unit (kerncap.recompile)
+                main = json.loads(build.read_text()).get("tu")  # the translation unit (kerncap.recompile.cuda)
                 if main and (source_dir / main).is_file():
                     return source_dir / main
             except (OSError, ValueError, AttributeError):

@@ -63,9 +63,9 @@ def variant_cubins(testapps_build) -> Path:
 class CapturedApp:
     spec: AppSpec
     reproducer: Path
-    capture: object  # kerncap.capture.format.Capture
+    capture: object  # kerncap.reproducer.format.Capture
     report: dict
-    result: object  # kerncap.extract.ExtractResult
+    result: object  # kerncap.capture.extract.ExtractResult
 
     def region_of(self, key: str):
         """The captured region holding the buffer the app reported under `key`."""
@@ -92,8 +92,8 @@ class Captures:
         return got
 
     def _extract(self, spec: AppSpec) -> CapturedApp:
-        from kerncap.capture.format import Capture
-        from kerncap.extract import extract
+        from kerncap.reproducer.format import Capture
+        from kerncap.capture.extract import extract
 
         workdir = self.root / spec.name
         workdir.mkdir(parents=True)

@@ -2,7 +2,7 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl 2>/dev/null; export PYTHONPATH=/tmp/site
 python3 -m pip install -q --no-build-isolation --no-deps . > $OUT/build.log 2>&1 || tail -30 $OUT/build.log
 cmake -S testapps -B /tmp/bt -G Ninja > /dev/null && ninja -C /tmp/bt > /dev/null || echo BUILD FAIL
-LIB=$(python3 -c "import kerncap.native as n; print(n.inject_library())")
+LIB=$(python3 -c "import kerncap.core.native as n; print(n.inject_library())")
 diag() {  # app kernel
   rm -rf /tmp/run1; mkdir -p /tmp/run1
   KERNCAP_DEBUG=1 KERNCAP_MODE=capture KERNCAP_OUT=/tmp/run1 KERNCAP_KERNEL=$2 KERNCAP_MATCH=substring KERNCAP_DISPATCH=0 KERNCAP_KEEP_RUNNING=1 \

@@ -41,9 +41,9 @@ def main() -> int:
     ap.add_argument("--build", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    from kerncap.extract import extract
-    from kerncap.profile import run_profile
-    from kerncap.recompile import recompile
+    from kerncap.capture.extract import extract
+    from kerncap.capture.profile import run_profile
+    from kerncap.recompile.cuda import recompile
     from kerncap.replay.client import ReplayClient
     from kerncap_tui.history import History
 

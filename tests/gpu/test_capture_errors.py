@@ -20,7 +20,7 @@ AXPY = APPS["axpy_inplace"]
 def extract_error(spec: AppSpec, build_dir: Path, workdir: Path, *, kernel: str | None = None,
                   command: list[str] | None = None, output: Path | None = None, **extra_env: str) -> str:
     """Run extract, expecting it to fail; returns the full error text (message + hint)."""
-    from kerncap.extract import extract
+    from kerncap.capture.extract import extract
 
     with pytest.raises(KerncapError) as err:
         extract(

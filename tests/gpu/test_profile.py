@@ -21,7 +21,7 @@ def normalized(name: str) -> str:
 
 
 def test_profile_ranks_like_torch_profiler(tmp_path):
-    from kerncap.profile import run_profile
+    from kerncap.capture.profile import run_profile
 
     app = str(PYAPPS / "torch_matmul.py")
     result = run_profile([sys.executable, app], timeout=300)

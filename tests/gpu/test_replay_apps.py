@@ -103,7 +103,7 @@ def kernel_stat(profile, pattern: str):
 def test_replay_time_matches_the_app(captures, testapps_build, tmp_path, app):
     """Replayed duration within 10% of the kernel's average in the original app
     (both kernels run >= 20 us on an H200)."""
-    from kerncap.profile import run_profile
+    from kerncap.capture.profile import run_profile
     from kerncap.replay.client import ReplayClient
 
     spec: AppSpec = APPS[app]

@@ -26,7 +26,7 @@ def vector_copy(vector_capture, tmp_path) -> Path:
 
 
 def capture_of(reproducer: Path):
-    from kerncap.capture.format import Capture
+    from kerncap.reproducer.format import Capture
 
     return Capture.open(reproducer)
 

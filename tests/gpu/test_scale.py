@@ -27,8 +27,8 @@ pytestmark = pytest.mark.gpu
 class Extracted:
     spec: AppSpec
     workdir: Path
-    result: object  # kerncap.extract.ExtractResult
-    capture: object  # kerncap.capture.format.Capture
+    result: object  # kerncap.capture.extract.ExtractResult
+    capture: object  # kerncap.reproducer.format.Capture
     report: dict
     wall: float
 
@@ -43,8 +43,8 @@ class Extracted:
 
 
 def extract_app(spec: AppSpec, build_dir: Path, workdir: Path) -> Extracted:
-    from kerncap.capture.format import Capture
-    from kerncap.extract import extract
+    from kerncap.reproducer.format import Capture
+    from kerncap.capture.extract import extract
 
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -210,7 +210,7 @@ def test_eight_threads_on_four_streams_keep_running(testapps_build, tmp_path, ca
 
 
 def test_million_dispatches_profile_counts_and_extract_finds_the_last(testapps_build, tmp_path, capsys):
-    from kerncap.profile import run_profile
+    from kerncap.capture.profile import run_profile
 
     spec = LAUNCH_HEAVY_1M
     command = spec.command(testapps_build)
@@ -268,7 +268,7 @@ def test_moe_scale_small_counts_captures_and_replays(tmp_path, capsys):
     """What bench/scale.py relies on, in a small size: dispatch counts per layer (2 of
     moe_scale_expert_ffn, 1 of the "silu" pattern), the app's own torch check passes
     under the capture, both kernels capture and replay byte-exact."""
-    from kerncap.profile import run_profile
+    from kerncap.capture.profile import run_profile
 
     spec, layers = MOE_SCALE_SMALL, MOE_SMALL_LAYERS
     (tmp_path / "profile").mkdir()

@@ -18,7 +18,7 @@ TEMPLATE_K3 = "_Z7stencilILi3EEvPKfPfi"
 
 @pytest.fixture(scope="module")
 def smooth_repro(testapps_build, tmp_path_factory) -> Path:
-    from kerncap.extract import extract
+    from kerncap.capture.extract import extract
 
     out = tmp_path_factory.mktemp("smooth") / "reproducer"
     res = extract(SMOOTH_MANGLED, [str(testapps_build / "smooth")], output=out, match="exact",
@@ -38,7 +38,7 @@ def test_sources_found_for_the_captured_kernel(smooth_repro):
 
 
 def test_template_instance_from_the_right_translation_unit(testapps_build, tmp_path):
-    from kerncap.extract import extract
+    from kerncap.capture.extract import extract
 
     res = extract(TEMPLATE_K3, [str(testapps_build / "template_multi")], output=tmp_path / "r", match="exact",
                   dispatch=1, source_dir=TESTAPPS / "cuda", build_dir=testapps_build, timeout=120)
@@ -46,7 +46,7 @@ def test_template_instance_from_the_right_translation_unit(testapps_build, tmp_p
 
 
 def test_recompile_edit_replay_validate(smooth_repro, tmp_path):
-    from kerncap.recompile import recompile
+    from kerncap.recompile.cuda import recompile
     from kerncap.replay.client import ReplayClient
 
     work = tmp_path / "r"

@@ -13,9 +13,9 @@ pytestmark = pytest.mark.gpu
 
 
 def test_stored_reproducer_hydrates_and_validates_byte_exact(vector_capture, tmp_path):
-    from kerncap.capture.format import Capture
+    from kerncap.reproducer.format import Capture
     from kerncap.replay.client import ReplayClient
-    from kerncap.stored import missing_blobs
+    from kerncap.reproducer.stored import missing_blobs
 
     repro = tmp_path / "reproducers" / "axpy"
     shutil.copytree(vector_capture, repro)

@@ -50,7 +50,7 @@ CUDA_FAULT = re.compile(r"CUDA_ERROR_[A-Z_]+|illegal (?:memory access|address)",
 @pytest.fixture(scope="module")
 def smooth_source_repro(testapps_build, tmp_path_factory) -> Path:
     """The smooth kernel extracted once, with its CUDA sources (source/ + build.json)."""
-    from kerncap.extract import extract
+    from kerncap.capture.extract import extract
 
     out = tmp_path_factory.mktemp("tui-smooth") / "reproducer"
     res = extract(SMOOTH_MANGLED, [str(testapps_build / "smooth"), str(SMOOTH_N)], output=out, match="exact",

@@ -7,11 +7,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from kerncap.extract import MATCH_MODES, ExtractResult, extract
-from kerncap.info import human_bytes
-from kerncap.profile import format_dim
-from kerncap.run import resolve_app_command
-from kerncap.workspace import DEFAULT_WORKSPACE, Workspace
+from kerncap.capture.extract import MATCH_MODES, ExtractResult, extract
+from kerncap.reproducer.info import human_bytes
+from kerncap.capture.profile import format_dim
+from kerncap.capture.run import resolve_app_command
+from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.info import format_summary, summarize
+from kerncap.reproducer.info import format_summary, summarize
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.info import _table, human_bytes
-from kerncap.workspace import DEFAULT_WORKSPACE, list_captures
+from kerncap.reproducer.info import _table, human_bytes
+from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, list_captures
 
 
 def register(sub: argparse._SubParsersAction) -> None:

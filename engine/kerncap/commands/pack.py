@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.info import human_bytes
-from kerncap.pack import PackResult, pack
+from kerncap.reproducer.info import human_bytes
+from kerncap.reproducer.pack import PackResult, pack
 
 
 def register(sub: argparse._SubParsersAction) -> None:

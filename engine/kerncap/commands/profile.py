@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from kerncap.profile import ProfileResult, format_dim, run_profile, short_kernel_name
-from kerncap.run import default_sink, resolve_app_command
-from kerncap.workspace import DEFAULT_WORKSPACE, Workspace
+from kerncap.capture.profile import ProfileResult, format_dim, run_profile, short_kernel_name
+from kerncap.capture.run import default_sink, resolve_app_command
+from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:

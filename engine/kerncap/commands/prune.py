@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from kerncap.errors import KerncapError
-    from kerncap.prune import prune_reproducer
+    from kerncap.prune.pruner import prune_reproducer
 
     if args.output is not None and not args.no_validate:
         raise KerncapError("--output needs --no-validate",

@@ -6,9 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.info import human_bytes
-from kerncap.store import Store
-from kerncap.stored import default_store_for, hydrate, store_reproducer
+from kerncap.reproducer.info import human_bytes
+from kerncap.reproducer.store import Store
+from kerncap.reproducer.stored import default_store_for, hydrate, store_reproducer
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from kerncap.commands.pack import size_line
-from kerncap.pack import unpack
+from kerncap.reproducer.pack import unpack
 
 
 def register(sub: argparse._SubParsersAction) -> None:

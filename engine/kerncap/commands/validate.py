@@ -18,7 +18,7 @@ def non_negative_float(text: str) -> float:
 
 def dtype_name(text: str) -> str:
     from kerncap.errors import KerncapError
-    from kerncap.replay.dtypes import normalize
+    from kerncap.core.dtypes import normalize
 
     try:
         return normalize(text)

@@ -103,7 +103,7 @@ class ReplayClient:
     def _hydrate(self) -> None:
         """The native replay reads blob files: a reproducer whose payloads were moved to
         the store (`kerncap store`) gets them back first (a cheap check otherwise)."""
-        from kerncap.stored import MARKER, hydrate
+        from kerncap.reproducer.stored import MARKER, hydrate
 
         root = self.capture_dir
         if (root / "capture" / MARKER).is_file() or (root / MARKER).is_file():

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kerncap import native
-from kerncap.capture.format import Capture, Region
+from kerncap.core import native
+from kerncap.reproducer.format import Capture, Region
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.replay import dtypes as dt
+from kerncap.core import dtypes as dt
 from kerncap.replay.plan import AddressPlan, plan_address_space
 from kerncap.replay.results import RegionCheck, ReplayResult, ValidationResult, first_mismatches
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kerncap.replay import dtypes as dt
+from kerncap.core import dtypes as dt
 
 MAX_FIRST_MISMATCHES = 8
 

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
 from kerncap.triton import records
 from kerncap.triton.kernel_source import function_only_module, sanitize_module

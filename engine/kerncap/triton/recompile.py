@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
 from kerncap.triton import configs, pinned
 
 try:  # the generic recompile owns the result type when it exists
-    from kerncap.recompile import RecompileResult  # type: ignore[attr-defined]
+    from kerncap.recompile.cuda import RecompileResult  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - depends on the build
 
     @dataclass

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
 
 HOOK_FORMAT = "kerncap-triton"

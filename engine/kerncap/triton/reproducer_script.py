@@ -36,7 +36,7 @@ def main() -> int:
     import torch
     import triton
 
-    from kerncap.capture.format import Capture
+    from kerncap.reproducer.format import Capture
     from kerncap.errors import KerncapError
     from kerncap.triton import configs, pinned, region_dtypes, torch_launch
     from kerncap.triton.values import jit_resolver

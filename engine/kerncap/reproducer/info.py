@@ -7,7 +7,7 @@ import os
 import shlex
 from typing import Any
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 
 
 def human_bytes(n: int | float) -> str:
@@ -222,7 +222,7 @@ def format_summary(s: dict[str, Any]) -> str:
                    f"{human_bytes(pruned.get('stored_full', 0))} stored); {pruned.get('regions_dropped', '?')} dropped")
     record = rep.get("prune")
     if isinstance(record, dict):
-        from kerncap.prune_report import PruneReport
+        from kerncap.reproducer.prune_report import PruneReport
 
         out.append(f"prune       {PruneReport.from_json(record).summary()}")
     for note in rep.get("notes") or []:

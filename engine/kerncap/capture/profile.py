@@ -20,8 +20,8 @@ from typing import Any
 
 from kerncap import __version__
 from kerncap.errors import KerncapError
-from kerncap.native import inject_library
-from kerncap.run import (
+from kerncap.core.native import inject_library
+from kerncap.capture.run import (
     AppOutcome,
     OutputSink,
     app_environment,

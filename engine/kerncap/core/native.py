@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kerncap.errors import NativeUnavailable
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the kerncap package
 NATIVE_DIR = PACKAGE_DIR / "_native"
 
 

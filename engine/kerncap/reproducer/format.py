@@ -195,7 +195,7 @@ class Capture:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            from kerncap.stored import store_of  # payloads moved to the workspace store (`kerncap store`)
+            from kerncap.reproducer.stored import store_of  # payloads moved to the workspace store (`kerncap store`)
 
             store = store_of(self.root)
             if store is not None:

@@ -1,4 +1,4 @@
-"""Pruned reproducers: keep only the regions of the pointer closure (kerncap.closure),
+"""Pruned reproducers: keep only the regions of the pointer closure (kerncap.prune.closure),
 and only when replaying that smaller state proves it.
 
     report = prune_reproducer(repro_dir)          # validate=True: needs the GPU
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from kerncap import __version__
-from kerncap.capture.format import Capture
-from kerncap.closure import Closure, compute_closure
+from kerncap.reproducer.format import Capture
+from kerncap.prune.closure import Closure, compute_closure
 from kerncap.errors import CaptureFormatError, GpuUnavailable, KerncapError, NativeUnavailable
-from kerncap.prune_report import PruneReport
+from kerncap.reproducer.prune_report import PruneReport
 
 __all__ = ["Closure", "PruneReport", "compute_closure", "default_pruned_path", "prune_reproducer", "write_pruned"]
 
@@ -169,7 +169,7 @@ def prune_reproducer(
     root = Path(os.path.abspath(repro_dir))
     if root.is_symlink():
         root = root.resolve()  # swap the directory itself, not the link to it
-    from kerncap.stored import hydrate
+    from kerncap.reproducer.stored import hydrate
 
     hydrate(root)  # payloads moved to the store (`kerncap store`) come back: pruning hard-links them
     cap = Capture.open(root)

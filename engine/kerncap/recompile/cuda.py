@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
 from kerncap.sources import cubin as cubinfo
 from kerncap.sources.attach import BUILD_JSON, capture_arch

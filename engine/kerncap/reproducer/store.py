@@ -25,9 +25,9 @@ from typing import Iterable, Iterator, TypeVar
 import xxhash
 import zstandard as zstd
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.workspace import DEFAULT_WORKSPACE
+from kerncap.reproducer.workspace import DEFAULT_WORKSPACE
 
 DEFAULT_STORE = DEFAULT_WORKSPACE / "store"
 ZSTD_LEVEL = 3

@@ -3,7 +3,7 @@ reproducers when no --output is given.
 
     <workspace>/profiles/<timestamp>.json
     <workspace>/reproducers/<kernel>-<timestamp>/
-    <workspace>/store/                     chunk store shared by the captures (kerncap.store)
+    <workspace>/store/                     chunk store shared by the captures (kerncap.reproducer.store)
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Pa
 
 def describe_reproducer(repro: Path) -> dict[str, Any]:
     # Imported here: the workspace module stays importable without the capture reader's deps.
-    from kerncap.capture.format import Capture
+    from kerncap.reproducer.format import Capture
     from kerncap.errors import KerncapError
-    from kerncap.profile import short_kernel_name
+    from kerncap.capture.profile import short_kernel_name
 
     row: dict[str, Any] = {"path": str(repro), "kernel": None, "mangled": None, "command": None, "time": None,
                            "logical": None, "stored": None, "in_store": False, "validation": None, "variants": 0,

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kerncap import __version__
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
-from kerncap.native import inject_library
-from kerncap.profile import short_kernel_name
-from kerncap.run import (
+from kerncap.core.native import inject_library
+from kerncap.capture.profile import short_kernel_name
+from kerncap.capture.run import (
     AppOutcome,
     OutputSink,
     app_environment,
@@ -37,7 +37,7 @@ from kerncap.run import (
 )
 
 if TYPE_CHECKING:
-    from kerncap.prune_report import PruneReport
+    from kerncap.reproducer.prune_report import PruneReport
 
 MATCH_MODES = ("substring", "regex", "exact")
 
@@ -81,7 +81,7 @@ def extract(
     name matches `kernel`) of the app `command` into the reproducer directory `output`.
 
     `env` adds to (or overrides) the current environment of the app. `prune`: then
-    shrink the reproducer to its pointer closure if replay validates it (kerncap.prune);
+    shrink the reproducer to its pointer closure if replay validates it (kerncap.prune.pruner);
     the verdict is `result.prune`.
     """
     start = time.monotonic()
@@ -154,7 +154,7 @@ def extract(
 def _prune(result: ExtractResult) -> None:
     """Prune the fresh reproducer; a failure to prune is a note, never the loss of the capture
     (prune_reproducer leaves the full reproducer in place whenever it does not finish)."""
-    from kerncap.prune import prune_reproducer
+    from kerncap.prune.pruner import prune_reproducer
 
     try:
         result.prune = prune_reproducer(result.reproducer_dir)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kerncap.errors import KerncapError
-from kerncap.native import PACKAGE_DIR, inject_library
+from kerncap.core.native import PACKAGE_DIR, inject_library
 
 PYHOOKS_DIR = PACKAGE_DIR / "pyhooks"
 STDERR_TAIL_LINES = 50

@@ -1,7 +1,7 @@
 """Reproducers whose payloads live in the workspace's chunk store.
 
 `store_reproducer(dir)` adds every chunk of a reproducer to the content-addressed store
-(kerncap.store: zstd, zero chunks elided, shared by every capture of the workspace, so
+(kerncap.reproducer.store: zstd, zero chunks elided, shared by every capture of the workspace, so
 a second capture of the same app adds only what changed) and then removes the
 reproducer's own `capture/blobs/*.bin`, leaving `capture/stored.json` that names the
 store. The reproducer keeps its manifest, cubins, sources and history: `kerncap info`,
@@ -22,9 +22,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kerncap.capture.format import Capture
+from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
-from kerncap.store import DEFAULT_STORE, Store, capture_chunks
+from kerncap.reproducer.store import DEFAULT_STORE, Store, capture_chunks
 
 MARKER = "stored.json"
 MARKER_FORMAT = "kerncap-stored"

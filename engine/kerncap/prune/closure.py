@@ -26,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from kerncap.capture.format import Capture, Region
+from kerncap.reproducer.format import Capture, Region
 from kerncap.errors import KerncapError
-from kerncap.info import human_bytes
+from kerncap.reproducer.info import human_bytes
 
 try:
     import numpy as np

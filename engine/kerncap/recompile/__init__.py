@@ -1,0 +1,1 @@
+"""Kernel-only recompile of a reproducer's edited source into variants/."""
