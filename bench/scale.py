@@ -180,7 +180,7 @@ def add_to_store(store, reproducer: Path) -> dict:
 
     t0 = time.monotonic()
     try:
-        objects, added = store.add_capture(reproducer)
+        objects, added = add_capture(store, reproducer)
     except KerncapError as exc:
         raise StepFailed(f"adding {reproducer} to the store: {exc}") from None
     return {"objects": objects, "bytes": added, "seconds": time.monotonic() - t0}
@@ -245,6 +245,7 @@ def run_steps(args, base: Path, disk: Disk, results: dict) -> None:
     disk.note("first capture written")
 
     from kerncap.reproducer.store import Store
+    from kerncap.reproducer.stored import add_capture
 
     store = Store(base / "store")
     results["store_first"] = add_to_store(store, first_dir)

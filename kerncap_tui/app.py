@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from kerncap.errors import KerncapError
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -22,11 +23,15 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, RichLog, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from kerncap.errors import KerncapError
 from kerncap_tui import engine, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.history import History, Variant
-from kerncap_tui.messages import BuildLog, ExtractRequested, HistoryChanged, SourceChanged
+from kerncap_tui.messages import (
+    BuildLog,
+    ExtractRequested,
+    HistoryChanged,
+    SourceChanged,
+)
 from kerncap_tui.watcher import SourceWatcher
 from kerncap_tui.widgets.history_pane import HistoryPane
 from kerncap_tui.widgets.memory_pane import MemoryPane
@@ -296,9 +301,9 @@ class KerncapApp(App[int]):
 
     # -- extraction ---------------------------------------------------------------------
     def on_extract_requested(self, message: ExtractRequested) -> None:
-        from kerncap_tui.screens.extract_screen import ExtractScreen
-
         from kerncap.reproducer.workspace import Workspace
+
+        from kerncap_tui.screens.extract_screen import ExtractScreen
 
         command = list(getattr(self.profile, "command", None) or [])
         # next to the profile's workspace; from a reproducer, into ./kerncap-workspace

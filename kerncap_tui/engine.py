@@ -40,7 +40,7 @@ def extract(kernel: str, command: list[str], output: Path, dispatch: int):
 
 
 def recompile(reproducer: Path):
-    return engine_module("recompile.cuda").recompile(reproducer)
+    return engine_module("recompile").recompile(reproducer)
 
 
 @dataclass

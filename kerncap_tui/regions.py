@@ -4,22 +4,14 @@ pre/post/difference values of the first few KB. Pure logic, no Textual."""
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
+
+from kerncap.core import dtypes as dt
 
 PREVIEW_BYTES = 4096
 
-# name -> (struct code, element size); bfloat16 is decoded by hand (struct has no code for it)
-DTYPES: dict[str, tuple[str, int]] = {
-    "float32": ("f", 4),
-    "float16": ("e", 2),
-    "bfloat16": ("H", 2),
-    "float64": ("d", 8),
-    "int32": ("i", 4),
-    "uint32": ("I", 4),
-    "int64": ("q", 8),
-    "uint8": ("B", 1),
-}
+# the element types the value view offers, in the order `t` cycles through them
+DTYPES = tuple(dt.TABLE)
 
 
 @dataclass(frozen=True)
@@ -77,15 +69,6 @@ def preview_bytes(capture, key: str, limit: int = PREVIEW_BYTES) -> tuple[bytes,
     return pre, post
 
 
-def decode(data: bytes, dtype: str) -> list[float | int]:
-    code, size = DTYPES[dtype]
-    n = len(data) // size
-    values = list(struct.unpack(f"<{n}{code}", data[: n * size]))
-    if dtype == "bfloat16":
-        values = [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in values]
-    return values
-
-
 @dataclass(frozen=True)
 class ValueRow:
     index: int
@@ -105,8 +88,8 @@ class ValueRow:
 
 def value_rows(pre: bytes, post: bytes, dtype: str) -> list[ValueRow]:
     """Element-wise rows; `changed` compares the raw bytes (byte-exact, so NaN payloads and -0.0 count)."""
-    size = DTYPES[dtype][1]
-    a, b = decode(pre, dtype), decode(post, dtype)
+    size = dt.itemsize(dtype)
+    a, b = dt.decode(dtype, pre), dt.decode(dtype, post)
     return [
         ValueRow(i, i * size, x, y, pre[i * size:(i + 1) * size] != post[i * size:(i + 1) * size])
         for i, (x, y) in enumerate(zip(a, b))
@@ -119,14 +102,3 @@ def format_value(v: float | int | None) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     return str(v)
-
-
-def human_size(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    size = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        size /= 1024
-        if size < 1024 or unit == "TiB":
-            break
-    return f"{size:.1f} {unit}"

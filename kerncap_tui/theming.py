@@ -7,9 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from textual.theme import Theme
-
 from kerncap.errors import KerncapError
+from textual.theme import Theme
 
 try:
     import tomllib

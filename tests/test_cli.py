@@ -6,10 +6,9 @@ from __future__ import annotations
 import sys
 
 import pytest
-
+from kerncap.capture.run import resolve_app_command
 from kerncap.cli import build_parser, main, split_app_command
 from kerncap.errors import KerncapError
-from kerncap.capture.run import resolve_app_command
 
 
 def parse(argv):

@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from kerncap.errors import KerncapError, NativeUnavailable
 from kerncap.capture.extract import closest_kernel_names, extract
+from kerncap.errors import KerncapError, NativeUnavailable
 
 FAKE_APP = textwrap.dedent(
     r'''

@@ -9,8 +9,13 @@ import sys
 import time
 
 import pytest
-
-from kerncap.capture.run import PYHOOKS_DIR, AppOutcome, app_environment, read_reports, run_app
+from kerncap.capture.run import (
+    PYHOOKS_DIR,
+    AppOutcome,
+    app_environment,
+    read_reports,
+    run_app,
+)
 
 
 def py(code: str) -> list[str]:

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from kerncap.reproducer.format import Capture
 from kerncap.cli import main
-from kerncap.reproducer.info import driver_version_text, format_summary, human_bytes, summarize
+from kerncap.core.units import driver_version_text, human_bytes
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.info import format_summary, summarize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "captures"
 CAPTURES = sorted(p for p in FIXTURES.glob("*") if p.is_dir()) if FIXTURES.is_dir() else []

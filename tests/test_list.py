@@ -1,4 +1,4 @@
-"""`kerncap list` and kerncap.reproducer.workspace.list_captures on real H200 reproducers."""
+"""`kerncap list` and kerncap.reproducer.listing.list_captures on real H200 reproducers."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from kerncap.reproducer.format import Capture
 from kerncap.cli import main
-from kerncap.reproducer.workspace import list_captures
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.listing import list_captures
 
 ROOT = Path(__file__).resolve().parent.parent
 AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"

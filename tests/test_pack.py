@@ -10,11 +10,18 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from kerncap.reproducer.format import Capture
 from kerncap.cli import main
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.reproducer.pack import INDEX_NAME, MAGIC, PACK_VERSION, _HEADER, _write_frame, pack, unpack
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.pack import (
+    _HEADER,
+    INDEX_NAME,
+    MAGIC,
+    PACK_VERSION,
+    _write_frame,
+    pack,
+    unpack,
+)
 from kerncap.reproducer.store import compress
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,9 +7,9 @@ import json
 import time
 
 import pytest
-
+from kerncap.capture.profile import ProfileResult, merge_profiles
+from kerncap.core.units import format_dim, short_kernel_name
 from kerncap.errors import KerncapError
-from kerncap.capture.profile import ProfileResult, format_dim, merge_profiles, short_kernel_name
 
 
 def k(name, calls, total, lo, hi, grid=(1, 1, 1), block=(128, 1, 1), demangled=""):

@@ -8,10 +8,9 @@ import sys
 import textwrap
 
 import pytest
-
+from kerncap.capture.profile import ProfileResult, run_profile
 from kerncap.cli import main
 from kerncap.errors import KerncapError
-from kerncap.capture.profile import ProfileResult, run_profile
 
 PROFILING_APP = textwrap.dedent(
     r'''

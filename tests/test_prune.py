@@ -15,14 +15,18 @@ from pathlib import Path
 
 import pytest
 import xxhash
-
-from kerncap.prune import pruner as prune_mod
-from kerncap.reproducer.format import Capture
 from kerncap.cli import main
-from kerncap.prune.closure import compute_closure
 from kerncap.errors import GpuUnavailable, KerncapError
-from kerncap.prune.pruner import NOTHING_TO_DROP, PruneReport, prune_reproducer, write_pruned
+from kerncap.prune import pruner as prune_mod
+from kerncap.prune.closure import compute_closure
+from kerncap.prune.pruner import (
+    NOTHING_TO_DROP,
+    PruneReport,
+    prune_reproducer,
+    write_pruned,
+)
 from kerncap.replay.results import RegionCheck, ValidationResult
+from kerncap.reproducer.format import Capture
 from test_extract_success import publish  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

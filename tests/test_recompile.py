@@ -4,12 +4,9 @@ real nvcc, real cubins, layouts read from .nv.info."""
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
-
 from kerncap.cli import main
 from kerncap.errors import KerncapError
 from kerncap.recompile.cuda import device_flags, recompile
@@ -134,14 +131,18 @@ def test_without_sources(tmp_path):
 
 
 def test_triton_reproducers_go_to_the_triton_path(tmp_path, monkeypatch):
-    (tmp_path / "reproducer.json").write_text(json.dumps({"sources": {"kind": "triton"}}))
-    fake = types.ModuleType("kerncap.triton")
-    fake.recompile = lambda d: ("triton", d)
-    monkeypatch.setitem(sys.modules, "kerncap.triton", fake)
-    import kerncap
+    import kerncap.recompile as dispatch
 
-    monkeypatch.setattr(kerncap, "triton", fake, raising=False)
-    assert recompile(tmp_path) == ("triton", tmp_path.resolve())
+    (tmp_path / "reproducer.json").write_text(json.dumps({"sources": {"kind": "triton"}}))
+    monkeypatch.setattr(dispatch.triton, "recompile", lambda d: ("triton", d))
+    assert dispatch.recompile(tmp_path) == ("triton", tmp_path.resolve())
+
+
+def test_config_is_refused_for_cuda_reproducers(tmp_path):
+    import kerncap.recompile as dispatch
+
+    with pytest.raises(KerncapError, match="--config applies to Triton"):
+        dispatch.recompile(tmp_path, "num_warps=4")
 
 
 def test_device_flags_drop_host_and_output_flags():

@@ -4,7 +4,6 @@ replay client replaced by a recorder (the GPU suite runs the real one)."""
 import json
 
 import pytest
-
 from kerncap import cli
 from kerncap.replay import client as client_mod
 from kerncap.replay.results import RegionCheck, ReplayResult, ValidationResult

@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import pytest
-
 from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.replay.client import ReplayClient
 from kerncap.replay.results import ReplayResult

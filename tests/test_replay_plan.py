@@ -4,7 +4,6 @@ every region; mapped page ranges granularity-aligned, merged, inside the spans."
 from dataclasses import dataclass
 
 import pytest
-
 from kerncap.replay.plan import SPAN_ALIGN, SPAN_MIN, plan_address_space
 
 MiB = 1 << 20

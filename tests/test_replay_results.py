@@ -7,12 +7,17 @@ import struct
 import subprocess
 
 import pytest
-
-from kerncap.errors import KerncapError
 from kerncap.core import dtypes as dt
+from kerncap.errors import KerncapError
 from kerncap.replay.cubin import cubin_arch, describe_arch_mismatch
 from kerncap.replay.results import (
-    RegionCheck, ReplayResult, ValidationResult, first_mismatches, format_replay, format_validation, percentile,
+    RegionCheck,
+    ReplayResult,
+    ValidationResult,
+    first_mismatches,
+    format_replay,
+    format_validation,
+    percentile,
 )
 
 

@@ -8,7 +8,6 @@ import sys
 import types
 
 import pytest
-
 from kerncap.errors import KerncapError
 from kerncap.replay import server as srv
 

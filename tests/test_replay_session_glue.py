@@ -9,7 +9,6 @@ import types
 
 import pytest
 import xxhash
-
 from kerncap.core import native
 from kerncap.errors import KerncapError
 

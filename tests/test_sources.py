@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from kerncap.cli import main
 from kerncap.errors import KerncapError
 from kerncap.sources import SourcesNotFound, attach_sources, discover

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import xxhash
-
-from kerncap.reproducer.format import Capture
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.reproducer.store import Store, capture_chunks
+from kerncap.reproducer.format import Capture, capture_chunks
+from kerncap.reproducer.store import Store
+from kerncap.reproducer.stored import add_capture
 
 ROOT = Path(__file__).resolve().parent.parent
 AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"
@@ -55,16 +55,16 @@ def test_zero_chunks_are_never_stored(tmp_path):
 def test_add_capture_matches_capture_and_second_add_is_free(tmp_path):
     store = Store(tmp_path / "store")
     cap = Capture.open(AXPY)
-    objects, nbytes = store.add_capture(cap)
+    objects, nbytes = add_capture(store, cap)
     assert objects == len(list(cap.iter_blobs())) and nbytes == store.size()
-    assert store.add_capture(AXPY) == (0, 0)
+    assert add_capture(store, AXPY) == (0, 0)
     for r in cap.regions:
         for chunks in (r.pre, r.post):
             for i, h in enumerate(chunks):
                 n = cap.chunk_length(r.size, i)
                 assert store.get(h, n) == cap.read_chunk(h, n)
     # A different app adds its own chunks, and only those.
-    demo_objects, _ = store.add_capture(DEMO)
+    demo_objects, _ = add_capture(store, DEMO)
     assert demo_objects == len(set(Capture.open(DEMO).iter_blobs()) - set(cap.iter_blobs()))
 
 
@@ -84,9 +84,9 @@ def test_second_capture_of_same_app_adds_only_what_changed(tmp_path):
     mpath.write_text(json.dumps(m))
 
     store = Store(tmp_path / "store")
-    store.add_capture(AXPY)
+    add_capture(store, AXPY)
     before = store.size()
-    objects, nbytes = store.add_capture(second)
+    objects, nbytes = add_capture(store, second)
     assert objects == 1 and store.size() == before + nbytes
     assert store.get(new, len(data)) == bytes(data)
 
@@ -162,7 +162,7 @@ def _process_writer(root: str, i: int) -> list[str]:
     store = Store(root)
     hashes = [store.put(d) for d in chunks_of(AXPY)]
     hashes.append(store.put(bytes([i + 1]) * 8192))
-    store.add_capture(DEMO)
+    add_capture(store, DEMO)
     return hashes
 
 
@@ -175,7 +175,7 @@ def test_concurrent_processes(tmp_path):
     assert len(distinct) == len(chunks_of(AXPY)) + 4
     assert all(store.has(h) for h in distinct)
     assert all_files(root) == visible_files(root)
-    assert store.add_capture(DEMO) == (0, 0) and store.add_capture(AXPY) == (0, 0)
+    assert add_capture(store, DEMO) == (0, 0) and add_capture(store, AXPY) == (0, 0)
     for data in chunks_of(AXPY) + chunks_of(DEMO):
         assert store.get(xxhash.xxh64_hexdigest(data), len(data)) == data
 

@@ -8,14 +8,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from kerncap.reproducer.format import Capture
 from kerncap.cli import main
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.reproducer.pack import pack, unpack
 from kerncap.replay.client import ReplayClient
-from kerncap.reproducer.store import Store, capture_chunks
-from kerncap.reproducer.stored import MARKER, default_store_for, hydrate, store_reproducer
+from kerncap.reproducer.format import Capture, capture_chunks
+from kerncap.reproducer.pack import pack, unpack
+from kerncap.reproducer.store import Store
+from kerncap.reproducer.stored import (
+    MARKER,
+    default_store_for,
+    hydrate,
+    store_reproducer,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"

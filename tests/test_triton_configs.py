@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from kerncap.errors import KerncapError
 from kerncap.triton import configs
 

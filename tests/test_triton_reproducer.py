@@ -20,12 +20,11 @@ pytest.importorskip("triton")
 pytest.importorskip("elftools")
 xxhash = pytest.importorskip("xxhash")
 
-from kerncap.reproducer.format import Capture  # noqa: E402
 from kerncap.errors import KerncapError  # noqa: E402
+from kerncap.reproducer.format import Capture  # noqa: E402
 from kerncap.triton import attach_triton, recompile, region_dtypes  # noqa: E402
 from kerncap.triton.kernel_source import sanitize_module  # noqa: E402
 from kerncap.triton.pinned import parse_config  # noqa: E402
-
 from test_triton_hook import app_dir, fake_inject, run_capture  # noqa: E402,F401  (fixtures)
 
 N = 1000

@@ -8,14 +8,13 @@ import shlex
 import time
 from pathlib import Path
 
+from kerncap.errors import KerncapError
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, ProgressBar
-
-from kerncap.errors import KerncapError
 
 
 class ExtractScreen(ModalScreen[Path | None]):

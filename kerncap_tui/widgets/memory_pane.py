@@ -4,6 +4,7 @@ pre/post/difference values of its first few KB."""
 
 from __future__ import annotations
 
+from kerncap.core.units import human_bytes
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -46,7 +47,7 @@ class MemoryPane(Vertical):
         t.clear()
         self.rows = {row.key: row for row in R.map_rows(capture)}
         for row in self.rows.values():
-            t.add_row(row.flags, row.label, f"0x{row.base:x}", R.human_size(row.size), row.kind, key=row.key)
+            t.add_row(row.flags, row.label, f"0x{row.base:x}", human_bytes(row.size), row.kind, key=row.key)
         if self.rows:
             self.select(next(iter(self.rows)))
 

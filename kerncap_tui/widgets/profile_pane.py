@@ -3,6 +3,7 @@ Enter on a kernel asks the app to extract it."""
 
 from __future__ import annotations
 
+from kerncap.core.units import format_dim
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -15,10 +16,6 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _dim3(v) -> str:
-    return "×".join(str(x) for x in v) if isinstance(v, (list, tuple)) else str(v or "")
-
-
 # key, label, value of a KernelStat used for display and for sorting
 COLUMNS = [
     ("percent", "%", lambda k: (f"{k.percent:5.1f}", k.percent)),
@@ -28,8 +25,8 @@ COLUMNS = [
     ("kernel", "kernel", lambda k: (k.demangled or k.name, (k.demangled or k.name).lower())),
     ("min", "min µs", lambda k: (f"{k.min_ns / 1e3:.1f}", k.min_ns)),
     ("max", "max µs", lambda k: (f"{k.max_ns / 1e3:.1f}", k.max_ns)),
-    ("grid", "grid", lambda k: (_dim3(k.grid), str(k.grid))),
-    ("block", "block", lambda k: (_dim3(k.block), str(k.block))),
+    ("grid", "grid", lambda k: (format_dim(k.grid, sep="×", trim=False), str(k.grid))),
+    ("block", "block", lambda k: (format_dim(k.block, sep="×", trim=False), str(k.block))),
 ]
 
 

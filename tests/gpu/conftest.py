@@ -92,8 +92,8 @@ class Captures:
         return got
 
     def _extract(self, spec: AppSpec) -> CapturedApp:
-        from kerncap.reproducer.format import Capture
         from kerncap.capture.extract import extract
+        from kerncap.reproducer.format import Capture
 
         workdir = self.root / spec.name
         workdir.mkdir(parents=True)

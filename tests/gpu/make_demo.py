@@ -45,6 +45,7 @@ def main() -> int:
     from kerncap.capture.profile import run_profile
     from kerncap.recompile.cuda import recompile
     from kerncap.replay.client import ReplayClient
+
     from kerncap_tui.history import History
 
     stage = Path(tempfile.mkdtemp(prefix="kc-demo-"))

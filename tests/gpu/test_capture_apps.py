@@ -6,7 +6,14 @@ import struct
 
 import pytest
 
-from .apps import APPS, MOE_WEIGHTS, POINTER_TABLE_OUTS, TEMPLATE_K3, looks_like_device_address, u64
+from .apps import (
+    APPS,
+    MOE_WEIGHTS,
+    POINTER_TABLE_OUTS,
+    TEMPLATE_K3,
+    looks_like_device_address,
+    u64,
+)
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from kerncap.errors import KerncapError
 
 from .apps import APPS, GRAPH_TARGET, PROFILER_CONFLICT, AppSpec, app_env

@@ -36,8 +36,8 @@ def revalidate(root) -> None:
 
 
 def test_pointer_table_closure_reaches_buffers_through_the_tables(captures, tmp_path):
-    from kerncap.reproducer.format import Capture
     from kerncap.prune.pruner import NOTHING_TO_DROP, compute_closure, prune_reproducer
+    from kerncap.reproducer.format import Capture
 
     got, root = copy_of(captures, "pointer_table", tmp_path)
     closure = compute_closure(Capture.open(root))
@@ -63,8 +63,8 @@ def test_pointer_table_prune_drops_an_unreachable_region_and_validates(captures,
     """The same capture plus one region nothing points to (a copy of in0's bytes far above
     every real region): the pruned reproducer drops it, replays byte-exact, and replaces
     the directory."""
-    from kerncap.reproducer.format import Capture
     from kerncap.prune.pruner import prune_reproducer
+    from kerncap.reproducer.format import Capture
 
     got, root = copy_of(captures, "pointer_table", tmp_path)
     manifest_path = root / "capture" / "manifest.json"
@@ -91,9 +91,9 @@ def test_pointer_table_prune_drops_an_unreachable_region_and_validates(captures,
 
 
 def test_triton_moe_prune_keeps_the_weights_behind_the_table(captures, tmp_path):
-    from kerncap.reproducer.format import Capture
-    from kerncap.reproducer.info import human_bytes
+    from kerncap.core.units import human_bytes
     from kerncap.prune.pruner import compute_closure, prune_reproducer
+    from kerncap.reproducer.format import Capture
 
     got, root = copy_of(captures, "triton_moe", tmp_path)
     closure = compute_closure(Capture.open(root))
@@ -140,8 +140,9 @@ def test_many_allocs_extract_prune_drops_the_unreached_allocations(testapps_buil
     """`extract(..., prune=True)` at scale: 200k live allocations, of which the kernel reaches
     4096 through a device pointer table; the rest is dropped and the pruned reproducer
     validates byte-exact."""
-    from . import apps
     from kerncap.capture.extract import extract
+
+    from . import apps
 
     spec = getattr(apps, "MANY_ALLOCS", None)
     if spec is None:

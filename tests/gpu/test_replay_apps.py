@@ -7,7 +7,6 @@ import re
 import struct
 
 import pytest
-
 from kerncap.errors import KerncapError
 
 from .apps import APPS, AppSpec, app_env

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from kerncap.errors import CaptureFormatError, KerncapError
 
 pytestmark = pytest.mark.gpu

@@ -16,8 +16,18 @@ from pathlib import Path
 import pytest
 
 from .apps import (
-    LAUNCH_HEAVY_1M, MANY_ALLOCS, MILLION, MOE_SCALE_SMALL, MOE_SCALE_SMALL_SILU, MOE_SMALL_LAYERS, MS8_BUFFERS,
-    MULTISTREAM8, AppSpec, app_env, looks_like_device_address, u64,
+    LAUNCH_HEAVY_1M,
+    MANY_ALLOCS,
+    MILLION,
+    MOE_SCALE_SMALL,
+    MOE_SCALE_SMALL_SILU,
+    MOE_SMALL_LAYERS,
+    MS8_BUFFERS,
+    MULTISTREAM8,
+    AppSpec,
+    app_env,
+    looks_like_device_address,
+    u64,
 )
 
 pytestmark = pytest.mark.gpu
@@ -43,8 +53,8 @@ class Extracted:
 
 
 def extract_app(spec: AppSpec, build_dir: Path, workdir: Path) -> Extracted:
-    from kerncap.reproducer.format import Capture
     from kerncap.capture.extract import extract
+    from kerncap.reproducer.format import Capture
 
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.gpu
 
 
 def test_stored_reproducer_hydrates_and_validates_byte_exact(vector_capture, tmp_path):
-    from kerncap.reproducer.format import Capture
     from kerncap.replay.client import ReplayClient
+    from kerncap.reproducer.format import Capture
     from kerncap.reproducer.stored import missing_blobs
 
     repro = tmp_path / "reproducers" / "axpy"

@@ -7,7 +7,6 @@ import pytest
 
 from kerncap_tui import demo
 
-
 WORKBENCH_GROUPS = {"profile", "git", "build", "memory-preview", "extract"}
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import struct
 
 import pytest
-
+from kerncap.core import dtypes as dt
+from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError
+
 from kerncap_tui import charts, regions, theming
 from kerncap_tui.history import History
 from kerncap_tui.watcher import is_source_event
@@ -22,16 +24,16 @@ def test_value_rows_are_byte_exact():
 
 
 def test_decode_dtypes():
-    assert regions.decode(struct.pack("<2e", 1.5, -2.0), "float16") == [1.5, -2.0]
-    assert regions.decode(bytes.fromhex("803f"), "bfloat16") == [1.0]  # 0x3f80 = 1.0
-    assert regions.decode(struct.pack("<2i", -3, 7), "int32") == [-3, 7]
-    assert regions.decode(b"\x01\x02\x03", "int32") == []  # partial element dropped
+    assert dt.decode("float16", struct.pack("<2e", 1.5, -2.0)) == [1.5, -2.0]
+    assert dt.decode("bfloat16", bytes.fromhex("803f")) == [1.0]  # 0x3f80 = 1.0
+    assert dt.decode("int32", struct.pack("<2i", -3, 7)) == [-3, 7]
+    assert dt.decode("int32", b"\x01\x02\x03") == []  # partial element dropped
 
 
-def test_human_size():
-    assert regions.human_size(512) == "512 B"
-    assert regions.human_size(16 * 1024) == "16.0 KiB"
-    assert regions.human_size(3 * 1024**3) == "3.0 GiB"
+def test_human_bytes():
+    assert human_bytes(512) == "512 B"
+    assert human_bytes(16 * 1024) == "16.0 KiB"
+    assert human_bytes(3 * 1024**3) == "3.0 GiB"
 
 
 def test_history_commits_diffs_and_restores(tmp_path):

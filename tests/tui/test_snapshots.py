@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 
 
-
-
 @pytest.mark.parametrize("size", [(80, 24), (140, 40)], ids=["80x24", "140x40"])
 @pytest.mark.parametrize("tab", ["1", "2", "4"], ids=["profile", "memory", "history"])
 def test_snapshot(snap_compare, settle, make_app, size, tab):

@@ -17,13 +17,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kerncap import __version__
-from kerncap.reproducer.format import Capture
-from kerncap.errors import KerncapError
-from kerncap.core.native import inject_library
-from kerncap.capture.profile import short_kernel_name
 from kerncap.capture.run import (
     AppOutcome,
     OutputSink,
@@ -35,9 +31,14 @@ from kerncap.capture.run import (
     report_errors,
     run_app,
 )
-
-if TYPE_CHECKING:
-    from kerncap.reproducer.prune_report import PruneReport
+from kerncap.core.native import inject_library
+from kerncap.core.units import short_kernel_name
+from kerncap.errors import KerncapError
+from kerncap.prune.pruner import prune_reproducer
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.prune_report import PruneReport
+from kerncap.sources import attach_sources
+from kerncap.triton import attach_triton
 
 MATCH_MODES = ("substring", "regex", "exact")
 
@@ -154,8 +155,6 @@ def extract(
 def _prune(result: ExtractResult) -> None:
     """Prune the fresh reproducer; a failure to prune is a note, never the loss of the capture
     (prune_reproducer leaves the full reproducer in place whenever it does not finish)."""
-    from kerncap.prune.pruner import prune_reproducer
-
     try:
         result.prune = prune_reproducer(result.reproducer_dir)
     except KerncapError as exc:
@@ -237,11 +236,11 @@ def _assemble(
 
     sources = None
     if source_dir is not None:
-        sources = _attach("kerncap.sources", "attach_sources", notes, stage, capture, Path(source_dir),
+        sources = _attach(attach_sources, notes, stage, capture, Path(source_dir),
                           Path(build_dir) if build_dir is not None else None)
     triton = None
     if any(run_dir.glob("triton-*.json")):
-        triton = _attach("kerncap.triton", "attach_triton", notes, stage, capture, run_dir)
+        triton = _attach(attach_triton, notes, stage, capture, run_dir)
 
     record: dict[str, Any] = {
         "kerncap_version": __version__,
@@ -272,23 +271,14 @@ def _assemble(
     )
 
 
-def _attach(module_name: str, function: str, notes: list[str], *args) -> dict | None:
-    """Call an optional attach step; its failure is a note, never the loss of the capture."""
-    import importlib
-
+def _attach(step, notes: list[str], *args) -> dict | None:
+    """Call an attach step; its failure is a note, never the loss of the capture."""
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        notes.append(f"{module_name} is not part of this kerncap build; {function} was skipped")
-        return None
-    try:
-        return getattr(module, function)(*args)
+        return step(*args)
     except KerncapError as exc:
-        notes.append(f"{function}: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        notes.append(f"{step.__name__}: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
     except Exception as exc:  # a bug there must not cost the user the capture
-        notes.append(f"{function} failed ({type(exc).__name__}: {exc}); the capture itself is complete")
+        notes.append(f"{step.__name__} failed ({type(exc).__name__}: {exc}); the capture itself is complete")
     return None
 
 

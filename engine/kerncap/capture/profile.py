@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from kerncap import __version__
-from kerncap.errors import KerncapError
-from kerncap.core.native import inject_library
 from kerncap.capture.run import (
     AppOutcome,
     OutputSink,
@@ -32,6 +30,8 @@ from kerncap.capture.run import (
     report_errors,
     run_app,
 )
+from kerncap.core.native import inject_library
+from kerncap.errors import KerncapError
 
 PROFILE_FORMAT = "kerncap-profile"
 PROFILE_VERSION = 1
@@ -174,51 +174,6 @@ def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
     ]
     kernels.sort(key=lambda s: (-s.total_ns, s.name))
     return kernels, dropped
-
-
-# -- display helpers (shared by the CLI and the workbench) ------------------------------
-
-
-def short_kernel_name(name: str, width: int = 64) -> str:
-    """A readable one-line form of a demangled name: no return type or argument
-    list, template arguments below the first level elided, middle cut to `width`."""
-    s = name.strip()
-    if s.endswith(")"):
-        depth = 0
-        for i in range(len(s) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(s[i], 0)
-            if depth == 0:
-                s = s[:i] if i > 0 else s
-                break
-    if s.startswith("void "):
-        s = s[5:]
-    out, depth = [], 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-            if depth == 2:
-                out.append("<…")
-                continue
-        elif ch == ">":
-            depth -= 1
-            if depth == 1:
-                out.append(">")
-                continue
-        if depth < 2:
-            out.append(ch)
-    s = "".join(out)
-    if len(s) > width:
-        keep = width - 1
-        s = s[: keep - keep // 3] + "…" + s[len(s) - keep // 3 :]
-    return s
-
-
-def format_dim(dim: Sequence[int]) -> str:
-    """(128, 1, 1) -> '128'; (64, 32, 1) -> '64x32'."""
-    dims = list(dim) or [0]
-    while len(dims) > 1 and dims[-1] == 1:
-        dims.pop()
-    return "x".join(str(d) for d in dims)
 
 
 # -- running ------------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kerncap.errors import KerncapError
 from kerncap.core.native import PACKAGE_DIR, inject_library
+from kerncap.errors import KerncapError
 
 PYHOOKS_DIR = PACKAGE_DIR / "pyhooks"
 STDERR_TAIL_LINES = 50

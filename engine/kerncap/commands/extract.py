@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 from kerncap.capture.extract import MATCH_MODES, ExtractResult, extract
-from kerncap.reproducer.info import human_bytes
-from kerncap.capture.profile import format_dim
 from kerncap.capture.run import resolve_app_command
+from kerncap.core.units import format_dim, human_bytes
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 
 

@@ -6,8 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.reproducer.info import _table, human_bytes
-from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, list_captures
+from kerncap.core.units import cut_end, human_bytes, text_table
+from kerncap.reproducer.listing import list_captures
+from kerncap.reproducer.workspace import DEFAULT_WORKSPACE
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,19 +29,14 @@ def _size(n: int | None) -> str:
     return "?" if n is None else human_bytes(n)
 
 
-def _cut(text: str | None, width: int) -> str:
-    text = text or "?"
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def format_list(rows: list[dict]) -> str:
     table = [
-        [_cut(r["kernel"], 48) if not r["error"] else "(unreadable)", _cut(r["command"], 40), (r["time"] or "?")[:16].replace("T", " "),
+        [cut_end(r["kernel"], 48) if not r["error"] else "(unreadable)", cut_end(r["command"], 40), (r["time"] or "?")[:16].replace("T", " "),
          _size(r["logical"]), "in store" if r.get("in_store") else _size(r["stored"]), r["validation"] or "-",
          r["path"]]
         for r in rows
     ]
-    out = _table(["kernel", "command", "captured", "logical", "stored", "valid", "path"], table, right={3, 4})
+    out = text_table(["kernel", "command", "captured", "logical", "stored", "valid", "path"], table, right={3, 4})
     out += [f"  ! {r['path']}: {r['error']}" for r in rows if r["error"]]
     return "\n".join(out)
 

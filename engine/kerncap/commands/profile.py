@@ -7,8 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from kerncap.capture.profile import ProfileResult, format_dim, run_profile, short_kernel_name
+from kerncap.capture.profile import ProfileResult, run_profile
 from kerncap.capture.run import default_sink, resolve_app_command
+from kerncap.core.units import format_dim, short_kernel_name
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 
 

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.recompile.cuda import recompile
+from kerncap.recompile import recompile
 
 
 def register(sub) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.reproducer.info import human_bytes
+from kerncap.core.units import human_bytes
 from kerncap.reproducer.store import Store
 from kerncap.reproducer.stored import default_store_for, hydrate, store_reproducer
 

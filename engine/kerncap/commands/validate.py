@@ -17,8 +17,8 @@ def non_negative_float(text: str) -> float:
 
 
 def dtype_name(text: str) -> str:
-    from kerncap.errors import KerncapError
     from kerncap.core.dtypes import normalize
+    from kerncap.errors import KerncapError
 
     try:
         return normalize(text)

@@ -1,61 +1,81 @@
-"""Element types for tolerance validation: names, sizes, and decoding on the host of
-the few elements around a mismatch (the comparison itself runs on the GPU)."""
+"""The one table of element types: names and aliases, sizes, decoding on the host.
+
+Tolerance validation compares on the GPU (native/replay/compare.cpp knows the types
+marked `compare`); the workbench's memory view decodes any of them for display."""
 
 from __future__ import annotations
 
 import math
 import struct
+from dataclasses import dataclass
 
 from kerncap.errors import KerncapError
 
-# canonical name -> (struct format, bytes, floating point)
-DTYPES: dict[str, tuple[str, int, bool]] = {
-    "float64": ("<d", 8, True),
-    "float32": ("<f", 4, True),
-    "float16": ("<e", 2, True),
-    "bfloat16": ("", 2, True),  # decoded by hand: the top half of a float32
-    "int32": ("<i", 4, False),
-    "int8": ("<b", 1, False),
-    "uint8": ("<B", 1, False),
-}
+
+@dataclass(frozen=True)
+class Dtype:
+    name: str
+    code: str        # struct code ('' for bfloat16: decoded by hand, the top half of a float32)
+    size: int
+    is_float: bool
+    compare: bool    # the GPU comparison of `kerncap validate --atol/--rtol` supports it
+
+
+_TABLE = [  # display order (the workbench cycles through it)
+    Dtype("float32", "f", 4, True, True),
+    Dtype("float16", "e", 2, True, True),
+    Dtype("bfloat16", "", 2, True, True),
+    Dtype("float64", "d", 8, True, True),
+    Dtype("int32", "i", 4, False, True),
+    Dtype("uint32", "I", 4, False, False),
+    Dtype("int64", "q", 8, False, False),
+    Dtype("int8", "b", 1, False, True),
+    Dtype("uint8", "B", 1, False, True),
+]
+TABLE: dict[str, Dtype] = {d.name: d for d in _TABLE}
+# The element types tolerance validation accepts, as the CLI lists them.
+COMPARABLE: tuple[str, ...] = ("float64", "float32", "float16", "bfloat16", "int32", "int8", "uint8")
+assert set(COMPARABLE) == {d.name for d in _TABLE if d.compare}
 
 ALIASES = {
     "f64": "float64", "fp64": "float64", "double": "float64",
     "f32": "float32", "fp32": "float32", "float": "float32",
     "f16": "float16", "fp16": "float16", "half": "float16",
     "bf16": "bfloat16",
-    "i32": "int32", "int": "int32",
+    "i32": "int32", "int": "int32", "u32": "uint32",
+    "i64": "int64", "long": "int64",
     "i8": "int8", "u8": "uint8", "bool": "uint8",
 }
 
 
 def normalize(name: str) -> str:
-    """Canonical dtype name for "float32", "fp16", "torch.bfloat16", "*fp32" (Triton) ..."""
+    """Canonical name of a dtype tolerance validation accepts, for "float32", "fp16",
+    "torch.bfloat16", "*fp32" (Triton) ..."""
     key = name.strip().lower().removeprefix("torch.").lstrip("*")
     key = ALIASES.get(key, key)
-    if key not in DTYPES:
+    if key not in COMPARABLE:
         raise KerncapError(
             f"unsupported dtype {name!r} for tolerance validation",
-            f"use one of {', '.join(DTYPES)}",
+            f"use one of {', '.join(COMPARABLE)}",
         )
     return key
 
 
 def itemsize(dtype: str) -> int:
-    return DTYPES[dtype][1]
+    return TABLE[dtype].size
 
 
 def is_float(dtype: str) -> bool:
-    return DTYPES[dtype][2]
+    return TABLE[dtype].is_float
 
 
 def decode(dtype: str, raw: bytes) -> list[float | int]:
-    """The whole elements in `raw` as Python numbers."""
-    fmt, size, _ = DTYPES[dtype]
-    n = len(raw) // size
+    """The whole elements in `raw` as Python numbers (a partial last element is dropped)."""
+    d = TABLE[dtype]
+    n = len(raw) // d.size
     if dtype == "bfloat16":
         return [struct.unpack("<f", b"\0\0" + raw[i * 2 : i * 2 + 2])[0] for i in range(n)]
-    return [struct.unpack_from(fmt, raw, i * size)[0] for i in range(n)]
+    return list(struct.unpack(f"<{n}{d.code}", raw[: n * d.size]))
 
 
 def mismatches(dtype: str, actual: float | int, expected: float | int, atol: float, rtol: float) -> bool:

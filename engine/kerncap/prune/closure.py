@@ -26,14 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from kerncap.reproducer.format import Capture, Region
-from kerncap.errors import KerncapError
-from kerncap.reproducer.info import human_bytes
+import numpy as np
 
-try:
-    import numpy as np
-except ModuleNotFoundError:  # a declared dependency, but installs with --no-deps can miss it
-    np = None
+from kerncap.core.units import human_bytes
+from kerncap.reproducer.format import Capture, Region
 
 # Threads that read and scan chunks; each holds one chunk (4 MiB) at a time.
 SCAN_WORKERS = min(8, os.cpu_count() or 1)
@@ -73,9 +69,6 @@ class Closure:
 
 def compute_closure(capture: Capture) -> Closure:
     """The regions reachable from the launch of `capture` by following pointers in memory."""
-    if np is None:
-        raise KerncapError("numpy is not installed; the closure scans captured memory with it",
-                           "pip install numpy (a dependency of kerncap)")
     t0 = time.perf_counter()
     cap = capture
     finder = _PointerFinder(cap.regions)

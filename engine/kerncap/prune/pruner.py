@@ -29,10 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from kerncap import __version__
-from kerncap.reproducer.format import Capture
+from kerncap.errors import (
+    CaptureFormatError,
+    GpuUnavailable,
+    KerncapError,
+    NativeUnavailable,
+)
 from kerncap.prune.closure import Closure, compute_closure
-from kerncap.errors import CaptureFormatError, GpuUnavailable, KerncapError, NativeUnavailable
+from kerncap.replay.client import ReplayClient
+from kerncap.reproducer.format import Capture
 from kerncap.reproducer.prune_report import PruneReport
+from kerncap.reproducer.stored import hydrate
 
 __all__ = ["Closure", "PruneReport", "compute_closure", "default_pruned_path", "prune_reproducer", "write_pruned"]
 
@@ -169,8 +176,6 @@ def prune_reproducer(
     root = Path(os.path.abspath(repro_dir))
     if root.is_symlink():
         root = root.resolve()  # swap the directory itself, not the link to it
-    from kerncap.reproducer.stored import hydrate
-
     hydrate(root)  # payloads moved to the store (`kerncap store`) come back: pruning hard-links them
     cap = Capture.open(root)
     closure = compute_closure(cap)
@@ -230,8 +235,6 @@ def prune_reproducer(
 
 def _validate(path: Path, *, device: int, timeout: float | None):
     """Byte-exact validation of a reproducer in a fresh replay server (tests replace this)."""
-    from kerncap.replay.client import ReplayClient
-
     with ReplayClient(path, device=device, timeout=timeout) as rc:
         return rc.validate()
 

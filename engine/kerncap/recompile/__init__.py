@@ -1,1 +1,35 @@
-"""Kernel-only recompile of a reproducer's edited source into variants/."""
+"""Kernel-only recompile of a reproducer's edited source into variants/: CUDA C++
+through nvcc (`kerncap.recompile.cuda`), Triton and torch.compile kernels in-process
+(`kerncap.triton`). `recompile(dir, config)` picks the path the reproducer needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kerncap import triton
+from kerncap.errors import KerncapError
+from kerncap.recompile import cuda
+from kerncap.reproducer.variants import RecompileResult
+
+__all__ = ["RecompileResult", "recompile", "sources_kind"]
+
+
+def recompile(reproducer_dir: str | Path, config: str | None = None) -> RecompileResult:
+    """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only."""
+    repro = Path(reproducer_dir).resolve()
+    if sources_kind(repro) == "triton":
+        return triton.recompile(repro) if config is None else triton.recompile(repro, config)
+    if config is not None:
+        raise KerncapError(f"--config applies to Triton reproducers; {repro} holds CUDA C++ source",
+                           "edit the source (e.g. __launch_bounds__) instead")
+    return cuda.recompile(repro)
+
+
+def sources_kind(repro: Path) -> str | None:
+    path = repro / "reproducer.json"
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, json.JSONDecodeError) as exc:
+        raise KerncapError(f"cannot read {path} ({exc})") from None
+    return (data.get("sources") or {}).get("kind")

@@ -15,11 +15,11 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.variants import RecompileResult, next_variant
 from kerncap.sources import cubin as cubinfo
 from kerncap.sources.attach import BUILD_JSON, capture_arch
 from kerncap.sources.names import demangle_all
@@ -36,14 +36,6 @@ _DROP = {"-c", "--compile", "-M", "-MM", "-MD", "-MMD", "-MP", "-dc", "--device-
          "--generate-nonsystem-dependencies-with-compile"}
 
 
-@dataclass
-class RecompileResult:
-    cubin: Path
-    seconds: float
-    command: list[str]
-    log: str
-
-
 def _load_build(repro: Path) -> dict:
     path = repro / "source" / BUILD_JSON
     if not path.is_file():
@@ -55,15 +47,6 @@ def _load_build(repro: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise KerncapError(f"cannot read {path} ({exc})", "extract again") from None
-
-
-def _sources_kind(repro: Path) -> str | None:
-    path = repro / "reproducer.json"
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, json.JSONDecodeError) as exc:
-        raise KerncapError(f"cannot read {path} ({exc})") from None
-    return (data.get("sources") or {}).get("kind")
 
 
 def resolve_compiler(argv0: str) -> str:
@@ -164,21 +147,9 @@ def _is_joined_drop(arg: str) -> bool:
     return arg.startswith("-l") and arg not in ("-lineinfo", "-lto", "-l")
 
 
-def next_variant(variants: Path) -> int:
-    numbers = [int(p.stem) for p in variants.glob("*.cubin") if p.stem.isdigit()]
-    return max(numbers, default=0) + 1
-
-
-def recompile(reproducer_dir: str | Path, config: str | None = None) -> RecompileResult:
-    """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only."""
+def recompile(reproducer_dir: str | Path) -> RecompileResult:
+    """Rebuild the CUDA C++ kernel of the reproducer into variants/<n>.cubin."""
     repro = Path(reproducer_dir).resolve()
-    if _sources_kind(repro) == "triton":
-        from kerncap import triton  # the Triton path; imported only when needed
-
-        return triton.recompile(repro) if config is None else triton.recompile(repro, config)
-    if config is not None:
-        raise KerncapError(f"--config applies to Triton reproducers; {repro} holds CUDA C++ source",
-                           "edit the source (e.g. __launch_bounds__) instead")
     build = _load_build(repro)
     capture = Capture.open(repro)
     kernel = capture.kernel["name"]

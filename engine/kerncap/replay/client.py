@@ -25,6 +25,7 @@ import kerncap
 from kerncap.errors import AddressUnavailable, KerncapError
 from kerncap.replay.protocol import decode, encode, error_to_exception
 from kerncap.replay.results import ReplayResult, ValidationResult
+from kerncap.reproducer.stored import MARKER, hydrate
 
 STDERR_TAIL_LINES = 40
 # Fresh servers to try when the captured address range is taken in one (see start()).
@@ -103,8 +104,6 @@ class ReplayClient:
     def _hydrate(self) -> None:
         """The native replay reads blob files: a reproducer whose payloads were moved to
         the store (`kerncap store`) gets them back first (a cheap check otherwise)."""
-        from kerncap.reproducer.stored import MARKER, hydrate
-
         root = self.capture_dir
         if (root / "capture" / MARKER).is_file() or (root / MARKER).is_file():
             hydrate(root)

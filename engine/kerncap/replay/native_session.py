@@ -15,12 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kerncap.core import native
-from kerncap.reproducer.format import Capture, Region
-from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.core import dtypes as dt
+from kerncap.core import native
+from kerncap.errors import CaptureFormatError, KerncapError
+from kerncap.replay.cubin import describe_arch_mismatch
 from kerncap.replay.plan import AddressPlan, plan_address_space
-from kerncap.replay.results import RegionCheck, ReplayResult, ValidationResult, first_mismatches
+from kerncap.replay.results import (
+    RegionCheck,
+    ReplayResult,
+    ValidationResult,
+    first_mismatches,
+)
+from kerncap.reproducer.format import Capture, Region
+from kerncap.triton import region_dtypes
 
 log = logging.getLogger("kerncap.replay.server")
 
@@ -113,8 +120,6 @@ class NativeSession:
         except self.core.CudaError as exc:
             message, code = exc.args
             if code in ARCH_LOAD_ERRORS:
-                from kerncap.replay.cubin import describe_arch_mismatch
-
                 raise self.core.ReplayError(
                     f"{message}. {describe_arch_mismatch(path if cubin else None, image, self.cc)}", "arch"
                 ) from None
@@ -207,8 +212,6 @@ class NativeSession:
         """Region dtypes from a Triton reproducer's tensor arguments (source/triton.json
         beside capture/), computed once; {} for other reproducers."""
         if self._tensor_dtypes is None:
-            from kerncap.triton import region_dtypes
-
             root = self.capture.root
             repro = root.parent if root.name == "capture" else root
             self._tensor_dtypes = region_dtypes(repro, self.capture) if (repro / "source" / "triton.json").is_file() else {}

@@ -16,7 +16,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kerncap.errors import AddressUnavailable, CaptureFormatError, GpuUnavailable, KerncapError, NativeUnavailable
+from kerncap.errors import (
+    AddressUnavailable,
+    CaptureFormatError,
+    GpuUnavailable,
+    KerncapError,
+    NativeUnavailable,
+)
 
 HINTS = {
     "no_gpu": "replay needs an NVIDIA GPU and its driver (libcuda.so.1); run on the GPU machine",

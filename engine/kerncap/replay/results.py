@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kerncap.core import dtypes as dt
+from kerncap.core.units import human_bytes
 
 MAX_FIRST_MISMATCHES = 8
 
@@ -166,14 +167,6 @@ def format_ms(ms: float, unit: str | None = None) -> str:
     return f"{ms * 1000:.2f} us" if unit == "us" else f"{ms:.3f} ms"
 
 
-def format_size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}".replace(".0 ", " ")
-        n /= 1024
-    return f"{n} B"  # unreachable
-
-
 def format_replay(r: ReplayResult) -> str:
     what = r.cubin or "captured cubin"
     flush = "L2 flushed before each launch" if r.flush_l2 else "L2 not flushed"
@@ -198,9 +191,9 @@ def _value(v: Any) -> str:
 
 def format_check(c: RegionCheck) -> str:
     # Regions are named "region N"; globals by their symbol, so the kind is said for them.
-    head = f"global {c.name:<24} {format_size(c.size):>10}"
+    head = f"global {c.name:<24} {human_bytes(c.size, trim=True):>10}"
     if c.kind == "region":
-        head = f"{c.name:<10} 0x{c.base:012x} {format_size(c.size):>10}"
+        head = f"{c.name:<10} 0x{c.base:012x} {human_bytes(c.size, trim=True):>10}"
     if c.passed:
         return f"  ok    {head}"
     if c.dtype is None:

@@ -18,6 +18,7 @@ import traceback
 from typing import Any, Callable, TextIO
 
 from kerncap.errors import CaptureFormatError, KerncapError, NativeUnavailable
+from kerncap.replay.native_session import NativeSession
 from kerncap.replay.protocol import HINTS, decode, encode
 
 log = logging.getLogger("kerncap.replay.server")
@@ -61,8 +62,6 @@ class Server:
     def op_open(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.session is not None:
             raise KerncapError("the replay server already has a capture open", "start a new server per capture")
-        from kerncap.replay.native_session import NativeSession
-
         self.session = NativeSession(req["capture"], device=int(req.get("device", 0)))
         return self.session.info()
 

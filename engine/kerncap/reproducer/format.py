@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import xxhash
 
 from kerncap.errors import CaptureFormatError
+from kerncap.reproducer.store import store_of
 
 FORMAT_NAME = "kerncap-capture"
 FORMAT_VERSION = 1
@@ -195,9 +196,7 @@ class Capture:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            from kerncap.reproducer.stored import store_of  # payloads moved to the workspace store (`kerncap store`)
-
-            store = store_of(self.root)
+            store = store_of(self.root)  # payloads moved to the workspace store (`kerncap store`)
             if store is not None:
                 return store.get(h, length)  # verified there
             raise CaptureFormatError(f"payload {path} is missing", "the capture is incomplete; extract again") from None
@@ -236,3 +235,14 @@ class Capture:
     @property
     def stored_bytes(self) -> int:
         return sum(self.blob_path(h).stat().st_size for h in self.iter_blobs() if self.blob_path(h).exists())
+
+
+def capture_chunks(cap: Capture) -> Iterator[tuple[str, int]]:
+    """(hash, length) of every distinct stored chunk of a capture, regions then globals."""
+    seen: set[str] = set()
+    for item in [*cap.regions, *cap.globals]:
+        for chunks in (item.pre, item.post):
+            for i, h in enumerate(chunks):
+                if h is not None and h not in seen:
+                    seen.add(h)
+                    yield h, cap.chunk_length(item.size, i)

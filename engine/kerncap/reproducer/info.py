@@ -7,26 +7,9 @@ import os
 import shlex
 from typing import Any
 
+from kerncap.core.units import dim_tuple, driver_version_text, human_bytes, text_table
 from kerncap.reproducer.format import Capture
-
-
-def human_bytes(n: int | float) -> str:
-    """1536 -> '1.5 KiB'."""
-    if abs(n) < 1024:
-        return f"{int(n)} B"
-    n = float(n)
-    for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if abs(n) < 1024:
-            return f"{n:.1f} {unit}"
-    return f"{n / 1024:.1f} TiB"
-
-
-def driver_version_text(v: int | None) -> str:
-    """cuDriverGetVersion's 13000 -> '13.0'."""
-    if not isinstance(v, int):
-        return "?"
-    return f"{v // 1000}.{(v % 1000) // 10}"
+from kerncap.reproducer.prune_report import PruneReport
 
 
 def summarize(path: str | os.PathLike) -> dict[str, Any]:
@@ -120,22 +103,9 @@ def summarize(path: str | os.PathLike) -> dict[str, Any]:
 # -- text -----------------------------------------------------------------------------------
 
 
-def _table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return ["  " + line(headers), "  " + line(["-" * w for w in widths]), *("  " + line(r) for r in rows)]
-
-
 def _v(x) -> str:
     """A manifest value for display; '?' where the capture did not record it."""
     return "?" if x is None or x == "" else str(x)
-
-
-def _dim(d) -> str:
-    return "(" + ", ".join(str(x) for x in (d or [])) + ")"
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -147,8 +117,8 @@ def format_summary(s: dict[str, Any]) -> str:
     out.append(f"kernel      {k.get('demangled') or k.get('name')}")
     if k.get("demangled") and k.get("demangled") != k.get("name"):
         out.append(f"mangled     {k.get('name')}")
-    out.append(f"launch      {_v(k.get('launch_api'))} ({_v(k.get('handle_kind'))}), grid {_dim(launch['grid'])}, "
-               f"block {_dim(launch['block'])}, dynamic smem {launch['shared_mem_bytes']} B, stream {_v(launch['stream'])}"
+    out.append(f"launch      {_v(k.get('launch_api'))} ({_v(k.get('handle_kind'))}), grid {dim_tuple(launch['grid'])}, "
+               f"block {dim_tuple(launch['block'])}, dynamic smem {launch['shared_mem_bytes']} B, stream {_v(launch['stream'])}"
                + (", cooperative" if launch.get("cooperative") else ""))
     for a in launch.get("attributes") or []:
         out.append(f"            launch attribute {a.get('id')}: {a.get('value', '')[:32]}…")
@@ -170,7 +140,7 @@ def format_summary(s: dict[str, Any]) -> str:
         target = f"region {ptr['region']} + {ptr['offset'] or 0:#x}" if ptr else ""
         hexval = p["hex"] if len(p["hex"]) <= 34 else p["hex"][:32] + "…"
         rows.append([str(p["index"]), str(p["offset"]), str(p["size"]), hexval, target])
-    out += _table(["#", "offset", "size", "bytes (hex)", "points to"], rows, right={0, 1, 2})
+    out += text_table(["#", "offset", "size", "bytes (hex)", "points to"], rows, right={0, 1, 2})
     out.append("")
 
     out.append(f"regions ({len(s['regions'])})")
@@ -183,7 +153,7 @@ def format_summary(s: dict[str, Any]) -> str:
         for r in s["regions"]
     ]
     headers = ["id", "base", "size", "api", "written", "zero", "stored"] + (["kept because"] if why else [])
-    out += _table(headers, rows, right={0, 2, 5, 6})
+    out += text_table(headers, rows, right={0, 2, 5, 6})
     if s["host_regions"]:
         out.append(f"  + {len(s['host_regions'])} host region(s), recorded but not snapshotted")
     out.append("")
@@ -191,7 +161,7 @@ def format_summary(s: dict[str, Any]) -> str:
     if s["globals"]:
         out.append(f"globals ({len(s['globals'])})")
         rows = [[g["name"], g["section"], str(g["size"]), "yes" if g["written"] else ""] for g in s["globals"]]
-        out += _table(["name", "section", "size", "written"], rows, right={2})
+        out += text_table(["name", "section", "size", "written"], rows, right={2})
         out.append("")
 
     sizes = s["sizes"]
@@ -222,8 +192,6 @@ def format_summary(s: dict[str, Any]) -> str:
                    f"{human_bytes(pruned.get('stored_full', 0))} stored); {pruned.get('regions_dropped', '?')} dropped")
     record = rep.get("prune")
     if isinstance(record, dict):
-        from kerncap.reproducer.prune_report import PruneReport
-
         out.append(f"prune       {PruneReport.from_json(record).summary()}")
     for note in rep.get("notes") or []:
         out.append(f"note        {note}")

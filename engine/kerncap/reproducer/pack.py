@@ -30,9 +30,9 @@ from typing import Any, BinaryIO, Iterator
 import zstandard as zstd
 
 from kerncap import __version__
-from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
-from kerncap.reproducer.store import capture_chunks, chunk_hash, compress, compress_in_order, decompress
+from kerncap.reproducer.format import Capture, capture_chunks
+from kerncap.reproducer.store import chunk_hash, compress, compress_in_order, decompress
 
 PACK_FORMAT = "kerncap-pack"
 PACK_VERSION = 1

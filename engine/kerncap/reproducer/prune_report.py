@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kerncap import __version__
-from kerncap.reproducer.info import human_bytes
+from kerncap.core.units import human_bytes
 
 
 @dataclass

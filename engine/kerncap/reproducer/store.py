@@ -15,17 +15,17 @@ Reads decompress and check length and hash: a corrupt object is an error, never 
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import xxhash
 import zstandard as zstd
 
-from kerncap.reproducer.format import Capture
 from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE
 
@@ -76,17 +76,6 @@ def compress_in_order(items: Iterable[tuple[K, bytes]], workers: int | None = No
             yield key, data, fut.result()
 
 
-def capture_chunks(cap: Capture) -> Iterator[tuple[str, int]]:
-    """(hash, length) of every distinct stored chunk of a capture, regions then globals."""
-    seen: set[str] = set()
-    for item in [*cap.regions, *cap.globals]:
-        for chunks in (item.pre, item.post):
-            for i, h in enumerate(chunks):
-                if h is not None and h not in seen:
-                    seen.add(h)
-                    yield h, cap.chunk_length(item.size, i)
-
-
 class Store:
     def __init__(self, root: str | os.PathLike = DEFAULT_STORE, *, fsync: bool = False):
         self.root = Path(root)
@@ -134,11 +123,10 @@ class Store:
                 tmp.unlink(missing_ok=True)
         return len(payload)
 
-    def add_capture(self, capture: Capture | str | os.PathLike) -> tuple[int, int]:
-        """Import every chunk of a capture; (objects added, bytes added to the store).
-        Chunks already present are skipped without being read."""
-        cap = capture if isinstance(capture, Capture) else Capture.open(capture)
-        missing = ((h, cap.read_chunk(h, n)) for h, n in capture_chunks(cap) if not self.has(h))  # read_chunk verifies
+    def add(self, chunks: Iterable[tuple[str, int]], read: Callable[[str, int], bytes]) -> tuple[int, int]:
+        """Import chunks given as (hash, length), reading each with `read(hash, length)`
+        (which verifies it) only when the store lacks it; (objects added, bytes added)."""
+        missing = ((h, read(h, n)) for h, n in chunks if not self.has(h))
         added_objects = added_bytes = 0
         for h, _, payload in compress_in_order(missing):
             path = self.object_path(h)
@@ -181,3 +169,28 @@ class Store:
     def size(self) -> int:
         """Bytes the store's objects take on disk."""
         return sum(p.stat().st_size for p in self.objects())
+
+
+# -- the marker of a reproducer whose payloads moved here (`kerncap store`) ---------------
+
+MARKER = "stored.json"
+MARKER_FORMAT = "kerncap-stored"
+
+
+def marker_path(capture_root: Path) -> Path:
+    return Path(capture_root) / MARKER
+
+
+def store_of(capture_root: Path) -> Store | None:
+    """The store a capture's payloads were moved to, or None (payloads are local)."""
+    path = marker_path(capture_root)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if record.get("format") != MARKER_FORMAT:
+            raise ValueError(f"format {record.get('format')!r}")
+        return Store(record["store"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KerncapError(f"{path} is unreadable ({exc})",
+                           "restore it, or rerun `kerncap store` on the original reproducer") from None

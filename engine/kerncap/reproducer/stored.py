@@ -22,12 +22,19 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
-from kerncap.reproducer.store import DEFAULT_STORE, Store, capture_chunks
+from kerncap.reproducer.format import Capture, capture_chunks
+from kerncap.reproducer.store import (
+    DEFAULT_STORE,
+    MARKER,
+    MARKER_FORMAT,
+    Store,
+    marker_path,
+    store_of,
+)
 
-MARKER = "stored.json"
-MARKER_FORMAT = "kerncap-stored"
+__all__ = ["MARKER", "StoreResult", "HydrateResult", "add_capture", "default_store_for", "hydrate", "store_of",
+           "store_reproducer"]
 
 
 @dataclass
@@ -59,23 +66,11 @@ def default_store_for(repro_dir: str | os.PathLike) -> Path:
     return DEFAULT_STORE.absolute()
 
 
-def marker_path(capture_root: Path) -> Path:
-    return Path(capture_root) / MARKER
-
-
-def store_of(capture_root: Path) -> Store | None:
-    """The store a capture's payloads were moved to, or None (payloads are local)."""
-    path = marker_path(capture_root)
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text())
-        if record.get("format") != MARKER_FORMAT:
-            raise ValueError(f"format {record.get('format')!r}")
-        return Store(record["store"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise KerncapError(f"{path} is unreadable ({exc})",
-                           "restore it, or rerun `kerncap store` on the original reproducer") from None
+def add_capture(store: Store, capture: Capture | str | os.PathLike) -> tuple[int, int]:
+    """Import every chunk of a capture into `store`; (objects added, bytes added).
+    Chunks already present are skipped without being read."""
+    cap = capture if isinstance(capture, Capture) else Capture.open(capture)
+    return store.add(capture_chunks(cap), cap.read_chunk)  # read_chunk verifies
 
 
 def missing_blobs(cap: Capture) -> list[tuple[str, int]]:
@@ -91,7 +86,7 @@ def store_reproducer(repro_dir: str | os.PathLike, store: Store | None = None) -
         raise KerncapError(f"{repro}'s payloads are already in the store {current.root}",
                            f"run `kerncap hydrate {repro}` first to move it to {store.root}")
     chunks = list(capture_chunks(cap))
-    objects, added = store.add_capture(cap)  # reads (and verifies) only chunks the store lacks
+    objects, added = add_capture(store, cap)  # reads (and verifies) only chunks the store lacks
     absent = [h for h, _ in chunks if not store.has(h)]
     if absent:
         raise KerncapError(f"the store {store.root} lacks {len(absent)} chunk(s) of {repro} after adding it "

@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
+from kerncap.reproducer.format import Capture
 from kerncap.triton import records
 from kerncap.triton.kernel_source import function_only_module, sanitize_module
 from kerncap.triton.pinned import SPEC_FORMAT, SPEC_NAME, load_spec

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kerncap.errors import KerncapError
+from kerncap.triton.configs import tuned_config
 from kerncap.triton.values import decode_value, jit_resolver
 
 SPEC_NAME = "triton.json"
@@ -190,8 +191,6 @@ def compile_pinned(reproducer_dir: Path, spec: dict, overrides: dict[str, Any] |
 def autotuned_constexprs(spec: dict) -> set[str]:
     """Constexprs the app's @triton.autotune or Inductor's autotuner chose (its Config
     kwargs): another of its configs may be pinned by setting them."""
-    from kerncap.triton.configs import tuned_config
-
     return set(((tuned_config(spec) or {}).get("kwargs") or {}).keys())
 
 

@@ -8,24 +8,13 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.variants import RecompileResult
+from kerncap.sources.cubin import open_elf, param_layout
 from kerncap.triton import configs, pinned
-
-try:  # the generic recompile owns the result type when it exists
-    from kerncap.recompile.cuda import RecompileResult  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the build
-
-    @dataclass
-    class RecompileResult:  # type: ignore[no-redef]
-        cubin: Path
-        seconds: float
-        command: list[str]
-        log: str
-
 
 SCRATCH_PARAMS = ("global_scratch", "profile_scratch")
 
@@ -98,8 +87,6 @@ def _param_names(spec: dict, count: int) -> list[str]:
 
 
 def _check_params(cubin: bytes, capture: Capture, spec: dict) -> list[str]:
-    from kerncap.sources.cubin import open_elf, param_layout
-
     name = capture.kernel["name"]
     new = param_layout(open_elf(cubin, "the recompiled cubin"), name)
     old = None

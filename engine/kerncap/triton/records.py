@@ -14,8 +14,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
+from kerncap.reproducer.format import Capture
 
 HOOK_FORMAT = "kerncap-triton"
 

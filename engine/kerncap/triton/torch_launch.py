@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
+from kerncap.reproducer.format import Capture
 from kerncap.triton.values import decode_value
 
 

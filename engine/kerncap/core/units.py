@@ -1,0 +1,97 @@
+"""Units and formatting shared by the CLI, the workbench and the engine's reports:
+byte counts, launch dimensions, kernel names, driver versions and plain-text tables.
+One place, so every front end prints a size or a name the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def human_bytes(n: int | float, *, trim: bool = False) -> str:
+    """1536 -> '1.5 KiB'; with `trim`, 16 MiB is '16 MiB' rather than '16.0 MiB'."""
+    if abs(n) < 1024:
+        return f"{int(n)} B"
+    n = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if abs(n) < 1024 or unit == "TiB":
+            break
+    text = f"{n:.1f} {unit}"
+    return text.replace(".0 ", " ") if trim else text
+
+
+def format_dim(dim: Sequence[int] | None, *, sep: str = "x", trim: bool = True) -> str:
+    """(128, 1, 1) -> '128'; (64, 32, 1) -> '64x32'; with trim=False every component."""
+    if not isinstance(dim, (list, tuple)):
+        return str(dim or "")
+    dims = list(dim) or [0]
+    while trim and len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    return sep.join(str(d) for d in dims)
+
+
+def dim_tuple(dim: Sequence[int] | None) -> str:
+    """[64, 1, 1] -> '(64, 1, 1)' (the full launch dimension, as `kerncap info` shows it)."""
+    return "(" + ", ".join(str(x) for x in (dim or [])) + ")"
+
+
+def short_kernel_name(name: str, width: int = 64) -> str:
+    """A readable one-line form of a demangled name: no return type or argument
+    list, template arguments below the first level elided, middle cut to `width`."""
+    s = name.strip()
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i] if i > 0 else s
+                break
+    if s.startswith("void "):
+        s = s[5:]
+    out, depth = [], 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == 2:
+                out.append("<…")
+                continue
+        elif ch == ">":
+            depth -= 1
+            if depth == 1:
+                out.append(">")
+                continue
+        if depth < 2:
+            out.append(ch)
+    s = "".join(out)
+    return cut_middle(s, width)
+
+
+def cut_middle(text: str, width: int) -> str:
+    """`text` cut to `width` characters by an ellipsis two thirds of the way along."""
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[: keep - keep // 3] + "…" + text[len(text) - keep // 3 :]
+
+
+def cut_end(text: str | None, width: int) -> str:
+    """`text` cut to `width` characters with a trailing ellipsis; '?' for nothing."""
+    text = text or "?"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def driver_version_text(v: int | None) -> str:
+    """cuDriverGetVersion's 13000 -> '13.0'."""
+    if not isinstance(v, int):
+        return "?"
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def text_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    """Lines of a plain-text table, two spaces indented; columns in `right` right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return ["  " + line(headers), "  " + line(["-" * w for w in widths]), *("  " + line(r) for r in rows)]

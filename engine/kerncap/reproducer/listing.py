@@ -1,0 +1,77 @@
+"""Listing the captures of a workspace (`kerncap list`, the workbench)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kerncap.core.units import short_kernel_name
+from kerncap.errors import KerncapError
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
+
+
+def find_reproducers(root: Path) -> list[Path]:
+    """Reproducer directories (holding capture/) at or one level under `root`."""
+    root = Path(root)
+    if (root / "capture").is_dir():
+        return [root]
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / "capture").is_dir())
+
+
+def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
+    """One plain dict per reproducer under <root>/reproducers/ and under each of `extra`
+    (a reproducer, or a directory of them), newest first. An unreadable capture is
+    listed with its `error` instead of being skipped, so the user sees it."""
+    seen: set[Path] = set()
+    rows = []
+    for base in [Workspace(Path(root)).reproducers_dir, *map(Path, extra)]:
+        for repro in find_reproducers(base):
+            if repro.resolve() not in seen:
+                seen.add(repro.resolve())
+                rows.append(describe_reproducer(repro))
+    rows.sort(key=lambda r: r.get("time") or "", reverse=True)
+    return rows
+
+
+def describe_reproducer(repro: Path) -> dict[str, Any]:
+    row: dict[str, Any] = {"path": str(repro), "kernel": None, "mangled": None, "command": None, "time": None,
+                           "logical": None, "stored": None, "in_store": False, "validation": None, "variants": 0,
+                           "error": None}
+    try:
+        cap = Capture.open(repro)
+        prov = cap.provenance
+        command = prov.get("command")
+        row.update(
+            kernel=short_kernel_name(cap.kernel.get("demangled") or cap.kernel.get("name") or "?"),
+            mangled=cap.kernel.get("name"),
+            command=shlex.join(command) if isinstance(command, list) else command,
+            time=prov.get("time"),
+            logical=cap.logical_bytes,
+            stored=cap.stored_bytes,
+            in_store=(cap.root / "stored.json").is_file(),  # payloads in the workspace store (`kerncap store`)
+        )
+    except KerncapError as exc:
+        row["error"] = exc.message
+    except OSError as exc:
+        row["error"] = f"{repro}: {exc}"
+    row.update(_validation(repro))
+    return row
+
+
+def _validation(repro: Path) -> dict[str, Any]:
+    """The baseline's validation from <repro>/history.json (written by the workbench), if any."""
+    path = repro / "history.json"
+    if not path.is_file():
+        return {}
+    try:
+        variants = json.loads(path.read_text()).get("variants") or []
+        baseline = next((v for v in variants if v.get("id") == 0), None)
+        return {"validation": baseline.get("validation") if baseline else None, "variants": len(variants)}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {"validation": f"unreadable {path.name}"}
