@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from kerncap.errors import KerncapError
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -23,7 +23,9 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, RichLog, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from kerncap_tui import engine, theming
+from kerncap import api
+from kerncap.errors import KerncapError
+from kerncap_tui import demo, engine, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.history import History, Variant
 from kerncap_tui.messages import (
@@ -32,6 +34,8 @@ from kerncap_tui.messages import (
     HistoryChanged,
     SourceChanged,
 )
+from kerncap_tui.screens.diff_screen import DiffScreen
+from kerncap_tui.screens.extract_screen import ExtractScreen
 from kerncap_tui.watcher import SourceWatcher
 from kerncap_tui.widgets.history_pane import HistoryPane
 from kerncap_tui.widgets.memory_pane import MemoryPane
@@ -127,10 +131,8 @@ class KerncapApp(App[int]):
         self.log_line(f"opened {'the bundled demo' if self.demo else self.root}")
         self.capture = None
         if (self.root / "capture").is_dir() or (self.root / "manifest.json").is_file():
-            from kerncap.reproducer.format import Capture
-
             try:
-                self.capture = Capture.open(self.root)
+                self.capture = api.open_capture(self.root)
             except KerncapError as exc:
                 self.report_error("capture", exc)
         if self.capture is not None:
@@ -168,11 +170,7 @@ class KerncapApp(App[int]):
         own = self.root / PROFILE_FILE
         if own.is_file():
             return own
-        try:
-            from kerncap.reproducer.workspace import Workspace
-        except ImportError:
-            return None
-        saved = Workspace(self.root).profiles()
+        saved = api.Workspace(self.root).profiles()
         return saved[0] if saved else None
 
     @work(thread=True, exclusive=True, group="profile")
@@ -183,7 +181,7 @@ class KerncapApp(App[int]):
             self.call_from_thread(pane.show_message, f"no profile in {self.root}: `kerncap profile -- CMD` writes one")
             return
         try:
-            self.profile = engine.load_profile(path)
+            self.profile = api.load_profile(path)
         except KerncapError as exc:
             self.call_from_thread(pane.show_message, exc.message)
             self.call_from_thread(self.report_error, "profile", exc)
@@ -235,8 +233,8 @@ class KerncapApp(App[int]):
         started = time.monotonic()
         try:
             self.post_message(BuildLog("recompiling …"))
-            rc = engine.recompile(self.root)
-            log = (getattr(rc, "log", "") or "").strip()
+            rc = api.recompile(self.root)
+            log = rc.log.strip()
             if log:
                 self.post_message(BuildLog(log, "dim"))
             self.post_message(BuildLog(f"compiled {Path(rc.cubin).name} in {rc.seconds:.2f} s"))
@@ -278,8 +276,6 @@ class KerncapApp(App[int]):
     # -- history actions -------------------------------------------------------------------
     @work(thread=True, group="git")
     def show_diff(self, a: Variant, b: Variant) -> None:
-        from kerncap_tui.screens.diff_screen import DiffScreen
-
         try:
             text = self.history.diff(a, b)
         except KerncapError as exc:
@@ -301,14 +297,10 @@ class KerncapApp(App[int]):
 
     # -- extraction ---------------------------------------------------------------------
     def on_extract_requested(self, message: ExtractRequested) -> None:
-        from kerncap.reproducer.workspace import Workspace
-
-        from kerncap_tui.screens.extract_screen import ExtractScreen
-
         command = list(getattr(self.profile, "command", None) or [])
         # next to the profile's workspace; from a reproducer, into ./kerncap-workspace
         ws_root = self.root if (self.root / "profiles").is_dir() else Path.cwd() / "kerncap-workspace"
-        output = Workspace(ws_root).new_reproducer_path(message.kernel)
+        output = api.Workspace(ws_root).new_reproducer_path(message.kernel)
 
         def opened(path: Path | None) -> None:
             if path is not None:
@@ -346,8 +338,6 @@ class KerncapApp(App[int]):
 
     # -- errors and logging ----------------------------------------------------------------
     def log_line(self, text: str, style: str = "") -> None:
-        from rich.text import Text
-
         stamp = time.strftime("%H:%M:%S")
         for i, line in enumerate(text.splitlines() or [""]):
             self.query_one("#log", RichLog).write(Text(f"{stamp if i == 0 else ' ' * 8} {line}", style=style))
@@ -403,8 +393,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(directory: Path | None, no_mouse: bool = False) -> int:
-    from kerncap_tui import demo
-
     try:
         if directory is None:
             root, is_demo = demo.materialize(), True

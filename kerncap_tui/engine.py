@@ -1,46 +1,21 @@
-"""The workbench's only door into the engine. Engine modules are imported lazily (the
-replay core loads libcuda only when used), and a missing part becomes a KerncapError
-that says what is missing, never an ImportError traceback."""
+"""The workbench's replay: one resident replay server per open reproducer, and what a
+build reports. Every engine call of the workbench goes through `kerncap.api`."""
 
 from __future__ import annotations
 
-import importlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from kerncap import api
 from kerncap.errors import KerncapError, NativeUnavailable
 
 REPLAY_ITERATIONS = 20
 
 
-def engine_module(name: str):
-    try:
-        return importlib.import_module(f"kerncap.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("kerncap"):
-            raise KerncapError(
-                f"kerncap.{name} is not part of this kerncap build",
-                "update kerncap (pip install -U kerncap) to use this action",
-            ) from None
-        raise
-
-
 def needs_gpu(exc: BaseException) -> bool:
     """True when the failure means "no GPU / no replay core here" rather than a bug."""
     return isinstance(exc, NativeUnavailable)
-
-
-def load_profile(path: Path):
-    return engine_module("capture.profile").ProfileResult.load(path)
-
-
-def extract(kernel: str, command: list[str], output: Path, dispatch: int):
-    return engine_module("capture.extract").extract(kernel, command, output=output, dispatch=dispatch)
-
-
-def recompile(reproducer: Path):
-    return engine_module("recompile").recompile(reproducer)
 
 
 @dataclass
@@ -59,30 +34,27 @@ class ResidentReplay:
 
     def __init__(self, reproducer: Path) -> None:
         self.reproducer = reproducer
-        self._client = None
+        self._client: api.ReplayClient | None = None
         self._lock = threading.Lock()
 
-    def _open(self):
+    def _open(self) -> api.ReplayClient:
         if self._client is None:
-            cls = engine_module("replay.client").ReplayClient
-            client = cls(self.reproducer)
-            client.__enter__()
+            client = api.ReplayClient(self.reproducer)
+            client.start()
             self._client = client
         return self._client
 
     def run(self, cubin: Path | None, validate: bool = True) -> Outcome:
         with self._lock:
             rc = self._open()
-            kwargs = {"cubin": cubin} if cubin is not None else {}
-            t = rc.replay(iterations=REPLAY_ITERATIONS, **kwargs)
+            t = rc.replay(cubin=cubin, iterations=REPLAY_ITERATIONS)
             validation, detail = "skipped", ""
             if validate:
                 try:
-                    v = rc.validate(**kwargs)
+                    v = rc.validate(cubin=cubin)
                     validation = "pass" if v.passed else "fail"
                     if not v.passed:
-                        bad = [r for r in v.regions if not _region_passed(r)]
-                        detail = f"{len(bad)} region(s) differ from the captured post-state"
+                        detail = f"{len(v.failures)} region(s) differ from the captured post-state"
                 except NativeUnavailable:
                     raise
                 except KerncapError as exc:
@@ -94,10 +66,5 @@ class ResidentReplay:
         # worker then fails and its result is dropped).
         client, self._client = self._client, None
         if client is not None:
-            client.__exit__(None, None, None)
+            client.close()
 
-
-def _region_passed(region) -> bool:
-    if isinstance(region, dict):
-        return bool(region.get("passed", region.get("match", False)))
-    return bool(getattr(region, "passed", getattr(region, "match", False)))

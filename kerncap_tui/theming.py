@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kerncap.errors import KerncapError
 from textual.theme import Theme
+
+from kerncap.errors import KerncapError
 
 try:
     import tomllib

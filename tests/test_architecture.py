@@ -151,3 +151,28 @@ def test_capture_hooks_are_self_contained():
     bad = [f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith("kerncap.pyhooks")
            for d in deps if not d.startswith("kerncap.pyhooks")]
     assert bad == []
+def test_front_ends_reach_the_engine_only_through_the_api():
+    allowed = ("kerncap.api", "kerncap.errors", "kerncap.core", "kerncap.cli", "kerncap.commands", "kerncap_tui")
+    bad = []
+    for m, deps in GRAPH.items():
+        if layer_of(m) != len(LAYERS) - 1:
+            continue
+        for d in deps:
+            if d != "kerncap" and not any(d == a or d.startswith(a + ".") for a in allowed):
+                bad.append(f"{m} -> {d}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("root", sorted(ROOTS))
+def test_no_lookups_by_module_name(root):
+    """No importlib / __import__ of our own modules by string: the graph above sees
+    only real imports, and a typo must fail at import time, not on first use."""
+    bad = []
+    for m, path in MODULES.items():
+        if not (m == root or m.startswith(root + ".")) or m.startswith("kerncap.pyhooks"):
+            continue
+        text = path.read_text()
+        if "import_module(" in text or "__import__(" in text:
+            bad.append(m)
+    allowed = {"kerncap.triton.values"}  # resolves the *app's* Triton JIT globals by name
+    assert sorted(set(bad) - allowed) == []

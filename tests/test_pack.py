@@ -195,7 +195,7 @@ def test_cli_pack_unpack(tmp_path, capsys):
     assert main(["pack", str(AXPY), "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "logical" in text and "stored" in text and "packed" in text and "x smaller" in text
-    assert main(["pack", str(AXPY), "-o", str(out)]) == 1
+    assert main(["pack", str(AXPY), "-o", str(out)]) == 3
     assert "already exists" in capsys.readouterr().err
     assert main(["unpack", str(out), "-o", str(tmp_path / "a"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -203,8 +203,8 @@ def test_cli_pack_unpack(tmp_path, capsys):
     assert main(["info", str(tmp_path / "a")]) == 0
     capsys.readouterr()
     out.write_bytes(out.read_bytes()[:-10])
-    assert main(["unpack", str(out), "-o", str(tmp_path / "b")]) == 1
+    assert main(["unpack", str(out), "-o", str(tmp_path / "b")]) == 3
     err = capsys.readouterr().err
     assert "kerncap unpack: error:" in err and str(out) in err and "hint:" in err and "truncated" in err
-    assert main(["unpack", str(tmp_path / "missing.kcap")]) == 1
+    assert main(["unpack", str(tmp_path / "missing.kcap")]) == 3
     assert "cannot open" in capsys.readouterr().err

@@ -493,7 +493,7 @@ def test_cli_prune_no_validate_and_info(tmp_path, capsys, no_validation):
     out = capsys.readouterr().out
     assert "pruned 4 -> 3 regions" in out and "NOT validated" in out and "pointer at region 0+0x10" in out
     pruned = tmp_path / "repro-pruned"
-    assert main(["prune", str(root), "--no-validate"]) == 1
+    assert main(["prune", str(root), "--no-validate"]) == 3
     err = capsys.readouterr().err
     assert "kerncap prune: error:" in err and "already exists" in err and "hint:" in err
 
@@ -507,7 +507,7 @@ def test_cli_prune_no_validate_and_info(tmp_path, capsys, no_validation):
 
     assert main(["prune", str(root), "--no-validate", "-o", str(tmp_path / "j"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["regions_pruned"] == 3
-    assert main(["prune", str(root), "-o", str(tmp_path / "k")]) == 1
+    assert main(["prune", str(root), "-o", str(tmp_path / "k")]) == 2
     assert "--output needs --no-validate" in capsys.readouterr().err
 
 

@@ -106,7 +106,7 @@ def test_changed_parameter_layout_of_extern_c_kernel_is_reported(reproducer):
 def test_compiler_errors_are_shown_verbatim(reproducer, capsys):
     repro = reproducer("_Z13bounded_saxpyfPKfPfi")
     edit(repro, "src/bounded.cu", "y[i] = a * x[i] + y[i];", "y[i] = a * x[i] + y[i]")
-    assert main(["recompile", str(repro)]) == 1
+    assert main(["recompile", str(repro)]) == 3
     err = capsys.readouterr().err
     assert "nvcc failed to compile" in err and 'error: expected a ";"' in err and "bounded.cu(" in err
 

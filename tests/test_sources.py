@@ -145,5 +145,5 @@ def test_cli_json(built_project, capsys):
     assert main(["sources", "deep_kernel", "--source-dir", str(built_project.root), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"translation_unit", "files", "compile_command", "method", "confidence"} <= out.keys()
-    assert main(["sources", "scale", "--source-dir", str(built_project.root)]) == 1
+    assert main(["sources", "scale", "--source-dir", str(built_project.root)]) == 3
     assert "ambiguous" in capsys.readouterr().err

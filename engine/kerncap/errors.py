@@ -1,4 +1,11 @@
-"""One exception type for everything the user can fix, with the next step spelled out."""
+"""One exception type for everything the user can fix, with the next step spelled out,
+and the exit statuses of the `kerncap` command (docs/cli.md)."""
+
+# Exit statuses of `kerncap` (and the `exit_code` of each error type).
+EXIT_OK = 0           # success; a validation that passed
+EXIT_FAILED = 1       # a verdict of failure: validation FAIL (a check's regression)
+EXIT_USAGE = 2        # the command line is wrong (argparse's own status too)
+EXIT_CANNOT_RUN = 3   # could not run: damaged input, no GPU, missing tool, disk or permission trouble
 
 
 class KerncapError(Exception):
@@ -8,7 +15,7 @@ class KerncapError(Exception):
     next. The CLI prints both without a traceback and exits with `exit_code`.
     """
 
-    exit_code = 1
+    exit_code = EXIT_CANNOT_RUN
 
     def __init__(self, message: str, hint: str | None = None, *, exit_code: int | None = None):
         super().__init__(message)
@@ -19,6 +26,17 @@ class KerncapError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+    def to_json(self) -> dict:
+        """The error as `--json` prints it on stdout."""
+        return {"error": {"type": type(self).__name__, "message": self.message, "hint": self.hint,
+                          "exit_status": self.exit_code}}
+
+
+class UsageError(KerncapError):
+    """Options or arguments that do not fit together (the command line must change)."""
+
+    exit_code = EXIT_USAGE
 
 
 class CaptureFormatError(KerncapError):

@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from kerncap.errors import KerncapError
+
 BUNDLED = Path(__file__).resolve().parent / "reproducer"
 
 
@@ -31,8 +33,6 @@ def available() -> bool:
 
 def materialize(dest: Path | None = None) -> Path:
     """Copy the demo into a writable scratch directory and return it."""
-    from kerncap.errors import KerncapError
-
     src = demo_path()
     if not (src / "capture" / "manifest.json").is_file():
         raise KerncapError(

@@ -8,13 +8,16 @@ import shlex
 import time
 from pathlib import Path
 
-from kerncap.errors import KerncapError
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, ProgressBar
+from textual.worker import get_current_worker
+
+from kerncap import api
+from kerncap.errors import KerncapError
 
 
 class ExtractScreen(ModalScreen[Path | None]):
@@ -82,12 +85,8 @@ class ExtractScreen(ModalScreen[Path | None]):
 
     @work(thread=True, exclusive=True, group="extract")
     def run_extract(self, command: list[str], dispatch: int, output: Path) -> None:
-        from textual.worker import get_current_worker
-
-        from kerncap_tui import engine
-
         try:
-            result = engine.extract(self.kernel, command, output, dispatch)
+            result = api.extract(self.kernel, command, output=output, dispatch=dispatch)
         except KerncapError as exc:
             if not get_current_worker().is_cancelled:
                 self.app.call_from_thread(self._failed, exc)

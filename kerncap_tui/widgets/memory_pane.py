@@ -4,7 +4,6 @@ pre/post/difference values of its first few KB."""
 
 from __future__ import annotations
 
-from kerncap.core.units import human_bytes
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -12,6 +11,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Label, Select, Static
 
+from kerncap.core.units import human_bytes
+from kerncap.errors import KerncapError
 from kerncap_tui import regions as R
 
 
@@ -62,8 +63,6 @@ class MemoryPane(Vertical):
     @work(thread=True, exclusive=True, group="memory-preview")
     def load_values(self, key: str, dtype: str) -> None:
         """Reading (and hash-verifying) a 4 MiB chunk is blocking work: off the event loop."""
-        from kerncap.errors import KerncapError
-
         try:
             pre, post = R.preview_bytes(self.capture, key)
             rows, error = R.value_rows(pre, post, dtype), None

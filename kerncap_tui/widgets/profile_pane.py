@@ -3,12 +3,12 @@ Enter on a kernel asks the app to extract it."""
 
 from __future__ import annotations
 
-from kerncap.core.units import format_dim
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static
 
+from kerncap.core.units import format_dim
 from kerncap_tui.messages import ExtractRequested
 
 

@@ -145,6 +145,6 @@ async def test_no_color_is_respected(settle, make_app, monkeypatch):
 def test_main_rejects_a_missing_directory(tmp_path, capsys):
     from kerncap_tui.app import main
 
-    assert main([str(tmp_path / "nope")]) == 1
+    assert main([str(tmp_path / "nope")]) == 3
     err = capsys.readouterr().err
     assert "nope is not a directory" in err and "hint:" in err

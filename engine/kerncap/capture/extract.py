@@ -33,7 +33,7 @@ from kerncap.capture.run import (
 )
 from kerncap.core.native import inject_library
 from kerncap.core.units import short_kernel_name
-from kerncap.errors import KerncapError
+from kerncap.errors import KerncapError, UsageError
 from kerncap.prune.pruner import prune_reproducer
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.prune_report import PruneReport
@@ -169,17 +169,17 @@ def _prune(result: ExtractResult) -> None:
 
 def _check_pattern(kernel: str, match: str, dispatch: int) -> None:
     if not kernel:
-        raise KerncapError("no kernel name given", "run `kerncap profile -- CMD` to see the kernel names")
+        raise UsageError("no kernel name given", "run `kerncap profile -- CMD` to see the kernel names")
     if match not in MATCH_MODES:
-        raise KerncapError(f"unknown --match mode {match!r}", f"use one of: {', '.join(MATCH_MODES)}")
+        raise UsageError(f"unknown --match mode {match!r}", f"use one of: {', '.join(MATCH_MODES)}")
     if match == "regex":
         try:
             re.compile(kernel)
         except re.error as exc:
-            raise KerncapError(f"--match regex: {kernel!r} is not a valid regular expression ({exc})",
+            raise UsageError(f"--match regex: {kernel!r} is not a valid regular expression ({exc})",
                                "fix the pattern, or use --match substring") from None
     if dispatch < 0:
-        raise KerncapError(f"--dispatch {dispatch} is negative", "dispatches are counted from 0")
+        raise UsageError(f"--dispatch {dispatch} is negative", "dispatches are counted from 0")
 
 
 def _check_output_free(output: Path, force: bool) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kerncap.core.native import PACKAGE_DIR, inject_library
-from kerncap.errors import KerncapError
+from kerncap.errors import KerncapError, UsageError
 
 PYHOOKS_DIR = PACKAGE_DIR / "pyhooks"
 STDERR_TAIL_LINES = 50
@@ -76,7 +76,7 @@ def command_text(command: Sequence[str]) -> str:
 def check_command(command: Sequence[str], *, cwd: str | os.PathLike | None, env: dict[str, str]) -> None:
     """Fail before creating anything if the app cannot be started."""
     if not command:
-        raise KerncapError(
+        raise UsageError(
             "no app command given",
             "put the app's command after `--` (kerncap profile -- python app.py) or pass --cmd \"python app.py\"",
         )
@@ -333,16 +333,16 @@ def cupti_subscriber_error(found: list[tuple[int, dict]], what: str) -> KerncapE
 def resolve_app_command(after_dashes: Sequence[str], cmd_string: str | None) -> list[str]:
     """The app's argv from `-- CMD…` or from `--cmd "CMD…"` (shell-style quoting)."""
     if cmd_string is not None and after_dashes:
-        raise KerncapError("give the app's command either after `--` or with --cmd, not both")
+        raise UsageError("give the app's command either after `--` or with --cmd, not both")
     if cmd_string is not None:
         try:
             argv = shlex.split(cmd_string)
         except ValueError as exc:
-            raise KerncapError(f"--cmd {cmd_string!r} cannot be split into arguments ({exc})", "check the quoting") from None
+            raise UsageError(f"--cmd {cmd_string!r} cannot be split into arguments ({exc})", "check the quoting") from None
     else:
         argv = list(after_dashes)
     if not argv:
-        raise KerncapError(
+        raise UsageError(
             "no app command given",
             "put the app's command after `--` (kerncap profile -- python app.py) or pass --cmd \"python app.py\"",
         )

@@ -7,10 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from kerncap.capture.extract import MATCH_MODES, ExtractResult, extract
-from kerncap.capture.run import resolve_app_command
+from kerncap import api
 from kerncap.core.units import format_dim, human_bytes
-from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,13 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: kerncap extract gemm --dispatch 3 --output ./gemm-repro -- ./app --size 4096",
     )
     p.add_argument("kernel", metavar="KERNEL", help="kernel name or pattern (see --match)")
-    p.add_argument("--match", choices=MATCH_MODES, default="substring",
+    p.add_argument("--match", choices=api.MATCH_MODES, default="substring",
                    help="substring of the mangled or demangled name (default), regex search, or exact mangled name")
     p.add_argument("--dispatch", type=int, default=0, metavar="N",
                    help="capture the N-th matching launch, from 0, per process (default: 0)")
     p.add_argument("--output", "-o", type=Path, metavar="DIR",
                    help="reproducer directory (default: WORKSPACE/reproducers/<kernel>-<time>)")
-    p.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, metavar="DIR",
+    p.add_argument("--workspace", type=Path, default=api.DEFAULT_WORKSPACE, metavar="DIR",
                    help="workspace for the default --output (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace a non-empty --output (only once the capture succeeded)")
     p.add_argument("--keep-running", action="store_true", help="let the app run to its end after the capture")
@@ -44,9 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    command = resolve_app_command(args.app_command, args.cmd)
-    output = args.output or Workspace(args.workspace).new_reproducer_path(args.kernel)
-    result = extract(
+    command = api.app_command(args.app_command, args.cmd)
+    output = args.output or api.Workspace(args.workspace).new_reproducer_path(args.kernel)
+    result = api.extract(
         args.kernel, command, output=output, dispatch=args.dispatch, match=args.match,
         keep_running=args.keep_running, timeout=args.timeout, source_dir=args.source_dir,
         build_dir=args.build_dir, force=args.force, keep_run_dir=args.keep_run_dir, prune=args.prune,
@@ -57,7 +55,7 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_extract_summary(r: ExtractResult) -> str:
+def format_extract_summary(r: api.ExtractResult) -> str:
     cap = r.capture
     k, launch, prov = cap.kernel, cap.launch, cap.provenance
     written = [reg for reg in cap.regions if reg.written]

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.reproducer.info import format_summary, summarize
+from kerncap import api
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +21,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    summary = summarize(args.path)
-    print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
+    summary = api.info(args.path)
+    print(json.dumps(summary, indent=1) if args.json else api.format_info(summary))
     return 0

@@ -6,9 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from kerncap import api
 from kerncap.core.units import cut_end, human_bytes, text_table
-from kerncap.reproducer.listing import list_captures
-from kerncap.reproducer.workspace import DEFAULT_WORKSPACE
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,8 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "kernel, command, date, sizes and the baseline's validation status.",
     )
     p.add_argument("dirs", type=Path, nargs="*", metavar="DIR", help="further reproducers, or directories of them")
-    p.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, metavar="DIR",
-                   help=f"workspace directory (default: ./{DEFAULT_WORKSPACE})")
+    p.add_argument("--workspace", type=Path, default=api.DEFAULT_WORKSPACE, metavar="DIR",
+                   help=f"workspace directory (default: ./{api.DEFAULT_WORKSPACE})")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(handler=handle)
 
@@ -42,7 +41,7 @@ def format_list(rows: list[dict]) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    rows = list_captures(args.workspace, args.dirs)
+    rows = api.list_reproducers(args.workspace, args.dirs)
     if args.json:
         print(json.dumps(rows, indent=1))
     elif not rows:

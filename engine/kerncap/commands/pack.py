@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from kerncap import api
 from kerncap.core.units import human_bytes
-from kerncap.reproducer.pack import PackResult, pack
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,13 +24,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
-def size_line(r: PackResult) -> str:
+def size_line(r: api.PackResult) -> str:
     return (f"{human_bytes(r.logical)} logical, {human_bytes(r.stored)} stored, {human_bytes(r.packed)} packed "
             f"({r.ratio:.1f}x smaller than the directory)")
 
 
 def handle(args: argparse.Namespace) -> int:
-    r = pack(args.path, args.output, force=args.force)
+    r = api.pack(args.path, args.output, force=args.force)
     if args.json:
         print(json.dumps(r.as_dict(), indent=1))
         return 0

@@ -7,10 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from kerncap.capture.profile import ProfileResult, run_profile
-from kerncap.capture.run import default_sink, resolve_app_command
+from rich.console import Console
+from rich.table import Table
+
+from kerncap import api
 from kerncap.core.units import format_dim, short_kernel_name
-from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the profile as JSON instead of a table")
     p.add_argument("--output", "-o", type=Path, metavar="FILE", help="save the profile JSON here")
-    p.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, metavar="DIR",
+    p.add_argument("--workspace", type=Path, default=api.DEFAULT_WORKSPACE, metavar="DIR",
                    help="where profiles are saved by default (default: %(default)s)")
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows in the table; 0 for all (default: 20)")
     p.add_argument("--timeout", type=float, metavar="S", help="stop the app after S seconds")
@@ -32,11 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    command = resolve_app_command(args.app_command, args.cmd)
+    command = api.app_command(args.app_command, args.cmd)
     # With --json our stdout carries the JSON: the app's stdout goes to stderr.
     sink = _app_output_to_stderr if args.json else None
-    result = run_profile(command, timeout=args.timeout, output=sink)
-    path = result.save(args.output or Workspace(args.workspace).new_profile_path())
+    result = api.profile(command, timeout=args.timeout, output=sink)
+    path = result.save(args.output or api.Workspace(args.workspace).new_profile_path())
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=1)
         print()
@@ -50,13 +51,10 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _app_output_to_stderr(stream: str, data: bytes) -> None:
-    default_sink("stderr", data)
+    api.print_app_output("stderr", data)
 
 
-def print_table(result: ProfileResult, *, top: int = 20, file=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+def print_table(result: api.ProfileResult, *, top: int = 20, file=None) -> None:
     console = Console(file=file or sys.stdout)
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("#", justify="right", style="dim")

@@ -6,7 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from kerncap import api
 from kerncap.commands.replay import non_negative_int
+from kerncap.errors import UsageError
 
 SHOWN_REASONS = 20
 
@@ -32,13 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from kerncap.errors import KerncapError
-    from kerncap.prune.pruner import prune_reproducer
-
     if args.output is not None and not args.no_validate:
-        raise KerncapError("--output needs --no-validate",
+        raise UsageError("--output needs --no-validate",
                            "a validated prune replaces DIR in place; pass --no-validate to write a copy elsewhere")
-    report = prune_reproducer(args.path, validate=not args.no_validate, output=args.output, device=args.device)
+    report = api.prune(args.path, validate=not args.no_validate, output=args.output, device=args.device)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
         return 0

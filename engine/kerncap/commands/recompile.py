@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.recompile import recompile
+from kerncap import api
 
 
 def register(sub) -> None:
@@ -26,7 +26,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.list_configs:
         return list_configs(args.reproducer, args.json)
-    result = recompile(args.reproducer, args.config)
+    result = api.recompile(args.reproducer, args.config)
     if args.json:
         print(json.dumps({"cubin": str(result.cubin), "seconds": round(result.seconds, 3),
                           "command": result.command, "log": result.log}, indent=2))
@@ -41,18 +41,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def list_configs(reproducer: Path, as_json: bool) -> int:
-    from kerncap.triton import configs, pinned
-
-    spec = pinned.load_spec(reproducer)
-    cands = configs.candidates(spec)
+    found = api.autotune_configs(reproducer)
+    cands = found.candidates
     if as_json:
         print(json.dumps([{"config": c.config, "grid": c.grid, "grid_error": c.grid_error, "captured": c.captured}
                           for c in cands], indent=2))
         return 0
     if not cands:
-        print(f"{reproducer}: the capture recorded no autotune configs for {spec['function']}")
+        print(f"{reproducer}: the capture recorded no autotune configs for {found.function}")
         return 0
-    print(f"{len(cands)} autotune configs of {spec['function']} (grid in programs); pin one with --config:")
+    print(f"{len(cands)} autotune configs of {found.function} (grid in programs); pin one with --config:")
     width = max(len(c.config) for c in cands)
     for c in cands:
         grid = c.grid if c.grid else f"unknown ({c.grid_error})" if c.grid_error else "unknown"
@@ -61,5 +59,5 @@ def list_configs(reproducer: Path, as_json: bool) -> int:
         print("  * the captured config")
     else:
         print(f"  the captured config is none of these (e.g. refined by coordinate descent): "
-              f"{configs.captured_constexprs(spec)}, grid {spec['launch']['grid']}")
+              f"{found.captured_constexprs}, grid {found.captured_grid}")
     return 0

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from kerncap import api
 from kerncap.errors import KerncapError
 
 
@@ -47,11 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from kerncap.replay.client import ReplayClient
-    from kerncap.replay.results import format_replay
-
     check_cubin(args.cubin)
-    with ReplayClient(args.path, device=args.device) as rc:
-        result = rc.replay(cubin=args.cubin, iterations=args.iterations, warmup=args.warmup, flush_l2=args.flush_l2)
-    print(json.dumps(result.to_dict(), indent=1) if args.json else format_replay(result))
+    result = api.replay(args.path, cubin=args.cubin, iterations=args.iterations, warmup=args.warmup,
+                        flush_l2=args.flush_l2, device=args.device)
+    print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_replay(result))
     return 0

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kerncap.sources import discover
+from kerncap import api
 
 
 def register(sub) -> None:
@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    found = discover(args.kernel, args.source_dir, args.build_dir)
+    found = api.find_sources(args.kernel, args.source_dir, args.build_dir)
     report = found.report()
     if args.json:
         print(json.dumps(report, indent=2))

@@ -6,9 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from kerncap import api
 from kerncap.core.units import human_bytes
-from kerncap.reproducer.store import Store
-from kerncap.reproducer.stored import default_store_for, hydrate, store_reproducer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle_store(args: argparse.Namespace) -> int:
-    results = [store_reproducer(p, Store(args.store or default_store_for(p))) for p in args.paths]
+    results = [api.store(p, args.store) for p in args.paths]
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=1))
         return 0
@@ -50,7 +49,7 @@ def handle_store(args: argparse.Namespace) -> int:
 
 
 def handle_hydrate(args: argparse.Namespace) -> int:
-    results = [hydrate(p) for p in args.paths]
+    results = [api.hydrate(p) for p in args.paths]
     if args.json:
         print(json.dumps([{"path": str(r.path), "chunks": r.chunks, "bytes": r.bytes} for r in results], indent=1))
         return 0

@@ -1,9 +1,9 @@
-"""`kerncap tui [DIR]`: the workbench. The TUI package is imported only when this
-command runs, so the engine never depends on Textual."""
+"""`kerncap tui [DIR]`: the workbench (the same as `kerncap-tui [DIR]`)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(sub) -> None:
@@ -14,12 +14,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    # Imported here: Textual is loaded only when the workbench opens, not for every command.
+    from kerncap_tui.app import run as run_tui
 
-    from kerncap.errors import KerncapError
-
-    try:
-        from kerncap_tui.app import run as run_tui
-    except ImportError as exc:
-        raise KerncapError(f"the workbench is not installed ({exc})", "pip install 'kerncap' with its TUI dependencies (textual, watchdog, gitpython)") from None
     return run_tui(Path(args.dir) if args.dir else None, no_mouse=args.no_mouse)

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from kerncap import api
 from kerncap.commands.pack import size_line
-from kerncap.reproducer.pack import unpack
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    r = unpack(args.path, args.output)
+    r = api.unpack(args.path, args.output)
     if args.json:
         print(json.dumps(r.as_dict(), indent=1))
         return 0

@@ -6,7 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
+from kerncap import api
 from kerncap.commands.replay import check_cubin, non_negative_int
+from kerncap.core import dtypes
+from kerncap.errors import EXIT_FAILED, EXIT_OK, KerncapError
 
 
 def non_negative_float(text: str) -> float:
@@ -17,11 +20,8 @@ def non_negative_float(text: str) -> float:
 
 
 def dtype_name(text: str) -> str:
-    from kerncap.core.dtypes import normalize
-    from kerncap.errors import KerncapError
-
     try:
-        return normalize(text)
+        return dtypes.normalize(text)
     except KerncapError as exc:
         raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None
 
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rtol", type=non_negative_float, metavar="R", help="relative tolerance (tolerance mode)")
     p.add_argument("--dtype", type=dtype_name, metavar="T",
                    help="element type of regions with no known dtype (tolerance mode; default float32): "
-                        "float64 float32 float16 bfloat16 int32 int8 uint8")
+                        + " ".join(dtypes.COMPARABLE))
     p.add_argument("--region-dtype", type=region_dtype, action="append", default=[], metavar="ID=T",
                    help="element type of one region (repeatable), e.g. --region-dtype 3=bfloat16")
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
@@ -58,15 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from kerncap.replay.client import ReplayClient
-    from kerncap.replay.results import format_validation
-
     check_cubin(args.cubin)
-    dtypes = dict(args.region_dtype)
+    per_region = dict(args.region_dtype)
     dtype = args.dtype
-    if dtypes and dtype is None and args.atol is None and args.rtol is None:
+    if per_region and dtype is None and args.atol is None and args.rtol is None:
         dtype = "float32"  # per-region dtypes ask for an element-wise comparison
-    with ReplayClient(args.path, device=args.device) as rc:
-        result = rc.validate(cubin=args.cubin, atol=args.atol, rtol=args.rtol, dtype=dtype, dtypes=dtypes)
-    print(json.dumps(result.to_dict(), indent=1) if args.json else format_validation(result))
-    return 0 if result.passed else 1
+    result = api.validate(args.path, cubin=args.cubin, atol=args.atol, rtol=args.rtol, dtype=dtype, dtypes=per_region,
+                          device=args.device)
+    print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_validation(result))
+    return EXIT_OK if result.passed else EXIT_FAILED

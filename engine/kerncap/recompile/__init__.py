@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from kerncap import triton
-from kerncap.errors import KerncapError
+from kerncap.errors import KerncapError, UsageError
 from kerncap.recompile import cuda
 from kerncap.reproducer.variants import RecompileResult
 
@@ -21,7 +21,7 @@ def recompile(reproducer_dir: str | Path, config: str | None = None) -> Recompil
     if sources_kind(repro) == "triton":
         return triton.recompile(repro) if config is None else triton.recompile(repro, config)
     if config is not None:
-        raise KerncapError(f"--config applies to Triton reproducers; {repro} holds CUDA C++ source",
+        raise UsageError(f"--config applies to Triton reproducers; {repro} holds CUDA C++ source",
                            "edit the source (e.g. __launch_bounds__) instead")
     return cuda.recompile(repro)
 

@@ -2,5 +2,5 @@
 
 The GPU work happens in a separate server process (`kerncap.replay.server`, using the
 native core `kerncap._replay`); the engine talks to it through
-`kerncap.replay.client.ReplayClient` or the one-shot helpers in `kerncap.replay.api`.
+`kerncap.replay.client.ReplayClient`; `kerncap.api.replay`/`validate` are the one-shot forms.
 """

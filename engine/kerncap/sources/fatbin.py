@@ -11,12 +11,11 @@ same, but build machines do not always ship it, so the container is read here.
 from __future__ import annotations
 
 import io
-import shutil
 import struct
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import zstandard
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
@@ -78,21 +77,10 @@ def _lz4_block_decompress(src: bytes, out_size: int) -> bytes:
 
 def _zstd_decompress(data: bytes, out_size: int, where: str) -> bytes:
     try:
-        import zstandard
-    except ImportError:
-        zstandard = None
-    if zstandard is not None:
         return zstandard.ZstdDecompressor().decompress(data, max_output_size=out_size)
-    exe = shutil.which("zstd")
-    if exe is None:
-        raise KerncapError(
-            f"the device code in {where} is zstd-compressed and neither the Python module `zstandard` nor the `zstd` tool is available",
-            "pip install zstandard (or install zstd), or rebuild with -Xfatbin=-compress-mode=none",
-        )
-    proc = subprocess.run([exe, "-d", "-c", "-q"], input=data, capture_output=True, check=False)
-    if proc.returncode != 0:
-        raise KerncapError(f"zstd could not decompress the device code in {where}: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout
+    except zstandard.ZstdError as exc:
+        raise KerncapError(f"the zstd-compressed device code in {where} cannot be decompressed ({exc})",
+                           "rebuild the app, or with -Xfatbin=-compress-mode=none") from None
 
 
 def parse_fatbin(blob: bytes, where: str) -> list[tuple[int, bytes]]:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kerncap.errors import KerncapError
+from kerncap.errors import KerncapError, UsageError
 from kerncap.triton.values import decode_value
 
 OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -91,7 +91,7 @@ def inductor_grid(spec: dict, constexprs: dict[str, Any]) -> list[int]:
         numel_name = INDUCTOR_GRID_AXES[axis][1]
         numel, old = ints.get(numel_name), captured.get(key)
         if not isinstance(value, int) or value <= 0:
-            raise KerncapError(f"--config {key}={value}: a block size must be a positive integer")
+            raise UsageError(f"--config {key}={value}: a block size must be a positive integer")
         if numel is None or not isinstance(old, int) or axis >= len(grid) or grid[axis] != _cdiv(numel, old):
             raise KerncapError(
                 f"--config {key}={value}: the captured grid {grid} is not cdiv({numel_name}={numel}, {key}={old}) "

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kerncap.errors import KerncapError
+from kerncap.errors import KerncapError, UsageError
 from kerncap.triton.configs import tuned_config
 from kerncap.triton.values import decode_value, jit_resolver
 
@@ -135,7 +135,7 @@ def compile_options(spec: dict, overrides: dict[str, Any] | None = None) -> dict
             options[key] = tuple(tuple(x) if isinstance(x, list) else x for x in options[key])
     for key, value in (overrides or {}).items():
         if key not in fields:
-            raise KerncapError(f"--config {key}: not a Triton compile option",
+            raise UsageError(f"--config {key}: not a Triton compile option",
                                "options include num_warps, num_stages, num_ctas, maxnreg, enable_fp_fusion")
         options[key] = value
     return options
@@ -163,7 +163,7 @@ def ast_source(fn, module, spec: dict, constexpr_overrides: dict[str, Any] | Non
             continue
         constexprs[path] = decode_value(entry["value"], what=f"constexpr {entry.get('name') or path}", resolve_jit=resolve)
     if pending:
-        raise KerncapError(f"--config {', '.join(pending)}: not a constexpr argument of {spec['function']} in the capture",
+        raise UsageError(f"--config {', '.join(pending)}: not a constexpr argument of {spec['function']} in the capture",
                            "pin the autotuned constexprs the capture recorded")
     attrs = {tuple(e["path"]): [list(a) for a in e["value"]] for e in spec.get("attrs", []) if e.get("path") is not None}
     return ASTSource(fn, dict(spec["signature"]), constexprs, attrs)
@@ -209,7 +209,7 @@ def parse_config(text: str | None, spec: dict) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key, raw = key.strip(), raw.strip()
         if not sep or not key or not raw:
-            raise KerncapError(f"--config {item!r}: expected KEY=VALUE", "e.g. --config num_warps=4,num_stages=2")
+            raise UsageError(f"--config {item!r}: expected KEY=VALUE", "e.g. --config num_warps=4,num_stages=2")
         if key in constexprs and key not in tuned:
             raise KerncapError(
                 f"--config {key}: {key} is a constexpr of {spec['function']} that the autotuner did not choose",

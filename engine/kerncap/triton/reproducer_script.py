@@ -51,7 +51,7 @@ def main() -> int:
         args = torch_launch.kernel_arguments(spec, capture, buffers, torch, jit_resolver(module))
     except KerncapError as exc:
         print(f"reproducer: {{exc}}", file=sys.stderr)
-        return 2
+        return exc.exit_code  # 2 usage, 3 could not run (docs/cli.md)
     torch_launch.install_allocator(torch, triton)
     if grid_note:
         print(grid_note)

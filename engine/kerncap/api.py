@@ -1,0 +1,229 @@
+"""kerncap's public API: the one door the front ends (the `kerncap` CLI, the workbench,
+an MCP server) use to reach the engine. Everything here is typed and documented; the
+modules behind it may move, these names stay.
+
+Every function raises `kerncap.errors.KerncapError` (or a subclass) for anything the
+user can fix, with `.message` naming the thing and `.hint` the next step; its
+`.exit_code` is the CLI's exit status for it (docs/cli.md). Nothing here prints.
+
+    from kerncap import api
+    prof = api.profile(["python", "train.py"])              # rank the app's kernels
+    res = api.extract("gemm", ["./app"], output="gemm-repro")
+    v = api.validate("gemm-repro", cubin="gemm-repro/variants/1.cubin")
+    assert v.passed
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kerncap import recompile as _recompile
+from kerncap import sources as _sources
+from kerncap.capture import extract as _extract
+from kerncap.capture import profile as _profile
+from kerncap.capture import run as _run
+from kerncap.prune import pruner as _pruner
+from kerncap.replay.client import ReplayClient
+from kerncap.replay.results import (
+    RegionCheck,
+    ReplayResult,
+    ValidationResult,
+    format_replay,
+    format_validation,
+)
+from kerncap.reproducer import info as _info
+from kerncap.reproducer import listing as _listing
+from kerncap.reproducer import pack as _pack
+from kerncap.reproducer import stored as _stored
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.pack import PackResult
+from kerncap.reproducer.prune_report import PruneReport
+from kerncap.reproducer.store import Store
+from kerncap.reproducer.stored import HydrateResult, StoreResult
+from kerncap.reproducer.variants import RecompileResult
+from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
+from kerncap.sources.discover import Discovery
+from kerncap.triton import configs as _configs
+from kerncap.triton import pinned as _pinned
+
+__all__ = [
+    # capture side
+    "MATCH_MODES", "AppOutput", "ExtractResult", "KernelStat", "ProfileResult", "app_command", "extract",
+    "load_profile", "print_app_output", "profile",
+    # the reproducer and its storage
+    "DEFAULT_WORKSPACE", "Capture", "HydrateResult", "PackResult", "StoreResult", "Workspace", "format_info",
+    "hydrate", "info", "list_reproducers", "open_capture", "pack", "store", "unpack",
+    # sources, recompile, replay, prune
+    "AutotuneConfigs", "Discovery", "PruneReport", "RecompileResult", "RegionCheck", "ReplayClient",
+    "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",
+    "format_validation", "prune", "recompile", "replay", "validate",
+]
+
+PathLike = str | os.PathLike
+ExtractResult = _extract.ExtractResult
+ProfileResult = _profile.ProfileResult
+KernelStat = _profile.KernelStat
+MATCH_MODES: tuple[str, ...] = _extract.MATCH_MODES
+# Receives ("stdout" | "stderr", raw bytes) as the captured app writes them.
+AppOutput = Callable[[str, bytes], None]
+
+
+# -- the capture side ------------------------------------------------------------------------
+
+
+def app_command(after_dashes: Sequence[str], cmd_string: str | None = None) -> list[str]:
+    """The app's argv from the words after `--`, or from one shell-quoted string (`--cmd`)."""
+    return _run.resolve_app_command(after_dashes, cmd_string)
+
+
+def print_app_output(stream: str, data: bytes) -> None:
+    """The default AppOutput: the app's stdout and stderr go to ours, as it writes them."""
+    _run.default_sink(stream, data)
+
+
+def profile(command: Sequence[str], *, cwd: PathLike | None = None, env: dict[str, str] | None = None,
+            timeout: float | None = None, output: AppOutput | None = None) -> ProfileResult:
+    """Run the app once under the capture library and rank its kernels by total GPU time.
+    `env` adds to the current environment; `timeout` stops the app after that many seconds
+    (the profile then covers what ran). Save the result with `ProfileResult.save(path)`."""
+    return _profile.run_profile(command, cwd=cwd, env=env, timeout=timeout, output=output)
+
+
+def load_profile(path: PathLike) -> ProfileResult:
+    """A profile saved by `kerncap profile` (validated against its format)."""
+    return _profile.ProfileResult.load(path)
+
+
+def extract(kernel: str, command: Sequence[str], *, output: PathLike, dispatch: int = 0, match: str = "substring",
+            keep_running: bool = False, timeout: float | None = None, source_dir: PathLike | None = None,
+            build_dir: PathLike | None = None, cwd: PathLike | None = None, env: dict[str, str] | None = None,
+            force: bool = False, keep_run_dir: bool = False, app_output: AppOutput | None = None,
+            prune: bool = False) -> ExtractResult:
+    """Capture dispatch `dispatch` (from 0, per process) of the kernel matching `kernel`
+    (`match`: substring, regex or exact mangled name) of the app `command` into the new
+    reproducer directory `output`. With `source_dir` (and `build_dir`) the kernel's
+    sources are copied in for `recompile`; with `prune` the reproducer is then shrunk
+    to its pointer closure if replay validates it (needs the GPU). Nothing is left at
+    `output` unless the capture succeeded."""
+    return _extract.extract(kernel, command, output=output, dispatch=dispatch, match=match, keep_running=keep_running,
+                            timeout=timeout, source_dir=source_dir, build_dir=build_dir, cwd=cwd, env=env, force=force,
+                            keep_run_dir=keep_run_dir, output_sink=app_output, prune=prune)
+
+
+# -- the reproducer and its storage ------------------------------------------------------------
+
+
+def open_capture(path: PathLike) -> Capture:
+    """The capture of a reproducer directory (or of a capture directory itself), checked
+    against the capture format; payloads are read and verified on demand."""
+    return Capture.open(path)
+
+
+def info(path: PathLike) -> dict[str, Any]:
+    """Everything `kerncap info` shows about a reproducer, as JSON-able data
+    (kernel, launch, params, regions, globals, provenance, sizes, reproducer.json)."""
+    return _info.summarize(path)
+
+
+def format_info(summary: dict[str, Any]) -> str:
+    """The text `kerncap info` prints for a summary from `info()`."""
+    return _info.format_summary(summary)
+
+
+def list_reproducers(workspace: PathLike = DEFAULT_WORKSPACE, extra: Sequence[PathLike] = ()) -> list[dict[str, Any]]:
+    """One row per reproducer under `workspace`/reproducers/ and under each of `extra`,
+    newest first (keys: path, kernel, mangled, command, time, logical, stored, in_store,
+    validation, variants, error). A damaged reproducer is listed with its `error`."""
+    return _listing.list_captures(workspace, extra)
+
+
+def pack(directory: PathLike, output: PathLike | None = None, *, force: bool = False) -> PackResult:
+    """Write a reproducer into one verified, zstd-compressed `.kcap` file (default: next to it)."""
+    return _pack.pack(directory, output, force=force)
+
+
+def unpack(pack_file: PathLike, output: PathLike | None = None) -> PackResult:
+    """Restore the reproducer held by a `.kcap` file into a new (or empty) directory,
+    checking every entry; nothing is left behind when it is damaged."""
+    return _pack.unpack(pack_file, output)
+
+
+def store(directory: PathLike, store_dir: PathLike | None = None) -> StoreResult:
+    """Move a reproducer's payloads into a shared chunk store (default: its workspace's)."""
+    return _stored.store_reproducer(directory, Store(store_dir or _stored.default_store_for(directory)))
+
+
+def hydrate(directory: PathLike) -> HydrateResult:
+    """Write back the blob files of a reproducer whose payloads are in a store."""
+    return _stored.hydrate(directory)
+
+
+# -- sources and recompile ---------------------------------------------------------------------
+
+
+def find_sources(kernel: str, source_dir: PathLike, build_dir: PathLike | None = None) -> Discovery:
+    """Where a CUDA C++ kernel's translation unit, headers and compile command are in a
+    built tree, without running the app."""
+    return _sources.discover(kernel, Path(source_dir), Path(build_dir) if build_dir is not None else None)
+
+
+def recompile(reproducer: PathLike, config: str | None = None) -> RecompileResult:
+    """Rebuild only the captured kernel from the reproducer's edited source into
+    variants/ (nvcc with the recorded flags, or Triton in-process). `config` pins other
+    Triton compile options or another autotune config ("num_warps=4,BLOCK=64")."""
+    return _recompile.recompile(reproducer, config)
+
+
+@dataclass
+class AutotuneConfigs:
+    """The autotune configs a Triton capture recorded (`recompile --list-configs`)."""
+    function: str                     # the Triton function
+    candidates: list[_configs.Candidate]  # each with .config (a --config value), .grid, .captured
+    captured_constexprs: dict[str, Any]   # the constexprs of the captured launch
+    captured_grid: list[int]
+
+
+def autotune_configs(reproducer: PathLike) -> AutotuneConfigs:
+    """The autotune configs of a Triton reproducer, each with the grid it launches."""
+    spec = _pinned.load_spec(Path(reproducer))
+    return AutotuneConfigs(function=spec["function"], candidates=_configs.candidates(spec),
+                           captured_constexprs=_configs.captured_constexprs(spec),
+                           captured_grid=list(spec["launch"]["grid"]))
+
+
+# -- replay -----------------------------------------------------------------------------------
+
+
+def replay(reproducer: PathLike, *, cubin: PathLike | None = None, iterations: int = 20, warmup: int = 3,
+           flush_l2: bool = False, device: int = 0) -> ReplayResult:
+    """Replay the captured kernel (or the variant `cubin`) at the captured addresses and
+    time it: `warmup` untimed launches, then `iterations` timed ones. Needs the GPU; for
+    many requests on one reproducer keep a `ReplayClient` open instead."""
+    with ReplayClient(reproducer, device=device) as rc:
+        return rc.replay(cubin=cubin, iterations=iterations, warmup=warmup, flush_l2=flush_l2)
+
+
+def validate(reproducer: PathLike, *, cubin: PathLike | None = None, atol: float | None = None,
+             rtol: float | None = None, dtype: str | None = None, dtypes: dict[int, str] | None = None,
+             device: int = 0) -> ValidationResult:
+    """Run the kernel (or `cubin`) once on the captured pre-state and compare every region
+    and module global with the captured post-state: byte-exact, or element-wise within
+    atol + rtol*|expected| when a tolerance or dtype is given (`dtypes`: region id ->
+    dtype). `result.passed` is the verdict."""
+    with ReplayClient(reproducer, device=device) as rc:
+        return rc.validate(cubin=cubin, atol=atol, rtol=rtol, dtype=dtype, dtypes=dtypes)
+
+
+# -- prune ------------------------------------------------------------------------------------
+
+
+def prune(reproducer: PathLike, *, validate: bool = True, output: PathLike | None = None,
+          device: int = 0) -> PruneReport:
+    """Replace the reproducer by the part of it its kernel can reach through pointers,
+    if that replays byte-exact (needs the GPU); otherwise keep it and say why.
+    `validate=False` writes an unvalidated copy to `output` (default DIR-pruned)."""
+    return _pruner.prune_reproducer(reproducer, validate=validate, output=output, device=device)
