@@ -25,7 +25,7 @@ from textual.worker import get_current_worker
 
 from kerncap import api
 from kerncap.errors import KerncapError
-from kerncap_tui import demo, engine, theming
+from kerncap_tui import demo, engine, panes, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.history import History, Variant
 from kerncap_tui.messages import (
@@ -50,13 +50,11 @@ class KerncapApp(App[int]):
     TITLE = "kerncap"
     CSS_PATH = str(theming.stylesheet())
     COMMANDS = App.COMMANDS | {KerncapCommands}
-    PANES = {"profile": ProfilePane, "memory": MemoryPane, "source": SourcePane, "history": HistoryPane}
+    # pane name -> its widget class, for the command palette (kerncap_tui.commands)
+    PANES = {p.name: p.widget for p in panes.PANES if p.widget is not None}
     BINDINGS = [
-        Binding("1", "tab('profile')", "Profile", id="tab.profile", show=False),
-        Binding("2", "tab('memory')", "Memory", id="tab.memory", show=False),
-        Binding("3", "tab('source')", "Source", id="tab.source", show=False),
-        Binding("4", "tab('history')", "History", id="tab.history", show=False),
-        Binding("5", "tab('log')", "Log", id="tab.log", show=False),
+        *(Binding(str(i), f"tab('{p.name}')", p.title, id=f"tab.{p.name}", show=False)
+          for i, p in enumerate(panes.PANES, 1)),
         Binding("b", "build", "Build", id="build"),
         Binding("B", "baseline", "Time baseline", id="baseline"),
         Binding("T", "next_theme", "Theme", id="theme"),
@@ -79,17 +77,10 @@ class KerncapApp(App[int]):
     # -- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header()
-        with TabbedContent(initial="profile", id="tabs"):
-            with TabPane("1 Profile", id="profile"):
-                yield ProfilePane(id="profile-pane")
-            with TabPane("2 Memory", id="memory"):
-                yield MemoryPane(id="memory-pane")
-            with TabPane("3 Source", id="source"):
-                yield SourcePane(id="source-pane")
-            with TabPane("4 History", id="history"):
-                yield HistoryPane(id="history-pane")
-            with TabPane("5 Log", id="log-tab"):
-                yield RichLog(id="log", wrap=True, markup=False, highlight=False, max_lines=5000)
+        with TabbedContent(initial=panes.PANES[0].tab, id="tabs"):
+            for i, pane in enumerate(panes.PANES, 1):
+                with TabPane(f"{i} {pane.title}", id=pane.tab):
+                    yield pane.make()
         yield Footer()
 
     def on_mount(self) -> None:
@@ -311,12 +302,10 @@ class KerncapApp(App[int]):
         self.push_screen(ExtractScreen(message.kernel, command, output), opened)
 
     # -- small actions ------------------------------------------------------------------------
-    FOCUS_ON_TAB = {"profile": "#profile-table", "memory": "#region-table", "source": "#source-tree",
-                    "history": "#history-table", "log": "#log"}
-
     def action_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = "log-tab" if tab == "log" else tab
-        target = self.query(self.FOCUS_ON_TAB[tab])
+        pane = panes.BY_NAME[tab]
+        self.query_one(TabbedContent).active = pane.tab
+        target = self.query(pane.focus)
         if target:
             target.first().focus()
 

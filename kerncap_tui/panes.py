@@ -1,0 +1,44 @@
+"""The workbench's panes, one entry each: a new pane is one more `Pane` in PANES (its
+tab, its number key `1`…, its palette entries and the widget focused on arrival all
+derive from it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from textual.widget import Widget
+from textual.widgets import RichLog
+
+from kerncap_tui.widgets.history_pane import HistoryPane
+from kerncap_tui.widgets.memory_pane import MemoryPane
+from kerncap_tui.widgets.profile_pane import ProfilePane
+from kerncap_tui.widgets.source_pane import SourcePane
+
+
+@dataclass(frozen=True)
+class Pane:
+    name: str                      # the tab's action argument: tab('<name>')
+    title: str                     # the tab label, after its key
+    make: Callable[[], Widget]     # builds the pane's widget
+    focus: str                     # selector focused when the tab opens
+    widget: type[Widget] | None = None  # the pane class whose BINDINGS go into the command palette
+    tab_id: str = ""               # the TabPane id (default: name)
+
+    @property
+    def tab(self) -> str:
+        return self.tab_id or self.name
+
+
+def _log() -> Widget:
+    return RichLog(id="log", wrap=True, markup=False, highlight=False, max_lines=5000)
+
+
+PANES: tuple[Pane, ...] = (
+    Pane("profile", "Profile", lambda: ProfilePane(id="profile-pane"), "#profile-table", ProfilePane),
+    Pane("memory", "Memory", lambda: MemoryPane(id="memory-pane"), "#region-table", MemoryPane),
+    Pane("source", "Source", lambda: SourcePane(id="source-pane"), "#source-tree", SourcePane),
+    Pane("history", "History", lambda: HistoryPane(id="history-pane"), "#history-table", HistoryPane),
+    Pane("log", "Log", _log, "#log", tab_id="log-tab"),  # "log" is the RichLog's own id
+)
+BY_NAME = {p.name: p for p in PANES}

@@ -1,0 +1,38 @@
+"""The pane registry (kerncap_tui.panes): every entry gets its tab, its number key, its
+palette entries and its focus target, with nothing else to edit."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import TabbedContent
+
+from kerncap_tui import panes
+from kerncap_tui.app import KerncapApp
+from kerncap_tui.commands import palette_entries
+
+
+def test_every_pane_has_its_key_and_tab_binding():
+    keys = {b.key: b for b in KerncapApp.BINDINGS}
+    for i, pane in enumerate(panes.PANES, 1):
+        binding = keys[str(i)]
+        assert binding.action == f"tab('{pane.name}')" and binding.id == f"tab.{pane.name}"
+    assert set(KerncapApp.PANES) == {p.name for p in panes.PANES if p.widget is not None}
+
+
+def test_each_key_opens_its_pane_and_focuses_it(make_app, settle):
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            entries = palette_entries(app)
+            for i, pane in enumerate(panes.PANES, 1):
+                await pilot.press(str(i))
+                await pilot.pause()
+                assert app.query_one(TabbedContent).active == pane.tab
+                assert app.focused is app.query_one(pane.focus), pane.name
+                if pane.widget is not None:
+                    ours = [t for t, _, _ in entries if t.startswith(f"{pane.name.title()}: ")]
+                    assert len(ours) == sum(1 for b in pane.widget.BINDINGS if getattr(b, "id", None))
+
+    asyncio.run(run())
