@@ -79,7 +79,7 @@ def run_once(mode: str, command: list[str], floor: Path, workdir: Path, args) ->
                 extract(kernel, command, output=workdir / "cap", dispatch=dispatch, keep_running=True, env=env,
                         output_sink=lambda *_: None, force=True)
             except KerncapError as exc:
-                if "never launched" not in exc.message and "launched only" not in exc.message:
+                if "never ran" not in exc.message and "ran only" not in exc.message:
                     raise
             else:
                 sys.exit(f"{mode}: {kernel} was captured?")

@@ -54,7 +54,7 @@ def run_once(mode: str, command: list[str], workdir: Path) -> tuple[float, float
             try:
                 extract("kc_never", command, output=output, keep_running=True, env=env, output_sink=lambda *_: None)
             except KerncapError as exc:
-                if "never launched" not in exc.message:
+                if "never ran" not in exc.message:
                     raise
             else:
                 sys.exit("kc_never was captured?")

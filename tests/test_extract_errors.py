@@ -89,7 +89,7 @@ def test_never_launched_lists_closest_names(fake, tmp_path):
     with pytest.raises(KerncapError) as e:
         fake({"proc": {"kernels_seen": SEEN, "launches": 58}}, kernel="add_kernal", output=out)
     msg = e.value.message
-    assert "'add_kernal' (--match substring) was never launched" in msg
+    assert "'add_kernal' (--match substring) never ran" in msg
     listed = [line.strip() for line in msg.splitlines()[1:]]
     assert listed[0].startswith("add_kernel  (5 launches)")
     assert len(listed) == 5
@@ -142,13 +142,22 @@ def test_disk_error_names_path_and_errno(fake, tmp_path):
     _assert_nothing_left(tmp_path / "out" / "repro")
 
 
-@pytest.mark.parametrize("kind, words", [("graph_node", "kernel node"), ("stream_capture", "stream was being captured")])
-def test_cuda_graph_refusals(fake, kind, words):
-    err = {"kind": kind, "message": "refused"}
+def test_cuda_graph_refusal_names_the_reason(fake):
+    err = {"kind": "graph_refused", "message": "executable graph #2: the executable graph holding the target was "
+           "replayed on two streams at once"}
     with pytest.raises(KerncapError) as e:
         fake({"proc": {"errors": [err], "target_matches": 1}})
-    assert words in e.value.message
-    assert "graph" in e.value.hint.lower()
+    assert "two streams at once" in e.value.message and "#2" in e.value.message
+    assert "docs/graphs.md" in e.value.hint
+
+
+def test_unreached_dispatch_says_what_the_graphs_did(fake):
+    err = {"kind": "graph_unreached", "message": "executable graph #1 (graph API, 1 target node(s)) was instantiated "
+           "but never launched"}
+    with pytest.raises(KerncapError) as e:
+        fake({"proc": {"errors": [err], "target_matches": 0}})
+    assert "instantiated but never launched" in e.value.message
+    assert "never ran" in e.value.message
 
 
 def test_capture_failed_is_reported(fake):

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <unordered_set>
 
 #include "driver.hpp"
 #include "func_attributes.hpp"
@@ -143,7 +144,9 @@ std::vector<SnapshotItem> CaptureSession::snapshot_items() const {
   return items;
 }
 
-void CaptureSession::before_launch() {
+void CaptureSession::prepare() {
+  if (prepared_) return;
+  prepared_ = true;
   t_start_ = std::chrono::steady_clock::now();
   time_utc_ = utc_now();
   make_dir(partial_);
@@ -166,14 +169,91 @@ void CaptureSession::before_launch() {
   if (params_.layout_source == "cubin")
     warnings_.push_back("the driver reported no parameter layout for " + func_.name + "; used the cubin's .nv.info");
 
-  regions_ = mem_.regions_for(ctx_);
+  regions_.clear();
+  for (const TrackedRegion& r : mem_.regions_for(ctx_)) {
+    // Memory of a graph's allocation node is mapped only while the graph's pool holds it.
+    if (!std::strcmp(r.kind, "graph")) {
+      int mapped = 0;
+      if (KC_CU(cuPointerGetAttribute)(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, CUdeviceptr(r.base)) != CUDA_SUCCESS ||
+          !mapped) {
+        warnings_.push_back("graph-allocated memory " + hex_addr(r.base) + " (" + std::to_string(r.size) +
+                            " bytes) is not mapped at the target and was not captured");
+        continue;
+      }
+    }
+    regions_.push_back(r);
+  }
   host_regions_ = mem_.host_regions();
   blobs_ = std::make_unique<BlobStore>(path_join(partial_, "blobs"), &budget_);
   snap_ = std::make_unique<Snapshotter>(*blobs_);
+}
+
+void CaptureSession::snapshot_baseline() {
+  prepare();
+  base_ = snap_->run(snapshot_items());
+  log("baseline (to restore the app's memory): " + std::to_string(seconds_since(t_start_)) + " s");
+}
+
+void CaptureSession::before_launch() {
+  prepare();
+  KC_CHECK(cuCtxSynchronize, (), "the target's context before the pre-state snapshot");
   pre_ = snap_->run(snapshot_items());
-  pre_s_ = seconds_since(t_start_);
+  pre_s_ = seconds_since(t_start_);  // from the target's entry: resolving, cubin, baseline and prefix included
   log("pre-state: " + std::to_string(regions_.size()) + " regions, " + std::to_string(globals_.size()) +
       " globals in " + std::to_string(pre_s_) + " s");
+}
+
+void CaptureSession::restore_baseline(const std::vector<ItemSnapshot>& now) {
+  const std::vector<SnapshotItem> items = snapshot_items();
+  std::vector<unsigned char> buf;
+  for (size_t k = 0; k < items.size() && k < base_.size() && k < now.size(); ++k) {
+    for (size_t c = 0; c < base_[k].chunks.size() && c < now[k].chunks.size(); ++c) {
+      const ChunkHash& want = base_[k].chunks[c];
+      if (want == now[k].chunks[c]) continue;
+      const uint64_t off = uint64_t(c) * Snapshotter::kChunkSize;
+      const size_t len = size_t(std::min<uint64_t>(Snapshotter::kChunkSize, items[k].size - off));
+      const CUdeviceptr at = CUdeviceptr(items[k].base + off);
+      const std::string what = items[k].label + " bytes " + hex_addr(items[k].base + off) + " (restoring the app's state)";
+      if (!want.stored) {
+        KC_CHECK(cuMemsetD8, (at, 0, len), what);
+      } else {
+        const std::string path = path_join(blobs_->dir(), xxh64_hex(want.hash) + ".bin");
+        buf.resize(len);
+        read_file_exact(path, buf.data(), len);
+        KC_CHECK(cuMemcpyHtoD, (at, buf.data(), len), what);
+      }
+      restored_bytes_ += len;
+    }
+  }
+  KC_CHECK(cuCtxSynchronize, (), "the target's context after restoring the app's state");
+  log("restored " + std::to_string(restored_bytes_) + " bytes of the app's state");
+}
+
+// Chunks only the baseline held (what the graph's earlier nodes overwrote) are not part
+// of the capture: remove their blobs so the directory holds exactly what the manifest names.
+void CaptureSession::drop_baseline_blobs() {
+  std::unordered_set<uint64_t> used;
+  for (const auto* snaps : {&pre_, &post_})
+    for (const ItemSnapshot& it : *snaps)
+      for (const ChunkHash& c : it.chunks)
+        if (c.stored) used.insert(c.hash);
+  for (const ItemSnapshot& it : base_)
+    for (const ChunkHash& c : it.chunks)
+      if (c.stored && !used.count(c.hash)) {
+        const std::string path = path_join(blobs_->dir(), xxh64_hex(c.hash) + ".bin");
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw IoError("cannot remove", path, errno);
+        used.insert(c.hash);  // once
+      }
+}
+
+bool CaptureSession::restore_after_failure() noexcept {
+  if (base_.empty() || !snap_) return false;
+  try {
+    restore_baseline(snap_->run(snapshot_items()));
+    return true;
+  } catch (...) {
+    return false;
+  }
 }
 
 std::string CaptureSession::after_launch(CUresult launch_result) {
@@ -188,6 +268,10 @@ std::string CaptureSession::after_launch(CUresult launch_result) {
   logical_bytes_ = 0;  // the captured address space: every region once
   for (const TrackedRegion& r : regions_) logical_bytes_ += r.size;
   log("post-state in " + std::to_string(post_s_) + " s");
+  if (!base_.empty()) {
+    restore_baseline(post_);
+    drop_baseline_blobs();
+  }
   snap_.reset();  // frees the pinned ring before the app continues
 
   std::string log_text;
@@ -298,6 +382,23 @@ void CaptureSession::write_launch(JsonWriter& w) const {
   }
   w.end_array();
   w.field("param_form", params_.form);
+  if (graph_) {
+    const GraphOrigin& g = *graph_;
+    w.key("graph").begin_object();
+    w.field("exec_id", g.exec_id).field("exec_launch", g.exec_launch);
+    w.field("node_index", uint64_t(g.node_index)).field("nodes", uint64_t(g.nodes));
+    w.field("target_index", uint64_t(g.target_index)).field("targets", uint64_t(g.targets));
+    w.key("path").begin_array();
+    for (int i : g.path) w.value(i);
+    w.end_array();
+    w.field("built_by", g.built_by).field("updates", g.updates).field("instantiate_flags", g.instantiate_flags);
+    w.field("prefix_nodes", uint64_t(g.prefix_nodes));
+    w.key("skipped").begin_object();
+    for (const auto& [k, n] : g.skipped) w.field(k, uint64_t(n));
+    w.end_object();
+    w.field("restored_bytes", restored_bytes_);
+    w.end_object();
+  }
   w.end_object();
 }
 

@@ -12,7 +12,9 @@
 #include <cuda.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,15 +30,38 @@
 
 namespace kc {
 
+// Where a dispatch ran when it was a node of a launched CUDA graph (docs/graphs.md).
+struct GraphOrigin {
+  uint64_t exec_id = 0;       // kerncap's number of the executable graph (instantiation order)
+  uint64_t exec_launch = 0;   // which launch of that executable graph (0-based)
+  size_t node_index = 0;      // the node's place in the launch's linear order, all levels
+  size_t nodes = 0;           // nodes in the executable graph, all levels
+  size_t target_index = 0;    // among the matching kernel nodes of one launch
+  size_t targets = 0;
+  std::vector<int> path;      // node indices from the top level down (child graphs)
+  std::string built_by;       // stream capture | graph API
+  uint64_t updates = 0;       // updates of the executable graph mirrored since instantiation
+  uint64_t instantiate_flags = 0;
+  size_t prefix_nodes = 0;    // nodes run before the target to reach its pre-state
+  std::map<std::string, size_t> skipped;  // node kinds in the prefix kerncap did not run
+};
+
 class CaptureSession {
  public:
   CaptureSession(const Config& cfg, MemoryTracker& mem, ModuleRegistry& modules, const LaunchDesc& launch,
                  const FuncInfo& func, uint64_t dispatch_index);
   ~CaptureSession();
 
+  // The state before anything runs, kept to put the app's memory back afterwards
+  // (graph captures under keep-running: kerncap replays part of the graph itself).
+  void snapshot_baseline();
   void before_launch();
-  // Returns the final capture directory.
+  // Returns the final capture directory. With a baseline, first writes back every
+  // chunk that differs from it, so the app continues from the state it had.
   std::string after_launch(CUresult launch_result);
+  // Puts the baseline back after a failure (best effort; false when it could not).
+  bool restore_after_failure() noexcept;
+  void set_graph_origin(GraphOrigin g) { graph_ = std::move(g); }
   void abort();
   const std::string& partial_dir() const { return partial_; }
 
@@ -47,6 +72,9 @@ class CaptureSession {
   };
 
   void log(const std::string& line);
+  void prepare();  // once: directories, function, cubin, globals, parameters, regions, snapshotter
+  void restore_baseline(const std::vector<ItemSnapshot>& now);
+  void drop_baseline_blobs();
   void resolve_function();
   void read_attributes();
   void choose_cubin();
@@ -83,7 +111,10 @@ class CaptureSession {
   std::vector<GlobalVar> globals_;
   std::vector<TrackedRegion> regions_;
   std::vector<HostRegion> host_regions_;
-  std::vector<ItemSnapshot> pre_, post_;
+  std::vector<ItemSnapshot> base_, pre_, post_;
+  bool prepared_ = false;
+  std::optional<GraphOrigin> graph_;
+  uint64_t restored_bytes_ = 0;
   std::vector<std::string> warnings_;
   std::vector<std::string> log_;
 

@@ -63,6 +63,23 @@ int remove_entry(const char* p, const struct stat*, int, struct FTW*) {
 }
 }  // namespace
 
+void read_file_exact(const std::string& path, void* out, size_t size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError("cannot open", path, errno);
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, static_cast<char*>(out) + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw IoError("cannot read " + std::to_string(size) + " bytes from", path, err);
+    }
+    got += size_t(n);
+  }
+  ::close(fd);
+}
+
 void remove_tree(const std::string& path) {
   ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

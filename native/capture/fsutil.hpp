@@ -32,6 +32,8 @@ void write_file_atomic(const std::string& path, const void* data, size_t size, W
 inline void write_file_atomic(const std::string& path, const std::string& s, WriteBudget* budget = nullptr) {
   write_file_atomic(path, s.data(), s.size(), budget);
 }
+// Reads exactly `size` bytes of `path` into `out`; throws IoError naming the file.
+void read_file_exact(const std::string& path, void* out, size_t size);
 // mkdir -p for one level (the parent must exist); EEXIST is fine.
 void make_dir(const std::string& path);
 // rm -rf; best effort (used to drop an aborted capture).

@@ -26,12 +26,14 @@
 #include "crash_report.hpp"
 #include "driver.hpp"
 #include "func_cache.hpp"
+#include "graph_model.hpp"
 #include "launch_record.hpp"
 #include "memory_tracker.hpp"
 #include "module_registry.hpp"
 #include "proc_report.hpp"
 #include "profiler.hpp"
 #include "quiesce.hpp"
+#include "watched_calls.hpp"
 
 #define KC_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -56,7 +58,12 @@ struct State {
   std::atomic<bool> claimed{false};  // this process started its (only) capture attempt
   std::atomic<uint64_t> launches{0};
   std::atomic<uint64_t> target_matches{0};
-  std::atomic<bool> stream_captures_seen{false};  // some thread began a stream capture
+  // Stream captures in progress: counted from cuStreamBeginCapture*'s entry to
+  // cuStreamEndCapture's exit, so while it is 0 no stream can be capturing and no launch
+  // needs to ask the driver (~150 ns a call, on every launch of the target otherwise).
+  std::atomic<int> active_captures{0};
+  std::atomic<uint64_t> recorded_into_graphs{0};  // target launches made into a capturing stream
+  GraphRegistry graphs{funcs};
 };
 
 // Never destroyed: other threads may be inside a callback while the process exits.
@@ -82,6 +89,11 @@ struct ThreadState {
   // The capture in flight.
   CaptureSession* session;
   uint32_t correlation;
+  // The graph launch in flight that was counted (its exit ends "launching now").
+  ExecModel* graph_model;
+  // Inside the app's cuGraphInstantiate*/cuGraphExecUpdate: the driver's own copies of
+  // the graph's nodes are not graphs the app built.
+  bool in_graph_call;
   // Handle -> FuncInfo for this thread's recent launches, valid while epoch matches.
   uint64_t func_epoch;
   CUfunction func_key[kFuncSlots];
@@ -97,114 +109,6 @@ struct Guard {
 };
 
 thread_local std::optional<ModuleCollector> tl_load_collector; // inside cuModuleLoad*/cuLibraryLoad*
-
-// ---------------------------------------------------------------------------------
-// Which driver calls are watched, and why.
-
-// Calls that enqueue GPU work or change the set of live allocations: held shared on
-// the quiesce lock while armed, so no thread changes memory between pre and post.
-const CUpti_CallbackId kEnqueueCalls[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc, CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuEventRecord, CUPTI_DRIVER_TRACE_CBID_cuEventRecord_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags, CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent, CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamWaitValue32_v2, CUPTI_DRIVER_TRACE_CBID_cuStreamWaitValue32_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamWaitValue64_v2, CUPTI_DRIVER_TRACE_CBID_cuStreamWaitValue64_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamWriteValue32_v2, CUPTI_DRIVER_TRACE_CBID_cuStreamWriteValue32_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamWriteValue64_v2, CUPTI_DRIVER_TRACE_CBID_cuStreamWriteValue64_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamBatchMemOp_v2, CUPTI_DRIVER_TRACE_CBID_cuStreamBatchMemOp_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemPrefetchAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemPrefetchAsync_v2_ptsz,
-    // copies
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy, CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeer, CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeer_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync, CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoA_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoA_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoD_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoD_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoA_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoA_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoH_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoH_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoA_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoA_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeer, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeer_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoHAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoHAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeerAsync, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeerAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz,
-    // fills
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32_v2_ptds,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz,
-    // allocations (also tracked)
-    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve, CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree,
-    CUPTI_DRIVER_TRACE_CBID_cuMemMap, CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
-};
-
-// Tracked but not enqueueing: host allocations (recorded, never snapshotted).
-const CUpti_CallbackId kHostMemoryCalls[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,       CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
-    CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister,
-};
-
-// Module/library loads (paired with the cubins they load) and unloads.
-const CUpti_CallbackId kModuleCalls[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuModuleLoad,        CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData,
-    CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx,  CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary,
-    CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData,   CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile,
-    CUPTI_DRIVER_TRACE_CBID_cuModuleUnload,      CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload,
-};
-
-// Kernel nodes added to graphs: launches kerncap will never see.
-const CUpti_CallbackId kGraphCalls[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode, CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode,       CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphKernelNodeSetParams_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
-};
-
-// Stream captures beginning: launches into a capturing stream must not be counted,
-// and asking the driver per launch costs ~150 ns, so only processes that ever begin a
-// capture ask (launch_enter).
-const CUpti_CallbackId kStreamCaptureCalls[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture,         CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,      CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph,  CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
-};
-
-bool is_stream_capture_begin(CUpti_CallbackId cbid) {
-  return std::find(std::begin(kStreamCaptureCalls), std::end(kStreamCaptureCalls), cbid) != std::end(kStreamCaptureCalls);
-}
-
-bool g_is_enqueue[CUPTI_DRIVER_TRACE_CBID_SIZE];
 
 // ---------------------------------------------------------------------------------
 
@@ -266,7 +170,9 @@ void capture_failed(State& s, const char* kind, const std::string& message) {
 
 // At the selected dispatch's API entry. True: the capture started, this thread now
 // holds the quiesce lock exclusively until the launch's exit.
-bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_CallbackData* cb, uint64_t index) {
+// This process's one capture attempt: true when it may capture (it created the
+// run's capture.lock); false when it tried before or another process of the app captures.
+bool claim_capture(State& s) {
   if (s.claimed.exchange(true)) return false;
   int fd = ::open(lock_path(s).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -279,7 +185,11 @@ bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpt
   const std::string pid = std::to_string(getpid()) + "\n";
   if (::write(fd, pid.data(), pid.size()) < 0) { /* the lock is the file's existence; its content is a courtesy */ }
   ::close(fd);
+  return true;
+}
 
+bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_CallbackData* cb, uint64_t index) {
+  if (!claim_capture(s)) return false;
   s.quiesce.lock();  // waits until no other thread is inside an enqueueing call
   auto session = std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, d, fi, index);
   try {
@@ -361,6 +271,15 @@ bool stream_is_capturing(const LaunchDesc& d, std::string& why) {
   return false;
 }
 
+bool in_stream_capture(State& s, CUstream stream, bool per_thread) {
+  if (s.active_captures.load(std::memory_order_acquire) <= 0) return false;
+  LaunchDesc d;
+  d.stream = stream;
+  d.per_thread_default = per_thread;
+  std::string why;
+  return stream_is_capturing(d, why);
+}
+
 FuncInfo* func_info(State& s, ThreadState& t, CUfunction f) {
   const uint64_t epoch = s.funcs.epoch();
   if (t.func_epoch != epoch) {
@@ -389,13 +308,10 @@ void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
   if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0) {
     std::string why;
     // Only processes that ever began a stream capture pay for asking the driver.
-    if (s.stream_captures_seen.load(std::memory_order_acquire) && stream_is_capturing(d, why)) {
-      // Refused, never counted: a captured launch runs later, inside a graph kerncap cannot see.
-      s.report.add_error("stream_capture",
-                         fi->demangled + " was launched while " + why +
-                             "; such launches only run when the graph is replayed, where kerncap cannot capture "
-                             "them, so they are not counted. Disable CUDA graphs for this run (e.g. torch.compile "
-                             "without mode='reduce-overhead', or cuda graphs off in your framework).");
+    if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why)) {
+      // Recorded into a graph, not run: the kernel node is counted when a launch of the
+      // instantiated graph runs it (graph_launch_enter).
+      s.recorded_into_graphs.fetch_add(1, std::memory_order_relaxed);
     } else {
       const uint64_t index = s.target_matches.fetch_add(1, std::memory_order_acq_rel);
       if (index == s.cfg.dispatch && start_capture(s, d, *fi, cb, index)) return;
@@ -460,25 +376,34 @@ void track_memory(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb)
       s.mem.on_alloc(*a->dptr, a->bytesize, "cuMemAllocManaged", "managed", ctx);
       break;
     }
+    // Stream-ordered allocations made while the stream is being captured become the
+    // graph's allocation nodes: their address lives as long as the graph ("graph").
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
       auto* a = static_cast<const cuMemAllocAsync_params*>(p);  // the _ptsz struct has the same layout
-      s.mem.on_alloc(*a->dptr, a->bytesize, "cuMemAllocAsync", "async", ctx);
+      const bool graph = in_stream_capture(s, a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz);
+      s.mem.on_alloc(*a->dptr, a->bytesize, "cuMemAllocAsync", graph ? "graph" : "async", ctx);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
       auto* a = static_cast<const cuMemAllocFromPoolAsync_params*>(p);
-      s.mem.on_alloc(*a->dptr, a->bytesize, "cuMemAllocFromPoolAsync", "async", ctx);
+      const bool graph =
+          in_stream_capture(s, a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz);
+      s.mem.on_alloc(*a->dptr, a->bytesize, "cuMemAllocFromPoolAsync", graph ? "graph" : "async", ctx);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
       s.mem.on_free(static_cast<const cuMemFree_v2_params*>(p)->dptr);
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
-      s.mem.on_free(static_cast<const cuMemFreeAsync_params*>(p)->dptr);
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz: {
+      auto* a = static_cast<const cuMemFreeAsync_params*>(p);
+      // A free recorded into a graph runs at the graph's launches: the region stays.
+      if (!in_stream_capture(s, a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz))
+        s.mem.on_free(a->dptr);
       break;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve: {
       auto* a = static_cast<const cuMemAddressReserve_params*>(p);
       s.mem.on_reserve(*a->ptr, a->size);
@@ -523,20 +448,6 @@ void track_memory(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb)
   }
 }
 
-bool is_load_call(CUpti_CallbackId cbid) {
-  switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoad:
-    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData:
-    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary:
-    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData:
-    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // On a load call's exit: pair the returned handle with the cubins it loaded.
 void pair_loaded(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const std::vector<uint32_t>& ids = tl_load_collector->ids();
@@ -565,74 +476,365 @@ void pair_loaded(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) 
   }
 }
 
-void check_graph_node(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+// ---------------------------------------------------------------------------------
+// CUDA graphs (docs/graphs.md)
+
+// Graph construction, instantiation and updates (API exit, successful calls, while armed).
+void track_graph(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, uint16_t roles) {
   const void* p = cb->functionParams;
-  CUfunction f = nullptr;
-  CUkernel k = nullptr;
-  switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode: {
-      auto* np = static_cast<const cuGraphAddKernelNode_params*>(p)->nodeParams;
-      if (np) f = np->func;
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode_v2: {
-      auto* np = static_cast<const cuGraphAddKernelNode_v2_params*>(p)->nodeParams;
-      if (np) { f = np->func; k = np->kern; }
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphKernelNodeSetParams_v2: {
-      auto* np = static_cast<const cuGraphKernelNodeSetParams_v2_params*>(p)->nodeParams;
-      if (np) { f = np->func; k = np->kern; }
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2: {
-      auto* np = static_cast<const cuGraphExecKernelNodeSetParams_v2_params*>(p)->nodeParams;
-      if (np) { f = np->func; k = np->kern; }
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode: {
-      auto* np = static_cast<const cuGraphAddNode_params*>(p)->nodeParams;
-      if (np && np->type == CU_GRAPH_NODE_TYPE_KERNEL) { f = np->kernel.func; k = np->kernel.kern; }
-      break;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2: {
-      auto* np = static_cast<const cuGraphAddNode_v2_params*>(p)->nodeParams;
-      if (np && np->type == CU_GRAPH_NODE_TYPE_KERNEL) { f = np->kernel.func; k = np->kernel.kern; }
-      break;
-    }
-    default:
-      return;
+  const KernelMatcher* matcher = s.matcher.get();
+  Guard guard;
+  if (roles & kCaptureEnd) {
+    CUgraph* g = cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture
+                     ? static_cast<const cuStreamEndCapture_params*>(p)->phGraph
+                     : static_cast<const cuStreamEndCapture_ptsz_params*>(p)->phGraph;
+    if (g && *g) s.graphs.on_capture_end(*g);
+    return;
   }
-  if (!f) f = reinterpret_cast<CUfunction>(k);
-  if (!f) return;
-  FuncInfo* fi;
+  if (roles & kGraphInstantiate) {
+    CUgraphExec* exec = nullptr;
+    CUgraph g = nullptr;
+    uint64_t flags = 0;
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate: {
+        auto* q = static_cast<const cuGraphInstantiate_params*>(p);
+        exec = q->phGraphExec, g = q->hGraph;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2: {
+        auto* q = static_cast<const cuGraphInstantiate_v2_params*>(p);
+        exec = q->phGraphExec, g = q->hGraph;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags: {
+        auto* q = static_cast<const cuGraphInstantiateWithFlags_params*>(p);
+        exec = q->phGraphExec, g = q->hGraph, flags = q->flags;
+        break;
+      }
+      default: {  // cuGraphInstantiateWithParams(_ptsz): same layout
+        auto* q = static_cast<const cuGraphInstantiateWithParams_params*>(p);
+        exec = q->phGraphExec, g = q->hGraph;
+        if (q->instantiateParams) {
+          if (q->instantiateParams->result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) return;
+          flags = q->instantiateParams->flags;
+        }
+        break;
+      }
+    }
+    if (!exec || !*exec || !g) return;
+    const std::string refused = s.graphs.on_instantiate(*exec, g, flags, matcher);
+    if (!refused.empty()) {
+      // The dispatch count would be wrong from here on: stop, and say why.
+      ExecModel* m = s.graphs.find(*exec);
+      capture_failed(s, "graph_refused", "executable graph #" + std::to_string(m ? m->id : 0) + ": " + refused);
+    }
+    return;
+  }
+  if (roles & kGraphUpdate) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2: {
+        auto* q = static_cast<const cuGraphExecKernelNodeSetParams_v2_params*>(p);
+        s.graphs.on_exec_kernel_params(q->hGraphExec, q->hNode, q->nodeParams, matcher);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams: {
+        // The v1 struct is the v2 one without its last two fields.
+        auto* q = static_cast<const cuGraphExecKernelNodeSetParams_params*>(p);
+        if (!q->nodeParams) break;
+        CUDA_KERNEL_NODE_PARAMS v2{};
+        std::memcpy(&v2, q->nodeParams, sizeof(CUDA_KERNEL_NODE_PARAMS_v1));
+        s.graphs.on_exec_kernel_params(q->hGraphExec, q->hNode, &v2, matcher);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecNodeSetParams: {
+        auto* q = static_cast<const cuGraphExecNodeSetParams_params*>(p);
+        s.graphs.on_exec_node_params(q->hGraphExec, q->hNode, q->nodeParams, matcher);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemcpyNodeSetParams: {
+        auto* q = static_cast<const cuGraphExecMemcpyNodeSetParams_params*>(p);
+        s.graphs.on_exec_memcpy_params(q->hGraphExec, q->hNode, q->copyParams);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemsetNodeSetParams: {
+        auto* q = static_cast<const cuGraphExecMemsetNodeSetParams_params*>(p);
+        s.graphs.on_exec_memset_params(q->hGraphExec, q->hNode, q->memsetParams);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecChildGraphNodeSetParams:
+        s.graphs.on_exec_unfollowed_update(static_cast<const cuGraphExecChildGraphNodeSetParams_params*>(p)->hGraphExec,
+                                           "cuGraphExecChildGraphNodeSetParams");
+        break;
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecBatchMemOpNodeSetParams:
+        s.graphs.on_exec_unfollowed_update(static_cast<const cuGraphExecBatchMemOpNodeSetParams_params*>(p)->hGraphExec,
+                                           "cuGraphExecBatchMemOpNodeSetParams");
+        break;
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2: {
+        auto* q = static_cast<const cuGraphExecUpdate_v2_params*>(p);
+        s.graphs.on_exec_update(q->hGraphExec, q->hGraph, matcher);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate: {
+        auto* q = static_cast<const cuGraphExecUpdate_params*>(p);
+        s.graphs.on_exec_update(q->hGraphExec, q->hGraph, matcher);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled: {
+        auto* q = static_cast<const cuGraphNodeSetEnabled_params*>(p);
+        s.graphs.on_node_enabled(q->hGraphExec, q->hNode, q->isEnabled != 0, matcher);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy:
+        s.graphs.on_exec_destroy(static_cast<const cuGraphExecDestroy_params*>(p)->hGraphExec);
+        break;
+      default:
+        break;
+    }
+    return;
+  }
+  if (roles & kGraphBuild) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode:
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2: {
+        // Same leading fields in both: the node, the graph, then (v2) edge data.
+        CUgraphNodeParams* np;
+        CUgraphNode* node;
+        if (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode) {
+          auto* q = static_cast<const cuGraphAddNode_params*>(p);
+          np = q->nodeParams, node = q->phGraphNode;
+        } else {
+          auto* q = static_cast<const cuGraphAddNode_v2_params*>(p);
+          np = q->nodeParams, node = q->phGraphNode;
+        }
+        if (np && node && np->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && np->conditional.phGraph_out)
+          s.graphs.on_conditional_bodies(*node, np->conditional.phGraph_out, np->conditional.size);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode: {
+        // Graph memory lives at a fixed address for the graph's lifetime and is mapped
+        // while the graph's pool holds it: a region like any other, checked at capture.
+        auto* q = static_cast<const cuGraphAddMemAllocNode_params*>(p);
+        if (q->nodeParams && q->nodeParams->dptr)
+          s.mem.on_alloc(q->nodeParams->dptr, q->nodeParams->bytesize, "cuGraphAddMemAllocNode", "graph", cb->context);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+// The launch as the kernel node in the model describes it (parameters in force).
+LaunchDesc node_launch(CUgraphNode node, CUstream stream, bool per_thread, std::vector<CUlaunchAttribute>& attrs) {
+  CUDA_KERNEL_NODE_PARAMS p{};
+  KC_CHECK(cuGraphKernelNodeGetParams, (node, &p), "the target kernel node in kerncap's model");
+  LaunchDesc d;
+  d.api = "cuGraphLaunch";
+  d.f = p.func ? p.func : reinterpret_cast<CUfunction>(p.kern);
+  d.grid[0] = p.gridDimX, d.grid[1] = p.gridDimY, d.grid[2] = p.gridDimZ;
+  d.block[0] = p.blockDimX, d.block[1] = p.blockDimY, d.block[2] = p.blockDimZ;
+  d.shared_mem = p.sharedMemBytes;
+  d.stream = stream;
+  d.per_thread_default = per_thread;
+  d.kernel_params = p.kernelParams;
+  d.extra = p.extra;
+  // Node attributes that change how the kernel runs; the rest stay at their defaults.
+  const CUkernelNodeAttrID ids[] = {CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                                    CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                                    CU_LAUNCH_ATTRIBUTE_PRIORITY, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+                                    CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION};
+  for (CUkernelNodeAttrID id : ids) {
+    CUkernelNodeAttrValue v;
+    std::memset(&v, 0, sizeof v);
+    if (KC_CU(cuGraphKernelNodeGetAttribute)(node, id, &v) != CUDA_SUCCESS) continue;
+    static const CUkernelNodeAttrValue zero{};
+    if (!std::memcmp(&v, &zero, sizeof v)) continue;
+    if (id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION && v.clusterDim.x <= 1 && v.clusterDim.y <= 1 && v.clusterDim.z <= 1)
+      continue;
+    CUlaunchAttribute a;
+    std::memset(&a, 0, sizeof a);
+    a.id = id;
+    a.value = v;
+    attrs.push_back(a);
+    if (id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && v.cooperative) d.cooperative = true;
+  }
+  d.attrs = attrs.empty() ? nullptr : attrs.data();
+  d.num_attrs = unsigned(attrs.size());
+  return d;
+}
+
+// Instantiates `g` (destroyed here), launches it on `stream` and waits. Returns the
+// launch's result so a faulting target is reported as the target's failure.
+CUresult run_graph_copy(CUgraph g, CUstream stream, const std::string& what) {
+  CUgraphExec exec = nullptr;
+  CUresult r = KC_CU(cuGraphInstantiateWithFlags)(&exec, g, 0);
+  KC_CU(cuGraphDestroy)(g);
+  check(r, "cuGraphInstantiateWithFlags", what);
+  r = KC_CU(cuGraphLaunch)(exec, stream);
+  if (r == CUDA_SUCCESS) r = KC_CU(cuStreamSynchronize)(stream);
+  KC_CU(cuGraphExecDestroy)(exec);
+  return r;
+}
+
+// The dispatch is a kernel node of this launch of an executable graph. Everything
+// happens at cuGraphLaunch's entry, with every other thread held: kerncap runs a copy
+// of the graph's nodes before the target (pre-state), then the target alone
+// (post-state), from its model of the graph. Under keep-running the app's memory is
+// then put back as it was, and the app's own launch runs the whole graph once.
+void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t index, CUstream stream,
+                         bool per_thread) {
+  if (!claim_capture(s)) return;
+  s.quiesce.lock();
+  Guard guard;
+  std::vector<CUlaunchAttribute> attrs;
+  std::string dir;
+  bool prefix_ran = false;
+  std::unique_ptr<CaptureSession> session;
+  CUstream own = nullptr;
+  CUevent neutral = nullptr;
+  try {
+    LaunchDesc desc = node_launch(model_node(m, target), stream, per_thread, attrs);
+    session = std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, desc, *target.func, index);
+    GraphOrigin origin;
+    origin.exec_id = m.id;
+    origin.exec_launch = m.launches - 1;
+    origin.node_index = linear_index(m, target);
+    origin.nodes = m.total_nodes;
+    origin.targets = m.targets.size();
+    for (size_t i = 0; i < m.targets.size(); ++i)
+      if (m.targets[i].path == target.path) origin.target_index = i;
+    origin.path = target.path;
+    origin.built_by = m.built_by;
+    origin.updates = m.updates;
+    origin.instantiate_flags = m.instantiate_flags;
+    KC_CHECK(cuStreamCreate, (&own, CU_STREAM_NON_BLOCKING), "kerncap's stream for the graph's nodes");
+    KC_CHECK(cuEventCreate, (&neutral, CU_EVENT_DISABLE_TIMING), "kerncap's stand-in event");
+    KC_CHECK(cuCtxSynchronize, (), "the target's context before the graph's nodes run");
+    if (s.cfg.keep_running) session->snapshot_baseline();
+    PrefixPlan plan;
+    CUgraph prefix = build_prefix_graph(m, target, plan, neutral);
+    if (!plan.refusals.empty()) {
+      KC_CU(cuGraphDestroy)(prefix);
+      std::string why;
+      for (const std::string& r : plan.refusals) why += (why.empty() ? "" : "; ") + r;
+      throw std::runtime_error("the state at the target node cannot be reproduced: " + why);
+    }
+    origin.prefix_nodes = plan.prefix_nodes;
+    origin.skipped = plan.skipped;
+    session->set_graph_origin(origin);
+    prefix_ran = true;
+    check(run_graph_copy(prefix, own, "the nodes before the target"), "cuGraphLaunch",
+          "a copy of the nodes before " + target.func->demangled + " in its CUDA graph");
+    session->before_launch();
+    const CUresult r = run_graph_copy(build_target_graph(m, target), own, "the target node alone");
+    dir = session->after_launch(r);
+  } catch (const std::exception& e) {
+    const bool io = dynamic_cast<const IoError*>(&e) != nullptr;
+    bool restored = false;
+    if (session) {
+      restored = session->restore_after_failure();
+      session->abort();
+    }
+    std::string msg = std::string("capture of ") + target.func->demangled + " (dispatch " + std::to_string(index) +
+                      ", a node of CUDA graph #" + std::to_string(m.id) + ") failed: " + e.what();
+    capture_failed(s, io ? "disk" : "capture_failed", msg);
+    if (prefix_ran && !restored) {
+      // kerncap ran part of the graph itself; without the baseline the app's memory
+      // would hold those writes twice. Stop it rather than let it compute garbage.
+      s.report.add_error("app_stopped", "kerncap stopped the app: it had run nodes of the graph before the "
+                                        "failure and could not put the app's memory back");
+      session.reset();
+      if (own) KC_CU(cuStreamDestroy)(own);
+      if (neutral) KC_CU(cuEventDestroy)(neutral);
+      s.quiesce.unlock();
+      write_proc(s);
+      std::fflush(nullptr);
+      ::_exit(3);
+    }
+  }
+  session.reset();
+  if (own) KC_CU(cuStreamDestroy)(own);
+  if (neutral) KC_CU(cuEventDestroy)(neutral);
+  s.armed.store(false, std::memory_order_release);
+  s.quiesce.unlock();
+  if (!dir.empty()) s.report.set_captured(dir);
+  write_proc(s);
+  if (!dir.empty() && !s.cfg.keep_running) {
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
+}
+
+void graph_launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  auto* p = static_cast<const cuGraphLaunch_params*>(cb->functionParams);  // _ptsz: same layout
+  const bool per_thread = cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
+  t.graph_model = nullptr;
+  if (!s.armed.load(std::memory_order_acquire) || g_benchmark.load(std::memory_order_acquire) != 0) return;
+  LaunchDesc d;
+  d.stream = p->hStream;
+  d.per_thread_default = per_thread;
+  std::string why;
+  if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why))
+    return;  // becomes a child graph node of the graph being captured: counted when that runs
+  std::string refusal;
+  GraphLaunchView v;
   {
     Guard guard;
-    fi = s.funcs.get(f, s.matcher.get());
+    v = s.graphs.on_launch_enter(p->hGraph, p->hStream, refusal);
   }
-  if (fi->matched)
-    s.report.add_error("graph_node", fi->demangled + " was added to a CUDA graph (" + cb->functionName +
-                                         "); its launches inside the graph are invisible to kerncap. Run without "
-                                         "CUDA graphs to capture it.");
+  if (!v.model) return;
+  t.graph_model = v.model;
+  if (!refusal.empty()) {
+    capture_failed(s, "graph_refused", "executable graph #" + std::to_string(v.model->id) + ": " + refusal);
+    write_proc(s);
+    return;
+  }
+  if (!v.count) return;
+  const uint64_t before = s.target_matches.fetch_add(v.count, std::memory_order_acq_rel);
+  if (s.cfg.dispatch >= before && s.cfg.dispatch < before + v.count) {
+    const NodeRef target = v.model->targets[size_t(s.cfg.dispatch - before)];
+    start_graph_capture(s, *v.model, target, s.cfg.dispatch, p->hStream, per_thread);
+  }
+}
+
+void graph_launch_exit(ThreadState& t) {
+  if (!t.graph_model) return;
+  t.graph_model->launching.fetch_sub(1, std::memory_order_acq_rel);
+  t.graph_model = nullptr;
+}
+
+// A kernel node entered a graph (explicitly, or recorded by stream capture): remember
+// graphs that hold the target, to say what happened when the dispatch is never reached.
+void on_graph_node_created(State& s, const CUpti_GraphData* gd) {
+  if (!gd || gd->nodeType != CU_GRAPH_NODE_TYPE_KERNEL || !s.armed.load(std::memory_order_acquire) || tl.guard ||
+      tl.in_graph_call)
+    return;
+  Guard guard;
+  CUDA_KERNEL_NODE_PARAMS p{};
+  if (KC_CU(cuGraphKernelNodeGetParams)(gd->node, &p) != CUDA_SUCCESS) return;
+  CUfunction f = p.func ? p.func : reinterpret_cast<CUfunction>(p.kern);
+  if (f) s.graphs.on_kernel_node_added(gd->graph, s.funcs.get(f, s.matcher.get()));
 }
 
 // ---------------------------------------------------------------------------------
 // Callback entry
 
 void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  const uint16_t roles = call_roles(cbid);
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
-  if (is_launch_cbid(cbid)) {
+  if (roles & kLaunch) {
     if (enter) launch_enter(s, t, cbid, cb);
     else launch_exit(s, t, cb);
     return;
   }
-  if (is_stream_capture_begin(cbid)) {
-    // Set before the capture can begin: from here on every target launch asks the
-    // driver whether its stream is capturing (stream_is_capturing).
-    if (enter) s.stream_captures_seen.store(true, std::memory_order_release);
+  if (roles & kCaptureBegin) {
+    // Counted before the capture can begin: from here until its end every target
+    // launch asks the driver whether its stream is capturing (stream_is_capturing).
+    if (enter) s.active_captures.fetch_add(1, std::memory_order_acq_rel);
+    else if (result_of(cb) != CUDA_SUCCESS) s.active_captures.fetch_sub(1, std::memory_order_acq_rel);
     return;
   }
-  if (is_load_call(cbid)) {
+  if (roles & kModuleLoad) {
     if (enter) {
       tl_load_collector.emplace();
     } else if (tl_load_collector) {
@@ -641,17 +843,30 @@ void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Call
     }
     return;
   }
-  const bool enqueue = cbid < CUPTI_DRIVER_TRACE_CBID_SIZE && g_is_enqueue[cbid];
+  const bool enqueue = roles & kEnqueue;
+  if (roles & (kGraphInstantiate | kGraphUpdate)) t.in_graph_call = enter;
   if (enter) {
+    // Counting first: a capture starting here takes the quiesce lock exclusively.
+    if (roles & kGraphLaunch) graph_launch_enter(s, t, cbid, cb);
     if (enqueue) quiesce_enter(s, t);
     return;
   }
+  if (roles & kGraphLaunch) graph_launch_exit(t);
+  if (roles & kCaptureEnd) s.active_captures.fetch_sub(1, std::memory_order_acq_rel);
   if (result_of(cb) == CUDA_SUCCESS) {
-    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuModuleUnload || cbid == CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload) {
+    if (roles & kModuleUnload) {
       s.funcs.clear();  // handles of the unloaded code may be reused for other kernels
-    } else {
+    } else if (roles & (kAlloc | kHostMemory)) {
       track_memory(s, cbid, cb);
-      check_graph_node(s, cbid, cb);
+    } else if ((roles & (kCaptureEnd | kGraphInstantiate | kGraphUpdate | kGraphBuild)) &&
+               s.armed.load(std::memory_order_acquire)) {
+      try {
+        track_graph(s, cbid, cb, roles);
+      } catch (const std::exception& e) {
+        // A graph kerncap could not model must not be counted as if it held nothing.
+        capture_failed(s, "graph_refused", std::string("kerncap could not follow a CUDA graph call (") +
+                                               cb->functionName + "): " + e.what());
+      }
     }
   }
   if (enqueue) quiesce_exit(s, t);  // after tracking: the capture sees a consistent region list
@@ -677,6 +892,9 @@ void on_resource(State& s, CUpti_CallbackId cbid, const CUpti_ResourceData* rd) 
     }
     case CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING:
       s.mem.drop_context(rd->context);
+      break;
+    case CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED:
+      on_graph_node_created(s, static_cast<const CUpti_GraphData*>(rd->resourceDescriptor));
       break;
     default:
       break;
@@ -721,6 +939,19 @@ void at_exit() {
     CUptiResult r = cuptiUnsubscribe(s->subscriber);
     if (r == CUPTI_SUCCESS) r = cuptiFinalize();
     s->report.set_finalize_result(r == CUPTI_SUCCESS ? "ok" : cupti_error(r, "cuptiFinalize"));
+  }
+  if (s->active && s->cfg.mode == Mode::Capture && s->armed.load() && !s->claimed.load()) {
+    // The dispatch was never reached: say what the graphs holding the target did.
+    std::string why;
+    {
+      Guard guard;
+      why = s->graphs.unreached_summary();
+    }
+    const uint64_t recorded = s->recorded_into_graphs.load();
+    if (recorded)
+      why = std::to_string(recorded) + " launch(es) of the target were recorded into CUDA graphs by stream capture" +
+            (why.empty() ? "" : "; " + why);
+    if (!why.empty()) s->report.add_error("graph_unreached", why);
   }
   write_proc(*s);
 }
@@ -771,16 +1002,13 @@ void initialize() {
     s.active = true;
     return;
   }
-  for (CUpti_CallbackId id : kEnqueueCalls) g_is_enqueue[id] = true;
+  init_call_roles();
   bool ok = true;
-  for (CUpti_CallbackId id : kEnqueueCalls) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, id);
-  for (CUpti_CallbackId id : kHostMemoryCalls) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, id);
-  for (CUpti_CallbackId id : kModuleCalls) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, id);
-  for (CUpti_CallbackId id : kGraphCalls) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, id);
-  for (CUpti_CallbackId id : kStreamCaptureCalls) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  for (size_t i = 0; i < kWatchedCallCount; ++i) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, kWatchedCalls[i].id);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
+  ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
   if (!ok) {
     cuptiUnsubscribe(s.subscriber);
     return;  // a partial view would capture wrong state: stay out of the way

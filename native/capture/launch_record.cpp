@@ -41,20 +41,6 @@ void from_ex(const P* p, LaunchDesc& d) {
 
 }  // namespace
 
-bool is_launch_cbid(CUpti_CallbackId cbid) {
-  switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool decode_launch(CUpti_CallbackId cbid, const void* params, LaunchDesc& d) {
   d = LaunchDesc();
   switch (cbid) {

@@ -30,9 +30,9 @@ struct LaunchDesc {
   bool per_thread_default = false;  // a _ptsz variant: a NULL stream means the per-thread stream
 };
 
-// Fills `d` when `cbid` is one of the launch calls kerncap watches. Allocation-free.
+// Fills `d` when `cbid` is one of the launch calls kerncap watches (role kLaunch in
+// watched_calls.cpp). Allocation-free.
 bool decode_launch(CUpti_CallbackId cbid, const void* params, LaunchDesc& d);
-bool is_launch_cbid(CUpti_CallbackId cbid);
 
 // null | legacy | per-thread | user
 const char* stream_kind(const LaunchDesc& d);

@@ -1,7 +1,7 @@
 // graph_target: the target (graph_scale) is only ever launched from a CUDA graph made
-// by stream capture. Launches replayed by cudaGraphLaunch bypass the launch callbacks
-// and synchronizing a capturing stream breaks the capture (DESIGN §6), so extract must
-// refuse with a message that says so — and never corrupt the app.
+// by stream capture: 4 nodes per launch, 3 launches. kerncap counts the nodes at each
+// cuGraphLaunch and captures one at its node (docs/graphs.md) without corrupting the
+// app, which checks its own result.
 #include "common/testapp.hpp"
 
 __global__ void graph_scale(float* p, int n) {

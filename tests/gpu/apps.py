@@ -96,7 +96,6 @@ MOE_SCALE_SMALL_SILU = AppSpec("moe_scale", "silu", python=True, args=MOE_SMALL_
                                timeout=300.0)
 
 # Apps used only for failure paths (test_capture_errors.py).
-GRAPH_TARGET = AppSpec("graph_target", "graph_scale", keep_running=True)
 # An app that subscribes to CUPTI itself before its first CUDA call.
 PROFILER_CONFLICT = AppSpec("cupti_first", "cupti_first_scale")
 

@@ -304,28 +304,19 @@ def diagnose_failure(
                     "the partial capture was removed and the app was not harmed",
                     f"free space under {run_dir.parent} or choose an --output on another file system",
                 )
+            stopped = report_errors(procs, "app_stopped")
             return KerncapError(
-                f"the capture of {target} in process {pid} failed: {msg}",
+                f"the capture of {target} in process {pid} failed: {msg}"
+                + (f"; {stopped[0][1].get('message', '')}" if stopped else ""),
                 "see docs/interposer.md; rerun with --keep-run-dir and look at the run directory's interposer.log",
             )
-    found = report_errors(procs, "stream_capture")
+    found = report_errors(procs, "graph_refused")
     if found:
         pid, error = found[0]
         return KerncapError(
-            f"{target} was launched while its stream was being captured into a CUDA graph (process {pid}); "
-            "kerncap does not capture inside stream capture",
-            "turn CUDA graphs off for this run: torch.compile mode=\"default\" instead of \"reduce-overhead\" or "
-            "\"max-autotune\", no torch.cuda.graphs / CUDAGraph trees (TORCHINDUCTOR_CUDAGRAPHS=0), or the app's "
-            "own graph option",
-        )
-    found = report_errors(procs, "graph_node")
-    if found:
-        pid, error = found[0]
-        return KerncapError(
-            f"{target} was added to a CUDA graph as a kernel node (process {pid}); graph launches are invisible "
-            "to kerncap",
-            "run the kernel outside CUDA graphs for this run (e.g. disable the app's graph mode or "
-            "torch.compile's cudagraphs)",
+            f"{target} runs in a CUDA graph kerncap cannot capture it from (process {pid}): {error.get('message', '')}",
+            "docs/graphs.md lists what kerncap follows in graphs; for this run, launch the target outside that "
+            "construct or pick a --dispatch before it",
         )
     matches = [int(p.get("target_matches") or 0) for p in procs]
     subscriber = report_errors(procs, "cupti_subscriber")
@@ -356,15 +347,18 @@ def diagnose_failure(
             f"no process of `{cmd}` loaded the capture library (no proc-*.json was written)",
             "does the app use CUDA? The driver loads the library only in processes that initialise CUDA",
         )
+    graphs = report_errors(procs, "graph_unreached")
+    in_graphs = f"; in CUDA graphs: {graphs[0][1].get('message', '')}" if graphs else ""
     if not any(matches):
         return KerncapError(
-            f"{target} was never launched by `{cmd}`" + _closest_listing(kernel, procs),
+            f"{target} never ran in `{cmd}`{in_graphs}" + _closest_listing(kernel, procs),
             "pass one of these names (or a substring of it); `kerncap profile -- CMD` lists every kernel",
         )
     if max(matches) <= dispatch:
         return KerncapError(
-            f"{target} was launched only {max(matches)} time(s) in any one process; --dispatch {dispatch} asks for "
-            f"dispatch #{dispatch} (counted from 0, per process, excluding autotuner benchmark runs)",
+            f"{target} ran only {max(matches)} time(s) in any one process{in_graphs}; --dispatch {dispatch} asks for "
+            f"dispatch #{dispatch} (counted from 0, per process, eager launches and graph nodes alike, excluding "
+            "autotuner benchmark runs)",
             f"use --dispatch between 0 and {max(matches) - 1}",
         )
     return KerncapError(

@@ -69,9 +69,14 @@ class _Selection:
         return hit
 
     def take(self) -> int | None:
-        """Count a real (non-benchmark) matching launch; its index while it may be captured."""
+        """Count a real (non-benchmark) matching launch; its index while it may be captured.
+        A launch recorded into a CUDA graph (stream capture) does not run now and is not
+        counted, but is always recorded: every later graph launch runs with its arguments."""
         if hooks.benchmark_depth() > 0:
             return None
+        if _stream_capturing():
+            with self._lock:
+                return self._seen
         with self._lock:
             index = self._seen
             self._seen += 1
@@ -79,6 +84,16 @@ class _Selection:
 
 
 _selection: _Selection | None = None
+
+
+def _stream_capturing() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:  # no CUDA in torch, or an old torch: nothing is being captured
+        return False
 
 # -- value encoding (decoded by kerncap.triton.values) ------------------------------------
 

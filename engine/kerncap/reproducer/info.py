@@ -67,6 +67,7 @@ def summarize(path: str | os.PathLike) -> dict[str, Any]:
             "cooperative": cap.launch.get("cooperative", False),
             "param_form": cap.launch.get("param_form"),
             "attributes": cap.launch.get("attributes", []),
+            "graph": cap.launch.get("graph"),  # set when the dispatch ran as a node of a CUDA graph
         },
         "params": params,
         "param_buffer_size": len(cap.param_buffer),
@@ -108,6 +109,22 @@ def _v(x) -> str:
     return "?" if x is None or x == "" else str(x)
 
 
+def graph_origin_text(g: dict[str, Any]) -> str:
+    """How a graph-launched dispatch ran, in one line (docs/graphs.md)."""
+    depth = len(g.get("path") or [])
+    where = "in a child graph, " if depth > 1 else ""
+    text = (f"node {_v(g.get('node_index'))} of {_v(g.get('nodes'))} ({where}target node "
+            f"{(g.get('target_index') or 0) + 1} of {_v(g.get('targets'))}) in launch {_v(g.get('exec_launch'))} "
+            f"of executable graph #{_v(g.get('exec_id'))}, built by {_v(g.get('built_by'))}")
+    if g.get("updates"):
+        text += f", {g['updates']} update(s) since instantiation"
+    text += f"; pre-state after {_v(g.get('prefix_nodes'))} earlier node(s)"
+    skipped = g.get("skipped") or {}
+    if skipped:
+        text += " (not run by kerncap: " + ", ".join(f"{n} {k}" for k, n in skipped.items()) + ")"
+    return text
+
+
 def format_summary(s: dict[str, Any]) -> str:
     k, launch, prov = s["kernel"], s["launch"], s["provenance"]
     module, attrs = k.get("module") or {}, k.get("attributes") or {}
@@ -122,6 +139,9 @@ def format_summary(s: dict[str, Any]) -> str:
                + (", cooperative" if launch.get("cooperative") else ""))
     for a in launch.get("attributes") or []:
         out.append(f"            launch attribute {a.get('id')}: {a.get('value', '')[:32]}…")
+    graph = launch.get("graph")
+    if isinstance(graph, dict):
+        out.append(f"graph       {graph_origin_text(graph)}")
     if attrs:
         out.append("attributes  " + ", ".join(f"{name} {value}" for name, value in attrs.items()))
     selection = _v(module.get("selection"))
