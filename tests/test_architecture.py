@@ -20,8 +20,9 @@ LAYERS = [
     ("replay, recompile", ["kerncap.replay", "kerncap.recompile"]),
     ("prune", ["kerncap.prune"]),
     ("capture", ["kerncap.capture"]),
+    ("fleet", ["kerncap.fleet"]),
     ("api", ["kerncap.api"]),
-    ("front ends", ["kerncap.__main__", "kerncap.cli", "kerncap.commands", "kerncap_tui"]),
+    ("front ends", ["kerncap.__main__", "kerncap.cli", "kerncap.commands", "kerncap.frontends", "kerncap_tui"]),
 ]
 
 
@@ -152,7 +153,8 @@ def test_capture_hooks_are_self_contained():
            for d in deps if not d.startswith("kerncap.pyhooks")]
     assert bad == []
 def test_front_ends_reach_the_engine_only_through_the_api():
-    allowed = ("kerncap.api", "kerncap.errors", "kerncap.core", "kerncap.cli", "kerncap.commands", "kerncap_tui")
+    allowed = ("kerncap.api", "kerncap.errors", "kerncap.core", "kerncap.cli", "kerncap.commands", "kerncap.frontends",
+               "kerncap_tui")
     bad = []
     for m, deps in GRAPH.items():
         if layer_of(m) != len(LAYERS) - 1:

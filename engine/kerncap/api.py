@@ -26,8 +26,21 @@ from kerncap import sources as _sources
 from kerncap.capture import extract as _extract
 from kerncap.capture import profile as _profile
 from kerncap.capture import run as _run
+from kerncap.core import stack as _stack
+from kerncap.fleet import baseline as _baseline
+from kerncap.fleet import check as _check
+from kerncap.fleet import fanout as _fanout
+from kerncap.fleet import junit as _junit
+from kerncap.fleet import sweep as _sweep
+from kerncap.fleet.check import CheckCase, CheckReport
+from kerncap.fleet.fanout import Fanout
+from kerncap.fleet.sweep import SweepEntry, SweepReport
+from kerncap.fleet.tasks import MeasureOptions
 from kerncap.prune import pruner as _pruner
+from kerncap.replay import interleave as _interleave
 from kerncap.replay.client import ReplayClient
+from kerncap.replay.interleave import Comparison
+from kerncap.replay.pool import ReplayPool
 from kerncap.replay.results import (
     RegionCheck,
     ReplayResult,
@@ -35,10 +48,12 @@ from kerncap.replay.results import (
     format_replay,
     format_validation,
 )
+from kerncap.reproducer import editable as _editable
 from kerncap.reproducer import info as _info
 from kerncap.reproducer import listing as _listing
 from kerncap.reproducer import pack as _pack
 from kerncap.reproducer import stored as _stored
+from kerncap.reproducer.editable import SourceFile
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.pack import PackResult
 from kerncap.reproducer.prune_report import PruneReport
@@ -61,6 +76,12 @@ __all__ = [
     "AutotuneConfigs", "Discovery", "PruneReport", "RecompileResult", "RegionCheck", "ReplayClient",
     "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",
     "format_validation", "prune", "recompile", "replay", "validate",
+    # resident replay, editable sources, stacks (MCP server)
+    "Comparison", "ReplayPool", "SourceFile", "compare", "list_sources", "read_source", "running_stack",
+    "stack_differences", "write_source",
+    # many reproducers and variants on many GPUs
+    "CheckCase", "CheckReport", "Fanout", "MeasureOptions", "SweepEntry", "SweepReport", "check", "format_check",
+    "format_sweep", "load_sweep_configs", "open_fanout", "sweep", "write_check_baseline", "write_junit",
 ]
 
 PathLike = str | os.PathLike
@@ -227,3 +248,112 @@ def prune(reproducer: PathLike, *, validate: bool = True, output: PathLike | Non
     if that replays byte-exact (needs the GPU); otherwise keep it and say why.
     `validate=False` writes an unvalidated copy to `output` (default DIR-pruned)."""
     return _pruner.prune_reproducer(reproducer, validate=validate, output=output, device=device)
+
+
+# -- front ends without a person: resident replay, editable sources, stacks (issue 16) ----------
+
+
+def list_sources(reproducer: PathLike) -> list[SourceFile]:
+    """The files under `<reproducer>/source/` that `recompile` builds from, each with its
+    size and whether it is editable (kerncap's build records are listed, not editable)."""
+    return _editable.list_sources(reproducer)
+
+
+def read_source(reproducer: PathLike, name: str) -> str:
+    """The text of one source file (`name` relative to source/; nothing outside it)."""
+    return _editable.read_source(reproducer, name)
+
+
+def write_source(reproducer: PathLike, name: str, text: str) -> SourceFile:
+    """Replace or create one source file atomically (`name` relative to source/); the
+    next `recompile` builds from it."""
+    return _editable.write_source(reproducer, name, text)
+
+
+def compare(client: ReplayClient, cubins: Sequence[PathLike | None], *, iterations: int = 20, rounds: int = 5,
+            warmup: int = 3, flush_l2: bool = False) -> Comparison:
+    """Interleaved timing of several cubins (None: the captured one) on one open
+    ReplayClient; medians over all launches, speedups against the first."""
+    return _interleave.compare(client, list(cubins), iterations=iterations, rounds=rounds, warmup=warmup,
+                               flush_l2=flush_l2)
+
+
+def running_stack(device: int | None = None) -> dict[str, Any]:
+    """kerncap, Python, torch/triton/numpy versions, NVIDIA driver, CUDA driver API and
+    the GPU (name, UUID, clocks) of this machine now (NVML or nvidia-smi; None where
+    unknown). `extract` records the same in reproducer.json's "provenance"."""
+    return _stack.running_stack(index=device)
+
+
+def stack_differences(reproducer: PathLike, running: dict[str, Any] | None = None) -> list[str]:
+    """How the stack a reproducer recorded differs from `running` (default: this
+    machine's): one line per differing fact (kerncap, driver, CUDA, GPU, torch, triton)."""
+    summary = _info.summarize(reproducer)
+    return _stack.differences(summary["stack"], running if running is not None else _stack.running_stack())
+
+
+# -- many reproducers and variants on many GPUs (issue 16) ------------------------------------
+
+
+def open_fanout(*, backend: str = "auto", gpus: Sequence[str] | None = None, scheduler: str | None = None,
+                compile_workers: int | None = None, compiles: bool = False, connect_timeout: float = 10.0) -> Fanout:
+    """Where `check` and `sweep` run their jobs (a context manager; close it after).
+    `backend`: auto | dask | processes | serial; `gpus`: CUDA_VISIBLE_DEVICES entries, one
+    worker each (default: every GPU nvidia-smi lists); `scheduler`: the address of an
+    existing Dask scheduler (its GPU workers must declare the resource GPU=1);
+    `compile_workers`: CPU workers for Triton compiles. Dask is optional
+    (`pip install 'kerncap[cluster]'`); without it a process per GPU does the same work
+    on one machine. A scheduler not reached within `connect_timeout` seconds raises
+    KerncapError (exit status 3)."""
+    return _fanout.open_fanout(backend=backend, gpus=gpus, scheduler=scheduler, compile_workers=compile_workers,
+                               compiles=compiles, connect_timeout=connect_timeout)
+
+
+def check(dirs: Sequence[PathLike], fanout: Fanout, *, options: MeasureOptions | None = None,
+          baseline: PathLike | None = None, threshold_pct: float = 10.0, ship: bool | None = None,
+          on_case: Callable[[CheckCase], None] | None = None) -> CheckReport:
+    """Validate and time every reproducer under `dirs` and its best recorded variant
+    (history.json) on `fanout`; with `baseline` (a file `write_check_baseline` wrote), a
+    median more than `threshold_pct` above the stored one is a regression. `ship`: send
+    the reproducers to the workers instead of relying on a shared path (default: when
+    the workers may be remote). `report.exit_status`: 0 all pass, 1 a verdict failed, 3 a
+    case could not run."""
+    return _check.check(dirs, fanout, options=options, baseline=baseline, threshold_pct=threshold_pct, ship=ship,
+                        on_case=on_case)
+
+
+def write_check_baseline(report: CheckReport, path: PathLike) -> Path:
+    """Store the medians of the passing cases of `report` for later `check(baseline=path)`."""
+    return _baseline.save(path, _check.baseline_cases(report))
+
+
+def write_junit(report: CheckReport | SweepReport, path: PathLike) -> Path:
+    """The report as JUnit XML: a <failure> per verdict, an <error> per case that could not run."""
+    if isinstance(report, CheckReport):
+        return _junit.write(path, "kerncap check", _check.junit_cases(report), report.seconds)
+    return _junit.write(path, "kerncap sweep", _sweep.junit_cases(report), report.seconds)
+
+
+def format_check(report: CheckReport) -> str:
+    """The table `kerncap check` prints."""
+    return _check.format_report(report)
+
+
+def load_sweep_configs(path: PathLike) -> list[str]:
+    """Triton configs from a file: one `--config` value per line, or a JSON list."""
+    return _sweep.load_configs(path)
+
+
+def sweep(reproducer: PathLike, fanout: Fanout, *, configs: Sequence[str] = (), variants: Sequence[PathLike] = (),
+          options: MeasureOptions | None = None, ship: bool | None = None,
+          on_entry: Callable[[SweepEntry], None] | None = None) -> SweepReport:
+    """Compile each Triton config (on compile workers) and validate and time it, and each
+    variant cubin, plus the captured cubin, on the GPU workers of `fanout`."""
+    _sweep.check_variant_paths(variants)
+    return _sweep.sweep(reproducer, fanout, configs=configs, variants=variants, options=options, ship=ship,
+                        on_entry=on_entry)
+
+
+def format_sweep(report: SweepReport) -> str:
+    """The table `kerncap sweep` prints."""
+    return _sweep.format_report(report)

@@ -17,8 +17,10 @@ import sys
 
 from kerncap import __version__
 from kerncap.commands import (
+    check,
     extract,
     info,
+    mcp,
     pack,
     profile,
     prune,
@@ -26,6 +28,7 @@ from kerncap.commands import (
     replay,
     sources,
     store,
+    sweep,
     tui,
     unpack,
     validate,
@@ -35,7 +38,7 @@ from kerncap.errors import EXIT_CANNOT_RUN, KerncapError, UsageError
 
 # The order of `kerncap --help`.
 COMMANDS = (profile, extract, replay, validate, recompile, sources, info, list_command, pack, unpack, prune, store,
-            tui)
+            tui, check, sweep, mcp)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -32,6 +32,7 @@ from kerncap.capture.run import (
     run_app,
 )
 from kerncap.core.native import inject_library
+from kerncap.core.stack import capture_provenance
 from kerncap.core.units import short_kernel_name
 from kerncap.errors import KerncapError, UsageError
 from kerncap.prune.pruner import prune_reproducer
@@ -130,7 +131,7 @@ def extract(
             raise diagnose_failure(kernel, match, dispatch, procs, outcome, run_dir, timeout)
 
         try:
-            result = _assemble(kernel, match, dispatch, command, output, run_dir, source_dir, build_dir, force)
+            result = _assemble(kernel, match, dispatch, command, output, run_dir, source_dir, build_dir, force, env)
         except OSError as exc:
             raise KerncapError(
                 f"the capture succeeded but the reproducer {output} could not be written: "
@@ -226,7 +227,7 @@ def _remove_empty(dirs: list[Path]) -> None:
 
 def _assemble(
     kernel: str, match: str, dispatch: int, command: list[str], output: Path, run_dir: Path,
-    source_dir, build_dir, force: bool,
+    source_dir, build_dir, force: bool, env: dict[str, str] | None = None,
 ) -> ExtractResult:
     stage = run_dir / "reproducer"
     stage.mkdir()
@@ -253,6 +254,7 @@ def _assemble(
         # A Triton kernel's sources are the hook's snapshot, whatever --source-dir found.
         "sources": triton if triton else sources,
         "triton": triton,
+        "provenance": _provenance(command, capture, env, notes),
         "notes": notes,
     }
     tmp = stage / ".reproducer.json.tmp"
@@ -269,6 +271,15 @@ def _assemble(
         reproducer_dir=output, capture=Capture.open(output), run_dir=run_dir,
         sources=record["sources"], triton=triton, notes=notes,
     )
+
+
+def _provenance(command: list[str], capture: Capture, env: dict[str, str] | None, notes: list[str]) -> dict | None:
+    """The stack of the run (kerncap.core.stack); a failure to read it is a note, never the capture's loss."""
+    try:
+        return capture_provenance(command, capture.provenance.get("gpu") or {}, env)
+    except Exception as exc:  # noqa: BLE001 - provenance is informative; the capture is complete
+        notes.append(f"provenance not recorded ({type(exc).__name__}: {exc})")
+        return None
 
 
 def _attach(step, notes: list[str], *args) -> dict | None:

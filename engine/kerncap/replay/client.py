@@ -124,6 +124,24 @@ class ReplayClient:
                     proc.kill()
                     proc.wait()
 
+    @property
+    def server_pid(self) -> int | None:
+        """The process id of the running server, if one runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def kill(self) -> None:
+        """Kill the server now, without waiting for a request in flight (it then fails
+        as "server died"). Does not take the client's lock: this is how a front end whose
+        client went away ends a replay mid-request."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # unkillable (D state): nothing more to do here
+                pass
+
     def _spawn(self) -> None:
         self.close()
         env = dict(os.environ if self.env is None else self.env)

@@ -7,6 +7,7 @@ import os
 import shlex
 from typing import Any
 
+from kerncap.core.stack import recorded_stack, stack_lines
 from kerncap.core.units import dim_tuple, driver_version_text, human_bytes, text_table
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.prune_report import PruneReport
@@ -98,6 +99,7 @@ def summarize(path: str | os.PathLike) -> dict[str, Any]:
         "pruned": m.get("pruned"),  # kerncap prune: what the full capture held, why each region stayed
         "warnings": cap.warnings,
         "reproducer": reproducer,
+        "stack": recorded_stack(reproducer if isinstance(reproducer, dict) else None, prov),
     }
 
 
@@ -202,6 +204,7 @@ def format_summary(s: dict[str, Any]) -> str:
     if secs:
         out.append("timing      " + ", ".join(f"{k} {v:.2f} s" for k, v in secs.items() if isinstance(v, (int, float))))
     rep = s.get("reproducer") or {}
+    out += [f"{label:<11} {text}" for label, text in stack_lines(rep.get("provenance"))]
     src = rep.get("sources")
     if src:
         out.append(f"sources     {src.get('kind')}: {src.get('translation_unit') or src.get('reason', '')}"

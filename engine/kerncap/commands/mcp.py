@@ -1,0 +1,37 @@
+"""`kerncap mcp --root DIR… [--http HOST:PORT]`: the Model Context Protocol server."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kerncap.commands.replay import positive_int
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "mcp",
+        help="serve kerncap's tools to agents over the Model Context Protocol",
+        description="Run an MCP server (stdio by default; streamable HTTP with --http) whose tools profile and "
+                    "extract apps, show reproducers, read and write their sources, recompile, validate, replay and "
+                    "compare variants, each returning the CLI's --json data. Paths outside the --root directories "
+                    "are refused. Needs the mcp extra: pip install 'kerncap[mcp]'. See docs/mcp.md.",
+    )
+    p.add_argument("--root", type=Path, action="append", required=True, metavar="DIR",
+                   help="a directory of reproducers or a workspace the tools may use (repeatable; relative tool "
+                        "paths are taken from the first)")
+    p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP on HOST:PORT instead of stdio")
+    p.add_argument("--max-resident", type=positive_int, default=4, metavar="N",
+                   help="resident replay servers kept open (one per reproducer, least recently used closed first; 4)")
+    p.add_argument("--replay-timeout", type=float, default=None, metavar="S",
+                   help="seconds one replay request may take before its server is killed (default: no limit)")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from kerncap.frontends import mcp_server  # the mcp SDK is an optional extra: imported when asked for
+
+    if args.http:
+        mcp_server.parse_http(args.http)  # a usage error before anything starts
+    mcp_server.serve(args.root, http=args.http, max_resident=args.max_resident, replay_timeout=args.replay_timeout)
+    return 0

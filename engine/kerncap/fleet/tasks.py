@@ -1,0 +1,267 @@
+"""What a worker does for `check` and `sweep`: validate and time one variant of one
+reproducer on its GPU, or compile one Triton config on a CPU.
+
+Every function here is a top-level function with plain, picklable arguments and
+results (a Dask worker or a pool process receives them), and never raises for
+something the user can fix: a KerncapError becomes a failed `Step` with its message
+and hint, so nothing depends on exceptions surviving the trip between processes.
+
+A GPU worker keeps one resident replay server per reproducer (kerncap.replay.pool) for
+its lifetime, so a sweep's variants after the first cost only their kernel. Workers
+are pinned to their GPU with CUDA_VISIBLE_DEVICES and replay on ordinal 0 of what they
+see; the serial path (no fan-out) uses the ordinal it is given.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import platform
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kerncap.core.stack import running_stack
+from kerncap.errors import KerncapError
+from kerncap.fleet.ship import Bundle, materialize
+from kerncap.recompile import recompile
+from kerncap.replay.pool import ReplayPool
+from kerncap.replay.results import ValidationResult
+from kerncap.reproducer.format import Capture
+
+OK, FAIL, ERROR, SKIPPED = "ok", "fail", "error", "skipped"
+
+
+@dataclass
+class Step:
+    name: str            # open | compile | validate | time
+    gpu: bool            # needs a GPU (a CPU-only machine reports these as errors, marked)
+    status: str          # ok | fail (a verdict) | error (could not run) | skipped
+    seconds: float = 0.0
+    message: str = ""
+    hint: str | None = None
+
+
+@dataclass
+class MeasureOptions:
+    """How each variant is validated and timed."""
+    validate: bool = True
+    time: bool = True
+    iterations: int = 50
+    warmup: int = 5
+    flush_l2: bool = False
+    atol: float | None = None
+    rtol: float | None = None
+    dtype: str | None = None
+    dtypes: dict[int, str] = field(default_factory=dict)
+    device: int = 0            # GPU ordinal as the worker sees it
+    replay_timeout: float | None = 600.0  # seconds per request; a hung variant is killed
+    server_cmd: list[str] | None = None   # the replay server command (tests use a stand-in)
+
+
+@dataclass
+class Outcome:
+    """One variant of one reproducer, as a worker measured it."""
+    reproducer: str
+    label: str               # baseline | v3 | a config | a cubin's name
+    cubin: str | None        # None: the captured cubin
+    steps: list[Step] = field(default_factory=list)
+    validation: dict[str, Any] | None = None  # passed, mode, failing regions
+    timing: dict[str, Any] | None = None      # median_ms, min_ms, max_ms, spread_pct, iterations, warmup
+    worker: dict[str, Any] = field(default_factory=dict)
+    stack: dict[str, Any] | None = None       # the worker's running stack
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        """fail if a verdict failed, else error if a step could not run, else ok."""
+        states = {s.status for s in self.steps}
+        return FAIL if FAIL in states else ERROR if ERROR in states else OK
+
+    @property
+    def problem(self) -> Step | None:
+        return next((s for s in self.steps if s.status in (FAIL, ERROR)), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = self.status
+        return d
+
+
+# -- worker state ------------------------------------------------------------------------------
+
+_state_lock = threading.Lock()
+_pool: ReplayPool | None = None
+_stack: dict[str, Any] | None = None
+
+
+def worker_pool(options: MeasureOptions) -> ReplayPool:
+    """This process's resident replay servers (created on first use, closed at exit)."""
+    global _pool
+    with _state_lock:
+        wanted = (options.device, options.replay_timeout, options.server_cmd)
+        if _pool is None or (_pool.device, _pool.timeout, _pool.server_cmd) != wanted:
+            if _pool is not None:
+                _pool.close_all()
+            _pool = ReplayPool(device=options.device, max_resident=2, timeout=options.replay_timeout,
+                               server_cmd=options.server_cmd)
+            atexit.register(_pool.close_all)
+        return _pool
+
+
+def worker_identity(options: MeasureOptions | None = None) -> dict[str, Any]:
+    return {"host": platform.node(), "pid": os.getpid(),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "device": options.device if options else None,
+            "name": os.environ.get("KERNCAP_WORKER_NAME")}
+
+
+def worker_stack(options: MeasureOptions) -> dict[str, Any]:
+    """The running stack of this worker's GPU (asked once per process)."""
+    global _stack
+    with _state_lock:
+        if _stack is None:
+            _stack = running_stack(index=None if os.environ.get("CUDA_VISIBLE_DEVICES") else options.device)
+        return _stack
+
+
+# -- steps -----------------------------------------------------------------------------------
+
+
+def _step(name: str, gpu: bool, fn, *args):
+    """Run fn(*args) as a step: (Step, value or None)."""
+    start = time.monotonic()
+    try:
+        value = fn(*args)
+        return Step(name, gpu, OK, time.monotonic() - start), value
+    except KerncapError as exc:
+        return Step(name, gpu, ERROR, time.monotonic() - start, exc.message, exc.hint), None
+    except OSError as exc:
+        return Step(name, gpu, ERROR, time.monotonic() - start, f"{exc.strerror or exc} ({exc.filename})",
+                    "check the reproducer's files and permissions"), None
+
+
+def validation_summary(v: ValidationResult) -> dict[str, Any]:
+    """The verdict without the per-region table: what a corpus report needs."""
+    failing = [{"name": r.name, "mismatched_bytes": r.mismatched_bytes, "mismatched_elements": r.mismatched_elements,
+                "unexpected_write": r.unexpected_write} for r in v.failures]
+    return {"passed": v.passed, "mode": v.mode, "atol": v.atol, "rtol": v.rtol, "checked": len(v.regions),
+            "failing": failing, "notes": list(v.notes)}
+
+
+def resolve(reproducer: str | Bundle) -> str:
+    """A reproducer path on this worker: the path itself, or a shipped bundle materialized
+    in the worker's cache (and hydrated from its store when its payloads are there)."""
+    return str(materialize(reproducer)) if isinstance(reproducer, Bundle) else str(reproducer)
+
+
+def measure(reproducer: str | Bundle, label: str, cubin: str | None, options: MeasureOptions,
+            files: dict[str, bytes] | None = None) -> Outcome:
+    """Validate and time one variant on this worker's GPU. `cubin` is relative to the
+    reproducer (or absolute); `files` are written into the reproducer first (a compiled
+    variant shipped from a compile worker: name -> bytes under variants/)."""
+    out = Outcome(reproducer="", label=label, cubin=cubin, worker=worker_identity(options))
+    step, path = _step("open", False, _open, reproducer, files or {})
+    out.steps.append(step)
+    if path is None:
+        return out
+    out.reproducer = path
+    cubin_path = None if cubin is None else str(Path(path) / cubin)
+    pool = worker_pool(options)
+    out.stack = worker_stack(options)
+    if options.validate:
+        step, v = _step("validate", True, pool.run, path, lambda rc: rc.validate(
+            cubin=cubin_path, atol=options.atol, rtol=options.rtol, dtype=options.dtype, dtypes=options.dtypes))
+        if v is not None:
+            out.validation = validation_summary(v)
+            if not v.passed:
+                step.status = FAIL
+                step.message = (f"{len(v.failures)} of {len(v.regions)} regions/globals differ from the captured "
+                                f"post-state ({'byte-exact' if v.mode == 'exact' else 'tolerance'})")
+        out.steps.append(step)
+        if step.status != OK:
+            if options.time:
+                out.steps.append(Step("time", True, SKIPPED, message="not timed: validation did not pass"))
+            return out
+    if options.time:
+        step, r = _step("time", True, pool.run, path, lambda rc: rc.replay(
+            cubin=cubin_path, iterations=options.iterations, warmup=options.warmup, flush_l2=options.flush_l2))
+        if r is not None:
+            out.timing = {"median_ms": r.median_ms, "min_ms": r.min_ms, "max_ms": r.max_ms,
+                          "spread_pct": r.spread_pct, "iterations": r.iterations, "warmup": r.warmup,
+                          "flush_l2": r.flush_l2}
+        out.steps.append(step)
+    return out
+
+
+def _open(reproducer: str | Bundle, files: dict[str, bytes]) -> str:
+    path = resolve(reproducer)
+    Capture.open(path)  # the manifest is whole and of this format version
+    variants = Path(path) / "variants"
+    for name, data in files.items():
+        target = variants / Path(name).name
+        if not target.is_file() or target.read_bytes() != data:
+            variants.mkdir(exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+    return path
+
+
+def check_reproducer(reproducer: str | Bundle, variants: list[tuple[str, str | None]],
+                     options: MeasureOptions) -> list[Outcome]:
+    """`kerncap check`'s unit of work: every listed variant (label, cubin) of one reproducer."""
+    return [measure(reproducer, label, cubin, options) for label, cubin in variants]
+
+
+# -- compile (CPU workers) -----------------------------------------------------------------------
+
+
+@dataclass
+class Compiled:
+    config: str
+    ok: bool
+    seconds: float = 0.0
+    cubin: str | None = None                 # variants/<name>.cubin, relative to the reproducer
+    files: dict[str, bytes] = field(default_factory=dict)  # the cubin and its .launch.json, by file name
+    message: str = ""
+    hint: str | None = None
+    log: str = ""
+    worker: dict[str, Any] = field(default_factory=dict)
+
+
+def compile_config(reproducer: str | Bundle, config: str) -> Compiled:
+    """Recompile a Triton reproducer with `config` pinned ("" for the captured contract)."""
+    start = time.monotonic()
+    worker = worker_identity()
+    try:
+        path = Path(resolve(reproducer))
+        result = recompile(path, config or None)
+    except KerncapError as exc:
+        return Compiled(config, False, time.monotonic() - start, message=exc.message, hint=exc.hint, worker=worker)
+    except OSError as exc:
+        return Compiled(config, False, time.monotonic() - start, message=f"{exc.strerror or exc} ({exc.filename})",
+                        worker=worker)
+    files = {result.cubin.name: result.cubin.read_bytes()}
+    launch = result.cubin.with_suffix(".launch.json")
+    if launch.is_file():
+        files[launch.name] = launch.read_bytes()
+    return Compiled(config, True, result.seconds, cubin=f"variants/{result.cubin.name}", files=files, log=result.log,
+                    worker=worker)
+
+
+def measure_compiled(reproducer: str | Bundle, options: MeasureOptions, compiled: Compiled) -> Outcome:
+    """The GPU half of a sweep entry (the fan-out passes the compile's result last): the
+    compiled variant's files land in the worker's view of the reproducer, then it is
+    validated and timed."""
+    if not compiled.ok:
+        out = Outcome(reproducer=str(reproducer) if not isinstance(reproducer, Bundle) else reproducer.name,
+                      label=compiled.config, cubin=None, worker=compiled.worker)
+        out.steps.append(Step("compile", False, ERROR, compiled.seconds, compiled.message, compiled.hint))
+        return out
+    out = measure(reproducer, compiled.config, compiled.cubin, options, files=compiled.files)
+    out.steps.insert(0, Step("compile", False, OK, compiled.seconds))
+    out.extra["compile_worker"] = compiled.worker
+    return out

@@ -1,0 +1,420 @@
+"""`kerncap mcp`: kerncap as a Model Context Protocol server, for agents that edit,
+compile, validate and time kernels in a loop (docs/mcp.md).
+
+Built on the official `mcp` Python SDK's `MCPServer` (pip install 'kerncap[mcp]'):
+stdio by default, streamable HTTP with `--http HOST:PORT`. Every tool returns the same
+data as the CLI's `--json`; an error the user can fix comes back as a tool error whose
+text is the message and the hint, with the CLI's JSON error as structured content.
+
+Every path a tool takes must lie under one of the directories the server was started
+with (`--root DIR`, repeatable; relative paths are taken from the first). The server
+keeps one resident replay server per reproducer (kerncap.api.ReplayPool), so an
+agent's edit → recompile → validate → time loop pays the capture's restore once. When
+the client goes away — the stdio stream closes, a request is cancelled, the process is
+terminated — the replay servers are killed, also in the middle of a request.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+from pydantic import Field
+
+from kerncap import __version__, api
+from kerncap.errors import KerncapError, UsageError
+
+try:
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.types import CallToolResult, TextContent
+except ImportError as exc:  # the `mcp` extra is optional
+    raise UsageError(f"the MCP Python SDK is not installed ({exc})", "pip install 'kerncap[mcp]'") from None
+
+T = TypeVar("T")
+APP_OUTPUT_LINES = 40     # tail of the app's output returned by profile/extract
+PROGRESS_EVERY_S = 1.0
+DEFAULT_APP_TIMEOUT_S = 900.0
+
+INSTRUCTIONS = """kerncap pulls one GPU kernel dispatch out of a CUDA application into a reproducer directory
+that replays it at its original addresses. Loop: `info` a reproducer, `list_sources`, `read_source`,
+`write_source` an edit, `recompile` (Triton: optional `config` pins), `validate` the new cubin (byte-exact unless
+atol/rtol), `compare` its timing with the captured cubin. `profile` and `extract` run the application itself.
+Paths must lie under the server's roots; relative paths are taken from the first root."""
+
+# Argument types shared by the tools (module level: the SDK evaluates the annotations here).
+Reproducer = Annotated[str, Field(description="a reproducer directory (absolute, or relative to the first root)")]
+Cubin = Annotated[str | None, Field(description="a variant cubin, relative to the reproducer (e.g. variants/1.cubin) "
+                                                "or absolute; omit for the captured cubin")]
+
+
+class Roots:
+    """The directories the server may read and write under."""
+
+    def __init__(self, dirs: Sequence[str | os.PathLike]):
+        if not dirs:
+            raise UsageError("no --root given", "start the server with --root DIR (repeatable): the reproducers and "
+                                                "workspaces it may use")
+        self.dirs = []
+        for d in dirs:
+            p = Path(d).expanduser().resolve()
+            if not p.is_dir():
+                raise UsageError(f"--root {d} is not a directory", "create it first, or pass an existing directory")
+            self.dirs.append(p)
+
+    def path(self, value: str, what: str = "path") -> Path:
+        p = Path(value).expanduser()
+        resolved = (p if p.is_absolute() else self.dirs[0] / p).resolve()
+        if not any(resolved.is_relative_to(d) for d in self.dirs):
+            raise UsageError(f"{what} {value} is outside the directories this server may use "
+                             f"({', '.join(map(str, self.dirs))})",
+                             "pass a path under one of them, or restart `kerncap mcp` with another --root")
+        return resolved
+
+    def reproducer(self, value: str) -> Path:
+        p = self.path(value, "reproducer")
+        if not (p / "capture").is_dir() and not (p / "manifest.json").is_file():
+            raise KerncapError(f"{p} is not a reproducer (no capture/ in it)",
+                               "pass a directory made by `extract`; `list_reproducers` lists those under the roots")
+        return p.parent if p.name == "capture" else p
+
+    def cubin(self, reproducer: Path, value: str | None) -> Path | None:
+        """A variant cubin: relative to the reproducer, or an absolute path under the roots."""
+        if value is None or value == "":
+            return None
+        p = Path(value)
+        resolved = self.path(str(p if p.is_absolute() else reproducer / p), "cubin")
+        if not resolved.is_file():
+            raise KerncapError(f"variant cubin {resolved} does not exist", "build it with `recompile`")
+        return resolved
+
+
+def _error_result(exc: KerncapError) -> CallToolResult:
+    text = exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=exc.to_json(),
+                          is_error=True)
+
+
+def kerncap_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A tool whose KerncapError (and disk trouble) comes back as an MCP tool error."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await fn(*args, **kwargs)
+        except KerncapError as exc:
+            return _error_result(exc)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            return _error_result(KerncapError(f"{exc.strerror or exc}{where}",
+                                              "check free space and permissions of that location"))
+
+    return wrapper
+
+
+class _Tail:
+    """The last lines an app wrote (stdout and stderr of a profiled or captured app
+    must never reach the stdio transport)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._partial = {"stdout": b"", "stderr": b""}
+
+    def __call__(self, stream: str, data: bytes) -> None:
+        text = self._partial[stream] + data
+        *done, self._partial[stream] = text.split(b"\n")
+        self.lines += [f"{stream}: {line.decode(errors='replace')}" for line in done]
+        del self.lines[:-APP_OUTPUT_LINES]
+
+
+class KerncapMCP:
+    """The server's state: its roots and its resident replay servers."""
+
+    def __init__(self, roots: Sequence[str | os.PathLike], *, max_resident: int = 4,
+                 replay_timeout: float | None = None, replay_server_cmd: Sequence[str] | None = None):
+        self.roots = Roots(roots)
+        self.pool = api.ReplayPool(max_resident=max_resident, timeout=replay_timeout, server_cmd=replay_server_cmd)
+
+    async def blocking(self, ctx: Context | None, label: str, fn: Callable[[], T], *,
+                       reproducer: Path | None = None) -> T:
+        """Run fn in a worker thread, reporting progress every second. If the request is
+        cancelled (or the client goes away) a replay in flight on `reproducer` is killed."""
+        start = time.monotonic()
+        done = anyio.Event()
+
+        async def ticker() -> None:
+            while not done.is_set():
+                with anyio.move_on_after(PROGRESS_EVERY_S):
+                    await done.wait()
+                if not done.is_set() and ctx is not None:
+                    elapsed = time.monotonic() - start
+                    try:
+                        await ctx.report_progress(elapsed, None, f"{label}: {elapsed:.0f} s")
+                    except Exception:  # noqa: BLE001 - a client that stopped listening
+                        return
+
+        failure: Exception | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ticker)
+                try:
+                    result = await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+                except Exception as exc:  # noqa: BLE001 - re-raised below, outside the task group's wrapping
+                    failure = exc
+                finally:
+                    done.set()
+        except anyio.get_cancelled_exc_class():
+            if reproducer is not None:
+                self.pool.kill(reproducer)
+            raise
+        if failure is not None:
+            raise failure
+        return result
+
+    def shutdown(self) -> None:
+        self.pool.kill_all()
+
+
+def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, replay_timeout: float | None = None,
+                 replay_server_cmd: Sequence[str] | None = None) -> MCPServer:
+    """The MCP server over `roots` (see the module doc). `replay_server_cmd` replaces the
+    replay server command (tests)."""
+    state = KerncapMCP(roots, max_resident=max_resident, replay_timeout=replay_timeout,
+                       replay_server_cmd=replay_server_cmd)
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer):
+        try:
+            yield state
+        finally:
+            state.shutdown()
+
+    server = MCPServer("kerncap", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan,
+                       log_level="WARNING")
+    server.kerncap = state  # type: ignore[attr-defined]  # for tests and the CLI's signal handler
+    R = state.roots
+
+    # -- the application ------------------------------------------------------------------
+
+    @server.tool()
+    @kerncap_tool
+    async def profile(ctx: Context,
+                      command: Annotated[list[str], Field(description="the app's argv, e.g. [\"python\", \"train.py\"]")],
+                      cwd: Annotated[str | None, Field(description="working directory (under a root)")] = None,
+                      env: Annotated[dict[str, str] | None, Field(description="variables added to the app's "
+                                                                              "environment")] = None,
+                      timeout_s: Annotated[float, Field(gt=0, description="stop the app after this long")] = DEFAULT_APP_TIMEOUT_S,
+                      ) -> dict[str, Any]:
+        """Run the app once under the capture library and rank its kernels by total GPU time
+        (the data of `kerncap profile --json`); the profile is saved in the first root's
+        workspace."""
+        workdir = R.path(cwd, "cwd") if cwd else R.dirs[0]
+        tail = _Tail()
+        result = await state.blocking(ctx, "profile", lambda: api.profile(command, cwd=workdir, env=env,
+                                                                          timeout=timeout_s, output=tail))
+        saved = api.Workspace(R.dirs[0] / "kerncap-workspace").new_profile_path()
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        result.save(saved)
+        return {**result.to_dict(), "saved": str(saved), "app_output_tail": tail.lines}
+
+    @server.tool()
+    @kerncap_tool
+    async def extract(ctx: Context,
+                      kernel: Annotated[str, Field(description="kernel name pattern (see match)")],
+                      command: Annotated[list[str], Field(description="the app's argv")],
+                      output: Annotated[str | None, Field(description="new reproducer directory (under a root); "
+                                                                      "default kerncap-workspace/reproducers/<kernel>-<time> "
+                                                                      "in the first root")] = None,
+                      dispatch: Annotated[int, Field(ge=0, description="which matching dispatch, from 0")] = 0,
+                      match: Annotated[str, Field(description="substring | regex | exact")] = "substring",
+                      source_dir: Annotated[str | None, Field(description="the app's source tree (CUDA C++)")] = None,
+                      build_dir: Annotated[str | None, Field(description="its build tree (compile_commands.json)")] = None,
+                      cwd: Annotated[str | None, Field(description="working directory of the app")] = None,
+                      env: Annotated[dict[str, str] | None, Field(description="variables added to the app's "
+                                                                              "environment")] = None,
+                      timeout_s: Annotated[float, Field(gt=0, description="stop the app after this long")] = DEFAULT_APP_TIMEOUT_S,
+                      prune: Annotated[bool, Field(description="shrink to the kernel's pointer closure if that "
+                                                               "validates (GPU)")] = False,
+                      force: Annotated[bool, Field(description="replace a non-empty output")] = False,
+                      ) -> dict[str, Any]:
+        """Capture one dispatch of a kernel of the app into a new reproducer (what `kerncap
+        extract` does); returns the reproducer's path and what `info` says about it."""
+        out = R.path(output, "output") if output else api.Workspace(R.dirs[0] / "kerncap-workspace").new_reproducer_path(kernel)
+        src = R.path(source_dir, "source_dir") if source_dir else None
+        bld = R.path(build_dir, "build_dir") if build_dir else None
+        workdir = R.path(cwd, "cwd") if cwd else R.dirs[0]
+        tail = _Tail()
+        result = await state.blocking(ctx, "extract", lambda: api.extract(
+            kernel, command, output=out, dispatch=dispatch, match=match, timeout=timeout_s, source_dir=src,
+            build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune))
+        return {"reproducer": str(result.reproducer_dir), "seconds": result.seconds, "sources": result.sources,
+                "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,
+                "info": api.info(result.reproducer_dir), "app_output_tail": tail.lines}
+
+    # -- reproducers and their sources --------------------------------------------------------
+
+    @server.tool()
+    @kerncap_tool
+    async def list_reproducers() -> dict[str, Any]:
+        """Every reproducer under the server's roots (as `kerncap list --json`)."""
+        rows = api.list_reproducers(R.dirs[0] / "kerncap-workspace", extra=[*R.dirs, *(d / "reproducers" for d in R.dirs)])
+        return {"roots": [str(d) for d in R.dirs], "reproducers": rows}
+
+    @server.tool()
+    @kerncap_tool
+    async def info(reproducer: Reproducer) -> dict[str, Any]:
+        """Everything a reproducer holds: kernel, launch, parameters, regions, globals,
+        provenance and the recorded stack (as `kerncap info --json`)."""
+        return api.info(R.reproducer(reproducer))
+
+    @server.tool()
+    @kerncap_tool
+    async def list_sources(reproducer: Reproducer) -> dict[str, Any]:
+        """The reproducer's editable source files (under its source/), with sizes."""
+        repro = R.reproducer(reproducer)
+        return {"reproducer": str(repro), "source_dir": str(repro / "source"),
+                "files": [f.__dict__ for f in api.list_sources(repro)]}
+
+    @server.tool()
+    @kerncap_tool
+    async def read_source(reproducer: Reproducer,
+                          file: Annotated[str, Field(description="path relative to the reproducer's source/")],
+                          ) -> dict[str, Any]:
+        """The text of one source file of the reproducer."""
+        repro = R.reproducer(reproducer)
+        return {"file": file, "text": api.read_source(repro, file)}
+
+    @server.tool()
+    @kerncap_tool
+    async def write_source(reproducer: Reproducer,
+                           file: Annotated[str, Field(description="path relative to the reproducer's source/")],
+                           text: Annotated[str, Field(description="the file's complete new content")],
+                           ) -> dict[str, Any]:
+        """Replace (or create) one source file of the reproducer; `recompile` builds from it."""
+        repro = R.reproducer(reproducer)
+        return {"written": api.write_source(repro, file, text).__dict__}
+
+    @server.tool()
+    @kerncap_tool
+    async def recompile(ctx: Context, reproducer: Reproducer,
+                        config: Annotated[str | None, Field(description="Triton only: options or an autotune config "
+                                                                        "to pin, e.g. \"num_warps=4,BLOCK=64\"")] = None,
+                        ) -> dict[str, Any]:
+        """Rebuild only the captured kernel from the edited sources into variants/ (as
+        `kerncap recompile --json`): CUDA C++ with the recorded nvcc flags, Triton in-process."""
+        repro = R.reproducer(reproducer)
+        result = await state.blocking(ctx, "recompile", lambda: api.recompile(repro, config))
+        return {"cubin": str(result.cubin), "seconds": round(result.seconds, 3), "command": result.command,
+                "log": result.log}
+
+    @server.tool()
+    @kerncap_tool
+    async def list_configs(reproducer: Reproducer) -> dict[str, Any]:
+        """The autotune configs a Triton reproducer recorded, each with its grid (pin one with
+        recompile's `config`)."""
+        found = api.autotune_configs(R.reproducer(reproducer))
+        return {"function": found.function, "captured_grid": found.captured_grid,
+                "configs": [{"config": c.config, "grid": c.grid, "grid_error": c.grid_error, "captured": c.captured}
+                            for c in found.candidates]}
+
+    # -- the GPU ------------------------------------------------------------------------------
+
+    @server.tool()
+    @kerncap_tool
+    async def validate(ctx: Context, reproducer: Reproducer, cubin: Cubin = None,
+                       atol: Annotated[float | None, Field(ge=0, description="absolute tolerance")] = None,
+                       rtol: Annotated[float | None, Field(ge=0, description="relative tolerance")] = None,
+                       dtype: Annotated[str | None, Field(description="element type of regions of unknown type "
+                                                                      "(tolerance mode)")] = None,
+                       region_dtypes: Annotated[dict[int, str] | None, Field(description="region id -> element type")] = None,
+                       ) -> dict[str, Any]:
+        """Run the kernel (or the variant) once on the captured pre-state and compare every
+        region and global with the captured post-state: byte-exact unless a tolerance or
+        dtype is given (as `kerncap validate --json`; `passed` is the verdict). Uses the
+        reproducer's resident replay server."""
+        repro = R.reproducer(reproducer)
+        variant = R.cubin(repro, cubin)
+        if region_dtypes and dtype is None and atol is None and rtol is None:
+            dtype = "float32"  # per-region dtypes ask for an element-wise comparison, as the CLI does
+        result = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda rc: rc.validate(
+            cubin=variant, atol=atol, rtol=rtol, dtype=dtype, dtypes=region_dtypes)), reproducer=repro)
+        return result.to_dict()
+
+    @server.tool()
+    @kerncap_tool
+    async def replay(ctx: Context, reproducer: Reproducer, cubin: Cubin = None,
+                     iterations: Annotated[int, Field(ge=1, le=100000)] = 20,
+                     warmup: Annotated[int, Field(ge=0, le=10000)] = 3,
+                     flush_l2: Annotated[bool, Field(description="evict L2 before each launch")] = False,
+                     ) -> dict[str, Any]:
+        """Time the kernel (or the variant) at the captured addresses: per-launch times,
+        median, min, spread (as `kerncap replay --json`)."""
+        repro = R.reproducer(reproducer)
+        variant = R.cubin(repro, cubin)
+        result = await state.blocking(ctx, "replay", lambda: state.pool.run(repro, lambda rc: rc.replay(
+            cubin=variant, iterations=iterations, warmup=warmup, flush_l2=flush_l2)), reproducer=repro)
+        return result.to_dict()
+
+    @server.tool()
+    @kerncap_tool
+    async def compare(ctx: Context, reproducer: Reproducer,
+                      cubins: Annotated[list[str], Field(min_length=1, description="variant cubins to time against "
+                                                                                  "the captured one")],
+                      iterations: Annotated[int, Field(ge=1, le=100000)] = 20,
+                      rounds: Annotated[int, Field(ge=1, le=1000, description="interleaved rounds")] = 5,
+                      ) -> dict[str, Any]:
+        """Time the captured cubin and each variant in interleaved rounds on the resident
+        replay server; medians over all launches and speedups against the captured cubin."""
+        repro = R.reproducer(reproducer)
+        variants = [R.cubin(repro, c) for c in cubins]
+        result = await state.blocking(ctx, "compare", lambda: state.pool.run(repro, lambda rc: api.compare(
+            rc, [None, *variants], iterations=iterations, rounds=rounds)), reproducer=repro)
+        return result.to_dict()
+
+    @server.tool()
+    @kerncap_tool
+    async def release(reproducer: Reproducer) -> dict[str, Any]:
+        """Shut down the reproducer's resident replay server (it frees its GPU memory; the
+        next validate or replay starts a new one)."""
+        repro = R.reproducer(reproducer)
+        return {"reproducer": str(repro), "released": state.pool.close(repro)}
+
+    return server
+
+
+def serve(roots: Sequence[str | os.PathLike], *, http: str | None = None, max_resident: int = 4,
+          replay_timeout: float | None = None, replay_server_cmd: Sequence[str] | None = None) -> None:
+    """Run the server until the client goes away (stdio) or until interrupted (HTTP).
+    SIGTERM and SIGHUP kill the replay servers before the process ends."""
+    server = build_server(roots, max_resident=max_resident, replay_timeout=replay_timeout,
+                          replay_server_cmd=replay_server_cmd)
+    state: KerncapMCP = server.kerncap  # type: ignore[attr-defined]
+
+    def terminate(signum, _frame) -> None:
+        state.shutdown()
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, terminate)
+    try:
+        if http is None:
+            server.run("stdio")
+        else:
+            host, port = parse_http(http)
+            server.run("streamable-http", host=host, port=port)
+    finally:
+        state.shutdown()
+
+
+def parse_http(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--http {text!r} is not HOST:PORT", "e.g. --http 127.0.0.1:8765")
+    return (host.strip("[]") or "127.0.0.1"), int(port)
+

@@ -1,0 +1,166 @@
+"""`kerncap check` on the CPU: the corpus of committed H200 captures (and the demo
+reproducer with its recorded variants) on the real engine, whose GPU steps answer "no
+replay core / no GPU" here and are marked as GPU steps; the verdict logic (pass, FAIL,
+regression against a baseline, JUnit, exit statuses, stack warnings) with the replay
+server's stand-in (tests/fake_replay_server.py) answering; and a local Dask cluster.
+The GPU suite runs it on ≥ 10 real reproducers (tests/gpu/test_check_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from kerncap import api
+from kerncap.cli import main
+from kerncap.errors import UsageError
+from kerncap.fleet.check import find_corpus
+from kerncap.reproducer.recorded import best_variant
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures" / "captures"
+DEMO = HERE.parent / "kerncap_tui" / "demo" / "reproducer"
+FAKE = [sys.executable, str(HERE / "fake_replay_server.py")]
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    c = tmp_path / "corpus"
+    c.mkdir()
+    for name in ("axpy_small", "graph_explicit"):
+        shutil.copytree(FIXTURES / name, c / "cuda" / name)
+    shutil.copytree(DEMO, c / "demo", ignore=shutil.ignore_patterns("dot-git"))
+    return c
+
+
+def fake(**kw) -> api.MeasureOptions:
+    return api.MeasureOptions(iterations=5, warmup=1, server_cmd=FAKE, **kw)
+
+
+def test_corpus_keys_and_cases(corpus):
+    found = dict(find_corpus([corpus]))
+    assert sorted(found) == ["cuda/axpy_small", "cuda/graph_explicit", "demo"]
+    assert dict(find_corpus([corpus / "demo"])) == {"demo": corpus / "demo"}
+    best = best_variant(corpus / "demo")
+    assert (best.label, best.cubin) == ("v1", "variants/1.cubin")  # the fastest passing one; v3 failed
+
+
+def test_corpus_errors(tmp_path, corpus):
+    with pytest.raises(UsageError, match="does not exist"):
+        find_corpus([tmp_path / "nope"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no reproducer under"):
+        find_corpus([tmp_path / "empty"])
+    shutil.copytree(FIXTURES / "axpy_small", tmp_path / "other" / "demo")
+    with pytest.raises(UsageError, match="two reproducers have the key 'demo'"):
+        find_corpus([corpus / "demo", tmp_path / "other" / "demo"])
+
+
+def test_history_outside_the_reproducer_or_damaged(corpus):
+    demo = corpus / "demo"
+    hist = json.loads((demo / "history.json").read_text())
+    for v in hist["variants"]:
+        if v["id"] == 1:
+            v["cubin"] = "../../../etc/hostname"
+    (demo / "history.json").write_text(json.dumps(hist))
+    assert best_variant(demo).label == "v2"  # v1's cubin leads out of the reproducer: not followed
+    (demo / "history.json").write_text("{broken")
+    with api.open_fanout(backend="serial") as f:
+        report = api.check([demo], f, options=fake())
+    [case] = report.cases  # the captured cubin is still checked
+    assert any("history.json is unreadable" in w for w in case.warnings)
+
+
+def test_cpu_machine_reports_gpu_steps_as_could_not_run(corpus, tmp_path, capsys):
+    junit = tmp_path / "j.xml"
+    status = main(["check", str(corpus), "--backend", "serial", "--junit", str(junit), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert status == 3 == out["exit_status"]
+    assert [c["key"] for c in out["cases"]] == ["cuda/axpy_small#baseline", "cuda/graph_explicit#baseline",
+                                                 "demo#baseline", "demo#v1"]
+    for c in out["cases"]:
+        assert c["status"] == "error" and c["gpu_step"] is True
+        assert [s["name"] for s in c["steps"]][:2] == ["open", "validate"]
+        assert c["steps"][0]["status"] == "ok" and c["steps"][0]["gpu"] is False
+    suite = ET.parse(junit).getroot()
+    assert suite.get("tests") == "4" and suite.get("errors") == "4"
+    assert all(tc.find("error") is not None and "(a GPU step)" in tc.find("error").text for tc in suite.iter("testcase"))
+
+
+def test_verdicts_baseline_and_regression(corpus, tmp_path, monkeypatch):
+    base = tmp_path / "base.json"
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/1.cubin": 0.008}))
+    with api.open_fanout(backend="serial") as f:
+        first = api.check([corpus], f, options=fake())
+    assert first.exit_status == 0 and {c.status for c in first.cases} == {"pass"}
+    api.write_check_baseline(first, base)
+    stored = json.loads(base.read_text())
+    assert stored["format"] == "kerncap-check-baseline"
+    assert stored["cases"]["demo#v1"]["median_ms"] == 0.008
+
+    # the recorded best variant got slower (25 % > 10 %): a regression, exit status 1
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.0102, "variants/1.cubin": 0.010}))
+    with api.open_fanout(backend="serial") as f:
+        second = api.check([corpus], f, options=fake(), baseline=base, threshold_pct=10)
+    by = {c.key: c for c in second.cases}
+    assert by["demo#v1"].status == "regressed" and round(by["demo#v1"].change_pct) == 25
+    assert by["demo#baseline"].status == "pass" and round(by["demo#baseline"].change_pct) == 2
+    assert second.exit_status == 1
+    junit = tmp_path / "j.xml"
+    api.write_junit(second, junit)
+    failures = [tc for tc in ET.parse(junit).getroot().iter("testcase") if tc.find("failure") is not None]
+    assert [(tc.get("classname"), tc.get("name")) for tc in failures] == [("demo", "v1")]
+    assert "above the baseline" in failures[0].find("failure").get("message")
+    text = api.format_check(second)
+    assert "REGRESSED" in text and "+25.0%" in text
+
+    # a variant that no longer validates is a failure too
+    monkeypatch.setenv("FAKE_FAIL", "variants/1.cubin")
+    with api.open_fanout(backend="serial") as f:
+        third = api.check([corpus], f, options=fake(), baseline=base)
+    by = {c.key: c for c in third.cases}
+    assert by["demo#v1"].status == "fail" and "differ from the captured post-state" in by["demo#v1"].message
+    assert by["demo#v1"].timing is None  # not timed after a failed validation
+
+
+def test_cli_usage_errors_and_a_damaged_baseline(corpus, tmp_path, capsys):
+    assert main(["check", str(tmp_path / "nope")]) == 2
+    assert main(["check", str(corpus), "--baseline", str(tmp_path / "missing.json")]) == 2
+    (tmp_path / "bad.json").write_text('{"format": "something else"}')
+    assert main(["check", str(corpus), "--backend", "serial", "--baseline", str(tmp_path / "bad.json")]) == 3
+    assert "unreadable" in capsys.readouterr().err
+
+
+def test_stack_differences_are_warnings(corpus, monkeypatch):
+    demo = corpus / "cuda" / "axpy_small"
+    rec = json.loads((demo / "reproducer.json").read_text())
+    rec["provenance"] = {"kerncap": "0.0.1", "packages": {"torch": "1.0.0"}, "driver": "1.0",
+                         "gpu": {"name": "NVIDIA A100"}}
+    (demo / "reproducer.json").write_text(json.dumps(rec))
+    with api.open_fanout(backend="serial") as f:
+        report = api.check([demo], f, options=fake())
+    [case] = report.cases
+    assert case.status == "pass"
+    assert any("kerncap: recorded 0.0.1, running" in w for w in case.warnings)
+
+
+def test_local_dask_cluster_runs_check(corpus, monkeypatch, tmp_path):
+    pytest.importorskip("distributed")
+    monkeypatch.setenv("PYTHONPATH", f"{HERE.parent / 'engine'}:{HERE.parent}")
+    monkeypatch.setenv("KERNCAP_WORKER_CACHE", str(tmp_path / "cache"))
+    with api.open_fanout(backend="dask", gpus=["0", "1"], compile_workers=1) as f:
+        assert "local Dask cluster: 2 GPU worker(s)" in f.description
+        real = api.check([corpus], f)  # the real engine: GPU steps cannot run here
+        faked = api.check([corpus], f, options=fake())
+        shipped = api.check([corpus], f, options=fake(), ship=True)
+    assert real.exit_status == 3 and all(c.gpu_step for c in real.cases)
+    assert {c.worker["name"] for c in real.cases} <= {"gpu-0", "gpu-1"}
+    assert faked.exit_status == 0 and len(faked.cases) == 4
+    assert shipped.exit_status == 0
+    # shipped: each worker wrote the reproducers it ran into its cache, by content digest
+    copies = sorted(p.name for p in (tmp_path / "cache").glob("*/*") if (p / "capture" / "manifest.json").is_file())
+    assert set(copies) == {"axpy_small", "graph_explicit", "demo"}

@@ -1,0 +1,350 @@
+"""`kerncap mcp`: the MCP server driven only through the official SDK's client, over
+copies of the committed H200 captures. In-process (the SDK's in-memory transport) for
+the tools, and over stdio in a subprocess for a client that disconnects mid-request.
+
+Tools that need a GPU answer with the engine's own error here (no replay core or no
+GPU); tests that need a replay server that answers use tests/fake_replay_server.py.
+The GPU suite drives the same tools on the H200 (tests/gpu/test_mcp_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+anyio = pytest.importorskip("anyio")
+
+from mcp import Client, StdioServerParameters, stdio_client  # noqa: E402
+from mcp.client.session import ClientSession  # noqa: E402
+
+from kerncap.frontends.mcp_server import build_server, parse_http  # noqa: E402
+from kerncap.errors import UsageError  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures" / "captures"
+FAKE = [sys.executable, str(HERE / "fake_replay_server.py")]
+REPO = HERE.parent
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    r = tmp_path / "root"
+    r.mkdir()
+    for name in ("axpy_small", "graph_explicit"):
+        shutil.copytree(FIXTURES / name, r / name)
+    return r
+
+
+def call(server, *calls, progress=None):
+    """Run (tool, args) calls in one client session; the results in order."""
+    async def go():
+        out = []
+        async with Client(server) as c:
+            for name, args in calls:
+                out.append(await c.call_tool(name, args, progress_callback=progress))
+        return out
+    return anyio.run(go)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_tools_are_listed_with_input_schemas(root):
+    async def go():
+        async with Client(build_server([root])) as c:
+            return (await c.list_tools()).tools
+    tools = {t.name: t for t in anyio.run(go)}
+    assert {"profile", "extract", "info", "list_reproducers", "list_sources", "read_source", "write_source",
+            "recompile", "list_configs", "validate", "replay", "compare", "release"} <= set(tools)
+    schema = tools["validate"].input_schema
+    assert schema["required"] == ["reproducer"]
+    assert {"cubin", "atol", "rtol", "dtype", "region_dtypes"} <= set(schema["properties"])
+    assert "ctx" not in schema["properties"]
+    assert tools["replay"].input_schema["properties"]["iterations"]["minimum"] == 1
+
+
+def test_info_is_the_cli_json(root, capsys):
+    from kerncap.cli import main
+
+    [r] = call(build_server([root]), ("info", {"reproducer": "axpy_small"}))
+    assert not r.is_error
+    assert main(["info", str(root / "axpy_small"), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert r.structured_content == json.loads(json.dumps(cli))
+    assert r.structured_content["kernel"]["name"] == "_Z12axpy_inplacefPKfPfi"
+
+
+def test_list_reproducers_under_the_roots(root):
+    [r] = call(build_server([root]), ("list_reproducers", {}))
+    paths = sorted(Path(x["path"]).name for x in r.structured_content["reproducers"])
+    assert paths == ["axpy_small", "graph_explicit"]
+
+
+def test_sources_read_edit_and_recompile(root):
+    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists():
+        pytest.skip("no nvcc: recompile needs the CUDA toolkit")
+    server = build_server([root])
+    listed, read = call(server, ("list_sources", {"reproducer": "graph_explicit"}),
+                        ("read_source", {"reproducer": "graph_explicit", "file": "graph_explicit.cu"}))
+    files = {f["path"]: f for f in listed.structured_content["files"]}
+    assert files["graph_explicit.cu"]["editable"] and not files["build.json"]["editable"]
+    text = read.structured_content["text"]
+    assert "gx_target" in text
+    edited = text.replace("__global__ void gx_target", "// edited by an agent\n__global__ void gx_target", 1)
+    assert edited != text
+    wrote, again, built = call(server, ("write_source", {"reproducer": "graph_explicit", "file": "graph_explicit.cu",
+                                                         "text": edited}),
+                               ("read_source", {"reproducer": "graph_explicit", "file": "graph_explicit.cu"}),
+                               ("recompile", {"reproducer": str(root / "graph_explicit")}))
+    assert not wrote.is_error and wrote.structured_content["written"]["size"] == len(edited.encode())
+    assert again.structured_content["text"] == edited
+    assert (root / "graph_explicit" / "source" / "graph_explicit.cu").read_text() == edited
+    assert not built.is_error, built.content[0].text
+    cubin = Path(built.structured_content["cubin"])
+    assert cubin.is_file() and cubin.parent == root / "graph_explicit" / "variants"
+    assert built.structured_content["command"][0].endswith("nvcc")
+
+
+def test_gpu_tools_answer_with_the_engines_error(root):
+    server = build_server([root])
+    results = call(server, ("validate", {"reproducer": "axpy_small"}),
+                   ("replay", {"reproducer": "axpy_small", "iterations": 5}),
+                   ("compare", {"reproducer": "axpy_small", "cubins": ["capture/cubins/" + next(
+                       (root / "axpy_small" / "capture" / "cubins").iterdir()).name]}))
+    for r in results:
+        assert r.is_error
+        err = r.structured_content["error"]
+        assert err["exit_status"] == 3 and err["hint"]
+        assert "replay core not built" in err["message"] or "GPU" in err["message"] or "CUDA" in err["message"]
+        assert "hint:" in r.content[0].text
+
+
+def test_list_configs_of_a_cuda_reproducer_says_it_is_not_triton(root):
+    [r] = call(build_server([root]), ("list_configs", {"reproducer": "axpy_small"}))
+    assert r.is_error and r.content[0].text
+
+
+@pytest.mark.parametrize("tool,args,what", [
+    ("info", {"reproducer": "/etc"}, "reproducer /etc is outside"),
+    ("info", {"reproducer": "../"}, "is outside"),
+    ("read_source", {"reproducer": "graph_explicit", "file": "../reproducer.json"}, "without '..'"),
+    ("read_source", {"reproducer": "graph_explicit", "file": "/etc/passwd"}, "relative"),
+    ("validate", {"reproducer": "axpy_small", "cubin": "/etc/passwd"}, "cubin /etc/passwd is outside"),
+    ("extract", {"kernel": "k", "command": ["true"], "output": "/tmp/elsewhere"}, "output /tmp/elsewhere is outside"),
+    ("profile", {"command": ["true"], "cwd": "/"}, "cwd / is outside"),
+])
+def test_paths_outside_the_roots_are_refused(root, tool, args, what):
+    [r] = call(build_server([root]), (tool, args))
+    assert r.is_error
+    assert what in r.content[0].text
+    assert r.structured_content["error"]["type"] == "UsageError"
+    assert not Path("/tmp/elsewhere").exists()
+
+
+def test_a_symlink_out_of_the_root_is_refused(root, tmp_path):
+    outside = tmp_path / "outside"
+    shutil.copytree(FIXTURES / "axpy_small", outside)
+    (root / "link").symlink_to(outside)
+    (root / "graph_explicit" / "source" / "escape.cu").symlink_to("/etc/hostname")
+    server = build_server([root])
+    via_link, escape = call(server, ("info", {"reproducer": "link"}),
+                            ("read_source", {"reproducer": "graph_explicit", "file": "escape.cu"}))
+    assert via_link.is_error and "outside" in via_link.content[0].text
+    assert escape.is_error and "outside" in escape.content[0].text
+
+
+def test_records_and_non_reproducers_are_refused(root):
+    (root / "plain").mkdir()
+    server = build_server([root])
+    record, plain = call(server, ("write_source", {"reproducer": "graph_explicit", "file": "build.json", "text": "{}"}),
+                         ("info", {"reproducer": "plain"}))
+    assert record.is_error and "record" in record.content[0].text
+    assert json.loads((root / "graph_explicit" / "source" / "build.json").read_text())["kernel"]
+    assert plain.is_error and "not a reproducer" in plain.content[0].text
+
+
+@pytest.mark.parametrize("args,field", [
+    ({}, "reproducer"),                                            # missing
+    ({"reproducer": 5}, "reproducer"),                             # wrong type
+    ({"reproducer": "axpy_small", "iterations": 0}, "iterations"),  # out of range
+    ({"reproducer": "axpy_small", "iterations": "many"}, "iterations"),
+])
+def test_malformed_arguments_are_tool_errors(root, args, field):
+    [r] = call(build_server([root]), ("replay", args))
+    assert r.is_error
+    assert field in r.content[0].text
+
+
+def test_unknown_tool_is_an_error(root):
+    async def go():
+        async with Client(build_server([root])) as c:
+            return await c.call_tool("format_disk", {})
+    try:
+        r = anyio.run(go)
+    except Exception as exc:  # the SDK may raise a protocol error instead
+        assert "format_disk" in str(exc)
+    else:
+        assert r.is_error and "format_disk" in r.content[0].text
+
+
+def fake_pids(d: Path) -> list[int]:
+    return [int(p.name) for p in d.iterdir() if p.name.isdigit()]
+
+
+def test_resident_server_is_reused_and_killed_when_the_session_ends(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_PIDS", str(tmp_path))
+    server = build_server([root], replay_server_cmd=FAKE)
+    state = server.kerncap
+    during = []
+
+    async def go():
+        async with Client(server) as c:
+            out = [await c.call_tool("validate", {"reproducer": "axpy_small"}),
+                   await c.call_tool("replay", {"reproducer": "axpy_small", "iterations": 3}),
+                   await c.call_tool("replay", {"reproducer": "graph_explicit", "iterations": 3}),
+                   await c.call_tool("replay", {"reproducer": "axpy_small", "iterations": 3}),
+                   await c.call_tool("compare", {"reproducer": "axpy_small", "rounds": 2, "cubins": [str(next(
+                       (root / "axpy_small" / "capture" / "cubins").iterdir()))]})]
+            during.extend(fake_pids(tmp_path))
+            assert len(during) == 2 and all(alive(p) for p in during)
+            assert sorted(p.name for p in state.pool.resident) == ["axpy_small", "graph_explicit"]
+            return out
+    v1, r1, other, r2, cmp = anyio.run(go)
+    assert v1.structured_content["passed"] is True
+    assert r1.structured_content["notes"] == r2.structured_content["notes"]  # the same resident server
+    assert r1.structured_content["notes"] != other.structured_content["notes"]  # one per reproducer
+    assert [c["launches"] for c in cmp.structured_content["candidates"]] == [40, 40]
+    assert not any(alive(p) for p in during), "the session ended but its replay servers live on"
+
+
+def test_release_shuts_the_resident_server_down(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_PIDS", str(tmp_path))
+    server = build_server([root], replay_server_cmd=FAKE)
+    r, rel, again = call(server, ("replay", {"reproducer": "axpy_small", "iterations": 2}),
+                         ("release", {"reproducer": "axpy_small"}), ("release", {"reproducer": "axpy_small"}))
+    assert rel.structured_content["released"] is True and again.structured_content["released"] is False
+    assert server.kerncap.pool.resident == []
+
+
+def test_long_operations_report_progress(root, monkeypatch):
+    monkeypatch.setenv("FAKE_SLOW", "2.5")
+    seen = []
+
+    async def progress(p, total, message):
+        seen.append((p, message))
+
+    [r] = call(build_server([root], replay_server_cmd=FAKE), ("validate", {"reproducer": "axpy_small"}),
+               progress=progress)
+    assert not r.is_error
+    assert seen and all(m.startswith("validate:") for _, m in seen)
+    assert [p for p, _ in seen] == sorted(p for p, _ in seen)
+
+
+SERVE = """
+import sys
+from kerncap.frontends.mcp_server import serve
+serve([sys.argv[1]], replay_server_cmd=sys.argv[2:])
+"""
+
+
+def _hanging_setup(root: Path, tmp_path: Path) -> tuple[Path, dict]:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    hang = root / "axpy_small" / "variants" / "hang.cubin"
+    hang.parent.mkdir()
+    hang.write_bytes(b"not really a cubin")
+    env = {**os.environ, "FAKE_PIDS": str(pids), "FAKE_HANG": "hang.cubin",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "engine"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return pids, env
+
+
+def _wait_dead(pids: list[int], seconds: float = 15) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not any(alive(p) for p in pids)
+
+
+def test_client_cancelling_mid_request_leaves_no_replay_server(root, tmp_path):
+    pids, env = _hanging_setup(root, tmp_path)
+    params = StdioServerParameters(command=sys.executable, args=["-c", SERVE, str(root), *FAKE], env=env)
+
+    async def go():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                ok = await session.call_tool("validate", {"reproducer": "axpy_small"})
+                assert not ok.is_error, ok.content
+                with anyio.move_on_after(3):  # the replay hangs; the client gives up on it
+                    await session.call_tool("replay", {"reproducer": "axpy_small", "cubin": "variants/hang.cubin"})
+        return fake_pids(pids)
+
+    started = anyio.run(go)
+    assert started, "the fake replay server never started"
+    assert _wait_dead(started), "a replay server outlived its cancelled request"
+
+
+def _jsonrpc(proc, obj) -> None:
+    proc.stdin.write((json.dumps(obj) + "\n").encode())
+    proc.stdin.flush()
+
+
+@pytest.mark.parametrize("how", ["stdin closed", "SIGTERM"])
+def test_client_vanishing_mid_request_leaves_no_replay_server(root, tmp_path, how):
+    """The client goes away without cancelling: its end of stdio closes, or it terminates
+    the server process. (Raw JSON-RPC here: the SDK's client always cancels first.)"""
+    import signal
+    import subprocess
+
+    pids, env = _hanging_setup(root, tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, str(root), *FAKE], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        _jsonrpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+        assert b'"result"' in proc.stdout.readline()
+        _jsonrpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        _jsonrpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "replay", "arguments": {"reproducer": "axpy_small", "cubin": "variants/hang.cubin"}}})
+        deadline = time.monotonic() + 20
+        while not fake_pids(pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = fake_pids(pids)
+        assert started and all(alive(p) for p in started)
+        time.sleep(0.5)  # the request is in flight in the hanging replay
+        if how == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            proc.stdin.close()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _wait_dead(started), f"a replay server outlived its MCP server ({how})"
+
+
+def test_http_address_is_checked():
+    assert parse_http("127.0.0.1:8765") == ("127.0.0.1", 8765)
+    assert parse_http("[::1]:9000") == ("::1", 9000)
+    with pytest.raises(UsageError):
+        parse_http("localhost")
+    with pytest.raises(UsageError):
+        parse_http("h:70000")
+
+
+def test_cli_refuses_a_missing_root(tmp_path, capsys):
+    from kerncap.cli import main
+
+    assert main(["mcp", "--root", str(tmp_path / "nope")]) == 2
+    assert "--root" in capsys.readouterr().err
