@@ -1,0 +1,78 @@
+"""Provenance of the stack (kerncap.core.stack): what extract records in reproducer.json,
+what info shows, and what check compares. On the CPU the GPU facts are unknown (None),
+never guessed; the GPU suite checks them on the H200 (tests/gpu/test_check_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from kerncap import __version__, api
+from kerncap.core import stack
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
+
+
+def test_app_python_is_recognised():
+    assert stack.app_python(["python3", "app.py"]) is not None
+    assert stack.app_python([sys.executable, "-m", "x"]) == sys.executable
+    assert stack.app_python(["python3.12", "x.py"]) is not None
+    assert stack.app_python(["./build/axpy"]) is None
+    assert stack.app_python(["pythonista"]) is None
+    assert stack.app_python([]) is None
+
+
+def test_capture_provenance_records_versions_env_and_the_gpu(monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
+    monkeypatch.setenv("UNRELATED", "x")
+    prov = stack.capture_provenance([sys.executable, "app.py"],
+                                    {"name": "NVIDIA H200", "uuid": "GPU-123", "driver_version": 13000},
+                                    {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    assert prov["kerncap"] == __version__
+    assert prov["python_executable"] == sys.executable
+    assert set(prov["packages"]) == {"torch", "triton", "numpy"}
+    assert prov["env_changes"] == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert prov["env"]["TORCHINDUCTOR_MAX_AUTOTUNE"] == "1" and "UNRELATED" not in prov["env"]
+    assert prov["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    # without NVML or nvidia-smi here, the capture's own facts fill in; nothing is invented
+    assert prov["gpu"]["name"] in ("NVIDIA H200", None) or prov["gpu"]["source"]
+    assert prov["cuda_driver"] == 13000 or prov["gpu"]["source"]
+    json.dumps(prov)
+
+
+def test_differences_compare_only_what_both_know():
+    recorded = {"kerncap": "0.1.0", "driver": "580.159", "cuda_driver": 13000, "gpu": {"name": "NVIDIA H200"},
+                "packages": {"torch": "2.11.0", "triton": None}}
+    running = {"kerncap": "0.1.0", "driver": "575.51", "cuda_driver": None, "gpu": {"name": "NVIDIA H200"},
+               "packages": {"torch": "2.10.0", "triton": "3.6.0"}}
+    assert stack.differences(recorded, running) == ["NVIDIA driver: recorded 580.159, running 575.51",
+                                                    "torch: recorded 2.11.0, running 2.10.0"]
+    assert stack.differences(recorded, recorded) == []
+
+
+def test_info_shows_the_recorded_stack(tmp_path):
+    repro = tmp_path / "r"
+    shutil.copytree(FIXTURES / "axpy_small", repro)
+    rec = json.loads((repro / "reproducer.json").read_text())
+    rec["provenance"] = {"kerncap": "0.1.0", "python": "3.12.3", "packages": {"torch": "2.11.0+cu130", "triton": "3.6.0"},
+                         "driver": "580.159", "cuda_driver": 13000,
+                         "gpu": {"name": "NVIDIA H200", "uuid": "GPU-8ec6", "clocks": {"sm_mhz": 1980, "max_sm_mhz": 1980,
+                                                                                     "mem_mhz": 3201, "max_mem_mhz": 3201}},
+                         "env_changes": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}
+    (repro / "reproducer.json").write_text(json.dumps(rec))
+    summary = api.info(repro)
+    assert summary["stack"]["packages"]["torch"] == "2.11.0+cu130"
+    assert summary["stack"]["gpu"]["uuid"] == "GPU-8ec6"
+    text = api.format_info(summary)
+    assert "stack       kerncap 0.1.0, torch 2.11.0+cu130, triton 3.6.0, python 3.12.3; NVIDIA driver 580.159 (CUDA 13.0)" in text
+    assert "gpu uuid    GPU-8ec6; clocks after the run: SM 1980 MHz (max 1980 MHz)" in text
+    assert "env set     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
+    assert api.stack_differences(repro, {**summary["stack"], "driver": "575.51"}) == [
+        "NVIDIA driver: recorded 580.159, running 575.51"]
+
+
+def test_older_reproducers_fall_back_to_the_manifest():
+    s = api.info(FIXTURES / "axpy_small")["stack"]
+    assert s["kerncap"] == "0.1.0" and s["cuda_driver"] == 13000 and s["gpu"]["name"] == "NVIDIA H200"
