@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import fanout_jobs
 import pytest
 
-import fanout_jobs
 from kerncap.errors import KerncapError, UsageError
 from kerncap.fleet.fanout import DaskFanout, Job, ProcessFanout, SerialFanout, open_fanout
 

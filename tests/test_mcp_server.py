@@ -20,11 +20,11 @@ import pytest
 pytest.importorskip("mcp")
 anyio = pytest.importorskip("anyio")
 
-from mcp import Client, StdioServerParameters, stdio_client  # noqa: E402
-from mcp.client.session import ClientSession  # noqa: E402
+from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.session import ClientSession
 
-from kerncap.frontends.mcp_server import build_server, parse_http  # noqa: E402
-from kerncap.errors import UsageError  # noqa: E402
+from kerncap.errors import UsageError
+from kerncap.frontends.mcp_server import build_server, parse_http
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "captures"

@@ -17,6 +17,8 @@ import pytest
 from kerncap import api
 from kerncap.cli import main
 from kerncap.errors import UsageError
+from test_triton_hook import app_dir, fake_inject  # noqa: F401  (fixtures)
+from test_triton_reproducer import hook_run, reproducer  # noqa: F401  (fixtures)
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "captures"
@@ -74,10 +76,6 @@ def triton_repro(request):
     # what extract writes beside the capture: recompile picks the Triton path from it
     (root / "reproducer.json").write_text(json.dumps({"sources": sources, "triton": sources}))
     return root
-
-
-from test_triton_hook import app_dir, fake_inject  # noqa: E402,F401  (fixtures)
-from test_triton_reproducer import hook_run, reproducer  # noqa: E402,F401  (fixtures)
 
 
 def test_sweep_of_triton_configs(triton_repro, tmp_path, monkeypatch, capsys):

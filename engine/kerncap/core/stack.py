@@ -107,7 +107,7 @@ def _nvml_facts(uuid: str | None, index: int | None) -> dict[str, Any] | None:
         return None
     try:
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver / no GPU: NVML has nothing to say
+    except Exception:
         return None
     try:
         if uuid:
@@ -119,7 +119,7 @@ def _nvml_facts(uuid: str | None, index: int | None) -> dict[str, Any] | None:
             try:
                 value = fn(handle, *args) if handle is not None else fn(*args)
                 return value.decode() if isinstance(value, bytes) else value
-            except Exception:  # noqa: BLE001 - a query this GPU does not support
+            except Exception:
                 return None
 
         sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
@@ -132,12 +132,12 @@ def _nvml_facts(uuid: str | None, index: int | None) -> dict[str, Any] | None:
         return {"name": ask(pynvml.nvmlDeviceGetName), "uuid": ask(pynvml.nvmlDeviceGetUUID),
                 "driver": driver.decode() if isinstance(driver, bytes) else driver, "cuda_driver": cuda,
                 "clocks": clocks, "source": "nvml"}
-    except Exception:  # noqa: BLE001 - an unknown UUID or index
+    except Exception:
         return None
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 
@@ -158,7 +158,7 @@ def _smi_facts(uuid: str | None, index: int | None) -> dict[str, Any] | None:
     values = [v.strip() for v in done.stdout.strip().splitlines()[0].split(",")]
     if len(values) != len(fields):
         return None
-    num = lambda s: int(s) if s.isdigit() else None  # noqa: E731 - "[N/A]" stays None
+    num = lambda s: int(s) if s.isdigit() else None
     name, gpu_uuid, driver, sm, mem, max_sm, max_mem, app_sm = values
     return {"name": name, "uuid": gpu_uuid, "driver": driver, "cuda_driver": None,
             "clocks": {"sm_mhz": num(sm), "mem_mhz": num(mem), "max_sm_mhz": num(max_sm), "max_mem_mhz": num(max_mem),
@@ -213,7 +213,7 @@ def recorded_stack(reproducer_json: Mapping[str, Any] | None, manifest_provenanc
         "packages": dict(prov.get("packages") or {}),
         "driver": prov.get("driver"),
         "cuda_driver": prov.get("cuda_driver") or gpu.get("driver_version"),
-        "gpu": {**{"name": gpu.get("name"), "uuid": gpu.get("uuid")}, **(prov.get("gpu") or {})},
+        "gpu": {"name": gpu.get("name"), "uuid": gpu.get("uuid"), **(prov.get("gpu") or {})},
     }
     return out
 
@@ -251,7 +251,7 @@ def stack_lines(prov: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     gpu = prov.get("gpu") or {}
     clocks = gpu.get("clocks") or {}
     if gpu.get("uuid") or clocks:
-        mhz = lambda k: f"{clocks[k]} MHz" if clocks.get(k) is not None else "?"  # noqa: E731
+        mhz = lambda k: f"{clocks[k]} MHz" if clocks.get(k) is not None else "?"
         out.append(("gpu uuid", f"{gpu.get('uuid') or '?'}; clocks after the run: SM {mhz('sm_mhz')} "
                                 f"(max {mhz('max_sm_mhz')}), memory {mhz('mem_mhz')} (max {mhz('max_mem_mhz')})"))
     changes = prov.get("env_changes") or {}

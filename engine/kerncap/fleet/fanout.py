@@ -102,7 +102,7 @@ class Fanout:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "Fanout":
+    def __enter__(self) -> Fanout:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -134,7 +134,7 @@ class SerialFanout(Fanout):
                 if job.cpu_fn is not None:
                     args = (*args, job.cpu_fn(*job.cpu_args))
                 _finish(results, JobResult(job.key, job.gpu_fn(*args)), on_result)
-            except Exception as exc:  # noqa: BLE001 - a bug in one job must not cost the others
+            except Exception as exc:
                 _finish(results, JobResult(job.key, error=f"{type(exc).__name__}: {exc}"), on_result)
         return _ordered(jobs, results)
 
@@ -211,7 +211,7 @@ class ProcessFanout(Fanout):
                             pool.shutdown(wait=False, cancel_futures=True)
                             self._cpu_pool = None
                         died(job, lambda job=job: to_compile.appendleft(job))
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         _finish(results, JobResult(job.key, error=f"{type(exc).__name__}: {exc}",
                                                    attempts=attempts.get(job.key, 1)), on_result)
                 else:
@@ -223,7 +223,7 @@ class ProcessFanout(Fanout):
                         self._gpu_pools[i].shutdown(wait=False, cancel_futures=True)
                         self._gpu_pools[i] = self._gpu_pool(i)
                         died(job, lambda job=job, extra=extra: to_run.appendleft((job, extra)))
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         _finish(results, JobResult(job.key, error=f"{type(exc).__name__}: {exc}",
                                                    attempts=attempts.get(job.key, 1)), on_result)
                     idle.append(i)
@@ -331,7 +331,7 @@ class DaskFanout(Fanout):
             except d.KilledWorker as exc:
                 _finish(results, JobResult(job.key, error=f"its worker died each time it ran it ({exc})",
                                            attempts=None), on_result)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 _finish(results, JobResult(job.key, error=f"{type(exc).__name__}: {exc}", attempts=None), on_result)
         return _ordered(jobs, results)
 
@@ -371,7 +371,7 @@ def open_fanout(*, backend: str = "auto", gpus: Sequence[str] | None = None, sch
 
 def _dask_installed() -> bool:
     try:
-        import distributed  # noqa: F401
+        import distributed
     except ImportError:
         return False
     return True

@@ -156,7 +156,7 @@ class KerncapMCP:
                     elapsed = time.monotonic() - start
                     try:
                         await ctx.report_progress(elapsed, None, f"{label}: {elapsed:.0f} s")
-                    except Exception:  # noqa: BLE001 - a client that stopped listening
+                    except Exception:
                         return
 
         failure: Exception | None = None
@@ -165,7 +165,7 @@ class KerncapMCP:
                 tg.start_soon(ticker)
                 try:
                     result = await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
-                except Exception as exc:  # noqa: BLE001 - re-raised below, outside the task group's wrapping
+                except Exception as exc:
                     failure = exc
                 finally:
                     done.set()
@@ -239,6 +239,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                       env: Annotated[dict[str, str] | None, Field(description="variables added to the app's "
                                                                               "environment")] = None,
                       timeout_s: Annotated[float, Field(gt=0, description="stop the app after this long")] = DEFAULT_APP_TIMEOUT_S,
+                      keep_running: Annotated[bool, Field(description="let the app run to its end after the "
+                                                                      "capture (default: stop it)")] = False,
                       prune: Annotated[bool, Field(description="shrink to the kernel's pointer closure if that "
                                                                "validates (GPU)")] = False,
                       force: Annotated[bool, Field(description="replace a non-empty output")] = False,
@@ -251,7 +253,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         workdir = R.path(cwd, "cwd") if cwd else R.dirs[0]
         tail = _Tail()
         result = await state.blocking(ctx, "extract", lambda: api.extract(
-            kernel, command, output=out, dispatch=dispatch, match=match, timeout=timeout_s, source_dir=src,
+            kernel, command, output=out, dispatch=dispatch, match=match, keep_running=keep_running,
+            timeout=timeout_s, source_dir=src,
             build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune))
         return {"reproducer": str(result.reproducer_dir), "seconds": result.seconds, "sources": result.sources,
                 "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,

@@ -119,7 +119,7 @@ class ReplayPool:
             with self._locks.setdefault(key, threading.Lock()):
                 client.close()
 
-    def __enter__(self) -> "ReplayPool":
+    def __enter__(self) -> ReplayPool:
         return self
 
     def __exit__(self, *exc) -> None:
