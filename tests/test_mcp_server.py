@@ -348,3 +348,31 @@ def test_cli_refuses_a_missing_root(tmp_path, capsys):
 
     assert main(["mcp", "--root", str(tmp_path / "nope")]) == 2
     assert "--root" in capsys.readouterr().err
+
+
+def test_streamable_http(root):
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "engine"), str(REPO),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "kerncap", "mcp", "--root", str(root), "--http",
+                             f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        async def go():
+            for _ in range(100):  # until it listens
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                        break
+                except OSError:
+                    await anyio.sleep(0.1)
+            async with Client(f"http://127.0.0.1:{port}/mcp") as c:
+                return await c.call_tool("info", {"reproducer": "axpy_small"})
+        r = anyio.run(go)
+        assert not r.is_error and r.structured_content["kernel"]["name"] == "_Z12axpy_inplacefPKfPfi"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
