@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kerncap.errors import KerncapError, UsageError
+from kerncap.fleet.files import write_atomic
 
 FORMAT = "kerncap-check-baseline"
 FORMAT_VERSION = 1
@@ -53,15 +54,7 @@ def load(path: str | os.PathLike) -> dict[str, BaselineEntry]:
 
 def save(path: str | os.PathLike, cases: dict[str, dict[str, Any]]) -> Path:
     """Write `cases` (key -> median_ms, min_ms, gpu, iterations, kerncap) atomically."""
-    path = Path(path)
     record = {"format": FORMAT, "format_version": FORMAT_VERSION,
               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cases": cases}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise KerncapError(f"cannot write the baseline {path} ({exc.strerror or exc})",
-                           "choose a writable --write-baseline path") from None
-    return path
+    return write_atomic(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode(), "the baseline",
+                        "--write-baseline")

@@ -22,6 +22,7 @@ GPU steps run one at a time per GPU, so timings never share a GPU.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib.util
 import logging
 import multiprocessing
 import os
@@ -123,10 +124,25 @@ def _ordered(jobs: Sequence[Job], results: dict[str, JobResult]) -> list[JobResu
 
 
 class SerialFanout(Fanout):
-    def __init__(self) -> None:
-        self.description = "this process, one job at a time"
+    def __init__(self, gpu: str | None = None) -> None:
+        """`gpu`: the CUDA_VISIBLE_DEVICES entry the replay servers started here get."""
+        self.gpu = gpu
+        self.description = "this process, one job at a time" + (f" (CUDA_VISIBLE_DEVICES {gpu})" if gpu else "")
 
     def run(self, jobs: Sequence[Job], on_result: OnResult | None = None) -> list[JobResult]:
+        if self.gpu is None:
+            return self._run(jobs, on_result)
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = self.gpu  # inherited by the replay servers this run starts
+        try:
+            return self._run(jobs, on_result)
+        finally:
+            if before is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+    def _run(self, jobs: Sequence[Job], on_result: OnResult | None) -> list[JobResult]:
         results: dict[str, JobResult] = {}
         for job in jobs:
             try:
@@ -357,21 +373,18 @@ def open_fanout(*, backend: str = "auto", gpus: Sequence[str] | None = None, sch
         if backend not in ("auto", "dask"):
             raise UsageError(f"--scheduler needs the dask backend, not {backend}", "drop --backend")
         return DaskFanout(scheduler=scheduler, connect_timeout=connect_timeout)
-    gpus = list(gpus) if gpus is not None else visible_gpus() or ["0"]
+    chosen = list(gpus) if gpus is not None else None
+    gpus = chosen or visible_gpus() or ["0"]
     workers = compile_workers or default_compile_workers(len(gpus))
     if backend == "auto":
         spread = len(gpus) > 1 or compiles
         backend = "serial" if not spread else "dask" if _dask_installed() else "processes"
     if backend == "serial":
-        return SerialFanout()
+        return SerialFanout(gpu=chosen[0] if chosen else None)
     if backend == "processes":
         return ProcessFanout(gpus, workers)
     return DaskFanout(gpus=gpus, compile_workers=workers)
 
 
 def _dask_installed() -> bool:
-    try:
-        import distributed
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("distributed") is not None

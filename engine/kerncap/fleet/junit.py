@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kerncap.errors import KerncapError
+from kerncap.fleet.files import write_atomic
 
 
 @dataclass
@@ -28,7 +28,6 @@ class JUnitCase:
 
 
 def write(path: str | os.PathLike, suite: str, cases: list[JUnitCase], seconds: float) -> Path:
-    path = Path(path)
     counts = {s: sum(1 for c in cases if c.status == s) for s in ("fail", "error", "skipped")}
     suites = ET.Element("testsuites", name=suite, tests=str(len(cases)), failures=str(counts["fail"]),
                         errors=str(counts["error"]), skipped=str(counts["skipped"]), time=f"{seconds:.3f}")
@@ -50,12 +49,5 @@ def write(path: str | os.PathLike, suite: str, cases: list[JUnitCase], seconds: 
         if c.output:
             ET.SubElement(tc, "system-out").text = "\n".join(c.output)
     ET.indent(suites)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        ET.ElementTree(suites).write(tmp, encoding="utf-8", xml_declaration=True)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise KerncapError(f"cannot write the JUnit report {path} ({exc.strerror or exc})",
-                           "choose a writable --junit path") from None
-    return path
+    return write_atomic(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True), "the JUnit report",
+                        "--junit")
