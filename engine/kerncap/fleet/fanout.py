@@ -259,7 +259,7 @@ def _dask():
     try:
         import distributed
     except ImportError:
-        raise UsageError("Dask distributed is not installed",
+        raise KerncapError("Dask distributed is not installed",
                          "pip install 'kerncap[cluster]' (or leave out --scheduler / --backend dask: a process "
                          "per GPU needs nothing extra)") from None
     return distributed

@@ -35,7 +35,7 @@ try:
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.types import CallToolResult, TextContent
 except ImportError as exc:  # the `mcp` extra is optional
-    raise UsageError(f"the MCP Python SDK is not installed ({exc})", "pip install 'kerncap[mcp]'") from None
+    raise KerncapError(f"the MCP Python SDK is not installed ({exc})", "pip install 'kerncap[mcp]'") from None
 
 T = TypeVar("T")
 APP_OUTPUT_LINES = 40     # tail of the app's output returned by profile/extract
