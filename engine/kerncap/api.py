@@ -123,10 +123,11 @@ def open_capture(path: PathLike) -> Capture:
     return Capture.open(path)
 
 
-def info(path: PathLike) -> dict[str, Any]:
-    """Everything `kerncap info` shows about a reproducer, as JSON-able data
-    (kernel, launch, params, regions, globals, provenance, sizes, reproducer.json)."""
-    return _info.summarize(path)
+def info(path: PathLike, *, verify: bool = False) -> dict[str, Any]:
+    """Everything `kerncap info` shows about a reproducer, as JSON-able data (kernel,
+    launch, params, regions, globals, provenance, sizes, reproducer.json, and "payloads":
+    whether every chunk and the cubin is there with its size; `verify` checks hashes)."""
+    return _info.summarize(path, verify=verify)
 
 
 def format_info(summary: dict[str, Any]) -> str:
@@ -134,11 +135,14 @@ def format_info(summary: dict[str, Any]) -> str:
     return _info.format_summary(summary)
 
 
-def list_reproducers(workspace: PathLike = DEFAULT_WORKSPACE, extra: Sequence[PathLike] = ()) -> list[dict[str, Any]]:
+def list_reproducers(workspace: PathLike = DEFAULT_WORKSPACE, extra: Sequence[PathLike] = (), *,
+                     verify: bool = False) -> list[dict[str, Any]]:
     """One row per reproducer under `workspace`/reproducers/ and under each of `extra`,
     newest first (keys: path, kernel, mangled, command, time, logical, stored, in_store,
-    validation, variants, error). A damaged reproducer is listed with its `error`."""
-    return _listing.list_captures(workspace, extra)
+    validation, variants, payloads, error). A reproducer that cannot be read has its
+    `error`; one with missing or damaged payloads says so in `payloads` ("ok" when
+    complete; `verify` checks hashes too)."""
+    return _listing.list_captures(workspace, extra, verify=verify)
 
 
 def pack(directory: PathLike, output: PathLike | None = None, *, force: bool = False) -> PackResult:

@@ -14,7 +14,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,9 @@ from kerncap.capture.run import (
     run_app,
 )
 from kerncap.core.native import inject_library
+from kerncap.core.schema import check
 from kerncap.errors import KerncapError
+from kerncap.reproducer.schemas import PROFILE
 
 PROFILE_FORMAT = "kerncap-profile"
 PROFILE_VERSION = 1
@@ -85,14 +87,13 @@ class ProfileResult:
                 f"{source} has profile format version {d.get('format_version')}; this kerncap reads {PROFILE_VERSION}",
                 "upgrade kerncap",
             )
-        try:
-            kernels = [KernelStat(**k) for k in d["kernels"]]
-            fields = {k: d[k] for k in ("total_ns", "dispatches", "processes")}
-        except (KeyError, TypeError) as exc:
-            raise KerncapError(f"{source} is malformed ({type(exc).__name__}: {exc})", "profile again") from None
+        check(d, PROFILE, source, "profile again (`kerncap profile -- CMD`)")
+        names = {f.name for f in fields(KernelStat)}
+        kernels = [KernelStat(**{key: v for key, v in stat.items() if key in names}) for stat in d["kernels"]]
+        totals = {k: d[k] for k in ("total_ns", "dispatches", "processes")}
         optional = ("command", "created", "wall_seconds", "exit_status", "dropped_records", "warnings", "kerncap_version",
                     "cupti_finalized")
-        return cls(kernels=kernels, **fields, **{k: d[k] for k in optional if k in d})
+        return cls(kernels=kernels, **totals, **{k: d[k] for k in optional if k in d})
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically (temp file + rename in the same directory)."""

@@ -39,6 +39,7 @@ from kerncap.prune.closure import Closure, compute_closure
 from kerncap.replay.client import ReplayClient
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.prune_report import PruneReport
+from kerncap.reproducer.record import read_record
 from kerncap.reproducer.stored import hydrate
 
 __all__ = ["Closure", "PruneReport", "compute_closure", "default_pruned_path", "prune_reproducer", "write_pruned"]
@@ -263,14 +264,10 @@ def _record(root: Path, report: PruneReport) -> None:
     if not (root / "capture").is_dir():
         return
     path = root / "reproducer.json"
-    data: Any = {}
-    if path.exists():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            data = None
-            report.notes.append(f"{path} is not readable JSON ({exc}); the prune record was not written")
-    if not isinstance(data, dict):
+    try:
+        data: Any = read_record(root)
+    except KerncapError as exc:
+        report.notes.append(f"{exc.message}; the prune record was not written")
         return
     data["prune"] = report.to_json()
     try:

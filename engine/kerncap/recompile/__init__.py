@@ -4,12 +4,12 @@ through nvcc (`kerncap.recompile.cuda`), Triton and torch.compile kernels in-pro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from kerncap import triton
 from kerncap.errors import KerncapError, UsageError
 from kerncap.recompile import cuda
+from kerncap.reproducer.record import sources_kind
 from kerncap.reproducer.variants import RecompileResult
 
 __all__ = ["RecompileResult", "recompile", "sources_kind"]
@@ -25,11 +25,3 @@ def recompile(reproducer_dir: str | Path, config: str | None = None) -> Recompil
                            "edit the source (e.g. __launch_bounds__) instead")
     return cuda.recompile(repro)
 
-
-def sources_kind(repro: Path) -> str | None:
-    path = repro / "reproducer.json"
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, json.JSONDecodeError) as exc:
-        raise KerncapError(f"cannot read {path} ({exc})") from None
-    return (data.get("sources") or {}).get("kind")

@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 
 from kerncap.errors import KerncapError
-from kerncap.reproducer.format import Capture
+from kerncap.core.schema import check
+from kerncap.reproducer.format import Capture, read_json
+from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
 from kerncap.reproducer.variants import RecompileResult, next_variant
 from kerncap.sources import cubin as cubinfo
 from kerncap.sources.attach import BUILD_JSON, capture_arch
@@ -43,10 +45,9 @@ def _load_build(repro: Path) -> dict:
             f"{repro} has no editable CUDA source ({path} is missing)",
             "extract with `kerncap extract ... --source-dir <app tree>` to get one",
         )
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise KerncapError(f"cannot read {path} ({exc})", "extract again") from None
+    build = read_json(path, 16 << 20, "", "restore source/build.json from a copy of the reproducer, or extract again")
+    check(build, BUILD_JSON_SCHEMA, path, "restore source/build.json from a copy of the reproducer, or extract again")
+    return build
 
 
 def resolve_compiler(argv0: str) -> str:
