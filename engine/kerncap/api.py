@@ -175,11 +175,13 @@ def find_sources(kernel: str, source_dir: PathLike, build_dir: PathLike | None =
     return _sources.discover(kernel, Path(source_dir), Path(build_dir) if build_dir is not None else None)
 
 
-def recompile(reproducer: PathLike, config: str | None = None) -> RecompileResult:
+def recompile(reproducer: PathLike, config: str | None = None, *, trust: bool = False) -> RecompileResult:
     """Rebuild only the captured kernel from the reproducer's edited source into
-    variants/ (nvcc with the recorded flags, or Triton in-process). `config` pins other
-    Triton compile options or another autotune config ("num_warps=4,BLOCK=64")."""
-    return _recompile.recompile(reproducer, config)
+    variants/ (the local toolkit's nvcc with the recorded flags, or Triton in-process).
+    `config` pins other Triton compile options or another autotune config
+    ("num_warps=4,BLOCK=64"). Recorded flags that could run other programs or write
+    outside the reproducer raise UntrustedCommand unless `trust` (docs/cli.md)."""
+    return _recompile.recompile(reproducer, config, trust=trust)
 
 
 @dataclass

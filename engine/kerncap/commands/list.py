@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from kerncap import api
-from kerncap.errors import EXIT_CANNOT_RUN, EXIT_OK
 from kerncap.core.units import cut_end, human_bytes, text_table
+from kerncap.errors import EXIT_CANNOT_RUN, EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction) -> None:
