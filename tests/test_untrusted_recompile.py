@@ -11,12 +11,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_recompile import reproducer, write_capture  # noqa: F401  (fixtures)
+from test_sources_project import built_project  # noqa: F401  (session fixture)
 
 from kerncap.cli import main
 from kerncap.recompile import trust
 from kerncap.recompile.cuda import recompile
-from test_recompile import reproducer, write_capture  # noqa: F401  (fixtures)
-from test_sources_project import built_project  # noqa: F401  (session fixture)
 
 DEMO_FLAGS = ["-forward-unknown-to-host-compiler", "-I/work/main/testapps/cuda", "-O3", "-DNDEBUG", "-std=c++17",
               "-lineinfo", "-Xcompiler=-Wall", "-Werror=all-warnings", "-x", "cu", "-Xcompiler", "-fPIC,-O2",

@@ -30,6 +30,7 @@ from kerncap.capture.run import (
     report_errors,
     run_app,
 )
+from kerncap.core.fsio import fs_error, write_atomic
 from kerncap.core.native import inject_library
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError
@@ -98,15 +99,15 @@ class ProfileResult:
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically (temp file + rename in the same directory)."""
         path = Path(path)
+        hint = "choose another --output or --workspace"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-            os.replace(tmp, path)
         except OSError as exc:
-            raise KerncapError(
-                f"cannot write profile {path}: {exc.strerror or exc}", "choose another --output or --workspace"
-            ) from None
+            raise fs_error(exc, f"write profile {path}", hint) from None
+        try:
+            write_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n", what=f"write profile {path}")
+        except KerncapError as exc:
+            raise KerncapError(exc.message, hint) from None
         return path
 
     @classmethod

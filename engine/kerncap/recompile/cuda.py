@@ -15,12 +15,13 @@ import subprocess
 import time
 from pathlib import Path
 
+from kerncap.core.fsio import fs_error, make_dirs, remove_quietly, temp_name
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError
 from kerncap.recompile.trust import local_nvcc, require_trust, review
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
-from kerncap.reproducer.variants import RecompileResult, next_variant
+from kerncap.reproducer.variants import RecompileResult, publish_variant
 from kerncap.sources import cubin as cubinfo
 from kerncap.sources.attach import BUILD_JSON, capture_arch
 from kerncap.sources.names import demangle_all
@@ -148,34 +149,45 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False) -> RecompileRe
         cwd = source  # the original build dir is gone: in-tree -I dirs are remapped below anyway
     flags = device_flags(argv, tu_original, Path(build["cwd"]))
     variants = repro / "variants"
-    n = next_variant(variants) if variants.is_dir() else 1
-    final = variants / f"{n}.cubin"
-    tmp = variants / f".{n}.cubin.tmp-{os.getpid()}"
+    tmp = temp_name(variants / "variant.cubin")  # numbered only once it is checked (publish_variant)
     shadow = [f"-I{source / d}" for d in build.get("include_dirs", [])]
     command = [compiler, *shadow, *flags, f"-arch={arch_flag(build, capture, argv)}", "-cubin", "-o", str(tmp),
                str(tu_copy)]
     if not trust:
         require_trust(review(flags, repro), command, source / BUILD_JSON)  # before anything is written
-    variants.mkdir(exist_ok=True)
+    make_dirs(variants)
+    try:  # fail on a read-only or full location now, not after a long compile
+        tmp.write_bytes(b"")
+    except OSError as exc:
+        raise fs_error(exc, f"write into {variants}") from None
     start = time.perf_counter()
     try:
         proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
     except OSError as exc:
+        remove_quietly(tmp)
         raise KerncapError(f"cannot run {compiler}: {exc.strerror}", "check the CUDA toolkit installation") from None
     seconds = time.perf_counter() - start
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
+        remove_quietly(tmp)
         raise KerncapError(
             f"nvcc failed to compile {tu_copy} (exit status {proc.returncode}):\n{log.rstrip()}",
             "fix the source and run `kerncap recompile` again",
         )
     try:
-        check_cubin(tmp.read_bytes(), kernel, capture, str(tu_copy))
+        data = tmp.read_bytes()
+        if not data:
+            raise KerncapError(f"{compiler} exited with status 0 but wrote no cubin for {tu_copy}",
+                               "check the toolkit (KERNCAP_NVCC, CUDA_HOME, PATH)")
+        check_cubin(data, kernel, capture, str(tu_copy))
     except KerncapError:
-        tmp.unlink(missing_ok=True)
+        remove_quietly(tmp)
         raise
-    tmp.replace(final)
+    try:
+        final = publish_variant(tmp, variants)
+    except OSError as exc:
+        remove_quietly(tmp)
+        raise fs_error(exc, f"write a variant into {variants}") from None
     return RecompileResult(cubin=final, seconds=seconds, command=command, log=log)
 
 

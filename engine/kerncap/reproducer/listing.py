@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kerncap.core.fsio import find_leftovers, is_leftover_name
 from kerncap.core.units import short_kernel_name
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
@@ -22,7 +23,8 @@ def find_reproducers(root: Path) -> list[Path]:
         return [root]
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if (p / "capture").is_dir())
+    # A killed kerncap's staging copies (<name>.partial-<pid>, …) are leftovers, not reproducers.
+    return sorted(p for p in root.iterdir() if (p / "capture").is_dir() and not is_leftover_name(p.name))
 
 
 def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Path] = (), *,
@@ -32,12 +34,20 @@ def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Pa
     listed with its `error` instead of being skipped, so the user sees it."""
     seen: set[Path] = set()
     rows = []
+    stale = []
     for base in [Workspace(Path(root)).reproducers_dir, *map(Path, extra)]:
         for repro in find_reproducers(base):
             if repro.resolve() not in seen:
                 seen.add(repro.resolve())
                 rows.append(describe_reproducer(repro, verify=verify))
+        if base.is_dir() and not (base / "capture").is_dir():
+            stale += [left for left in find_leftovers(base) if left.path.resolve() not in seen]
     rows.sort(key=lambda r: r.get("time") or "", reverse=True)
+    for left in stale:  # named on rows of their own, with what to do
+        seen.add(left.path.resolve())
+        rows.append({"path": str(left.path), "kernel": None, "mangled": None, "command": None, "time": None,
+                     "logical": None, "stored": None, "in_store": False, "validation": None, "variants": 0,
+                     "payloads": None, "error": left.advice(), "leftover": True})
     return rows
 
 

@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, Iterator
 import zstandard as zstd
 
 from kerncap import __version__
+from kerncap.core.fsio import find_leftovers, fs_error, is_leftover_name, remove_quietly, temp_name
 from kerncap.core.schema import problem
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture, capture_chunks
@@ -58,6 +59,7 @@ class PackResult:
     stored: int = 0            # bytes of the reproducer directory's files on disk
     packed: int = 0            # bytes of the pack file
     left_out: list[str] = field(default_factory=list)  # files not packed, and why
+    notes: list[str] = field(default_factory=list)     # e.g. what an interrupted earlier run left behind
 
     @property
     def ratio(self) -> float:
@@ -66,7 +68,8 @@ class PackResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "files": self.files, "blobs": self.blobs, "logical": self.logical,
-                "stored": self.stored, "packed": self.packed, "ratio": round(self.ratio, 2), "left_out": self.left_out}
+                "stored": self.stored, "packed": self.packed, "ratio": round(self.ratio, 2), "left_out": self.left_out,
+                "notes": self.notes}
 
 
 def default_pack_path(directory: Path) -> Path:
@@ -91,7 +94,7 @@ def pack(directory: str | os.PathLike, output: str | os.PathLike | None = None, 
     out = Path(output) if output is not None else default_pack_path(root)
     if out.exists() and not force:
         raise KerncapError(f"{out} already exists", "pass --force to replace it, or -o another file")
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = temp_name(out)
     blobs_dir = PurePosixPath((cap.root.resolve().relative_to(root.resolve()) / "blobs").as_posix())
     chunks = dict(capture_chunks(cap))
     # A reproducer whose payloads are in the store packs them from there (read_chunk),
@@ -107,6 +110,7 @@ def pack(directory: str | os.PathLike, output: str | os.PathLike | None = None, 
     result = PackResult(path=out, files=sum(e["type"] == "file" for e in entries), blobs=len(chunks),
                         logical=cap.logical_bytes, left_out=left_out)
     result.stored = sum(e["size"] for e in entries if e["type"] == "file")
+    result.notes = [left.advice() for left in find_leftovers(out.parent, out.name)]
     try:
         with open(tmp, "wb") as f:
             f.write(_HEADER.pack(MAGIC, PACK_VERSION))
@@ -117,9 +121,9 @@ def pack(directory: str | os.PathLike, output: str | os.PathLike | None = None, 
                 _write_frame(f, name, payload)
         os.replace(tmp, out)
     except OSError as exc:
-        raise KerncapError(f"cannot write {out} ({exc})", "check free space and permissions, then pack again") from None
+        raise fs_error(exc, f"write {out}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        remove_quietly(tmp)  # never raises over the real error (a read-only directory)
     result.packed = out.stat().st_size
     return result
 
@@ -148,7 +152,11 @@ def _walk(root: Path, blobs_dir: PurePosixPath, chunks: dict[str, int], skip: se
             rel = (rel_dir / name).as_posix()
             st = path.lstat()
             meta = {"path": rel, "mode": stat.S_IMODE(st.st_mode), "mtime": st.st_mtime}
-            if stat.S_ISLNK(st.st_mode):
+            if is_leftover_name(name):
+                left_out.append(f"{rel} (a temporary file or copy of a kerncap command, running or interrupted)")
+                if stat.S_ISDIR(st.st_mode):
+                    dirnames.remove(name)
+            elif stat.S_ISLNK(st.st_mode):
                 left_out.append(f"{rel} (a symbolic link: unpack refuses links, so none are packed)")
             elif stat.S_ISDIR(st.st_mode):
                 entries.append({**meta, "type": "dir"})
@@ -227,6 +235,7 @@ def unpack(pack_file: str | os.PathLike, output: str | os.PathLike | None = None
         raise
     result.path = out
     result.packed = src.stat().st_size
+    result.notes = [left.advice() for left in find_leftovers(out.parent, out.name)]
     return result
 
 

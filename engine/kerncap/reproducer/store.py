@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import xxhash
 import zstandard as zstd
 
+from kerncap.core.fsio import make_dirs, write_atomic
 from kerncap.core.schema import check
 from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.reproducer.schemas import STORED_JSON
@@ -110,26 +110,10 @@ class Store:
         return h
 
     def _write_atomic(self, path: Path, payload: bytes) -> int:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise KerncapError(f"cannot create store directory {path.parent} ({exc})", "check the workspace's permissions and free space") from None
+        make_dirs(path.parent, f"create the store directory {path.parent}")
         # Hidden, unique per writer: concurrent writers never share a temp file, and a
         # writer killed mid-way leaves only a dot-file that no reader looks at.
-        tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(payload)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise KerncapError(f"cannot write store object {path} ({exc})", "check free space and permissions of the store, then add the capture again") from None
-        finally:
-            if tmp.exists():
-                tmp.unlink(missing_ok=True)
-        return len(payload)
+        return write_atomic(path, payload, what=f"write store object {path}", fsync=self.fsync)
 
     def add(self, chunks: Iterable[tuple[str, int]], read: Callable[[str, int], bytes]) -> tuple[int, int]:
         """Import chunks given as (hash, length), reading each with `read(hash, length)`
