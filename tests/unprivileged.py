@@ -24,7 +24,8 @@ def shared_tmp() -> Path:
 
 def run_unprivileged(fn, *args):
     """fn(*args) as a non-root user; its result, or the exception it raised (re-raised
-    here as RuntimeError(type name, str) when it cannot be pickled)."""
+    here as RuntimeError(type name, str) when it cannot be pickled). Import what fn
+    needs before calling this: the child may not be able to read the interpreter's files."""
     if os.geteuid() != 0:
         return fn(*args)
     r, w = os.pipe()
