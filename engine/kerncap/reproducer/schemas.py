@@ -49,7 +49,7 @@ MANIFEST = Obj({
     "format": Str(choices=("kerncap-capture",)),
     "format_version": Int(min=1),
     "complete": Bool(),
-    "chunk_size": Int(min=4096, max=1 << 30),
+    "chunk_size": Int(min=4096, max=1 << 28),  # the interposer writes 4 MiB chunks
     "hash?": Str(choices=("xxh64",)),
     "provenance?": Obj({
         "tool_version?": Opt(Str()), "command?": Opt(COMMAND), "cwd?": Opt(Str()), "env?": Opt(Map(Str())),
