@@ -56,8 +56,9 @@ class KerncapApp(App[int]):
         *(Binding(str(i), f"tab('{p.name}')", p.title, id=f"tab.{p.name}", show=False)
           for i, p in enumerate(panes.PANES, 1)),
         Binding("b", "build", "Build", id="build"),
-        Binding("B", "baseline", "Time baseline", id="baseline"),
-        Binding("T", "next_theme", "Theme", id="theme"),
+        Binding("B", "baseline", "Baseline", tooltip="time the captured cubin (the baseline)", id="baseline"),
+        # In the palette (ctrl+p), not the footer: at 80 columns the footer must keep `q Quit`.
+        Binding("T", "next_theme", "Theme", id="theme", show=False),
         Binding("escape", "leave_editor", "Leave editor", id="leave-editor", show=False),
         Binding("q", "quit", "Quit", id="quit"),
     ]

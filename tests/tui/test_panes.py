@@ -36,3 +36,24 @@ def test_each_key_opens_its_pane_and_focuses_it(make_app, settle):
                     assert len(ours) == sum(1 for b in pane.widget.BINDINGS if getattr(b, "id", None))
 
     asyncio.run(run())
+
+
+def test_footer_keeps_quit_at_80_columns(make_app, settle):
+    """Every pane's keys, build, baseline and `q Quit` fit an 80x24 terminal's footer."""
+    import re
+    from html import unescape
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            for i, pane in enumerate(panes.PANES, 1):
+                await pilot.press(str(i))
+                await pilot.pause()
+                svg = app.export_screenshot()
+                cells = re.findall(r'<text[^>]*y="([\d.]+)"[^>]*>(.*?)</text>', svg)
+                bottom = max(float(y) for y, _ in cells)
+                footer = "".join(unescape(s) for y, s in cells if float(y) == bottom).replace("\xa0", " ")
+                assert "q Quit" in footer and "b Build" in footer, (pane.name, footer)
+
+    asyncio.run(run())
