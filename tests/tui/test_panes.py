@@ -57,3 +57,28 @@ def test_footer_keeps_quit_at_80_columns(make_app, settle):
                 assert "q Quit" in footer and "b Build" in footer, (pane.name, footer)
 
     asyncio.run(run())
+
+
+def test_a_failed_extraction_stops_the_clock_and_keeps_the_error(make_app, settle, tmp_path, monkeypatch):
+    from textual.widgets import Label
+
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(tmp_path / "missing.so"))  # fails at once: no capture library
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            await pilot.press("1", "enter")
+            await pilot.pause()
+            screen = app.screen
+            assert type(screen).__name__ == "ExtractScreen"
+            screen.query_one("#extract-output").value = str(tmp_path / "out")
+            screen.start()
+            await settle(pilot)
+            await pilot.pause(1.2)  # longer than the 0.5 s tick that used to overwrite the message
+            status = str(screen.query_one("#extract-status", Label).render())
+            assert "failed: capture library not found" in status and screen.ticker is None
+            assert screen.query_one("#extract-status").has_class("error")
+            assert not screen.query_one("#extract-go").disabled  # ready for another try
+
+    asyncio.run(run())
