@@ -396,7 +396,11 @@ def run(directory: Path | None, no_mouse: bool = False) -> int:
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
     app = KerncapApp(root, demo=is_demo)
-    app.run(mouse=not no_mouse)
+    try:
+        app.run(mouse=not no_mouse)
+    finally:
+        if is_demo:
+            demo.discard(root)  # the scratch copy of the demo goes with the workbench
     return int(app.return_code or 0)
 
 

@@ -1,5 +1,7 @@
 """The pane registry (kerncap_tui.panes): every entry gets its tab, its number key, its
-palette entries and its focus target, with nothing else to edit."""
+palette entries and its focus target, with nothing else to edit; and the workbench's
+paper cuts (issue 17): the footer at 80x24, the extract dialog's failure, the demo's
+scratch copy, unchanged sources."""
 
 from __future__ import annotations
 
@@ -82,3 +84,19 @@ def test_a_failed_extraction_stops_the_clock_and_keeps_the_error(make_app, settl
             assert not screen.query_one("#extract-go").disabled  # ready for another try
 
     asyncio.run(run())
+
+
+def test_the_demo_copy_is_removed_on_exit(monkeypatch, tmp_path):
+    import tempfile
+
+    from kerncap_tui import app as app_mod
+    from kerncap_tui import demo
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = []
+    monkeypatch.setattr(app_mod.KerncapApp, "run", lambda self, **kw: seen.append(self.root))
+    stale = tmp_path / f"{demo.SCRATCH_PREFIX}999999-abcd"  # a killed workbench's copy
+    (stale / "reproducer").mkdir(parents=True)
+    assert app_mod.run(None) == 0
+    assert seen and seen[0].name == "reproducer" and not seen[0].exists()
+    assert not stale.exists() and list(tmp_path.iterdir()) == []
