@@ -27,7 +27,7 @@ from kerncap import api
 from kerncap.errors import KerncapError
 from kerncap_tui import demo, engine, panes, theming
 from kerncap_tui.commands import KerncapCommands
-from kerncap_tui.history import History, Variant
+from kerncap_tui.history import History, Variant, source_fingerprint
 from kerncap_tui.messages import (
     BuildLog,
     ExtractRequested,
@@ -224,6 +224,12 @@ class KerncapApp(App[int]):
         worker = get_current_worker()
         started = time.monotonic()
         try:
+            fingerprint = source_fingerprint(self.source_dir)
+            same = self.history.built_from(fingerprint)
+            if same is not None:  # a save without a change, or a second `b`: nothing new to build
+                self.post_message(BuildLog(f"source/ is unchanged since {same.label} ({same.validation}): "
+                                           "no new variant", "dim"))
+                return
             self.post_message(BuildLog("recompiling …"))
             rc = api.recompile(self.root)
             log = rc.log.strip()
@@ -242,7 +248,8 @@ class KerncapApp(App[int]):
             cubin = Path(rc.cubin)
             rel = str(cubin.relative_to(self.root)) if cubin.is_relative_to(self.root) else str(cubin)
             v = self.history.record(median_ms=out.median_ms, min_ms=out.min_ms, spread_pct=out.spread_pct,
-                                    validation=out.validation, cubin=rel, build_seconds=rc.seconds, note=out.detail)
+                                    validation=out.validation, cubin=rel, build_seconds=rc.seconds, note=out.detail,
+                                    source_hash=fingerprint)
             s = self.history.speedup(v)
             self.post_message(BuildLog(
                 f"{v.label}: {out.median_ms:.4f} ms" + (f" = {s:.2f}× baseline" if s else "")

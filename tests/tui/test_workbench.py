@@ -100,3 +100,32 @@ def test_the_demo_copy_is_removed_on_exit(monkeypatch, tmp_path):
     assert app_mod.run(None) == 0
     assert seen and seen[0].name == "reproducer" and not seen[0].exists()
     assert not stale.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_unchanged_source_makes_no_new_variant(make_app, settle, monkeypatch):
+    from textual.widgets import RichLog
+
+    from kerncap import api
+    from kerncap_tui.history import source_fingerprint
+
+    compiles = []
+    monkeypatch.setattr(api, "recompile", lambda *a, **k: compiles.append(a))
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            fingerprint = source_fingerprint(app.source_dir)
+            before = len(app.history.variants)
+            app.history.record(median_ms=1.0, validation="pass", cubin="variants/9.cubin", source_hash=fingerprint)
+            app.action_build()  # what a save without a change, or a second `b`, does
+            await settle(pilot)
+            assert compiles == [] and len(app.history.variants) == before + 1
+            await pilot.press("5")  # RichLog renders what it holds once it is shown
+            await pilot.pause()
+            log = "\n".join(str(line.text) for line in app.query_one("#log", RichLog).lines)
+            assert "source/ is unchanged since v" in log and "no new variant" in log
+            (app.source_dir / "smooth" / "smooth_kernel.cuh").write_text("// edited\n", encoding="utf-8")
+            assert source_fingerprint(app.source_dir) != fingerprint
+
+    asyncio.run(run())
