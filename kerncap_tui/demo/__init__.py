@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from kerncap.core.fsio import pid_alive
 from kerncap.errors import KerncapError
 
 BUNDLED = Path(__file__).resolve().parent / "reproducer"
@@ -62,15 +63,6 @@ def discard_stale() -> None:
     """Remove the scratch copies of workbenches that ended without cleaning up (killed)."""
     for scratch in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         pid = scratch.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(scratch, ignore_errors=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
