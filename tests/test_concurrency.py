@@ -45,13 +45,14 @@ def test_many_processes_on_one_workspace(tmp_path):
         "unpack 2": start("unpack", str(packed), "-o", str(repros / "u2")),
         "pack demo2 1": start("pack", str(repros / "demo2"), "-o", str(tmp_path / "d2.kcap")),
         "pack demo2 2": start("pack", str(repros / "demo2"), "-o", str(tmp_path / "d2.kcap"), "--force"),
-        "recompile demo2 1": start("recompile", str(repros / "demo2")),
-        "recompile demo2 2": start("recompile", str(repros / "demo2")),
         "list": start("list", "--workspace", str(ws), "--json"),
         "info b": start("info", str(repros / "b"), "--verify", "--json"),
         "prune a 1": start("prune", str(repros / "a"), "--no-validate", "-o", str(tmp_path / "pa1")),
         "prune a 2": start("prune", str(repros / "a"), "--no-validate", "-o", str(tmp_path / "pa2")),
     }
+    if shutil.which("nvcc"):  # two recompiles of one reproducer at once
+        jobs["recompile demo2 1"] = start("recompile", str(repros / "demo2"))
+        jobs["recompile demo2 2"] = start("recompile", str(repros / "demo2"))
     done = {name: (p.wait(timeout=120), *p.communicate()) for name, p in jobs.items()}
     failed = {n: err for n, (rc, _, err) in done.items() if rc != 0 and not n.startswith(("pack demo2", "prune a"))}
     assert failed == {}, failed
@@ -63,9 +64,9 @@ def test_many_processes_on_one_workspace(tmp_path):
         assert rc == 0 or (rc == 3 and "another kerncap process is pruning" in err), err
     assert "Traceback" not in "".join(err for _, _, err in done.values())
 
-    # Two recompiles at once: two variants, neither lost.
-    cubins = sorted(p.name for p in (repros / "demo2" / "variants").glob("*.cubin"))
-    assert cubins == ["1.cubin", "2.cubin", "3.cubin", "4.cubin", "5.cubin"]
+    if "recompile demo2 1" in jobs:  # two recompiles at once: two variants, neither lost
+        cubins = sorted(p.name for p in (repros / "demo2" / "variants").glob("*.cubin"))
+        assert cubins == ["1.cubin", "2.cubin", "3.cubin", "4.cubin", "5.cubin"]
     # Everything reads back, from the store where it was moved there.
     for name in ("a", "b", "demo1", "demo2", "u1", "u2"):
         Capture.open(repros / name).verify()

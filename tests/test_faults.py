@@ -127,6 +127,7 @@ def test_full_disk_while_storing(tmp_path, monkeypatch, capsys):
     api.open_capture(repro).verify()  # nothing was removed from the reproducer
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_full_disk_while_recompiling(tmp_path, monkeypatch):
     repro = tmp_path / "demo"
     shutil.copytree(DEMO, repro)
