@@ -27,7 +27,7 @@ from kerncap import api
 from kerncap.errors import KerncapError
 from kerncap_tui import demo, engine, panes, theming
 from kerncap_tui.commands import KerncapCommands
-from kerncap_tui.history import History, Variant
+from kerncap_tui.history import History, Variant, source_fingerprint
 from kerncap_tui.messages import (
     BuildLog,
     ExtractRequested,
@@ -56,8 +56,9 @@ class KerncapApp(App[int]):
         *(Binding(str(i), f"tab('{p.name}')", p.title, id=f"tab.{p.name}", show=False)
           for i, p in enumerate(panes.PANES, 1)),
         Binding("b", "build", "Build", id="build"),
-        Binding("B", "baseline", "Time baseline", id="baseline"),
-        Binding("T", "next_theme", "Theme", id="theme"),
+        Binding("B", "baseline", "Baseline", tooltip="time the captured cubin (the baseline)", id="baseline"),
+        # In the palette (ctrl+p), not the footer: at 80 columns the footer must keep `q Quit`.
+        Binding("T", "next_theme", "Theme", id="theme", show=False),
         Binding("escape", "leave_editor", "Leave editor", id="leave-editor", show=False),
         Binding("q", "quit", "Quit", id="quit"),
     ]
@@ -223,6 +224,12 @@ class KerncapApp(App[int]):
         worker = get_current_worker()
         started = time.monotonic()
         try:
+            fingerprint = source_fingerprint(self.source_dir)
+            same = self.history.built_from(fingerprint)
+            if same is not None:  # a save without a change, or a second `b`: nothing new to build
+                self.post_message(BuildLog(f"source/ is unchanged since {same.label} ({same.validation}): "
+                                           "no new variant", "dim"))
+                return
             self.post_message(BuildLog("recompiling …"))
             rc = api.recompile(self.root)
             log = rc.log.strip()
@@ -241,7 +248,8 @@ class KerncapApp(App[int]):
             cubin = Path(rc.cubin)
             rel = str(cubin.relative_to(self.root)) if cubin.is_relative_to(self.root) else str(cubin)
             v = self.history.record(median_ms=out.median_ms, min_ms=out.min_ms, spread_pct=out.spread_pct,
-                                    validation=out.validation, cubin=rel, build_seconds=rc.seconds, note=out.detail)
+                                    validation=out.validation, cubin=rel, build_seconds=rc.seconds, note=out.detail,
+                                    source_hash=fingerprint)
             s = self.history.speedup(v)
             self.post_message(BuildLog(
                 f"{v.label}: {out.median_ms:.4f} ms" + (f" = {s:.2f}× baseline" if s else "")
@@ -395,7 +403,11 @@ def run(directory: Path | None, no_mouse: bool = False) -> int:
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
     app = KerncapApp(root, demo=is_demo)
-    app.run(mouse=not no_mouse)
+    try:
+        app.run(mouse=not no_mouse)
+    finally:
+        if is_demo:
+            demo.discard(root)  # the scratch copy of the demo goes with the workbench
     return int(app.return_code or 0)
 
 

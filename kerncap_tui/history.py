@@ -4,6 +4,7 @@ repository, its timing and validation in the commit trailer, mirrored in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -30,6 +31,7 @@ class Variant:
     cubin: str | None = None     # relative to the reproducer; None: the captured cubin
     build_seconds: float | None = None
     note: str = ""
+    source_hash: str | None = None  # source_fingerprint() of source/ as built
 
     @property
     def label(self) -> str:
@@ -75,6 +77,11 @@ class History:
             if v.id == vid:
                 return v
         raise KerncapError(f"variant {vid} is not in {self.root / HISTORY_FILE}")
+
+    def built_from(self, fingerprint: str) -> Variant | None:
+        """The variant built from exactly this source/ (not the baseline: that is the
+        captured cubin, not a build), if any."""
+        return next((v for v in reversed(self.variants) if v.id and v.source_hash == fingerprint), None)
 
     def speedup(self, v: Variant) -> float | None:
         base = self.baseline
@@ -184,3 +191,20 @@ class History:
             self.repo().git.checkout(self._commit_of(v), "--", "source")
         except git.GitError as exc:
             raise KerncapError(f"restoring {v.label} into {self.root / 'source'} failed ({exc})", "check `git status` in the reproducer") from None
+
+
+def source_fingerprint(source_dir: Path) -> str:
+    """A hash of every file under source/ (paths and bytes; editor swap and hidden files
+    left out): equal fingerprints mean an unchanged source."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(source_dir).rglob("*")):
+        rel = path.relative_to(source_dir)
+        if any(part.startswith(".") for part in rel.parts) or path.name.endswith(("~", ".swp", ".swx")):
+            continue
+        try:
+            data = path.read_bytes() if path.is_file() else None
+        except OSError:  # removed or replaced while we looked (an editor saving): not part of this state
+            continue
+        if data is not None:
+            digest.update(str(rel).encode() + b"\0" + data + b"\0")
+    return digest.hexdigest()

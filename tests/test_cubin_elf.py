@@ -47,11 +47,15 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    return build_units(tmp_path_factory.mktemp("capture_units"))
+
+
+def build_units(work: Path):
+    """(unit test executable, cubins, work dir); skips without nvcc/cupti.h/a C++ compiler."""
     cuda = _cuda_home()
     cxx = shutil.which(os.environ.get("CXX", "g++"))
     if cuda is None or cxx is None:
         pytest.skip("needs nvcc, cupti.h and a C++ compiler")
-    work = tmp_path_factory.mktemp("capture_units")
     nvcc = str(cuda / "bin" / "nvcc")
     cubins = {}
     for name, extra in (("a", []), ("variant", ["-DVARIANT"])):
@@ -92,7 +96,10 @@ def test_units_pass_and_agree_with_python(built):
 
 def test_exported_symbols_only_the_injection_api():
     """The built interposer (if a build tree is around) exports exactly three symbols."""
+    from kerncap.core.native import NATIVE_DIR
+
     candidates = [Path(p) for p in os.environ.get("KERNCAP_INJECT_LIB", "").split(os.pathsep) if p]
+    candidates += [NATIVE_DIR / "libkerncap_inject.so"]  # an installed kerncap (the GPU flow's package build)
     candidates += list(ROOT.glob("build/*/native/capture/libkerncap_inject.so"))
     lib = next((p for p in candidates if p.is_file()), None)
     nm = shutil.which("nm")

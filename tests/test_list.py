@@ -62,7 +62,7 @@ def test_cli_list(workspace, tmp_path, capsys):
     assert main(["list", "--workspace", str(workspace), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 2
     (workspace / "reproducers" / "broken" / "capture").mkdir(parents=True)
-    assert main(["list", "--workspace", str(workspace)]) == 0
+    assert main(["list", "--workspace", str(workspace)]) == 3  # listed, and the status says one is damaged
     assert "(unreadable)" in capsys.readouterr().out
     assert main(["list", "--workspace", str(tmp_path / "none")]) == 0
     assert "no reproducers under" in capsys.readouterr().out

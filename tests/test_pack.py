@@ -66,7 +66,7 @@ def test_round_trip_is_byte_identical(tmp_path, src):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.kcap", "restored"]  # no temp or partial left
 
 
-def test_symlinks_empty_dirs_and_modes_survive(tmp_path):
+def test_empty_dirs_and_modes_survive_links_are_left_out(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(AXPY, src)
     (src / "source").mkdir()
@@ -77,11 +77,13 @@ def test_symlinks_empty_dirs_and_modes_survive(tmp_path):
     (src / "capture" / "blobs" / "ffffffffffffffff.bin").write_bytes(b"orphan")  # no manifest entry uses it
     r = pack(src)
     assert r.path == tmp_path / "src.kcap"
-    assert r.left_out == ["capture/blobs/ffffffffffffffff.bin (no manifest entry uses it)"]
+    assert r.left_out == ["capture/blobs/ffffffffffffffff.bin (no manifest entry uses it)",
+                          "source/latest (a symbolic link: unpack refuses links, so none are packed)"]
     moved = tmp_path / "moved"
     moved.mkdir()
     assert unpack(r.path.rename(moved / "src.kcap")).path == moved / "src"  # default: named after the file
     (src / "capture" / "blobs" / "ffffffffffffffff.bin").unlink()
+    (src / "source" / "latest").unlink()
     assert tree(moved / "src") == tree(src)
 
 

@@ -222,3 +222,21 @@ def test_tolerance_dtypes_of_a_triton_reproducer_come_from_its_tensor_arguments(
     assert s.session.calls[-1][1] == [("float32", 1e-3, 0.0), ("bfloat16", 1e-3, 0.0), ("", 1e-3, 0.0)]
     s.validate(None, 1e-3, None, None, {1: "float16"})
     assert s.session.calls[-1][1][1] == ("float16", 1e-3, 0.0)
+
+
+def test_a_capture_larger_than_the_gpu_is_refused_before_any_reservation(core, capture, monkeypatch):
+    from kerncap.replay.native_session import NativeSession
+
+    monkeypatch.setattr(FakeSession, "memory", lambda self: (1 << 20, 80 << 30), raising=False)  # 1 MiB free
+    calls = []
+    real_init = FakeSession.__init__
+
+    def init(self, device):
+        real_init(self, device)
+        calls.append(self.calls)
+
+    monkeypatch.setattr(FakeSession, "__init__", init)
+    with pytest.raises(KerncapError, match="needs 2 MiB of device memory") as err:
+        NativeSession(capture)
+    assert "only 1 MiB of its 81920 MiB are free" in err.value.message
+    assert [c[0] for c in calls[0]] == ["init"]  # nothing reserved or mapped

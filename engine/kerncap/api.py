@@ -144,10 +144,11 @@ def open_capture(path: PathLike) -> Capture:
     return Capture.open(path)
 
 
-def info(path: PathLike) -> dict[str, Any]:
-    """Everything `kerncap info` shows about a reproducer, as JSON-able data
-    (kernel, launch, params, regions, globals, provenance, sizes, reproducer.json)."""
-    return _info.summarize(path)
+def info(path: PathLike, *, verify: bool = False) -> dict[str, Any]:
+    """Everything `kerncap info` shows about a reproducer, as JSON-able data (kernel,
+    launch, params, regions, globals, provenance, sizes, reproducer.json, and "payloads":
+    whether every chunk and the cubin is there with its size; `verify` checks hashes)."""
+    return _info.summarize(path, verify=verify)
 
 
 def format_info(summary: dict[str, Any]) -> str:
@@ -155,11 +156,14 @@ def format_info(summary: dict[str, Any]) -> str:
     return _info.format_summary(summary)
 
 
-def list_reproducers(workspace: PathLike = DEFAULT_WORKSPACE, extra: Sequence[PathLike] = ()) -> list[dict[str, Any]]:
+def list_reproducers(workspace: PathLike = DEFAULT_WORKSPACE, extra: Sequence[PathLike] = (), *,
+                     verify: bool = False) -> list[dict[str, Any]]:
     """One row per reproducer under `workspace`/reproducers/ and under each of `extra`,
     newest first (keys: path, kernel, mangled, command, time, logical, stored, in_store,
-    validation, variants, error). A damaged reproducer is listed with its `error`."""
-    return _listing.list_captures(workspace, extra)
+    validation, variants, payloads, error). A reproducer that cannot be read has its
+    `error`; one with missing or damaged payloads says so in `payloads` ("ok" when
+    complete; `verify` checks hashes too)."""
+    return _listing.list_captures(workspace, extra, verify=verify)
 
 
 def pack(directory: PathLike, output: PathLike | None = None, *, force: bool = False) -> PackResult:
@@ -192,11 +196,13 @@ def find_sources(kernel: str, source_dir: PathLike, build_dir: PathLike | None =
     return _sources.discover(kernel, Path(source_dir), Path(build_dir) if build_dir is not None else None)
 
 
-def recompile(reproducer: PathLike, config: str | None = None) -> RecompileResult:
+def recompile(reproducer: PathLike, config: str | None = None, *, trust: bool = False) -> RecompileResult:
     """Rebuild only the captured kernel from the reproducer's edited source into
-    variants/ (nvcc with the recorded flags, or Triton in-process). `config` pins other
-    Triton compile options or another autotune config ("num_warps=4,BLOCK=64")."""
-    return _recompile.recompile(reproducer, config)
+    variants/ (the local toolkit's nvcc with the recorded flags, or Triton in-process).
+    `config` pins other Triton compile options or another autotune config
+    ("num_warps=4,BLOCK=64"). Recorded flags that could run other programs or write
+    outside the reproducer raise UntrustedCommand unless `trust` (docs/cli.md)."""
+    return _recompile.recompile(reproducer, config, trust=trust)
 
 
 @dataclass

@@ -17,9 +17,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from kerncap.core.fsio import pid_alive
 from kerncap.errors import KerncapError
 
 BUNDLED = Path(__file__).resolve().parent / "reproducer"
+SCRATCH_PREFIX = "kerncap-demo-"  # <tmp>/kerncap-demo-<pid>-XXXX/reproducer
 
 
 def demo_path() -> Path:
@@ -39,9 +41,28 @@ def materialize(dest: Path | None = None) -> Path:
             f"the bundled demo capture is missing ({src})",
             "open a reproducer instead: kerncap-tui DIR (or set KERNCAP_TUI_DEMO to a reproducer directory)",
         )
-    dest = Path(dest) if dest else Path(tempfile.mkdtemp(prefix="kerncap-demo-")) / "reproducer"
+    if dest is None:
+        discard_stale()
+        dest = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")) / "reproducer"
+    dest = Path(dest)
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
     for shipped, real in (("dot-git", ".git"), ("dot-gitignore", ".gitignore")):
         if (dest / shipped).exists() and not (dest / real).exists():
             (dest / shipped).rename(dest / real)
     return dest
+
+
+def discard(copy: Path) -> None:
+    """Remove a scratch copy made by materialize() (the workbench does on exit)."""
+    scratch = Path(copy).parent
+    if scratch.name.startswith(SCRATCH_PREFIX) and Path(copy).name == "reproducer":
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def discard_stale() -> None:
+    """Remove the scratch copies of workbenches that ended without cleaning up (killed)."""
+    for scratch in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        pid = scratch.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(scratch, ignore_errors=True)
+

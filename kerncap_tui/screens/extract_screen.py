@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
+from textual.timer import Timer
 from textual.widgets import Button, Input, Label, ProgressBar
 from textual.worker import get_current_worker
 
@@ -29,6 +30,7 @@ class ExtractScreen(ModalScreen[Path | None]):
         self.command = command
         self.output = output
         self.started = 0.0
+        self.ticker: Timer | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="extract-box"):
@@ -76,8 +78,9 @@ class ExtractScreen(ModalScreen[Path | None]):
             return
         self.query_one("#extract-progress").display = True
         self.query_one("#extract-go", Button).disabled = True
+        self.query_one("#extract-status", Label).remove_class("error")
         self.started = time.monotonic()
-        self.set_interval(0.5, self._tick)
+        self.ticker = self.set_interval(0.5, self._tick)
         self.run_extract(command, dispatch, Path(self.query_one("#extract-output", Input).value).expanduser())
 
     def _tick(self) -> None:
@@ -96,8 +99,21 @@ class ExtractScreen(ModalScreen[Path | None]):
         else:
             self.app.call_from_thread(self.dismiss, Path(result.reproducer_dir))
 
+    def _stop_ticking(self) -> None:
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+
     def _failed(self, exc: KerncapError) -> None:
+        """The error stays in the dialog (the timer no longer overwrites it); fix the
+        command or the dispatch and press Extract again."""
+        self._stop_ticking()
         self.query_one("#extract-progress").display = False
         self.query_one("#extract-go", Button).disabled = False
-        self.query_one("#extract-status", Label).update(f"failed: {exc.message}")
+        status = self.query_one("#extract-status", Label)
+        status.update(f"failed: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""))
+        status.add_class("error")
         self.app.report_error("extract", exc)
+
+    def on_unmount(self) -> None:
+        self._stop_ticking()

@@ -88,6 +88,7 @@ PYBIND11_MODULE(_replay, m) {
       .def(py::init<int>(), py::arg("device") = 0, release())
       .def("granularity", &Session::granularity)
       .def("compute_capability", &Session::compute_capability)
+      .def("memory", &Session::memory)
       .def("device_name", &Session::device_name)
       .def("reserve", &Session::reserve, release())
       .def("map", &Session::map, release())

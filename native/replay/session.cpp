@@ -68,6 +68,12 @@ std::pair<int, int> Session::compute_capability() const {
   return {major, minor};
 }
 
+std::pair<size_t, size_t> Session::memory() const {
+  size_t free = 0, total = 0;
+  KC_CHECK(cuMemGetInfo, (&free, &total), "the device");
+  return {free, total};
+}
+
 std::string Session::device_name() const {
   char name[256] = {};
   KC_CHECK(cuDeviceGetName, (name, sizeof name - 1, ctx_.device()), "the device");

@@ -58,6 +58,8 @@ class Session {
   explicit Session(int ordinal);
   size_t granularity() const { return granularity_; }
   std::pair<int, int> compute_capability() const;
+  // (free, total) bytes of device memory (cuMemGetInfo), to refuse a capture that cannot fit.
+  std::pair<size_t, size_t> memory() const;
   std::string device_name() const;
 
   void reserve(const std::vector<SpanSpec>& spans);

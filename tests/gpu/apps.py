@@ -96,6 +96,8 @@ MOE_SCALE_SMALL_SILU = AppSpec("moe_scale", "silu", python=True, args=MOE_SMALL_
                                timeout=300.0)
 
 # Apps used only for failure paths (test_capture_errors.py).
+# Writes through a pointer XOR-masked with a key: outside any pointer closure (prune refuses).
+HIDDEN_WRITE = AppSpec("hidden_write", "hidden_write", writes=("out",), reads=("in",))
 # An app that subscribes to CUPTI itself before its first CUDA call.
 PROFILER_CONFLICT = AppSpec("cupti_first", "cupti_first_scale")
 

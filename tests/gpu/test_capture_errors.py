@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -77,13 +76,33 @@ def test_output_under_a_file_is_refused(testapps_build, tmp_path):
     assert str(blocker) in message, message
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only directories")
-def test_read_only_output_directory_is_refused(testapps_build, tmp_path):
-    parent = tmp_path / "read-only"
-    parent.mkdir()
-    parent.chmod(0o555)
+def test_read_only_output_directory_is_refused(testapps_build):
+    """Run as an unprivileged user even when the suite runs as root (root writes into
+    read-only directories): the app and the directories live where that user can reach."""
+    import shutil
+
+    from kerncap.capture.extract import extract  # imported here: the child may not reach the interpreter's files
+    from unprivileged import run_unprivileged, shared_tmp
+
+    area = shared_tmp()
     try:
-        message = extract_error(AXPY, testapps_build, tmp_path, output=parent / "reproducer")
+        app = area / AXPY.name
+        shutil.copy2(testapps_build / AXPY.name, app)
+        app.chmod(0o755)
+        parent = area / "read-only"
+        parent.mkdir()
+        parent.chmod(0o555)
+
+        def attempt() -> str:
+            try:
+                extract(AXPY.kernel, [str(app)], output=parent / "reproducer", timeout=60)
+            except KerncapError as exc:
+                return str(exc)
+            return "extract succeeded"
+
+        message = run_unprivileged(attempt)
     finally:
-        parent.chmod(0o755)
-    assert str(parent) in message, message
+        (area / "read-only").chmod(0o755)
+        shutil.rmtree(area, ignore_errors=True)
+    assert str(parent) in message and "Permission denied" in message, message
+    assert "the app was not started" in message

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from .timing import assert_faster
+
 pytestmark = pytest.mark.gpu
 
 
@@ -301,14 +303,7 @@ def test_faster_edit_validates_byte_exact_and_times_faster(captures, app):
     with ReplayClient(repro) as rc:
         result = rc.validate(cubin=edited.cubin)
         assert result.passed, f"{mismatches(result)} bytes differ after the edit\n{edited.log}"
-        medians: dict[str, list[float]] = {"unmodified": [], "edited": []}
-        for _ in range(2):  # interleaved, best of two medians each
-            for name, cubin in (("unmodified", unmodified), ("edited", edited.cubin)):
-                medians[name].append(rc.replay(cubin=cubin, iterations=50, warmup=5).median_ms)
-    base, fast = min(medians["unmodified"]), min(medians["edited"])
-    print(f"{app}: unmodified {base * 1e3:.2f} us, edited {fast * 1e3:.2f} us ({base / fast:.2f}x), "
-          f"byte-exact; medians {medians}")
-    assert fast < base, f"the edit is not faster: {fast:.4f} ms vs {base:.4f} ms"
+        assert_faster(rc, unmodified, edited.cubin, label=f"{app} (byte-exact)")
 
 
 def run_reproducer_py(repro: Path, *args: str) -> subprocess.CompletedProcess:
@@ -338,7 +333,7 @@ def test_reproducer_py_launches_a_pinned_config_with_its_own_grid(captures):
     other = next(c for c in configs.candidates(spec) if c.grid != spec["launch"]["grid"])
     proc = run_reproducer_py(repro, "--config", other.config, "--atol", "1e-2", "--rtol", "1e-2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"Inductor's grid for" in proc.stdout and str(other.grid) in proc.stdout, proc.stdout
+    assert "Inductor's grid for" in proc.stdout and str(other.grid) in proc.stdout, proc.stdout
 
 
 def test_reproducer_py_pinned_config_needs_a_tolerance(captures):

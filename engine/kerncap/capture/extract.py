@@ -31,6 +31,7 @@ from kerncap.capture.run import (
     report_errors,
     run_app,
 )
+from kerncap.core.fsio import find_leftovers
 from kerncap.core.native import inject_library
 from kerncap.core.stack import capture_provenance
 from kerncap.core.units import short_kernel_name
@@ -98,6 +99,7 @@ def extract(
     if build_dir is not None and not Path(build_dir).is_dir():
         raise KerncapError(f"--build-dir {build_dir} is not a directory", "pass the app's build directory")
     _check_output_free(output, force)
+    stale = [left.advice() for left in find_leftovers(output.parent, output.name)]
 
     created_parents = _make_parents(output.parent)
     run_dir = output.with_name(f"{output.name}.run-{os.getpid()}")
@@ -139,6 +141,7 @@ def extract(
                 "free space or fix permissions and extract again; --keep-run-dir keeps the raw capture",
             ) from None
         result.outcome = outcome
+        result.notes[:0] = stale
         if outcome.returncode not in (0, None) and not outcome.stopped:
             result.notes.append(f"the app {outcome.describe_exit()} after the capture was written")
         result.seconds = time.monotonic() - start

@@ -14,7 +14,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,11 @@ from kerncap.capture.run import (
     report_errors,
     run_app,
 )
+from kerncap.core.fsio import fs_error, write_atomic
 from kerncap.core.native import inject_library
+from kerncap.core.schema import check
 from kerncap.errors import KerncapError
+from kerncap.reproducer.schemas import PROFILE
 
 PROFILE_FORMAT = "kerncap-profile"
 PROFILE_VERSION = 1
@@ -85,27 +88,26 @@ class ProfileResult:
                 f"{source} has profile format version {d.get('format_version')}; this kerncap reads {PROFILE_VERSION}",
                 "upgrade kerncap",
             )
-        try:
-            kernels = [KernelStat(**k) for k in d["kernels"]]
-            fields = {k: d[k] for k in ("total_ns", "dispatches", "processes")}
-        except (KeyError, TypeError) as exc:
-            raise KerncapError(f"{source} is malformed ({type(exc).__name__}: {exc})", "profile again") from None
+        check(d, PROFILE, source, "profile again (`kerncap profile -- CMD`)")
+        names = {f.name for f in fields(KernelStat)}
+        kernels = [KernelStat(**{key: v for key, v in stat.items() if key in names}) for stat in d["kernels"]]
+        totals = {k: d[k] for k in ("total_ns", "dispatches", "processes")}
         optional = ("command", "created", "wall_seconds", "exit_status", "dropped_records", "warnings", "kerncap_version",
                     "cupti_finalized")
-        return cls(kernels=kernels, **fields, **{k: d[k] for k in optional if k in d})
+        return cls(kernels=kernels, **totals, **{k: d[k] for k in optional if k in d})
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically (temp file + rename in the same directory)."""
         path = Path(path)
+        hint = "choose another --output or --workspace"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-            os.replace(tmp, path)
         except OSError as exc:
-            raise KerncapError(
-                f"cannot write profile {path}: {exc.strerror or exc}", "choose another --output or --workspace"
-            ) from None
+            raise fs_error(exc, f"write profile {path}", hint) from None
+        try:
+            write_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n", what=f"write profile {path}")
+        except KerncapError as exc:
+            raise KerncapError(exc.message, hint) from None
         return path
 
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from kerncap import api
@@ -34,6 +35,8 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r.as_dict(), indent=1))
         return 0
+    for note in r.notes:
+        print(f"kerncap pack: warning: {note}", file=sys.stderr)
     print(f"packed {args.path} -> {r.path}: {r.files} files, {r.blobs} chunks")
     print(f"  {size_line(r)}")
     for item in r.left_out:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 from kerncap import api
@@ -18,21 +19,23 @@ def register(sub) -> None:
                    "XBLOCK=8,R0_BLOCK=512,num_warps=4: launched with that config's grid)")
     p.add_argument("--list-configs", action="store_true",
                    help="Triton only: list the autotune configs the capture recorded, as --config values, and exit")
+    p.add_argument("--trust", action="store_true",
+                   help="run recorded compile flags outside the allow-list (host-compiler plugins, a host compiler "
+                        "outside the system, response files, output paths): only for a reproducer you trust")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--verbose", "-v", action="store_true", help="print the compiler command and output")
+    p.add_argument("--verbose", "-v", action="store_true", help="print the compiler's output even when it is quiet")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list_configs:
         return list_configs(args.reproducer, args.json)
-    result = api.recompile(args.reproducer, args.config)
+    result = api.recompile(args.reproducer, args.config, trust=args.trust)
     if args.json:
         print(json.dumps({"cubin": str(result.cubin), "seconds": round(result.seconds, 3),
                           "command": result.command, "log": result.log}, indent=2))
         return 0
-    if args.verbose:
-        print("$ " + " ".join(result.command))
+    print("$ " + shlex.join(result.command))  # always: the user sees what ran
     if args.verbose or result.log.strip():
         print(result.log.rstrip())
     print(f"{result.cubin}  ({result.seconds:.2f} s)")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kerncap import __version__
+from kerncap.core.fsio import exclusive, find_leftovers, write_atomic
 from kerncap.errors import (
     CaptureFormatError,
     GpuUnavailable,
@@ -39,6 +40,7 @@ from kerncap.prune.closure import Closure, compute_closure
 from kerncap.replay.client import ReplayClient
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.prune_report import PruneReport
+from kerncap.reproducer.record import read_record
 from kerncap.reproducer.stored import hydrate
 
 __all__ = ["Closure", "PruneReport", "compute_closure", "default_pruned_path", "prune_reproducer", "write_pruned"]
@@ -151,9 +153,7 @@ def _link_blobs(cap: Capture, closure: Closure, blobs: Path) -> None:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 # -- pruning --------------------------------------------------------------------------------
@@ -176,14 +176,23 @@ def prune_reproducer(
     root = Path(os.path.abspath(repro_dir))
     if root.is_symlink():
         root = root.resolve()  # swap the directory itself, not the link to it
+    if not root.is_dir():
+        Capture.open(root)  # says what is missing
+    with exclusive(root, "pruning"):  # two prunes of one reproducer must not swap it twice
+        return _prune_locked(root, validate=validate, output=output, device=device, timeout=timeout)
+
+
+def _prune_locked(root: Path, *, validate: bool, output, device: int, timeout: float | None) -> PruneReport:
     hydrate(root)  # payloads moved to the store (`kerncap store`) come back: pruning hard-links them
     cap = Capture.open(root)
+    stale = [left.advice() for left in find_leftovers(root.parent, root.name)]
     closure = compute_closure(cap)
     report = PruneReport(
         path=root, kept="full", reason="", regions_full=closure.regions_full, regions_pruned=closure.regions_pruned,
         logical_full=closure.logical_full, logical_pruned=closure.logical_pruned,
         stored_full=closure.stored_full, stored_pruned=closure.stored_pruned,
         seconds={"closure": closure.seconds, "write": 0.0, "validate": 0.0}, reasons=dict(closure.reasons),
+        notes=stale,
     )
     if closure.refusal:
         return _keep_full(report, closure.refusal, record=validate)
@@ -263,14 +272,10 @@ def _record(root: Path, report: PruneReport) -> None:
     if not (root / "capture").is_dir():
         return
     path = root / "reproducer.json"
-    data: Any = {}
-    if path.exists():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            data = None
-            report.notes.append(f"{path} is not readable JSON ({exc}); the prune record was not written")
-    if not isinstance(data, dict):
+    try:
+        data: Any = read_record(root)
+    except KerncapError as exc:
+        report.notes.append(f"{exc.message}; the prune record was not written")
         return
     data["prune"] = report.to_json()
     try:

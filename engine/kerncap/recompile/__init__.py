@@ -4,32 +4,25 @@ through nvcc (`kerncap.recompile.cuda`), Triton and torch.compile kernels in-pro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from kerncap import triton
-from kerncap.errors import KerncapError, UsageError
+from kerncap.errors import UsageError
 from kerncap.recompile import cuda
+from kerncap.reproducer.record import sources_kind
 from kerncap.reproducer.variants import RecompileResult
 
 __all__ = ["RecompileResult", "recompile", "sources_kind"]
 
 
-def recompile(reproducer_dir: str | Path, config: str | None = None) -> RecompileResult:
-    """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only."""
+def recompile(reproducer_dir: str | Path, config: str | None = None, *, trust: bool = False) -> RecompileResult:
+    """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only;
+    `trust` lets a CUDA C++ build run recorded flags outside the allow-list."""
     repro = Path(reproducer_dir).resolve()
     if sources_kind(repro) == "triton":
         return triton.recompile(repro) if config is None else triton.recompile(repro, config)
     if config is not None:
         raise UsageError(f"--config applies to Triton reproducers; {repro} holds CUDA C++ source",
                            "edit the source (e.g. __launch_bounds__) instead")
-    return cuda.recompile(repro)
+    return cuda.recompile(repro, trust=trust)
 
-
-def sources_kind(repro: Path) -> str | None:
-    path = repro / "reproducer.json"
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, json.JSONDecodeError) as exc:
-        raise KerncapError(f"cannot read {path} ({exc})") from None
-    return (data.get("sources") or {}).get("kind")

@@ -10,16 +10,18 @@ layout (offsets and sizes from `.nv.info.<kernel>` EIATTR_KPARAM_INFO).
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
+from kerncap.core.fsio import fs_error, make_dirs, remove_quietly, temp_name
+from kerncap.core.schema import check
 from kerncap.errors import KerncapError
-from kerncap.reproducer.format import Capture
-from kerncap.reproducer.variants import RecompileResult, next_variant
+from kerncap.recompile.trust import local_nvcc, require_trust, review
+from kerncap.reproducer.format import Capture, read_json
+from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
+from kerncap.reproducer.variants import RecompileResult, publish_variant
 from kerncap.sources import cubin as cubinfo
 from kerncap.sources.attach import BUILD_JSON, capture_arch
 from kerncap.sources.names import demangle_all
@@ -43,33 +45,9 @@ def _load_build(repro: Path) -> dict:
             f"{repro} has no editable CUDA source ({path} is missing)",
             "extract with `kerncap extract ... --source-dir <app tree>` to get one",
         )
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise KerncapError(f"cannot read {path} ({exc})", "extract again") from None
-
-
-def resolve_compiler(argv0: str) -> str:
-    """The recorded nvcc if it still exists, else KERNCAP_NVCC, else nvcc on PATH."""
-    override = os.environ.get("KERNCAP_NVCC")
-    if override:
-        if not Path(override).is_file():
-            raise KerncapError(f"KERNCAP_NVCC={override} does not exist", "point it at the CUDA toolkit's bin/nvcc")
-        return override
-    if "nvcc" not in Path(argv0).name:
-        raise KerncapError(
-            f"the kernel was compiled by {argv0}; kernel-only recompile drives nvcc",
-            "set KERNCAP_NVCC to an nvcc of the same CUDA version",
-        )
-    if os.path.isabs(argv0) and Path(argv0).is_file():
-        return argv0
-    found = shutil.which(Path(argv0).name) or shutil.which("nvcc")
-    if found is None:
-        raise KerncapError(
-            f"nvcc not found: the original compiler {argv0} is not there and there is no nvcc on PATH",
-            "put the CUDA toolkit's bin directory on PATH (e.g. export PATH=/usr/local/cuda/bin:$PATH) or set KERNCAP_NVCC",
-        )
-    return found
+    build = read_json(path, 16 << 20, "", "restore source/build.json from a copy of the reproducer, or extract again")
+    check(build, BUILD_JSON_SCHEMA, path, "restore source/build.json from a copy of the reproducer, or extract again")
+    return build
 
 
 def arch_flag(build: dict, capture: Capture, argv: list[str]) -> str:
@@ -147,8 +125,10 @@ def _is_joined_drop(arg: str) -> bool:
     return arg.startswith("-l") and arg not in ("-lineinfo", "-lto", "-l")
 
 
-def recompile(reproducer_dir: str | Path) -> RecompileResult:
-    """Rebuild the CUDA C++ kernel of the reproducer into variants/<n>.cubin."""
+def recompile(reproducer_dir: str | Path, *, trust: bool = False) -> RecompileResult:
+    """Rebuild the CUDA C++ kernel of the reproducer into variants/<n>.cubin with the local
+    toolkit's nvcc. Recorded flags outside the allow-list (kerncap.recompile.trust) are
+    refused unless `trust`."""
     repro = Path(reproducer_dir).resolve()
     build = _load_build(repro)
     capture = Capture.open(repro)
@@ -164,36 +144,50 @@ def recompile(reproducer_dir: str | Path) -> RecompileResult:
         raise KerncapError(f"the translation unit {tu_copy} is missing", "restore it (the original is under " + build.get("source_root", "?") + ")")
     cwd = Path(build["cwd"])
     tu_original = Path(build.get("source_root", "")) / build["tu"]
-    compiler = resolve_compiler(argv[0])
+    compiler = local_nvcc(argv[0])
     if not cwd.is_dir():
         cwd = source  # the original build dir is gone: in-tree -I dirs are remapped below anyway
+    flags = device_flags(argv, tu_original, Path(build["cwd"]))
     variants = repro / "variants"
-    variants.mkdir(exist_ok=True)
-    n = next_variant(variants)
-    final = variants / f"{n}.cubin"
-    tmp = variants / f".{n}.cubin.tmp-{os.getpid()}"
+    tmp = temp_name(variants / "variant.cubin")  # numbered only once it is checked (publish_variant)
     shadow = [f"-I{source / d}" for d in build.get("include_dirs", [])]
-    command = [compiler, *shadow, *device_flags(argv, tu_original, Path(build["cwd"])),
-               f"-arch={arch_flag(build, capture, argv)}", "-cubin", "-o", str(tmp), str(tu_copy)]
+    command = [compiler, *shadow, *flags, f"-arch={arch_flag(build, capture, argv)}", "-cubin", "-o", str(tmp),
+               str(tu_copy)]
+    if not trust:
+        require_trust(review(flags, repro), command, source / BUILD_JSON)  # before anything is written
+    make_dirs(variants)
+    try:  # fail on a read-only or full location now, not after a long compile
+        tmp.write_bytes(b"")
+    except OSError as exc:
+        raise fs_error(exc, f"write into {variants}") from None
     start = time.perf_counter()
     try:
         proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
     except OSError as exc:
+        remove_quietly(tmp)
         raise KerncapError(f"cannot run {compiler}: {exc.strerror}", "check the CUDA toolkit installation") from None
     seconds = time.perf_counter() - start
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
+        remove_quietly(tmp)
         raise KerncapError(
             f"nvcc failed to compile {tu_copy} (exit status {proc.returncode}):\n{log.rstrip()}",
             "fix the source and run `kerncap recompile` again",
         )
     try:
-        check_cubin(tmp.read_bytes(), kernel, capture, str(tu_copy))
+        data = tmp.read_bytes()
+        if not data:
+            raise KerncapError(f"{compiler} exited with status 0 but wrote no cubin for {tu_copy}",
+                               "check the toolkit (KERNCAP_NVCC, CUDA_HOME, PATH)")
+        check_cubin(data, kernel, capture, str(tu_copy))
     except KerncapError:
-        tmp.unlink(missing_ok=True)
+        remove_quietly(tmp)
         raise
-    tmp.replace(final)
+    try:
+        final = publish_variant(tmp, variants)
+    except OSError as exc:
+        remove_quietly(tmp)
+        raise fs_error(exc, f"write a variant into {variants}") from None
     return RecompileResult(cubin=final, seconds=seconds, command=command, log=log)
 
 

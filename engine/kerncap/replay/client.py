@@ -28,6 +28,7 @@ from kerncap.replay.results import ReplayResult, ValidationResult
 from kerncap.reproducer.stored import MARKER, hydrate
 
 STDERR_TAIL_LINES = 40
+STDERR_DRAIN_S = 5.0  # how long a dead server's stderr may take to reach EOF (a child may hold it)
 # Fresh servers to try when the captured address range is taken in one (see start()).
 ADDRESS_ATTEMPTS = 3
 
@@ -63,6 +64,7 @@ class ReplayClient:
         self._proc: subprocess.Popen | None = None
         self._lines: queue.Queue[str | None] | None = None
         self._log: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_reader: threading.Thread | None = None
         self._next_id = 0
         self._lock = threading.RLock()
 
@@ -156,10 +158,13 @@ class ReplayClient:
                                "check the Python installation") from None
         self.starts += 1
         self._proc = proc
-        self._log.clear()
+        # Each server gets its own log: a reader still draining an old server's stderr
+        # cannot mix its lines into the new one's.
+        self._log = log = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._lines = lines = queue.Queue()
         threading.Thread(target=self._pump_stdout, args=(proc, lines), daemon=True).start()
-        threading.Thread(target=self._pump_stderr, args=(proc,), daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._pump_stderr, args=(proc, log), daemon=True)
+        self._stderr_reader.start()
 
     @staticmethod
     def _pump_stdout(proc: subprocess.Popen, lines: queue.Queue) -> None:
@@ -167,9 +172,9 @@ class ReplayClient:
             lines.put(line)
         lines.put(None)  # EOF: the server is gone
 
-    def _pump_stderr(self, proc: subprocess.Popen) -> None:
+    def _pump_stderr(self, proc: subprocess.Popen, log: collections.deque) -> None:
         for line in proc.stderr:
-            self._log.append(line.rstrip("\n"))
+            log.append(line.rstrip("\n"))
             if self.echo_log:
                 sys.stderr.write(line)
 
@@ -234,8 +239,12 @@ class ReplayClient:
                 proc.wait()
 
     def _died(self, op: str) -> KerncapError:
-        proc = self._proc
+        proc, reader = self._proc, self._stderr_reader
         self._reap()
+        if reader is not None:
+            # The server has exited; its last words may still be in the pipe. Without this
+            # join the message was built before the reader got them (a test failed 1 in 3).
+            reader.join(timeout=STDERR_DRAIN_S)
         status = proc.returncode if proc is not None else None
         how = f"killed by signal {-status}" if status is not None and status < 0 else f"exit status {status}"
         tail = "\n".join(self._log) or "(no output)"

@@ -47,6 +47,7 @@ class NativeSession:
         self.session = self.core.Session(device)  # cuInit + primary context, nothing allocated yet
         self.cc: tuple[int, int] = tuple(self.session.compute_capability())
         self.plan: AddressPlan = plan_address_space(cap.regions, self.session.granularity())
+        self._check_fits()
         self.session.reserve([self._span_spec(s) for s in self.plan.spans])  # first, before any allocation
         self.session.map(self.plan.maps)
         self.items = [r for r in cap.regions if r.size > 0] + [g for g in cap.globals if g.size > 0]
@@ -61,6 +62,21 @@ class NativeSession:
         log.info("opened %s: %d spans (%d MiB reserved), %d MiB mapped, state resident in %.2f s",
                  cap.root, len(self.plan.spans), self.plan.reserved_bytes >> 20, self.plan.mapped_bytes >> 20,
                  self.open_seconds)
+
+    def _check_fits(self) -> None:
+        """Refuse, before anything is reserved, a capture whose mapped memory exceeds the GPU's."""
+        memory = getattr(self.session, "memory", None)
+        if memory is None:
+            return
+        free, total = memory()
+        need = self.plan.mapped_bytes
+        if need > free:
+            where = f"the GPU has {total >> 20} MiB" if need > total else f"only {free >> 20} MiB of its {total >> 20} MiB are free"
+            raise KerncapError(
+                f"{self.capture.root} needs {need >> 20} MiB of device memory at its captured addresses; {where}",
+                "replay on a GPU with more memory, free the GPU, or prune the reproducer (`kerncap prune`)"
+                if need <= total else "a manifest claiming more memory than any GPU has is damaged or was not "
+                "written by kerncap; `kerncap prune` shrinks a real one to what the kernel reaches")
 
     # -- specs for the native core ---------------------------------------------------------
     def _span_spec(self, span):

@@ -9,17 +9,42 @@ verifies size and hash: a corrupt blob is an error, never replayed.
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import xxhash
 
+from kerncap.core.schema import check
 from kerncap.errors import CaptureFormatError
+from kerncap.reproducer.schemas import MANIFEST
 from kerncap.reproducer.store import store_of
 
 FORMAT_NAME = "kerncap-capture"
 FORMAT_VERSION = 1
+MAX_MANIFEST_BYTES = 1 << 30  # 200k regions take ~40 MB
+
+
+def read_json(path: Path, limit: int, missing_hint: str, damaged_hint: str) -> Any:
+    """The JSON of a regular file of at most `limit` bytes; a FIFO, a device or a
+    huge file is refused before it is read (a read of /dev/zero never ends)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise CaptureFormatError(f"{path} is missing", missing_hint) from None
+    except OSError as exc:
+        raise CaptureFormatError(f"cannot read {path} ({exc.strerror})", "check its permissions") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CaptureFormatError(f"{path} is not a regular file", damaged_hint)
+    if st.st_size > limit:
+        raise CaptureFormatError(f"{path} is {st.st_size} bytes, more than the {limit} a real one can be", damaged_hint)
+    try:
+        return json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CaptureFormatError(f"cannot read {path} ({exc.strerror})", "check its permissions") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CaptureFormatError(f"{path} is not valid JSON ({exc})", damaged_hint) from None
 
 
 @dataclass(frozen=True)
@@ -85,21 +110,18 @@ class Capture:
                 "the capturing process was interrupted; run `kerncap extract` again",
             )
         mpath = path / "manifest.json"
-        if not mpath.is_file():
-            raise CaptureFormatError(f"{mpath} is missing", "not a kerncap capture, or the capture did not finish")
-        try:
-            manifest = json.loads(mpath.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CaptureFormatError(f"{mpath} is not valid JSON ({exc})", "the capture is corrupt; extract again") from None
+        manifest = read_json(mpath, MAX_MANIFEST_BYTES, "not a kerncap capture, or the capture did not finish",
+                             "the capture is corrupt; extract again")
         cap = cls(root=path, manifest=manifest)
         cap._check_header()
+        check(manifest, MANIFEST, mpath, "the capture is damaged or was not written by kerncap; extract again")
         cap._parse()
         return cap
 
     def _check_header(self) -> None:
         m = self.manifest
         where = self.root / "manifest.json"
-        if m.get("format") != FORMAT_NAME:
+        if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
             raise CaptureFormatError(f"{where} is not a kerncap capture manifest")
         version = m.get("format_version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
@@ -139,10 +161,27 @@ class Capture:
             raise CaptureFormatError(
                 f"{self.root / 'manifest.json'} is malformed ({type(exc).__name__}: {exc})", "extract again"
             ) from None
-        for r in self.regions:
-            n = self.chunk_count(r.size)
-            if len(r.pre) != n or len(r.post) != n:
-                raise CaptureFormatError(f"region {r.id} of {self.root} lists the wrong number of chunks")
+        self._check_layout()
+
+    def _check_layout(self) -> None:
+        """What the schema cannot say: chunk counts fit the sizes, region ids are unique,
+        regions do not overlap (replay restores each at its base)."""
+        where = self.root / "manifest.json"
+        for kind, items in (("regions", self.regions), ("globals", self.globals)):
+            for i, r in enumerate(items):
+                n = self.chunk_count(r.size)
+                if len(r.pre) != n or len(r.post) != n:
+                    raise CaptureFormatError(
+                        f"{where}: field {kind}[{i}].pre/post list {len(r.pre)}/{len(r.post)} chunks, expected {n} "
+                        f"for {r.size} bytes", "the capture is damaged; extract again")
+        if len({r.id for r in self.regions}) != len(self.regions):
+            raise CaptureFormatError(f"{where}: field regions lists a region id twice", "the capture is damaged; extract again")
+        end = 0
+        for r in sorted(self.regions, key=lambda r: r.base):
+            if r.base < end or r.end > 1 << 64:
+                raise CaptureFormatError(f"{where}: field regions: region {r.id} at {r.base:#x} overlaps another "
+                                         "or runs past the 64-bit address space", "the capture is damaged; extract again")
+            end = r.end
 
     # -- accessors -----------------------------------------------------------------
     @property
@@ -194,16 +233,26 @@ class Capture:
             return bytes(length)
         path = self.blob_path(h)
         try:
-            data = path.read_bytes()
+            st = path.stat()
         except FileNotFoundError:
             store = store_of(self.root)  # payloads moved to the workspace store (`kerncap store`)
             if store is not None:
                 return store.get(h, length)  # verified there
             raise CaptureFormatError(f"payload {path} is missing", "the capture is incomplete; extract again") from None
-        if len(data) != length:
+        except OSError as exc:
+            raise CaptureFormatError(f"cannot read payload {path} ({exc.strerror})", "check its permissions") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise CaptureFormatError(f"payload {path} is not a regular file", "extract again")
+        if st.st_size != length:  # checked before reading: a damaged size never costs a huge read
             raise CaptureFormatError(
-                f"payload {path} holds {len(data)} bytes, expected {length} (truncated?)", "extract again"
+                f"payload {path} holds {st.st_size} bytes, expected {length} (truncated?)", "extract again"
             )
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise CaptureFormatError(f"cannot read payload {path} ({exc.strerror})", "check its permissions") from None
+        if len(data) != length:
+            raise CaptureFormatError(f"payload {path} changed while being read", "extract again")
         if xxhash.xxh64_hexdigest(data) != h:
             raise CaptureFormatError(f"payload {path} does not match its hash (corrupt)", "extract again")
         return data

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from typing import Any
 
 from kerncap.core.stack import recorded_stack, stack_lines
 from kerncap.core.units import dim_tuple, driver_version_text, human_bytes, text_table
+from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
+from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.prune_report import PruneReport
+from kerncap.reproducer.record import read_record
 
 
-def summarize(path: str | os.PathLike) -> dict[str, Any]:
-    """Everything `kerncap info` shows, as plain JSON-able data."""
+def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any]:
+    """Everything `kerncap info` shows, as plain JSON-able data. "payloads" says whether
+    every chunk file (or store object) and the cubin is there with the right size; with
+    `verify` every hash is checked too."""
     cap = Capture.open(path)
     root = cap.root.parent if cap.root.name == "capture" else cap.root
     regions = {r.id: r for r in cap.regions}
@@ -39,13 +43,10 @@ def summarize(path: str | os.PathLike) -> dict[str, Any]:
     def stored(chunks_pre, chunks_post) -> int:
         return sum(blob_sizes.get(h, 0) for h in {*chunks_pre, *chunks_post} if h is not None)
 
-    reproducer = None
-    rpath = root / "reproducer.json"
-    if rpath.is_file():
-        try:
-            reproducer = json.loads(rpath.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            reproducer = {"error": f"{rpath} is not valid JSON"}
+    try:
+        reproducer = read_record(root) or None
+    except KerncapError as exc:
+        reproducer = {"error": exc.message}
 
     prov = cap.provenance
     return {
@@ -96,6 +97,7 @@ def summarize(path: str | os.PathLike) -> dict[str, Any]:
             "env": prov.get("env", {}),
         },
         "sizes": {"logical": cap.logical_bytes, "stored": sum(blob_sizes.values())},
+        "payloads": check_payloads(cap, verify=verify).as_dict(),
         "pruned": m.get("pruned"),  # kerncap prune: what the full capture held, why each region stayed
         "warnings": cap.warnings,
         "reproducer": reproducer,
@@ -189,6 +191,9 @@ def format_summary(s: dict[str, Any]) -> str:
     sizes = s["sizes"]
     ratio = f" ({sizes['logical'] / sizes['stored']:.1f}x smaller)" if 0 < sizes["stored"] < sizes["logical"] else ""
     out.append(f"size        {human_bytes(sizes['logical'])} logical, {human_bytes(sizes['stored'])} stored{ratio}")
+    payloads = s.get("payloads") or {}
+    if payloads:
+        out.append(f"payloads    {payloads['summary']}" if payloads["ok"] else f"DAMAGED     {payloads['summary']}")
     out.append(f"gpu         {_v(gpu.get('name'))}, sm_{''.join(str(c) for c in cc) or '?'}, "
                f"driver CUDA {driver_version_text(gpu.get('driver_version'))}")
     command = prov.get("command")
@@ -205,6 +210,8 @@ def format_summary(s: dict[str, Any]) -> str:
         out.append("timing      " + ", ".join(f"{k} {v:.2f} s" for k, v in secs.items() if isinstance(v, (int, float))))
     rep = s.get("reproducer") or {}
     out += [f"{label:<11} {text}" for label, text in stack_lines(rep.get("provenance"))]
+    if rep.get("error"):
+        out.append(f"WARNING     {rep['error']}")
     src = rep.get("sources")
     if src:
         out.append(f"sources     {src.get('kind')}: {src.get('translation_unit') or src.get('reason', '')}"

@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kerncap.core.fsio import find_leftovers, is_leftover_name
 from kerncap.core.units import short_kernel_name
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
+from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 
 
@@ -21,28 +23,40 @@ def find_reproducers(root: Path) -> list[Path]:
         return [root]
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if (p / "capture").is_dir())
+    # A killed kerncap's staging copies (<name>.partial-<pid>, …) are leftovers, not reproducers.
+    return sorted(p for p in root.iterdir() if (p / "capture").is_dir() and not is_leftover_name(p.name))
 
 
-def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
+def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Path] = (), *,
+                  verify: bool = False) -> list[dict[str, Any]]:
     """One plain dict per reproducer under <root>/reproducers/ and under each of `extra`
     (a reproducer, or a directory of them), newest first. An unreadable capture is
     listed with its `error` instead of being skipped, so the user sees it."""
     seen: set[Path] = set()
     rows = []
+    stale = []
     for base in [Workspace(Path(root)).reproducers_dir, *map(Path, extra)]:
         for repro in find_reproducers(base):
             if repro.resolve() not in seen:
                 seen.add(repro.resolve())
-                rows.append(describe_reproducer(repro))
+                rows.append(describe_reproducer(repro, verify=verify))
+        if base.is_dir() and not (base / "capture").is_dir():
+            stale += [left for left in find_leftovers(base) if left.path.resolve() not in seen]
     rows.sort(key=lambda r: r.get("time") or "", reverse=True)
+    for left in stale:  # named on rows of their own, with what to do
+        seen.add(left.path.resolve())
+        rows.append({"path": str(left.path), "kernel": None, "mangled": None, "command": None, "time": None,
+                     "logical": None, "stored": None, "in_store": False, "validation": None, "variants": 0,
+                     "payloads": None, "error": left.advice(), "leftover": True})
     return rows
 
 
-def describe_reproducer(repro: Path) -> dict[str, Any]:
+def describe_reproducer(repro: Path, *, verify: bool = False) -> dict[str, Any]:
+    """One row; a reproducer that cannot be read has `error`, one whose payloads are
+    missing or damaged has `payloads` saying which (hashes too with `verify`)."""
     row: dict[str, Any] = {"path": str(repro), "kernel": None, "mangled": None, "command": None, "time": None,
                            "logical": None, "stored": None, "in_store": False, "validation": None, "variants": 0,
-                           "error": None}
+                           "payloads": None, "error": None}
     try:
         cap = Capture.open(repro)
         prov = cap.provenance
@@ -56,10 +70,14 @@ def describe_reproducer(repro: Path) -> dict[str, Any]:
             stored=cap.stored_bytes,
             in_store=(cap.root / "stored.json").is_file(),  # payloads in the workspace store (`kerncap store`)
         )
+        payloads = check_payloads(cap, verify=verify)
+        row["payloads"] = "ok" if payloads.ok else payloads.summary()
     except KerncapError as exc:
         row["error"] = exc.message
     except OSError as exc:
         row["error"] = f"{repro}: {exc}"
+    except Exception as exc:  # one broken reproducer must not hide the others' rows
+        row["error"] = f"{type(exc).__name__}: {exc} (a kerncap bug: please report it)"
     row.update(_validation(repro))
     return row
 

@@ -17,6 +17,7 @@ Unpacking goes into `DIR.partial-<pid>`, renamed to DIR only when every entry ar
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -30,13 +31,18 @@ from typing import Any, BinaryIO, Iterator
 import zstandard as zstd
 
 from kerncap import __version__
+from kerncap.core.fsio import find_leftovers, fs_error, is_leftover_name, remove_quietly, temp_name
+from kerncap.core.schema import problem
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture, capture_chunks
+from kerncap.reproducer.schemas import PACK_INDEX
 from kerncap.reproducer.store import chunk_hash, compress, compress_in_order, decompress
 
 PACK_FORMAT = "kerncap-pack"
 PACK_VERSION = 1
 INDEX_NAME = "kcap-pack.json"
+MAX_INDEX_BYTES = 256 << 20
+MAX_UNPACKED_BYTES = 1 << 44
 SUFFIX = ".kcap"
 MAGIC = b"KCAPPACK"
 _HEADER = struct.Struct("<8sI")
@@ -53,6 +59,7 @@ class PackResult:
     stored: int = 0            # bytes of the reproducer directory's files on disk
     packed: int = 0            # bytes of the pack file
     left_out: list[str] = field(default_factory=list)  # files not packed, and why
+    notes: list[str] = field(default_factory=list)     # e.g. what an interrupted earlier run left behind
 
     @property
     def ratio(self) -> float:
@@ -61,7 +68,8 @@ class PackResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "files": self.files, "blobs": self.blobs, "logical": self.logical,
-                "stored": self.stored, "packed": self.packed, "ratio": round(self.ratio, 2), "left_out": self.left_out}
+                "stored": self.stored, "packed": self.packed, "ratio": round(self.ratio, 2), "left_out": self.left_out,
+                "notes": self.notes}
 
 
 def default_pack_path(directory: Path) -> Path:
@@ -86,7 +94,7 @@ def pack(directory: str | os.PathLike, output: str | os.PathLike | None = None, 
     out = Path(output) if output is not None else default_pack_path(root)
     if out.exists() and not force:
         raise KerncapError(f"{out} already exists", "pass --force to replace it, or -o another file")
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = temp_name(out)
     blobs_dir = PurePosixPath((cap.root.resolve().relative_to(root.resolve()) / "blobs").as_posix())
     chunks = dict(capture_chunks(cap))
     # A reproducer whose payloads are in the store packs them from there (read_chunk),
@@ -102,6 +110,7 @@ def pack(directory: str | os.PathLike, output: str | os.PathLike | None = None, 
     result = PackResult(path=out, files=sum(e["type"] == "file" for e in entries), blobs=len(chunks),
                         logical=cap.logical_bytes, left_out=left_out)
     result.stored = sum(e["size"] for e in entries if e["type"] == "file")
+    result.notes = [left.advice() for left in find_leftovers(out.parent, out.name)]
     try:
         with open(tmp, "wb") as f:
             f.write(_HEADER.pack(MAGIC, PACK_VERSION))
@@ -112,9 +121,9 @@ def pack(directory: str | os.PathLike, output: str | os.PathLike | None = None, 
                 _write_frame(f, name, payload)
         os.replace(tmp, out)
     except OSError as exc:
-        raise KerncapError(f"cannot write {out} ({exc})", "check free space and permissions, then pack again") from None
+        raise fs_error(exc, f"write {out}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        remove_quietly(tmp)  # never raises over the real error (a read-only directory)
     result.packed = out.stat().st_size
     return result
 
@@ -143,8 +152,12 @@ def _walk(root: Path, blobs_dir: PurePosixPath, chunks: dict[str, int], skip: se
             rel = (rel_dir / name).as_posix()
             st = path.lstat()
             meta = {"path": rel, "mode": stat.S_IMODE(st.st_mode), "mtime": st.st_mtime}
-            if stat.S_ISLNK(st.st_mode):
-                entries.append({**meta, "type": "symlink", "target": os.readlink(path)})
+            if is_leftover_name(name):
+                left_out.append(f"{rel} (a temporary file or copy of a kerncap command, running or interrupted)")
+                if stat.S_ISDIR(st.st_mode):
+                    dirnames.remove(name)
+            elif stat.S_ISLNK(st.st_mode):
+                left_out.append(f"{rel} (a symbolic link: unpack refuses links, so none are packed)")
             elif stat.S_ISDIR(st.st_mode):
                 entries.append({**meta, "type": "dir"})
             elif not stat.S_ISREG(st.st_mode):
@@ -222,6 +235,7 @@ def unpack(pack_file: str | os.PathLike, output: str | os.PathLike | None = None
         raise
     result.path = out
     result.packed = src.stat().st_size
+    result.notes = [left.advice() for left in find_leftovers(out.parent, out.name)]
     return result
 
 
@@ -245,11 +259,11 @@ def _extract(src: Path, f: BinaryIO, dest: Path) -> PackResult:
         frame = _read_frame(f, total - f.tell())
         if frame is None or frame[0] != INDEX_NAME:
             raise _corrupt(src, entry, "the index is not the first entry")
-        # decompressobj grows with the real data: a damaged size field cannot ask for gigabytes
-        index = _read_index(src, zstd.ZstdDecompressor().decompressobj().decompress(frame[1]))
+        index = _read_index(src, _bounded_decompress(frame[1], MAX_INDEX_BYTES))
         files = {f"files/{e['path']}": e for e in index["entries"] if e["type"] == "file"}
         blobs = {f"blobs/{b['hash']}": b for b in index["blobs"]}
         blobs_dir = dest / index["blobs_dir"]
+        _check_space(src, dest, index)
         dest.mkdir(parents=True)
         blobs_dir.mkdir(parents=True, exist_ok=True)
         for e in index["entries"]:
@@ -286,11 +300,7 @@ def _extract(src: Path, f: BinaryIO, dest: Path) -> PackResult:
         raise _corrupt(src, exc.entry or entry, f"{exc} (truncated?)") from None
     except (zstd.ZstdError, UnicodeDecodeError, struct.error) as exc:
         raise _corrupt(src, entry, str(exc)) from None
-    # Links and directory modes last: nothing is written through a link, and a
-    # read-only directory is made read-only only after it was filled.
-    for e in index["entries"]:
-        if e["type"] == "symlink":
-            os.symlink(e["target"], dest / e["path"])
+    # Directory modes last: a read-only directory is made read-only only after it was filled.
     for e in reversed(index["entries"]):
         if e["type"] == "dir":
             os.chmod(dest / e["path"], e["mode"])
@@ -302,30 +312,58 @@ def _extract(src: Path, f: BinaryIO, dest: Path) -> PackResult:
 def _read_index(src: Path, raw: bytes) -> dict[str, Any]:
     try:
         index = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise _corrupt(src, INDEX_NAME, f"not valid JSON ({exc})") from None
     if not isinstance(index, dict) or index.get("format") != PACK_FORMAT:
         raise _corrupt(src, INDEX_NAME, "not a kerncap pack index")
     if not isinstance(index.get("format_version"), int) or index["format_version"] > PACK_VERSION:
         raise KerncapError(f"{src} has pack format version {index.get('format_version')}; this kerncap reads {PACK_VERSION}",
                            "upgrade kerncap to unpack it")
-    try:
-        for p in [index["blobs_dir"], *(e["path"] for e in index["entries"])]:
-            _check_relative(src, p)
-        for e in index["entries"]:
-            if e["type"] not in ("file", "dir", "symlink"):
-                raise _corrupt(src, INDEX_NAME, f"unknown entry type {e['type']!r}")
-            if e["type"] != "symlink":
-                e["mode"], e["mtime"] = int(e["mode"]) & 0o7777, float(e["mtime"])
-            if e["type"] == "file":
-                e["size"] = int(e["size"])
-        for b in index["blobs"]:
-            if not (isinstance(b["hash"], str) and len(b["hash"]) == 16 and all(c in "0123456789abcdef" for c in b["hash"])):
-                raise _corrupt(src, INDEX_NAME, f"bad chunk hash {b['hash']!r}")
-            b["size"] = int(b["size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _corrupt(src, INDEX_NAME, f"malformed index ({type(exc).__name__}: {exc})") from None
+    found = problem(index, PACK_INDEX)
+    if found:
+        raise _corrupt(src, INDEX_NAME, f"field {found}")
+    seen: set[str] = set()
+    for p in [index["blobs_dir"], *(e["path"] for e in index["entries"])]:
+        _check_relative(src, p)
+    for i, e in enumerate(index["entries"]):
+        if e["type"] == "symlink":
+            raise _corrupt(src, INDEX_NAME, f"entry {e['path']!r} is a symbolic link; a pack holds only files and "
+                                            "directories (a link could lead out of the target directory)")
+        needed = ("mode", "mtime", "size", "xxh64") if e["type"] == "file" else ("mode", "mtime")
+        missing = [k for k in needed if k not in e]
+        if missing:
+            raise _corrupt(src, INDEX_NAME, f"field entries[{i}].{missing[0]} is missing")
+        key = PurePosixPath(e["path"]).as_posix()
+        if key in seen:
+            raise _corrupt(src, INDEX_NAME, f"entry {e['path']!r} is listed twice")
+        seen.add(key)
+        e["mode"], e["mtime"] = e["mode"] & 0o7777, float(e["mtime"])
     return index
+
+
+def _bounded_decompress(frame: bytes, limit: int) -> bytes:
+    """A zstd frame's content, refusing more than `limit` bytes (a small damaged or
+    hostile frame must not expand into gigabytes)."""
+    reader = zstd.ZstdDecompressor().stream_reader(io.BytesIO(frame))
+    data = reader.read(limit + 1)
+    if len(data) > limit:
+        raise zstd.ZstdError(f"the index expands to more than {limit} bytes")
+    return data
+
+
+def _check_space(src: Path, dest: Path, index: dict[str, Any]) -> None:
+    """Refuse before writing anything when the pack claims more than fits."""
+    total = sum(e.get("size", 0) for e in index["entries"] if e["type"] == "file")
+    total += sum(b["size"] for b in index["blobs"])
+    if total > MAX_UNPACKED_BYTES:
+        raise _corrupt(src, INDEX_NAME, f"it claims {total} bytes, more than the {MAX_UNPACKED_BYTES} kerncap unpacks")
+    try:
+        free = shutil.disk_usage(dest.parent).free
+    except OSError:
+        return
+    if total > free:
+        raise KerncapError(f"{src} unpacks to {total} bytes; {dest.parent} has {free} free",
+                           "free space there, or unpack elsewhere with -o")
 
 
 def _check_relative(src: Path, p: Any) -> None:

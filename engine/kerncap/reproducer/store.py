@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
+import stat
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,7 +26,10 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import xxhash
 import zstandard as zstd
 
+from kerncap.core.fsio import make_dirs, write_atomic
+from kerncap.core.schema import check
 from kerncap.errors import CaptureFormatError, KerncapError
+from kerncap.reproducer.schemas import STORED_JSON
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE
 
 DEFAULT_STORE = DEFAULT_WORKSPACE / "store"
@@ -53,6 +56,11 @@ def decompress(data: bytes, length: int) -> bytes:
     if declared != length:
         raise zstd.ZstdError(f"frame declares {declared} bytes, expected {length}")
     return zstd.ZstdDecompressor().decompress(data)
+
+
+def max_frame_bytes(length: int) -> int:
+    """The largest zstd frame a chunk of `length` bytes can compress to (ZSTD_compressBound, with room)."""
+    return length + (length >> 7) + 1024
 
 
 K = TypeVar("K")
@@ -102,26 +110,10 @@ class Store:
         return h
 
     def _write_atomic(self, path: Path, payload: bytes) -> int:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise KerncapError(f"cannot create store directory {path.parent} ({exc})", "check the workspace's permissions and free space") from None
+        make_dirs(path.parent, f"create the store directory {path.parent}")
         # Hidden, unique per writer: concurrent writers never share a temp file, and a
         # writer killed mid-way leaves only a dot-file that no reader looks at.
-        tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(payload)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise KerncapError(f"cannot write store object {path} ({exc})", "check free space and permissions of the store, then add the capture again") from None
-        finally:
-            if tmp.exists():
-                tmp.unlink(missing_ok=True)
-        return len(payload)
+        return write_atomic(path, payload, what=f"write store object {path}", fsync=self.fsync)
 
     def add(self, chunks: Iterable[tuple[str, int]], read: Callable[[str, int], bytes]) -> tuple[int, int]:
         """Import chunks given as (hash, length), reading each with `read(hash, length)`
@@ -146,11 +138,23 @@ class Store:
         path = self.object_path(h)
         hint = f"delete {path} and add a capture holding this chunk again"
         try:
-            payload = path.read_bytes()
+            st = path.lstat()
         except FileNotFoundError:
             raise CaptureFormatError(f"store object {path} is missing", "add the capture that uses it to the store again") from None
         except OSError as exc:
-            raise CaptureFormatError(f"cannot read store object {path} ({exc})", "check the store's permissions") from None
+            raise CaptureFormatError(f"cannot read store object {path} ({exc.strerror})", "check the store's permissions") from None
+        # Only plain files the store wrote: a link could lead out of the store (or be
+        # changed through its other name), a FIFO or device would block the read.
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a hard link" if stat.S_ISREG(st.st_mode) \
+                else "not a regular file"
+            raise CaptureFormatError(f"store object {path} is {what}; the store holds only plain files", hint)
+        if st.st_size > max_frame_bytes(length):
+            raise CaptureFormatError(f"store object {path} is {st.st_size} bytes, too large for a {length}-byte chunk", hint)
+        try:
+            payload = path.read_bytes()
+        except OSError as exc:
+            raise CaptureFormatError(f"cannot read store object {path} ({exc.strerror})", "check the store's permissions") from None
         try:
             data = decompress(payload, length)
         except zstd.ZstdError as exc:
@@ -184,13 +188,17 @@ def marker_path(capture_root: Path) -> Path:
 def store_of(capture_root: Path) -> Store | None:
     """The store a capture's payloads were moved to, or None (payloads are local)."""
     path = marker_path(capture_root)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
+    hint = "restore it, or rerun `kerncap store` on the original reproducer"
     try:
-        record = json.loads(path.read_text())
-        if record.get("format") != MARKER_FORMAT:
-            raise ValueError(f"format {record.get('format')!r}")
-        return Store(record["store"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise KerncapError(f"{path} is unreadable ({exc})",
-                           "restore it, or rerun `kerncap store` on the original reproducer") from None
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20:
+            raise CaptureFormatError(f"{path} is not a store marker (not a small regular file)", hint)
+        record = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CaptureFormatError(f"cannot read {path} ({exc.strerror})", hint) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CaptureFormatError(f"{path} is not valid JSON ({exc})", hint) from None
+    check(record, STORED_JSON, path, hint)
+    return Store(record["store"])

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kerncap.core.fsio import make_dirs, write_atomic
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture, capture_chunks
 from kerncap.reproducer.store import (
@@ -115,26 +115,18 @@ def hydrate(repro_dir: str | os.PathLike) -> HydrateResult:
     if store is None or not missing:
         return HydrateResult(path=repro, chunks=0, bytes=0)
     blobs = cap.root / "blobs"
-    blobs.mkdir(exist_ok=True)
+    make_dirs(blobs)
     written = 0
     for h, n in missing:
         data = store.get(h, n)  # verifies length and hash
-        path = cap.blob_path(h)
-        tmp = blobs / f".{h}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         try:
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise KerncapError(f"cannot write {path} ({exc})",
-                               f"free space in {blobs}; {len(missing)} chunks ({sum(x for _, x in missing)} bytes) "
-                               "are needed") from None
-        finally:
-            tmp.unlink(missing_ok=True)
+            write_atomic(cap.blob_path(h), data)
+        except KerncapError as exc:
+            raise KerncapError(f"{exc.message}; {len(missing)} chunks ({sum(x for _, x in missing)} bytes) are needed "
+                               f"in {blobs}", exc.hint) from None
         written += n
     return HydrateResult(path=repro, chunks=len(missing), bytes=written)
 
 
 def _write_json(path: Path, record: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record, indent=1) + "\n")

@@ -3,6 +3,8 @@ alike) and what one build reports."""
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,3 +21,25 @@ def next_variant(variants: Path) -> int:
     """The number of the next numbered variant (<n>.cubin) in `variants`."""
     numbers = [int(p.stem) for p in variants.glob("*.cubin") if p.stem.isdigit()]
     return max(numbers, default=0) + 1
+
+
+def publish_variant(tmp: Path, variants: Path) -> Path:
+    """Give the finished cubin `tmp` the next free number in `variants`, atomically: two
+    recompiles at once get two numbers, and no reader ever sees a part of a cubin."""
+    while True:
+        final = variants / f"{next_variant(variants)}.cubin"
+        try:
+            os.link(tmp, final)  # fails when another process took the number meanwhile
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP):
+                raise
+            try:  # no hard links here: claim the name, then replace it whole
+                os.close(os.open(final, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:
+                continue
+            os.replace(tmp, final)
+            return final
+        tmp.unlink()
+        return final

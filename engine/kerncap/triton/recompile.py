@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
+from kerncap.core.fsio import make_dirs, write_atomic
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.variants import RecompileResult
@@ -40,7 +40,7 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     log += notes
 
     variants = root / "variants"
-    variants.mkdir(exist_ok=True)
+    make_dirs(variants)
     digest = hashlib.sha256(cubin).hexdigest()
     stem = f"{compiled.name}-{digest[:12]}"
     out = variants / f"{stem}.cubin"
@@ -63,9 +63,7 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomic(path, data)
 
 
 def _check_symbol(name: str, capture: Capture, spec: dict) -> None:

@@ -1,0 +1,165 @@
+"""Writing files so that a fault says one thing: a read-only location, a full disk or a
+permission error becomes one KerncapError naming the path, and the cleanup after it
+never raises over it (a temp file that cannot be removed from a read-only directory
+must not replace "read-only file system" with a traceback)."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from kerncap.errors import KerncapError
+
+_HINTS = {
+    errno.EROFS: "the location is on a read-only file system: choose a writable one",
+    errno.ENOSPC: "the disk is full: free space there, or choose another location",
+    errno.EDQUOT: "the disk quota is exhausted: free space there, or choose another location",
+    errno.EACCES: "you may not write there: check the permissions, or choose another location",
+    errno.EPERM: "you may not write there: check the permissions, or choose another location",
+}
+
+
+def fs_error(exc: OSError, what: str, hint: str | None = None) -> KerncapError:
+    """`cannot <what>: <strerror> (<path>)` with the hint for that errno."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return KerncapError(f"cannot {what}: {exc.strerror or exc}{where}",
+                        hint or _HINTS.get(exc.errno or 0, "check the location's free space and permissions"))
+
+
+def remove_quietly(path: Path) -> None:
+    """Best-effort cleanup of a temp file or directory: never raises."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def temp_name(path: Path) -> Path:
+    """A hidden sibling of `path`, unique to this writer (concurrent writers never share one)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def write_atomic(path: Path, data: bytes | str, *, what: str | None = None, fsync: bool = False) -> int:
+    """Write `data` to a temp file next to `path` and rename it into place: readers see
+    the old file or the new one, never a part. Returns the bytes written."""
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = temp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(raw)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        remove_quietly(tmp)
+        raise fs_error(exc, what or f"write {path}") from None
+    return len(raw)
+
+
+def make_dirs(path: Path, what: str | None = None) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fs_error(exc, what or f"create {path}") from None
+
+
+# -- what an interrupted (SIGKILLed) kerncap leaves behind -----------------------------------
+
+# Every multi-step write of kerncap goes through a sibling named <name>.<kind>-<pid> and
+# ends with one rename; a kill in between leaves that sibling, never a complete-looking
+# <name>. The next command that touches <name> names what to remove.
+_LEFTOVER = re.compile(r"^(?P<base>.+)\.(?P<kind>run|partial|prune|full)-(?P<pid>\d+)$")
+_HIDDEN_TEMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$")
+_ADVICE = {
+    "run": "an interrupted `kerncap extract` left its run directory (the raw capture): remove it",
+    "partial": "an interrupted unpack or prune left a partial copy: remove it",
+    "prune": "an interrupted `kerncap prune` left its staged pruned copy: remove it",
+    "full": "an interrupted `kerncap prune` moved the full reproducer aside: if {base} is missing, rename this "
+            "back to {base}; otherwise remove it",
+    "tmp": "an interrupted write left a temporary file: remove it",
+}
+
+
+@dataclass(frozen=True)
+class Leftover:
+    path: Path
+    kind: str        # run | partial | prune | full | tmp
+    pid: int
+
+    def advice(self) -> str:
+        return f"{self.path}: " + _ADVICE[self.kind].format(base=self.path.parent / self.base)
+
+    @property
+    def base(self) -> str:
+        m = _LEFTOVER.match(self.path.name) or _HIDDEN_TEMP.match(self.path.name)
+        return m.group("base") if m else self.path.name
+
+
+def is_leftover_name(name: str) -> bool:
+    return bool(_LEFTOVER.match(name) or _HIDDEN_TEMP.match(name))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def find_leftovers(directory: Path, base: str | None = None) -> list[Leftover]:
+    """Leftovers of processes that are gone, in `directory` (those of `base` only, if given)."""
+    found = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    for name in names:
+        m = _LEFTOVER.match(name)
+        kind = m.group("kind") if m else "tmp"
+        m = m or _HIDDEN_TEMP.match(name)
+        if m is None or (base is not None and m.group("base") != base):
+            continue
+        pid = int(m.group("pid"))
+        if pid != os.getpid() and not pid_alive(pid):
+            found.append(Leftover(Path(directory) / name, kind, pid))
+    return found
+
+
+@contextmanager
+def exclusive(directory: Path, doing: str) -> Iterator[None]:
+    """Hold an exclusive lock on `directory` itself (flock on the directory: no lock
+    file to leave behind); refuse at once, naming it, when another process holds it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise fs_error(exc, f"open {directory}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise KerncapError(f"another kerncap process is {doing} {directory} right now",
+                               "wait for it to finish, then run the command again") from None
+        try:
+            moved = os.fstat(fd).st_ino != os.stat(directory).st_ino
+        except OSError:
+            moved = True
+        if moved:  # replaced while we waited for the lock (e.g. by a prune that finished)
+            raise KerncapError(f"{directory} was replaced by another kerncap process", "run the command again")
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,96 @@
+"""Are a capture's payloads there? (`kerncap info`, `kerncap list`; `--verify` also
+checks every hash.) Without --verify only sizes are looked at, so a workspace of large
+captures is listed in milliseconds."""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass, field
+
+from kerncap.errors import KerncapError
+from kerncap.reproducer.format import Capture, capture_chunks
+from kerncap.reproducer.store import store_of
+
+
+@dataclass
+class PayloadCheck:
+    chunks: int = 0                  # distinct non-zero chunks the manifest names
+    local: int = 0                   # present under capture/blobs/ with the right size
+    in_store: int = 0                # not local, present in the workspace store
+    missing: list[str] = field(default_factory=list)   # "<hash>: why"
+    damaged: list[str] = field(default_factory=list)   # wrong size, not a regular file, hash mismatch
+    cubin: str = "ok"                # "ok" | "missing" | "not a regular file"
+    verified: bool = False           # hashes were checked
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and not self.damaged and self.cubin == "ok"
+
+    def summary(self) -> str:
+        """'ok' or one line saying what is wrong."""
+        if self.ok:
+            where = f", {self.in_store} in the store" if self.in_store else ""
+            return f"ok ({self.chunks} chunks{where}{', hashes verified' if self.verified else ''})"
+        parts = []
+        if self.missing:
+            parts.append(f"{len(self.missing)} of {self.chunks} chunks missing (first: {self.missing[0]})")
+        if self.damaged:
+            parts.append(f"{len(self.damaged)} chunks damaged (first: {self.damaged[0]})")
+        if self.cubin != "ok":
+            parts.append(f"cubin {self.cubin}")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, "chunks": self.chunks, "local": self.local, "in_store": self.in_store,
+                "missing": self.missing[:20], "missing_count": len(self.missing), "damaged": self.damaged[:20],
+                "damaged_count": len(self.damaged), "cubin": self.cubin, "verified": self.verified,
+                "summary": self.summary()}
+
+
+def check_payloads(cap: Capture, *, verify: bool = False) -> PayloadCheck:
+    """Presence and size of every chunk file (or store object) and of the cubin; with
+    `verify`, every chunk is read and its hash checked too."""
+    out = PayloadCheck(verified=verify)
+    try:
+        store = store_of(cap.root)
+    except KerncapError as exc:
+        store, out.missing = None, [f"the store marker: {exc.message}"]
+    for h, length in capture_chunks(cap):
+        out.chunks += 1
+        path = cap.blob_path(h)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            out.damaged.append(f"{h}: {exc.strerror}")
+            continue
+        if st is None:
+            if store is not None and store.has(h):
+                out.in_store += 1
+                if verify:
+                    _read(cap, h, length, out)
+            else:
+                out.missing.append(f"{h}: no {path.name}" + (f" and not in the store {store.root}" if store else ""))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            out.damaged.append(f"{h}: {path.name} is not a regular file")
+        elif st.st_size != length:
+            out.damaged.append(f"{h}: {path.name} holds {st.st_size} bytes, expected {length}")
+        else:
+            out.local += 1
+            if verify:
+                _read(cap, h, length, out)
+    try:
+        st = cap.cubin_path.stat()
+        out.cubin = "ok" if stat.S_ISREG(st.st_mode) else "not a regular file"
+    except OSError:
+        out.cubin = "missing"
+    return out
+
+
+def _read(cap: Capture, h: str, length: int, out: PayloadCheck) -> None:
+    try:
+        cap.read_chunk(h, length)
+    except KerncapError as exc:
+        out.damaged.append(f"{h}: {exc.message}")

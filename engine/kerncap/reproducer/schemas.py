@@ -1,0 +1,149 @@
+"""The declared shape of every JSON file of a reproducer and its storage (docs/capture-
+format.md): the capture manifest, reproducer.json, source/build.json, the stored.json
+marker and the pack index. Readers check against these before using the data
+(kerncap.core.schema): one message naming the file and the field.
+
+Bounds are what a real capture can hold, with room: they refuse absurd files (a
+billion regions, a 2^60-byte allocation) before anything is allocated or reserved."""
+
+from __future__ import annotations
+
+from kerncap.core.schema import ANY, CHUNK_HASH, HEX, U64, Bool, Int, List, Map, Num, Obj, OneOf, Opt, Str
+
+MAX_REGIONS = 1 << 22            # the scale tests capture 200k live allocations
+MAX_REGION_BYTES = 1 << 44       # 16 TiB: more than any GPU's memory today
+MAX_CHUNKS = 1 << 24
+MAX_PARAMS = 1 << 12             # CUDA: 32 KiB of parameters
+MAX_PARAM_BYTES = 1 << 15
+DIM = List(Int(min=0, max=(1 << 31) - 1), min_len=1, max_len=3)
+CHUNKS = List(Opt(CHUNK_HASH), max_len=MAX_CHUNKS)
+# inside the capture directory: cubins/<sha256>.cubin as the interposer names them
+CUBIN_PATH = Str(pattern=r"cubins/(?!\.\.?$)[0-9A-Za-z_.-]+", max_len=4096)
+
+REGION = Obj({
+    "id": Int(min=0, max=U64), "base": Int(min=0, max=U64), "size": Int(min=0, max=MAX_REGION_BYTES),
+    "api?": Str(), "kind?": Str(), "written?": Bool(), "zero_fraction?": Num(min=0.0, max=1.0),
+    "pre": CHUNKS, "post": CHUNKS,
+})
+GLOBAL = Obj({
+    "name": Str(), "section?": Str(), "size": Int(min=0, max=1 << 32), "address?": Int(min=0, max=U64),
+    "written?": Bool(), "pre": CHUNKS, "post": CHUNKS,
+})
+POINTER = Obj({"region": Int(min=0, max=U64), "offset?": Opt(Int(min=0, max=U64))})
+PARAM = Obj({
+    "index": Int(min=0, max=MAX_PARAMS), "offset": Int(min=0, max=MAX_PARAM_BYTES),
+    "size": Int(min=0, max=MAX_PARAM_BYTES), "value": HEX, "pointer?": Opt(POINTER),
+    "pointers?": List(Obj({"at": Int(min=0, max=MAX_PARAM_BYTES), "region": Int(min=0, max=U64),
+                           "offset?": Opt(Int(min=0, max=U64))})),
+})
+
+COMMAND = OneOf(List(Str()), Str())
+SIZES = Obj({k + "?": Int(min=0) for k in ("logical", "snapshotted", "stored")})
+PRUNED = Obj({
+    "from?": Str(), "time?": Str(), "tool_version?": Str(), "reasons?": Map(Str()),
+    **{k + "?": Int(min=0) for k in ("regions_full", "regions_dropped", "logical_full", "stored_full",
+                                     "logical_pruned", "stored_pruned")},
+})
+
+MANIFEST = Obj({
+    "format": Str(choices=("kerncap-capture",)),
+    "format_version": Int(min=1),
+    "complete": Bool(),
+    "chunk_size": Int(min=4096, max=1 << 28),  # the interposer writes 4 MiB chunks
+    "hash?": Str(choices=("xxh64",)),
+    "provenance?": Obj({
+        "tool_version?": Opt(Str()), "command?": Opt(COMMAND), "cwd?": Opt(Str()), "env?": Opt(Map(Str())),
+        "host?": Opt(Str()), "pid?": Opt(Int()), "time?": Opt(Str()), "dispatch_index?": Opt(Int(min=0)),
+        "match?": Opt(Obj({"pattern?": Opt(Str()), "mode?": Opt(Str())})),
+        "gpu?": Opt(Obj({"name?": Opt(Str()), "cc?": Opt(List(Int(min=0, max=1000), max_len=2)),
+                         "uuid?": Opt(Str()), "driver_version?": Opt(Int()), "ordinal?": Opt(Int(min=0))})),
+        "capture_seconds?": Opt(Map(OneOf(Num(), ANY))),
+        "bytes?": Opt(SIZES),
+    }),
+    "kernel": Obj({
+        "name": Str(pattern=r".+", max_len=1 << 16),
+        "demangled?": Opt(Str()),
+        "handle_kind?": Opt(Str()),
+        "launch_api?": Opt(Str()),
+        "module": Obj({"cubin": CUBIN_PATH, "sha256?": Opt(Str()), "selection?": Opt(Str()),
+                       "candidates?": Opt(Int(min=0)), "verified?": Opt(Map(Bool()))}),
+        "attributes?": Opt(Map(OneOf(Int(), Num(), Str(), Bool()))),
+    }),
+    "launch": Obj({
+        "grid": DIM, "block": DIM, "shared_mem_bytes?": Int(min=0, max=1 << 32),
+        "stream?": Opt(Str()), "cooperative?": Bool(), "param_form?": Opt(Str()),
+        "attributes?": List(Obj({"id": Int(), "value?": HEX}), max_len=64),
+    }),
+    "params?": List(PARAM, max_len=MAX_PARAMS),
+    "param_buffer?": HEX,
+    "regions?": List(REGION, max_len=MAX_REGIONS),
+    "host_regions?": List(ANY, max_len=MAX_REGIONS),
+    "globals?": List(GLOBAL, max_len=1 << 16),
+    "warnings?": List(Str()),
+    "pruned?": Opt(PRUNED),
+})
+
+SOURCES = Obj({
+    "kind": Str(), "translation_unit?": Opt(Str()), "files?": List(Str()), "compile_command?": List(Str()),
+    "method?": Opt(Str()), "confidence?": Opt(Str()), "notes?": List(Str()), "reason?": Str(),
+    "warnings?": List(Str()),
+})
+PRUNE_RECORD = Obj({  # reproducer.json "prune" (kerncap.reproducer.prune_report)
+    "kept?": Str(), "reason?": Str(), "validated?": Bool(), "output?": Opt(Str()), "reasons?": Map(Str()),
+    "seconds?": Map(Num()), "notes?": List(Str()), "time?": Str(), "ratio?": OneOf(Num(), Str()),
+    **{k + "?": Int(min=0) for k in ("regions_full", "regions_pruned", "logical_full", "logical_pruned",
+                                     "stored_full", "stored_pruned")},
+})
+REPRODUCER_JSON = Obj({
+    "kerncap_version?": Str(),
+    "kernel?": Opt(Str()),
+    "demangled?": Opt(Str()),
+    "match?": Opt(Obj({"pattern?": Str(), "mode?": Str()})),
+    "dispatch?": Int(min=0),
+    "command?": COMMAND,
+    "created?": Str(),
+    "sources?": Opt(SOURCES),
+    "triton?": Opt(Map(ANY)),
+    "notes?": List(Str()),
+    "prune?": PRUNE_RECORD,
+})
+
+BUILD_JSON = Obj({
+    "kernel": Str(),
+    "compile_command": List(Str(max_len=1 << 16), min_len=1, max_len=4096),
+    "cwd": Str(),
+    "source_root?": Str(),
+    "arch?": Opt(Str(pattern=r"sm_[0-9]+[af]?")),
+    "tu": Str(pattern=r"(?!/)(?!.*(^|/)\.\.(/|$)).+", max_len=4096),  # relative, inside source/
+    "include_dirs?": List(Str()),
+    "files?": List(Str()),
+})
+
+STORED_JSON = Obj({"format": Str(choices=("kerncap-stored",)), "store": Str(pattern=r".+", max_len=4096),
+                   "chunks?": Int(min=0), "time?": Str()})
+
+PACK_ENTRY = Obj({
+    "path": Str(max_len=4096), "type": Str(choices=("file", "dir", "symlink")),
+    "mode?": Int(min=0), "mtime?": Num(), "size?": Int(min=0, max=1 << 40), "xxh64?": CHUNK_HASH, "target?": Str(),
+})
+PACK_INDEX = Obj({
+    "format": Str(choices=("kerncap-pack",)),
+    "format_version": Int(min=1),
+    "blobs_dir": Str(max_len=4096),
+    "entries": List(PACK_ENTRY, max_len=1 << 20),
+    "blobs": List(Obj({"hash": CHUNK_HASH, "size": Int(min=0, max=1 << 32)}), max_len=MAX_CHUNKS),
+})
+
+# A saved `kerncap profile` (kerncap.capture.profile.ProfileResult).
+PROFILE = Obj({
+    "format": Str(choices=("kerncap-profile",)),
+    "format_version": Int(min=1),
+    "kernels": List(Obj({
+        "name": Str(), "demangled": Str(), "calls": Int(min=0), "total_ns": Int(min=0), "avg_ns": Num(min=0),
+        "min_ns": Int(min=0), "max_ns": Int(min=0), "grid": DIM, "block": DIM, "percent": Num(min=0),
+    })),
+    "total_ns": Int(min=0), "dispatches": Int(min=0), "processes": Int(min=0),
+    "command?": List(Str()), "created?": Str(), "wall_seconds?": Num(), "exit_status?": Opt(Int()),
+    "dropped_records?": Int(min=0), "warnings?": List(Str()), "kerncap_version?": Str(),
+    "cupti_finalized?": Opt(Bool()),
+})

@@ -1,0 +1,190 @@
+"""SIGKILL of kerncap at random points of the commands that run without a GPU (unpack,
+extract with a fake app that publishes a real capture, prune --no-validate, store):
+nothing complete-looking is left, the next command succeeds and names what the killed
+one left behind, and following its advice leaves a clean directory. The GPU variant
+for extract and validate is tests/gpu/test_sigkill_gpu.py."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kerncap import api
+from kerncap.core import fsio
+from kerncap.errors import KerncapError
+from kerncap.reproducer.format import Capture
+
+ROOT = Path(__file__).resolve().parent.parent
+AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"
+DEMO = ROOT / "kerncap_tui" / "demo" / "reproducer"
+RNG = random.Random(17)
+
+APP = textwrap.dedent(
+    r'''
+    import os, shutil, sys
+    out = os.environ["KERNCAP_OUT"]
+    partial = os.path.join(out, "capture.partial-%d" % os.getpid())
+    shutil.copytree(sys.argv[1], partial)
+    os.rename(partial, os.path.join(out, "capture"))
+    '''
+)
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "engine"), os.environ.get("PYTHONPATH", "")])}
+
+
+def kill_after(argv: list[str], when, extra_env: dict[str, str] | None = None) -> int:
+    """Run kerncap ARGV and SIGKILL it: after `when` seconds, or (a callable) as soon as
+    when() is true — e.g. once its staging directory appeared, to land mid-way for sure."""
+    proc = subprocess.Popen([sys.executable, "-m", "kerncap", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**env(), **(extra_env or {})})
+    if callable(when):
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and not when() and time.monotonic() < deadline:
+            time.sleep(0.001)
+    else:
+        time.sleep(when)
+    proc.send_signal(signal.SIGKILL)
+    return proc.wait()
+
+
+def appeared(directory: Path, pattern: str, min_files: int = 1):
+    def check() -> bool:
+        return any(sum(1 for _ in d.rglob("*")) >= min_files for d in directory.glob(pattern))
+    return check
+
+
+def run(argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kerncap", *argv], capture_output=True, text=True,
+                          env={**env(), **(extra_env or {})}, timeout=120)
+
+
+def complete_or_absent(path: Path) -> None:
+    """The target of a killed command: absent, or a whole reproducer."""
+    if path.exists():
+        Capture.open(path).verify()
+
+
+def follow_advice(text: str, directory: Path) -> None:
+    """Remove what the next command said to remove."""
+    for left in fsio.find_leftovers(directory):
+        assert str(left.path) in text, f"{left.path} was left behind and not named:\n{text}"
+        fsio.remove_quietly(left.path)
+
+
+def test_sigkill_during_unpack(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(DEMO, src)
+    for i in range(400):  # a reproducer with many files: unpacking it takes a while
+        (src / "source" / f"extra{i}.h").write_text(f"// {i}\n" * 50)
+    packed = api.pack(src, tmp_path / "demo.kcap").path
+    for trial in range(6):
+        out = tmp_path / f"u{trial}"
+        when = appeared(tmp_path, f"u{trial}.partial-*", RNG.randrange(1, 300)) if trial % 2 else RNG.uniform(0.1, 0.4)
+        kill_after(["unpack", str(packed), "-o", str(out)], when)
+        complete_or_absent(out)
+        if out.exists():
+            continue
+        again = run(["unpack", str(packed), "-o", str(out)])
+        assert again.returncode == 0, again.stderr
+        follow_advice(again.stderr, tmp_path)
+        Capture.open(out).verify()
+    assert not [p for p in tmp_path.iterdir() if fsio.is_leftover_name(p.name)]
+
+
+def test_sigkill_during_extract(tmp_path):
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    lib = tmp_path / "libkerncap_inject.so"
+    lib.write_bytes(b"")
+    extra = {"KERNCAP_INJECT_LIB": str(lib)}
+    argv = ["extract", "add", "--", sys.executable, str(app), str(DEMO / "capture")]
+    for trial in range(6):
+        out = tmp_path / f"e{trial}"
+        when = appeared(tmp_path, f"e{trial}.run-*/*", 1) if trial % 2 else RNG.uniform(0.1, 0.6)
+        kill_after(argv[:2] + ["-o", str(out)] + argv[2:], when, extra)
+        time.sleep(0.3)  # the orphaned app finishes (it lives in its own session)
+        complete_or_absent(out)
+        if out.exists():
+            continue
+        again = run(argv[:2] + ["-o", str(out)] + argv[2:], extra)
+        assert again.returncode == 0, again.stderr
+        follow_advice(again.stderr, tmp_path)
+        Capture.open(out).verify()
+    assert not [p for p in tmp_path.iterdir() if fsio.is_leftover_name(p.name)]
+
+
+def test_sigkill_during_prune(tmp_path):
+    for trial in range(4):
+        repro = tmp_path / f"p{trial}"
+        shutil.copytree(AXPY, repro)
+        out = tmp_path / f"p{trial}-pruned"
+        when = appeared(tmp_path, f"p{trial}-pruned.partial-*") if trial % 2 else RNG.uniform(0.1, 0.4)
+        kill_after(["prune", str(repro), "--no-validate"], when)
+        Capture.open(repro).verify()  # the original is never touched without validation
+        complete_or_absent(out)
+        if out.exists():
+            continue
+        again = run(["prune", str(repro), "--no-validate"])
+        assert again.returncode == 0, again.stderr
+        follow_advice(again.stdout + again.stderr, tmp_path)
+    assert not [p for p in tmp_path.iterdir() if fsio.is_leftover_name(p.name)]
+
+
+def test_sigkill_during_store(tmp_path):
+    store = tmp_path / "store"
+    for trial in range(4):
+        repro = tmp_path / f"s{trial}"
+        shutil.copytree(DEMO, repro)
+        kill_after(["store", str(repro), "--store", str(store)], RNG.uniform(0.1, 0.4))
+        Capture.open(repro).verify()  # from its blobs, or from the store once the marker exists
+        again = run(["store", str(repro), "--store", str(store)])
+        assert again.returncode == 0, again.stderr
+        Capture.open(repro).verify()
+
+
+def test_a_killed_prune_swap_names_the_full_reproducer(tmp_path):
+    """A prune killed between its two renames (where there is no atomic exchange) leaves
+    the full reproducer as <dir>.full-<pid>: `list` says to rename it back."""
+    ws = tmp_path / "ws" / "reproducers"
+    shutil.copytree(AXPY, ws / "a")
+    dead = 999_999  # no such process (pid_max is 4194304 at most; this one is not running here)
+    os.rename(ws / "a", ws / f"a.full-{dead}")
+    shutil.copytree(AXPY, ws / f"a.prune-{dead}")
+    rows = api.list_reproducers(ws.parent)
+    advice = {Path(r["path"]).name: r["error"] for r in rows if r.get("leftover")}
+    assert f"rename this back to {ws / 'a'}" in advice[f"a.full-{dead}"]
+    assert "staged pruned copy: remove it" in advice[f"a.prune-{dead}"]
+    assert not [r for r in rows if not r.get("leftover")]  # neither looks like a reproducer
+
+
+def test_leftovers_of_a_live_process_are_not_reported(tmp_path):
+    (tmp_path / f"x.partial-{os.getpid()}").mkdir()
+    sleeper = subprocess.Popen(["sleep", "5"])
+    try:
+        (tmp_path / f"x.partial-{sleeper.pid}").mkdir()
+        assert fsio.find_leftovers(tmp_path) == []
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert [left.pid for left in fsio.find_leftovers(tmp_path)] == [sleeper.pid]
+
+
+def test_unpack_names_a_leftover_of_a_dead_process(tmp_path):
+    packed = api.pack(AXPY, tmp_path / "a.kcap").path
+    (tmp_path / "a.partial-999999").mkdir()
+    result = api.unpack(packed)
+    assert result.notes == [f"{tmp_path / 'a.partial-999999'}: an interrupted unpack or prune left a partial copy: "
+                            "remove it"]
+    with pytest.raises(KerncapError, match="exists and is not empty"):
+        api.unpack(packed)

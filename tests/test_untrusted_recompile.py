@@ -1,0 +1,131 @@
+"""Untrusted reproducers: `kerncap recompile` runs only the local toolkit's nvcc, with
+recorded flags from an allow-list; anything that could run another program, read
+options from a file or write outside the reproducer needs --trust. Real nvcc on the
+CMake fixture build (test_sources_project.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from test_recompile import reproducer, write_capture  # noqa: F401  (fixtures)
+from test_sources_project import built_project  # noqa: F401  (session fixture)
+
+from kerncap.cli import main
+from kerncap.recompile import trust
+from kerncap.recompile.cuda import recompile
+
+DEMO_FLAGS = ["-forward-unknown-to-host-compiler", "-I/work/main/testapps/cuda", "-O3", "-DNDEBUG", "-std=c++17",
+              "-lineinfo", "-Xcompiler=-Wall", "-Werror=all-warnings", "-x", "cu", "-Xcompiler", "-fPIC,-O2",
+              "--expt-relaxed-constexpr", "-use_fast_math", "-Xptxas", "-v,--warn-on-spills", "-isystem",
+              "/usr/include", "-ccbin=/usr/bin/g++", "--diag-suppress=177", "-Xcudafe", "--diag_suppress=20012",
+              "-DFOO=\"a b\"", "-fopenmp", "-march=native", "-maxrregcount", "64", "-G", "-ftz=true"]
+
+
+def test_flags_of_real_builds_pass(tmp_path):
+    assert trust.review(DEMO_FLAGS, tmp_path) == []
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["-Xcompiler=-fplugin=/tmp/evil.so"], "-fplugin=/tmp/evil.so may load or run other programs"),
+    (["-Xcompiler", "-B/tmp/bin"], "-B/tmp/bin"),
+    (["-Xcompiler=-wrapper,/tmp/x"], "-wrapper"),
+    (["-Xcompiler", "-Wp,-MD,/etc/x"], "-Wp,-MD,/etc/x"),
+    (["-Wl,-rpath,/x"], "not an option kerncap knows"),
+    (["-fuse-ld=/tmp/ld"], "not an option kerncap knows"),
+    (["-fplugin=/tmp/p.so"], "not an option kerncap knows"),
+    (["@opts.rsp"], "response file"),
+    (["--options-file", "o.txt"], "reads further options from a file"),
+    (["-odir", "/tmp"], "writes files outside the reproducer"),
+    (["--keep-dir=/tmp/k"], "writes files outside the reproducer"),
+    (["-keep"], "writes files outside the reproducer"),
+    (["-ccbin", "g++"], "relative path"),
+    (["-ccbin=/tmp/evil/g++"], "outside the system's directories"),
+    (["-Xptxas", "-o,/tmp/x"], "ptxas option"),
+    (["-Xcudafe", "--something_else"], "front-end options"),
+    (["other.cu"], "an input other than the kernel's translation unit"),
+])
+def test_flags_outside_the_allow_list_are_named(tmp_path, flags, words):
+    (tmp_path / "evil").mkdir()
+    problems = trust.review(flags, tmp_path)
+    assert len(problems) == 1 and words in problems[0], problems
+
+
+def test_a_host_compiler_inside_the_reproducer_is_refused(tmp_path):
+    (tmp_path / "source").mkdir()
+    fake = tmp_path / "source" / "g++"
+    fake.write_text("#!/bin/sh\n")
+    assert "inside the reproducer" in trust.review([f"-ccbin={fake}"], tmp_path)[0]
+
+
+@pytest.fixture
+def marker_nvcc(tmp_path):
+    """A program named nvcc that leaves a marker when run: what a hostile reproducer records."""
+    fake = tmp_path / "evil" / "nvcc"
+    fake.parent.mkdir()
+    marker = tmp_path / "ran"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    fake.chmod(0o755)
+    return fake, marker
+
+
+def test_recorded_compiler_is_never_run(reproducer, marker_nvcc, monkeypatch):  # noqa: F811
+    monkeypatch.delenv("KERNCAP_NVCC", raising=False)
+    fake, marker = marker_nvcc
+    repro = reproducer("_Z13bounded_saxpyfPKfPfi")
+    build = repro / "source" / "build.json"
+    record = json.loads(build.read_text())
+    record["compile_command"][0] = str(fake)
+    build.write_text(json.dumps(record))
+    result = recompile(repro)
+    assert not marker.exists() and result.command[0] != str(fake)
+    assert Path(result.command[0]).name == "nvcc" and result.cubin.is_file()
+
+
+def test_hostile_flags_need_trust_and_nothing_is_written(reproducer, capsys, tmp_path):  # noqa: F811
+    repro = reproducer("_Z13bounded_saxpyfPKfPfi")
+    build = repro / "source" / "build.json"
+    record = json.loads(build.read_text())
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    record["compile_command"][1:1] = ["-keep", f"--keep-dir={keep}"]
+    build.write_text(json.dumps(record))
+    assert main(["recompile", str(repro)]) == 3
+    err = capsys.readouterr().err
+    assert "flags outside kerncap's allow-list" in err and f"--keep-dir={keep}" in err and "-keep:" in err
+    assert "--trust" in err and "command: " in err
+    assert not (repro / "variants").exists() and not any(keep.iterdir())
+    # The user read them and trusts the reproducer: the command runs, and is shown.
+    assert main(["recompile", str(repro), "--trust"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("$ ") and f"--keep-dir={keep}" in out and "variants/1.cubin" in out
+    assert any(keep.iterdir())  # nvcc kept its intermediate files where the flag said
+
+
+def test_api_and_json(reproducer, capsys):  # noqa: F811
+    repro = reproducer("_Z13bounded_saxpyfPKfPfi")
+    build = repro / "source" / "build.json"
+    record = json.loads(build.read_text())
+    record["compile_command"].insert(1, "-Xcompiler=-fplugin=/nonexistent/p.so")
+    build.write_text(json.dumps(record))
+    assert main(["recompile", str(repro), "--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)["error"]
+    assert doc["type"] == "UntrustedCommand" and "-fplugin" in doc["message"]
+
+
+def test_local_nvcc_prefers_the_toolkit(tmp_path, monkeypatch, marker_nvcc):
+    fake, _ = marker_nvcc
+    monkeypatch.delenv("KERNCAP_NVCC", raising=False)
+    real = shutil.which("nvcc")
+    if real is None:
+        pytest.skip("no nvcc on PATH")
+    assert trust.local_nvcc(str(fake)) == real
+    assert trust.local_nvcc(real) == real
+    monkeypatch.setenv("KERNCAP_NVCC", str(fake))  # the user's own choice is honoured
+    assert trust.local_nvcc("/somewhere/nvcc") == str(fake)
+    os.environ.pop("KERNCAP_NVCC")
+    with pytest.raises(Exception, match="drives nvcc"):
+        trust.local_nvcc("/bin/sh")

@@ -1,0 +1,131 @@
+"""The pane registry (kerncap_tui.panes): every entry gets its tab, its number key, its
+palette entries and its focus target, with nothing else to edit; and the workbench's
+paper cuts (issue 17): the footer at 80x24, the extract dialog's failure, the demo's
+scratch copy, unchanged sources."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import TabbedContent
+
+from kerncap_tui import panes
+from kerncap_tui.app import KerncapApp
+from kerncap_tui.commands import palette_entries
+
+
+def test_every_pane_has_its_key_and_tab_binding():
+    keys = {b.key: b for b in KerncapApp.BINDINGS}
+    for i, pane in enumerate(panes.PANES, 1):
+        binding = keys[str(i)]
+        assert binding.action == f"tab('{pane.name}')" and binding.id == f"tab.{pane.name}"
+    assert set(KerncapApp.PANES) == {p.name for p in panes.PANES if p.widget is not None}
+
+
+def test_each_key_opens_its_pane_and_focuses_it(make_app, settle):
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            entries = palette_entries(app)
+            for i, pane in enumerate(panes.PANES, 1):
+                await pilot.press(str(i))
+                await pilot.pause()
+                assert app.query_one(TabbedContent).active == pane.tab
+                assert app.focused is app.query_one(pane.focus), pane.name
+                if pane.widget is not None:
+                    ours = [t for t, _, _ in entries if t.startswith(f"{pane.name.title()}: ")]
+                    assert len(ours) == sum(1 for b in pane.widget.BINDINGS if getattr(b, "id", None))
+
+    asyncio.run(run())
+
+
+def test_footer_keeps_quit_at_80_columns(make_app, settle):
+    """Every pane's keys, build, baseline and `q Quit` fit an 80x24 terminal's footer."""
+    import re
+    from html import unescape
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            for i, pane in enumerate(panes.PANES, 1):
+                await pilot.press(str(i))
+                await pilot.pause()
+                svg = app.export_screenshot()
+                cells = re.findall(r'<text[^>]*y="([\d.]+)"[^>]*>(.*?)</text>', svg)
+                bottom = max(float(y) for y, _ in cells)
+                footer = "".join(unescape(s) for y, s in cells if float(y) == bottom).replace("\xa0", " ")
+                assert "q Quit" in footer and "b Build" in footer, (pane.name, footer)
+
+    asyncio.run(run())
+
+
+def test_a_failed_extraction_stops_the_clock_and_keeps_the_error(make_app, settle, tmp_path, monkeypatch):
+    from textual.widgets import Label
+
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(tmp_path / "missing.so"))  # fails at once: no capture library
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            await pilot.press("1", "enter")
+            await pilot.pause()
+            screen = app.screen
+            assert type(screen).__name__ == "ExtractScreen"
+            screen.query_one("#extract-output").value = str(tmp_path / "out")
+            screen.start()
+            await settle(pilot)
+            await pilot.pause(1.2)  # longer than the 0.5 s tick that used to overwrite the message
+            status = str(screen.query_one("#extract-status", Label).render())
+            assert "failed: capture library not found" in status and screen.ticker is None
+            assert screen.query_one("#extract-status").has_class("error")
+            assert not screen.query_one("#extract-go").disabled  # ready for another try
+
+    asyncio.run(run())
+
+
+def test_the_demo_copy_is_removed_on_exit(monkeypatch, tmp_path):
+    import tempfile
+
+    from kerncap_tui import app as app_mod
+    from kerncap_tui import demo
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = []
+    monkeypatch.setattr(app_mod.KerncapApp, "run", lambda self, **kw: seen.append(self.root))
+    stale = tmp_path / f"{demo.SCRATCH_PREFIX}999999-abcd"  # a killed workbench's copy
+    (stale / "reproducer").mkdir(parents=True)
+    assert app_mod.run(None) == 0
+    assert seen and seen[0].name == "reproducer" and not seen[0].exists()
+    assert not stale.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_unchanged_source_makes_no_new_variant(make_app, settle, monkeypatch):
+    from textual.widgets import RichLog
+
+    from kerncap import api
+    from kerncap_tui.history import source_fingerprint
+
+    compiles = []
+    monkeypatch.setattr(api, "recompile", lambda *a, **k: compiles.append(a))
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            fingerprint = source_fingerprint(app.source_dir)
+            before = len(app.history.variants)
+            app.history.record(median_ms=1.0, validation="pass", cubin="variants/9.cubin", source_hash=fingerprint)
+            app.action_build()  # what a save without a change, or a second `b`, does
+            await settle(pilot)
+            assert compiles == [] and len(app.history.variants) == before + 1
+            await pilot.press("5")  # RichLog renders what it holds once it is shown
+            await pilot.pause()
+            log = "\n".join(str(line.text) for line in app.query_one("#log", RichLog).lines)
+            assert "source/ is unchanged since v" in log and "no new variant" in log
+            (app.source_dir / "smooth" / "smooth_kernel.cuh").write_text("// edited\n", encoding="utf-8")
+            assert source_fingerprint(app.source_dir) != fingerprint
+
+    asyncio.run(run())
