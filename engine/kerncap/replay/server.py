@@ -48,6 +48,11 @@ class Server:
             "load_variant": lambda req: self.opened().load(req.get("cubin")),
             "replay": self.op_replay,
             "validate": self.op_validate,
+            # repeated, perturbed and interleaved runs (kerncap.replay.session_ops)
+            "reference": lambda req: self._session_op("op_reference", req),
+            "check": lambda req: self._session_op("op_check", req),
+            "time_compare": lambda req: self._session_op("op_time_compare", req),
+            "_debug_read": lambda req: self._session_op("op_read", req),
             "shutdown": lambda req: {},
             "_debug_block_host": self.op_debug_block_host,
         }
@@ -73,6 +78,11 @@ class Server:
     def op_validate(self, req: dict[str, Any]) -> dict[str, Any]:
         return self.opened().validate(req.get("cubin"), req.get("atol"), req.get("rtol"), req.get("dtype"),
                                       {int(k): v for k, v in (req.get("dtypes") or {}).items()}).to_dict()
+
+    def _session_op(self, name: str, req: dict[str, Any]) -> Any:
+        from kerncap.replay import session_ops
+
+        return getattr(session_ops, name)(self.opened(), req)
 
     def op_debug_block_host(self, req: dict[str, Any]) -> dict[str, Any]:
         """Test hook: map [base, base+size) PROT_NONE on the host before `open`, so that the
