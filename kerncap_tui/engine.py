@@ -12,6 +12,11 @@ from pathlib import Path
 from kerncap.errors import KerncapError, NativeUnavailable
 
 REPLAY_ITERATIONS = 20
+# A variant is timed interleaved with the captured cubin (kerncap.replay.significance)
+# and validated on the captured input plus this many perturbed ones.
+COMPARE_ROUNDS = 20
+COMPARE_ITERATIONS = 10
+PERTURBATIONS = 4
 
 
 def engine_module(name: str):
@@ -48,8 +53,14 @@ class Outcome:
     median_ms: float | None
     min_ms: float | None
     spread_pct: float | None
-    validation: str          # pass | fail | error | skipped
+    validation: str          # pass | fail | inconclusive | error | skipped
     detail: str              # one line for the log
+    validation_detail: str = ""       # "exact · p4", "nondet tol", ... (TrustReport.short)
+    speedup: float | None = None      # baseline / variant median, interleaved
+    speedup_low: float | None = None  # its confidence interval
+    speedup_high: float | None = None
+    confidence: float | None = None
+    significant: bool | None = None
 
 
 class ResidentReplay:
@@ -60,6 +71,8 @@ class ResidentReplay:
     def __init__(self, reproducer: Path) -> None:
         self.reproducer = reproducer
         self._client = None
+        self._cap = None
+        self._plan = None
         self._lock = threading.Lock()
 
     def _open(self):
@@ -71,23 +84,59 @@ class ResidentReplay:
         return self._client
 
     def run(self, cubin: Path | None, validate: bool = True) -> Outcome:
+        """The baseline (cubin None): its timing and validation (determinism included).
+        A variant: timed interleaved with the captured cubin (the speedup with its
+        interval) and validated on the captured input and PERTURBATIONS perturbed ones."""
         with self._lock:
             rc = self._open()
-            kwargs = {"cubin": cubin} if cubin is not None else {}
-            t = rc.replay(iterations=REPLAY_ITERATIONS, **kwargs)
-            validation, detail = "skipped", ""
+            out = self._time(rc, cubin)
             if validate:
-                try:
-                    v = rc.validate(**kwargs)
-                    validation = "pass" if v.passed else "fail"
-                    if not v.passed:
-                        bad = [r for r in v.regions if not _region_passed(r)]
-                        detail = f"{len(bad)} region(s) differ from the captured post-state"
-                except NativeUnavailable:
-                    raise
-                except KerncapError as exc:
-                    validation, detail = "error", exc.message
-            return Outcome(t.median_ms, t.min_ms, t.spread_pct, validation, detail)
+                self._validate(rc, cubin, out)
+            return out
+
+    def _time(self, rc, cubin: Path | None) -> Outcome:
+        if cubin is None:
+            t = rc.replay(iterations=REPLAY_ITERATIONS)
+            return Outcome(t.median_ms, t.min_ms, t.spread_pct, "skipped", "")
+        c = rc.compare_timing([cubin], rounds=COMPARE_ROUNDS, iterations=COMPARE_ITERATIONS)
+        v = c.variants[0]
+        iv = v.interval
+        return Outcome(v.median_ms, min(v.times), v.spread_pct, "skipped", "", speedup=iv.speedup,
+                       speedup_low=iv.low, speedup_high=iv.high, confidence=iv.confidence,
+                       significant=iv.significant)
+
+    def _validate(self, rc, cubin: Path | None, out: Outcome) -> None:
+        diff = engine_module("replay.differential")
+        try:
+            capture = self._capture()
+            options = diff.Options(perturb=PERTURBATIONS if cubin is not None else 0)
+            plan = self._perturb_plan(capture) if options.perturb else None
+            report = diff.TrustReport(None if cubin is None else str(cubin), options.perturb, options.seed,
+                                      [diff.validate_one(rc, capture, cubin, options, plan=plan)])
+        except NativeUnavailable:
+            raise
+        except KerncapError as exc:
+            out.validation, out.detail = "error", exc.message
+            return
+        out.validation = report.verdict
+        out.validation_detail = report.short()
+        if any(i.status == "variant fault" for i in report.inputs):
+            out.validation = "error"  # a crash, not a wrong answer
+        bad = [i for i in report.inputs if i.status not in ("pass", "baseline fault")]
+        if bad:
+            out.detail = "; ".join(f"{i.input}: {i.status}" + (f" ({', '.join(c.name for c in i.failures[:3])})"
+                                                                 if i.failures else "") for i in bad[:3])
+
+    def _capture(self):
+        if self._cap is None:
+            self._cap = engine_module("capture.format").Capture.open(self.reproducer)
+        return self._cap
+
+    def _perturb_plan(self, capture):
+        """Planned once per session: it samples the captured payloads."""
+        if self._plan is None:
+            self._plan = engine_module("replay.perturb").plan(capture)
+        return self._plan
 
     def close(self) -> None:
         # Not under the lock: on hangup the server must go now, even mid-replay (that
@@ -96,8 +145,3 @@ class ResidentReplay:
         if client is not None:
             client.__exit__(None, None, None)
 
-
-def _region_passed(region) -> bool:
-    if isinstance(region, dict):
-        return bool(region.get("passed", region.get("match", False)))
-    return bool(getattr(region, "passed", getattr(region, "match", False)))

@@ -252,7 +252,10 @@ class InProcessClient:
             self.server = None
         raise protocol.error_to_exception(resp)
 
-    compare_timing = ReplayClient.compare_timing  # the real one, over request()
+    # the real client's API, over request()
+    compare_timing = ReplayClient.compare_timing
+    replay = ReplayClient.replay
+    validate = ReplayClient.validate
 
 
 def _bytes(o):

@@ -206,3 +206,19 @@ def test_perturbation_count_must_be_sensible(k):
     with pytest.raises(KerncapError, match="must be between 1 and"):
         pt.check_count(k)
 
+
+
+def test_workbench_records_what_the_validation_covered_and_the_interval(reproducer, monkeypatch):
+    from kerncap_tui import engine
+
+    replay = engine.ResidentReplay(reproducer)
+    try:
+        base = replay.run(None)
+        assert base.validation == "pass" and base.validation_detail == "exact" and base.speedup is None
+        good = replay.run(reproducer.parent / "same.cubin")
+        assert good.validation == "pass" and good.validation_detail == f"exact · p{engine.PERTURBATIONS}"
+        assert good.speedup_low <= 1.0 <= good.speedup_high and good.significant is False
+        bad = replay.run(reproducer.parent / "abs.cubin")
+        assert bad.validation == "fail" and "perturbation 2 (widened): fail (region 1)" in bad.detail
+    finally:
+        replay.close()

@@ -139,33 +139,40 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
     labels = ["captured cubin"] + [str(c) for c in cubins[1:]]
     ns.session.time_empty(10)  # warm the empty kernel's module and the stream
     floor = statistics.median(ns.session.time_empty(FLOOR_ITERATIONS))
-    sampler = ClockSampler(ns.session.pci_bus_id())
+    sampler = _sampler(ns)
     times: list[list[list[float]]] = [[] for _ in keys]
     notes: list[str] = []
     t0 = time.monotonic()
     target, done = rounds, 0
-    try:
+    sampler.sample()
+    while done < target:
+        for j in [(j + done) % len(keys) for j in range(len(keys))]:
+            ns.select(keys[j])
+            times[j].append([float(t) for t in ns.session.time(iterations, warmup, flush_l2)])
         sampler.sample()
-        while done < target:
-            for j in [(j + done) % len(keys) for j in range(len(keys))]:
-                ns.select(keys[j])
-                times[j].append([float(t) for t in ns.session.time(iterations, warmup, flush_l2)])
-            sampler.sample()
-            done += 1
-            if min_seconds > 0:
-                per_round = [sum(sum(r) for r in t) / len(t) for t in times]
-                target = min(MAX_ROUNDS, rounds_needed(rounds, min_seconds, per_round))
-            if time.monotonic() - t0 > max_seconds and done < target:
-                notes.append(f"stopped after {done} of {target} rounds: the {max_seconds:g} s limit was reached")
-                break
-    finally:
-        sampler.close()
+        done += 1
+        if min_seconds > 0:
+            per_round = [sum(sum(r) for r in t) / len(t) for t in times]
+            target = min(MAX_ROUNDS, rounds_needed(rounds, min_seconds, per_round))
+        if time.monotonic() - t0 > max_seconds and done < target:
+            notes.append(f"stopped after {done} of {target} rounds: the {max_seconds:g} s limit was reached")
+            break
+    report = sampler.report()
     ns.select(keys[0])
     return {
         "programs": [{"label": lab, "cubin": c, "rounds": t} for lab, c, t in zip(labels, cubins, times)],
         "iterations": iterations, "warmup": warmup, "flush_l2": flush_l2, "floor_ms": floor,
-        "clock": sampler.report(), "seconds": time.monotonic() - t0, "notes": notes + list(ns.session.notes()),
+        "clock": report, "seconds": time.monotonic() - t0, "notes": notes + list(ns.session.notes()),
     }
+
+
+def _sampler(ns) -> ClockSampler:
+    """One NVML session per replay server (its setup takes a while); fresh samples per call."""
+    sampler = getattr(ns, "_clock_sampler", None)
+    if sampler is None:
+        sampler = ns._clock_sampler = ClockSampler(ns.session.pci_bus_id())
+    sampler.samples, sampler.reasons = [], set()
+    return sampler
 
 
 def _label(item) -> str:
