@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import types
 from pathlib import Path
 from typing import Callable
@@ -207,7 +208,7 @@ def core_module():
 def install(monkeypatch):
     core = core_module()
     monkeypatch.setattr(native, "replay_module", lambda: core)
-    monkeypatch.setitem(__import__("sys").modules, "kerncap._replay", core)
+    monkeypatch.setitem(sys.modules, "kerncap._replay", core)
     return core
 
 
@@ -266,3 +267,25 @@ def _bytes(o):
 
 def sticky(message="cuStreamSynchronize on kernel k of captured cubin failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"):
     return CudaError(message, 700)
+
+
+AXPY = Path(__file__).parent / "fixtures" / "captures" / "axpy_small"
+
+
+def axpy_reproducer(tmp_path: Path, monkeypatch, kernels: dict[str, Callable]) -> Path:
+    """A copy of the committed axpy capture replayed by the simulated core: `kernels`
+    maps "captured" and variant file names to kernels; every variant named gets a
+    (dummy) cubin file beside the copy. The ReplayClient of the engine is the in-process
+    one for the test's duration."""
+    import shutil
+
+    install(monkeypatch)
+    monkeypatch.setattr(sys.modules[__name__], "KERNELS", dict(kernels))
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", InProcessClient)
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    for name in kernels:
+        if name != "captured":
+            (tmp_path / name).write_bytes(name.encode())  # the simulator picks the kernel by name
+    return repro
+

@@ -18,7 +18,6 @@ from kerncap.replay import perturb as pt
 
 import replay_sim as sim
 
-AXPY = Path(__file__).parent / "fixtures" / "captures" / "axpy_small"
 DEMO = Path(__file__).parents[1] / "kerncap_tui" / "demo" / "reproducer"
 A = np.float32(0.5)
 
@@ -68,16 +67,9 @@ def noisy_wrong(m, s):
 
 @pytest.fixture
 def reproducer(tmp_path, monkeypatch):
-    sim.install(monkeypatch)
-    monkeypatch.setattr(sim, "KERNELS", {"captured": axpy, "same.cubin": axpy, "abs.cubin": axpy_abs,
-                                         "cached.cubin": cached, "fault.cubin": faulting,
-                                         "noisy.cubin": noisy, "noisy_wrong.cubin": noisy_wrong})
-    monkeypatch.setattr("kerncap.replay.client.ReplayClient", sim.InProcessClient)
-    repro = tmp_path / "axpy"
-    shutil.copytree(AXPY, repro)
-    for name in ("same", "abs", "cached", "fault", "noisy", "noisy_wrong"):
-        (tmp_path / f"{name}.cubin").write_bytes(name.encode())  # the simulator picks the kernel by name
-    return repro
+    return sim.axpy_reproducer(tmp_path, monkeypatch, {
+        "captured": axpy, "same.cubin": axpy, "abs.cubin": axpy_abs, "cached.cubin": cached, "fault.cubin": faulting,
+        "noisy.cubin": noisy, "noisy_wrong.cubin": noisy_wrong})
 
 
 def validate(repro, cubin=None, **options) -> diff.TrustReport:
@@ -156,6 +148,20 @@ def test_nondeterministic_kernel_gets_a_class_from_its_own_spread(reproducer, mo
     assert bad.verdict == "fail" and all(i.status == "fail" for i in bad.inputs)
     record = diff.load_record(reproducer)
     assert record["deterministic"] is False and record["regions"][0]["region"] == 1
+
+
+def polluted(m, s):  # always the same, never the captured bytes (another stream wrote there)
+    axpy(m, s)
+    m.f32(1)[:4] = np.float32(-1)
+
+
+def test_replay_that_differs_from_the_capture_only_deterministically_fails_after_more_runs(reproducer, monkeypatch):
+    monkeypatch.setitem(sim.KERNELS, "captured", polluted)
+    r = validate(reproducer)
+    det = r.reproducers[0].determinism
+    assert det.deterministic and det.runs == 3 * diff.ESCALATE and det.capture_mismatch == ["region 1"]
+    assert "differs from the captured post-state in region 1" in det.text()
+    assert r.verdict == "fail"
 
 
 def test_keep_leaves_a_region_alone_and_a_missing_one_is_named(reproducer):

@@ -2,8 +2,6 @@
 replay client replaced by a recorder (the GPU suite runs the real one)."""
 
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +11,6 @@ from kerncap import cli
 from kerncap.replay import client as client_mod
 from kerncap.replay.results import ReplayResult
 
-AXPY = Path(__file__).parent / "fixtures" / "captures" / "axpy_small"
 
 
 class FakeClient:
@@ -89,13 +86,8 @@ def off_by_one(m, s):
 
 @pytest.fixture
 def axpy_repro(tmp_path, monkeypatch):
-    sim.install(monkeypatch)
-    monkeypatch.setattr(sim, "KERNELS", {"captured": axpy, "good.cubin": axpy, "bad.cubin": off_by_one})
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "good.cubin": axpy, "bad.cubin": off_by_one})
     monkeypatch.setattr(client_mod, "ReplayClient", sim.InProcessClient)
-    repro = tmp_path / "axpy"
-    shutil.copytree(AXPY, repro)
-    for name in ("good", "bad"):
-        (tmp_path / f"{name}.cubin").write_bytes(name.encode())
     return repro
 
 

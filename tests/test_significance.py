@@ -4,8 +4,6 @@ and `kerncap replay --compare` end to end on the simulated replay core."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +14,6 @@ from kerncap.errors import KerncapError
 from kerncap.replay import significance as sig
 from kerncap.replay.clocks import ClockSampler
 
-AXPY = Path(__file__).parent / "fixtures" / "captures" / "axpy_small"
 
 
 def rounds(rng, n_rounds, per_round, ms, drift=0.03, noise=0.05, outliers=0.03):
@@ -131,14 +128,7 @@ fast.ms = 0.045
 
 @pytest.fixture
 def axpy_repro(tmp_path, monkeypatch):
-    sim.install(monkeypatch)
-    monkeypatch.setattr(sim, "KERNELS", {"captured": slow, "same.cubin": slow, "fast.cubin": fast})
-    monkeypatch.setattr("kerncap.replay.client.ReplayClient", sim.InProcessClient)
-    repro = tmp_path / "axpy"
-    shutil.copytree(AXPY, repro)
-    for name in ("same", "fast"):
-        (tmp_path / f"{name}.cubin").write_bytes(name.encode())
-    return repro
+    return sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": slow, "same.cubin": slow, "fast.cubin": fast})
 
 
 def test_replay_compare_names_the_significant_variant(axpy_repro, capsys):

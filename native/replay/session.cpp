@@ -44,6 +44,17 @@ double from_bits(unsigned long long bits) {
   return d;
 }
 
+// Milliseconds between each pair of recorded (and completed) events.
+std::vector<double> elapsed_ms(const std::vector<Event>& start, const std::vector<Event>& stop) {
+  std::vector<double> ms(start.size());
+  for (size_t k = 0; k < start.size(); ++k) {
+    float t = 0.0f;
+    KC_CHECK(cuEventElapsedTime, (&t, start[k].get(), stop[k].get()), "a timing event");
+    ms[k] = t;
+  }
+  return ms;
+}
+
 std::string copy_to_host(CUdeviceptr src, size_t n, const std::string& what) {
   std::string out(n, '\0');
   if (n) KC_CHECK(cuMemcpyDtoH, (out.data(), src, n), what);
@@ -233,13 +244,7 @@ std::vector<double> Session::time(int iterations, int warmup, bool flush_l2) {
     if (k >= 0) KC_CHECK(cuEventRecord, (stop[k].get(), s), "a timing event");
   }
   KC_CHECK(cuStreamSynchronize, (s), "kernel " + current_->launch->spec().kernel_name);
-  std::vector<double> ms(iterations);
-  for (int k = 0; k < iterations; ++k) {
-    float t = 0.0f;
-    KC_CHECK(cuEventElapsedTime, (&t, start[k].get(), stop[k].get()), "a timing event");
-    ms[k] = t;
-  }
-  return ms;
+  return elapsed_ms(start, stop);
 }
 
 std::vector<CompareOut> Session::validate(const std::vector<CompareSpec>& specs) {
@@ -379,13 +384,7 @@ std::vector<double> Session::time_empty(int iterations) {
     KC_CHECK(cuEventRecord, (stop[k].get(), s), "a timing event");
   }
   KC_CHECK(cuStreamSynchronize, (s), "kc_empty (the launch floor)");
-  std::vector<double> ms(iterations);
-  for (int k = 0; k < iterations; ++k) {
-    float t = 0.0f;
-    KC_CHECK(cuEventElapsedTime, (&t, start[k].get(), stop[k].get()), "a timing event");
-    ms[k] = t;
-  }
-  return ms;
+  return elapsed_ms(start, stop);
 }
 
 std::string Session::pci_bus_id() const {

@@ -38,6 +38,7 @@ from kerncap.replay.region_types import known_dtypes, reproducer_root, triton_re
 from kerncap.replay.results import RegionCheck, format_check, format_size
 
 DEFAULT_RUNS = 3
+ESCALATE = 4  # runs × this when replay differs from the capture but not from itself
 SPREAD_FACTOR = 4.0
 RECORD = "determinism.json"
 RECORD_FORMAT = "kerncap-determinism"
@@ -90,7 +91,7 @@ class Determinism:
                 else:
                     parts.append(f"region {r.region} varies in {r.differing_runs} of {self.runs} runs; its dtype is "
                                  f"unknown, so it cannot be judged (--region-dtype {r.region}=T)")
-            head = f"captured kernel: NONDETERMINISTIC on this GPU: " + "; ".join(parts)
+            head = "captured kernel: NONDETERMINISTIC on this GPU: " + "; ".join(parts)
         if self.capture_mismatch:
             head += ("\n  note: replay of the captured kernel differs from the captured post-state in "
                      + ", ".join(self.capture_mismatch) + " (the capture may be polluted; see docs/facts.md §7)")
@@ -241,6 +242,13 @@ def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Option
     say(f"{capture.root}: checking that the captured kernel is deterministic ({runs} runs)")
     ref = rc.request("reference", cubin=None, fills=None, runs=runs, tolerances=measure)
     det = determinism_from(ref, runs, measure)
+    if det.deterministic and det.capture_mismatch and runs >= 2:
+        # Replay disagrees with the capture, yet its runs agree: either the capture is
+        # polluted or the kernel varies rarely. More runs before calling it either.
+        runs *= ESCALATE
+        say(f"replay differs from the capture; {runs} more runs")
+        ref = rc.request("reference", cubin=None, fills=None, runs=runs, tolerances=measure)
+        det = determinism_from(ref, runs, measure)
     notes += _record(capture, det, rc.info)
     classes, mode = _classes(capture, det, options, notes)
     inputs = []

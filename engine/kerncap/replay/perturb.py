@@ -12,10 +12,11 @@ addresses of captured regions and regions named in --keep stay as captured; the 
 says which and why. Each span is redrawn independently, matched to what the capture
 holds there (statistics of up to SAMPLE_CHUNKS chunks of its pre-state):
 
-  even k  "like the capture":  N(mean, std) clipped to the captured [min, max], with the
-          captured fraction of exact zeros;
-  odd k   "widened":           N(0, rms) clipped to ±max(|min|, |max|, 3·rms), no forced
-          zeros: signs and sparsity the capture happened to have are broken.
+  k = 0, 2, … (reported as perturbation 1, 3, …), "like the capture": N(mean, std)
+      clipped to the captured [min, max], with the captured fraction of exact zeros;
+  k = 1, 3, … (perturbation 2, 4, …), "widened": N(0, rms) clipped to
+      ±max(|min|, |max|, 3·rms), no forced zeros: signs and sparsity the capture
+      happened to have are broken.
 
 The values are drawn on the GPU by perturb_kernels.cu from a counter-based hash, so a
 span of any size costs one kernel; `reference_fill` computes the very same values with
