@@ -164,6 +164,21 @@ def test_replay_that_differs_from_the_capture_only_deterministically_fails_after
     assert r.verdict == "fail"
 
 
+def test_nondeterministic_region_of_unknown_dtype_is_inconclusive_until_its_dtype_is_given(reproducer, monkeypatch):
+    manifest = reproducer / "capture" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["kernel"]["demangled"]
+    manifest.write_text(json.dumps(m))
+    monkeypatch.setitem(sim.KERNELS, "captured", noisy)
+    r = validate(reproducer, "noisy.cubin")
+    assert r.verdict == "inconclusive" and r.exit_status == 3, diff.format_report(r)
+    assert "its dtype is unknown, so it cannot be judged (--region-dtype 1=T)" in r.reproducers[0].determinism.text()
+    given = validate(reproducer, "noisy.cubin", region_dtypes={1: "float32"}, dtype="float32", atol=1e-4)
+    assert given.passed and given.mode == "tolerance"
+    derived = validate(reproducer, "noisy.cubin", region_dtypes={1: "float32"})
+    assert derived.reproducers[0].determinism.regions[0].dtype == "float32" and derived.passed
+
+
 def test_keep_leaves_a_region_alone_and_a_missing_one_is_named(reproducer):
     r = validate(reproducer, "same.cubin", perturb=2, keep=(0,))
     assert "not perturbed: region 0 +0x0 (16 KiB float32): argument 1 `float const*`; kept (--keep)" in r.reproducers[0].plan

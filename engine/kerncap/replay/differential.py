@@ -235,7 +235,7 @@ def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Option
     say = progress or (lambda _msg: None)
     cubin = None if cubin is None else str(Path(cubin).resolve())
     notes: list[str] = []
-    measure = _measure_tolerances(capture, notes)
+    measure = _measure_tolerances(capture, options.region_dtypes, notes)
     runs = options.runs
     if runs < 1:
         raise KerncapError(f"--runs {runs}: the captured kernel must run at least once", "e.g. --runs 3")
@@ -269,10 +269,13 @@ def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Option
                             notes)
 
 
-def _measure_tolerances(capture: Capture, notes: list[str]) -> dict[int, tuple[str, float, float]]:
+def _measure_tolerances(capture: Capture, explicit: dict[int, str], notes: list[str]
+                        ) -> dict[int, tuple[str, float, float]]:
     """Element-wise comparison (atol = rtol = 0: it counts and measures every difference)
-    for the regions whose dtype is known, so a spread can be measured there."""
+    for the regions whose dtype is known (--region-dtype first), so a spread can be
+    measured there."""
     dtypes = known_dtypes(capture, triton_region_dtypes(capture), notes)
+    dtypes.update({int(k): dt.normalize(v) for k, v in explicit.items()})
     return {rid: (d, 0.0, 0.0) for rid, d in dtypes.items() if dt.is_float(d)}
 
 
@@ -303,18 +306,25 @@ def determinism_from(ref: dict[str, Any], runs: int, measure: dict[int, tuple], 
 
 def _classes(capture: Capture, det: Determinism, options: Options, notes: list[str]
              ) -> tuple[dict[int, tuple[str, float, float]], str]:
-    """Per-region (dtype, atol, rtol) for the variant's checks, and the mode's name."""
-    if options.tolerance:
-        dtypes = _tolerance_dtypes(capture, options, notes)
-        a, r = float(options.atol or 0.0), float(options.rtol or 0.0)
-        for s in det.regions:
-            if s.max_abs is not None and s.max_abs > a and r == 0.0:
-                notes.append(f"region {s.region}: the captured kernel's own spread (max abs {s.max_abs:.3g}) "
-                             f"exceeds atol {a:g}; a correct variant may fail")
-        return {rid: (d, a, r) for rid, d in dtypes.items()}, f"tolerance (atol={a:g} rtol={r:g})"
-    if det.deterministic:
-        return {}, "byte-exact"
-    return det.tolerances(), "tolerance (nondeterministic: derived from its own spread)"
+    """Per-region (dtype, atol, rtol) for the variant's checks, and the mode's name. An
+    explicit --atol/--rtol replaces the class derived for a nondeterministic kernel;
+    --dtype/--region-dtype alone only say the element types."""
+    derived = det.tolerances()
+    if not options.tolerance:
+        if det.deterministic:
+            return {}, "byte-exact"
+        return derived, "tolerance (nondeterministic: derived from its own spread)"
+    dtypes = _tolerance_dtypes(capture, options, notes)
+    a, r = float(options.atol or 0.0), float(options.rtol or 0.0)
+    classes = {rid: (d, a, r) for rid, d in dtypes.items()}
+    if options.atol is None and options.rtol is None and derived:
+        classes.update(derived)
+        return classes, "tolerance (nondeterministic: derived from its own spread)"
+    for s in det.regions:
+        if s.max_abs is not None and s.max_abs > a and r == 0.0:
+            notes.append(f"region {s.region}: the captured kernel's own spread (max abs {s.max_abs:.3g}) "
+                         f"exceeds atol {a:g}; a correct variant may fail")
+    return classes, f"tolerance (atol={a:g} rtol={r:g})"
 
 
 def _tolerance_dtypes(capture: Capture, options: Options, notes: list[str]) -> dict[int, str]:
@@ -361,16 +371,11 @@ def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan, k: int, option
         raise
     spreads = determinism_from(ref, runs, measure, against_capture=False)
     notes = [_effect(capture, plan, [RegionCheck.from_dict(c) for c in ref["first"]])]
-    unknown: set[int] = set()
-    if options.tolerance:
-        classes, mode = _classes(capture, det, options, [])
-    elif not spreads.deterministic:
-        classes, unknown = spreads.tolerances(), spreads.unjudgeable
-        mode = "tolerance (nondeterministic: derived from its own spread)"
-        if det.deterministic:
-            notes.append("the captured kernel is nondeterministic on this input (it was not on the captured one)")
-    else:
-        classes, mode = {}, "byte-exact"
+    if det.deterministic and not spreads.deterministic:
+        notes.append("the captured kernel is nondeterministic on this input (it was not on the captured one)")
+    # The class comes from the spread on this very input: magnitudes differ from the capture's.
+    classes, mode = _classes(capture, spreads, options, notes)
+    unknown = spreads.unjudgeable
     verdict = _check(rc, cubin, fills, classes, mode, "reference", label, unknown)
     verdict.checks = verdict.failures  # per perturbation, only what failed
     return _with_notes(verdict, notes)
