@@ -340,7 +340,8 @@ def _tolerance_dtypes(capture: Capture, options: Options, notes: list[str]) -> d
 
 def _check(rc, cubin, fills, classes, mode, against, label, unjudgeable: set[int]) -> InputVerdict:
     try:
-        got = rc.request("check", cubin=cubin, fills=fills, tolerances=_wire(classes), against=against)
+        got = rc.request("check", cubin=cubin, fills=fills, tolerances=_wire(classes), against=against,
+                         failures_only=fills is not None)
     except KerncapError as exc:
         if _is_fault(exc):
             return InputVerdict(label, "variant fault", mode, notes=[f"the variant faulted: {exc.message}"])
@@ -376,9 +377,7 @@ def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan, k: int, option
     # The class comes from the spread on this very input: magnitudes differ from the capture's.
     classes, mode = _classes(capture, spreads, options, notes)
     unknown = spreads.unjudgeable
-    verdict = _check(rc, cubin, fills, classes, mode, "reference", label, unknown)
-    verdict.checks = verdict.failures  # per perturbation, only what failed
-    return _with_notes(verdict, notes)
+    return _with_notes(_check(rc, cubin, fills, classes, mode, "reference", label, unknown), notes)
 
 
 def _effect(capture: Capture, plan: pt.PerturbPlan, first: list[RegionCheck]) -> str:

@@ -54,9 +54,12 @@ def compare_specs(ns, tolerances: dict | None) -> list:
     return specs
 
 
-def _checks(ns, specs, outs) -> list[dict[str, Any]]:
+def _checks(ns, specs, outs, differing_only: bool = False) -> list[dict[str, Any]]:
+    """Region checks as dicts; `differing_only`: just the items with a differing byte
+    (a capture of 200,000 regions answers in kilobytes, not tens of megabytes)."""
     return [ns._check(item, spec.dtype or None, out, spec.atol, spec.rtol).to_dict()
-            for item, spec, out in zip(ns.items, specs, outs)]
+            for item, spec, out in zip(ns.items, specs, outs)
+            if not differing_only or out["mismatched_bytes"]]
 
 
 def _run_on(ns, cubin, fills) -> None:
@@ -72,7 +75,8 @@ def op_reference(ns, req: dict[str, Any]) -> dict[str, Any]:
     `runs` times. The first run is compared with the capture (no fills: does replay match
     the captured post-state? with fills: how much did the outputs change?) and kept as
     the reference; the others are compared with it (run-to-run spread, element-wise for
-    the regions in `tolerances`, whose atol/rtol should be 0 to measure)."""
+    the regions in `tolerances`, whose atol/rtol should be 0 to measure). Only items
+    with differing bytes are listed."""
     runs = int(req.get("runs", 1))
     if runs < 1:
         raise KerncapError(f"runs must be >= 1 (got {runs})")
@@ -82,29 +86,32 @@ def op_reference(ns, req: dict[str, Any]) -> dict[str, Any]:
     perturbed = {f.item for f in fills}
     ns.session.clear_references()
     _run_on(ns, req.get("cubin"), fills)
-    first = _checks(ns, specs if not fills else exact, ns.session.compare(specs if not fills else exact, "captured"))
-    keep = []
-    for i, (item, check) in enumerate(zip(ns.items, first)):
-        # The reference holds what this run left in every item it may have changed.
-        if item.written or i in perturbed or check["mismatched_bytes"]:
-            keep.append(i)
+    first_specs = specs if not fills else exact
+    outs = ns.session.compare(first_specs, "captured")
+    # The reference holds what this run left in every item it may have changed.
+    keep = [i for i, (item, out) in enumerate(zip(ns.items, outs))
+            if item.written or i in perturbed or out["mismatched_bytes"]]
+    first = _checks(ns, first_specs, outs, differing_only=True)
     ns.session.keep_reference(keep)
     spread = []
     for _ in range(runs - 1):
         _run_on(ns, req.get("cubin"), fills)
-        spread.append(_checks(ns, specs, ns.session.compare(specs, "reference")))
+        spread.append(_checks(ns, specs, ns.session.compare(specs, "reference"), differing_only=True))
     return {"first": first, "spread": spread, "references": [_label(ns.items[i]) for i in keep],
             "perturbed_items": sorted(perturbed)}
 
 
 def op_check(ns, req: dict[str, Any]) -> dict[str, Any]:
     """Runs `cubin` on the (perturbed) pre-state and compares every item with the
-    captured post-state (`against: "captured"`) or the references op_reference kept."""
+    captured post-state (`against: "captured"`) or the references op_reference kept.
+    `failures_only`: list just the items that fail."""
     fills = fill_specs(ns, req.get("fills"))
     specs = compare_specs(ns, req.get("tolerances"))
     _run_on(ns, req.get("cubin"), fills)
-    return {"checks": _checks(ns, specs, ns.session.compare(specs, req.get("against", "captured"))),
-            "notes": list(ns.session.notes())}
+    checks = _checks(ns, specs, ns.session.compare(specs, req.get("against", "captured")))
+    if req.get("failures_only"):
+        checks = [c for c in checks if not c["passed"]]
+    return {"checks": checks, "notes": list(ns.session.notes())}
 
 
 def op_read(ns, req: dict[str, Any]) -> dict[str, Any]:
