@@ -37,7 +37,7 @@ from kerncap_tui.messages import (
 from kerncap_tui.screens.diff_screen import DiffScreen
 from kerncap_tui.screens.extract_screen import ExtractScreen
 from kerncap_tui.watcher import SourceWatcher
-from kerncap_tui.widgets.history_pane import HistoryPane
+from kerncap_tui.widgets.history_pane import HistoryPane, speedup_phrase
 from kerncap_tui.widgets.memory_pane import MemoryPane
 from kerncap_tui.widgets.profile_pane import ProfilePane
 from kerncap_tui.widgets.source_pane import SourcePane
@@ -213,8 +213,10 @@ class KerncapApp(App[int]):
         self.post_message(BuildLog("replaying the captured cubin (baseline) …"))
         out = self.replay.run(None)
         v = self.history.record(baseline=True, median_ms=out.median_ms, min_ms=out.min_ms,
-                                spread_pct=out.spread_pct, validation=out.validation, note=out.detail)
-        self.post_message(BuildLog(f"baseline: {out.median_ms:.4f} ms (±{out.spread_pct:.1f}%), validation {out.validation}"))
+                                spread_pct=out.spread_pct, validation=out.validation, note=out.detail,
+                                validation_detail=out.validation_detail)
+        self.post_message(BuildLog(f"baseline: {out.median_ms:.4f} ms (±{out.spread_pct:.1f}%), validation "
+                                   f"{out.validation} {out.validation_detail}".rstrip()))
         self.post_message(HistoryChanged())
         return v
 
@@ -249,11 +251,14 @@ class KerncapApp(App[int]):
             rel = str(cubin.relative_to(self.root)) if cubin.is_relative_to(self.root) else str(cubin)
             v = self.history.record(median_ms=out.median_ms, min_ms=out.min_ms, spread_pct=out.spread_pct,
                                     validation=out.validation, cubin=rel, build_seconds=rc.seconds, note=out.detail,
-                                    source_hash=fingerprint)
-            s = self.history.speedup(v)
+                                    source_hash=fingerprint, validation_detail=out.validation_detail,
+                                    speedup=out.speedup, speedup_low=out.speedup_low,
+                                    speedup_high=out.speedup_high, confidence=out.confidence,
+                                    significant=out.significant)
             self.post_message(BuildLog(
-                f"{v.label}: {out.median_ms:.4f} ms" + (f" = {s:.2f}× baseline" if s else "")
-                + f", validation {out.validation} {out.detail} ({time.monotonic() - started:.1f} s)",
+                f"{v.label}: {out.median_ms:.4f} ms, {speedup_phrase(v)}"
+                + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
+                + f" ({time.monotonic() - started:.1f} s)",
                 "bold" if out.validation == "pass" else "bold red",
             ))
             self.post_message(HistoryChanged())
@@ -267,8 +272,8 @@ class KerncapApp(App[int]):
         self.query_one(HistoryPane).show(self.history)
         latest = self.history.variants[-1] if self.history.variants else None
         if latest is not None:
-            s = self.history.speedup(latest)
-            self.notify(f"{latest.label}: {latest.median_ms:.4f} ms" + (f" ({s:.2f}×)" if s and latest.id else "")
+            self.notify(f"{latest.label}: {latest.median_ms:.4f} ms"
+                        + (f" ({speedup_phrase(latest)})" if latest.id else "")
                         + f" · {latest.validation}", title="history",
                         severity="information" if latest.validation in ("pass", "skipped") else "error")
 

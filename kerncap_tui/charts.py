@@ -18,3 +18,8 @@ def bar(value: float | None, scale: float, width: int) -> str:
 
 def speedup_text(s: float | None) -> str:
     return "—" if s is None else f"{s:.2f}×"
+
+
+def interval_text(low: float | None, high: float | None) -> str:
+    """"1.21–1.35": a speedup's confidence interval."""
+    return "" if low is None or high is None else f"{low:.2f}–{high:.2f}"

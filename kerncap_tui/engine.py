@@ -10,7 +10,11 @@ from pathlib import Path
 from kerncap import api
 from kerncap.errors import KerncapError, NativeUnavailable
 
-REPLAY_ITERATIONS = 20
+# A variant is timed interleaved with the captured cubin (kerncap.replay.significance)
+# and validated on the captured input plus this many perturbed ones.
+COMPARE_ROUNDS = 20
+COMPARE_ITERATIONS = 10
+PERTURBATIONS = 4
 
 
 def needs_gpu(exc: BaseException) -> bool:
@@ -23,8 +27,14 @@ class Outcome:
     median_ms: float | None
     min_ms: float | None
     spread_pct: float | None
-    validation: str          # pass | fail | error | skipped
+    validation: str          # pass | fail | inconclusive | error | skipped
     detail: str              # one line for the log
+    validation_detail: str = ""       # "exact · p4", "nondet tol", ... (TrustReport.short)
+    speedup: float | None = None      # baseline / variant median, interleaved
+    speedup_low: float | None = None  # its confidence interval
+    speedup_high: float | None = None
+    confidence: float | None = None
+    significant: bool | None = None
 
 
 class ResidentReplay:
@@ -35,6 +45,8 @@ class ResidentReplay:
     def __init__(self, reproducer: Path) -> None:
         self.reproducer = reproducer
         self._client: api.ReplayClient | None = None
+        self._cap: api.Capture | None = None
+        self._plan: api.PerturbPlan | None = None
         self._lock = threading.Lock()
 
     def _open(self) -> api.ReplayClient:
@@ -45,21 +57,58 @@ class ResidentReplay:
         return self._client
 
     def run(self, cubin: Path | None, validate: bool = True) -> Outcome:
+        """The baseline (cubin None): its timing and validation (determinism included).
+        A variant: timed interleaved with the captured cubin (the speedup with its
+        interval) and validated on the captured input and PERTURBATIONS perturbed ones."""
         with self._lock:
             rc = self._open()
-            t = rc.replay(cubin=cubin, iterations=REPLAY_ITERATIONS)
-            validation, detail = "skipped", ""
+            out = self._time(rc, cubin)
             if validate:
-                try:
-                    v = rc.validate(cubin=cubin)
-                    validation = "pass" if v.passed else "fail"
-                    if not v.passed:
-                        detail = f"{len(v.failures)} region(s) differ from the captured post-state"
-                except NativeUnavailable:
-                    raise
-                except KerncapError as exc:
-                    validation, detail = "error", exc.message
-            return Outcome(t.median_ms, t.min_ms, t.spread_pct, validation, detail)
+                self._validate(rc, cubin, out)
+            return out
+
+    def _time(self, rc: api.ReplayClient, cubin: Path | None) -> Outcome:
+        # The baseline goes through the same interleaved timing (alone): it also sets up
+        # what the first variant's comparison would otherwise pay for (NVML, the floor).
+        c = api.compare(rc, [] if cubin is None else [cubin], rounds=COMPARE_ROUNDS, iterations=COMPARE_ITERATIONS)
+        p = c.programs[-1]
+        out = Outcome(p.median_ms, min(p.times), p.spread_pct, "skipped", "")
+        if p.interval is not None:
+            iv = p.interval
+            out.speedup, out.speedup_low, out.speedup_high = iv.speedup, iv.low, iv.high
+            out.confidence, out.significant = iv.confidence, iv.significant
+        return out
+
+    def _validate(self, rc: api.ReplayClient, cubin: Path | None, out: Outcome) -> None:
+        try:
+            capture = self._capture()
+            options = api.TrustOptions(perturb=PERTURBATIONS if cubin is not None else 0)
+            plan = self._perturb_plan(capture)  # planned at the baseline already, for the first variant
+            report = api.validate_resident(rc, capture, cubin=cubin, options=options, plan=plan)
+        except NativeUnavailable:
+            raise
+        except KerncapError as exc:
+            out.validation, out.detail = "error", exc.message
+            return
+        out.validation = report.verdict
+        out.validation_detail = report.short()
+        if any(i.status == "variant fault" for i in report.inputs):
+            out.validation = "error"  # a crash, not a wrong answer
+        bad = [i for i in report.inputs if i.status not in ("pass", "baseline fault")]
+        if bad:
+            out.detail = "; ".join(f"{i.input}: {i.status}" + (f" ({', '.join(c.name for c in i.failures[:3])})"
+                                                                 if i.failures else "") for i in bad[:3])
+
+    def _capture(self) -> api.Capture:
+        if self._cap is None:
+            self._cap = api.open_capture(self.reproducer)
+        return self._cap
+
+    def _perturb_plan(self, capture: api.Capture) -> api.PerturbPlan:
+        """Planned once per session: it samples the captured payloads."""
+        if self._plan is None:
+            self._plan = api.perturb_plan(capture)
+        return self._plan
 
     def close(self) -> None:
         # Not under the lock: on hangup the server must go now, even mid-replay (that

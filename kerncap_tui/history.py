@@ -26,12 +26,22 @@ class Variant:
     median_ms: float | None
     min_ms: float | None = None
     spread_pct: float | None = None
-    validation: str = "skipped"  # pass | fail | error | skipped
+    validation: str = "skipped"  # pass | fail | inconclusive | error | skipped
     commit: str | None = None
     cubin: str | None = None     # relative to the reproducer; None: the captured cubin
     build_seconds: float | None = None
     note: str = ""
     source_hash: str | None = None  # source_fingerprint() of source/ as built
+    # What the validation covered: "exact · p4" (byte-exact, 4 perturbed inputs too),
+    # "tol", "nondet tol" (a tolerance derived from the kernel's own spread).
+    validation_detail: str = ""
+    # Speedup over the captured cubin, timed interleaved with it, and its interval
+    # (kerncap.replay.significance); None in records made before intervals existed.
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    confidence: float | None = None
+    significant: bool | None = None
 
     @property
     def label(self) -> str:
@@ -84,10 +94,25 @@ class History:
         return next((v for v in reversed(self.variants) if v.id and v.source_hash == fingerprint), None)
 
     def speedup(self, v: Variant) -> float | None:
+        """The measured (interleaved) speedup; for older records the ratio of medians
+        taken at different times (see `has_interval`)."""
+        if v.speedup is not None:
+            return v.speedup
         base = self.baseline
         if not base or not base.median_ms or not v.median_ms:
             return None
         return base.median_ms / v.median_ms
+
+    @staticmethod
+    def has_interval(v: Variant) -> bool:
+        return v.speedup_low is not None and v.speedup_high is not None
+
+    def best_significant(self) -> Variant | None:
+        """The fastest variant that passed validation and is significantly faster than
+        the captured cubin (its interval lies above 1); None when there is none."""
+        faster = [v for v in self.variants if v.id and v.validation == "pass" and v.significant
+                  and v.speedup_low is not None and v.speedup_low > 1.0]
+        return max(faster, key=lambda v: v.speedup or 0.0, default=None)
 
     # -- git --------------------------------------------------------------------------
     def repo(self):
@@ -153,7 +178,11 @@ class History:
     def _message(self, v: Variant) -> str:
         s = self.speedup(v)
         timing = f"{v.median_ms:.4f} ms" if v.median_ms is not None else "not timed"
-        head = f"kerncap {v.label}: {timing}" + (f" ({s:.2f}x vs baseline)" if s and v.id else "") + f", validation {v.validation}"
+        ratio = ""
+        if s and v.id:
+            ratio = f" ({s:.2f}x vs baseline" + ("" if not self.has_interval(v) or v.significant
+                                                 else ", within noise") + ")"
+        head = f"kerncap {v.label}: {timing}" + ratio + f", validation {v.validation}"
         trailers = [
             f"Kerncap-Variant: {v.id}",
             f"Kerncap-Median-Ms: {v.median_ms}",
@@ -163,6 +192,11 @@ class History:
         ]
         if s:
             trailers.append(f"Kerncap-Speedup: {s:.4f}")
+        if self.has_interval(v):
+            trailers.append(f"Kerncap-Speedup-Interval: {v.speedup_low:.4f} {v.speedup_high:.4f} "
+                            f"({(v.confidence or 0) * 100:g}%, {'significant' if v.significant else 'within noise'})")
+        if v.validation_detail:
+            trailers.append(f"Kerncap-Validation-Detail: {v.validation_detail}")
         if v.cubin:
             trailers.append(f"Kerncap-Cubin: {v.cubin}")
         return head + ("\n\n" + v.note if v.note else "") + "\n\n" + "\n".join(trailers) + "\n"

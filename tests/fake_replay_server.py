@@ -7,7 +7,7 @@ behaviour comes from the environment:
   FAKE_MEDIANS=JSON      {"substring of the cubin path" | "captured": median ms}; default 0.01
   FAKE_FAIL=S            validation fails for cubins whose path contains S
   FAKE_HANG=S            replay of a cubin whose path contains S sleeps 120 s
-  FAKE_SLOW=SECONDS      every replay and validate takes this long
+  FAKE_SLOW=SECONDS      every replay, validate and time_compare takes this long
   FAKE_NO_GPU=1          open fails as without a GPU
 """
 
@@ -68,6 +68,17 @@ for line in sys.stdin:
         send({"id": rid, "ok": True, "result": {
             "passed": not fail, "mode": "exact" if exact else "tolerance", "atol": req.get("atol"),
             "rtol": req.get("rtol"), "cubin": cubin, "notes": [], "regions": [region]}})
+    elif op == "time_compare":  # kerncap.replay.session_ops.op_time_compare's answer
+        time.sleep(slow)
+        cubins = [None] + list(req.get("cubins") or [])
+        n, rounds = req["iterations"], req["rounds"]
+        send({"id": rid, "ok": True, "result": {
+            "programs": [{"label": c or "captured cubin", "cubin": c,
+                          "rounds": [[median_of(c) * (1 + 0.01 * ((r + i) % 3)) for i in range(n)]
+                                     for r in range(rounds)]} for c in cubins],
+            "iterations": n, "warmup": req["warmup"], "flush_l2": req["flush_l2"], "floor_ms": 0.002,
+            "clock": {"available": False, "unavailable_reason": "fake replay server"}, "seconds": 0.0,
+            "notes": [f"pid {os.getpid()}"]}})
     elif op == "shutdown":
         send({"id": rid, "ok": True, "result": {}})
         break

@@ -164,3 +164,33 @@ def test_local_dask_cluster_runs_check(corpus, monkeypatch, tmp_path):
     # shipped: each worker wrote the reproducers it ran into its cache, by content digest
     copies = sorted(p.name for p in (tmp_path / "cache").glob("*/*") if (p / "capture" / "manifest.json").is_file())
     assert set(copies) == {"axpy_small", "graph_explicit", "demo"}
+
+
+def test_perturbed_validation_reaches_each_variant(tmp_path, monkeypatch):
+    """MeasureOptions(perturb=K): a worker validates each variant on K perturbed inputs
+    too (the replay core simulated in numpy, tests/replay_sim.py), so a variant that is
+    exact only on the captured input fails and is not timed."""
+    import numpy as np
+    import replay_sim as sim
+
+    from kerncap.fleet import tasks
+
+    def axpy(m, _s):
+        y = m.f32(1)
+        y[:] = y + np.float32(0.5) * m.f32(0)
+
+    def axpy_abs(m, _s):  # relies on x >= 0, which the captured input happens to have
+        y = m.f32(1)
+        y[:] = y + np.float32(0.5) * np.abs(m.f32(0))
+
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "same.cubin": axpy, "abs.cubin": axpy_abs})
+    monkeypatch.setattr("kerncap.replay.pool.ReplayClient", sim.InProcessClient)
+    monkeypatch.setattr(tasks, "_pool", None)
+    options = api.MeasureOptions(perturb=2, seed=4, time=False)
+    good = tasks.measure(str(repro), "same", str(tmp_path / "same.cubin"), options)
+    bad = tasks.measure(str(repro), "abs", str(tmp_path / "abs.cubin"), options)
+    assert good.status == "ok" and good.validation["verdict"] == "pass" and good.validation["perturbed"] == 2
+    assert bad.status == "fail" and bad.problem.message.startswith("FAIL on 3 inputs")
+    assert bad.validation["failing"] and all(f["input"].startswith("perturbation") for f in bad.validation["failing"])
+    plain = tasks.measure(str(repro), "abs", str(tmp_path / "abs.cubin"), api.MeasureOptions(time=False))
+    assert plain.status == "ok"  # the captured input alone cannot tell

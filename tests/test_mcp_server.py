@@ -214,7 +214,7 @@ def test_resident_server_is_reused_and_killed_when_the_session_ends(root, tmp_pa
                    await c.call_tool("replay", {"reproducer": "axpy_small", "iterations": 3}),
                    await c.call_tool("replay", {"reproducer": "graph_explicit", "iterations": 3}),
                    await c.call_tool("replay", {"reproducer": "axpy_small", "iterations": 3}),
-                   await c.call_tool("compare", {"reproducer": "axpy_small", "rounds": 2, "cubins": [str(next(
+                   await c.call_tool("compare", {"reproducer": "axpy_small", "rounds": 5, "iterations": 4, "cubins": [str(next(
                        (root / "axpy_small" / "capture" / "cubins").iterdir()))]})]
             during.extend(fake_pids(tmp_path))
             assert len(during) == 2 and all(alive(p) for p in during)
@@ -224,7 +224,9 @@ def test_resident_server_is_reused_and_killed_when_the_session_ends(root, tmp_pa
     assert v1.structured_content["passed"] is True
     assert r1.structured_content["notes"] == r2.structured_content["notes"]  # the same resident server
     assert r1.structured_content["notes"] != other.structured_content["notes"]  # one per reproducer
-    assert [c["launches"] for c in cmp.structured_content["candidates"]] == [40, 40]
+    programs = cmp.structured_content["programs"]
+    assert [len(p["rounds"]) for p in programs] == [5, 5] and all(len(r) == 4 for p in programs for r in p["rounds"])
+    assert programs[0]["interval"] is None and programs[1]["interval"]["verdict"] == "within noise"
     assert not any(alive(p) for p in during), "the session ended but its replay servers live on"
 
 
@@ -376,3 +378,29 @@ def test_streamable_http(root):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_validate_tool_checks_perturbed_inputs_on_the_resident_server(tmp_path, monkeypatch):
+    """Issue 14 through MCP: `perturb` runs the captured kernel and the variant on
+    perturbed inputs (the replay core simulated in numpy, tests/replay_sim.py)."""
+    import numpy as np
+    import replay_sim as sim
+
+    def axpy(m, _s):
+        y = m.f32(1)
+        y[:] = y + np.float32(0.5) * m.f32(0)
+
+    def axpy_abs(m, _s):  # relies on x >= 0, which the captured input happens to have
+        y = m.f32(1)
+        y[:] = y + np.float32(0.5) * np.abs(m.f32(0))
+
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "abs.cubin": axpy_abs})
+    monkeypatch.setattr("kerncap.replay.pool.ReplayClient", sim.InProcessClient)
+    server = build_server([tmp_path])
+    plain, perturbed = call(server, ("validate", {"reproducer": str(repro), "cubin": str(tmp_path / "abs.cubin")}),
+                            ("validate", {"reproducer": str(repro), "cubin": str(tmp_path / "abs.cubin"),
+                                          "perturb": 3, "seed": 1}))
+    assert plain.structured_content["passed"] is True  # the captured input alone cannot tell
+    doc = perturbed.structured_content
+    assert doc["passed"] is False and doc["verdict"] == "fail" and doc["perturb"] == 3
+    assert doc["summary"].startswith("FAIL on 4 inputs of 1 reproducer (1 captured + 3 perturbed)")

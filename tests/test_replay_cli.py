@@ -3,15 +3,17 @@ replay client replaced by a recorder (the GPU suite runs the real one)."""
 
 import json
 
+import numpy as np
 import pytest
-from kerncap import cli
-from kerncap import api
-from kerncap.replay.results import RegionCheck, ReplayResult, ValidationResult
+import replay_sim as sim
+
+from kerncap import api, cli
+from kerncap.replay import client as client_mod
+from kerncap.replay.results import ReplayResult
 
 
 class FakeClient:
     calls: list = []
-    validation: ValidationResult | None = None
 
     def __init__(self, path, device=0):
         FakeClient.calls.append(("open", str(path), device))
@@ -27,22 +29,13 @@ class FakeClient:
         return ReplayResult.from_times([0.5, 0.6, 0.4], warmup=kw["warmup"], flush_l2=kw["flush_l2"],
                                        cubin=kw["cubin"] and str(kw["cubin"]))
 
-    def validate(self, **kw):
-        FakeClient.calls.append(("validate", kw))
-        return FakeClient.validation
 
 
 @pytest.fixture(autouse=True)
 def fake_client(monkeypatch):
     FakeClient.calls = []
-    FakeClient.validation = ValidationResult(passed=True, mode="exact", regions=[region(0)])
+    monkeypatch.setattr(client_mod, "ReplayClient", FakeClient)
     monkeypatch.setattr(api, "ReplayClient", FakeClient)
-
-
-def region(i, bad=0):
-    return RegionCheck(kind="region", id=i, name=f"region {i}", base=0x7F0000000000 + i * 4096, size=4096,
-                       dtype=None, mismatched_bytes=bad, mismatched_elements=None, max_abs_err=None,
-                       max_rel_err=None, first_mismatches=[(0, 1, 2)] if bad else [], unexpected_write=False)
 
 
 def test_replay_defaults_and_text(tmp_path, capsys):
@@ -76,31 +69,68 @@ def test_missing_variant_is_named_before_any_server_starts(tmp_path, capsys):
     assert FakeClient.calls == []
 
 
-def test_validate_pass_exit_zero(tmp_path, capsys):
-    assert cli.main(["validate", str(tmp_path)]) == 0
-    assert FakeClient.calls[1] == ("validate", {"cubin": None, "atol": None, "rtol": None, "dtype": None,
-                                                "dtypes": {}})
-    assert "PASS" in capsys.readouterr().out
+# -- validate: the replay core simulated in numpy on the committed axpy capture ------------
 
 
-def test_validate_fail_exit_one_and_report(tmp_path, capsys):
-    FakeClient.validation = ValidationResult(passed=False, mode="exact", regions=[region(0), region(1, bad=5)])
-    assert cli.main(["validate", str(tmp_path)]) == 1
+def axpy(m, _s):
+    y = m.f32(1)
+    y[:] = y + np.float32(0.5) * m.f32(0)
+
+
+def off_by_one(m, s):
+    axpy(m, s)
+    m.f32(1)[5] += np.float32(1)
+
+
+@pytest.fixture
+def axpy_repro(tmp_path, monkeypatch):
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "good.cubin": axpy, "bad.cubin": off_by_one})
+    return repro
+
+
+def test_validate_pass_exit_zero(axpy_repro, capsys):
+    assert cli.main(["validate", str(axpy_repro)]) == 0
     out = capsys.readouterr().out
-    assert "FAIL (1 of 2 differ)" in out and "region 1" in out and "5 bytes differ" in out
+    assert "captured cubin: PASS on 1 input of 1 reproducer" in out and "deterministic (3 runs identical)" in out
+    assert "ok    region 1" in out
 
 
-def test_validate_tolerance_arguments(tmp_path, capsys):
-    assert cli.main(["validate", str(tmp_path), "--atol", "1e-3", "--rtol", "0.01", "--dtype", "fp16",
-                     "--region-dtype", "3=bf16", "--region-dtype", "4=int32", "--json"]) == 0
-    assert FakeClient.calls[1][1] == {"cubin": None, "atol": 1e-3, "rtol": 0.01, "dtype": "float16",
-                                      "dtypes": {3: "bfloat16", 4: "int32"}}
-    assert json.loads(capsys.readouterr().out)["passed"] is True
+def test_validate_fail_exit_one_and_report(axpy_repro, capsys):
+    assert cli.main(["validate", str(axpy_repro), "--cubin", str(axpy_repro.parent / "bad.cubin")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL on 1 input" in out and "FAIL  region 1" in out and "bytes differ" in out
 
 
-def test_region_dtypes_alone_ask_for_elementwise_checks(tmp_path):
-    cli.main(["validate", str(tmp_path), "--region-dtype", "2=float64"])
-    assert FakeClient.calls[1][1]["dtype"] == "float32" and FakeClient.calls[1][1]["dtypes"] == {2: "float64"}
+def test_validate_perturbed_json_keeps_the_region_list(axpy_repro, capsys):
+    assert cli.main(["validate", str(axpy_repro), "--cubin", str(axpy_repro.parent / "good.cubin"), "--perturb", "2",
+                     "--seed", "3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["passed"] is True and doc["summary"].startswith("PASS on 3 inputs")
+    assert [r["id"] for r in doc["regions"] if r["kind"] == "region"] == [0, 1] and doc["seed"] == 3
+
+
+def test_validate_tolerance_arguments_reach_the_checks(axpy_repro, capsys):
+    assert cli.main(["validate", str(axpy_repro), "--cubin", str(axpy_repro.parent / "bad.cubin"), "--atol", "2",
+                     "--region-dtype", "0=float32", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == "tolerance" and {r["id"]: r["dtype"] for r in doc["regions"]} == {0: "float32", 1: "float32"}
+
+
+def test_region_dtypes_alone_ask_for_elementwise_checks(axpy_repro, capsys):
+    cli.main(["validate", str(axpy_repro), "--region-dtype", "1=float32", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == "tolerance" and doc["regions"][1]["dtype"] == "float32"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--perturb", "0"], "--perturb 0: the number of perturbed inputs must be between 1 and 1000"),
+    (["--perturb", "100000"], "--perturb 100000: the number of perturbed inputs must be between 1 and 1000"),
+    (["--perturb", "2", "--keep", "7"], "--keep 7: the capture has no region 7"),
+    (["--keep", "1"], "--keep needs --perturb K"),
+])
+def test_validate_bad_perturbation_arguments(axpy_repro, args, needle, capsys):
+    assert cli.main(["validate", str(axpy_repro), *args]) == 2  # the command line must change
+    assert needle in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -52,14 +52,18 @@ class FakeSession:
     def load_state(self, blob_dir, chunk_size, items, threads):
         self.calls.append(("load_state", [(i.label, i.global_name, i.base, i.size, i.pre, i.post) for i in items]))
 
-    def set_launch(self, spec):
-        self.launch = spec
-
-    def load_module(self, image, label):
-        self.calls.append(("load_module", label))
+    def load_program(self, key, spec, image, label):
+        self.calls.append(("load_program", label))
         if FakeSession.load_error:
             raise FakeSession.load_error
+        self.launch = spec
         return {"num_regs": 16}
+
+    def select_program(self, key):
+        self.calls.append(("select_program", key))
+
+    def drop_program(self, key):
+        self.calls.append(("drop_program", key))
 
     def notes(self):
         return []
@@ -134,7 +138,8 @@ def test_open_hands_the_core_spans_maps_items_and_launch(core, capture):
     assert launch.kernel_name == "_Z1kPfi" and launch.grid == [2, 1, 1] and launch.shared_mem_bytes == 65536
     assert launch.cooperative and not launch.extra_form and launch.attributes == [(4, b"\x01" * 64)]
     assert launch.params == [(0, 8), (8, 4)] and launch.param_buffer == bytes(12)
-    assert [c[0] for c in s.session.calls] == ["init", "reserve", "map", "load_state", "load_module"]
+    assert [c[0] for c in s.session.calls] == ["init", "reserve", "map", "load_state", "load_program",
+                                                    "select_program"]
     assert s.info()["gpu"] == {"name": "Fake H200", "cc": [9, 0]}
 
 
@@ -171,7 +176,7 @@ def test_same_cubin_bytes_are_not_reloaded(core, capture, tmp_path):
     same = tmp_path / "same.cubin"
     same.write_bytes((capture / "cubins" / "k.cubin").read_bytes())
     s.replay(str(same), 2, 0, False)
-    assert [c for c in s.session.calls if c[0] == "load_module"] == [("load_module", f"captured cubin {capture / 'cubins' / 'k.cubin'}")]
+    assert [c for c in s.session.calls if c[0] == "load_program"] == [("load_program", f"captured cubin {capture / 'cubins' / 'k.cubin'}")]
 
 
 def test_arch_load_failure_names_both_architectures(core, capture, tmp_path):
@@ -240,3 +245,22 @@ def test_a_capture_larger_than_the_gpu_is_refused_before_any_reservation(core, c
         NativeSession(capture)
     assert "only 1 MiB of its 81920 MiB are free" in err.value.message
     assert [c[0] for c in calls[0]] == ["init"]  # nothing reserved or mapped
+
+
+def test_programs_stay_loaded_up_to_a_limit_and_the_oldest_goes(core, capture, tmp_path, monkeypatch):
+    from kerncap.replay import native_session
+    from kerncap.replay.native_session import NativeSession
+
+    monkeypatch.setattr(native_session, "MAX_PROGRAMS", 2)
+    s = NativeSession(capture)
+    a, b = tmp_path / "a.cubin", tmp_path / "b.cubin"
+    a.write_bytes(b"\x7fELF a")
+    b.write_bytes(b"\x7fELF b")
+    s.load(str(a))
+    s.load(None)  # captured: loaded already, only selected
+    assert [c[0] for c in s.session.calls].count("load_program") == 2
+    s.load(str(b))  # a third: the least recently used (a) is dropped
+    dropped = [c for c in s.session.calls if c[0] == "drop_program"]
+    assert len(dropped) == 1 and len(s._programs) == 2
+    s.load(str(a))
+    assert [c[0] for c in s.session.calls].count("load_program") == 4

@@ -27,6 +27,7 @@ from kerncap.capture import extract as _extract
 from kerncap.capture import profile as _profile
 from kerncap.capture import run as _run
 from kerncap.core import stack as _stack
+from kerncap.errors import UsageError
 from kerncap.fleet import baseline as _baseline
 from kerncap.fleet import check as _check
 from kerncap.fleet import fanout as _fanout
@@ -37,9 +38,13 @@ from kerncap.fleet.fanout import Fanout
 from kerncap.fleet.sweep import SweepEntry, SweepReport
 from kerncap.fleet.tasks import MeasureOptions
 from kerncap.prune import pruner as _pruner
-from kerncap.replay import interleave as _interleave
+from kerncap.replay import differential as _differential
+from kerncap.replay import perturb as _perturb
+from kerncap.replay import significance as _significance
 from kerncap.replay.client import ReplayClient
-from kerncap.replay.interleave import Comparison
+from kerncap.replay.differential import DEFAULT_RUNS, TrustReport
+from kerncap.replay.perturb import MAX_PERTURBATIONS, PerturbPlan
+from kerncap.replay.significance import DEFAULT_CONFIDENCE, MIN_ROUNDS, TimingComparison
 from kerncap.replay.pool import ReplayPool
 from kerncap.replay.results import (
     RegionCheck,
@@ -76,8 +81,12 @@ __all__ = [
     "AutotuneConfigs", "Discovery", "PruneReport", "RecompileResult", "RegionCheck", "ReplayClient",
     "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",
     "format_validation", "prune", "recompile", "replay", "validate",
+    # validation you can trust: determinism, perturbed inputs, interleaved timing with intervals
+    "DEFAULT_CONFIDENCE", "DEFAULT_RUNS", "MAX_PERTURBATIONS", "MIN_ROUNDS", "PerturbPlan", "TimingComparison", "TrustOptions",
+    "TrustReport", "compare", "compare_variants", "format_comparison", "format_trust_report", "perturb_plan",
+    "validate_inputs", "validate_resident",
     # resident replay, editable sources, stacks (MCP server)
-    "Comparison", "ReplayPool", "SourceFile", "compare", "list_sources", "read_source", "running_stack",
+    "ReplayPool", "SourceFile", "list_sources", "read_source", "running_stack",
     "stack_differences", "write_source",
     # many reproducers and variants on many GPUs
     "CheckCase", "CheckReport", "Fanout", "MeasureOptions", "SweepEntry", "SweepReport", "check", "format_check",
@@ -245,6 +254,94 @@ def validate(reproducer: PathLike, *, cubin: PathLike | None = None, atol: float
         return rc.validate(cubin=cubin, atol=atol, rtol=rtol, dtype=dtype, dtypes=dtypes)
 
 
+# -- validation you can trust, comparisons with intervals (issue 14, docs/replay.md) ------------
+
+TrustOptions = _differential.Options
+
+
+def _trust_options(perturb: int | None, seed: int, keep: Sequence[int], runs: int, atol: float | None,
+                   rtol: float | None, dtype: str | None, dtypes: dict[int, str] | None) -> TrustOptions:
+    if perturb is not None:
+        _perturb.check_count(perturb)
+    elif keep:
+        raise UsageError("--keep needs --perturb K", "e.g. --perturb 8 --keep 3")
+    if runs < 1:
+        raise UsageError(f"--runs {runs}: the captured kernel must run at least once", "e.g. --runs 3")
+    return TrustOptions(perturb=perturb or 0, seed=seed, keep=tuple(keep), region_dtypes=dict(dtypes or {}),
+                        atol=atol, rtol=rtol, dtype=dtype, runs=runs)
+
+
+def validate_inputs(reproducers: Sequence[PathLike], *, cubin: PathLike | None = None, perturb: int | None = None,
+                    seed: int = 0, keep: Sequence[int] = (), runs: int = DEFAULT_RUNS, atol: float | None = None,
+                    rtol: float | None = None, dtype: str | None = None, dtypes: dict[int, str] | None = None,
+                    device: int = 0, progress: Callable[[str], None] | None = None) -> TrustReport:
+    """`kerncap validate`: first `runs` replays of the captured kernel tell whether it is
+    deterministic (a varying region gets a tolerance from its own spread), then `cubin`
+    (None: the captured cubin) is checked on the captured input of every reproducer in
+    `reproducers` (all of one kernel) and, with `perturb` K, on K perturbed copies of it
+    (`seed`; regions in `keep` never redrawn), where it must agree with the captured
+    kernel. `report.verdict`: pass | fail | inconclusive; `report.exit_status` 0/1/3."""
+    options = _trust_options(perturb, seed, keep, runs, atol, rtol, dtype, dtypes)
+    return _differential.validate_reproducers(list(reproducers), cubin, options, device=device, progress=progress)
+
+
+def perturb_plan(capture: Capture, *, keep: Sequence[int] = (), dtypes: dict[int, str] | None = None) -> PerturbPlan:
+    """Which spans of a capture perturbed validation redraws and which it keeps, and why
+    (it samples the payloads: compute it once per reproducer)."""
+    return _perturb.plan(capture, tuple(keep), dtypes)
+
+
+def validate_resident(client: ReplayClient, capture: Capture, *, cubin: PathLike | None = None,
+                      options: TrustOptions | None = None, plan: PerturbPlan | None = None) -> TrustReport:
+    """`validate_inputs` for one reproducer on an open ReplayClient (a resident server of
+    the workbench or the MCP server); `plan`: from `perturb_plan`, reused across calls."""
+    options = options or TrustOptions()
+    if options.perturb:
+        _perturb.check_count(options.perturb)
+    one = _differential.validate_one(client, capture, cubin, options, plan=plan)
+    return TrustReport(None if cubin is None else str(cubin), options.perturb, options.seed, [one])
+
+
+def format_trust_report(report: TrustReport) -> str:
+    """The text `kerncap validate` prints."""
+    return _differential.format_report(report)
+
+
+def _check_rounds(rounds: int) -> None:
+    if rounds < MIN_ROUNDS:
+        raise UsageError(f"--rounds {rounds} is too few for a confidence interval",
+                         f"use at least {MIN_ROUNDS} (30 by default)")
+
+
+def compare(client: ReplayClient, cubins: Sequence[PathLike], *, rounds: int = 30, iterations: int = 10,
+            warmup: int = 2, flush_l2: bool = False, min_seconds: float = 0.0, max_seconds: float = 300.0,
+            confidence: float | None = None) -> TimingComparison:
+    """Time the captured cubin and the variants `cubins` interleaved on an open
+    ReplayClient: `rounds` rounds (more until each has `min_seconds` of kernel time, at
+    most `max_seconds`), each timing every program `iterations` times in a rotating
+    order; each variant's speedup over the captured cubin with a bootstrap interval over
+    rounds (`confidence`, default 0.99), "within noise" when it contains 1.0."""
+    _check_rounds(rounds)
+    return client.compare_timing([Path(c) for c in cubins], rounds=rounds, iterations=iterations, warmup=warmup,
+                                 flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds,
+                                 confidence=confidence)
+
+
+def compare_variants(reproducer: PathLike, cubins: Sequence[PathLike], *, device: int = 0, rounds: int = 30,
+                     iterations: int = 10, warmup: int = 2, flush_l2: bool = False, min_seconds: float = 0.0,
+                     max_seconds: float = 300.0, confidence: float | None = None) -> TimingComparison:
+    """`compare` in a replay server of its own (`kerncap replay --compare`)."""
+    _check_rounds(rounds)
+    with ReplayClient(reproducer, device=device) as rc:
+        return compare(rc, cubins, rounds=rounds, iterations=iterations, warmup=warmup, flush_l2=flush_l2,
+                       min_seconds=min_seconds, max_seconds=max_seconds, confidence=confidence)
+
+
+def format_comparison(comparison: TimingComparison) -> str:
+    """The text `kerncap replay --compare` prints."""
+    return _significance.format_comparison(comparison)
+
+
 # -- prune ------------------------------------------------------------------------------------
 
 
@@ -274,14 +371,6 @@ def write_source(reproducer: PathLike, name: str, text: str) -> SourceFile:
     """Replace or create one source file atomically (`name` relative to source/); the
     next `recompile` builds from it."""
     return _editable.write_source(reproducer, name, text)
-
-
-def compare(client: ReplayClient, cubins: Sequence[PathLike | None], *, iterations: int = 20, rounds: int = 5,
-            warmup: int = 3, flush_l2: bool = False) -> Comparison:
-    """Interleaved timing of several cubins (None: the captured one) on one open
-    ReplayClient; medians over all launches, speedups against the first."""
-    return _interleave.compare(client, list(cubins), iterations=iterations, rounds=rounds, warmup=warmup,
-                               flush_l2=flush_l2)
 
 
 def running_stack(device: int | None = None) -> dict[str, Any]:

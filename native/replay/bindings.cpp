@@ -31,6 +31,12 @@ py::dict to_dict(const CompareOut& o) {
   return d;
 }
 
+py::list to_list(const std::vector<CompareOut>& outs) {
+  py::list l;
+  for (const CompareOut& o : outs) l.append(to_dict(o));
+  return l;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_replay, m) {
@@ -77,6 +83,19 @@ PYBIND11_MODULE(_replay, m) {
       .def_readwrite("param_buffer", &LaunchSpec::param_buffer)
       .def_readwrite("params", &LaunchSpec::params);
 
+  py::class_<FillSpec>(m, "FillSpec")
+      .def(py::init<>())
+      .def_readwrite("item", &FillSpec::item)
+      .def_readwrite("offset", &FillSpec::offset)
+      .def_readwrite("count", &FillSpec::count)
+      .def_readwrite("dtype", &FillSpec::dtype)
+      .def_readwrite("seed", &FillSpec::seed)
+      .def_readwrite("mean", &FillSpec::mean)
+      .def_readwrite("stddev", &FillSpec::stddev)
+      .def_readwrite("lo", &FillSpec::lo)
+      .def_readwrite("hi", &FillSpec::hi)
+      .def_readwrite("p_zero", &FillSpec::p_zero);
+
   py::class_<CompareSpec>(m, "CompareSpec")
       .def(py::init<>())
       .def_readwrite("dtype", &CompareSpec::dtype)
@@ -94,8 +113,10 @@ PYBIND11_MODULE(_replay, m) {
       .def("map", &Session::map, release())
       .def("load_state", &Session::load_state, py::arg("blob_dir"), py::arg("chunk_size"), py::arg("items"),
            py::arg("threads") = 4, release())
-      .def("set_launch", &Session::set_launch)
-      .def("load_module", &Session::load_module, py::arg("image"), py::arg("label"), release())
+      .def("load_program", &Session::load_program, py::arg("key"), py::arg("spec"), py::arg("image"),
+           py::arg("label"), release())
+      .def("select_program", &Session::select_program, py::arg("key"))
+      .def("drop_program", &Session::drop_program, py::arg("key"), release())
       .def("time", &Session::time, py::arg("iterations"), py::arg("warmup"), py::arg("flush_l2"), release())
       .def(
           "validate",
@@ -105,11 +126,38 @@ PYBIND11_MODULE(_replay, m) {
               py::gil_scoped_release unlocked;
               outs = s.validate(specs);
             }
-            py::list l;
-            for (const CompareOut& o : outs) l.append(to_dict(o));
-            return l;
+            return to_list(outs);
           },
           py::arg("specs"))
+      .def("restore", &Session::restore, release())
+      .def("fill", &Session::fill, py::arg("fills"), release())
+      .def("run", &Session::run, release())
+      .def("keep_reference", &Session::keep_reference, py::arg("items"), release())
+      .def("clear_references", &Session::clear_references)
+      .def(
+          "compare",
+          [](Session& s, const std::vector<CompareSpec>& specs, const std::string& against) {
+            std::vector<CompareOut> outs;
+            {
+              py::gil_scoped_release unlocked;
+              outs = s.compare(specs, against);
+            }
+            return to_list(outs);
+          },
+          py::arg("specs"), py::arg("against"))
+      .def(
+          "read",
+          [](Session& s, size_t item, unsigned long long offset, unsigned long long length) {
+            std::string out;
+            {
+              py::gil_scoped_release unlocked;
+              out = s.read(item, offset, length);
+            }
+            return py::bytes(out);
+          },
+          py::arg("item"), py::arg("offset"), py::arg("length"))
+      .def("time_empty", &Session::time_empty, py::arg("iterations"), release())
+      .def("pci_bus_id", &Session::pci_bus_id)
       .def("notes", &Session::notes)
       .def("health", &Session::health, release());
 }

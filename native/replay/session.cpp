@@ -44,6 +44,17 @@ double from_bits(unsigned long long bits) {
   return d;
 }
 
+// Milliseconds between each pair of recorded (and completed) events.
+std::vector<double> elapsed_ms(const std::vector<Event>& start, const std::vector<Event>& stop) {
+  std::vector<double> ms(start.size());
+  for (size_t k = 0; k < start.size(); ++k) {
+    float t = 0.0f;
+    KC_CHECK(cuEventElapsedTime, (&t, start[k].get(), stop[k].get()), "a timing event");
+    ms[k] = t;
+  }
+  return ms;
+}
+
 std::string copy_to_host(CUdeviceptr src, size_t n, const std::string& what) {
   std::string out(n, '\0');
   if (n) KC_CHECK(cuMemcpyDtoH, (out.data(), src, n), what);
@@ -157,26 +168,51 @@ void Session::load_state(const std::string& blob_dir, unsigned long long chunk_s
   KC_CHECK(cuCtxSynchronize, (), "loading the resident state");
 }
 
-void Session::set_launch(LaunchSpec spec) { launch_ = std::make_unique<LaunchConfig>(std::move(spec)); }
-
-std::map<std::string, long long> Session::load_module(const std::string& image, const std::string& label) {
-  if (!launch_) throw Error("input", "set_launch must come before load_module");
+std::map<std::string, long long> Session::load_program(const std::string& key, LaunchSpec spec,
+                                                       const std::string& image, const std::string& label) {
+  if (!stream_) throw Error("input", "load_state must come before load_program");
   std::vector<std::pair<std::string, size_t>> globals;
   for (const Item& item : items_)
     if (!item.spec.global_name.empty()) globals.emplace_back(item.spec.global_name, item.spec.size);
-  // Built completely before it replaces the current kernel: a bad variant leaves the
+  // Built completely before it replaces what the key held: a bad variant leaves the
   // session as it was.
-  auto loaded = std::make_unique<LoadedKernel>(image, label, launch_->spec(), globals);
-  kernel_ = std::move(loaded);
-  return kernel_->attributes();
+  Program p;
+  p.launch = std::make_unique<LaunchConfig>(std::move(spec));
+  p.kernel = std::make_unique<LoadedKernel>(image, label, p.launch->spec(), globals);
+  p.label = label;
+  std::map<std::string, long long> attrs = p.kernel->attributes();
+  programs_[key] = std::move(p);  // the node (and current_, if it points there) stays put
+  return attrs;
+}
+
+void Session::select_program(const std::string& key) {
+  auto it = programs_.find(key);
+  if (it == programs_.end()) throw Error("input", "no program loaded under key " + key);
+  current_ = &it->second;
+  current_key_ = key;
+}
+
+void Session::drop_program(const std::string& key) {
+  if (key == current_key_) {
+    current_ = nullptr;
+    current_key_.clear();
+  }
+  programs_.erase(key);
 }
 
 void Session::require_kernel(const char* what) const {
-  if (!kernel_ || !stream_) throw Error("input", std::string("no kernel loaded before ") + what);
+  if (!current_ || !stream_) throw Error("input", std::string("no kernel selected before ") + what);
 }
 
 CUdeviceptr Session::target_of(const Item& item) const {
-  return item.spec.global_name.empty() ? item.target : kernel_->global_address(item.global_index);
+  return item.spec.global_name.empty() ? item.target : current_->kernel->global_address(item.global_index);
+}
+
+const Session::Item& Session::item_at(size_t index, const char* what) const {
+  if (index >= items_.size())
+    throw Error("input", std::string(what) + ": item " + std::to_string(index) + " does not exist (" +
+                             std::to_string(items_.size()) + " regions and globals)");
+  return items_[index];
 }
 
 void Session::restore_all() {
@@ -194,7 +230,7 @@ void Session::restore_written() {
   }
 }
 
-void Session::launch() { launch_->launch(kernel_->function(), stream_->get()); }
+void Session::launch() { current_->launch->launch(current_->kernel->function(), stream_->get()); }
 
 std::vector<double> Session::time(int iterations, int warmup, bool flush_l2) {
   require_kernel("timing");
@@ -213,26 +249,78 @@ std::vector<double> Session::time(int iterations, int warmup, bool flush_l2) {
     launch();
     if (k >= 0) KC_CHECK(cuEventRecord, (stop[k].get(), s), "a timing event");
   }
-  KC_CHECK(cuStreamSynchronize, (s), "kernel " + launch_->spec().kernel_name);
-  std::vector<double> ms(iterations);
-  for (int k = 0; k < iterations; ++k) {
-    float t = 0.0f;
-    KC_CHECK(cuEventElapsedTime, (&t, start[k].get(), stop[k].get()), "a timing event");
-    ms[k] = t;
-  }
-  return ms;
+  KC_CHECK(cuStreamSynchronize, (s), "kernel " + current_->launch->spec().kernel_name);
+  return elapsed_ms(start, stop);
 }
 
 std::vector<CompareOut> Session::validate(const std::vector<CompareSpec>& specs) {
   require_kernel("validation");
+  restore_all();
+  run();
+  return compare(specs, "captured");
+}
+
+void Session::restore() {
+  require_kernel("restore");
+  restore_all();
+}
+
+void Session::fill(const std::vector<FillSpec>& fills) {
+  require_kernel("fill");
+  if (!filler_) filler_ = std::make_unique<Filler>();
+  for (const FillSpec& f : fills) {
+    const Item& item = item_at(f.item, "fill");
+    const size_t unit = dtype_size(f.dtype);
+    if (unit == 0) throw Error("input", "cannot perturb " + item.spec.label + ": unsupported dtype " + f.dtype);
+    if (f.offset > item.spec.size || f.count > (item.spec.size - f.offset) / unit)
+      throw Error("input", "perturbed span +" + std::to_string(f.offset) + " (" + std::to_string(f.count) + " " +
+                               f.dtype + ") lies outside " + item.spec.label + " (" + format_bytes(item.spec.size) +
+                               ")");
+    if (!(f.lo <= f.hi)) throw Error("input", "perturbed span of " + item.spec.label + " has an empty range");
+    const FillParams p{f.mean, f.stddev, f.lo, f.hi, f.p_zero, f.seed};
+    filler_->fill(stream_->get(), f.dtype, target_of(item) + f.offset, f.count, p,
+                  item.spec.label + " +" + std::to_string(f.offset));
+  }
+}
+
+void Session::run() {
+  require_kernel("run");
+  launch();
+  KC_CHECK(cuStreamSynchronize, (stream_->get()),
+           "kernel " + current_->launch->spec().kernel_name + " of " + current_->label);
+}
+
+void Session::keep_reference(const std::vector<size_t>& indices) {
+  require_kernel("keep_reference");
+  for (size_t i : indices) {
+    item_at(i, "keep_reference");
+    Item& item = items_[i];
+    if (!item.ref.get()) item.ref = DeviceBuffer(item.spec.size, "reference state of " + item.spec.label);
+    KC_CHECK(cuMemcpyDtoDAsync, (item.ref.get(), target_of(item), item.spec.size, stream_->get()),
+             "keeping the reference state of " + item.spec.label);
+    item.has_ref = true;
+  }
+  KC_CHECK(cuStreamSynchronize, (stream_->get()), "keeping reference states");
+}
+
+void Session::clear_references() {
+  for (Item& item : items_) item.has_ref = false;
+}
+
+std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, const std::string& against) {
+  require_kernel("compare");
   if (specs.size() != items_.size())
-    throw Error("input", "validate got " + std::to_string(specs.size()) + " compare specs for " +
+    throw Error("input", "compare got " + std::to_string(specs.size()) + " compare specs for " +
                              std::to_string(items_.size()) + " regions and globals");
+  const bool reference = against == "reference";
+  if (!reference && against != "captured")
+    throw Error("input", "compare against " + against + ": expected \"captured\" or \"reference\"");
+  auto expected_of = [&](const Item& item) -> CUdeviceptr {
+    if (reference) return item.has_ref ? item.ref.get() : item.pre.get();
+    return item.post.get() ? item.post.get() : item.pre.get();
+  };
   if (!comparer_) comparer_ = std::make_unique<Comparer>();
   const CUstream s = stream_->get();
-  restore_all();
-  launch();
-  KC_CHECK(cuStreamSynchronize, (s), "kernel " + launch_->spec().kernel_name);
 
   const size_t slots = 2 * items_.size();
   if (results_.size() < slots * sizeof(CmpResult))
@@ -244,7 +332,7 @@ std::vector<CompareOut> Session::validate(const std::vector<CompareSpec>& specs)
   for (size_t i = 0; i < items_.size(); ++i) {
     const Item& item = items_[i];
     const CUdeviceptr actual = target_of(item);
-    const CUdeviceptr expected = item.post.get() ? item.post.get() : item.pre.get();
+    const CUdeviceptr expected = expected_of(item);
     const CUdeviceptr out = results_.get() + 2 * i * sizeof(CmpResult);
     comparer_->bytes(s, actual, expected, item.spec.size, out);
     if (!specs[i].dtype.empty())
@@ -274,17 +362,49 @@ std::vector<CompareOut> Session::validate(const std::vector<CompareSpec>& specs)
     if (first == kNone) continue;
     o.window_offset = first * unit;
     const size_t n = std::min<size_t>(kWindowElements * unit, item.spec.size - o.window_offset);
-    const CUdeviceptr expected = item.post.get() ? item.post.get() : item.pre.get();
     o.actual = copy_to_host(target_of(item) + o.window_offset, n, item.spec.label);
-    o.expected = copy_to_host(expected + o.window_offset, n, "expected state of " + item.spec.label);
+    o.expected = copy_to_host(expected_of(item) + o.window_offset, n, "expected state of " + item.spec.label);
   }
   return outs;
 }
 
+std::string Session::read(size_t index, unsigned long long offset, unsigned long long length) {
+  require_kernel("read");
+  const Item& item = item_at(index, "read");
+  if (offset > item.spec.size || length > item.spec.size - offset)
+    throw Error("input", "read of " + std::to_string(length) + " bytes at +" + std::to_string(offset) +
+                             " lies outside " + item.spec.label + " (" + format_bytes(item.spec.size) + ")");
+  KC_CHECK(cuStreamSynchronize, (stream_->get()), "reading " + item.spec.label);
+  return copy_to_host(target_of(item) + offset, length, item.spec.label);
+}
+
+std::vector<double> Session::time_empty(int iterations) {
+  if (!stream_) throw Error("input", "load_state must come before time_empty");
+  if (iterations < 1) throw Error("input", "iterations must be >= 1");
+  if (!filler_) filler_ = std::make_unique<Filler>();
+  std::vector<Event> start(iterations), stop(iterations);
+  const CUstream s = stream_->get();
+  for (int k = 0; k < iterations; ++k) {
+    KC_CHECK(cuEventRecord, (start[k].get(), s), "a timing event");
+    filler_->empty(s);
+    KC_CHECK(cuEventRecord, (stop[k].get(), s), "a timing event");
+  }
+  KC_CHECK(cuStreamSynchronize, (s), "kc_empty (the launch floor)");
+  return elapsed_ms(start, stop);
+}
+
+std::string Session::pci_bus_id() const {
+  char id[64] = {};
+  KC_CHECK(cuDeviceGetPCIBusId, (id, sizeof id - 1, ctx_.device()), "the device");
+  return id;
+}
+
 std::vector<std::string> Session::notes() const {
   std::vector<std::string> out;
-  if (launch_) out = launch_->notes();
-  if (kernel_) out.insert(out.end(), kernel_->notes().begin(), kernel_->notes().end());
+  if (current_) {
+    out = current_->launch->notes();
+    out.insert(out.end(), current_->kernel->notes().begin(), current_->kernel->notes().end());
+  }
   return out;
 }
 

@@ -3,9 +3,16 @@
 // or of variants cost a module load, a device-to-device restore and the launch.
 //
 // Call order (the Python server drives it): Session(ordinal) -> reserve -> map ->
-// load_state -> set_launch -> load_module -> time / validate (any number of times,
-// load_module again for a variant). Reservations come first so that nothing else in
-// the process takes the captured addresses.
+// load_state -> load_program (captured cubin, variants: each under a key) ->
+// select_program -> time / validate / the primitives below, any number of times.
+// Reservations come first so that nothing else in the process takes the captured
+// addresses.
+//
+// Primitives for perturbed and repeated validation (docs/replay.md): restore() puts the
+// pre-state back, fill() overwrites spans of it with reproducible pseudo-random values,
+// run() launches the selected program once and waits, keep_reference() copies items as
+// they are now, compare() checks every item against the captured post-state or those
+// references.
 #pragma once
 #include <cuda.h>
 
@@ -17,6 +24,7 @@
 #include <vector>
 
 #include "compare.hpp"
+#include "fill.hpp"
 #include "kernel.hpp"
 #include "resources.hpp"
 
@@ -43,6 +51,16 @@ struct CompareSpec {
   double atol = 0.0, rtol = 0.0;
 };
 
+// A span of an item to overwrite with pseudo-random values (perturb_kernels.cu).
+struct FillSpec {
+  size_t item = 0;                // index into the items given to load_state
+  unsigned long long offset = 0;  // bytes from the item's start
+  unsigned long long count = 0;   // elements
+  std::string dtype;
+  unsigned long long seed = 0;
+  double mean = 0.0, stddev = 1.0, lo = 0.0, hi = 0.0, p_zero = 0.0;
+};
+
 struct CompareOut {
   unsigned long long mismatched_bytes = 0;
   unsigned long long first_byte = kNone;
@@ -66,8 +84,12 @@ class Session {
   void map(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges);
   void load_state(const std::string& blob_dir, unsigned long long chunk_size, const std::vector<ItemSpec>& items,
                   int threads);
-  void set_launch(LaunchSpec spec);
-  std::map<std::string, long long> load_module(const std::string& image, const std::string& label);
+  // Loads a cubin under `key` with its launch (replacing what the key held; a failing
+  // load leaves everything as it was). Returns the kernel's function attributes.
+  std::map<std::string, long long> load_program(const std::string& key, LaunchSpec spec, const std::string& image,
+                                                const std::string& label);
+  void select_program(const std::string& key);
+  void drop_program(const std::string& key);
 
   // Warm-up, then one CUDA-event time per iteration (ms). Before each launch only
   // what the baseline wrote is restored; the optional L2 flush is outside the timing.
@@ -75,6 +97,24 @@ class Session {
   // Restores the whole pre-state, launches once, compares every item on the GPU with
   // its expected post-state (pre-state for items the baseline did not write).
   std::vector<CompareOut> validate(const std::vector<CompareSpec>& specs);
+
+  // -- primitives (all on the replay stream, for the selected program) ---------------
+  void restore();
+  void fill(const std::vector<FillSpec>& fills);
+  // Launches the selected program once and waits for it; errors name its label.
+  void run();
+  // Copies the current contents of the given items into their reference buffers.
+  void keep_reference(const std::vector<size_t>& items);
+  // Forgets every reference (the buffers are kept for reuse).
+  void clear_references();
+  // Compares every item with `against`: "captured" (post-state where the baseline wrote,
+  // else pre-state) or "reference" (the item's reference, else its pre-state).
+  std::vector<CompareOut> compare(const std::vector<CompareSpec>& specs, const std::string& against);
+  // `length` bytes of an item's replay memory from `offset` (tests, reports).
+  std::string read(size_t item, unsigned long long offset, unsigned long long length);
+  // CUDA-event times (ms) of an empty kernel: the floor under any kernel's timing.
+  std::vector<double> time_empty(int iterations);
+  std::string pci_bus_id() const;
 
   std::vector<std::string> notes() const;
   // Empty when the context is usable; else the sticky error cuCtxSynchronize reports.
@@ -86,10 +126,18 @@ class Session {
     CUdeviceptr target = 0;
     size_t global_index = 0;
     DeviceBuffer pre, post;                               // resident copies
+    DeviceBuffer ref;                                     // keep_reference(), allocated on first use
+    bool has_ref = false;
     std::vector<std::pair<size_t, size_t>> written;       // offset, length (chunk-granular)
+  };
+  struct Program {
+    std::unique_ptr<LaunchConfig> launch;
+    std::unique_ptr<LoadedKernel> kernel;
+    std::string label;
   };
   void require_kernel(const char* what) const;
   CUdeviceptr target_of(const Item& item) const;
+  const Item& item_at(size_t index, const char* what) const;
   void restore_all();
   void restore_written();
   void launch();
@@ -100,9 +148,11 @@ class Session {
   std::vector<Mapping> mappings_;
   std::vector<Item> items_;
   std::unique_ptr<Stream> stream_;
-  std::unique_ptr<LaunchConfig> launch_;
-  std::unique_ptr<LoadedKernel> kernel_;
+  std::map<std::string, Program> programs_;
+  Program* current_ = nullptr;  // a node of programs_ (stable under insertion)
+  std::string current_key_;
   std::unique_ptr<Comparer> comparer_;
+  std::unique_ptr<Filler> filler_;
   DeviceBuffer results_;
   DeviceBuffer l2_scratch_;
 };

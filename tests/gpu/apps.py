@@ -95,6 +95,16 @@ MOE_SCALE_SMALL = AppSpec("moe_scale", "moe_scale_expert_ffn", python=True, args
 MOE_SCALE_SMALL_SILU = AppSpec("moe_scale", "silu", python=True, args=MOE_SMALL_ARGS, dispatch=MOE_SMALL_LAYERS - 1,
                                timeout=300.0)
 
+# Issue 14 (validation you can trust), extracted by test_trust_gpu.py only (a
+# nondeterministic kernel cannot be in APPS: test_replay_apps validates byte-exact).
+# testapps/cuda/perturb/perturb_pair.cu: pair_fma on a == b, dispatches 0, 1, 2.
+PAIR_FMA = AppSpec("perturb_pair", "pair_fma", writes=("out",), reads=("a", "b"))
+PAIR_FMA_SET = tuple(AppSpec("perturb_pair", "pair_fma", dispatch=d, writes=("out",), reads=("a", "b"))
+                     for d in (1, 2))
+GATHER_UNSIGNED = AppSpec("perturb_pair", "gather_unsigned", writes=("gathered",), reads=("pos", "table"))
+# testapps/python/triton_atomic.py: float atomics, dispatch 1 (after the first compile).
+TRITON_ATOMIC = AppSpec("triton_atomic", "kc_atomic_bins", python=True, dispatch=1, writes=("out",), reads=("x",))
+
 # Apps used only for failure paths (test_capture_errors.py).
 # Writes through a pointer XOR-masked with a key: outside any pointer closure (prune refuses).
 HIDDEN_WRITE = AppSpec("hidden_write", "hidden_write", writes=("out",), reads=("in",))

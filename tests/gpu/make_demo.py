@@ -26,14 +26,18 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO_N = str(1 << 16)
 
 
-def record(history, rc, repro: Path, cubin: Path | None, note: str, build_seconds: float | None = None):
-    t = rc.replay(cubin=cubin, iterations=50, warmup=5)
-    v = rc.validate(cubin=cubin)
-    fields = dict(median_ms=t.median_ms, min_ms=t.min_ms, spread_pct=t.spread_pct,
-                  validation="pass" if v.passed else "fail", build_seconds=build_seconds, note=note)
+def record(history, replay, repro: Path, cubin: Path | None, note: str, build_seconds: float | None = None):
+    """As the workbench records a build: a variant is timed interleaved with the captured
+    cubin (speedup with its interval) and validated on perturbed inputs too."""
+    out = replay.run(cubin)
+    fields = dict(median_ms=out.median_ms, min_ms=out.min_ms, spread_pct=out.spread_pct,
+                  validation=out.validation, validation_detail=out.validation_detail, build_seconds=build_seconds,
+                  note=note)
     if cubin is None:
         return history.record(baseline=True, **fields)
-    return history.record(cubin=str(cubin.relative_to(repro)), **fields)
+    return history.record(cubin=str(cubin.relative_to(repro)), speedup=out.speedup, speedup_low=out.speedup_low,
+                          speedup_high=out.speedup_high, confidence=out.confidence, significant=out.significant,
+                          **fields)
 
 
 def main() -> int:
@@ -44,8 +48,7 @@ def main() -> int:
     from kerncap.capture.extract import extract
     from kerncap.capture.profile import run_profile
     from kerncap.recompile.cuda import recompile
-    from kerncap.replay.client import ReplayClient
-
+    from kerncap_tui.engine import ResidentReplay
     from kerncap_tui.history import History
 
     stage = Path(tempfile.mkdtemp(prefix="kc-demo-"))
@@ -58,7 +61,8 @@ def main() -> int:
     history = History.load(repro)
     header = kernel_header(repro)
     original = header.read_text()
-    with ReplayClient(repro) as rc:
+    rc = ResidentReplay(repro)
+    try:
         print("baseline", record(history, rc, repro, None, "captured cubin"))
         t0 = time.perf_counter(); cubin = recompile(repro).cubin
         print("v1", record(history, rc, repro, cubin, "unmodified source", time.perf_counter() - t0))
@@ -70,6 +74,8 @@ def main() -> int:
         edit(header, "wrong")
         t0 = time.perf_counter(); cubin = recompile(repro).cubin
         print("v3", record(history, rc, repro, cubin, "window off by one", time.perf_counter() - t0))
+    finally:
+        rc.close()
     history.restore(fast)
     (repro / ".git").rename(repro / "dot-git")  # kerncap_tui.demo.materialize() renames both back
     (repro / ".gitignore").rename(repro / "dot-gitignore")

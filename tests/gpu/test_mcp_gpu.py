@@ -103,11 +103,16 @@ def test_agent_session_on_a_cuda_kernel(testapps_build, tmp_path):
         _ok(await call("write_source", reproducer="axpy", file=header, text=original))
         v3 = _ok(await call("recompile", reproducer="axpy"))["cubin"]
         assert _ok(await call("validate", reproducer="axpy", cubin=v3))["passed"]
-        cmp = _ok(await call("compare", reproducer="axpy", cubins=[v3], iterations=20, rounds=5))
-        captured, variant = cmp["candidates"]
+        perturbed = _ok(await call("validate", reproducer="axpy", cubin=v3, perturb=4))
+        print("axpy unmodified recompile, perturbed:", perturbed["summary"])
+        assert perturbed["verdict"] == "pass"
+        cmp = _ok(await call("compare", reproducer="axpy", cubins=[v3], iterations=10, rounds=10))
+        captured, variant = cmp["programs"]
+        iv = variant["interval"]
         print(f"axpy compare: captured {captured['median_ms'] * 1000:.2f} us, unmodified recompile "
-              f"{variant['median_ms'] * 1000:.2f} us ({variant['speedup']:.3f}x)")
-        assert 0.8 < variant["speedup"] < 1.25
+              f"{variant['median_ms'] * 1000:.2f} us ({iv['speedup']:.3f}x [{iv['low']:.3f}, {iv['high']:.3f}] "
+              f"{iv['verdict']})")
+        assert 0.8 < iv["speedup"] < 1.25
         out = await call("info", reproducer="/etc")
         assert out.is_error and "outside" in _text(out)
         return True
@@ -147,9 +152,10 @@ def test_agent_session_on_a_triton_kernel(tmp_path):
         _ok(await call("write_source", reproducer="add", file="kernel.py", text=source))
         v3 = _ok(await call("recompile", reproducer="add"))["cubin"]
         assert Path(v3).read_bytes() == Path(v1).read_bytes()  # the same source, the same cubin
-        cmp = _ok(await call("compare", reproducer="add", cubins=[v3, other], iterations=20, rounds=5))
-        print("add compare:", [(Path(c["cubin"] or "captured").name, round(c["median_ms"] * 1000, 2), round(c["speedup"], 3))
-                               for c in cmp["candidates"]])
+        cmp = _ok(await call("compare", reproducer="add", cubins=[v3, other], iterations=10, rounds=10))
+        print("add compare:", [(Path(p["cubin"] or "captured").name, round(p["median_ms"] * 1000, 2),
+                                p["interval"] and (round(p["interval"]["speedup"], 3), p["interval"]["verdict"]))
+                               for p in cmp["programs"]])
         return True
 
     assert agent.run(script)

@@ -213,7 +213,7 @@ class Workbench:
         print(figure)
         assert self.table.row_count == rows + 1, f"one save, one row ({rows} → {self.table.row_count})"
         assert v.validation == "pass", (v, log_text(self.app)[-3000:])
-        assert "pass" in cell, cell
+        assert cell.startswith("✓"), cell  # "✓ exact · p4": what the pass covered
         if bound:
             assert overhead <= LOOP_OVERHEAD_S, figure
         self.note_servers()

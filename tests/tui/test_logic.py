@@ -57,6 +57,45 @@ def test_history_commits_diffs_and_restores(tmp_path):
     assert (tmp_path / ".gitignore").read_text().count("capture/blobs/") == 1
 
 
+def test_history_names_only_a_significant_variant_as_best(tmp_path):
+    from kerncap_tui.widgets.history_pane import speedup_cells, speedup_phrase, validation_cell
+
+    src = tmp_path / "source"
+    src.mkdir()
+    (src / "k.cu").write_text("// v0\n")
+    h = History.load(tmp_path)
+    h.record(baseline=True, median_ms=2.0, validation="pass", validation_detail="exact")
+    noise = h.record(median_ms=1.9, validation="pass", validation_detail="exact · p4", speedup=1.05,
+                     speedup_low=0.97, speedup_high=1.16, confidence=0.99, significant=False)
+    (src / "k.cu").write_text("// v2\n")
+    fast = h.record(median_ms=1.5, validation="pass", validation_detail="exact · p4", speedup=1.32,
+                    speedup_low=1.21, speedup_high=1.35, confidence=0.99, significant=True)
+    (src / "k.cu").write_text("// v3\n")
+    h.record(median_ms=1.0, validation="fail", speedup=2.0, speedup_low=1.9, speedup_high=2.1, confidence=0.99,
+             significant=True)
+    assert h.best_significant() is fast  # v3 is faster but failed validation
+    assert [c.plain for c in speedup_cells(h, noise)] == ["within noise", "0.97–1.16"]
+    assert [c.plain for c in speedup_cells(h, fast)] == ["1.32×", "1.21–1.35"]
+    assert validation_cell(fast).plain == "✓ exact · p4"
+    assert speedup_phrase(noise) == "within noise (1.05×, 0.97–1.16)"
+    assert speedup_phrase(fast) == "1.32× [1.21–1.35]"
+    msg = h.repo().commit(noise.commit).message
+    assert "within noise" in msg.splitlines()[0]
+    assert "Kerncap-Speedup-Interval: 0.9700 1.1600 (99%, within noise)" in msg
+    assert "Kerncap-Validation-Detail: exact · p4" in msg
+    assert History.load(tmp_path).get(2).speedup_low == 1.21
+
+
+def test_old_history_records_show_no_interval():
+    from kerncap_tui import demo
+    from kerncap_tui.widgets.history_pane import speedup_cells
+
+    h = History.load(demo.demo_path())
+    v1 = h.get(1)
+    assert not h.has_interval(v1) and h.best_significant() is None
+    assert [c.plain for c in speedup_cells(h, v1)] == ["(1.06×)", "no interval"]
+
+
 def test_history_unreadable_names_the_file(tmp_path):
     (tmp_path / "history.json").write_text("{not json")
     with pytest.raises(KerncapError, match="history.json"):

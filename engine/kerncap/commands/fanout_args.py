@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from kerncap import api
-from kerncap.commands.replay import non_negative_int, positive_int
-from kerncap.commands.validate import dtype_name, non_negative_float, region_dtype
+from kerncap.commands.replay import non_negative_float, non_negative_int, positive_int
+from kerncap.commands.validate import dtype_name, region_dtype
 
 
 def gpu_list(text: str) -> list[str]:
@@ -15,6 +15,13 @@ def gpu_list(text: str) -> list[str]:
     if not gpus:
         raise argparse.ArgumentTypeError(f"expected GPUs like 0,1 (got {text!r})")
     return gpus
+
+
+def perturb_count(text: str) -> int:
+    v = int(text)
+    if not 1 <= v <= api.MAX_PERTURBATIONS:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {api.MAX_PERTURBATIONS} (got {v})")
+    return v
 
 
 def add(p: argparse.ArgumentParser) -> None:
@@ -41,6 +48,11 @@ def add(p: argparse.ArgumentParser) -> None:
     m.add_argument("--dtype", type=dtype_name, metavar="T", help="element type of regions of unknown type")
     m.add_argument("--region-dtype", type=region_dtype, action="append", default=[], metavar="ID=T",
                    help="element type of one region (repeatable)")
+    m.add_argument("--perturb", type=perturb_count, default=0, metavar="K",
+                   help="also validate each variant on K perturbed inputs against the captured kernel (docs/replay.md)")
+    m.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="seed of the perturbations (0)")
+    m.add_argument("--runs", type=positive_int, default=1, metavar="N",
+                   help="replays of the captured kernel that detect nondeterminism first (1: no check)")
     m.add_argument("--replay-timeout", type=float, default=600.0, metavar="S",
                    help="seconds one validation or timing may take before its replay server is killed (600)")
 
@@ -51,7 +63,8 @@ def options(args: argparse.Namespace) -> api.MeasureOptions:
     if per_region and dtype is None and args.atol is None and args.rtol is None:
         dtype = "float32"
     return api.MeasureOptions(iterations=args.iterations, warmup=args.warmup, flush_l2=args.flush_l2, atol=args.atol,
-                              rtol=args.rtol, dtype=dtype, dtypes=per_region, replay_timeout=args.replay_timeout)
+                              rtol=args.rtol, dtype=dtype, dtypes=per_region, perturb=args.perturb, seed=args.seed,
+                              runs=args.runs, replay_timeout=args.replay_timeout)
 
 
 def fanout(args: argparse.Namespace, *, compiles: bool = False) -> api.Fanout:

@@ -1,4 +1,5 @@
-"""`kerncap replay DIR [--cubin F] [--iterations N] [--warmup W] [--flush-l2] [--json]`"""
+"""`kerncap replay DIR [--cubin F] [--iterations N] [--warmup W] [--flush-l2] [--json]`
+`kerncap replay DIR --compare A [B ...] [--rounds R] [--min-time S] [--max-time S] [--confidence C] ...`"""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from pathlib import Path
 
 from kerncap import api
-from kerncap.errors import KerncapError
+from kerncap.errors import KerncapError, UsageError
 
 
 def positive_int(text: str) -> int:
@@ -24,6 +25,20 @@ def non_negative_int(text: str) -> int:
     return v
 
 
+def non_negative_float(text: str) -> float:
+    v = float(text)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
+    return v
+
+
+def confidence(text: str) -> float:
+    v = float(text)
+    if not 0.5 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0.5, 1), e.g. 0.99 (got {text})")
+    return v
+
+
 def check_cubin(cubin: Path | None) -> None:
     if cubin is not None and not cubin.is_file():
         raise KerncapError(f"variant cubin {cubin} does not exist", "build it with `kerncap recompile DIR`")
@@ -35,21 +50,55 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="replay and time the captured kernel (or a variant) on the GPU",
         description="Restore the capture at its original addresses, launch the kernel (the captured cubin or "
                     "--cubin VARIANT) and time it with CUDA events: warm-up, then per-iteration times; before "
-                    "each launch the memory the kernel writes is restored on the GPU.",
+                    "each launch the memory the kernel writes is restored on the GPU. With --compare, time "
+                    "variants interleaved with the captured cubin and report each speedup with a confidence "
+                    "interval.",
     )
     p.add_argument("path", type=Path, metavar="DIR", help="reproducer directory (or its capture/ directory)")
     p.add_argument("--cubin", type=Path, metavar="F", help="variant cubin to run instead of the captured one")
-    p.add_argument("--iterations", "-n", type=positive_int, default=20, metavar="N", help="timed launches (20)")
-    p.add_argument("--warmup", "-w", type=non_negative_int, default=3, metavar="W", help="untimed launches first (3)")
-    p.add_argument("--flush-l2", action="store_true", help="evict L2 before every launch (outside the timing)")
+    p.add_argument("--iterations", "-n", type=positive_int, metavar="N",
+                   help="timed launches (20; with --compare: per program and round, 10)")
+    p.add_argument("--warmup", "-w", type=non_negative_int, metavar="W",
+                   help="untimed launches first (3; with --compare: per program and round, 2)")
+    p.add_argument("--flush-l2", action="store_true",
+                   help="cold L2: evict it before every launch (outside the timing)")
+    c = p.add_argument_group("comparing variants (docs/replay.md)")
+    c.add_argument("--compare", type=Path, nargs="+", metavar="CUBIN",
+                   help="time these variants interleaved with the captured cubin; report each speedup with a "
+                        "bootstrap confidence interval, or 'within noise' when it contains 1.0")
+    c.add_argument("--rounds", type=positive_int, default=30, metavar="R",
+                   help=f"interleaved rounds (30, at least {api.MIN_ROUNDS})")
+    c.add_argument("--min-time", type=non_negative_float, default=0.0, metavar="S",
+                   help="add rounds until every program has S seconds of measured kernel time (0)")
+    c.add_argument("--max-time", type=non_negative_float, default=300.0, metavar="S",
+                   help="stop adding rounds after S seconds of wall time (300)")
+    c.add_argument("--confidence", type=confidence, default=None, metavar="C",
+                   help=f"confidence of the intervals ({api.DEFAULT_CONFIDENCE:g})")
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.compare:
+        return handle_compare(args)
     check_cubin(args.cubin)
-    result = api.replay(args.path, cubin=args.cubin, iterations=args.iterations, warmup=args.warmup,
-                        flush_l2=args.flush_l2, device=args.device)
+    result = api.replay(args.path, cubin=args.cubin, iterations=20 if args.iterations is None else args.iterations,
+                        warmup=3 if args.warmup is None else args.warmup, flush_l2=args.flush_l2, device=args.device)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_replay(result))
+    return 0
+
+
+def handle_compare(args: argparse.Namespace) -> int:
+    if args.cubin is not None:
+        raise UsageError("--cubin and --compare do not go together",
+                         "list every variant after --compare (the captured cubin is always included)")
+    for cubin in args.compare:
+        check_cubin(cubin)
+    result = api.compare_variants(args.path, args.compare, rounds=args.rounds,
+                                  iterations=10 if args.iterations is None else args.iterations,
+                                  warmup=2 if args.warmup is None else args.warmup, flush_l2=args.flush_l2,
+                                  min_seconds=args.min_time, max_seconds=args.max_time, confidence=args.confidence,
+                                  device=args.device)
+    print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_comparison(result))
     return 0

@@ -1,4 +1,5 @@
-"""`kerncap validate DIR [--cubin F] [--atol A] [--rtol R] [--dtype T] [--json]`"""
+"""`kerncap validate DIR [DIR ...] [--cubin F] [--perturb K [--seed S] [--keep R ...]] [--runs N]
+[--atol A] [--rtol R] [--dtype T] [--region-dtype R=T ...] [--json]`"""
 
 from __future__ import annotations
 
@@ -7,16 +8,9 @@ import json
 from pathlib import Path
 
 from kerncap import api
-from kerncap.commands.replay import check_cubin, non_negative_int
+from kerncap.commands.replay import check_cubin, non_negative_float, non_negative_int, positive_int
 from kerncap.core import dtypes
-from kerncap.errors import EXIT_FAILED, EXIT_OK, KerncapError
-
-
-def non_negative_float(text: str) -> float:
-    v = float(text)
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
-    return v
+from kerncap.errors import KerncapError
 
 
 def dtype_name(text: str) -> str:
@@ -36,14 +30,19 @@ def region_dtype(text: str) -> tuple[int, str]:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "validate",
-        help="replay on the GPU and compare with the captured post-state",
-        description="Restore the pre-state, launch the kernel (the captured cubin or --cubin VARIANT) once and "
-                    "compare every region and module global with the captured post-state on the GPU: byte-exact "
-                    "by default; with --atol/--rtol/--dtype element-wise within |a-e| <= atol + rtol*|e| "
-                    "(NaN equals NaN; integer dtypes exact). Memory the captured kernel did not write must stay "
-                    "unchanged. Exit status 0 only when everything matches.",
+        help="replay on the GPU and compare with the captured post-state (and on perturbed inputs)",
+        description="Check that the captured kernel is deterministic (--runs replays), then restore the pre-state, "
+                    "launch the kernel (the captured cubin or --cubin VARIANT) and compare every region and module "
+                    "global with the captured post-state on the GPU: byte-exact by default; with "
+                    "--atol/--rtol/--dtype element-wise within |a-e| <= atol + rtol*|e| (NaN equals NaN; integer "
+                    "dtypes exact); a nondeterministic kernel gets a tolerance derived from its own spread. "
+                    "Memory the captured kernel did not write must stay unchanged. With --perturb K the captured "
+                    "kernel and the variant also run on K modified inputs and must agree. Several DIRs (reproducers "
+                    "of the same kernel) are all checked. Exit status 0: pass, 1: fail, 3: inconclusive or could "
+                    "not run.",
     )
-    p.add_argument("path", type=Path, metavar="DIR", help="reproducer directory (or its capture/ directory)")
+    p.add_argument("paths", type=Path, nargs="+", metavar="DIR",
+                   help="reproducer directory (or its capture/ directory); several: reproducers of one kernel")
     p.add_argument("--cubin", type=Path, metavar="F", help="variant cubin to check instead of the captured one")
     p.add_argument("--atol", type=non_negative_float, metavar="A", help="absolute tolerance (tolerance mode)")
     p.add_argument("--rtol", type=non_negative_float, metavar="R", help="relative tolerance (tolerance mode)")
@@ -52,6 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         + " ".join(dtypes.COMPARABLE))
     p.add_argument("--region-dtype", type=region_dtype, action="append", default=[], metavar="ID=T",
                    help="element type of one region (repeatable), e.g. --region-dtype 3=bfloat16")
+    g = p.add_argument_group("perturbed inputs and determinism (docs/replay.md)")
+    g.add_argument("--perturb", type=int, metavar="K",
+                   help="also validate on K perturbed copies of the captured input (numeric regions of known dtype "
+                        "redrawn; indices, pointers and unknown regions kept)")
+    g.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="seed of the perturbations (0)")
+    g.add_argument("--keep", type=non_negative_int, action="append", default=[], metavar="REGION",
+                   help="never perturb this region (repeatable)")
+    g.add_argument("--runs", type=positive_int, default=api.DEFAULT_RUNS, metavar="N",
+                   help=f"replays of the captured kernel to detect nondeterminism ({api.DEFAULT_RUNS}; 1 skips the "
+                        "check)")
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=handle)
@@ -63,7 +72,8 @@ def handle(args: argparse.Namespace) -> int:
     dtype = args.dtype
     if per_region and dtype is None and args.atol is None and args.rtol is None:
         dtype = "float32"  # per-region dtypes ask for an element-wise comparison
-    result = api.validate(args.path, cubin=args.cubin, atol=args.atol, rtol=args.rtol, dtype=dtype, dtypes=per_region,
-                          device=args.device)
-    print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_validation(result))
-    return EXIT_OK if result.passed else EXIT_FAILED
+    report = api.validate_inputs(args.paths, cubin=args.cubin, perturb=args.perturb, seed=args.seed,
+                                 keep=args.keep, runs=args.runs, atol=args.atol, rtol=args.rtol, dtype=dtype,
+                                 dtypes=per_region, device=args.device)
+    print(json.dumps(report.to_dict(), indent=1) if args.json else api.format_trust_report(report))
+    return report.exit_status

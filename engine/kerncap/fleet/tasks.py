@@ -27,6 +27,9 @@ from kerncap.core.stack import running_stack
 from kerncap.errors import KerncapError
 from kerncap.fleet.ship import Bundle, materialize
 from kerncap.recompile import recompile
+from kerncap.replay.differential import Options as TrustOptions
+from kerncap.replay.differential import TrustReport, validate_one
+from kerncap.replay.perturb import plan as perturb_plan
 from kerncap.replay.pool import ReplayPool
 from kerncap.replay.results import ValidationResult
 from kerncap.reproducer.format import Capture
@@ -56,6 +59,14 @@ class MeasureOptions:
     rtol: float | None = None
     dtype: str | None = None
     dtypes: dict[int, str] = field(default_factory=dict)
+    # Validation you can trust (docs/replay.md): with perturb K > 0 the variant must also
+    # agree with the captured kernel on K perturbed inputs (seed, regions in keep never
+    # redrawn); runs > 1 first replays the captured kernel that often to detect
+    # nondeterminism. The defaults check the captured input once.
+    perturb: int = 0
+    seed: int = 0
+    keep: tuple[int, ...] = ()
+    runs: int = 1
     device: int = 0            # GPU ordinal as the worker sees it
     replay_timeout: float | None = 600.0  # seconds per request; a hung variant is killed
     server_cmd: list[str] | None = None   # the replay server command (tests use a stand-in)
@@ -172,14 +183,10 @@ def measure(reproducer: str | Bundle, label: str, cubin: str | None, options: Me
     pool = worker_pool(options)
     out.stack = worker_stack(options)
     if options.validate:
-        step, v = _step("validate", True, pool.run, path, lambda rc: rc.validate(
-            cubin=cubin_path, atol=options.atol, rtol=options.rtol, dtype=options.dtype, dtypes=options.dtypes))
-        if v is not None:
-            out.validation = validation_summary(v)
-            if not v.passed:
-                step.status = FAIL
-                step.message = (f"{len(v.failures)} of {len(v.regions)} regions/globals differ from the captured "
-                                f"post-state ({'byte-exact' if v.mode == 'exact' else 'tolerance'})")
+        if options.perturb or options.runs > 1:
+            step = _validate_trusted(pool, path, cubin_path, options, out)
+        else:
+            step = _validate_once(pool, path, cubin_path, options, out)
         out.steps.append(step)
         if step.status != OK:
             if options.time:
@@ -194,6 +201,53 @@ def measure(reproducer: str | Bundle, label: str, cubin: str | None, options: Me
                           "flush_l2": r.flush_l2}
         out.steps.append(step)
     return out
+
+
+def _validate_once(pool: ReplayPool, path: str, cubin: str | None, options: MeasureOptions, out: Outcome) -> Step:
+    step, v = _step("validate", True, pool.run, path, lambda rc: rc.validate(
+        cubin=cubin, atol=options.atol, rtol=options.rtol, dtype=options.dtype, dtypes=options.dtypes))
+    if v is not None:
+        out.validation = validation_summary(v)
+        if not v.passed:
+            step.status = FAIL
+            step.message = (f"{len(v.failures)} of {len(v.regions)} regions/globals differ from the captured "
+                            f"post-state ({'byte-exact' if v.mode == 'exact' else 'tolerance'})")
+    return step
+
+
+def _validate_trusted(pool: ReplayPool, path: str, cubin: str | None, options: MeasureOptions, out: Outcome) -> Step:
+    """Determinism runs and perturbed inputs (kerncap.replay.differential)."""
+    trust = TrustOptions(perturb=options.perturb, seed=options.seed, keep=tuple(options.keep),
+                         region_dtypes=dict(options.dtypes), atol=options.atol, rtol=options.rtol,
+                         dtype=options.dtype, runs=options.runs)
+
+    def run(rc):
+        capture = Capture.open(path)
+        plan = perturb_plan(capture, trust.keep, trust.region_dtypes) if trust.perturb else None
+        return TrustReport(cubin, trust.perturb, trust.seed, [validate_one(rc, capture, cubin, trust, plan=plan)])
+
+    step, report = _step("validate", True, pool.run, path, run)
+    if report is not None:
+        out.validation = trust_summary(report)
+        if report.verdict == "fail":
+            step.status, step.message = FAIL, report.summary()
+        elif report.verdict == "inconclusive":
+            step.status, step.message = ERROR, report.summary()
+            step.hint = "see `kerncap validate DIR --perturb K` for what could not be judged"
+    return step
+
+
+def trust_summary(report: TrustReport) -> dict[str, Any]:
+    """validation_summary for a verdict over several inputs: what it covered and, per
+    input that did not pass, its failing regions."""
+    first = report.inputs[0] if report.inputs else None
+    failing = [{"input": i.input, "status": i.status, "regions": [
+        {"name": c.name, "mismatched_bytes": c.mismatched_bytes, "mismatched_elements": c.mismatched_elements,
+         "unexpected_write": c.unexpected_write} for c in i.failures]}
+        for i in report.inputs if i.status != "pass"]
+    return {"passed": report.passed, "verdict": report.verdict, "mode": report.mode, "summary": report.summary(),
+            "perturbed": report.perturb, "seed": report.seed, "checked": len(first.checks) if first else 0,
+            "failing": failing, "notes": [n for r in report.reproducers for n in r.notes]}
 
 
 def _open(reproducer: str | Bundle, files: dict[str, bytes]) -> str:

@@ -336,18 +336,37 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                        dtype: Annotated[str | None, Field(description="element type of regions of unknown type "
                                                                       "(tolerance mode)")] = None,
                        region_dtypes: Annotated[dict[int, str] | None, Field(description="region id -> element type")] = None,
+                       perturb: Annotated[int, Field(ge=0, le=api.MAX_PERTURBATIONS, description=(
+                           "also run the captured kernel and the variant on this many perturbed copies of the "
+                           "captured input; they must agree (0: the captured input only)"))] = 0,
+                       seed: Annotated[int, Field(ge=0, description="seed of the perturbations")] = 0,
+                       keep: Annotated[list[int] | None, Field(description="region ids never perturbed")] = None,
+                       runs: Annotated[int, Field(ge=1, le=100, description=(
+                           "replays of the captured kernel that decide whether it is deterministic (1 skips the "
+                           "check)"))] = 1,
                        ) -> dict[str, Any]:
-        """Run the kernel (or the variant) once on the captured pre-state and compare every
+        """Run the kernel (or the variant) on the captured pre-state and compare every
         region and global with the captured post-state: byte-exact unless a tolerance or
-        dtype is given (as `kerncap validate --json`; `passed` is the verdict). Uses the
-        reproducer's resident replay server."""
+        dtype is given (as `kerncap validate --json`; `passed` is the verdict). With
+        `perturb` K it also runs on K perturbed inputs against the captured kernel, and
+        `verdict` (pass | fail | inconclusive) and `summary` say what the verdict covers.
+        Uses the reproducer's resident replay server."""
         repro = R.reproducer(reproducer)
         variant = R.cubin(repro, cubin)
         if region_dtypes and dtype is None and atol is None and rtol is None:
             dtype = "float32"  # per-region dtypes ask for an element-wise comparison, as the CLI does
-        result = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda rc: rc.validate(
-            cubin=variant, atol=atol, rtol=rtol, dtype=dtype, dtypes=region_dtypes)), reproducer=repro)
-        return result.to_dict()
+        if not perturb and runs == 1:
+            result = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda rc: rc.validate(
+                cubin=variant, atol=atol, rtol=rtol, dtype=dtype, dtypes=region_dtypes)), reproducer=repro)
+            return result.to_dict()
+        keep = keep or []
+        options = api.TrustOptions(perturb=perturb, seed=seed, keep=tuple(keep), region_dtypes=dict(region_dtypes or {}),
+                                   atol=atol, rtol=rtol, dtype=dtype, runs=runs)
+        capture = api.open_capture(repro)
+        plan = api.perturb_plan(capture, keep=keep, dtypes=region_dtypes) if perturb else None
+        report = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda rc: api.validate_resident(
+            rc, capture, cubin=variant, options=options, plan=plan)), reproducer=repro)
+        return report.to_dict()
 
     @server.tool()
     @kerncap_tool
@@ -369,15 +388,25 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     async def compare(ctx: Context, reproducer: Reproducer,
                       cubins: Annotated[list[str], Field(min_length=1, description="variant cubins to time against "
                                                                                   "the captured one")],
-                      iterations: Annotated[int, Field(ge=1, le=100000)] = 20,
-                      rounds: Annotated[int, Field(ge=1, le=1000, description="interleaved rounds")] = 5,
+                      iterations: Annotated[int, Field(ge=1, le=100000, description="per program and round")] = 10,
+                      rounds: Annotated[int, Field(ge=api.MIN_ROUNDS, le=100000, description="interleaved rounds")] = 30,
+                      warmup: Annotated[int, Field(ge=0, le=10000, description="per program and round")] = 2,
+                      flush_l2: Annotated[bool, Field(description="evict L2 before each launch")] = False,
+                      min_time_s: Annotated[float, Field(ge=0, description=(
+                          "add rounds until every program has this much measured kernel time"))] = 0.0,
+                      max_time_s: Annotated[float, Field(gt=0, description="stop adding rounds after this long")] = 300.0,
+                      confidence: Annotated[float, Field(ge=0.5, lt=1.0, description="of the intervals")] = 0.99,
                       ) -> dict[str, Any]:
-        """Time the captured cubin and each variant in interleaved rounds on the resident
-        replay server; medians over all launches and speedups against the captured cubin."""
+        """Time the captured cubin and each variant interleaved on the resident replay
+        server (as `kerncap replay --compare --json`): per program the round timings,
+        median and spread; per variant its speedup over the captured cubin with a
+        bootstrap confidence interval over rounds and a verdict (faster, slower or
+        within noise); the launch floor, the SM clock and warnings."""
         repro = R.reproducer(reproducer)
         variants = [R.cubin(repro, c) for c in cubins]
         result = await state.blocking(ctx, "compare", lambda: state.pool.run(repro, lambda rc: api.compare(
-            rc, [None, *variants], iterations=iterations, rounds=rounds)), reproducer=repro)
+            rc, variants, iterations=iterations, rounds=rounds, warmup=warmup, flush_l2=flush_l2,
+            min_seconds=min_time_s, max_seconds=max_time_s, confidence=confidence)), reproducer=repro)
         return result.to_dict()
 
     @server.tool()

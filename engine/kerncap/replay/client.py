@@ -248,10 +248,12 @@ class ReplayClient:
         status = proc.returncode if proc is not None else None
         how = f"killed by signal {-status}" if status is not None and status < 0 else f"exit status {status}"
         tail = "\n".join(self._log) or "(no output)"
-        return KerncapError(
+        exc = KerncapError(
             f"replay server died during {op} ({how}); its last output:\n{tail}",
             "the next request starts a fresh server; if it dies again, the capture or the variant crashes it",
         )
+        exc.kind = "died"
+        return exc
 
     # -- API -----------------------------------------------------------------------------
     def replay(self, cubin: str | Path | None = None, iterations: int = 20, warmup: int = 3,
@@ -265,6 +267,17 @@ class ReplayClient:
         return ValidationResult.from_dict(self.request(
             "validate", cubin=_path(cubin), atol=atol, rtol=rtol, dtype=dtype,
             dtypes={str(k): v for k, v in (dtypes or {}).items()}))
+
+    def compare_timing(self, cubins: Sequence[str | Path], *, rounds: int = 30, iterations: int = 10,
+                       warmup: int = 2, flush_l2: bool = False, min_seconds: float = 0.0,
+                       max_seconds: float = 300.0, confidence: float | None = None):
+        """Interleaved timing of the captured cubin and `cubins`, with the speedup of each
+        and its bootstrap interval (kerncap.replay.significance)."""
+        from kerncap.replay.significance import DEFAULT_CONFIDENCE, analyse
+
+        raw = self.request("time_compare", cubins=[_path(c) for c in cubins], rounds=rounds, iterations=iterations,
+                           warmup=warmup, flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds)
+        return analyse(raw, confidence or DEFAULT_CONFIDENCE)
 
     def load_variant(self, cubin: str | Path) -> dict[str, int]:
         """Loads a variant (checks it fits the capture) and returns its function attributes."""

@@ -20,6 +20,7 @@ from kerncap.core import native
 from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.replay.cubin import describe_arch_mismatch
 from kerncap.replay.plan import AddressPlan, plan_address_space
+from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.results import (
     RegionCheck,
     ReplayResult,
@@ -27,13 +28,14 @@ from kerncap.replay.results import (
     first_mismatches,
 )
 from kerncap.reproducer.format import Capture, Region
-from kerncap.triton import region_dtypes
 
 log = logging.getLogger("kerncap.replay.server")
 
 # CUresult codes a module load returns for an image this GPU cannot run.
 ARCH_LOAD_ERRORS = {200, 209, 218, 222}  # INVALID_IMAGE, NO_BINARY_FOR_GPU, INVALID_PTX, UNSUPPORTED_PTX_VERSION
 COOPERATIVE_APIS = ("cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz")
+# Cubins kept loaded at once (the captured one and recent variants).
+MAX_PROGRAMS = 8
 
 
 class NativeSession:
@@ -53,9 +55,9 @@ class NativeSession:
         self.items = [r for r in cap.regions if r.size > 0] + [g for g in cap.globals if g.size > 0]
         self.session.load_state(str(cap.root / "blobs"), cap.chunk_size, [self._item_spec(i) for i in self.items],
                                 reader_threads)
-        self._loaded_sha: str | None = None
-        self._loaded_label: str | None = None
-        self._loaded_overrides: dict[str, Any] | None = None
+        # program key -> (label, function attributes), least recently used first
+        self._programs: dict[str, tuple[str, dict[str, int]]] = {}
+        self.current_key: str | None = None
         self.kernel_attributes: dict[str, int] = {}
         self.load(None)
         self.open_seconds = time.perf_counter() - t0
@@ -119,20 +121,27 @@ class NativeSession:
 
     # -- module ----------------------------------------------------------------------------------
     def load(self, cubin: str | Path | None) -> dict[str, int]:
-        """Loads the captured cubin (None) or a variant, unless those bytes are loaded already."""
+        """Loads the captured cubin (None) or a variant, unless those bytes (with that
+        launch) are loaded already, and selects it. Up to MAX_PROGRAMS stay loaded, so
+        that comparisons switch between them without reloading."""
+        self.select(self.program_key(cubin))
+        return self.kernel_attributes
+
+    def program_key(self, cubin: str | Path | None) -> str:
+        """Loads (if needed) and returns the key of the captured cubin or a variant."""
         path = Path(cubin) if cubin else self.capture.cubin_path
         label = str(path) if cubin else f"captured cubin {path}"
         try:
             image = path.read_bytes()
         except OSError as exc:
             raise KerncapError(f"cannot read cubin {path}: {exc.strerror}", "check the --cubin path") from None
-        sha = hashlib.sha256(image).hexdigest()
         overrides = self._variant_launch(path) if cubin else None
-        if sha == self._loaded_sha and overrides == self._loaded_overrides:
-            return self.kernel_attributes
-        self.session.set_launch(self._launch_spec(overrides))
+        key = hashlib.sha256(image + json.dumps(overrides, sort_keys=True).encode()).hexdigest()
+        if key in self._programs:
+            self._programs[key] = self._programs.pop(key)  # most recently used last
+            return key
         try:
-            self.kernel_attributes = dict(self.session.load_module(image, label))
+            attrs = dict(self.session.load_program(key, self._launch_spec(overrides), image, label))
         except self.core.CudaError as exc:
             message, code = exc.args
             if code in ARCH_LOAD_ERRORS:
@@ -140,8 +149,20 @@ class NativeSession:
                     f"{message}. {describe_arch_mismatch(path if cubin else None, image, self.cc)}", "arch"
                 ) from None
             raise
-        self._loaded_sha, self._loaded_label, self._loaded_overrides = sha, label, overrides
-        return self.kernel_attributes
+        self._programs[key] = (label, attrs)
+        while len(self._programs) > MAX_PROGRAMS:
+            oldest = next(k for k in self._programs if k != key)
+            del self._programs[oldest]
+            self.session.drop_program(oldest)
+            if oldest == self.current_key:
+                self.current_key = None
+        return key
+
+    def select(self, key: str) -> None:
+        if key != self.current_key:
+            self.session.select_program(key)
+            self.current_key = key
+        self.kernel_attributes = self._programs[key][1]
 
     @staticmethod
     def _variant_launch(path: Path) -> dict[str, Any] | None:
@@ -198,24 +219,9 @@ class NativeSession:
         )
 
     def region_dtypes(self, default: str | None, explicit: dict[int, str], notes: list[str]) -> dict[int, str]:
-        """Per region: the caller's choice, else the dtype of the tensors a Triton
-        reproducer's kernel took there, else a dtype hint from the manifest's
-        parameters, else `default`, else float32."""
-        hints: dict[int, str] = dict(self._triton_dtypes())
-        for p in self.capture.manifest.get("params", []):
-            region, hint = (p.get("pointer") or {}).get("region"), p.get("dtype")
-            if region is None or not hint:
-                continue
-            try:
-                hint = dt.normalize(hint)
-            except KerncapError:
-                notes.append(f"parameter {p.get('index')}: dtype hint {hint!r} not usable for tolerance checks")
-                continue
-            if region in self._triton_dtypes():
-                continue
-            if hints.setdefault(region, hint) != hint:
-                notes.append(f"region {region}: parameters disagree on its dtype ({hints[region]}, {hint}); "
-                             f"using {hints[region]}")
+        """Per region: the caller's choice, else what kerncap knows of it
+        (region_types.known_dtypes), else `default`, else float32."""
+        hints = known_dtypes(self.capture, self._triton_dtypes(), notes)
         fallback = dt.normalize(default) if default else "float32"
         out = {}
         for item in self.items:
@@ -225,12 +231,9 @@ class NativeSession:
         return out
 
     def _triton_dtypes(self) -> dict[int, str]:
-        """Region dtypes from a Triton reproducer's tensor arguments (source/triton.json
-        beside capture/), computed once; {} for other reproducers."""
+        """Region dtypes from a Triton reproducer's tensor arguments, computed once."""
         if self._tensor_dtypes is None:
-            root = self.capture.root
-            repro = root.parent if root.name == "capture" else root
-            self._tensor_dtypes = region_dtypes(repro, self.capture) if (repro / "source" / "triton.json").is_file() else {}
+            self._tensor_dtypes = triton_region_dtypes(self.capture)
         return self._tensor_dtypes
 
     @staticmethod

@@ -1,6 +1,7 @@
 """The replay server's wire protocol: one JSON object per line.
 
-Request:  {"id": 1, "op": "open" | "replay" | "validate" | "load_variant" | "info" | "shutdown", ...}
+Request:  {"id": 1, "op": "open" | "replay" | "validate" | "load_variant" | "info" | "shutdown"
+                     | "reference" | "check" | "time_compare", ...}   (the last three: session_ops.py)
 Response: {"id": 1, "ok": true, "result": {...}}
           {"id": 1, "ok": false, "error": "...", "hint": "...", "kind": "...", "fatal": bool}
 
@@ -50,15 +51,19 @@ def decode(line: str) -> dict[str, Any]:
 
 
 def error_to_exception(resp: dict[str, Any]) -> KerncapError:
-    """The client-side exception for an error response."""
+    """The client-side exception for an error response; its `kind` and `code` attributes
+    keep the response's (a caller tells a faulting launch, kind "cuda", from bad input)."""
     kind, message = resp.get("kind", "internal"), resp.get("error", "replay server error")
     hint = resp.get("hint") or HINTS.get(kind)
     if kind == "no_gpu":
-        return GpuUnavailable(f"no CUDA GPU available: {message}", hint)
-    if kind == "capture":
-        return CaptureFormatError(message, hint)
-    if kind == "native":
-        return NativeUnavailable(message, hint)
-    if kind == "address":
-        return AddressUnavailable(message, hint)
-    return KerncapError(message, hint)
+        exc = GpuUnavailable(f"no CUDA GPU available: {message}", hint)
+    elif kind == "capture":
+        exc = CaptureFormatError(message, hint)
+    elif kind == "native":
+        exc = NativeUnavailable(message, hint)
+    elif kind == "address":
+        exc = AddressUnavailable(message, hint)
+    else:
+        exc = KerncapError(message, hint)
+    exc.kind, exc.code = kind, resp.get("code")
+    return exc

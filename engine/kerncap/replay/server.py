@@ -18,6 +18,7 @@ import traceback
 from typing import Any, Callable, TextIO
 
 from kerncap.errors import CaptureFormatError, KerncapError, NativeUnavailable
+from kerncap.replay import session_ops
 from kerncap.replay.native_session import NativeSession
 from kerncap.replay.protocol import HINTS, decode, encode
 
@@ -49,6 +50,11 @@ class Server:
             "load_variant": lambda req: self.opened().load(req.get("cubin")),
             "replay": self.op_replay,
             "validate": self.op_validate,
+            # repeated, perturbed and interleaved runs (kerncap.replay.session_ops)
+            "reference": lambda req: session_ops.op_reference(self.opened(), req),
+            "check": lambda req: session_ops.op_check(self.opened(), req),
+            "time_compare": lambda req: session_ops.op_time_compare(self.opened(), req),
+            "_debug_read": lambda req: session_ops.op_read(self.opened(), req),
             "shutdown": lambda req: {},
             "_debug_block_host": self.op_debug_block_host,
         }

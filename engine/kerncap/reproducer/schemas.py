@@ -147,3 +147,14 @@ PROFILE = Obj({
     "dropped_records?": Int(min=0), "warnings?": List(Str()), "kerncap_version?": Str(),
     "cupti_finalized?": Opt(Bool()),
 })
+
+# determinism.json beside capture/: what `kerncap validate` found about the captured
+# kernel's determinism (kerncap.replay.differential).
+DETERMINISM_JSON = Obj({
+    "format": Str(choices=("kerncap-determinism",)), "format_version": Int(min=1, max=1),
+    "time?": Str(), "kernel?": Opt(Str()), "gpu?": ANY,
+    "runs": Int(min=1), "deterministic": Bool(), "spread_factor?": Num(),
+    "regions": List(Obj({"region": Int(min=0), "dtype": Opt(Str()), "differing_runs": Int(min=0),
+                         "max_abs": Opt(Num()), "max_rel": Opt(Num()), "atol": Opt(Num())})),
+    "capture_mismatch?": List(Str()),
+})

@@ -1,0 +1,185 @@
+"""Replay-server operations for validation you can trust and timing with intervals
+(docs/replay.md): repeated runs of the captured kernel (is it deterministic?), runs on
+perturbed pre-states, checks of a variant against references, and interleaved timing.
+
+Each function takes the server's NativeSession and the request's arguments and answers
+plain JSON. The orchestration (how many runs, which tolerance, the verdict) lives in the
+client (kerncap.replay.differential, kerncap.replay.compare_timing); these only drive
+the native primitives: restore, fill, run, keep_reference, compare, time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from kerncap.reproducer.format import Region
+from kerncap.errors import KerncapError
+from kerncap.replay.clocks import ClockSampler
+from kerncap.replay.native_session import MAX_PROGRAMS
+from kerncap.replay.significance import rounds_needed
+
+FLOOR_ITERATIONS = 50
+MAX_ROUNDS = 100_000
+
+
+def _item_index(ns) -> dict[int, int]:
+    return {item.id: i for i, item in enumerate(ns.items) if isinstance(item, Region)}
+
+
+def fill_specs(ns, fills: list[dict[str, Any]] | None) -> list:
+    index = _item_index(ns)
+    out = []
+    for f in fills or []:
+        if f["region"] not in index:
+            raise KerncapError(f"perturbation names region {f['region']}, which this capture does not replay",
+                               "plan the perturbation from the same capture")
+        s = ns.core.FillSpec()
+        s.item, s.offset, s.count, s.dtype, s.seed = index[f["region"]], int(f["offset"]), int(f["count"]), f["dtype"], int(f["seed"])
+        s.mean, s.stddev, s.lo, s.hi, s.p_zero = (float(f[k]) for k in ("mean", "stddev", "lo", "hi", "p_zero"))
+        out.append(s)
+    return out
+
+
+def compare_specs(ns, tolerances: dict | None) -> list:
+    """One CompareSpec per item: region id -> [dtype, atol, rtol] compares element-wise,
+    everything else (and every module global) byte-exact."""
+    tolerances = {int(k): v for k, v in (tolerances or {}).items()}
+    specs = []
+    for item in ns.items:
+        spec = ns.core.CompareSpec()
+        t = tolerances.get(item.id) if isinstance(item, Region) else None
+        spec.dtype, spec.atol, spec.rtol = (t[0], float(t[1]), float(t[2])) if t else ("", 0.0, 0.0)
+        specs.append(spec)
+    return specs
+
+
+def _checks(ns, specs, outs, differing_only: bool = False) -> list[dict[str, Any]]:
+    """Region checks as dicts; `differing_only`: just the items with a differing byte
+    (a capture of 200,000 regions answers in kilobytes, not tens of megabytes)."""
+    return [ns._check(item, spec.dtype or None, out, spec.atol, spec.rtol).to_dict()
+            for item, spec, out in zip(ns.items, specs, outs)
+            if not differing_only or out["mismatched_bytes"]]
+
+
+def _run_on(ns, cubin, fills) -> None:
+    ns.load(cubin)
+    ns.session.restore()
+    if fills:
+        ns.session.fill(fills)
+    ns.session.run()
+
+
+def op_reference(ns, req: dict[str, Any]) -> dict[str, Any]:
+    """Runs the captured kernel (or `cubin`) on the pre-state (perturbed by `fills`)
+    `runs` times. The first run is compared with the capture (no fills: does replay match
+    the captured post-state? with fills: how much did the outputs change?) and kept as
+    the reference; the others are compared with it (run-to-run spread, element-wise for
+    the regions in `tolerances`, whose atol/rtol should be 0 to measure). Only items
+    with differing bytes are listed."""
+    runs = int(req.get("runs", 1))
+    if runs < 1:
+        raise KerncapError(f"runs must be >= 1 (got {runs})")
+    fills = fill_specs(ns, req.get("fills"))
+    specs = compare_specs(ns, req.get("tolerances"))
+    exact = compare_specs(ns, None)
+    perturbed = {f.item for f in fills}
+    ns.session.clear_references()
+    _run_on(ns, req.get("cubin"), fills)
+    first_specs = specs if not fills else exact
+    outs = ns.session.compare(first_specs, "captured")
+    # The reference holds what this run left in every item it may have changed.
+    keep = [i for i, (item, out) in enumerate(zip(ns.items, outs))
+            if item.written or i in perturbed or out["mismatched_bytes"]]
+    first = _checks(ns, first_specs, outs, differing_only=True)
+    ns.session.keep_reference(keep)
+    spread = []
+    for _ in range(runs - 1):
+        _run_on(ns, req.get("cubin"), fills)
+        spread.append(_checks(ns, specs, ns.session.compare(specs, "reference"), differing_only=True))
+    return {"first": first, "spread": spread, "references": [_label(ns.items[i]) for i in keep],
+            "perturbed_items": sorted(perturbed)}
+
+
+def op_check(ns, req: dict[str, Any]) -> dict[str, Any]:
+    """Runs `cubin` on the (perturbed) pre-state and compares every item with the
+    captured post-state (`against: "captured"`) or the references op_reference kept.
+    `failures_only`: list just the items that fail."""
+    fills = fill_specs(ns, req.get("fills"))
+    specs = compare_specs(ns, req.get("tolerances"))
+    _run_on(ns, req.get("cubin"), fills)
+    checks = _checks(ns, specs, ns.session.compare(specs, req.get("against", "captured")))
+    if req.get("failures_only"):
+        checks = [c for c in checks if not c["passed"]]
+    return {"checks": checks, "notes": list(ns.session.notes())}
+
+
+def op_read(ns, req: dict[str, Any]) -> dict[str, Any]:
+    """Test hook: fills (optional) the pre-state and reads bytes of a region back (hex)."""
+    index = _item_index(ns)
+    ns.load(None)
+    ns.session.restore()
+    fills = fill_specs(ns, req.get("fills"))
+    if fills:
+        ns.session.fill(fills)
+    raw = ns.session.read(index[int(req["region"])], int(req["offset"]), int(req["length"]))
+    return {"hex": bytes(raw).hex()}
+
+
+def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
+    """Interleaved timing of the captured cubin and variants: `rounds` rounds (more when
+    `min_seconds` of kernel time per program needs more, at most `max_seconds` of wall
+    time), each timing every program `iterations` times after `warmup` launches, in an
+    order that rotates from round to round. Also the launch floor and the SM clock."""
+    cubins = [None] + [c for c in req.get("cubins", []) if c is not None]
+    if len(cubins) > MAX_PROGRAMS:
+        raise KerncapError(f"{len(cubins) - 1} variants: at most {MAX_PROGRAMS - 1} can be compared at once",
+                           "compare fewer variants per run")
+    rounds, iterations, warmup = int(req.get("rounds", 30)), int(req.get("iterations", 10)), int(req.get("warmup", 2))
+    flush_l2 = bool(req.get("flush_l2", False))
+    min_seconds, max_seconds = float(req.get("min_seconds", 0.0)), float(req.get("max_seconds", 300.0))
+    if rounds < 1 or iterations < 1 or warmup < 0:
+        raise KerncapError(f"rounds and iterations must be >= 1 and warmup >= 0 (got {rounds}, {iterations}, {warmup})")
+    keys = [ns.program_key(c) for c in cubins]
+    labels = ["captured cubin"] + [str(c) for c in cubins[1:]]
+    ns.session.time_empty(10)  # warm the empty kernel's module and the stream
+    floor = statistics.median(ns.session.time_empty(FLOOR_ITERATIONS))
+    sampler = _sampler(ns)
+    times: list[list[list[float]]] = [[] for _ in keys]
+    notes: list[str] = []
+    t0 = time.monotonic()
+    target, done = rounds, 0
+    sampler.sample()
+    while done < target:
+        for j in [(j + done) % len(keys) for j in range(len(keys))]:
+            ns.select(keys[j])
+            times[j].append([float(t) for t in ns.session.time(iterations, warmup, flush_l2)])
+        sampler.sample()
+        done += 1
+        if min_seconds > 0:
+            per_round = [sum(sum(r) for r in t) / len(t) for t in times]
+            target = min(MAX_ROUNDS, rounds_needed(rounds, min_seconds, per_round))
+        if time.monotonic() - t0 > max_seconds and done < target:
+            notes.append(f"stopped after {done} of {target} rounds: the {max_seconds:g} s limit was reached")
+            break
+    report = sampler.report()
+    ns.select(keys[0])
+    return {
+        "programs": [{"label": lab, "cubin": c, "rounds": t} for lab, c, t in zip(labels, cubins, times)],
+        "iterations": iterations, "warmup": warmup, "flush_l2": flush_l2, "floor_ms": floor,
+        "clock": report, "seconds": time.monotonic() - t0, "notes": notes + list(ns.session.notes()),
+    }
+
+
+def _sampler(ns) -> ClockSampler:
+    """One NVML session per replay server (its setup takes a while); fresh samples per call."""
+    sampler = getattr(ns, "_clock_sampler", None)
+    if sampler is None:
+        sampler = ns._clock_sampler = ClockSampler(ns.session.pci_bus_id())
+    sampler.samples, sampler.reasons = [], set()
+    return sampler
+
+
+def _label(item) -> str:
+    return f"region {item.id}" if isinstance(item, Region) else f"global {item.name}"

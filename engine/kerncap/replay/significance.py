@@ -1,0 +1,277 @@
+"""Is a variant faster? Interleaved timings, medians, and the speedup with a bootstrap
+confidence interval (docs/replay.md, "Comparing variants").
+
+The replay server times every program (the captured cubin first, then the variants) in
+*rounds*: each round runs every program back to back, `iterations` timed launches each,
+in an order that rotates from round to round. Slow drift (clocks, temperature, other
+tenants) then hits all programs of a round alike, so rounds are the unit of resampling:
+the bootstrap draws R rounds with replacement, the same rounds for the baseline and the
+variant (paired), and recomputes
+
+    speedup = median(baseline times in those rounds) / median(variant times in those rounds)
+
+The interval is the percentile interval of that statistic. It contains 1.0 → "within
+noise"; otherwise the variant is significantly faster (> 1) or slower (< 1). The default
+confidence is 99 %: at 95 %, one comparison of identical cubins in twenty is expected
+to look significant, which is one spurious "faster" too many for a workbench.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from kerncap.errors import KerncapError
+from kerncap.replay.results import format_ms, percentile, time_unit
+
+DEFAULT_CONFIDENCE = 0.99
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0  # fixed: the same measurements always give the same interval
+# Below this many rounds a bootstrap over rounds says little: refuse rather than mislead.
+MIN_ROUNDS = 5
+# A kernel within this factor of an empty kernel's time is at the launch/timing floor.
+FLOOR_FACTOR = 3.0
+# SM clock variation (max/min − 1) above this during a comparison is reported.
+CLOCK_DRIFT_WARN = 0.05
+
+
+@dataclass
+class Interval:
+    """A speedup (baseline / variant median) and its confidence interval."""
+
+    speedup: float
+    low: float
+    high: float
+    confidence: float
+
+    @property
+    def significant(self) -> bool:
+        return not (self.low <= 1.0 <= self.high)
+
+    @property
+    def verdict(self) -> str:
+        if not self.significant:
+            return "within noise"
+        return "faster" if self.low > 1.0 else "slower"
+
+    def text(self) -> str:
+        """"1.32× [1.21, 1.35] faster" / "1.02× [0.97, 1.08] within noise"."""
+        return f"{self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}] {self.verdict}"
+
+
+def bootstrap_speedup(baseline: Sequence[Sequence[float]], variant: Sequence[Sequence[float]],
+                      confidence: float = DEFAULT_CONFIDENCE, samples: int = BOOTSTRAP_SAMPLES,
+                      seed: int = BOOTSTRAP_SEED) -> Interval:
+    """`baseline[r]` and `variant[r]`: the timed iterations of round r (same rounds)."""
+    import numpy as np
+
+    if len(baseline) != len(variant):
+        raise ValueError(f"{len(baseline)} baseline rounds but {len(variant)} variant rounds")
+    if len(baseline) < MIN_ROUNDS:
+        raise KerncapError(f"{len(baseline)} rounds are too few for a confidence interval",
+                           f"measure at least {MIN_ROUNDS} rounds (--rounds)")
+    if not 0.5 <= confidence < 1.0:
+        raise KerncapError(f"confidence {confidence} is outside [0.5, 1)", "e.g. --confidence 0.99")
+    b = _rows(baseline)
+    v = _rows(variant)
+    point = float(np.median(b.reshape(-1)) / np.median(v.reshape(-1)))
+    rng = np.random.default_rng(seed)
+    rounds = b.shape[0]
+    stats = np.empty(samples)
+    batch = max(1, min(samples, 4_000_000 // max(1, b.size + v.size)))  # bounded memory per batch
+    for start in range(0, samples, batch):
+        stop = min(samples, start + batch)
+        idx = rng.integers(0, rounds, size=(stop - start, rounds))
+        mb = np.median(b[idx].reshape(stop - start, -1), axis=1)
+        mv = np.median(v[idx].reshape(stop - start, -1), axis=1)
+        stats[start:stop] = mb / mv
+    alpha = (1.0 - confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1.0 - alpha])
+    return Interval(point, float(min(low, point)), float(max(high, point)), confidence)
+
+
+def _rows(rounds: Sequence[Sequence[float]]):
+    """Rounds as a 2-D array; rounds of unequal length are cut to the shortest (the
+    server times the same count per round, so this only guards hand-made input)."""
+    import numpy as np
+
+    n = min(len(r) for r in rounds)
+    if n == 0:
+        raise ValueError("a round holds no timings")
+    return np.asarray([list(r)[:n] for r in rounds], dtype=float)
+
+
+# -- the comparison as a whole ------------------------------------------------------------
+
+
+@dataclass
+class ProgramTiming:
+    label: str  # "captured cubin" or the variant's path
+    cubin: str | None
+    rounds: list[list[float]]  # ms, per round
+    interval: Interval | None = None  # vs the baseline (None for the baseline itself)
+    # a note for this program only ("shorter than the launch floor")
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def times(self) -> list[float]:
+        return [t for r in self.rounds for t in r]
+
+    @property
+    def median_ms(self) -> float:
+        return percentile(self.times, 50)
+
+    @property
+    def spread_pct(self) -> float:
+        t = self.times
+        m = self.median_ms
+        return (percentile(t, 90) - percentile(t, 10)) / m * 100 if m > 0 else 0.0
+
+
+@dataclass
+class ClockReport:
+    """The SM clock seen during the measurement (NVML), or why it is not known."""
+
+    available: bool
+    samples_mhz: list[int] = field(default_factory=list)
+    max_mhz: int | None = None  # the GPU's maximum SM clock
+    throttle: list[str] = field(default_factory=list)  # reasons NVML gave during the run
+    unavailable_reason: str = ""
+
+    def warnings(self) -> list[str]:
+        if not self.available:
+            return []
+        out = []
+        if self.samples_mhz:
+            lo, hi = min(self.samples_mhz), max(self.samples_mhz)
+            if lo > 0 and hi / lo - 1 > CLOCK_DRIFT_WARN:
+                out.append(f"the SM clock varied from {lo} to {hi} MHz during the measurement: "
+                           "timings from different moments are not comparable one to one")
+        if self.throttle:
+            out.append("the GPU throttled during the measurement (" + ", ".join(self.throttle) + ")")
+        return out
+
+    def text(self) -> str:
+        if not self.available:
+            return f"SM clock: not reported ({self.unavailable_reason})"
+        if not self.samples_mhz:
+            return "SM clock: no samples"
+        s = sorted(self.samples_mhz)
+        top = f" of max {self.max_mhz} MHz" if self.max_mhz else ""
+        return f"SM clock: {s[0]}–{s[-1]} MHz (median {s[len(s) // 2]} MHz){top}, {len(s)} samples"
+
+
+@dataclass
+class TimingComparison:
+    programs: list[ProgramTiming]  # [0] is the baseline (the captured cubin)
+    iterations: int  # per round and program
+    warmup: int  # per round and program
+    flush_l2: bool
+    confidence: float
+    floor_ms: float | None  # median of an empty kernel timed the same way
+    clock: ClockReport
+    seconds: float  # wall time of the measurement
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> ProgramTiming:
+        return self.programs[0]
+
+    @property
+    def variants(self) -> list[ProgramTiming]:
+        return self.programs[1:]
+
+    @property
+    def rounds(self) -> int:
+        return len(self.baseline.rounds)
+
+    def warnings(self) -> list[str]:
+        out = list(self.clock.warnings())
+        for p in self.programs:
+            out += [f"{p.label}: {n}" for n in p.notes]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for p, pd in zip(self.programs, d["programs"]):
+            pd["median_ms"] = p.median_ms
+            pd["spread_pct"] = p.spread_pct
+            if p.interval is not None:
+                pd["interval"]["significant"] = p.interval.significant
+                pd["interval"]["verdict"] = p.interval.verdict
+        d["warnings"] = self.warnings()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TimingComparison":
+        programs = []
+        for p in d["programs"]:
+            iv = p.get("interval")
+            interval = None if iv is None else Interval(iv["speedup"], iv["low"], iv["high"], iv["confidence"])
+            programs.append(ProgramTiming(p["label"], p.get("cubin"), [list(r) for r in p["rounds"]], interval,
+                                          list(p.get("notes", []))))
+        c = d["clock"]
+        clock = ClockReport(c["available"], list(c.get("samples_mhz", [])), c.get("max_mhz"),
+                            list(c.get("throttle", [])), c.get("unavailable_reason", ""))
+        return cls(programs, d["iterations"], d["warmup"], d["flush_l2"], d["confidence"], d.get("floor_ms"), clock,
+                   d.get("seconds", 0.0), list(d.get("notes", [])))
+
+
+def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> TimingComparison:
+    """Builds the comparison from the server's `time_compare` answer: per-program round
+    timings, the launch floor and the clock samples; computes the intervals and the
+    per-program notes."""
+    clock = ClockReport(bool(raw["clock"]["available"]), list(raw["clock"].get("samples_mhz", [])),
+                        raw["clock"].get("max_mhz"), list(raw["clock"].get("throttle", [])),
+                        raw["clock"].get("unavailable_reason", ""))
+    programs = [ProgramTiming(p["label"], p.get("cubin"), [list(r) for r in p["rounds"]]) for p in raw["programs"]]
+    if not programs:
+        raise KerncapError("nothing was timed", "give the variants to compare: --compare A.cubin [B.cubin ...]")
+    base = programs[0]
+    for p in programs[1:]:
+        p.interval = bootstrap_speedup(base.rounds, p.rounds, confidence)
+    floor = raw.get("floor_ms")
+    if floor:
+        for p in programs:
+            if p.median_ms < FLOOR_FACTOR * floor:
+                p.notes.append(f"median {format_ms(p.median_ms)} is within {FLOOR_FACTOR:g}× of the launch floor "
+                               f"({format_ms(floor)}, an empty kernel timed the same way): differences this small "
+                               "are mostly launch and timer overhead")
+    return TimingComparison(programs, int(raw["iterations"]), int(raw["warmup"]), bool(raw["flush_l2"]), confidence,
+                            floor, clock, float(raw.get("seconds", 0.0)), list(raw.get("notes", [])))
+
+
+def format_comparison(c: TimingComparison) -> str:
+    unit = time_unit(min(p.median_ms for p in c.programs))
+    flush = "L2 flushed before each launch" if c.flush_l2 else "L2 warm"
+    lines = [f"{c.rounds} interleaved rounds × {c.iterations} iterations per program (after {c.warmup} warm-up "
+             f"each), {flush}; {c.confidence * 100:g}% bootstrap intervals over rounds; {c.seconds:.1f} s"]
+    width = max(len(p.label) for p in c.programs)
+    for p in c.programs:
+        head = f"  {p.label:<{width}}  median {format_ms(p.median_ms, unit):>10}  spread {p.spread_pct:5.1f}%"
+        lines.append(head + ("   baseline" if p.interval is None else f"   speedup {p.interval.text()}"))
+    lines.append(c.clock.text())
+    if c.floor_ms:
+        lines.append(f"launch floor: {format_ms(c.floor_ms, unit)} (an empty kernel)")
+    lines += [f"warning: {w}" for w in c.warnings()]
+    lines += [f"note: {n}" for n in c.notes]
+    best = best_significant(c)
+    lines.append(f"fastest significant: {best.label} ({best.interval.text()})" if best
+                 else "no variant is significantly faster than the captured cubin")
+    return "\n".join(lines)
+
+
+def best_significant(c: TimingComparison) -> ProgramTiming | None:
+    faster = [p for p in c.variants if p.interval and p.interval.significant and p.interval.low > 1.0]
+    return max(faster, key=lambda p: p.interval.speedup, default=None)
+
+
+def rounds_needed(rounds: int, min_seconds: float, ms_per_round: Sequence[float]) -> int:
+    """Rounds to run so that every program gets at least `min_seconds` of measured kernel
+    time (and at least `rounds`), from the per-round time of each program so far."""
+    need = rounds
+    for ms in ms_per_round:
+        if ms > 0 and min_seconds > 0:
+            need = max(need, math.ceil(min_seconds * 1000.0 / ms))
+    return need

@@ -1,0 +1,303 @@
+"""A numpy stand-in for the native replay core (kerncap._replay), for CPU tests of what
+sits above it: NativeSession, the server's operations (session_ops), the client's
+orchestration (differential) and the CLI, run in-process on real committed captures.
+
+It restores captured payloads into host buffers at the captured addresses, and "runs"
+a kernel by calling a Python function chosen by the cubin's file name (`KERNELS`); the
+compare and fill primitives follow the GPU kernels' definitions (fill: perturb's numpy
+reference, which the GPU suite checks against the real fill bit for bit). The GPU suite
+runs the real core on the same paths (tests/gpu/test_trust_gpu.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from kerncap.core import native
+from kerncap.core import dtypes as dt
+from kerncap.replay.perturb import decode, reference_fill
+from kerncap.replay import protocol
+from kerncap.replay.client import ReplayClient
+
+NP = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "int32": np.int32, "int8": np.int8,
+      "uint8": np.uint8}
+
+
+class CudaError(RuntimeError):
+    pass
+
+
+class ReplayError(RuntimeError):
+    pass
+
+
+class Spec(types.SimpleNamespace):
+    pass
+
+
+# cubin file name -> kernel(memory, session) ; "captured" for the captured cubin.
+KERNELS: dict[str, Callable] = {}
+
+
+class Memory:
+    """Region id -> bytearray view of the replay memory, plus the kernel's scalar params."""
+
+    def __init__(self, session: "SimSession"):
+        self.s = session
+
+    def f32(self, rid: int) -> np.ndarray:
+        return np.frombuffer(self.s.target[self.s.index[rid]], dtype=np.float32)
+
+
+class SimSession:
+    def __init__(self, device):
+        self.items = []
+        self.pre, self.post, self.target, self.ref = [], [], [], []
+        self.programs: dict[str, tuple[str, object]] = {}
+        self.current = None
+        self.runs = 0
+        self.index: dict[int, int] = {}
+
+    def granularity(self):
+        return 2 << 20
+
+    def compute_capability(self):
+        return (9, 0)
+
+    def device_name(self):
+        return "Simulated H200"
+
+    def pci_bus_id(self):
+        return "0000:00:00.0"
+
+    def reserve(self, spans):
+        pass
+
+    def map(self, ranges):
+        pass
+
+    def load_state(self, blob_dir, chunk_size, items, threads):
+        for n, spec in enumerate(items):
+            def read(chunks):
+                out = bytearray()
+                for i, h in enumerate(chunks):
+                    length = min(chunk_size, spec.size - i * chunk_size)
+                    out += bytes(length) if h is None else (Path(blob_dir) / f"{h}.bin").read_bytes()
+                return out
+            self.items.append(spec)
+            self.pre.append(read(spec.pre))
+            self.post.append(read(spec.post) if spec.pre != spec.post else None)
+            self.target.append(bytearray(self.pre[-1]))
+            self.ref.append(None)
+            if spec.label.startswith("region "):
+                self.index[int(spec.label.split()[1])] = n
+
+    def load_program(self, key, spec, image, label):
+        name = Path(label.removeprefix("captured cubin ")).name if not label.startswith("captured") else "captured"
+        if name not in KERNELS:
+            raise ReplayError(f"variant {label} has no kernel {spec.kernel_name}", "variant")
+        self.programs[key] = (label, KERNELS[name])
+        return {"num_regs": 10}
+
+    def select_program(self, key):
+        self.current = key
+
+    def drop_program(self, key):
+        self.programs.pop(key)
+
+    def notes(self):
+        return []
+
+    def health(self):
+        return ""
+
+    # -- primitives ------------------------------------------------------------------------
+    def restore(self):
+        self.target = [bytearray(p) for p in self.pre]
+
+    def fill(self, fills):
+        for f in fills:
+            raw = reference_fill(f.count, f.dtype, f.seed, f.mean, f.stddev, f.lo, f.hi, f.p_zero)
+            self.target[f.item][f.offset : f.offset + len(raw)] = raw
+
+    def run(self):
+        label, kernel = self.programs[self.current]
+        self.runs += 1
+        kernel(Memory(self), self)
+
+    def keep_reference(self, items):
+        for i in items:
+            self.ref[i] = bytes(self.target[i])
+
+    def clear_references(self):
+        self.ref = [None] * len(self.items)
+
+    def compare(self, specs, against):
+        outs = []
+        for i, spec in enumerate(specs):
+            if against == "reference":
+                expected = self.ref[i] if self.ref[i] is not None else self.pre[i]
+            else:
+                expected = self.post[i] if self.post[i] is not None else self.pre[i]
+            outs.append(compare(bytes(self.target[i]), bytes(expected), spec))
+        return outs
+
+    def validate(self, specs):
+        self.restore()
+        self.run()
+        return self.compare(specs, "captured")
+
+    def read(self, item, offset, length):
+        return bytes(self.target[item][offset : offset + length])
+
+    def time(self, iterations, warmup, flush_l2):
+        label, kernel = self.programs[self.current]
+        base = getattr(kernel, "ms", 0.05)
+        rng = np.random.default_rng(self.runs)
+        self.runs += 1
+        return list(base * np.exp(rng.normal(0, 0.02, iterations)))
+
+    def time_empty(self, iterations):
+        return [0.002] * iterations
+
+
+def compare(actual: bytes, expected: bytes, spec) -> dict:
+    a8, e8 = np.frombuffer(actual, np.uint8), np.frombuffer(expected, np.uint8)
+    diff = np.nonzero(a8 != e8)[0]
+    out = {"mismatched_bytes": len(diff), "first_byte": int(diff[0]) if len(diff) else None,
+           "mismatched_elements": 0, "first_element": None, "max_abs": 0.0, "max_rel": 0.0, "window_offset": 0,
+           "expected": b"", "actual": b""}
+    first = out["first_byte"]
+    if spec.dtype:
+        size = dt.itemsize(spec.dtype)
+        n = len(actual) // size
+        a = decode(actual[: n * size], spec.dtype)
+        e = decode(expected[: n * size], spec.dtype)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            d = np.abs(a - e)
+            unequal = (a != e) & ~(np.isnan(a) & np.isnan(e))
+            bad = unequal & ~(d <= spec.atol + spec.rtol * np.abs(e)) if dt.is_float(spec.dtype) else unequal
+            if unequal.any():
+                out["max_abs"] = float(np.nanmax(np.where(unequal, d, 0.0)))
+                rel = np.where(unequal, np.where(e != 0, d / np.abs(e), np.inf), 0.0)
+                out["max_rel"] = float(np.nanmax(rel))
+        idx = np.nonzero(bad)[0]
+        out["mismatched_elements"] = len(idx)
+        out["first_element"] = int(idx[0]) if len(idx) else None
+        first = None if not len(idx) else int(idx[0]) * size
+    if first is not None:
+        out["window_offset"] = first
+        out["expected"], out["actual"] = expected[first : first + 64], actual[first : first + 64]
+    return out
+
+
+
+
+def core_module():
+    return types.SimpleNamespace(Session=SimSession, SpanSpec=Spec, ItemSpec=Spec, LaunchSpec=Spec, CompareSpec=Spec,
+                                 FillSpec=Spec, CudaError=CudaError, ReplayError=ReplayError)
+
+
+def install(monkeypatch):
+    core = core_module()
+    monkeypatch.setattr(native, "replay_module", lambda: core)
+    monkeypatch.setitem(sys.modules, "kerncap._replay", core)
+    return core
+
+
+class InProcessClient:
+    """The ReplayClient interface (request, info, capture_dir) over an in-process Server
+    on the simulated core; a fatal answer starts a new one for the next request, like
+    the real client's fresh server process."""
+
+    def __init__(self, capture_dir, device=0, **_ignored):
+        self.capture_dir = Path(capture_dir)
+        self.server = None
+        self.info = None
+        self.starts = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start(self):
+        if self.server is None:
+            self._start()
+        return self
+
+    def close(self):
+        self.server = None
+
+    kill = close
+    server_pid = None  # no process of its own
+
+    def _start(self):
+        from kerncap.replay.server import Server
+
+        self.server = Server(io.StringIO())
+        self.starts += 1
+        self.info = self._send({"op": "open", "capture": str(self.capture_dir)})
+
+    def request(self, op, **args):
+        if self.server is None:
+            self._start()
+        return self._send({"op": op, **args})
+
+    def _send(self, req):
+        out = io.StringIO()
+        self.server.out = out
+        req = json.loads(protocol.encode({"id": 1, **req}))  # through JSON, like the wire
+        self.server.serve([json.dumps(req) + "\n"])
+        resp = protocol.decode(out.getvalue().splitlines()[-1])
+        if resp.get("ok"):
+            return json.loads(json.dumps(resp["result"], default=_bytes))
+        if resp.get("fatal"):
+            self.server = None
+        raise protocol.error_to_exception(resp)
+
+    # the real client's API, over request()
+    compare_timing = ReplayClient.compare_timing
+    replay = ReplayClient.replay
+    validate = ReplayClient.validate
+
+
+def _bytes(o):
+    if isinstance(o, (bytes, bytearray)):
+        return o.hex()
+    raise TypeError(type(o))
+
+
+def sticky(message="cuStreamSynchronize on kernel k of captured cubin failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"):
+    return CudaError(message, 700)
+
+
+AXPY = Path(__file__).parent / "fixtures" / "captures" / "axpy_small"
+
+
+def axpy_reproducer(tmp_path: Path, monkeypatch, kernels: dict[str, Callable]) -> Path:
+    """A copy of the committed axpy capture replayed by the simulated core: `kernels`
+    maps "captured" and variant file names to kernels; every variant named gets a
+    (dummy) cubin file beside the copy. The ReplayClient of the engine is the in-process
+    one for the test's duration."""
+    import shutil
+
+    install(monkeypatch)
+    monkeypatch.setattr(sys.modules[__name__], "KERNELS", dict(kernels))
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", InProcessClient)
+    monkeypatch.setattr("kerncap.api.ReplayClient", InProcessClient)  # what the API opens
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    for name in kernels:
+        if name != "captured":
+            (tmp_path / name).write_bytes(name.encode())  # the simulator picks the kernel by name
+    return repro
+

@@ -1,0 +1,245 @@
+"""Validation you can trust, on the committed axpy capture (y += 0.5·x, in place) with
+the replay core simulated in numpy (tests/replay_sim.py): determinism, the captured
+input, perturbed inputs, several reproducers, and the bad inputs of issue 14. The GPU
+suite runs the same paths on the real core (tests/gpu/test_trust_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kerncap.errors import KerncapError
+from kerncap.replay import differential as diff
+from kerncap.replay import perturb as pt
+
+import replay_sim as sim
+
+DEMO = Path(__file__).parents[1] / "kerncap_tui" / "demo" / "reproducer"
+A = np.float32(0.5)
+
+
+def axpy(m, _s):
+    y = m.f32(1)
+    y[:] = y + A * m.f32(0)
+
+
+def axpy_abs(m, _s):  # relies on x >= 0, which the capture happens to have
+    y = m.f32(1)
+    y[:] = y + A * np.abs(m.f32(0))
+
+
+def cached(m, s):  # writes the captured output whatever the input
+    y = m.f32(1)
+    y[:] = np.frombuffer(bytes(s.post[s.index[1]]), dtype=np.float32)
+
+
+def faulting(_m, _s):
+    raise sim.sticky("cuStreamSynchronize on kernel _Z12axpy_inplacefPKfPfi of v.cubin failed: "
+                     "CUDA_ERROR_ILLEGAL_ADDRESS (700)")
+
+
+def indexes_with_x(m, s):  # the captured kernel faults on negative x (used as an index)
+    if (m.f32(0) < 0).any():
+        raise sim.sticky()
+    axpy(m, s)
+
+
+_noise = np.random.default_rng(5)
+
+
+def noisy(m, _s):  # float atomics: the last bit of some elements varies from run to run
+    y = m.f32(1)
+    out = y + A * m.f32(0)
+    flip = _noise.random(len(out)) < 0.2
+    out[flip] = np.nextafter(out[flip], np.float32(np.inf))
+    y[:] = out
+
+
+def noisy_wrong(m, s):
+    noisy(m, s)
+    y = m.f32(1)
+    y[:8] += np.float32(0.25)
+
+
+@pytest.fixture
+def reproducer(tmp_path, monkeypatch):
+    return sim.axpy_reproducer(tmp_path, monkeypatch, {
+        "captured": axpy, "same.cubin": axpy, "abs.cubin": axpy_abs, "cached.cubin": cached, "fault.cubin": faulting,
+        "noisy.cubin": noisy, "noisy_wrong.cubin": noisy_wrong})
+
+
+def validate(repro, cubin=None, **options) -> diff.TrustReport:
+    dirs = repro if isinstance(repro, list) else [repro]
+    cubin = None if cubin is None else dirs[0].parent / cubin
+    return diff.validate_reproducers(dirs, cubin, diff.Options(**options))
+
+
+def test_captured_kernel_is_deterministic_and_recorded(reproducer):
+    r = validate(reproducer)
+    det = r.reproducers[0].determinism
+    assert det.deterministic and det.runs == 3 and not det.capture_mismatch
+    assert r.passed and r.summary() == "PASS on 1 input of 1 reproducer (1 captured + 0 perturbed)"
+    record = json.loads((reproducer / "determinism.json").read_text())
+    assert record["deterministic"] is True and record["gpu"]["name"] == "Simulated H200"
+    assert diff.load_record(reproducer)["runs"] == 3
+
+
+def test_correct_variant_passes_every_perturbed_input(reproducer):
+    r = validate(reproducer, "same.cubin", perturb=4, seed=7)
+    assert r.passed, diff.format_report(r)
+    assert r.summary() == "PASS on 5 inputs of 1 reproducer (1 captured + 4 perturbed)"
+    assert r.short() == "exact · p4"
+    text = diff.format_report(r)
+    assert "perturbed: region 0 +0x0 (16 KiB float32): argument 1 `float const*`" in text
+    assert "perturbed: region 1 +0x0 (16 KiB float32): argument 2 `float*`" in text
+    assert "perturbation 2 (widened): pass [byte-exact]" in text
+
+
+def test_variant_relying_on_nonnegative_input_passes_the_capture_and_fails_widened_inputs(reproducer):
+    r = validate(reproducer, "abs.cubin", perturb=4)
+    status = {i.input: i.status for i in r.inputs}
+    assert status["captured input"] == "pass"
+    assert status["perturbation 1 (like the capture)"] == "pass"  # drawn inside [0, 4]: still no negatives
+    assert status["perturbation 2 (widened)"] == "fail" and status["perturbation 4 (widened)"] == "fail"
+    assert r.verdict == "fail" and r.exit_status == 1
+    failing = r.inputs[2].failures
+    assert [c.name for c in failing] == ["region 1"] and failing[0].mismatched_bytes > 0
+
+
+def test_variant_whose_outputs_ignore_the_inputs_fails_perturbation(reproducer):
+    r = validate(reproducer, "cached.cubin", perturb=2)
+    assert r.inputs[0].status == "pass"
+    assert [i.status for i in r.inputs[1:]] == ["fail", "fail"]
+
+
+def test_faulting_variant_is_a_failure_named_as_a_fault(reproducer):
+    r = validate(reproducer, "fault.cubin")
+    assert r.inputs[0].status == "variant fault" and r.verdict == "fail"
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in r.inputs[0].notes[0]
+
+
+def test_perturbation_that_makes_the_captured_kernel_fault_is_reported_not_counted(reproducer, monkeypatch):
+    monkeypatch.setitem(sim.KERNELS, "captured", indexes_with_x)
+    monkeypatch.setitem(sim.KERNELS, "same.cubin", indexes_with_x)
+    r = validate(reproducer, "same.cubin", perturb=4)
+    status = [i.status for i in r.inputs]
+    assert status == ["pass", "pass", "baseline fault", "pass", "baseline fault"]
+    assert r.passed
+    assert r.summary() == ("PASS on 3 inputs of 1 reproducer (1 captured + 2 perturbed); 2 perturbed inputs made "
+                           "the captured kernel itself fault (not counted)")
+    assert "--keep REGION" in r.inputs[2].notes[0]
+
+
+def test_nondeterministic_kernel_gets_a_class_from_its_own_spread(reproducer, monkeypatch):
+    monkeypatch.setitem(sim.KERNELS, "captured", noisy)
+    ok = validate(reproducer, "noisy.cubin", perturb=2)
+    det = ok.reproducers[0].determinism
+    assert not det.deterministic and [s.region for s in det.regions] == [1]
+    spread = det.regions[0]
+    assert spread.dtype == "float32" and 0 < spread.max_abs < 1e-5 and spread.atol == 4 * spread.max_abs
+    assert "NONDETERMINISTIC" in det.text() and "tolerance class atol" in det.text()
+    assert ok.passed, diff.format_report(ok)
+    assert ok.mode == "tolerance (nondeterministic)" and ok.short() == "nondet tol · p2"
+    bad = validate(reproducer, "noisy_wrong.cubin", perturb=2)
+    assert bad.verdict == "fail" and all(i.status == "fail" for i in bad.inputs)
+    record = diff.load_record(reproducer)
+    assert record["deterministic"] is False and record["regions"][0]["region"] == 1
+
+
+def polluted(m, s):  # always the same, never the captured bytes (another stream wrote there)
+    axpy(m, s)
+    m.f32(1)[:4] = np.float32(-1)
+
+
+def test_replay_that_differs_from_the_capture_only_deterministically_fails_after_more_runs(reproducer, monkeypatch):
+    monkeypatch.setitem(sim.KERNELS, "captured", polluted)
+    r = validate(reproducer)
+    det = r.reproducers[0].determinism
+    assert det.deterministic and det.runs == 3 * diff.ESCALATE and det.capture_mismatch == ["region 1"]
+    assert "differs from the captured post-state in region 1" in det.text()
+    assert r.verdict == "fail"
+
+
+def test_nondeterministic_region_of_unknown_dtype_is_inconclusive_until_its_dtype_is_given(reproducer, monkeypatch):
+    manifest = reproducer / "capture" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["kernel"]["demangled"]
+    manifest.write_text(json.dumps(m))
+    monkeypatch.setitem(sim.KERNELS, "captured", noisy)
+    r = validate(reproducer, "noisy.cubin")
+    assert r.verdict == "inconclusive" and r.exit_status == 3, diff.format_report(r)
+    assert "its dtype is unknown, so it cannot be judged (--region-dtype 1=T)" in r.reproducers[0].determinism.text()
+    given = validate(reproducer, "noisy.cubin", region_dtypes={1: "float32"}, dtype="float32", atol=1e-4)
+    assert given.passed and given.mode == "tolerance"
+    derived = validate(reproducer, "noisy.cubin", region_dtypes={1: "float32"})
+    assert derived.reproducers[0].determinism.regions[0].dtype == "float32" and derived.passed
+
+
+def test_keep_leaves_a_region_alone_and_a_missing_one_is_named(reproducer):
+    r = validate(reproducer, "same.cubin", perturb=2, keep=(0,))
+    assert "not perturbed: region 0 +0x0 (16 KiB float32): argument 1 `float const*`; kept (--keep)" in r.reproducers[0].plan
+    with pytest.raises(KerncapError, match=r"--keep 9: the capture has no region 9") as err:
+        validate(reproducer, "same.cubin", perturb=2, keep=(9,))
+    assert "its regions are 0, 1" in err.value.hint
+
+
+def test_reproducer_without_known_dtypes_says_so_and_validates_the_rest(reproducer):
+    manifest = reproducer / "capture" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["kernel"]["demangled"]
+    manifest.write_text(json.dumps(m))
+    r = validate(reproducer, "same.cubin", perturb=8)
+    rep = r.reproducers[0]
+    assert r.passed and len(r.inputs) == 1
+    assert any("no region could be perturbed" in n for n in rep.notes)
+    assert "not perturbed: region 0 (16 KiB): no argument of known type points into it" in rep.plan
+    assert "note: the kernel's parameter types are unknown (no demangled C++ signature, no Triton record)" in rep.plan
+
+
+def test_region_dtype_makes_an_unknown_region_perturbable(reproducer):
+    manifest = reproducer / "capture" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["kernel"]["demangled"]
+    manifest.write_text(json.dumps(m))
+    r = validate(reproducer, "abs.cubin", perturb=2, region_dtypes={0: "float32"})
+    assert r.reproducers[0].plan[0].startswith("perturbed: region 0 +0x0 (16 KiB float32): --region-dtype 0=float32")
+    assert r.verdict == "fail"  # widened x breaks the variant that assumed x >= 0
+
+
+def test_several_reproducers_of_one_kernel(reproducer, tmp_path):
+    second = tmp_path / "axpy2"
+    shutil.copytree(reproducer, second)
+    r = validate([reproducer, second], "same.cubin", perturb=2)
+    assert r.summary() == "PASS on 6 inputs of 2 reproducers (2 captured + 4 perturbed)"
+
+
+def test_reproducers_of_different_kernels_are_refused(reproducer):
+    with pytest.raises(KerncapError, match="the reproducers hold different kernels"):
+        validate([reproducer, DEMO])
+
+
+@pytest.mark.parametrize("k", [0, -1, pt.MAX_PERTURBATIONS + 1])
+def test_perturbation_count_must_be_sensible(k):
+    with pytest.raises(KerncapError, match="must be between 1 and"):
+        pt.check_count(k)
+
+
+
+def test_workbench_records_what_the_validation_covered_and_the_interval(reproducer, monkeypatch):
+    from kerncap_tui import engine
+
+    replay = engine.ResidentReplay(reproducer)
+    try:
+        base = replay.run(None)
+        assert base.validation == "pass" and base.validation_detail == "exact" and base.speedup is None
+        good = replay.run(reproducer.parent / "same.cubin")
+        assert good.validation == "pass" and good.validation_detail == f"exact · p{engine.PERTURBATIONS}"
+        assert good.speedup_low <= 1.0 <= good.speedup_high and good.significant is False
+        bad = replay.run(reproducer.parent / "abs.cubin")
+        assert bad.validation == "fail" and "perturbation 2 (widened): fail (region 1)" in bad.detail
+    finally:
+        replay.close()

@@ -1,0 +1,161 @@
+"""Speedups with bootstrap intervals over interleaved rounds (kerncap.replay.significance)
+and `kerncap replay --compare` end to end on the simulated replay core."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import replay_sim as sim
+
+from kerncap import cli
+from kerncap.errors import KerncapError
+from kerncap.replay import significance as sig
+from kerncap.replay.clocks import ClockSampler
+
+
+
+def rounds(rng, n_rounds, per_round, ms, drift=0.03, noise=0.05, outliers=0.03):
+    """Round-level drift shared by every program of a round, per-launch noise and a few
+    slow outliers, like timings on a shared GPU."""
+    f = np.exp(rng.normal(0, drift, size=(n_rounds, 1)))
+
+    def one(scale):
+        t = ms / scale * f * np.exp(rng.normal(0, noise, size=(n_rounds, per_round)))
+        t[rng.random(t.shape) < outliers] *= 1.5
+        return t.tolist()
+
+    return one
+
+
+def test_identical_programs_are_within_noise_at_the_nominal_rate():
+    """99 % intervals: of 200 comparisons of identical timing distributions about 1 % may
+    claim a difference (3 % allowed: the bootstrap is approximate)."""
+    rng = np.random.default_rng(11)
+    claims = 0
+    for _ in range(200):
+        draw = rounds(rng, 30, 10, 0.005)
+        iv = sig.bootstrap_speedup(draw(1.0), draw(1.0), seed=int(rng.integers(1 << 30)))
+        claims += iv.significant
+    assert claims <= 6, claims
+
+
+def test_a_five_percent_faster_variant_is_significant():
+    rng = np.random.default_rng(12)
+    for _ in range(20):
+        draw = rounds(rng, 30, 10, 0.050, noise=0.02)
+        iv = sig.bootstrap_speedup(draw(1.0), draw(1.05))
+        assert iv.significant and iv.verdict == "faster" and iv.low > 1.0, iv
+        assert abs(iv.speedup - 1.05) < 0.02
+
+
+def test_interval_text_and_determinism():
+    b = [[1.0, 1.1, 0.9]] * 6
+    v = [[0.5, 0.55, 0.45]] * 6
+    iv = sig.bootstrap_speedup(b, v)
+    assert iv.speedup == pytest.approx(2.0) and iv.text() == "2.00× [2.00, 2.00] faster"
+    assert sig.bootstrap_speedup(b, v) == iv  # fixed seed: same measurements, same interval
+    same = sig.bootstrap_speedup(b, b)
+    assert not same.significant and same.verdict == "within noise"
+
+
+def test_too_few_rounds_and_bad_confidence_are_refused():
+    with pytest.raises(KerncapError, match="too few for a confidence interval"):
+        sig.bootstrap_speedup([[1.0]] * 3, [[1.0]] * 3)
+    with pytest.raises(KerncapError, match="outside"):
+        sig.bootstrap_speedup([[1.0]] * 6, [[1.0]] * 6, confidence=1.0)
+
+
+def test_rounds_needed_for_a_minimum_measurement_time():
+    assert sig.rounds_needed(30, 0.0, [0.05]) == 30
+    assert sig.rounds_needed(30, 1.0, [0.05, 0.5]) == 20000  # 1 s of a 0.05 ms/round program
+    assert sig.rounds_needed(30, 0.001, [1.0]) == 30
+
+
+def raw(programs, floor=0.002, clock=None):
+    return {"programs": programs, "iterations": 3, "warmup": 1, "flush_l2": False, "floor_ms": floor,
+            "clock": clock or {"available": False, "unavailable_reason": "nvidia-ml-py (pynvml) is not installed"},
+            "seconds": 1.5, "notes": []}
+
+
+def test_analyse_warns_about_the_launch_floor_and_the_clock():
+    base = {"label": "captured cubin", "cubin": None, "rounds": [[0.004, 0.0041, 0.0039]] * 6}
+    fast = {"label": "v.cubin", "cubin": "v.cubin", "rounds": [[0.0040, 0.0040, 0.0041]] * 6}
+    clock = {"available": True, "samples_mhz": [1980, 1755, 1980], "max_mhz": 1980, "throttle": ["software power cap"]}
+    c = sig.analyse(raw([base, fast], clock=clock))
+    warnings = c.warnings()
+    assert any("varied from 1755 to 1980 MHz" in w for w in warnings)
+    assert any("throttled" in w and "software power cap" in w for w in warnings)
+    assert any("within 3× of the launch floor" in w for w in warnings)
+    text = sig.format_comparison(c)
+    assert "SM clock: 1755–1980 MHz" in text and "within noise" in text
+    assert "no variant is significantly faster" in text
+    again = sig.TimingComparison.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert again.variants[0].interval == c.variants[0].interval and again.clock == c.clock
+
+
+def test_unavailable_clock_is_said():
+    base = {"label": "captured cubin", "cubin": None, "rounds": [[1.0, 1.0, 1.0]] * 6}
+    text = sig.format_comparison(sig.analyse(raw([base])))
+    assert "SM clock: not reported (nvidia-ml-py (pynvml) is not installed)" in text
+
+
+def test_clock_sampler_without_a_gpu_says_why():
+    s = ClockSampler("0000:00:00.0")
+    s.sample()
+    report = s.report()
+    assert report["available"] is False and report["unavailable_reason"]
+    s.close()
+
+
+# -- kerncap replay --compare on the simulated core -----------------------------------------
+
+
+def slow(m, _s):
+    pass
+
+
+slow.ms = 0.050
+
+
+def fast(m, _s):
+    pass
+
+
+fast.ms = 0.045
+
+
+@pytest.fixture
+def axpy_repro(tmp_path, monkeypatch):
+    return sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": slow, "same.cubin": slow, "fast.cubin": fast})
+
+
+def test_replay_compare_names_the_significant_variant(axpy_repro, capsys):
+    same, fast_ = axpy_repro.parent / "same.cubin", axpy_repro.parent / "fast.cubin"
+    assert cli.main(["replay", str(axpy_repro), "--compare", str(same), str(fast_), "--rounds", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "20 interleaved rounds × 10 iterations per program (after 2 warm-up each), L2 warm" in out
+    assert f"{same}" in out and "within noise" in out
+    assert f"fastest significant: {fast_} (1.1" in out
+
+
+def test_replay_compare_min_time_adds_rounds_and_json(axpy_repro, capsys):
+    fast_ = axpy_repro.parent / "fast.cubin"
+    assert cli.main(["replay", str(axpy_repro), "--compare", str(fast_), "--rounds", "5", "--min-time", "0.01",
+                     "--iterations", "4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    # every program gets >= 10 ms: the faster one needs ~10 ms / (4 × 0.045 ms) ≈ 56 rounds
+    assert 54 <= len(doc["programs"][0]["rounds"]) <= 58
+    assert sum(map(sum, doc["programs"][1]["rounds"])) >= 10.0
+    assert doc["programs"][1]["interval"]["significant"] is True and doc["floor_ms"] == pytest.approx(0.002)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--rounds", "3"], "--rounds 3 is too few"),
+    (["--cubin", "X"], "--cubin and --compare do not go together"),
+])
+def test_replay_compare_bad_arguments(axpy_repro, args, needle, capsys):
+    cubin = axpy_repro.parent / "fast.cubin"
+    assert cli.main(["replay", str(axpy_repro), "--compare", str(cubin), *args]) == 2  # usage
+    assert needle in capsys.readouterr().err
