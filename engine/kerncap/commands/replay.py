@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flush-l2", action="store_true", help="evict L2 before every launch (outside the timing)")
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    from kerncap.commands.inspect_tools import add_ncu_arguments
+
+    add_ncu_arguments(p)
     p.set_defaults(handler=handle)
 
 
@@ -51,6 +54,11 @@ def handle(args: argparse.Namespace) -> int:
     from kerncap.replay.results import format_replay
 
     check_cubin(args.cubin)
+    from kerncap.commands.inspect_tools import check_tool_flags, handle_ncu
+
+    if args.ncu or args.compare:
+        return handle_ncu(args)
+    check_tool_flags(args, "--ncu")
     with ReplayClient(args.path, device=args.device) as rc:
         result = rc.replay(cubin=args.cubin, iterations=args.iterations, warmup=args.warmup, flush_l2=args.flush_l2)
     print(json.dumps(result.to_dict(), indent=1) if args.json else format_replay(result))

@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="element type of one region (repeatable), e.g. --region-dtype 3=bfloat16")
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    from kerncap.commands.inspect_tools import add_sanitize_arguments
+
+    add_sanitize_arguments(p)
     p.set_defaults(handler=handle)
 
 
@@ -62,6 +65,11 @@ def handle(args: argparse.Namespace) -> int:
     from kerncap.replay.results import format_validation
 
     check_cubin(args.cubin)
+    from kerncap.commands.inspect_tools import check_tool_flags, handle_sanitize
+
+    if args.sanitize:
+        return handle_sanitize(args)
+    check_tool_flags(args, "--sanitize")
     dtypes = dict(args.region_dtype)
     dtype = args.dtype
     if dtypes and dtype is None and args.atol is None and args.rtol is None:
