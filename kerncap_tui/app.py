@@ -18,6 +18,7 @@ from pathlib import Path
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.timer import Timer
 from textual.widgets import Footer, Header, RichLog, TabbedContent, TabPane
 from textual.worker import get_current_worker
@@ -26,18 +27,22 @@ from kerncap.errors import KerncapError
 from kerncap_tui import engine, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.history import History, Variant
+from kerncap_tui.inspect_actions import InspectActions
 from kerncap_tui.messages import BuildLog, ExtractRequested, HistoryChanged, SourceChanged
 from kerncap_tui.watcher import SourceWatcher
 from kerncap_tui.widgets.history_pane import HistoryPane
+from kerncap_tui.widgets.live_history import STEP as SPLIT_STEP
+from kerncap_tui.widgets.live_history import LiveHistory
 from kerncap_tui.widgets.memory_pane import MemoryPane
 from kerncap_tui.widgets.profile_pane import ProfilePane
 from kerncap_tui.widgets.source_pane import SourcePane
+from kerncap_tui.widgets.tool_progress import ToolProgress
 
 DEBOUNCE_S = 0.3
 PROFILE_FILE = "profile.json"
 
 
-class KerncapApp(App[int]):
+class KerncapApp(InspectActions, App[int]):
     TITLE = "kerncap"
     CSS_PATH = str(theming.stylesheet())
     COMMANDS = App.COMMANDS | {KerncapCommands}
@@ -51,6 +56,9 @@ class KerncapApp(App[int]):
         Binding("b", "build", "Build", id="build"),
         Binding("B", "baseline", "Time baseline", id="baseline"),
         Binding("T", "next_theme", "Theme", id="theme"),
+        Binding("f2", "split_toggle", "Split", id="split.toggle", show=False, priority=True),
+        Binding("f3", f"split_resize({-SPLIT_STEP})", "Split narrower", id="split.narrower", show=False, priority=True),
+        Binding("f4", f"split_resize({SPLIT_STEP})", "Split wider", id="split.wider", show=False, priority=True),
         Binding("escape", "leave_editor", "Leave editor", id="leave-editor", show=False),
         Binding("q", "quit", "Quit", id="quit"),
     ]
@@ -76,11 +84,14 @@ class KerncapApp(App[int]):
             with TabPane("2 Memory", id="memory"):
                 yield MemoryPane(id="memory-pane")
             with TabPane("3 Source", id="source"):
-                yield SourcePane(id="source-pane")
+                with Horizontal(id="source-split"):
+                    yield SourcePane(id="source-pane")
+                    yield LiveHistory(id="live-history")
             with TabPane("4 History", id="history"):
                 yield HistoryPane(id="history-pane")
             with TabPane("5 Log", id="log-tab"):
                 yield RichLog(id="log", wrap=True, markup=False, highlight=False, max_lines=5000)
+        yield ToolProgress(id="tool-progress")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -137,12 +148,20 @@ class KerncapApp(App[int]):
             for w in self.capture.warnings:
                 self.log_line(f"capture warning: {w}")
         self.query_one(SourcePane).show(self.source_dir)
+        self.open_kernel_source()
+        profile_pane = self.query_one(ProfilePane)
+        profile_pane.captured = {n for n in (self.capture.kernel.get("name"), self.capture.kernel.get("demangled"))
+                                 if n} if self.capture is not None else set()
         self.history = History(root=self.root)
         try:
             self.history = History.load(self.root)
         except KerncapError as exc:
             self.report_error("history", exc)
-        self.query_one(HistoryPane).show(self.history)
+        self.inspect = {}
+        self.query_one(HistoryPane).show(self.history, self.inspect)
+        self.query_one(LiveHistory).show(self.history)
+        self.fit_split()
+        self.load_inspect()
         self.load_profile()
         if self.source_dir is not None:
             self.prepare_history()
@@ -175,6 +194,16 @@ class KerncapApp(App[int]):
         pane = self.query_one(ProfilePane)
         path = self.profile_path()
         if path is None:
+            from kerncap.app_launches import AppLaunches
+
+            try:
+                launches = AppLaunches.load(self.root)
+            except KerncapError as exc:
+                launches = None
+                self.call_from_thread(self.report_error, "profile", exc)
+            if launches is not None:
+                self.call_from_thread(pane.show_launches, launches)
+                return
             self.call_from_thread(pane.show_message, f"no profile in {self.root}: `kerncap profile -- CMD` writes one")
             return
         try:
@@ -263,6 +292,8 @@ class KerncapApp(App[int]):
 
     def on_history_changed(self, message: HistoryChanged) -> None:
         self.query_one(HistoryPane).show(self.history)
+        self.query_one(LiveHistory).show(self.history)
+        self.load_inspect()
         latest = self.history.variants[-1] if self.history.variants else None
         if latest is not None:
             s = self.history.speedup(latest)
@@ -329,6 +360,9 @@ class KerncapApp(App[int]):
         pane = self.query_one(self.PANES[tab])
         await self.run_action(action, default_namespace=pane)
 
+    def on_resize(self, event) -> None:
+        self.fit_split()
+
     def action_leave_editor(self) -> None:
         if self.focused is not None and self.focused.id == "editor":
             tree = self.query("#source-tree")
@@ -362,6 +396,8 @@ class KerncapApp(App[int]):
         if self._debounce is not None:
             self._debounce.stop()
             self._debounce = None
+        if self._tool_cancel is not None:  # an ncu / compute-sanitizer run: its processes go too
+            self._tool_cancel.cancel()
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None

@@ -1,5 +1,7 @@
 """Timing history: every variant against the baseline (bar, median, spread, speedup,
-validation); diff any two, restore any one."""
+validation, and Nsight Compute / compute-sanitizer results once measured); diff any
+two (sources or metrics), restore any one, profile or sanitize one; a plot of the
+medians once there are a few."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from kerncap_tui import variant_inspect as VI
 from kerncap_tui.charts import bar, speedup_text
+from kerncap_tui.widgets.history_plot import HistoryPlot
 
 BAR_WIDTH = 16
 VALIDATION_STYLE = {"pass": ("✓ pass", "green"), "fail": ("✗ FAIL", "bold red"),
@@ -21,32 +25,59 @@ class HistoryPane(Vertical):
         Binding("space", "mark", "Mark", id="history.mark"),
         Binding("d", "diff", "Diff", id="history.diff"),
         Binding("ctrl+r", "restore", "Restore", id="history.restore"),
+        Binding("n", "ncu", "Nsight Compute", id="history.ncu"),
+        Binding("k", "sanitize", "Sanitize", id="history.sanitize"),
+        Binding("m", "metrics_diff", "Metrics diff", id="history.metrics-diff"),
+        Binding("c", "cancel_tool", "Cancel tool", id="history.cancel"),
     ]
+    BASE_COLUMNS = ("", "variant", "median ms", "time vs baseline", "speedup", "valid", "spread", "commit")
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.history = None
         self.marked: int | None = None
+        self.inspect: dict[int, VI.VariantInspect] = {}
+        self._extra: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+        yield HistoryPlot(id="history-plot")
         yield Static("", id="history-status", classes="status")
 
     def on_mount(self) -> None:
-        t = self.query_one(DataTable)
-        for label in ("", "variant", "median ms", "time vs baseline", "speedup", "valid", "spread", "commit"):
-            t.add_column(label, key=label or "mark")
+        self._columns(())
 
-    def show(self, history) -> None:
+    def _columns(self, extra: tuple[str, ...]) -> None:
+        """The base columns, then the tool columns that have a value in some variant."""
+        t = self.query_one(DataTable)
+        t.clear(columns=True)
+        for label in self.BASE_COLUMNS + extra:
+            t.add_column(label, key=label or "mark")
+        self._extra = extra
+
+    def show(self, history, inspect: dict | None = None) -> None:
         self.history = history
+        if inspect is not None:
+            self.inspect = inspect
+        extra = (tuple(h for _, h in VI.METRIC_COLUMNS) if any(i.ncu for i in self.inspect.values()) else ()) + (
+            ("sanitizer",) if any(i.sanitize for i in self.inspect.values()) else ())
         t = self.query_one(DataTable)
         cursor = t.cursor_row
+        if extra != self._extra:
+            self._columns(extra)
         t.clear()
         variants = history.variants if history else []
         timed = [v.median_ms for v in variants if v.median_ms]
         scale = max(timed) if timed else 0.0
         for v in variants:
             label, style = VALIDATION_STYLE.get(v.validation, (v.validation, ""))
+            info = self.inspect.get(v.id)
+            tools = []
+            if any(h in extra for _, h in VI.METRIC_COLUMNS):
+                metrics = info.ncu.metrics if info and info.ncu else {}
+                tools += [VI.metric_cell(key, metrics.get(key)) if metrics else "" for key, _ in VI.METRIC_COLUMNS]
+            if "sanitizer" in extra:
+                tools.append(VI.sanitize_cell(info))
             t.add_row(
                 "●" if v.id == self.marked else " ",
                 Text(v.label, style="bold" if v.id == 0 else ""),
@@ -56,6 +87,7 @@ class HistoryPane(Vertical):
                 Text(label, style=style),
                 f"±{v.spread_pct:.1f}%" if v.spread_pct is not None else "",
                 (v.commit or "")[:8],
+                *tools,
                 key=str(v.id),
             )
         if variants:
@@ -64,7 +96,9 @@ class HistoryPane(Vertical):
         summary = f"{len(variants)} variant(s)"
         if best is not None:
             summary += f" · best valid: {best.label} {speedup_text(history.speedup(best))}"
-        self.query_one("#history-status", Static).update(summary + " · space mark · d diff · ctrl+r restore")
+        self.query_one("#history-status", Static).update(
+            summary + " · space mark · d diff · m metrics diff · n ncu · k sanitize · ctrl+r restore")
+        self.query_one(HistoryPlot).show(variants)
 
     def selected(self):
         t = self.query_one(DataTable)
@@ -93,3 +127,28 @@ class HistoryPane(Vertical):
         v = self.selected()
         if v is not None:
             self.app.restore_variant(v)
+
+    # -- Nsight Compute / compute-sanitizer (kerncap_tui.inspect_actions) -------------------
+    def action_ncu(self) -> None:
+        v = self.selected()
+        if v is not None:
+            self.app.run_ncu(v)
+
+    def action_sanitize(self) -> None:
+        v = self.selected()
+        if v is not None:
+            self.app.run_sanitize(v)
+
+    def action_cancel_tool(self) -> None:
+        self.app.cancel_tool()
+
+    def action_metrics_diff(self) -> None:
+        v = self.selected()
+        if v is None:
+            return
+        other = self.history.get(self.marked) if self.marked is not None else self.history.baseline
+        if other is None or other.id == v.id:
+            self.app.notify("mark another variant with space (or record a baseline) to compare metrics with",
+                            title="history")
+            return
+        self.app.show_metrics_diff(other, v)
