@@ -75,10 +75,9 @@ def format_table(result: ProfileResult, *, top: int = 20, width: int | None = No
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
     # "#", two spaces, the name, two spaces, then number columns one space apart.
     numbers = sum(widths[1:]) + len(widths) - 2
-    name_width = max(MIN_NAME, width - widths[0] - 4 - numbers)
-    names = [k.display_name if wide else fit_kernel_name(k.display_name, name_width) for k in shown]
-    if wide:
-        name_width = max([len("kernel"), *map(len, names)])
+    room = max(MIN_NAME, width - widths[0] - 4 - numbers)
+    names = [k.display_name if wide else fit_kernel_name(k.display_name, room) for k in shown]
+    name_width = max([len("kernel"), *map(len, names)])
 
     def line(first: str, name: str, cells: Sequence[str]) -> str:
         nums = " ".join(c.rjust(w) for c, w in zip(cells, widths[1:]))
