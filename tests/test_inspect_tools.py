@@ -303,3 +303,20 @@ def test_artifact_paths(repro, tmp_path):
     assert tools.artifact_stem(root, None) == root / "variants" / "baseline"
     assert tools.artifact_stem(root, repro / "variants" / "1.cubin") == root / "variants" / "1"
     assert tools.artifact_stem(root, tmp_path / "elsewhere" / "fast.cubin") == root / "variants" / "fast"
+
+
+def test_setup_errors_under_the_sanitizer_are_not_launch_failures(repro, fake_tools, monkeypatch):
+    """A failure that is not the launch's (here: the server cannot open the capture) is
+    the error itself, not a report of the sanitizer's."""
+    fake_tools("ok", log="clean.memcheck.log")
+    monkeypatch.setattr(sanitize, "_launch_failure", lambda message: False)
+    monkeypatch.setenv("FAKE_TOOL_MODE", "fault")
+    with pytest.raises(KerncapError, match="CUDA_ERROR_LAUNCH_FAILED"):
+        sanitize.sanitize(repro, timeout=60)
+    assert _leftovers(repro) == []
+
+
+def test_compare_refuses_cubin(repro, capsys):
+    assert cli.main(["replay", str(repro), "--compare", "captured", "captured", "--cubin",
+                     str(repro / "variants" / "1.cubin")]) == 1
+    assert "--compare names both cubins" in capsys.readouterr().err

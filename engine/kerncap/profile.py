@@ -192,25 +192,31 @@ def short_kernel_name(name: str, width: int = 64) -> str:
                 break
     if s.startswith("void "):
         s = s[5:]
-    out, depth = [], 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-            if depth == 2:
-                out.append("<…")
-                continue
-        elif ch == ">":
-            depth -= 1
-            if depth == 1:
-                out.append(">")
-                continue
-        if depth < 2:
-            out.append(ch)
-    s = "".join(out)
+    s = collapse_templates(s, keep=1)
     if len(s) > width:
         keep = width - 1
         s = s[: keep - keep // 3] + "…" + s[len(s) - keep // 3 :]
     return s
+
+
+def collapse_templates(name: str, keep: int = 1) -> str:
+    """Template arguments below nesting depth `keep` replaced by `…`:
+    keep=1: `a<b<c>, d>` -> `a<b<…>, d>`; keep=0: -> `a<…>`."""
+    out, depth = [], 0
+    for ch in name:
+        if ch == "<":
+            depth += 1
+            if depth == keep + 1:
+                out.append("<…")
+                continue
+        elif ch == ">":
+            depth -= 1
+            if depth == keep:
+                out.append(">")
+                continue
+        if depth <= keep:
+            out.append(ch)
+    return "".join(out)
 
 
 def format_dim(dim: Sequence[int]) -> str:

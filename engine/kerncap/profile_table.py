@@ -10,27 +10,10 @@ import re
 import shutil
 from collections.abc import Sequence
 
-from kerncap.profile import ProfileResult, format_dim, short_kernel_name
+from kerncap.profile import ProfileResult, collapse_templates, format_dim, short_kernel_name
 
 MIN_NAME = 12
 NUMBER_COLUMNS = ("calls", "total ms", "%", "avg µs", "min µs", "max µs", "grid", "block")
-
-
-def _elide_templates(name: str) -> str:
-    """`a<b<c>, d>::f<e>` -> `a<…>::f<…>`."""
-    out, depth = [], 0
-    for ch in name:
-        if ch == "<":
-            depth += 1
-            if depth == 1:
-                out.append("<…>")
-            continue
-        if ch == ">":
-            depth = max(0, depth - 1)
-            continue
-        if depth == 0:
-            out.append(ch)
-    return "".join(out)
 
 
 def _last_component(name: str) -> str:
@@ -50,7 +33,7 @@ def _middle(name: str, width: int) -> str:
 def fit_kernel_name(name: str, width: int) -> str:
     """A demangled (or plain) kernel name shortened to at most `width` characters."""
     s = short_kernel_name(name, width=10**6)
-    for step in (_elide_templates, _last_component):
+    for step in (lambda n: collapse_templates(n, keep=0), _last_component):
         if len(s) <= width:
             return s
         s = step(s)

@@ -97,7 +97,7 @@ async def test_ncu_run_fills_the_row(settle, make_app, demo_root, tmp_path, monk
 async def test_hanging_sanitizer_is_bounded_and_the_workbench_stays_responsive(settle, make_app, demo_root, tmp_path,
                                                                               monkeypatch):
     install_fake_tools(tmp_path / "bin", monkeypatch, "hang", log="clean.memcheck.log")
-    monkeypatch.setenv("KERNCAP_TOOL_TIMEOUT", "8")
+    monkeypatch.setenv("KERNCAP_TOOL_TIMEOUT", "6")
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -111,7 +111,7 @@ async def test_hanging_sanitizer_is_bounded_and_the_workbench_stays_responsive(s
         assert tabs == ["profile", "memory", "log-tab", "history"]
         assert app.query_one(ToolProgress).has_class("running")
         await _wait(pilot, lambda: not app.query_one(ToolProgress).has_class("running"))
-        assert any("did not finish within 8 s" in n.message for n in app._notifications)
+        assert any("did not finish within 6 s" in n.message for n in app._notifications)
         assert app._tool_cancel is None
 
 

@@ -74,33 +74,21 @@ def handle_ncu(args: argparse.Namespace) -> int:
     options = dict(sections=args.section, ncu_set=args.ncu_set, warmup=args.warmup, flush_l2=args.flush_l2,
                    timeout=args.timeout or ncu.DEFAULT_TIMEOUT, device=args.device, progress=_progress)
     if args.compare:
+        if args.cubin is not None:
+            raise KerncapError("--compare names both cubins; --cubin does not apply",
+                               "kerncap replay DIR --compare captured VARIANT.cubin")
         results = []
         for text in args.compare:
-            cubin = _cubin_arg(text)
-            results.append(_stored_or_profile(ncu, args.path, cubin, options))
+            result, reused = ncu.stored_or_profile(args.path, _cubin_arg(text), **options)
+            if reused:
+                _progress(f"ncu: using the stored report of {result.label} (same cubin bytes and sections)")
+            results.append(result)
         a, b = results
         print(json.dumps({"a": a.to_dict(), "b": b.to_dict()}, indent=1) if args.json else ncu.format_compare(a, b))
         return 0
     result = ncu.profile(args.path, args.cubin, **options)
     print(json.dumps(result.to_dict(), indent=1) if args.json else ncu.format_result(result))
     return 0
-
-
-def _stored_or_profile(ncu, path, cubin, options):
-    import hashlib
-
-    from kerncap.capture.format import Capture
-
-    stored = ncu.load_stored(path, cubin)
-    target = Path(cubin) if cubin is not None else Capture.open(path).cubin_path
-    sha = hashlib.sha256(target.read_bytes()).hexdigest()
-    sections = list(options["sections"] if options["sections"] is not None
-                    else ([] if options["ncu_set"] else ncu.DEFAULT_SECTIONS))
-    if stored is not None and stored.same_setup(sha, sections, options["ncu_set"], options["warmup"],
-                                                options["flush_l2"]):
-        _progress(f"ncu: using the stored report of {stored.label} (same cubin bytes and sections)")
-        return stored
-    return ncu.profile(path, cubin, **options)
 
 
 def handle_sanitize(args: argparse.Namespace) -> int:

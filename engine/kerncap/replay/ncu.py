@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import os
 import re
 import subprocess
@@ -28,6 +27,8 @@ from kerncap.capture.format import Capture
 from kerncap.errors import KerncapError
 from kerncap.replay.tools import (
     Cancellation,
+    load_result,
+    save_result,
     Cancelled,
     ToolTimeout,
     ToolRun,
@@ -206,11 +207,28 @@ def stored_path(root: Path, cubin: str | Path | None) -> Path:
 
 def load_stored(reproducer: str | Path, cubin: str | Path | None) -> NcuResult | None:
     """The metrics stored by an earlier --ncu run on this cubin, or None."""
-    path = stored_path(reproducer_root(reproducer), cubin)
-    try:
-        return NcuResult.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
+    return load_result(stored_path(reproducer_root(reproducer), cubin), NcuResult.from_dict)
+
+
+def chosen_sections(sections: Sequence[str] | None, ncu_set: str | None) -> list[str]:
+    """The sections a run collects: the caller's, none beside a --set, else the defaults."""
+    return list(sections if sections is not None else ([] if ncu_set else DEFAULT_SECTIONS))
+
+
+def stored_or_profile(reproducer: str | Path, cubin: str | Path | None, **options: Any) -> tuple[NcuResult, bool]:
+    """The stored result of an earlier run on the same cubin bytes with the same setup
+    (True), else a new profile (False). `options` as for profile()."""
+    stored = load_stored(reproducer, cubin)
+    if stored is not None:
+        target = Path(cubin) if cubin is not None else Capture.open(reproducer_root(reproducer)).cubin_path
+        try:
+            sha = hashlib.sha256(target.read_bytes()).hexdigest()
+        except OSError:
+            sha = None
+        if sha and stored.same_setup(sha, chosen_sections(options.get("sections"), options.get("ncu_set")),
+                                     options.get("ncu_set"), options.get("warmup", 3), options.get("flush_l2", False)):
+            return stored, True
+    return profile(reproducer, cubin, **options), False
 
 
 def ncu_command(ncu: Path, kernel: str, *, report_base: Path, log: Path, warmup: int, sections: Sequence[str],
@@ -254,7 +272,7 @@ def profile(
         raise KerncapError(f"cannot read cubin {cubin_path}: {exc.strerror}", "check the --cubin path") from None
     if warmup < 0:
         raise KerncapError(f"--warmup must be >= 0 (got {warmup})")
-    chosen = list(sections if sections is not None else ([] if ncu_set else DEFAULT_SECTIONS))
+    chosen = chosen_sections(sections, ncu_set)
     ncu = find_tool("ncu", "Nsight Compute")
     stem = artifact_stem(root, cubin)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -303,7 +321,7 @@ def profile(
     )
     if all(v is None for v in metrics.values()):
         result.notes.append("the report holds none of the key metrics (a --section/--set without them?)")
-    _write_json(stem.with_suffix(".ncu.json"), result.to_dict())
+    save_result(stem.with_suffix(".ncu.json"), result.to_dict())
     return result
 
 
@@ -335,12 +353,6 @@ def _import(ncu: Path, report: Path, page: str) -> str:
         raise KerncapError(f"`ncu --import {report.name} --page {page}` failed (exit {proc.returncode}):\n{tail}",
                            "the report may be from a newer Nsight Compute; open it with ncu-ui")
     return proc.stdout
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 # -- display -------------------------------------------------------------------------------

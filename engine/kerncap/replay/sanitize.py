@@ -11,7 +11,6 @@ any other is an error of kerncap's host path, which must have none.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
@@ -24,6 +23,8 @@ from kerncap.capture.format import Capture
 from kerncap.errors import KerncapError
 from kerncap.replay.tools import (
     Cancellation,
+    load_result,
+    save_result,
     Cancelled,
     ToolTimeout,
     ToolRun,
@@ -201,11 +202,7 @@ def stored_path(root: Path, cubin: str | Path | None, tool: str) -> Path:
 
 
 def load_stored(reproducer: str | Path, cubin: str | Path | None, tool: str = "memcheck") -> SanitizeResult | None:
-    path = stored_path(reproducer_root(reproducer), cubin, tool)
-    try:
-        return SanitizeResult.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
+    return load_result(stored_path(reproducer_root(reproducer), cubin, tool), SanitizeResult.from_dict)
 
 
 def sanitize(
@@ -248,11 +245,13 @@ def sanitize(
             v = run.request("validate", cubin=None if cubin_path is None else str(cubin_path))
             result.validation = "pass" if v.get("passed") else "fail"
         except KerncapError as exc:
-            if isinstance(exc, (Cancelled, ToolTimeout)):
+            # A faulting launch ends the replay process (sticky error, or a crash under
+            # the tool): the tool has reported the fault; keep going and read its report.
+            # Anything else (no GPU, a span taken, a variant that does not fit) is the error.
+            if isinstance(exc, (Cancelled, ToolTimeout)) or not _launch_failure(exc.message):
+                run.kill()
                 _keep_log(log, Path(result.log))
                 raise
-            # A faulting launch ends the replay process (sticky error): the tool has
-            # reported the fault; keep going and read its report.
             result.launch_error = exc.message
         say(f"{what}: reading the report")
         try:
@@ -270,8 +269,12 @@ def sanitize(
         result.notes.append(f"the tool counted {result.reported_count} errors this parser could not read; see the log")
     result.seconds = round(time.monotonic() - t0, 2)
     result.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    _write_json(stored_path(root, cubin, tool), result.to_dict())
+    save_result(stored_path(root, cubin, tool), result.to_dict())
     return result
+
+
+def _launch_failure(message: str) -> bool:
+    return "CUDA_ERROR_" in message or message.startswith("replay server died")
 
 
 def _keep_log(src: Path, dst: Path) -> None:
@@ -279,12 +282,6 @@ def _keep_log(src: Path, dst: Path) -> None:
         os.replace(src, dst)
     except OSError:
         pass
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 # -- display ------------------------------------------------------------------------------------

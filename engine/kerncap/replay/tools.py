@@ -9,6 +9,7 @@ server together. Where the tool's files go: next to the variant in the reproduce
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -79,6 +80,22 @@ def cubin_label(root: Path, cubin: str | Path | None) -> str:
         return "captured cubin"
     c = Path(cubin).resolve()
     return str(c.relative_to(root)) if c.is_relative_to(root) else str(c)
+
+
+def save_result(path: Path, data: dict) -> None:
+    """A tool's result as JSON beside the variant, atomically (temp + rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def load_result(path: Path, from_dict):
+    """A stored result, or None when there is none or it cannot be read (it is then as if
+    the tool had not run: the workbench shows no value, the CLI runs the tool again)."""
+    try:
+        return from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
