@@ -116,7 +116,8 @@ def test_raw_page_without_a_launch_is_one_clear_error():
 
 
 def test_details_page_findings_are_cleaned_and_ranked():
-    found = ncu.parse_details_page((TOOLS_DIR / "smooth.details.csv").read_text())
+    text = "==WARNING== a note ncu printed first\n" + (TOOLS_DIR / "smooth.details.csv").read_text()
+    found = ncu.parse_details_page(text)
     assert {f.rule for f in found} == {"SOLBottleneck", "MemoryL2Compression", "AchievedOccupancy",
                                        "LaunchConfiguration"}
     sol = next(f for f in found if f.rule == "SOLBottleneck")

@@ -291,7 +291,9 @@ def _assemble(
         from kerncap.app_launches import AppLaunches
 
         kernel_name = capture.kernel.get("demangled") or capture.kernel.get("name") or ""
-        AppLaunches.from_reports(procs, kernel_name, command).save(stage)
+        launches = AppLaunches.from_reports(procs, kernel_name, command)
+        if launches.kernels:  # an older capture library reports no kernels_seen
+            launches.save(stage)
 
     if output.exists():
         if force:

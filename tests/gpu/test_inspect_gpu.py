@@ -101,7 +101,8 @@ def test_ncu_one_launch_matches_the_replay_median(captures, app, tmp_path):
     _keep_ncu_pages(f"ncu-{app}", result.report)
     assert Path(result.report).is_file() and Path(result.report).parent == repro / "variants"
     m = result.metrics
-    missing = [k for k, v in m.items() if v is None]
+    # L1/L2 hit rates may be n/a for a kernel without such traffic (TMA loads); the rest not
+    missing = [k for k, v in m.items() if v is None and k not in ("l1_hit_pct", "l2_hit_pct")]
     assert not missing, f"metrics missing from ncu's raw page: {missing}"
     assert m["dram_read_bytes"] > 0 and m["registers"] > 0 and 0 < m["occupancy_pct"] <= 100
     ratio = m["duration_ns"] / (median * 1e6)
@@ -215,7 +216,8 @@ async def test_workbench_metrics_sanitize_map_and_plot(smooth_repro, tmp_path, m
     app = KerncapApp(repro)
     async with app.run_test(size=(140, 40)) as pilot:
         table = app.query_one("#history-table", DataTable)
-        assert app.query_one("#source-pane").path.name == "smooth_kernel.cuh"
+        await _wait(pilot, lambda: getattr(app.query_one("#source-pane").path, "name", "") == "smooth_kernel.cuh",
+                    "the kernel's header in the editor", 30)
         await pilot.press("B")
         await _wait(pilot, lambda: app.history.baseline is not None, "baseline")
         app.action_build()  # v1: the source as extracted

@@ -181,7 +181,9 @@ def clean_description(text: str) -> str:
 def parse_details_page(text: str) -> list[Finding]:
     """Rule results from `ncu --import R --csv --page details`: rows whose Rule Name is set."""
     findings, seen = [], set()
-    for row in csv.DictReader(io.StringIO(text)):
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if '"Kernel Name"' in line), 0)  # past any ==WARNING== lines
+    for row in csv.DictReader(io.StringIO("".join(lines[start:]))):
         rule = (row.get("Rule Name") or "").strip()
         if not rule:
             continue
