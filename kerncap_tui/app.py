@@ -28,6 +28,7 @@ from kerncap.errors import KerncapError
 from kerncap_tui import demo, engine, panes, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.history import History, Variant, source_fingerprint
+from kerncap_tui.inspect_actions import InspectActions
 from kerncap_tui.messages import (
     BuildLog,
     ExtractRequested,
@@ -38,15 +39,18 @@ from kerncap_tui.screens.diff_screen import DiffScreen
 from kerncap_tui.screens.extract_screen import ExtractScreen
 from kerncap_tui.watcher import SourceWatcher
 from kerncap_tui.widgets.history_pane import HistoryPane, speedup_phrase
+from kerncap_tui.widgets.live_history import STEP as SPLIT_STEP
+from kerncap_tui.widgets.live_history import LiveHistory
 from kerncap_tui.widgets.memory_pane import MemoryPane
 from kerncap_tui.widgets.profile_pane import ProfilePane
 from kerncap_tui.widgets.source_pane import SourcePane
+from kerncap_tui.widgets.tool_progress import ToolProgress
 
 DEBOUNCE_S = 0.3
 PROFILE_FILE = "profile.json"
 
 
-class KerncapApp(App[int]):
+class KerncapApp(InspectActions, App[int]):
     TITLE = "kerncap"
     CSS_PATH = str(theming.stylesheet())
     COMMANDS = App.COMMANDS | {KerncapCommands}
@@ -59,6 +63,9 @@ class KerncapApp(App[int]):
         Binding("B", "baseline", "Baseline", tooltip="time the captured cubin (the baseline)", id="baseline"),
         # In the palette (ctrl+p), not the footer: at 80 columns the footer must keep `q Quit`.
         Binding("T", "next_theme", "Theme", id="theme", show=False),
+        Binding("f2", "split_toggle", "Split", id="split.toggle", show=False, priority=True),
+        Binding("f3", f"split_resize({-SPLIT_STEP})", "Split narrower", id="split.narrower", show=False, priority=True),
+        Binding("f4", f"split_resize({SPLIT_STEP})", "Split wider", id="split.wider", show=False, priority=True),
         Binding("escape", "leave_editor", "Leave editor", id="leave-editor", show=False),
         Binding("q", "quit", "Quit", id="quit"),
     ]
@@ -82,6 +89,7 @@ class KerncapApp(App[int]):
             for i, pane in enumerate(panes.PANES, 1):
                 with TabPane(f"{i} {pane.title}", id=pane.tab):
                     yield pane.make()
+        yield ToolProgress(id="tool-progress")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -136,12 +144,20 @@ class KerncapApp(App[int]):
             for w in self.capture.warnings:
                 self.log_line(f"capture warning: {w}")
         self.query_one(SourcePane).show(self.source_dir)
+        self.open_kernel_source()
+        profile_pane = self.query_one(ProfilePane)
+        profile_pane.captured = {n for n in (self.capture.kernel.get("name"), self.capture.kernel.get("demangled"))
+                                 if n} if self.capture is not None else set()
         self.history = History(root=self.root)
         try:
             self.history = History.load(self.root)
         except KerncapError as exc:
             self.report_error("history", exc)
-        self.query_one(HistoryPane).show(self.history)
+        self.inspect = {}
+        self.query_one(HistoryPane).show(self.history, self.inspect)
+        self.query_one(LiveHistory).show(self.history)
+        self.fit_split()
+        self.load_inspect()
         self.load_profile()
         if self.source_dir is not None:
             self.prepare_history()
@@ -170,6 +186,14 @@ class KerncapApp(App[int]):
         pane = self.query_one(ProfilePane)
         path = self.profile_path()
         if path is None:
+            try:
+                launches = api.app_launches(self.root)
+            except KerncapError as exc:
+                launches = None
+                self.call_from_thread(self.report_error, "profile", exc)
+            if launches is not None:
+                self.call_from_thread(pane.show_launches, launches)
+                return
             self.call_from_thread(pane.show_message, f"no profile in {self.root}: `kerncap profile -- CMD` writes one")
             return
         try:
@@ -270,6 +294,8 @@ class KerncapApp(App[int]):
 
     def on_history_changed(self, message: HistoryChanged) -> None:
         self.query_one(HistoryPane).show(self.history)
+        self.query_one(LiveHistory).show(self.history)
+        self.load_inspect()
         latest = self.history.variants[-1] if self.history.variants else None
         if latest is not None:
             self.notify(f"{latest.label}: {latest.median_ms:.4f} ms"
@@ -328,6 +354,9 @@ class KerncapApp(App[int]):
         pane = self.query_one(self.PANES[tab])
         await self.run_action(action, default_namespace=pane)
 
+    def on_resize(self, event) -> None:
+        self.fit_split()
+
     def action_leave_editor(self) -> None:
         if self.focused is not None and self.focused.id == "editor":
             tree = self.query("#source-tree")
@@ -359,6 +388,8 @@ class KerncapApp(App[int]):
         if self._debounce is not None:
             self._debounce.stop()
             self._debounce = None
+        if self._tool_cancel is not None:  # an ncu / compute-sanitizer run: its processes go too
+            self._tool_cancel.cancel()
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None

@@ -1,7 +1,9 @@
-"""Timing bars from Unicode blocks: wide enough to compare variants at 80 columns,
-plain text so they survive NO_COLOR and snapshot tests."""
+"""Timing bars from Unicode blocks (wide enough to compare variants at 80 columns, plain
+text so they survive NO_COLOR and snapshot tests) and the speedup cells of History."""
 
 from __future__ import annotations
+
+from rich.text import Text
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -23,3 +25,19 @@ def speedup_text(s: float | None) -> str:
 def interval_text(low: float | None, high: float | None) -> str:
     """"1.21–1.35": a speedup's confidence interval."""
     return "" if low is None or high is None else f"{low:.2f}–{high:.2f}"
+
+
+def speedup_cells(history, v) -> tuple[Text, Text]:
+    """The speedup and interval cells: a number only when the interval excludes 1.0,
+    "within noise" otherwise; records without an interval show the bare ratio dimmed."""
+    if v.id == 0:
+        return Text("—", style="dim"), Text("")
+    s = history.speedup(v)
+    if s is None:
+        return Text("—", style="dim"), Text("")
+    if not history.has_interval(v):
+        return Text(f"({speedup_text(s)})", style="dim"), Text("no interval", style="dim")
+    span = interval_text(v.speedup_low, v.speedup_high)
+    if not v.significant:
+        return Text("within noise", style="dim"), Text(span, style="dim")
+    return Text(speedup_text(s), style="bold green" if v.speedup_low > 1.0 else "bold red"), Text(span)

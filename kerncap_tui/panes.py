@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import RichLog
 
 from kerncap_tui.widgets.history_pane import HistoryPane
+from kerncap_tui.widgets.live_history import LiveHistory
 from kerncap_tui.widgets.memory_pane import MemoryPane
 from kerncap_tui.widgets.profile_pane import ProfilePane
 from kerncap_tui.widgets.source_pane import SourcePane
@@ -30,6 +32,11 @@ class Pane:
         return self.tab_id or self.name
 
 
+def _source() -> Widget:
+    # The editor, with the live History split beside it (f2; kerncap_tui.widgets.live_history).
+    return Horizontal(SourcePane(id="source-pane"), LiveHistory(id="live-history"), id="source-split")
+
+
 def _log() -> Widget:
     return RichLog(id="log", wrap=True, markup=False, highlight=False, max_lines=5000)
 
@@ -37,7 +44,7 @@ def _log() -> Widget:
 PANES: tuple[Pane, ...] = (
     Pane("profile", "Profile", lambda: ProfilePane(id="profile-pane"), "#profile-table", ProfilePane),
     Pane("memory", "Memory", lambda: MemoryPane(id="memory-pane"), "#region-table", MemoryPane),
-    Pane("source", "Source", lambda: SourcePane(id="source-pane"), "#source-tree", SourcePane),
+    Pane("source", "Source", _source, "#source-tree", SourcePane),
     Pane("history", "History", lambda: HistoryPane(id="history-pane"), "#history-table", HistoryPane),
     Pane("log", "Log", _log, "#log", tab_id="log-tab"),  # "log" is the RichLog's own id
 )

@@ -404,3 +404,24 @@ def test_validate_tool_checks_perturbed_inputs_on_the_resident_server(tmp_path, 
     doc = perturbed.structured_content
     assert doc["passed"] is False and doc["verdict"] == "fail" and doc["perturb"] == 3
     assert doc["summary"].startswith("FAIL on 4 inputs of 1 reproducer (1 captured + 3 perturbed)")
+
+
+def test_ncu_tool_profiles_one_launch_and_reuses_the_stored_report(root, tmp_path, monkeypatch):
+    """Issue 15 through MCP, with tests/fixtures/tools/fake_cuda_tool.py as ncu on PATH
+    (it speaks the replay server's protocol; the GPU suite runs the real ncu)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fake_cuda_tool", FIXTURES.parent / "tools" / "fake_cuda_tool.py")
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    bin_dir = fake.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_TOOL_ARGV", str(tmp_path / "argv.json"))
+    monkeypatch.setenv("FAKE_TOOL_MODE", "ok")
+    first, again = call(build_server([root]), ("ncu", {"reproducer": "axpy_small", "warmup": 2}),
+                        ("ncu", {"reproducer": "axpy_small", "warmup": 2}))
+    assert not first.is_error, first.content[0].text
+    doc = first.structured_content
+    assert doc["metrics"]["duration_ns"] == 80256.0 and doc["label"] == "captured cubin" and doc["warmup"] == 2
+    assert Path(doc["report"]).is_file() and any(f["rule"] == "AchievedOccupancy" for f in doc["findings"])
+    assert again.structured_content["created"] == doc["created"]  # reused, not run again

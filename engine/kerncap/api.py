@@ -25,6 +25,7 @@ from kerncap import recompile as _recompile
 from kerncap import sources as _sources
 from kerncap.capture import extract as _extract
 from kerncap.capture import profile as _profile
+from kerncap.capture import profile_table as _profile_table
 from kerncap.capture import run as _run
 from kerncap.core import stack as _stack
 from kerncap.errors import UsageError
@@ -39,13 +40,18 @@ from kerncap.fleet.sweep import SweepEntry, SweepReport
 from kerncap.fleet.tasks import MeasureOptions
 from kerncap.prune import pruner as _pruner
 from kerncap.replay import differential as _differential
+from kerncap.replay import ncu as _ncu
+from kerncap.replay import sanitize as _sanitize
 from kerncap.replay import perturb as _perturb
 from kerncap.replay import significance as _significance
 from kerncap.replay.client import ReplayClient
 from kerncap.replay.differential import DEFAULT_RUNS, TrustReport
+from kerncap.replay.ncu import KEY_METRICS, Metric, NcuResult
 from kerncap.replay.perturb import MAX_PERTURBATIONS, PerturbPlan
 from kerncap.replay.significance import DEFAULT_CONFIDENCE, MIN_ROUNDS, TimingComparison
 from kerncap.replay.pool import ReplayPool
+from kerncap.replay.sanitize import SanitizeResult
+from kerncap.replay.tools import Cancellation, Cancelled
 from kerncap.replay.results import (
     RegionCheck,
     ReplayResult,
@@ -60,31 +66,38 @@ from kerncap.reproducer import pack as _pack
 from kerncap.reproducer import stored as _stored
 from kerncap.reproducer.editable import SourceFile
 from kerncap.reproducer.format import Capture
+from kerncap.reproducer.launches import AppLaunches
 from kerncap.reproducer.pack import PackResult
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.store import Store
 from kerncap.reproducer.stored import HydrateResult, StoreResult
 from kerncap.reproducer.variants import RecompileResult
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
+from kerncap.sources import locate as _locate
 from kerncap.sources.discover import Discovery
+from kerncap.sources.locate import KernelSite
 from kerncap.triton import configs as _configs
 from kerncap.triton import pinned as _pinned
 
 __all__ = [
     # capture side
     "MATCH_MODES", "AppOutput", "ExtractResult", "KernelStat", "ProfileResult", "app_command", "extract",
-    "load_profile", "print_app_output", "profile",
+    "format_profile", "load_profile", "print_app_output", "profile",
     # the reproducer and its storage
     "DEFAULT_WORKSPACE", "Capture", "HydrateResult", "PackResult", "StoreResult", "Workspace", "format_info",
-    "hydrate", "info", "list_reproducers", "open_capture", "pack", "store", "unpack",
+    "hydrate", "info", "list_reproducers", "open_capture", "pack", "store", "unpack", "AppLaunches", "app_launches",
     # sources, recompile, replay, prune
-    "AutotuneConfigs", "Discovery", "PruneReport", "RecompileResult", "RegionCheck", "ReplayClient",
+    "AutotuneConfigs", "Discovery", "KernelSite", "PruneReport", "kernel_site", "RecompileResult", "RegionCheck", "ReplayClient",
     "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",
     "format_validation", "prune", "recompile", "replay", "validate",
     # validation you can trust: determinism, perturbed inputs, interleaved timing with intervals
     "DEFAULT_CONFIDENCE", "DEFAULT_RUNS", "MAX_PERTURBATIONS", "MIN_ROUNDS", "PerturbPlan", "TimingComparison", "TrustOptions",
     "TrustReport", "compare", "compare_variants", "format_comparison", "format_trust_report", "perturb_plan",
     "validate_inputs", "validate_resident",
+    # Nsight Compute and compute-sanitizer on one replayed launch
+    "NCU_SECTIONS", "SANITIZE_TOOLS", "KEY_METRICS", "Cancellation", "Cancelled", "Metric", "NcuResult",
+    "SanitizeResult", "format_metric", "format_metric_change", "format_ncu", "format_ncu_compare",
+    "format_sanitize", "ncu", "sanitize", "stored_ncu", "stored_sanitize",
     # resident replay, editable sources, stacks (MCP server)
     "ReplayPool", "SourceFile", "list_sources", "read_source", "running_stack",
     "stack_differences", "write_source",
@@ -121,6 +134,14 @@ def profile(command: Sequence[str], *, cwd: PathLike | None = None, env: dict[st
     `env` adds to the current environment; `timeout` stops the app after that many seconds
     (the profile then covers what ran). Save the result with `ProfileResult.save(path)`."""
     return _profile.run_profile(command, cwd=cwd, env=env, timeout=timeout, output=output)
+
+
+def format_profile(result: ProfileResult, *, top: int = 20, width: int | None = None, wide: bool = False) -> str:
+    """The table `kerncap profile` prints: the `top` kernels (0: all), every number column
+    in full and the kernel names fitted into `width` (default: the terminal's, 80 in a
+    pipe; `wide`: full names), then a summary line."""
+    lines = _profile_table.format_table(result, top=top, width=width, wide=wide)
+    return "\n".join([*lines, _profile_table.summary_line(result, len(lines) - 1)])
 
 
 def load_profile(path: PathLike) -> ProfileResult:
@@ -163,6 +184,12 @@ def info(path: PathLike, *, verify: bool = False) -> dict[str, Any]:
 def format_info(summary: dict[str, Any]) -> str:
     """The text `kerncap info` prints for a summary from `info()`."""
     return _info.format_summary(summary)
+
+
+def app_launches(reproducer: PathLike) -> AppLaunches | None:
+    """The app's kernels by launches up to the capture, as the capture run counted them
+    (`launches.json`, written by `extract`); None for a reproducer without one."""
+    return AppLaunches.load(reproducer)
 
 
 def list_reproducers(workspace: PathLike = DEFAULT_WORKSPACE, extra: Sequence[PathLike] = (), *,
@@ -212,6 +239,12 @@ def recompile(reproducer: PathLike, config: str | None = None, *, trust: bool = 
     ("num_warps=4,BLOCK=64"). Recorded flags that could run other programs or write
     outside the reproducer raise UntrustedCommand unless `trust` (docs/cli.md)."""
     return _recompile.recompile(reproducer, config, trust=trust)
+
+
+def kernel_site(reproducer: PathLike, kernel: dict[str, Any]) -> KernelSite | None:
+    """Where in `<reproducer>/source/` the captured kernel (the manifest's "kernel":
+    name, demangled) is defined, file and line, or None when it is not found."""
+    return _locate.locate_kernel(Path(reproducer), kernel)
 
 
 @dataclass
@@ -340,6 +373,81 @@ def compare_variants(reproducer: PathLike, cubins: Sequence[PathLike], *, device
 def format_comparison(comparison: TimingComparison) -> str:
     """The text `kerncap replay --compare` prints."""
     return _significance.format_comparison(comparison)
+
+
+# -- Nsight Compute and compute-sanitizer on one replayed launch (issue 15, docs/replay.md) ----
+
+NCU_SECTIONS: tuple[str, ...] = _ncu.DEFAULT_SECTIONS
+NCU_TIMEOUT = _ncu.DEFAULT_TIMEOUT
+SANITIZE_TOOLS: tuple[str, ...] = _sanitize.TOOLS
+SANITIZE_TIMEOUT = _sanitize.DEFAULT_TIMEOUT
+
+
+def ncu(reproducer: PathLike, cubin: PathLike | None = None, *, sections: Sequence[str] | None = None,
+        ncu_set: str | None = None, warmup: int = 3, flush_l2: bool = False, timeout: float = NCU_TIMEOUT,
+        device: int = 0, reuse: bool = False, cancel: Cancellation | None = None,
+        progress: Callable[[str], None] | None = None) -> NcuResult:
+    """Profile one replayed launch of the captured kernel (or the variant `cubin`), after
+    `warmup` launches, with Nsight Compute (`sections`, default NCU_SECTIONS, or a section
+    set `ncu_set`); the report and its key metrics are stored next to the variant. With
+    `reuse`, a stored result of the same cubin bytes and setup is returned instead of a
+    new run. `timeout` seconds kill ncu and its replay (ToolTimeout); `cancel` too
+    (Cancelled)."""
+    options = dict(sections=sections, ncu_set=ncu_set, warmup=warmup, flush_l2=flush_l2, timeout=timeout,
+                   device=device, cancel=cancel, progress=progress)
+    if not reuse:
+        return _ncu.profile(reproducer, cubin, **options)
+    result, reused = _ncu.stored_or_profile(reproducer, cubin, **options)
+    if reused and progress is not None:
+        progress(f"ncu: using the stored report of {result.label} (same cubin bytes and sections)")
+    return result
+
+
+def stored_ncu(reproducer: PathLike, cubin: PathLike | None = None) -> NcuResult | None:
+    """The metrics an earlier `ncu` run stored for this cubin (None: the captured one)."""
+    return _ncu.load_stored(reproducer, cubin)
+
+
+def sanitize(reproducer: PathLike, cubin: PathLike | None = None, *, tool: str = "memcheck",
+             timeout: float = SANITIZE_TIMEOUT, device: int = 0, cancel: Cancellation | None = None,
+             progress: Callable[[str], None] | None = None) -> SanitizeResult:
+    """One validation launch of the captured kernel (or the variant) under
+    compute-sanitizer's `tool` (SANITIZE_TOOLS); errors with their kernel source line where
+    the cubin has line info, host API errors apart. `result.clean` is the verdict; the
+    report is stored next to the variant."""
+    return _sanitize.sanitize(reproducer, cubin, tool=tool, timeout=timeout, device=device, cancel=cancel,
+                              progress=progress)
+
+
+def stored_sanitize(reproducer: PathLike, cubin: PathLike | None = None, tool: str = "memcheck"
+                    ) -> SanitizeResult | None:
+    """What an earlier `sanitize` run with `tool` stored for this cubin, or None."""
+    return _sanitize.load_stored(reproducer, cubin, tool)
+
+
+def format_ncu(result: NcuResult) -> str:
+    """The text `kerncap replay --ncu` prints: key metrics and ncu's top findings."""
+    return _ncu.format_result(result)
+
+
+def format_ncu_compare(a: NcuResult, b: NcuResult) -> str:
+    """Two cubins' key metrics side by side with B's change (`kerncap replay --ncu --compare`)."""
+    return _ncu.format_compare(a, b)
+
+
+def format_metric(key: str, value: float | None) -> str:
+    """One key metric (KEY_METRICS) in its unit."""
+    return _ncu.format_value(key, value)
+
+
+def format_metric_change(key: str, a: float | None, b: float | None) -> str:
+    """B's change against A for one key metric."""
+    return _ncu.format_delta(key, a, b)
+
+
+def format_sanitize(result: SanitizeResult) -> str:
+    """The text `kerncap validate --sanitize` prints."""
+    return _sanitize.format_result(result)
 
 
 # -- prune ------------------------------------------------------------------------------------

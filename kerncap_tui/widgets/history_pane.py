@@ -1,6 +1,7 @@
 """Timing history: every variant against the baseline (bar, median, speedup with its
-confidence interval or "within noise", what the validation covered); diff any two,
-restore any one."""
+confidence interval or "within noise", what the validation covered, and Nsight Compute /
+compute-sanitizer results once measured); diff any two (sources or metrics), restore
+any one, profile or sanitize one; a plot of the medians once there are a few."""
 
 from __future__ import annotations
 
@@ -10,28 +11,14 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from kerncap_tui.charts import bar, interval_text, speedup_text
+from kerncap_tui import variant_inspect as VI
+from kerncap_tui.charts import bar, interval_text, speedup_cells, speedup_text
+from kerncap_tui.widgets.history_plot import HistoryPlot
 
 BAR_WIDTH = 16
 VALIDATION_STYLE = {"pass": ("✓ pass", "green"), "fail": ("✗ FAIL", "bold red"),
                     "inconclusive": ("? inconclusive", "yellow"), "error": ("! error", "yellow"),
                     "skipped": ("– skipped", "dim")}
-
-
-def speedup_cells(history, v) -> tuple[Text, Text]:
-    """The speedup and interval cells: a number only when the interval excludes 1.0,
-    "within noise" otherwise; records without an interval show the bare ratio dimmed."""
-    if v.id == 0:
-        return Text("—", style="dim"), Text("")
-    s = history.speedup(v)
-    if s is None:
-        return Text("—", style="dim"), Text("")
-    if not history.has_interval(v):
-        return Text(f"({speedup_text(s)})", style="dim"), Text("no interval", style="dim")
-    span = interval_text(v.speedup_low, v.speedup_high)
-    if not v.significant:
-        return Text("within noise", style="dim"), Text(span, style="dim")
-    return Text(speedup_text(s), style="bold green" if v.speedup_low > 1.0 else "bold red"), Text(span)
 
 
 def speedup_phrase(v) -> str:
@@ -59,32 +46,60 @@ class HistoryPane(Vertical):
         Binding("space", "mark", "Mark", id="history.mark"),
         Binding("d", "diff", "Diff", id="history.diff"),
         Binding("ctrl+r", "restore", "Restore", id="history.restore"),
+        # In the status line and the palette, not the footer: at 80 columns it must keep `q Quit`.
+        Binding("n", "ncu", "Nsight Compute", id="history.ncu", show=False),
+        Binding("k", "sanitize", "Sanitize", id="history.sanitize", show=False),
+        Binding("m", "metrics_diff", "Metrics diff", id="history.metrics-diff", show=False),
+        Binding("c", "cancel_tool", "Cancel tool", id="history.cancel", show=False),
     ]
+    BASE_COLUMNS = ("", "variant", "median ms", "time vs baseline", "speedup", "interval", "valid", "commit")
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.history = None
         self.marked: int | None = None
+        self.inspect: dict[int, VI.VariantInspect] = {}
+        self._extra: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+        yield HistoryPlot(id="history-plot")
         yield Static("", id="history-status", classes="status")
 
     def on_mount(self) -> None:
-        t = self.query_one(DataTable)
-        for label in ("", "variant", "median ms", "time vs baseline", "speedup", "interval", "valid", "commit"):
-            t.add_column(label, key=label or "mark")
+        self._columns(())
 
-    def show(self, history) -> None:
+    def _columns(self, extra: tuple[str, ...]) -> None:
+        """The base columns, then the tool columns that have a value in some variant."""
+        t = self.query_one(DataTable)
+        t.clear(columns=True)
+        for label in self.BASE_COLUMNS + extra:
+            t.add_column(label, key=label or "mark")
+        self._extra = extra
+
+    def show(self, history, inspect: dict | None = None) -> None:
         self.history = history
+        if inspect is not None:
+            self.inspect = inspect
+        extra = (tuple(h for _, h in VI.METRIC_COLUMNS) if any(i.ncu for i in self.inspect.values()) else ()) + (
+            ("sanitizer",) if any(i.sanitize for i in self.inspect.values()) else ())
         t = self.query_one(DataTable)
         cursor = t.cursor_row
+        if extra != self._extra:
+            self._columns(extra)
         t.clear()
         variants = history.variants if history else []
         timed = [v.median_ms for v in variants if v.median_ms]
         scale = max(timed) if timed else 0.0
         for v in variants:
             speedup, interval = speedup_cells(history, v)
+            info = self.inspect.get(v.id)
+            tools = []
+            if any(h in extra for _, h in VI.METRIC_COLUMNS):
+                metrics = info.ncu.metrics if info and info.ncu else {}
+                tools += [VI.metric_cell(key, metrics.get(key)) if metrics else "" for key, _ in VI.METRIC_COLUMNS]
+            if "sanitizer" in extra:
+                tools.append(VI.sanitize_cell(info))
             t.add_row(
                 "●" if v.id == self.marked else " ",
                 Text(v.label, style="bold" if v.id == 0 else ""),
@@ -94,6 +109,7 @@ class HistoryPane(Vertical):
                 interval,
                 validation_cell(v),
                 (v.commit or "")[:8],
+                *tools,
                 key=str(v.id),
             )
         if variants:
@@ -108,7 +124,9 @@ class HistoryPane(Vertical):
                 summary += " · none significantly faster"
             if any(v.id and not history.has_interval(v) for v in variants):
                 summary += " · (…): no interval"
-        self.query_one("#history-status", Static).update(summary + " · space mark · d diff · ctrl+r restore")
+        self.query_one("#history-status", Static).update(
+            summary + " · space mark · d diff · m metrics diff · n ncu · k sanitize · ctrl+r restore")
+        self.query_one(HistoryPlot).show(variants)
 
     def selected(self):
         t = self.query_one(DataTable)
@@ -137,3 +155,28 @@ class HistoryPane(Vertical):
         v = self.selected()
         if v is not None:
             self.app.restore_variant(v)
+
+    # -- Nsight Compute / compute-sanitizer (kerncap_tui.inspect_actions) -------------------
+    def action_ncu(self) -> None:
+        v = self.selected()
+        if v is not None:
+            self.app.run_ncu(v)
+
+    def action_sanitize(self) -> None:
+        v = self.selected()
+        if v is not None:
+            self.app.run_sanitize(v)
+
+    def action_cancel_tool(self) -> None:
+        self.app.cancel_tool()
+
+    def action_metrics_diff(self) -> None:
+        v = self.selected()
+        if v is None:
+            return
+        other = self.history.get(self.marked) if self.marked is not None else self.history.baseline
+        if other is None or other.id == v.id:
+            self.app.notify("mark another variant with space (or record a baseline) to compare metrics with",
+                            title="history")
+            return
+        self.app.show_metrics_diff(other, v)

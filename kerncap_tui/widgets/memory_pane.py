@@ -1,6 +1,7 @@
-"""Memory-region map: regions by address (flags: referenced by an argument, written by
-the kernel, all zero, unchanged) and module globals; the selected one shows typed
-pre/post/difference values of its first few KB."""
+"""Memory-region map: the address space drawn to scale (kerncap_tui.widgets.memory_map,
+zoomable around the selected region), regions by address (flags: referenced by an
+argument, written by the kernel, all zero, unchanged) and module globals; the selected
+one shows typed pre/post/difference values of its first few KB."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ from textual.widgets import DataTable, Label, Select, Static
 from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError
 from kerncap_tui import regions as R
+from kerncap_tui.widgets.memory_map import MemoryMap
 
 
 class MemoryPane(Vertical):
-    BINDINGS = [Binding("t", "next_dtype", "Dtype", id="memory.dtype")]
+    BINDINGS = [
+        Binding("t", "next_dtype", "Dtype", id="memory.dtype"),
+        Binding("plus,equals_sign", "zoom_in", "Zoom in", id="memory.zoom-in"),
+        Binding("minus", "zoom_out", "Zoom out", id="memory.zoom-out"),
+        Binding("0", "zoom_fit", "Fit map", id="memory.zoom-fit", show=False),  # palette: the footer keeps q Quit
+    ]
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -27,6 +34,7 @@ class MemoryPane(Vertical):
         self.dtype = "float32"
 
     def compose(self) -> ComposeResult:
+        yield MemoryMap(id="memory-map")
         yield DataTable(id="region-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="value-bar"):
             yield Label("", id="value-title")
@@ -49,6 +57,7 @@ class MemoryPane(Vertical):
         self.rows = {row.key: row for row in R.map_rows(capture)}
         for row in self.rows.values():
             t.add_row(row.flags, row.label, f"0x{row.base:x}", human_bytes(row.size), row.kind, key=row.key)
+        self.query_one(MemoryMap).show(list(self.rows.values()))
         if self.rows:
             self.select(next(iter(self.rows)))
 
@@ -58,6 +67,7 @@ class MemoryPane(Vertical):
 
     def select(self, key: str) -> None:
         self.selected = key
+        self.query_one(MemoryMap).focus_key = key
         self.load_values(key, self.dtype)
 
     @work(thread=True, exclusive=True, group="memory-preview")
@@ -96,6 +106,15 @@ class MemoryPane(Vertical):
             self.dtype = event.value
             if self.selected:
                 self.load_values(self.selected, self.dtype)
+
+    def action_zoom_in(self) -> None:
+        self.query_one(MemoryMap).zoom_in()
+
+    def action_zoom_out(self) -> None:
+        self.query_one(MemoryMap).zoom_out()
+
+    def action_zoom_fit(self) -> None:
+        self.query_one(MemoryMap).zoom_fit()
 
     def action_next_dtype(self) -> None:
         names = list(R.DTYPES)

@@ -1,7 +1,11 @@
 """Profile ranking: kernels by total GPU time, sortable by any column, filtered by name.
-Enter on a kernel asks the app to extract it."""
+Enter on a kernel asks the app to extract it. The captured kernel is marked. A
+reproducer without a profile shows the app's launch counts up to the capture instead
+(launches.json, recorded by `kerncap extract`: counts, no times)."""
 
 from __future__ import annotations
+
+from rich.text import Text
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -28,6 +32,12 @@ COLUMNS = [
     ("grid", "grid", lambda k: (format_dim(k.grid, sep="×", trim=False), str(k.grid))),
     ("block", "block", lambda k: (format_dim(k.block, sep="×", trim=False), str(k.block))),
 ]
+# The capture run's launch counts (kerncap.api.AppLaunches): no times.
+LAUNCH_COLUMNS = [
+    ("calls", "launches", lambda k: (f"{k.calls:,}", k.calls)),
+    ("kernel", "kernel", lambda k: (k.name, k.name.lower())),
+]
+CAPTURED_STYLE = "bold reverse"
 
 
 class ProfilePane(Vertical):
@@ -43,6 +53,9 @@ class ProfilePane(Vertical):
         self.kernels: list = []
         self.sort_column = "total"
         self.sort_reverse = True
+        self.columns = COLUMNS
+        self.captured: set[str] = set()  # names (mangled and demangled) of the captured kernel
+        self.note = ""
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="/ filter kernels (substring)", id="profile-filter", compact=True)
@@ -50,20 +63,40 @@ class ProfilePane(Vertical):
         yield Static("", id="profile-status", classes="status")
 
     def on_mount(self) -> None:
+        self._use_columns(COLUMNS, "total")
+
+    def _use_columns(self, columns: list, sort: str) -> None:
         table = self.query_one(DataTable)
-        for key, label, _ in COLUMNS:
+        table.clear(columns=True)
+        for key, label, _ in columns:
             table.add_column(label, key=key)
+        self.columns, self.sort_column, self.sort_reverse = columns, sort, True
 
     def show(self, kernels: list, note: str = "") -> None:
+        if self.columns is not COLUMNS:
+            self._use_columns(COLUMNS, "total")
         self.kernels = list(kernels)
+        self.note = note
         self.refill()
-        if note:
-            self.query_one("#profile-status", Static).update(note)
+
+    def show_launches(self, launches) -> None:
+        """The capture run's ranking by launches (kerncap.api.AppLaunches)."""
+        if self.columns is not LAUNCH_COLUMNS:
+            self._use_columns(LAUNCH_COLUMNS, "calls")
+        self.kernels = list(launches.kernels)
+        self.captured |= {k.name for k in launches.kernels if k.captured}
+        self.note = (f"capture run: {launches.launches:,} launches in {launches.processes} process(es); "
+                     f"{launches.note}")
+        self.refill()
 
     def show_message(self, text: str) -> None:
         self.kernels = []
+        self.note = ""
         self.refill()
         self.query_one("#profile-status", Static).update(text)
+
+    def _is_captured(self, k) -> bool:
+        return k.name in self.captured or (getattr(k, "demangled", "") or "") in self.captured
 
     def refill(self) -> None:
         table = self.query_one(DataTable)
@@ -71,15 +104,21 @@ class ProfilePane(Vertical):
         table.clear()
         shown = [
             (i, k) for i, k in enumerate(self.kernels)
-            if needle in k.name.lower() or needle in (k.demangled or "").lower()
+            if needle in k.name.lower() or needle in (getattr(k, "demangled", "") or "").lower()
         ]
-        sort_index = [c[0] for c in COLUMNS].index(self.sort_column)
-        shown.sort(key=lambda ik: COLUMNS[sort_index][2](ik[1])[1], reverse=self.sort_reverse)
+        sort_index = [c[0] for c in self.columns].index(self.sort_column)
+        shown.sort(key=lambda ik: self.columns[sort_index][2](ik[1])[1], reverse=self.sort_reverse)
         for i, k in shown:  # keyed by position: a profile may list one name twice (template instances)
-            table.add_row(*(fn(k)[0] for _, _, fn in COLUMNS), key=str(i))
+            cells = [fn(k)[0] for _, _, fn in self.columns]
+            if self._is_captured(k):
+                at = [c[0] for c in self.columns].index("kernel")
+                cells[at] = Text(f"▶ {cells[at]}", style=CAPTURED_STYLE)
+            table.add_row(*cells, key=str(i))
         arrow = "↓" if self.sort_reverse else "↑"
+        marked = " · ▶ captured" if any(self._is_captured(k) for k in self.kernels) else ""
         self.query_one("#profile-status", Static).update(
-            f"{len(shown)}/{len(self.kernels)} kernels · sorted by {self.sort_column} {arrow} · enter/x: extract"
+            f"{len(shown)}/{len(self.kernels)} kernels · sorted by {self.sort_column} {arrow}{marked} · enter/x: extract"
+            + (f" · {self.note}" if self.note else "")
         )
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -101,7 +140,7 @@ class ProfilePane(Vertical):
         self.query_one(Input).focus()
 
     def action_sort_next(self) -> None:
-        keys = [c[0] for c in COLUMNS]
+        keys = [c[0] for c in self.columns]
         self.sort_column = keys[(keys.index(self.sort_column) + 1) % len(keys)]
         self.sort_reverse = self.sort_column != "kernel"
         self.refill()

@@ -117,6 +117,19 @@ class SourcePane(Horizontal):
             return
         self.open_file(self.path)
 
+    def open_at(self, path: Path, line: int) -> None:
+        """Open `path` with the cursor on `line` (1-based), scrolled into the middle."""
+        if self.path != path:
+            self.open_file(path)
+        if self.path == path:
+            editor = self.query_one(TextArea)
+            editor.move_cursor((max(line - 1, 0), 0), center=True)
+            self.query_one("#editor-title", Label).update(
+                f"{self._rel(path)}:{line} (the captured kernel) · ctrl+s save → rebuild · ctrl+o $EDITOR")
+
+    def _rel(self, path: Path):
+        return path.relative_to(self.source_dir) if self.source_dir and path.is_relative_to(self.source_dir) else path
+
     def reload_if_open(self, path: Path) -> None:
         """After a restore from history, show the restored text (unless the user is mid-edit)."""
         if self.path and path == self.path:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cubin_elf.hpp"
 #include "func_attributes.hpp"
 
 namespace kc::replay {
@@ -67,14 +68,35 @@ void LaunchConfig::launch(CUfunction f, CUstream s) {
 // ---------------------------------------------------------------------------
 namespace {
 
+// How many parameters the image's .nv.info says the kernel takes (EIATTR_KPARAM_INFO),
+// or -1 when the image is no cubin we can read (e.g. a fatbin) or lacks the kernel.
+long cubin_param_count(const std::string& image, const std::string& kernel) {
+  try {
+    const kc::Cubin cubin = kc::Cubin::parse(image.data(), image.size(), /*copy=*/false);
+    if (!cubin.has_function(kernel)) return -1;
+    return static_cast<long>(cubin.kernel_info(kernel).params.size());
+  } catch (const kc::ElfError&) {
+    return -1;
+  }
+}
+
 // Returns a note instead of checking when the driver cannot report the layout.
-std::string check_param_layout(CUfunction f, const LaunchSpec& spec, const std::string& label) {
+//
+// Only indices the kernel has are asked for when the cubin's count agrees with the
+// capture: probing one past the last parameter fails by design (CUDA_ERROR_INVALID_VALUE),
+// and compute-sanitizer reports every failing API call as a host error, so the common
+// path must make none. The driver stays the authority: when the cubin's count is unknown
+// or disagrees, the probe decides (and its last, failing call is expected).
+std::string check_param_layout(CUfunction f, const LaunchSpec& spec, const std::string& label,
+                               long cubin_count) {
   const std::string head = "variant " + label + ": the parameters of " + spec.kernel_name + " differ from the capture: ";
+  const bool bounded = cubin_count >= 0 && static_cast<size_t>(cubin_count) == spec.params.size();
   size_t count = 0;
   for (;; ++count) {
+    if (bounded && count == spec.params.size()) break;
     size_t offset = 0, size = 0;
     CUresult r = KC_CU(cuFuncGetParamInfo)(f, count, &offset, &size);
-    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (r == CUDA_ERROR_INVALID_VALUE && !bounded) break;  // past the last parameter
     if (r != CUDA_SUCCESS && count == 0)
       return "parameter layout of " + label + " not checked: cuFuncGetParamInfo failed: " + cu_error_string(r);
     check(r, "cuFuncGetParamInfo", "parameter " + std::to_string(count) + " of " + spec.kernel_name);
@@ -100,7 +122,8 @@ LoadedKernel::LoadedKernel(const std::string& image, const std::string& label, c
   CUresult r = KC_CU(cuModuleGetFunction)(&func_, module_.get(), spec.kernel_name.c_str());
   if (r == CUDA_ERROR_NOT_FOUND) throw Error("variant", "variant " + label + " has no kernel " + spec.kernel_name);
   check(r, "cuModuleGetFunction", spec.kernel_name + " in " + label);
-  if (std::string note = check_param_layout(func_, spec, label); !note.empty()) notes_.push_back(note);
+  if (std::string note = check_param_layout(func_, spec, label, cubin_param_count(image, spec.kernel_name));
+      !note.empty()) notes_.push_back(note);
   for (const auto& [name, size] : globals) {
     CUdeviceptr p = 0;
     size_t got = 0;

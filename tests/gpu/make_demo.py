@@ -1,12 +1,14 @@
 """Make the workbench's bundled demo and the CPU tests' capture fixtures on the GPU
 machine (real H200 captures, small):
 
-    python3 tests/gpu/make_demo.py --build BUILD_DIR_OF_TESTAPPS --out DIR
+    python3 tests/gpu/make_demo.py --build BUILD_DIR_OF_TESTAPPS --out DIR [--inspect]
 
 Writes DIR/demo.tgz holding reproducer/ (the smooth kernel with its source, a profile
 and three recorded variants; its git history and ignore file shipped as dot-git/ and dot-gitignore) and
 fixtures/axpy_small/ (an in-place axpy reproducer). Unpack into kerncap_tui/demo/ and
-tests/fixtures/captures/ respectively.
+tests/fixtures/captures/ respectively. The reproducer now carries launches.json (extract
+writes it); --inspect adds each variant's ncu metrics and memcheck verdict (needs ncu and
+compute-sanitizer; the TUI snapshots then need --snapshot-update).
 """
 
 from __future__ import annotations
@@ -40,10 +42,27 @@ def record(history, replay, repro: Path, cubin: Path | None, note: str, build_se
                           **fields)
 
 
+def inspect_variants(repro: Path, history) -> None:
+    """ncu metrics and a memcheck verdict per variant, stored as the workbench reads them."""
+    from kerncap.replay import ncu, sanitize
+
+    for v in history.variants:
+        cubin = None if v.id == 0 else repro / v.cubin
+        r = ncu.profile(repro, cubin, timeout=300)
+        print(v.label, "ncu", {k: round(x, 2) if x is not None else None for k, x in r.metrics.items()})
+        s = sanitize.sanitize(repro, cubin, timeout=300)
+        print(v.label, "memcheck", "clean" if s.clean else f"{len(s.errors)} errors")
+    for leftover in (*repro.glob("variants/*.ncu-rep"), *repro.glob("variants/*.log")):
+        leftover.unlink()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--inspect", action="store_true",
+                    help="also store Nsight Compute metrics and a memcheck verdict for each variant (the History "
+                         "columns; the .ncu-rep reports and logs are left out to keep the demo small)")
     args = ap.parse_args()
     from kerncap.capture.extract import extract
     from kerncap.capture.profile import run_profile
@@ -77,6 +96,8 @@ def main() -> int:
     finally:
         rc.close()
     history.restore(fast)
+    if args.inspect:
+        inspect_variants(repro, history)
     (repro / ".git").rename(repro / "dot-git")  # kerncap_tui.demo.materialize() renames both back
     (repro / ".gitignore").rename(repro / "dot-gitignore")
 

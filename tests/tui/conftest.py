@@ -7,7 +7,7 @@ import pytest
 
 from kerncap_tui import demo
 
-WORKBENCH_GROUPS = {"profile", "git", "build", "memory-preview", "extract"}
+WORKBENCH_GROUPS = {"profile", "git", "build", "memory-preview", "extract", "inspect-load", "source-locate", "inspect"}
 
 
 async def _settle(pilot) -> None:

@@ -58,7 +58,8 @@ def test_history_commits_diffs_and_restores(tmp_path):
 
 
 def test_history_names_only_a_significant_variant_as_best(tmp_path):
-    from kerncap_tui.widgets.history_pane import speedup_cells, speedup_phrase, validation_cell
+    from kerncap_tui.charts import speedup_cells
+    from kerncap_tui.widgets.history_pane import speedup_phrase, validation_cell
 
     src = tmp_path / "source"
     src.mkdir()
@@ -88,7 +89,7 @@ def test_history_names_only_a_significant_variant_as_best(tmp_path):
 
 def test_old_history_records_show_no_interval():
     from kerncap_tui import demo
-    from kerncap_tui.widgets.history_pane import speedup_cells
+    from kerncap_tui.charts import speedup_cells
 
     h = History.load(demo.demo_path())
     v1 = h.get(1)

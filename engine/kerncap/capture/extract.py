@@ -38,6 +38,7 @@ from kerncap.core.units import short_kernel_name
 from kerncap.errors import KerncapError, UsageError
 from kerncap.prune.pruner import prune_reproducer
 from kerncap.reproducer.format import Capture
+from kerncap.reproducer.launches import AppLaunches
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.sources import attach_sources
 from kerncap.triton import attach_triton
@@ -126,14 +127,15 @@ def extract(
         manifest = run_dir / "capture" / "manifest.json"
         outcome = run_app(
             command, env=app_env, cwd=cwd, timeout=timeout, output=output_sink,
-            stop_when=None if keep_running else manifest.is_file,
+            stop_when=None if keep_running else _capture_written(run_dir),
         )
         procs = read_reports(run_dir, "proc")
         if not manifest.is_file():
             raise diagnose_failure(kernel, match, dispatch, procs, outcome, run_dir, timeout)
 
         try:
-            result = _assemble(kernel, match, dispatch, command, output, run_dir, source_dir, build_dir, force, env)
+            result = _assemble(kernel, match, dispatch, command, output, run_dir, source_dir, build_dir, force, env,
+                               procs)
         except OSError as exc:
             raise KerncapError(
                 f"the capture succeeded but the reproducer {output} could not be written: "
@@ -154,6 +156,33 @@ def extract(
     if prune:
         _prune(result)
     return result
+
+
+# How long to wait, once the manifest is there, for the capturing process's own report
+# (it writes proc-<pid>.json right after the manifest, then exits).
+PROC_REPORT_GRACE_S = 2.0
+
+
+def _capture_written(run_dir: Path):
+    """stop_when for run_app: the capture is complete and the capturing process has written
+    its proc-<pid>.json (its launch counts go into launches.json), or a grace period passed."""
+    manifest = run_dir / "capture" / "manifest.json"
+    seen_at: list[float] = []
+
+    def done() -> bool:
+        if not manifest.is_file():
+            return False
+        if not seen_at:
+            seen_at.append(time.monotonic())
+        try:
+            pid = int((run_dir / "capture.lock").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pid = None
+        if pid is not None and (run_dir / f"proc-{pid}.json").is_file():
+            return True
+        return time.monotonic() - seen_at[0] >= PROC_REPORT_GRACE_S
+
+    return done
 
 
 def _prune(result: ExtractResult) -> None:
@@ -230,7 +259,7 @@ def _remove_empty(dirs: list[Path]) -> None:
 
 def _assemble(
     kernel: str, match: str, dispatch: int, command: list[str], output: Path, run_dir: Path,
-    source_dir, build_dir, force: bool, env: dict[str, str] | None = None,
+    source_dir, build_dir, force: bool, env: dict[str, str] | None = None, procs: list[dict] | None = None,
 ) -> ExtractResult:
     stage = run_dir / "reproducer"
     stage.mkdir()
@@ -263,6 +292,11 @@ def _assemble(
     tmp = stage / ".reproducer.json.tmp"
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     os.replace(tmp, stage / "reproducer.json")
+    if procs:
+        kernel_name = capture.kernel.get("demangled") or capture.kernel.get("name") or ""
+        launches = AppLaunches.from_reports(procs, kernel_name, command)
+        if launches.kernels:  # an older capture library reports no kernels_seen
+            launches.save(stage)
 
     if output.exists():
         if force:

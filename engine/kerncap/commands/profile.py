@@ -7,11 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from kerncap import api
-from kerncap.core.units import format_dim, short_kernel_name
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: kerncap profile --top 10 -- python train.py --steps 5",
     )
     p.add_argument("--json", action="store_true", help="print the profile as JSON instead of a table")
+    p.add_argument("--wide", action="store_true",
+                   help="full kernel names in the table (by default they are shortened to fit the terminal, "
+                        "80 columns in a pipe; every number column is always shown)")
     p.add_argument("--output", "-o", type=Path, metavar="FILE", help="save the profile JSON here")
     p.add_argument("--workspace", type=Path, default=api.DEFAULT_WORKSPACE, metavar="DIR",
                    help="where profiles are saved by default (default: %(default)s)")
@@ -43,7 +42,7 @@ def handle(args: argparse.Namespace) -> int:
         print()
         print(f"kerncap: profile saved to {path}", file=sys.stderr)
     else:
-        print_table(result, top=args.top)
+        print_table(result, top=args.top, wide=args.wide)
         print(f"profile saved to {path}")
     for w in result.warnings:
         print(f"kerncap profile: warning: {w}", file=sys.stderr)
@@ -54,27 +53,6 @@ def _app_output_to_stderr(stream: str, data: bytes) -> None:
     api.print_app_output("stderr", data)
 
 
-def print_table(result: api.ProfileResult, *, top: int = 20, file=None) -> None:
-    console = Console(file=file or sys.stdout)
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("#", justify="right", style="dim")
-    table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=72)
-    for col in ("calls", "total ms", "%", "avg µs", "min µs", "max µs"):
-        table.add_column(col, justify="right")
-    table.add_column("grid", justify="right")
-    table.add_column("block", justify="right")
-    shown = result.kernels if top <= 0 else result.kernels[:top]
-    for rank, k in enumerate(shown, 1):
-        table.add_row(
-            str(rank), short_kernel_name(k.display_name, 72), f"{k.calls:,}", f"{k.total_ns / 1e6:,.3f}",
-            f"{k.percent:.1f}", f"{k.avg_ns / 1e3:,.2f}", f"{k.min_ns / 1e3:,.2f}", f"{k.max_ns / 1e3:,.2f}",
-            format_dim(k.grid), format_dim(k.block),
-        )
-    console.print(table)
-    hidden = len(result.kernels) - len(shown)
-    more = f" ({hidden} more not shown; --top 0 shows all)" if hidden > 0 else ""
-    console.print(
-        f"{len(result.kernels)} kernels, {result.dispatches:,} dispatches in {result.processes} process(es), "
-        f"{result.total_ns / 1e6:,.3f} ms of GPU time; the app ran {result.wall_seconds:.1f} s{more}",
-        highlight=False,
-    )
+def print_table(result: api.ProfileResult, *, top: int = 20, file=None, width: int | None = None,
+                wide: bool = False) -> None:
+    print(api.format_profile(result, top=top, width=width, wide=wide), file=file or sys.stdout)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from kerncap import api
+from kerncap.commands import inspect_tools
 from kerncap.errors import KerncapError, UsageError
 
 
@@ -63,9 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flush-l2", action="store_true",
                    help="cold L2: evict it before every launch (outside the timing)")
     c = p.add_argument_group("comparing variants (docs/replay.md)")
-    c.add_argument("--compare", type=Path, nargs="+", metavar="CUBIN",
+    c.add_argument("--compare", nargs="+", metavar="CUBIN",
                    help="time these variants interleaved with the captured cubin; report each speedup with a "
-                        "bootstrap confidence interval, or 'within noise' when it contains 1.0")
+                        "bootstrap confidence interval, or 'within noise' when it contains 1.0. With --ncu: "
+                        "exactly two, A B (a cubin, or `captured`), their metrics side by side with B's change")
     c.add_argument("--rounds", type=positive_int, default=30, metavar="R",
                    help=f"interleaved rounds (30, at least {api.MIN_ROUNDS})")
     c.add_argument("--min-time", type=non_negative_float, default=0.0, metavar="S",
@@ -76,10 +78,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"confidence of the intervals ({api.DEFAULT_CONFIDENCE:g})")
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    inspect_tools.add_ncu_arguments(p)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.ncu:
+        return inspect_tools.handle_ncu(args)
+    inspect_tools.check_tool_flags(args, "--ncu")
     if args.compare:
         return handle_compare(args)
     check_cubin(args.cubin)
@@ -93,9 +99,10 @@ def handle_compare(args: argparse.Namespace) -> int:
     if args.cubin is not None:
         raise UsageError("--cubin and --compare do not go together",
                          "list every variant after --compare (the captured cubin is always included)")
-    for cubin in args.compare:
+    cubins = [Path(c) for c in args.compare if c not in inspect_tools.BASELINE_NAMES]  # always the baseline
+    for cubin in cubins:
         check_cubin(cubin)
-    result = api.compare_variants(args.path, args.compare, rounds=args.rounds,
+    result = api.compare_variants(args.path, cubins, rounds=args.rounds,
                                   iterations=10 if args.iterations is None else args.iterations,
                                   warmup=2 if args.warmup is None else args.warmup, flush_l2=args.flush_l2,
                                   min_seconds=args.min_time, max_seconds=args.max_time, confidence=args.confidence,

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from kerncap import api
+from kerncap.commands import inspect_tools
 from kerncap.commands.replay import check_cubin, non_negative_float, non_negative_int, positive_int
 from kerncap.core import dtypes
 from kerncap.errors import KerncapError
@@ -63,11 +64,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "check)")
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    inspect_tools.add_sanitize_arguments(p)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     check_cubin(args.cubin)
+    if args.sanitize:
+        return inspect_tools.handle_sanitize(args)
+    inspect_tools.check_tool_flags(args, "--sanitize")
     per_region = dict(args.region_dtype)
     dtype = args.dtype
     if per_region and dtype is None and args.atol is None and args.rtol is None:

@@ -4,6 +4,7 @@ One place, so every front end prints a size or a name the same way."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -48,21 +49,45 @@ def short_kernel_name(name: str, width: int = 64) -> str:
                 break
     if s.startswith("void "):
         s = s[5:]
+    return cut_middle(collapse_templates(s, keep=1), width)
+
+
+def collapse_templates(name: str, keep: int = 1) -> str:
+    """Template arguments below nesting depth `keep` replaced by `…`:
+    keep=1: `a<b<c>, d>` -> `a<b<…>, d>`; keep=0: -> `a<…>`."""
     out, depth = [], 0
-    for ch in s:
+    for ch in name:
         if ch == "<":
             depth += 1
-            if depth == 2:
+            if depth == keep + 1:
                 out.append("<…")
                 continue
         elif ch == ">":
             depth -= 1
-            if depth == 1:
+            if depth == keep:
                 out.append(">")
                 continue
-        if depth < 2:
+        if depth <= keep:
             out.append(ch)
-    s = "".join(out)
+    return "".join(out)
+
+
+def _last_component(name: str) -> str:
+    """`at::native::(anonymous namespace)::k<…>` -> `k<…>` (split outside template brackets)."""
+    parts = re.split(r"::(?![^<]*>)", name)
+    return parts[-1] if parts[-1] else name
+
+
+def fit_kernel_name(name: str, width: int) -> str:
+    """A demangled (or plain) kernel name in at most `width` characters. Real PyTorch /
+    cuBLAS / cuDNN names run to hundreds of characters; they lose, in this order, the
+    argument list and return type, nested then all template arguments, the namespaces,
+    then their middle."""
+    s = short_kernel_name(name, width=10**6)
+    for step in (lambda n: collapse_templates(n, keep=0), _last_component):
+        if len(s) <= width:
+            return s
+        s = step(s)
     return cut_middle(s, width)
 
 
@@ -70,7 +95,7 @@ def cut_middle(text: str, width: int) -> str:
     """`text` cut to `width` characters by an ellipsis two thirds of the way along."""
     if len(text) <= width:
         return text
-    keep = width - 1
+    keep = max(width - 1, 1)
     return text[: keep - keep // 3] + "…" + text[len(text) - keep // 3 :]
 
 

@@ -45,7 +45,8 @@ DEFAULT_APP_TIMEOUT_S = 900.0
 INSTRUCTIONS = """kerncap pulls one GPU kernel dispatch out of a CUDA application into a reproducer directory
 that replays it at its original addresses. Loop: `info` a reproducer, `list_sources`, `read_source`,
 `write_source` an edit, `recompile` (Triton: optional `config` pins), `validate` the new cubin (byte-exact unless
-atol/rtol), `compare` its timing with the captured cubin. `profile` and `extract` run the application itself.
+atol/rtol; `perturb` K also on K perturbed inputs), `compare` its timing with the captured cubin
+(a speedup with its confidence interval), `ncu` for Nsight Compute's metrics of a launch. `profile` and `extract` run the application itself.
 Paths must lie under the server's roots; relative paths are taken from the first root."""
 
 # Argument types shared by the tools (module level: the SDK evaluates the annotations here).
@@ -142,9 +143,10 @@ class KerncapMCP:
         self.pool = api.ReplayPool(max_resident=max_resident, timeout=replay_timeout, server_cmd=replay_server_cmd)
 
     async def blocking(self, ctx: Context | None, label: str, fn: Callable[[], T], *,
-                       reproducer: Path | None = None) -> T:
+                       reproducer: Path | None = None, on_cancel: Callable[[], None] | None = None) -> T:
         """Run fn in a worker thread, reporting progress every second. If the request is
-        cancelled (or the client goes away) a replay in flight on `reproducer` is killed."""
+        cancelled (or the client goes away) a replay in flight on `reproducer` is killed
+        and `on_cancel` is called (a tool run's Cancellation)."""
         start = time.monotonic()
         done = anyio.Event()
 
@@ -172,6 +174,8 @@ class KerncapMCP:
         except anyio.get_cancelled_exc_class():
             if reproducer is not None:
                 self.pool.kill(reproducer)
+            if on_cancel is not None:
+                on_cancel()
             raise
         if failure is not None:
             raise failure
@@ -407,6 +411,34 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         result = await state.blocking(ctx, "compare", lambda: state.pool.run(repro, lambda rc: api.compare(
             rc, variants, iterations=iterations, rounds=rounds, warmup=warmup, flush_l2=flush_l2,
             min_seconds=min_time_s, max_seconds=max_time_s, confidence=confidence)), reproducer=repro)
+        return result.to_dict()
+
+    @server.tool()
+    @kerncap_tool
+    async def ncu(ctx: Context, reproducer: Reproducer, cubin: Cubin = None,
+                  sections: Annotated[list[str] | None, Field(description=(
+                      "ncu sections to collect (default SpeedOfLight, LaunchStats, Occupancy, "
+                      "MemoryWorkloadAnalysis)"))] = None,
+                  ncu_set: Annotated[str | None, Field(description="a section set instead (basic; full is slow)")] = None,
+                  warmup: Annotated[int, Field(ge=0, le=10000, description="launches before the profiled one")] = 3,
+                  flush_l2: Annotated[bool, Field(description="cold L2 for the profiled launch")] = False,
+                  reuse: Annotated[bool, Field(description=(
+                      "return the stored result of an earlier run on the same cubin bytes and setup"))] = True,
+                  timeout_s: Annotated[float, Field(gt=0, description="kill ncu and its replay after this long")]
+                  = api.NCU_TIMEOUT,
+                  ) -> dict[str, Any]:
+        """Nsight Compute on one replayed launch of the kernel (or the variant), in a replay
+        server of its own under ncu (as `kerncap replay --ncu --json`): the key `metrics`
+        (duration_ns, dram_read_bytes, dram_write_bytes, sm_pct, memory_pct, occupancy_pct,
+        registers, ...), ncu's `findings` (rule, type, description, estimated speedup) and
+        the stored `report` (.ncu-rep next to the variant). Compare two variants by calling
+        it on each."""
+        repro = R.reproducer(reproducer)
+        variant = R.cubin(repro, cubin)
+        cancel = api.Cancellation()
+        result = await state.blocking(ctx, "ncu", lambda: api.ncu(
+            repro, variant, sections=sections, ncu_set=ncu_set, warmup=warmup, flush_l2=flush_l2, reuse=reuse,
+            timeout=timeout_s, cancel=cancel), on_cancel=cancel.cancel)
         return result.to_dict()
 
     @server.tool()

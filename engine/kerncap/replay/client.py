@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -31,6 +32,10 @@ STDERR_TAIL_LINES = 40
 STDERR_DRAIN_S = 5.0  # how long a dead server's stderr may take to reach EOF (a child may hold it)
 # Fresh servers to try when the captured address range is taken in one (see start()).
 ADDRESS_ATTEMPTS = 3
+
+
+class ServerTimeout(KerncapError):
+    """The server did not answer within the client's timeout; it was killed."""
 
 
 def default_server_command() -> list[str]:
@@ -110,7 +115,9 @@ class ReplayClient:
         if (root / "capture" / MARKER).is_file() or (root / MARKER).is_file():
             hydrate(root)
 
-    def close(self) -> None:
+    def close(self, wait: float = 10.0) -> None:
+        """Asks the server to shut down; kills it after `wait` seconds (a wrapper such as
+        ncu may need longer: it writes its report when the server exits)."""
         with self._lock:
             proc, self._proc = self._proc, None
             self.info = None
@@ -121,10 +128,16 @@ class ReplayClient:
                     proc.stdin.write(encode({"id": -1, "op": "shutdown"}))
                     proc.stdin.flush()
                     proc.stdin.close()
-                    proc.wait(timeout=10)
+                    proc.wait(timeout=wait)
                 except (OSError, ValueError, subprocess.TimeoutExpired):
-                    proc.kill()
-                    proc.wait()
+                    _kill_group(proc)
+
+    def kill(self) -> None:
+        """Ends the server now, from any thread (no lock: a request may be waiting on it).
+        That request then fails with "replay server died"; the next starts a fresh server."""
+        proc = self._proc
+        if proc is not None:
+            _kill_group(proc)
 
     @property
     def server_pid(self) -> int | None:
@@ -151,8 +164,11 @@ class ReplayClient:
         package_parent = str(Path(kerncap.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
         try:
+            # Its own process group: a wrapper (ncu, compute-sanitizer) and the server it
+            # starts are killed together (_kill_group).
             proc = subprocess.Popen(self.server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
+                                    stderr=subprocess.PIPE, env=env, text=True, bufsize=1,
+                                    start_new_session=True)
         except OSError as exc:
             raise KerncapError(f"cannot start the replay server {self.server_cmd[0]}: {exc.strerror}",
                                "check the Python installation") from None
@@ -206,10 +222,9 @@ class ReplayClient:
             try:
                 line = lines.get(timeout=self.timeout)
             except queue.Empty:
-                proc.kill()
-                proc.wait()
+                _kill_group(proc)
                 self._proc, self.info = None, None
-                raise KerncapError(
+                raise ServerTimeout(
                     f"replay server did not answer {op} within {self.timeout:g} s; killed it",
                     "the kernel may hang (an endless loop in a variant?); raise the timeout if it is just slow",
                 ) from None
@@ -235,8 +250,7 @@ class ReplayClient:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                _kill_group(proc)
 
     def _died(self, op: str) -> KerncapError:
         proc, reader = self._proc, self._stderr_reader
@@ -282,6 +296,15 @@ class ReplayClient:
     def load_variant(self, cubin: str | Path) -> dict[str, int]:
         """Loads a variant (checks it fits the capture) and returns its function attributes."""
         return self.request("load_variant", cubin=_path(cubin))
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the server's process group (it leads one), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
 
 
 def _path(cubin: str | Path | None) -> str | None:

@@ -158,3 +158,10 @@ DETERMINISM_JSON = Obj({
                          "max_abs": Opt(Num()), "max_rel": Opt(Num()), "atol": Opt(Num())})),
     "capture_mismatch?": List(Str()),
 })
+
+# launches.json: the app's kernels by launches up to the capture (kerncap.reproducer.launches).
+LAUNCHES_JSON = Obj({
+    "format": Str(choices=("kerncap-launches",)),
+    "kernels": List(Obj({"name": Str(max_len=1 << 16), "calls": Int(min=0), "captured?": Bool()}), max_len=1 << 20),
+    "processes": Int(min=0), "launches": Int(min=0), "command?": List(Str()), "note?": Str(),
+})

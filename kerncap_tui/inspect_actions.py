@@ -1,0 +1,177 @@
+"""The workbench's look inside a variant: Nsight Compute and compute-sanitizer runs (thread
+workers, one at a time, with progress and cancel), the stored results per variant for
+History, the metrics diff, the live split beside the Source editor, and opening the
+Source pane at the captured kernel's definition.
+
+A mixin of KerncapApp (kerncap_tui.app), kept apart so the app module stays about the
+live loop. Tool runs use their own replay server under the tool; the resident replay
+server of the live loop is untouched, so a build can run meanwhile."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from textual import work
+
+from kerncap import api
+from kerncap.errors import KerncapError
+from kerncap_tui import variant_inspect as VI
+
+# Seconds a tool run may take before it is killed (KERNCAP_TOOL_TIMEOUT overrides).
+TOOL_TIMEOUT_S = 600.0
+
+
+class InspectActions:
+    """Mixed into KerncapApp: needs self.root, self.history, report_error, log_line."""
+
+    _tool_cancel = None
+    inspect: dict = {}
+
+    @property
+    def tool_timeout(self) -> float:
+        try:
+            return float(os.environ.get("KERNCAP_TOOL_TIMEOUT", TOOL_TIMEOUT_S))
+        except ValueError:
+            return TOOL_TIMEOUT_S
+
+    # -- stored results -------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="inspect-load")
+    def load_inspect(self) -> None:
+        """Reads every variant's stored ncu / sanitizer results, then refreshes History."""
+        history = self.history
+        if history is None:
+            return
+        found = VI.load_all(self.root, history.variants)
+        self.call_from_thread(self._show_inspect, history, found)
+
+    def _show_inspect(self, history, found: dict) -> None:
+        from kerncap_tui.widgets.history_pane import HistoryPane
+
+        if history is not self.history:
+            return  # another reproducer was opened meanwhile
+        self.inspect = found
+        self.query_one(HistoryPane).show(self.history, found)
+
+    # -- running a tool ---------------------------------------------------------------------
+    def run_ncu(self, variant) -> None:
+        self._start_tool(variant, "ncu")
+
+    def run_sanitize(self, variant, tool: str = "memcheck") -> None:
+        self._start_tool(variant, tool)
+
+    def _start_tool(self, variant, tool: str) -> None:
+        from kerncap_tui.widgets.tool_progress import ToolProgress
+
+        if self._tool_cancel is not None:
+            self.notify("a tool is already running; c in History cancels it", title="tools", severity="warning")
+            return
+        cubin = VI.cubin_of(self.root, variant)
+        if cubin is not None and not cubin.is_file():
+            self.notify(f"{variant.label}'s cubin {variant.cubin} is gone (variants/ is not versioned); "
+                        "restore and rebuild it first", title="tools", severity="warning")
+            return
+        what = ("Nsight Compute" if tool == "ncu" else f"compute-sanitizer {tool}") + f" on {variant.label}"
+        cancel = self._tool_cancel = api.Cancellation()
+        self.query_one(ToolProgress).start(what)
+        self.log_line(f"{what} …")
+        self.run_worker(lambda: self._tool_worker(variant, cubin, tool, what, cancel), thread=True,
+                        group="inspect", name=tool, exit_on_error=False)
+
+    def _tool_worker(self, variant, cubin: Path | None, tool: str, what: str, cancel) -> None:
+        def progress(text: str) -> None:
+            self.call_from_thread(self._tool_step, text)
+
+        try:
+            if tool == "ncu":
+                r = api.ncu(self.root, cubin, timeout=self.tool_timeout, cancel=cancel, progress=progress)
+                summary = (f"{variant.label}: ncu {api.format_metric('duration_ns', r.metrics.get('duration_ns'))}, "
+                           f"DRAM {api.format_metric('dram_read_bytes', r.metrics.get('dram_read_bytes'))} read")
+                text, ok = api.format_ncu(r), True
+            else:
+                r = api.sanitize(self.root, cubin, tool=tool, timeout=self.tool_timeout, cancel=cancel,
+                                 progress=progress)
+                text, ok = api.format_sanitize(r), r.clean
+                summary = text.splitlines()[0].replace(f"{tool} on ", f"{tool}: ", 1)
+            self.call_from_thread(self._tool_done, what, summary, text, ok)
+        except api.Cancelled as exc:
+            self.call_from_thread(self._tool_done, what, exc.message, exc.message, None)
+        except KerncapError as exc:
+            self.call_from_thread(self._tool_failed, what, exc)
+        except Exception as exc:  # a bug must not leave the progress line (and the lock) behind
+            self.call_from_thread(self._tool_failed, what, KerncapError(
+                f"{type(exc).__name__}: {exc}", "this is a kerncap bug; please report it"))
+
+    def _tool_step(self, text: str) -> None:
+        from kerncap_tui.widgets.tool_progress import ToolProgress
+
+        self.query_one(ToolProgress).update_step(text)
+
+    def _tool_finished(self) -> None:
+        from kerncap_tui.widgets.tool_progress import ToolProgress
+
+        self._tool_cancel = None
+        self.query_one(ToolProgress).stop()
+        self.load_inspect()
+
+    def _tool_done(self, what: str, summary: str, text: str, ok: bool | None) -> None:
+        self._tool_finished()
+        self.log_line(text, "" if ok is not False else "red")
+        severity = "information" if ok else ("warning" if ok is None else "error")
+        self.notify(summary, title=what if ok is not None else "cancelled", severity=severity, timeout=8)
+
+    def _tool_failed(self, what: str, exc: KerncapError) -> None:
+        self._tool_finished()
+        self.report_error(what, exc)
+
+    def cancel_tool(self) -> None:
+        if self._tool_cancel is None:
+            self.notify("no Nsight Compute or compute-sanitizer run to cancel", title="tools")
+            return
+        self._tool_step("cancelling …")
+        self._tool_cancel.cancel()
+
+    # -- metrics diff -------------------------------------------------------------------------
+    def show_metrics_diff(self, a, b) -> None:
+        from kerncap_tui.screens.metrics_diff import MetricsDiffScreen
+
+        ia, ib = self.inspect.get(a.id), self.inspect.get(b.id)
+        missing = [v.label for v, i in ((a, ia), (b, ib)) if i is None or i.ncu is None]
+        if missing:
+            self.notify(f"no Nsight Compute metrics for {' and '.join(missing)} yet: select it and press n",
+                        title="metrics diff", severity="warning")
+            return
+        self.push_screen(MetricsDiffScreen(a.label, ia.ncu, b.label, ib.ncu))
+
+    # -- live split beside the editor -----------------------------------------------------------
+    def action_split_toggle(self) -> None:
+        from kerncap_tui.widgets.live_history import LiveHistory
+
+        self.query_one(LiveHistory).toggle(self.size.width)
+
+    def action_split_resize(self, delta: int) -> None:
+        from kerncap_tui.widgets.live_history import LiveHistory
+
+        self.query_one(LiveHistory).resize(delta, self.size.width)
+
+    def fit_split(self) -> None:
+        from kerncap_tui.widgets.live_history import LiveHistory
+
+        for live in self.query(LiveHistory):
+            live.fit(self.size.width)
+
+    # -- Source pane at the kernel ---------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="source-locate")
+    def open_kernel_source(self) -> None:
+        """Finds the captured kernel's definition in source/ and shows it in the editor."""
+        from kerncap_tui.widgets.source_pane import SourcePane
+
+        capture = self.capture
+        if capture is None:
+            return
+        try:
+            site = api.kernel_site(self.root, capture.kernel)
+        except (OSError, KerncapError):
+            return
+        if site is not None:
+            self.call_from_thread(self.query_one(SourcePane).open_at, site.path, site.line)

@@ -1,0 +1,130 @@
+"""`kerncap profile`'s table at 80 columns and in a pipe: every number column in full,
+kernel names fitted (real PyTorch, cuBLAS and cuDNN names), `--wide` for full names."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kerncap.cli import main
+from kerncap.capture.profile import KernelStat, ProfileResult
+from kerncap.capture.profile_table import format_table
+from kerncap.core.units import fit_kernel_name
+
+DEMO_PROFILE = Path(__file__).parents[1] / "kerncap_tui" / "demo" / "reproducer" / "profile.json"
+
+# Names as PyTorch 2.11 / cuBLASLt / cuDNN 9 kernels report them (demangled).
+LONG_NAMES = [
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+    "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+    "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+    "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
+    "unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+    "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
+    "unsigned int, float, 4, 4>)",
+    "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTN",
+    "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+    "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_kernel0_0",
+    "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0",
+]
+
+
+def _stat(name: str, i: int) -> KernelStat:
+    return KernelStat(name=f"_Z{i}", demangled=name, calls=1_048_576 // (i + 1), total_ns=987_654_321 // (i + 1),
+                      avg_ns=941.9 * (i + 1), min_ns=812 * (i + 1), max_ns=1_234_567 * (i + 1),
+                      grid=[16384, 2, 1], block=[256, 1, 1], percent=40.5 / (i + 1))
+
+
+@pytest.fixture
+def long_profile() -> ProfileResult:
+    kernels = [_stat(n, i) for i, n in enumerate(LONG_NAMES)]
+    return ProfileResult(kernels=kernels, total_ns=sum(k.total_ns for k in kernels),
+                         dispatches=sum(k.calls for k in kernels), processes=1)
+
+
+def _numbers(k: KernelStat) -> list[str]:
+    return [f"{k.calls:,}", f"{k.total_ns / 1e6:,.3f}", f"{k.percent:.1f}", f"{k.avg_ns / 1e3:,.2f}",
+            f"{k.min_ns / 1e3:,.2f}", f"{k.max_ns / 1e3:,.2f}", "16384x2", "256"]
+
+
+def test_every_number_column_fits_in_80_columns(long_profile):
+    lines = format_table(long_profile, width=80)
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    assert lines[0].split() == ["#", "kernel", "calls", "total", "ms", "%", "avg", "µs", "min", "µs", "max", "µs",
+                                "grid", "block"]
+    for k, line in zip(long_profile.kernels, lines[1:]):
+        assert line.split()[-8:] == _numbers(k), line
+
+
+def test_names_keep_their_identifier_and_lose_templates_first(long_profile):
+    lines = format_table(long_profile, width=120)
+    assert "at::native::vectorized_elementwise_kernel<…>" in lines[1]
+    assert "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTN" in lines[4]
+    assert "(int," not in "".join(lines)  # argument lists dropped
+
+
+def test_fit_kernel_name_steps():
+    name = LONG_NAMES[1]
+    assert fit_kernel_name(name, 200) == ("at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, "
+                                          "float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>")
+    assert fit_kernel_name(name, 60) == "at::native::(anonymous namespace)::cunn_SoftMaxForward<…>"
+    assert fit_kernel_name(name, 30) == "cunn_SoftMaxForward<…>"
+    short = fit_kernel_name(name, 12)
+    assert len(short) == 12 and "…" in short and short.startswith("cunn_So")
+    assert fit_kernel_name("smooth(float const*, float*, float const*, int, int)", 12) == "smooth"
+
+
+def test_wide_prints_full_names(long_profile):
+    lines = format_table(long_profile, width=80, wide=True)
+    for k, line in zip(long_profile.kernels, lines[1:]):
+        assert k.demangled in line and line.split()[-8:] == _numbers(k)
+
+
+def test_demo_profile_at_80_columns():
+    result = ProfileResult.load(DEMO_PROFILE)
+    lines = format_table(result, width=80)
+    assert lines[1].split() == ["1", "smooth", "5", "0.017", "93.6", "3.35", "3.30", "3.46", "256", "256"]
+    assert all(len(line) <= 80 for line in lines)
+
+
+APP = textwrap.dedent(
+    r'''
+    import json, os
+    out = os.environ["KERNCAP_OUT"]
+    for kind, data in (("proc", {"errors": [], "kernels_seen": {}}),
+                       ("profile", {"kernels": json.loads(os.environ["FAKE_KERNELS"]), "dropped_records": 0})):
+        path = os.path.join(out, "%s-%d.json" % (kind, os.getpid()))
+        open(path, "w").write(json.dumps(data))
+    '''
+)
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["fitted", "wide"])
+def test_cli_in_a_pipe(tmp_path, monkeypatch, capsys, wide):
+    """stdout is not a terminal here (pytest captures it): the table fits 80 columns."""
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    lib = tmp_path / "libkerncap_inject.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
+    monkeypatch.delenv("COLUMNS", raising=False)
+    kernels = [{"name": f"_Z{i}", "demangled": n, "calls": 1000 + i, "total_ns": 5_000_000 - i, "min_ns": 4000,
+                "max_ns": 6000, "grid": [65535, 1, 1], "block": [128, 1, 1]} for i, n in enumerate(LONG_NAMES)]
+    monkeypatch.setenv("FAKE_KERNELS", json.dumps(kernels))
+    args = ["profile", "--output", str(tmp_path / "p.json"), "--top", "0"] + (["--wide"] if wide else [])
+    assert main(args + ["--", sys.executable, str(app)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    table = out[: len(LONG_NAMES) + 1]
+    for line in table[1:]:
+        assert re.search(r"1,00\d +5\.000 +14\.3 +[45]\.\d\d +4\.00 +6\.00 +65535 +128$", line), line
+    if wide:
+        assert any(LONG_NAMES[2] in line for line in table)
+    else:
+        assert all(len(line) <= 80 for line in table), "\n".join(table)

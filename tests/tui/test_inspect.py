@@ -1,0 +1,202 @@
+"""The workbench's look inside a variant, driven with Pilot on the demo reproducer:
+Nsight Compute and compute-sanitizer runs (stand-in executables: no GPU here; the real
+tools in tests/gpu/test_inspect_gpu.py), stored metrics in History and their diff, the
+live split beside the editor, the memory map, the Profile pane's launch counts and the
+Source pane opening at the captured kernel."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+
+from textual.widgets import DataTable, TextArea
+
+from inspect_helpers import demo_launches, install_fake_tools, store_tool_results
+from kerncap_tui.widgets.live_history import LiveHistory
+from kerncap_tui.widgets.memory_map import MemoryMap
+from kerncap_tui.widgets.tool_progress import ToolProgress
+
+
+def sync(test):
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def _columns(app) -> list[str]:
+    return [str(c.label) for c in app.query_one("#history-table", DataTable).columns.values()]
+
+
+async def _wait(pilot, cond, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await pilot.pause(0.1)
+
+
+def _select_variant(app, vid: int) -> None:
+    t = app.query_one("#history-table", DataTable)
+    t.move_cursor(row=t.get_row_index(str(vid)))
+
+
+@sync
+async def test_stored_metrics_become_history_columns_and_diff(settle, make_app, demo_root):
+    store_tool_results(demo_root)
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        cols = _columns(app)
+        assert cols[-8:] == ["ncu µs", "DRAM rd", "DRAM wr", "SM %", "mem %", "occ %", "regs", "sanitizer"]
+        t = app.query_one("#history-table", DataTable)
+        baseline = [str(c) for c in t.get_row("0")]
+        assert baseline[-8:] == ["80.26", "16.8M", "16.8M", "45.3", "88.4", "85.4", "32", "✓ memcheck"]
+        assert [str(c) for c in t.get_row("3")][-8:] == [""] * 8  # v3 was never measured
+        _select_variant(app, 2)
+        await pilot.press("m")  # against the baseline (nothing marked)
+        await pilot.pause()
+        assert type(app.screen).__name__ == "MetricsDiffScreen"
+        rows = {str(k.value): [str(c) for c in app.screen.query_one(DataTable).get_row(k)]
+                for k in app.screen.query_one(DataTable).rows}
+        assert rows["duration_ns"] == ["duration", "80.26 us", "97.91 us", "+22.0 %"]
+        await pilot.press("escape")
+        _select_variant(app, 3)
+        await pilot.press("m")
+        await pilot.pause()
+        assert type(app.screen).__name__ != "MetricsDiffScreen"
+        assert any("no Nsight Compute metrics for v3" in n.message for n in app._notifications)
+
+
+@sync
+async def test_ncu_run_fills_the_row(settle, make_app, demo_root, tmp_path, monkeypatch):
+    argv = install_fake_tools(tmp_path / "bin", monkeypatch, "ok")
+    app = make_app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        _select_variant(app, 1)
+        await pilot.press("n")
+        await _wait(pilot, lambda: (demo_root / "variants" / "1.ncu.json").is_file())
+        await _wait(pilot, lambda: not app.query_one(ToolProgress).has_class("running"))
+        await settle(pilot)
+        assert "ncu µs" in _columns(app)
+        row = [str(c) for c in app.query_one("#history-table", DataTable).get_row("1")]
+        assert "80.26" in row
+        assert (demo_root / "variants" / "1.ncu-rep").is_file()
+        assert "--launch-skip" in open(argv).read()
+        from kerncap.replay import ncu
+
+        assert ncu.load_stored(demo_root, demo_root / "variants" / "1.cubin").label == "variants/1.cubin"
+
+
+@sync
+async def test_hanging_sanitizer_is_bounded_and_the_workbench_stays_responsive(settle, make_app, demo_root, tmp_path,
+                                                                              monkeypatch):
+    install_fake_tools(tmp_path / "bin", monkeypatch, "hang", log="clean.memcheck.log")
+    monkeypatch.setenv("KERNCAP_TOOL_TIMEOUT", "6")
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("4", "down", "k")
+        await pilot.pause()
+        assert app.query_one(ToolProgress).has_class("running")
+        tabs = []
+        for key in ("1", "2", "5", "4"):  # the event loop answers while the tool hangs
+            await pilot.press(key)
+            tabs.append(app.query_one("#tabs").active)
+        assert tabs == ["profile", "memory", "log-tab", "history"]
+        assert app.query_one(ToolProgress).has_class("running")
+        await _wait(pilot, lambda: not app.query_one(ToolProgress).has_class("running"))
+        assert any("did not finish within 6 s" in n.message for n in app._notifications)
+        assert app._tool_cancel is None
+
+
+@sync
+async def test_cancel_kills_the_tool(settle, make_app, tmp_path, monkeypatch):
+    argv = install_fake_tools(tmp_path / "bin", monkeypatch, "hang")
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("4", "n")
+        await _wait(pilot, lambda: os.path.exists(str(argv) + ".pid"))
+        pid = int(open(str(argv) + ".pid").read())
+        await pilot.press("k")  # a second run is refused while one runs
+        assert any("already running" in n.message for n in app._notifications)
+        t0 = time.monotonic()
+        await pilot.press("c")
+        await _wait(pilot, lambda: not app.query_one(ToolProgress).has_class("running"), 10)
+        assert time.monotonic() - t0 < 10
+        assert any(n.title == "cancelled" for n in app._notifications)
+        try:
+            os.kill(pid, 0)
+            alive = True
+        except ProcessLookupError:
+            alive = False
+        assert not alive
+
+
+@sync
+async def test_split_beside_the_editor(settle, make_app):
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        live = app.query_one(LiveHistory)
+        assert live.display and live.query_one(DataTable).row_count == 4
+        await pilot.press("f4")
+        assert live.styles.width.value == 56
+        await pilot.press("f2")
+        assert not live.display
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        assert not app.query_one(LiveHistory).display  # too narrow: off by default
+        await pilot.press("f2")
+        assert app.query_one(LiveHistory).display
+
+
+@sync
+async def test_source_opens_at_the_captured_kernel(settle, make_app):
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        pane = app.query_one("#source-pane")
+        assert pane.path.name == "smooth_kernel.cuh"  # not the translation unit smooth.cu
+        editor = app.query_one(TextArea)
+        assert editor.cursor_location == (6, 0)
+        assert editor.document.get_line(6).startswith("__global__ void smooth(")
+
+
+@sync
+async def test_memory_map_zooms_around_the_selected_region(settle, make_app):
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("2", "down")
+        m = app.query_one(MemoryMap)
+        assert m.focus_key == "r1"
+        await pilot.press("plus", "plus")
+        assert m.zoom == 4
+        await pilot.press("minus")
+        assert m.zoom == 2
+        await pilot.press("0")
+        assert m.zoom == 1
+
+
+@sync
+async def test_profile_pane_shows_the_capture_runs_launches(settle, make_app, demo_root):
+    demo_launches(demo_root)
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        t = app.query_one("#profile-table", DataTable)
+        assert [str(c.label) for c in t.columns.values()] == ["launches", "kernel"]
+        cells = [str(c) for c in t.get_row("1")]
+        assert cells == ["1", "▶ smooth(float const*, float*, float const*, int, int)"]
+        status = str(app.query_one("#profile-status").render())
+        assert "does not time kernels" in status

@@ -1,0 +1,87 @@
+"""Pure logic of the inspect views: the memory map's layout, the history plot, finding
+the captured kernel's definition, the per-variant tool results."""
+
+from __future__ import annotations
+
+import json
+
+from kerncap.reproducer.format import Capture
+from kerncap_tui import regions as R
+from kerncap_tui import variant_inspect as VI
+from kerncap_tui.history import History, Variant
+from kerncap_tui.regions import MapRow
+from kerncap.sources.locate import locate_kernel
+from kerncap_tui.widgets.history_plot import plot_lines
+from kerncap_tui.widgets.memory_map import layout
+
+GiB, MiB = 1 << 30, 1 << 20
+
+
+def _row(i: int, base: int, size: int, *, arg=False, written=False, zero=False) -> MapRow:
+    return MapRow(f"r{i}", f"region {i}", base, size, "device", arg, written, zero)
+
+
+def test_map_of_the_demo_fits_and_keeps_sizes_to_scale(demo_root):
+    rows = R.map_rows(Capture.open(demo_root))
+    view = layout(rows, 76)
+    strip = "".join(g for g, _ in view.cells)
+    assert len(strip) <= 76 and view.labels.startswith("#0")
+    # regions 0 and 1 are 256 KiB each, region 2 256 B: equal halves and one cell
+    n0, n1, n2 = (sum(1 for _, k in view.cells if k == key) for key in ("r0", "r1", "r2"))
+    assert abs(n0 - n1) <= 1 and n2 == 1
+    assert set(strip[:n0]) == {"▓"} and set(strip[n0:n0 + n1]) == {"█"}  # argument / written
+
+
+def test_map_cuts_huge_gaps_and_zooms_around_the_focus():
+    rows = [_row(0, 0x7F0000000000, GiB, arg=True), _row(1, 0x7F8000000000, 16 * MiB, written=True),
+            _row(2, 0x7F9000000000, 4 * GiB, zero=True)]
+    view = layout(rows, 80)
+    strip = "".join(g for g, _ in view.cells)
+    assert strip.count("≈") == 2 and len(strip) <= 80
+    assert strip.count("░") > 3 * strip.count("▓")  # 4 GiB against 1 GiB
+    zoomed = layout(rows, 80, zoom=16, focus="r1")
+    assert zoomed.total_cells > 80 and any(k == "r1" for _, k in zoomed.cells)
+    assert zoomed.start > 0x7F0000000000
+
+
+def _variants(n: int) -> list[Variant]:
+    return [Variant(id=i, time="", median_ms=0.010 / (1 + 0.1 * i), min_ms=0.009 / (1 + 0.1 * i),
+                    validation="fail" if i == 2 else "pass") for i in range(n)]
+
+
+def test_plot_marks_each_variant_and_the_baseline():
+    lines = [line.plain for line in plot_lines(_variants(4), 60, 9)]
+    assert len(lines) == 9 and all(len(line) <= 60 for line in lines)
+    assert sum(line.count("●") for line in lines) == 3 and sum(line.count("✗") for line in lines) == 1
+    assert any("┄" in line for line in lines)
+    assert lines[-1].split() == ["b", "1", "2", "3"]
+    assert lines[0].strip().startswith("10.") and "µs" in lines[0]
+
+
+def test_plot_keeps_the_latest_variants_when_narrow():
+    lines = [line.plain for line in plot_lines(_variants(30), 40, 8)]
+    assert lines[-1].split()[-1] == "29" and all(len(line) <= 40 for line in lines)
+
+
+def test_kernel_site_cuda_and_triton(demo_root, tmp_path):
+    cap = Capture.open(demo_root)
+    site = locate_kernel(demo_root, cap.kernel)
+    assert site.path.name == "smooth_kernel.cuh" and site.line == 7
+    triton = tmp_path / "triton"
+    (triton / "source").mkdir(parents=True)
+    (triton / "source" / "kernel.py").write_text("import triton\n\n@triton.jit\ndef add_kernel(x, y):\n    pass\n")
+    assert locate_kernel(triton, {"name": "add_kernel"}).line == 4
+    assert locate_kernel(tmp_path, {"name": "x"}) is None
+
+
+def test_tool_results_by_variant(demo_root):
+    from inspect_helpers import store_tool_results
+
+    store_tool_results(demo_root)
+    history = History.load(demo_root)
+    found = VI.load_all(demo_root, history.variants)
+    assert sorted(found) == [0, 1, 2]
+    assert found[0].ncu.metrics["duration_ns"] == 80256.0 and found[0].latest_sanitize.clean
+    assert VI.metric_cell("dram_read_bytes", 16793600.0) == "16.8M" and VI.metric_cell("registers", None) == "—"
+    (demo_root / "variants" / "2.ncu.json").write_text(json.dumps({"broken": True}))
+    assert 2 not in VI.load_all(demo_root, history.variants)
