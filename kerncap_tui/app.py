@@ -234,7 +234,11 @@ class KerncapApp(App[int]):
             log = (getattr(rc, "log", "") or "").strip()
             if log:
                 self.post_message(BuildLog(log, "dim"))
-            self.post_message(BuildLog(f"compiled {Path(rc.cubin).name} in {rc.seconds:.2f} s"))
+            for note in getattr(rc, "notes", None) or []:  # e.g. the reduced compile fell back to the whole file
+                self.post_message(BuildLog(note, "yellow"))
+            phases = getattr(rc, "phases", None) or {}
+            self.post_message(BuildLog(f"compiled {Path(rc.cubin).name} in {rc.seconds:.2f} s"
+                                       + (f" ({getattr(rc, 'mode', '')}: {rc.phase_line()})" if phases else "")))
             if worker.is_cancelled:
                 self.post_message(BuildLog("superseded by a newer save", "dim"))
                 return

@@ -1,11 +1,14 @@
 """Kernel-only recompile: the reproducer's edited source -> a cubin for the captured GPU.
 
-Runs `nvcc -cubin -arch=sm_XX` with the original compile flags (minus -c/-o/-M*/
--gencode/... ) in the original working directory, with `-I<reproducer>/source/<dir>`
+Compiles like `nvcc -cubin -arch=sm_XX` with the original compile flags (minus -c/-o/
+-M*/-gencode/... ) in the original working directory, with `-I<reproducer>/source/<dir>`
 for each in-tree include directory placed first so the edited copies shadow the
-originals. The result lands in `<reproducer>/variants/<n>.cubin` only after it is
-checked: it must define the captured (mangled) kernel with the captured parameter
-layout (offsets and sizes from `.nv.info.<kernel>` EIATTR_KPARAM_INFO).
+originals. nvcc's steps are run one by one (kerncap.devcompile): the translation unit is
+reduced to what the captured kernel needs when it can be, and the front end gets the
+captured module id so internal-linkage names come out as captured. The result lands in
+`<reproducer>/variants/<n>.cubin` only after it is checked: it must define the captured
+(mangled) kernel with the captured parameter layout (offsets and sizes from
+`.nv.info.<kernel>` EIATTR_KPARAM_INFO).
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kerncap.capture.format import Capture
+from kerncap.devcompile.build import Request, compile_cubin
+from kerncap.devcompile.module_id import object_names
 from kerncap.errors import KerncapError
 from kerncap.sources import cubin as cubinfo
 from kerncap.sources.attach import BUILD_JSON, capture_arch
@@ -42,6 +46,13 @@ class RecompileResult:
     seconds: float
     command: list[str]
     log: str
+    mode: str = "full"  # "reduced" (only what the kernel needs) | "full" | "nvcc"; Triton: "triton"
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in order
+    notes: list[str] = field(default_factory=list)  # e.g. why the reduced compile was not used
+    summary: str = ""  # what the reduced compile left out
+
+    def phase_line(self) -> str:
+        return ", ".join(f"{name} {s:.2f} s" for name, s in self.phases.items())
 
 
 def _load_build(repro: Path) -> dict:
@@ -169,8 +180,9 @@ def next_variant(variants: Path) -> int:
     return max(numbers, default=0) + 1
 
 
-def recompile(reproducer_dir: str | Path, config: str | None = None) -> RecompileResult:
-    """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only."""
+def recompile(reproducer_dir: str | Path, config: str | None = None, mode: str = "auto") -> RecompileResult:
+    """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only.
+    `mode`: "auto" (reduced, else the whole TU), "reduced" (no fallback), "full"."""
     repro = Path(reproducer_dir).resolve()
     if _sources_kind(repro) == "triton":
         from kerncap import triton  # the Triton path; imported only when needed
@@ -202,28 +214,39 @@ def recompile(reproducer_dir: str | Path, config: str | None = None) -> Recompil
     final = variants / f"{n}.cubin"
     tmp = variants / f".{n}.cubin.tmp-{os.getpid()}"
     shadow = [f"-I{source / d}" for d in build.get("include_dirs", [])]
-    command = [compiler, *shadow, *device_flags(argv, tu_original, Path(build["cwd"])),
-               f"-arch={arch_flag(build, capture, argv)}", "-cubin", "-o", str(tmp), str(tu_copy)]
+    nvcc = [compiler, *shadow, *device_flags(argv, tu_original, Path(build["cwd"])),
+            f"-arch={arch_flag(build, capture, argv)}"]
+    command = [*nvcc, "-cubin", "-o", str(final), str(tu_copy)]
+
+    def accept(data: bytes, how: str) -> None:
+        check_cubin(data, kernel, capture, str(tu_copy))
+        if how == "reduced":  # the reduction must not lose a module global the replay restores
+            missing = sorted({g.name for g in capture.globals} - (object_names(data) or set()))
+            if missing:
+                raise KerncapError(f"it lacks module global {missing[0]}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise KerncapError(f"cannot run {compiler}: {exc.strerror}", "check the CUDA toolkit installation") from None
+    built = compile_cubin(Request(nvcc=nvcc, tu=tu_copy, cwd=cwd, user_root=source, kernel=kernel,
+                                  captured_names=_captured_symbols(capture), accept=accept, mode=mode))
     seconds = time.perf_counter() - start
-    log = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise KerncapError(
-            f"nvcc failed to compile {tu_copy} (exit status {proc.returncode}):\n{log.rstrip()}",
-            "fix the source and run `kerncap recompile` again",
-        )
-    try:
-        check_cubin(tmp.read_bytes(), kernel, capture, str(tu_copy))
-    except KerncapError:
-        tmp.unlink(missing_ok=True)
-        raise
+    tmp.write_bytes(built.cubin)
     tmp.replace(final)
-    return RecompileResult(cubin=final, seconds=seconds, command=command, log=log)
+    return RecompileResult(cubin=final, seconds=seconds, command=command, log=built.log, mode=built.mode,
+                           phases=built.timing.as_dict(), notes=built.notes, summary=built.summary)
+
+
+def _captured_symbols(capture: Capture) -> list[str]:
+    """Symbol names of the captured cubin (they carry the TU's module id), or the
+    capture's global names when the cubin cannot be read."""
+    names = [g.name for g in capture.globals]
+    try:
+        elf = cubinfo.open_elf(capture.cubin_path.read_bytes(), str(capture.cubin_path))
+        symtab = elf.get_section_by_name(".symtab")
+        if symtab is not None:
+            names += [s.name for s in symtab.iter_symbols() if s.name]
+    except (OSError, KeyError, KerncapError):
+        pass
+    return names
 
 
 def check_cubin(data: bytes, kernel: str, capture: Capture, source: str) -> None:

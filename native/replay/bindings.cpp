@@ -94,7 +94,8 @@ PYBIND11_MODULE(_replay, m) {
       .def("load_state", &Session::load_state, py::arg("blob_dir"), py::arg("chunk_size"), py::arg("items"),
            py::arg("threads") = 4, release())
       .def("set_launch", &Session::set_launch)
-      .def("load_module", &Session::load_module, py::arg("image"), py::arg("label"), release())
+      .def("load_module", &Session::load_module, py::arg("image"), py::arg("label"),
+           py::arg("global_names") = std::vector<std::string>{}, release())
       .def("time", &Session::time, py::arg("iterations"), py::arg("warmup"), py::arg("flush_l2"), release())
       .def(
           "validate",

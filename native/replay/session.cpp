@@ -153,11 +153,18 @@ void Session::load_state(const std::string& blob_dir, unsigned long long chunk_s
 
 void Session::set_launch(LaunchSpec spec) { launch_ = std::make_unique<LaunchConfig>(std::move(spec)); }
 
-std::map<std::string, long long> Session::load_module(const std::string& image, const std::string& label) {
+std::map<std::string, long long> Session::load_module(const std::string& image, const std::string& label,
+                                                      const std::vector<std::string>& global_names) {
   if (!launch_) throw Error("input", "set_launch must come before load_module");
-  std::vector<std::pair<std::string, size_t>> globals;
+  std::vector<GlobalRef> globals;
   for (const Item& item : items_)
-    if (!item.spec.global_name.empty()) globals.emplace_back(item.spec.global_name, item.spec.size);
+    if (!item.spec.global_name.empty()) globals.push_back({item.spec.global_name, item.spec.global_name, item.spec.size});
+  if (!global_names.empty()) {
+    if (global_names.size() != globals.size())
+      throw Error("input", "load_module got " + std::to_string(global_names.size()) + " global names for " +
+                               std::to_string(globals.size()) + " module globals");
+    for (size_t i = 0; i < globals.size(); ++i) globals[i].in_module = global_names[i];
+  }
   // Built completely before it replaces the current kernel: a bad variant leaves the
   // session as it was.
   auto loaded = std::make_unique<LoadedKernel>(image, label, launch_->spec(), globals);
@@ -175,13 +182,14 @@ CUdeviceptr Session::target_of(const Item& item) const {
 
 void Session::restore_all() {
   for (const Item& item : items_)
-    KC_CHECK(cuMemcpyDtoDAsync, (target_of(item), item.pre.get(), item.spec.size, stream_->get()),
+    if (target_of(item)) KC_CHECK(cuMemcpyDtoDAsync, (target_of(item), item.pre.get(), item.spec.size, stream_->get()),
              "restoring " + item.spec.label);
 }
 
 void Session::restore_written() {
   for (const Item& item : items_) {
     const CUdeviceptr dst = target_of(item);
+    if (!dst) continue;  // a module global the loaded variant does not define
     for (const auto& [off, len] : item.written)
       KC_CHECK(cuMemcpyDtoDAsync, (dst + off, item.pre.get() + off, len, stream_->get()),
                "restoring the written part of " + item.spec.label);
@@ -238,6 +246,7 @@ std::vector<CompareOut> Session::validate(const std::vector<CompareSpec>& specs)
   for (size_t i = 0; i < items_.size(); ++i) {
     const Item& item = items_[i];
     const CUdeviceptr actual = target_of(item);
+    if (!actual) continue;  // a module global the variant does not define: settled below
     const CUdeviceptr expected = item.post.get() ? item.post.get() : item.pre.get();
     const CUdeviceptr out = results_.get() + 2 * i * sizeof(CmpResult);
     comparer_->bytes(s, actual, expected, item.spec.size, out);
@@ -254,6 +263,15 @@ std::vector<CompareOut> Session::validate(const std::vector<CompareSpec>& specs)
     const CmpResult& b = host[2 * i];
     const CmpResult& e = host[2 * i + 1];
     CompareOut& o = outs[i];
+    if (!target_of(item)) {
+      // The variant cannot have written it: a mismatch exactly where the capture says
+      // the kernel wrote (chunk-granular), nothing where it did not.
+      for (const auto& [off, len] : item.written) {
+        o.mismatched_bytes += len;
+        o.first_byte = std::min<unsigned long long>(o.first_byte, off);
+      }
+      continue;
+    }
     o.mismatched_bytes = b.mismatches;
     o.first_byte = b.first;
     const bool elementwise = !specs[i].dtype.empty();

@@ -65,7 +65,10 @@ class Session {
   void load_state(const std::string& blob_dir, unsigned long long chunk_size, const std::vector<ItemSpec>& items,
                   int threads);
   void set_launch(LaunchSpec spec);
-  std::map<std::string, long long> load_module(const std::string& image, const std::string& label);
+  // `global_names`: for each module global of the state (in order), its name in this
+  // image ("" when the image does not define it); empty = the captured names.
+  std::map<std::string, long long> load_module(const std::string& image, const std::string& label,
+                                               const std::vector<std::string>& global_names = {});
 
   // Warm-up, then one CUDA-event time per iteration (ms). Before each launch only
   // what the baseline wrote is restored; the optional L2 flush is outside the timing.

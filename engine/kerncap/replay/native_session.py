@@ -108,8 +108,12 @@ class NativeSession:
         if sha == self._loaded_sha and overrides == self._loaded_overrides:
             return self.kernel_attributes
         self.session.set_launch(self._launch_spec(overrides))
+        names = self._variant_global_names(image) if cubin else None
         try:
-            self.kernel_attributes = dict(self.session.load_module(image, label))
+            if names is None:
+                self.kernel_attributes = dict(self.session.load_module(image, label))
+            else:
+                self.kernel_attributes = dict(self.session.load_module(image, label, names))
         except self.core.CudaError as exc:
             message, code = exc.args
             if code in ARCH_LOAD_ERRORS:
@@ -121,6 +125,21 @@ class NativeSession:
             raise
         self._loaded_sha, self._loaded_label, self._loaded_overrides = sha, label, overrides
         return self.kernel_attributes
+
+    def _variant_global_names(self, image: bytes) -> list[str] | None:
+        """Each captured module global's name in a variant ("" when the variant does not
+        define it), or None when they are the captured names. Internal-linkage globals
+        (thrust/CUB/libcu++) embed a per-TU module id that a variant built from another
+        copy of the file may not share (kerncap.devcompile.module_id)."""
+        from kerncap.devcompile.module_id import global_names_for, object_names
+
+        captured = [g.name for g in self.items if not isinstance(g, Region)]
+        available = object_names(image) if captured else None
+        if available is None:
+            return None
+        mapping = global_names_for(captured, available)
+        names = [mapping[n] or "" for n in captured]
+        return None if names == captured else names
 
     @staticmethod
     def _variant_launch(path: Path) -> dict[str, Any] | None:
