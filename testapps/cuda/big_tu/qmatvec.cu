@@ -1,10 +1,11 @@
 // big_tu: a big translation unit in the style of ggml's mmvq.cu. One kernel template,
-// mul_mat_vec_q<type, ncols_dst>, multiplies quantized weights (6 block formats) by
-// activations quantized to q8_1, for 1..8 activation columns: the host dispatcher
-// below instantiates 6 x 8 = 48 kernels of the same size, plus quantize_q8_1. The app
-// runs every instance once per round (two rounds); a test captures one of them
-// (mul_mat_vec_q<qtype::q5_0, 3>, see tests/gpu/apps.py). The kernels use only
-// integer dot products and float sums in a fixed order, so results are deterministic.
+// mul_mat_vec_q<type, ncols_dst, has_fusion>, multiplies quantized weights (6 block
+// formats) by activations quantized to q8_1, for 1..8 activation columns, optionally
+// fused with a gate multiply and a bias add (as ggml fuses GLU/bias): the host
+// dispatcher below instantiates 6 x 8 x 2 = 96 kernels of the same size, plus
+// quantize_q8_1. The app runs every instance once per round (two rounds); a test
+// captures one of them (mul_mat_vec_q<qtype::q5_0, 3, true>, tests/gpu/apps.py). The
+// kernels use integer dot products and float sums in a fixed order: deterministic.
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -189,13 +190,19 @@ __device__ __forceinline__ float vec_dot(const void* vbq, const block_q8_1* bq8,
 }
 
 // ---- the kernels ------------------------------------------------------------------
+struct fusion_args {
+  const float* gate;  // multiplies the result (per row), when fused
+  const float* bias;  // added after the gate (per row and column)
+};
+
 __host__ __device__ constexpr int nwarps_for(int ncols_dst) { return ncols_dst <= 4 ? 4 : 2; }
 __host__ __device__ constexpr int rows_per_block_for(int ncols_dst) { return ncols_dst == 1 ? 1 : 2; }
 
-template <qtype T, int ncols_dst>
+template <qtype T, int ncols_dst, bool has_fusion>
 __launch_bounds__(nwarps_for(ncols_dst) * kWarp, 1) __global__
 void mul_mat_vec_q(const void* __restrict__ vx, const void* __restrict__ vy, float* __restrict__ dst,
-                   const int ncols_x, const int nrows_x, const int stride_col_y, const int stride_col_dst) {
+                   const fusion_args fusion, const int ncols_x, const int nrows_x, const int stride_col_y,
+                   const int stride_col_dst) {
   constexpr int qi = traits<T>::qi;
   constexpr int vdr = traits<T>::vdr;
   constexpr int nwarps = nwarps_for(ncols_dst);
@@ -239,7 +246,12 @@ void mul_mat_vec_q(const void* __restrict__ vx, const void* __restrict__ vy, flo
       tmp[j][i] = warp_reduce_sum(tmp[j][i]);
     }
     if (threadIdx.x < rows_per_block && (rows_per_block == 1 || row0 + int(threadIdx.x) < nrows_x)) {
-      dst[j * stride_col_dst + row0 + threadIdx.x] = tmp[j][threadIdx.x];
+      float result = tmp[j][threadIdx.x];
+      if constexpr (has_fusion) {
+        const int row = row0 + threadIdx.x;
+        result = result * fusion.gate[row] + fusion.bias[j * stride_col_dst + row];
+      }
+      dst[j * stride_col_dst + row0 + threadIdx.x] = result;
     }
   }
 }
@@ -265,6 +277,7 @@ struct MatVecArgs {
   const void* vx;
   const void* vy;
   float* dst;
+  fusion_args fusion;  // gate == nullptr: no fusion
   int ncols_x, nrows_x, stride_col_y, stride_col_dst;
 };
 
@@ -273,8 +286,13 @@ static void launch(const MatVecArgs& a, cudaStream_t stream) {
   constexpr int rows = rows_per_block_for(ncols_dst);
   const dim3 grid((a.nrows_x + rows - 1) / rows);
   const dim3 block(kWarp, nwarps_for(ncols_dst));
-  mul_mat_vec_q<T, ncols_dst><<<grid, block, 0, stream>>>(a.vx, a.vy, a.dst, a.ncols_x, a.nrows_x, a.stride_col_y,
-                                                          a.stride_col_dst);
+  if (a.fusion.gate != nullptr) {
+    mul_mat_vec_q<T, ncols_dst, true><<<grid, block, 0, stream>>>(a.vx, a.vy, a.dst, a.fusion, a.ncols_x, a.nrows_x,
+                                                                  a.stride_col_y, a.stride_col_dst);
+  } else {
+    mul_mat_vec_q<T, ncols_dst, false><<<grid, block, 0, stream>>>(a.vx, a.vy, a.dst, a.fusion, a.ncols_x,
+                                                                   a.nrows_x, a.stride_col_y, a.stride_col_dst);
+  }
 }
 
 template <qtype T>
@@ -357,12 +375,19 @@ int main(int argc, char** argv) {
   }
   std::vector<float> xh(size_t(ncols) * qmv::kMaxCols);
   for (size_t i = 0; i < xh.size(); ++i) xh[i] = static_cast<float>(static_cast<int>(i * 37 % 255) - 127) / 64.0f;
-  float *x = nullptr, *dst = nullptr;
+  float *x = nullptr, *dst = nullptr, *gate = nullptr, *bias = nullptr;
   qmv::block_q8_1* y = nullptr;
   TA_CHECK(cudaMalloc(&x, xh.size() * sizeof(float)));
   TA_CHECK(cudaMalloc(&y, xh.size() / qmv::QK8_1 * sizeof(qmv::block_q8_1)));
   TA_CHECK(cudaMalloc(&dst, size_t(nrows) * qmv::kMaxCols * sizeof(float)));
   TA_CHECK(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice));
+  std::vector<float> gh(nrows), bh(size_t(nrows) * qmv::kMaxCols);
+  for (int i = 0; i < nrows; ++i) gh[i] = static_cast<float>(1 + i % 3) / 2.0f;
+  for (size_t i = 0; i < bh.size(); ++i) bh[i] = static_cast<float>(static_cast<int>(i % 9) - 4) / 8.0f;
+  TA_CHECK(cudaMalloc(&gate, gh.size() * sizeof(float)));
+  TA_CHECK(cudaMalloc(&bias, bh.size() * sizeof(float)));
+  TA_CHECK(cudaMemcpy(gate, gh.data(), gh.size() * sizeof(float), cudaMemcpyHostToDevice));
+  TA_CHECK(cudaMemcpy(bias, bh.data(), bh.size() * sizeof(float), cudaMemcpyHostToDevice));
   const int n = static_cast<int>(xh.size());
   qmv::quantize_q8_1<<<(n + 255) / 256, 256>>>(x, y, n);
   TA_CHECK(cudaGetLastError());
@@ -374,18 +399,23 @@ int main(int argc, char** argv) {
   report.add("x", x);
   report.add("y", y);
   report.add("dst", dst);
+  report.add("gate", gate);
+  report.add("bias", bias);
   report.write();
 
-  const qmv::MatVecArgs base{nullptr, y, dst, ncols, nrows, ncols / qmv::QK8_1, nrows};
+  const qmv::MatVecArgs base{nullptr, y, dst, {nullptr, nullptr}, ncols, nrows, ncols / qmv::QK8_1, nrows};
   for (int round = 0; round < 2; ++round) {
-    for (int t = 0; t < qmv::kTypes; ++t) {
-      for (int c = 1; c <= qmv::kMaxCols; ++c) {
-        // Cleared before every launch: each dispatch changes `dst`.
-        TA_CHECK(cudaMemsetAsync(dst, 0, size_t(nrows) * qmv::kMaxCols * sizeof(float)));
-        qmv::MatVecArgs a = base;
-        a.vx = weights[t];
-        qmv::mul_mat_vec(static_cast<qmv::qtype>(t), c, a, nullptr);
-        TA_CHECK(cudaGetLastError());
+    for (int fused = 0; fused < 2; ++fused) {
+      for (int t = 0; t < qmv::kTypes; ++t) {
+        for (int c = 1; c <= qmv::kMaxCols; ++c) {
+          // Cleared before every launch: each dispatch changes `dst`.
+          TA_CHECK(cudaMemsetAsync(dst, 0, size_t(nrows) * qmv::kMaxCols * sizeof(float)));
+          qmv::MatVecArgs a = base;
+          a.vx = weights[t];
+          if (fused) a.fusion = {gate, bias};
+          qmv::mul_mat_vec(static_cast<qmv::qtype>(t), c, a, nullptr);
+          TA_CHECK(cudaGetLastError());
+        }
       }
     }
   }
@@ -394,6 +424,8 @@ int main(int argc, char** argv) {
   TA_CHECK(cudaFree(x));
   TA_CHECK(cudaFree(y));
   TA_CHECK(cudaFree(dst));
+  TA_CHECK(cudaFree(gate));
+  TA_CHECK(cudaFree(bias));
   testapp::mark_done();
   return 0;
 }
