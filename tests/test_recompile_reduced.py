@@ -1,20 +1,13 @@
 """The reduced kernel-only recompile end to end with real nvcc (no GPU): the big
 translation unit and the thrust TU of testapps/, small TUs for the fallbacks, and the
-committed demo reproducer (a real H200 capture).
-
-The "captured" cubin of a testapps TU is nvcc's cubin of the original file at its
-original path (the cubin a CMake build embeds is the same bytes), so the module id
-nvcc derives from the path differs from the reproducer copy's, as on a real capture.
-GPU evidence (extract, replay, validate byte-exact, timings): tests/gpu/test_recompile_big.py.
+committed demo reproducer (a real H200 capture). Reproducers of testapps files:
+tests/tu_reproducer.py. GPU evidence (extract, replay, validate byte-exact, timings): tests/gpu/test_recompile_big.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -25,76 +18,11 @@ from kerncap.devcompile.module_id import module_id, object_names
 from kerncap.errors import KerncapError
 from kerncap.recompile import recompile
 from kerncap.sources import cubin as cubinfo
-
-REPO = Path(__file__).resolve().parents[1]
-CUDA = REPO / "testapps" / "cuda"
-DEMO = REPO / "kerncap_tui" / "demo" / "reproducer"
-# testapps/CMakeLists.txt's flags, as compile_commands.json records them
-CMAKE_FLAGS = ["-forward-unknown-to-host-compiler", "-O3", "-DNDEBUG", "-std=c++17",
-               "--generate-code=arch=compute_90,code=[compute_90,sm_90]", "-lineinfo", "-Xcompiler=-Wall",
-               "-Werror=all-warnings", "-x", "cu"]
-BIG_KERNEL = "_ZN3qmv13mul_mat_vec_qILNS_5qtypeE2ELi3ELb1EEEvPKvS3_PfNS_11fusion_argsEiiii"
-FUNCTOR_KERNEL = "_ZN10minikokkos4impl33cuda_parallel_launch_local_memoryINS0_11ParallelForI7Smooth3NS_11RangePolicyEEEEEvT_"
+from tu_reproducer import (BIG_FILES, BIG_KERNEL, CUDA, DEMO, FUNCTOR_FILES, FUNCTOR_KERNEL, kernel_text,
+                           make_reproducer)
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("c++filt") is None,
                                 reason="needs nvcc and c++filt")
-
-
-def captured_cubin(tree: Path, tu: str, extra: list[str], out: Path) -> tuple[bytes, float]:
-    start = time.perf_counter()
-    subprocess.run(["nvcc", f"-I{tree}", "-O3", "-DNDEBUG", "-std=c++17", "-arch=sm_90", "-lineinfo", *extra,
-                    "-cubin", "-o", str(out), str(tree / tu)], check=True, capture_output=True, text=True)
-    return out.read_bytes(), time.perf_counter() - start
-
-
-def make_reproducer(root: Path, tree: Path, tu: str, files: list[str], kernel, extra: list[str] = ()) -> tuple[Path, bytes, float]:
-    """A reproducer of `kernel` (a name, or a function picking one from the cubin's
-    kernels) from `tree/tu` as extract writes one: capture/ with the captured cubin, its
-    parameter layout and module globals; source/ with copies and build.json (the CMake
-    compile command of the original file)."""
-    root.mkdir(parents=True, exist_ok=True)
-    data, seconds = captured_cubin(tree, tu, list(extra), root / "captured.cubin")
-    elf = cubinfo.open_elf(data, "captured")
-    if callable(kernel):
-        kernel = kernel(cubinfo.kernel_names(elf))
-    sha = hashlib.sha256(data).hexdigest()
-    repro = root / "reproducer"
-    cap = repro / "capture"
-    (cap / "cubins").mkdir(parents=True)
-    (cap / "cubins" / f"{sha}.cubin").write_bytes(data)
-    globs = []
-    for s in elf.get_section_by_name(".symtab").iter_symbols():
-        if s["st_info"]["type"] == "STT_OBJECT" and isinstance(s["st_shndx"], int):
-            section = elf.get_section(s["st_shndx"]).name
-            if section.startswith(".nv.global") or (section.startswith(".nv.constant") and section != ".nv.constant0"):
-                globs.append({"name": s.name, "section": section, "size": s["st_size"], "address": 0,
-                              "written": False, "pre": [], "post": []})
-    params = [{"index": i, "offset": p.offset, "size": p.size, "value": "00" * p.size}
-              for i, p in enumerate(cubinfo.param_layout(elf, kernel))]
-    (cap / "manifest.json").write_text(json.dumps({
-        "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4194304, "hash": "xxh64",
-        "provenance": {"gpu": {"name": "NVIDIA H200", "cc": [9, 0]}},
-        "kernel": {"name": kernel, "demangled": kernel, "module": {"cubin": f"cubins/{sha}.cubin", "sha256": sha}},
-        "launch": {"grid": [1, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 0},
-        "params": params, "regions": [], "globals": globs,
-    }))
-    source = repro / "source"
-    for f in files:
-        (source / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(tree / f, source / f)
-    (root / "build").mkdir()
-    (source / "build.json").write_text(json.dumps({
-        "kernel": kernel,
-        "compile_command": ["nvcc", *CMAKE_FLAGS[:1], f"-I{tree}", *CMAKE_FLAGS[1:], *extra, "-c", str(tree / tu),
-                            "-o", "obj.o"],
-        "compile_command_origin": "compile_commands.json", "cwd": str(root / "build"), "source_root": str(tree),
-        "arch": "sm_90", "tu": tu, "include_dirs": ["."], "method": "nm+compile_commands", "confidence": "exact",
-        "files": files, "notes": []}))
-    return repro, data, seconds
-
-
-def kernel_text(data: bytes, kernel: str) -> bytes:
-    return cubinfo.open_elf(data, "cubin").get_section_by_name(f".text.{kernel}").data()
 
 
 # -- the big translation unit ----------------------------------------------------------------
@@ -102,8 +30,7 @@ def kernel_text(data: bytes, kernel: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def big_tu(tmp_path_factory):
-    return make_reproducer(tmp_path_factory.mktemp("big"), CUDA, "big_tu/qmatvec.cu",
-                           ["big_tu/qmatvec.cu", "common/testapp.hpp"], BIG_KERNEL)
+    return make_reproducer(tmp_path_factory.mktemp("big"), CUDA, BIG_FILES[0], BIG_FILES, BIG_KERNEL)
 
 
 def test_big_translation_unit_compiles_only_the_captured_instance(big_tu):
@@ -126,8 +53,7 @@ def test_big_translation_unit_compiles_only_the_captured_instance(big_tu):
 
 @pytest.fixture(scope="module")
 def functor_thrust(tmp_path_factory):
-    return make_reproducer(tmp_path_factory.mktemp("thrust"), CUDA, "functor_thrust/functor_thrust.cu",
-                           ["functor_thrust/functor_thrust.cu", "common/testapp.hpp"], FUNCTOR_KERNEL)
+    return make_reproducer(tmp_path_factory.mktemp("thrust"), CUDA, FUNCTOR_FILES[0], FUNCTOR_FILES, FUNCTOR_KERNEL)
 
 
 def test_thrust_translation_unit_keeps_the_captured_internal_names(functor_thrust):

@@ -95,6 +95,18 @@ MOE_SCALE_SMALL = AppSpec("moe_scale", "moe_scale_expert_ffn", python=True, args
 MOE_SCALE_SMALL_SILU = AppSpec("moe_scale", "silu", python=True, args=MOE_SMALL_ARGS, dispatch=MOE_SMALL_LAYERS - 1,
                                timeout=300.0)
 
+# Issue 18 (the edit loop on big translation units), extracted by test_recompile_big.py
+# only, with their sources. qmatvec: mul_mat_vec_q<qtype::q5_0, 3, true>, one of the 96
+# instances of testapps/cuda/big_tu/qmatvec.cu. functor_thrust: a Kokkos-style
+# cuda_parallel_launch_local_memory<ParallelFor<Smooth3, RangePolicy>> in a TU that
+# includes thrust (its module carries thrust's and libcu++'s _INTERNAL_ globals).
+BIG_TU = AppSpec("qmatvec", "_ZN3qmv13mul_mat_vec_qILNS_5qtypeE2ELi3ELb1EEEvPKvS3_PfNS_11fusion_argsEiiii",
+                 match="exact", writes=("dst",), reads=("y", "w_q5_0", "gate", "bias"))
+FUNCTOR_THRUST = AppSpec(
+    "functor_thrust",
+    "_ZN10minikokkos4impl33cuda_parallel_launch_local_memoryINS0_11ParallelForI7Smooth3NS_11RangePolicyEEEEEvT_",
+    match="exact", writes=("out",), reads=("in",))
+
 # Apps used only for failure paths (test_capture_errors.py).
 GRAPH_TARGET = AppSpec("graph_target", "graph_scale", keep_running=True)
 # An app that subscribes to CUPTI itself before its first CUDA call.
