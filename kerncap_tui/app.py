@@ -63,6 +63,7 @@ class KerncapApp(App[int]):
         self.profile = None
         self.history: History | None = None
         self.replay: engine.ResidentReplay | None = None
+        self.compiler: engine.ResidentCompiler | None = None
         self.watcher: SourceWatcher | None = None
         self._debounce: Timer | None = None
         self.theme_names: list[str] = []
@@ -118,6 +119,7 @@ class KerncapApp(App[int]):
         self.shutdown_engine()
         self.root = Path(root)
         self.replay = engine.ResidentReplay(self.root)
+        self.start_compiler()
         self.sub_title = "demo" if self.demo else str(self.root)
         self.log_line(f"opened {'the bundled demo' if self.demo else self.root}")
         self.capture = None
@@ -152,6 +154,14 @@ class KerncapApp(App[int]):
             except OSError as exc:
                 self.report_error("watch", KerncapError(f"cannot watch {self.source_dir} ({exc})",
                                                         "press b to build by hand"))
+
+    def start_compiler(self) -> None:
+        try:
+            self.compiler = engine.ResidentCompiler(self.root)
+            self.compiler.warm()
+        except KerncapError as exc:
+            self.compiler = None
+            self.report_error("compiler", exc)
 
     @property
     def source_dir(self) -> Path | None:
@@ -230,7 +240,7 @@ class KerncapApp(App[int]):
         started = time.monotonic()
         try:
             self.post_message(BuildLog("recompiling …"))
-            rc = engine.recompile(self.root)
+            rc = self.compiler.recompile() if self.compiler is not None else engine.recompile(self.root)
             log = (getattr(rc, "log", "") or "").strip()
             if log:
                 self.post_message(BuildLog(log, "dim"))
@@ -362,7 +372,7 @@ class KerncapApp(App[int]):
 
     # -- shutdown ---------------------------------------------------------------------------
     def shutdown_engine(self) -> None:
-        """Stop the watchdog thread and the replay server process (idempotent)."""
+        """Stop the watchdog thread, the replay server and compile worker processes (idempotent)."""
         if self._debounce is not None:
             self._debounce.stop()
             self._debounce = None
@@ -375,6 +385,12 @@ class KerncapApp(App[int]):
             except Exception as exc:  # the server may already be gone; shutting down regardless
                 print(f"kerncap-tui: closing the replay server failed: {exc}", file=sys.stderr)
             self.replay = None
+        if self.compiler is not None:
+            try:
+                self.compiler.close()
+            except Exception as exc:  # shutting down regardless
+                print(f"kerncap-tui: closing the compile worker failed: {exc}", file=sys.stderr)
+            self.compiler = None
 
     def _terminal_gone(self, sig: int) -> None:
         """SIGHUP (SSH dropped) / SIGTERM: release the GPU process and the observer first,

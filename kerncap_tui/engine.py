@@ -43,6 +43,35 @@ def recompile(reproducer: Path):
     return engine_module("recompile").recompile(reproducer)
 
 
+class ResidentCompiler:
+    """The build step of the live loop. A Triton reproducer compiles in a resident worker
+    process (kerncap.triton.worker) started when the reproducer opens: Triton and the
+    kernel module's imports are loaded and Triton's state is warm before the first save,
+    and the compile does not hold this process's GIL. CUDA C++ reproducers compile here
+    (nvcc's steps are subprocesses anyway)."""
+
+    def __init__(self, reproducer: Path) -> None:
+        self.reproducer = reproducer
+        self._worker = None
+        worker = engine_module("triton.worker")
+        if worker.is_triton_reproducer(reproducer):
+            self._worker = worker.CompileWorker(reproducer)
+
+    def warm(self) -> None:
+        """Starts the worker's warm-up (returns at once)."""
+        if self._worker is not None:
+            self._worker.start()
+
+    def recompile(self):
+        if self._worker is not None:
+            return self._worker.recompile()
+        return recompile(self.reproducer)
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+
+
 @dataclass
 class Outcome:
     median_ms: float | None

@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kerncap.capture.format import Capture
@@ -25,6 +25,13 @@ except ImportError:  # pragma: no cover - depends on the build
         seconds: float
         command: list[str]
         log: str
+        mode: str = "triton"
+        phases: dict = field(default_factory=dict)
+        notes: list = field(default_factory=list)
+        summary: str = ""
+
+        def phase_line(self) -> str:
+            return ", ".join(f"{name} {s:.2f} s" for name, s in self.phases.items())
 
 
 SCRATCH_PARAMS = ("global_scratch", "profile_scratch")
@@ -40,7 +47,8 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     overrides = pinned.parse_config(config, spec) if isinstance(config, str) or config is None else dict(config)
     option_overrides, constexpr_overrides = pinned.split_overrides(overrides, spec)
     grid_pin = configs.pinned_grid(spec, constexpr_overrides)  # refuses an underivable grid before compiling
-    compiled, _fn, _module = pinned.compile_pinned(root, spec, overrides)
+    phases: dict[str, float] = {}
+    compiled, _fn, _module = pinned.compile_pinned(root, spec, overrides, times=phases)
     cubin = compiled.asm.get("cubin")
     if not isinstance(cubin, (bytes, bytearray)):
         raise KerncapError(f"Triton produced no cubin for {spec['function']} (backend {compiled.metadata.target})")
@@ -70,7 +78,8 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     command = ["triton.compile", f"source/{spec.get('source', 'kernel.py')}:{spec['function']}",
                f"target=cuda:{spec['target']['arch']}", *[f"{k}={v}" for k, v in pinned_view.items() if v is not None],
                *[f"{k}={v}" for k, v in constexpr_overrides.items()]]
-    return RecompileResult(cubin=out, seconds=time.monotonic() - start, command=command, log="\n".join(log))
+    return RecompileResult(cubin=out, seconds=time.monotonic() - start, command=command, log="\n".join(log),
+                           mode="triton", phases={k: round(v, 4) for k, v in phases.items()})
 
 
 def _write(path: Path, data: bytes) -> None:
