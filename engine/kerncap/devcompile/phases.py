@@ -67,18 +67,11 @@ class Timing:
     def add(self, name: str, seconds: float) -> None:
         self.phases.append((name, seconds))
 
-    @property
-    def total(self) -> float:
-        return sum(s for _, s in self.phases)
-
     def as_dict(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for name, s in self.phases:
             out[name] = round(out.get(name, 0.0) + s, 4)
         return out
-
-    def line(self) -> str:
-        return ", ".join(f"{name} {s:.2f} s" for name, s in self.phases)
 
 
 def _expand(word: str, env: dict[str, str]) -> str:
