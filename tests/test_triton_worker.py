@@ -114,3 +114,18 @@ def test_workbench_compiles_triton_in_the_worker_and_cuda_in_process(reproducer,
         compiler.close()
     demo = Path(__file__).resolve().parents[1] / "kerncap_tui" / "demo" / "reproducer"
     assert ResidentCompiler(demo)._worker is None  # CUDA C++: nvcc's steps run from the build thread
+
+
+def test_worker_that_hangs_is_killed_with_a_message(reproducer, monkeypatch):  # noqa: F811
+    from kerncap.triton import worker as worker_module
+
+    root, _capture, _ = reproducer
+    path = root / "source" / "kernel.py"
+    original = path.read_text()
+    path.write_text("import time\ntime.sleep(60)\n" + original)  # a module-level call that never ends in time
+    monkeypatch.setattr(worker_module, "WARMUP_TIMEOUT_S", 1.0)
+    with CompileWorker(root) as worker:
+        with pytest.raises(KerncapError, match=r"did not answer within 1 s \(warming up\)"):
+            worker.recompile()
+        path.write_text(original)
+        assert worker.recompile().cubin.is_file()  # a new worker

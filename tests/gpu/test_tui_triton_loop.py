@@ -26,6 +26,9 @@ LOOP_BUDGET_S = 2.0
 @pytest.fixture
 def flash_repro(captures, tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no user themes/keymap
+    # A Triton cache of its own: test_triton_repro compiled the same edit; the save must
+    # be a real compile, as a user's first edit is.
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     monkeypatch.delenv("KERNCAP_THEME", raising=False)
     work = tmp_path / "reproducer"
     shutil.copytree(triton_reproducer(captures, "triton_flash_attn"), work)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -34,6 +35,8 @@ from pathlib import Path
 from kerncap.errors import KerncapError
 
 STDERR_LINES = 200
+WARMUP_TIMEOUT_S = 600.0  # importing torch from a cold disk plus a first compile
+REQUEST_TIMEOUT_S = 600.0
 
 
 def is_triton_reproducer(reproducer: Path) -> bool:
@@ -52,6 +55,7 @@ class CompileWorker:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self._pending = b""  # bytes of the child's stdout after the last full line
 
     # -- lifetime ------------------------------------------------------------------------
     def start(self) -> None:
@@ -70,10 +74,12 @@ class CompileWorker:
         env["PYTHONUNBUFFERED"] = "1"
         self.warmup = None
         self._stderr.clear()
+        self._pending = b""
         try:
+            # unbuffered bytes: replies are read with a timeout (select), not through a text buffer
             self._proc = subprocess.Popen([self.python, "-m", "kerncap.triton.worker", str(self.reproducer)],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          env=env, text=True, bufsize=1)
+                                          env=env, bufsize=0)
         except OSError as exc:
             raise KerncapError(f"cannot start the Triton compile worker ({self.python}): {exc.strerror}",
                                "check the Python environment") from None
@@ -81,7 +87,7 @@ class CompileWorker:
 
     def _drain(self, proc: subprocess.Popen) -> None:
         for line in proc.stderr:
-            self._stderr.append(line.rstrip("\n"))
+            self._stderr.append(line.decode(errors="replace").rstrip("\n"))
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -89,8 +95,7 @@ class CompileWorker:
             return
         try:
             if proc.poll() is None:
-                proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                proc.stdin.flush()
+                proc.stdin.write((json.dumps({"op": "quit"}) + "\n").encode())
                 proc.wait(timeout=5)
         except (OSError, ValueError, subprocess.TimeoutExpired):
             proc.kill()
@@ -108,7 +113,7 @@ class CompileWorker:
         with self._lock:
             self._spawn()
             if self.warmup is None:
-                self.warmup = self._read()
+                self.warmup = self._read(WARMUP_TIMEOUT_S, "warming up")
             return self.warmup
 
     # -- requests ------------------------------------------------------------------------
@@ -120,9 +125,9 @@ class CompileWorker:
         with self._lock:
             self._spawn()
             if self.warmup is None:
-                self.warmup = self._read()  # the ready event
+                self.warmup = self._read(WARMUP_TIMEOUT_S, "warming up")  # the ready event
             self._send({"op": "recompile", "config": config})
-            reply = self._read()
+            reply = self._read(REQUEST_TIMEOUT_S, "recompiling")
         if not reply.get("ok"):
             raise KerncapError(reply.get("message", "the Triton compile worker failed"), reply.get("hint"))
         r = reply["result"]
@@ -132,15 +137,28 @@ class CompileWorker:
 
     def _send(self, message: dict) -> None:
         try:
-            self._proc.stdin.write(json.dumps(message) + "\n")
-            self._proc.stdin.flush()
+            self._proc.stdin.write((json.dumps(message) + "\n").encode())
         except (OSError, ValueError):
             raise self._died() from None
 
-    def _read(self) -> dict:
-        line = self._proc.stdout.readline()
-        if not line:
-            raise self._died()
+    def _read(self, timeout: float, doing: str) -> dict:
+        """The child's next line, as JSON; kills it when nothing comes within `timeout`."""
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([fd], [], [], max(0.0, left))
+            if not ready:
+                self._proc.kill()
+                self._proc.wait()
+                self._proc = None  # the next request starts a new worker
+                raise KerncapError(f"the Triton compile worker did not answer within {timeout:.0f} s ({doing})",
+                                   "save again to start a new one; `kerncap recompile DIR` shows what hangs")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise self._died()
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
         try:
             return json.loads(line)
         except ValueError:
