@@ -62,6 +62,16 @@ int main() {{ launch(nullptr); return 0; }}
     assert r.text.count("\n") == ii((USER, code)).count("\n")  # every line keeps its number
 
 
+def test_blanked_bodies_keep_their_line_markers():
+    text = ii((USER, "void host() {\n  a();\n#pragma unroll\n  b();"), (SYS, "int sys_helper();"),
+              (USER, "  c();\n}\nint after;"))
+    r = reduce_tu(text, user, "k")
+    assert r.text.count("\n") == text.count("\n")
+    assert [ln for ln in r.text.splitlines() if ln.startswith("# ")] == [ln for ln in text.splitlines() if ln.startswith("# ")]
+    assert "a();" not in r.text and "c();" not in r.text and "#pragma" not in r.text
+    assert "int after;" in r.text
+
+
 def test_other_kernels_blanked_captured_and_templates_kept():
     code = f"""
 {GLOBAL} void other(float* y) {{ y[0] = 1; }}

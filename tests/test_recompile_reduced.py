@@ -137,6 +137,7 @@ def test_edit_that_breaks_only_the_reduced_compile_falls_back_and_says_so(mini, 
     assert len(cubins) == 1 and kernel_text(cubins[0].read_bytes(), MINI_KERNEL) == kernel_text(captured, MINI_KERNEL)
     result = recompile(repro)
     assert result.mode == "full" and len(result.notes) == 1
+    assert list(result.phases) == ["preprocess", "reduce", "reduced attempt", "front end", "PTX", "ptxas"]
     with pytest.raises(KerncapError, match="reduced to the captured kernel"):
         recompile(repro, mode="reduced")  # --reduced: no fallback
 

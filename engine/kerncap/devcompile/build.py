@@ -105,14 +105,17 @@ def _compile(req: Request, work: Path) -> Build:
                 raise KerncapError(f"the translation unit cannot be reduced: {reduced}", "recompile without --reduced")
             notes.append(f"compiled the whole translation unit: {reduced}")
         else:
+            attempt = phases.Timing()
             try:
-                data, log = _cicc_ptxas(plan, reduced.path, id_file, [_REDUCED_DIAG_SUPPRESS], timing, work)
+                data, log = _cicc_ptxas(plan, reduced.path, id_file, [_REDUCED_DIAG_SUPPRESS], attempt, work)
                 if req.accept is not None:
                     req.accept(data, "reduced")
+                timing.phases += attempt.phases
                 return Build(data, "reduced", timing, notes, log, reduced.summary)
             except phases.StepFailed as exc:
                 if req.mode == "reduced" or _users_own_errors(exc.log, reduced.user_file):
                     raise _failed(req, exc.log, reduced=True) from None
+                attempt.add(exc.kind, exc.seconds)
                 notes.append(f"the reduced compile failed ({_first_error(exc.log)}); "
                              "compiled the whole translation unit instead")
             except KerncapError as exc:
@@ -120,6 +123,7 @@ def _compile(req: Request, work: Path) -> Build:
                     raise
                 notes.append(f"the reduced compile's cubin was not usable ({exc.message.splitlines()[0]}); "
                              "compiled the whole translation unit instead")
+            timing.add("reduced attempt", attempt.seconds())
     try:
         data, log = _cicc_ptxas(plan, plan.ii, id_file, [], timing, work)
     except phases.StepFailed as exc:

@@ -67,6 +67,9 @@ class Timing:
     def add(self, name: str, seconds: float) -> None:
         self.phases.append((name, seconds))
 
+    def seconds(self) -> float:
+        return sum(s for _, s in self.phases)
+
     def as_dict(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for name, s in self.phases:
@@ -147,9 +150,9 @@ def cicc_argv(p: Plan, ii: Path, module_id_file: Path | None, extra: list[str], 
 
 
 class StepFailed(Exception):
-    def __init__(self, kind: str, returncode: int, log: str):
+    def __init__(self, kind: str, returncode: int, log: str, seconds: float = 0.0):
         super().__init__(f"{kind} failed ({returncode})")
-        self.kind, self.returncode, self.log = kind, returncode, log
+        self.kind, self.returncode, self.log, self.seconds = kind, returncode, log, seconds
 
 
 def run_step(kind: str, argv: list[str], p: Plan) -> tuple[float, str]:
@@ -162,7 +165,7 @@ def run_step(kind: str, argv: list[str], p: Plan) -> tuple[float, str]:
     seconds = time.perf_counter() - start
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        raise StepFailed(kind, proc.returncode, log)
+        raise StepFailed(kind, proc.returncode, log, seconds)
     return seconds, log
 
 

@@ -355,8 +355,7 @@ class _Reducer:
         if fn is None:
             return
         if self.blank(fn):
-            newlines = self.text.count("\n", open_, close)
-            self.edits.append((open_, close, "{ __builtin_unreachable(); " + "\n" * newlines + "}"))
+            self.edits.append((open_, close, _blanked(self.text[open_ + 1 : close])))
 
     def blank(self, fn: _Function) -> bool:
         if fn.keep or fn.name in self.keep_functions:
@@ -364,6 +363,18 @@ class _Reducer:
         if fn.kernel:
             return not fn.template and fn.name != self.kernel_name
         return not fn.device
+
+
+def _blanked(inner: str) -> str:
+    """A body that does nothing, on as many lines as `inner`, keeping its line markers
+    (gcc writes one after a run of blank lines, e.g. an `#if 0` block) so that the
+    numbering of everything after it stays right."""
+    lines = inner.split("\n")
+    rest = [ln if _LINE_MARKER.match(ln) else "" for ln in lines[1:]]
+    return "{ __builtin_unreachable(); " + "\n".join(["", *rest]) + "}" if rest else "{ __builtin_unreachable(); }"
+
+
+_LINE_MARKER = re.compile(r'#[ \t]*\d+[ \t]+"')
 
 
 def _clean_head(head: str) -> str:
