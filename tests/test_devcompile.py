@@ -275,3 +275,14 @@ def test_plan_finds_nvccs_three_steps(tmp_path):
     argv = phases.cicc_argv(p, tmp_path / "reduced.ii", tmp_path / "id", ["--diag_suppress=177"], None)
     assert "--gen_module_id_file" not in argv and argv[argv.index("--module_id_file_name") + 1] == str(tmp_path / "id")
     assert str(tmp_path / "reduced.ii") in argv and str(p.ii) not in argv and argv[1] == "--diag_suppress=177"
+
+
+def test_exception_specifications_and_trailers():
+    code = f"""
+void a() noexcept {{ launch(1); }}
+void b() noexcept(true) {{ launch(2); }}
+struct S {{ int get() const volatile && noexcept {{ return launch(3); }} }};
+{DEV} float c() noexcept {{ return 4.0f; }}
+"""
+    r = reduce(code)
+    assert "launch(" not in r.text and "return 4.0f" in r.text

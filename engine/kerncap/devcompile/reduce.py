@@ -46,6 +46,7 @@ _ATTR = re.compile(r"__attribute__\s*\(\(|\[\[|\balignas\s*\(|__declspec\s*\(")
 _KEEP_WORDS = re.compile(r"\b(constexpr|consteval)\b")
 _STATEMENT = re.compile(r"^\s*(if|for|while|switch|catch|else|do|return|case|default|goto)\b")
 _TRAILER = re.compile(r"\s*(const|volatile|noexcept|override|final|mutable|&&|&|try)\s*$")
+_EXCEPTION_SPEC = re.compile(r"\b(noexcept|throw)$")
 _NAMESPACE = re.compile(r"^\s*(inline\s+)?namespace\b[^=]*$", re.S)
 _EXTERN_BLOCK = re.compile(r'^\s*extern\s*"C(\+\+)?"\s*$')
 _CLASS = re.compile(r"\b(class|struct|union)\b")
@@ -159,8 +160,9 @@ def _params_open(h: str) -> int | None:
             if j is None:
                 return None
             before = h[:j].rstrip()
-            if re.search(r"\b(noexcept|throw)$", before) and before[:-5].rstrip().endswith((")", "const", "&")):
-                h = re.sub(r"\b(noexcept|throw)$", "", before).rstrip()
+            spec = _EXCEPTION_SPEC.search(before)
+            if spec and before[: spec.start()].rstrip().endswith((")", "const", "volatile", "&")):
+                h = before[: spec.start()].rstrip()
                 continue
             return j
         m = _TRAILER.search(h)
@@ -191,8 +193,8 @@ def _top_level_eq(h: str) -> bool:
             depth -= 1
         elif c == "=" and depth == 0:
             prev, nxt = h[i - 1 : i], h[i + 1 : i + 2]
-            if prev in "=!<>+-*/%&|^" and prev != "" or nxt == "=":
-                continue
+            if (prev and prev in "=!<>+-*/%&|^") or nxt == "=":
+                continue  # ==, !=, <=, +=, ...
             if re.search(r"\boperator\s*\S*$", h[:i]):
                 continue
             return True
@@ -209,25 +211,27 @@ class _Function:
 
 
 def _function(head: str) -> _Function | None:
+    """The function whose body the `{` after `head` opens, or None (a class, an
+    initializer, an enum: not a function). A statement raises: the scan lost its place."""
     h = _strip_attributes(head)
     if _STATEMENT.match(h):
         raise ReduceError(f"a statement ({h.strip()[:40]!r}) where a declaration belongs")
-    if _top_level_eq(_strip_template_headers(h)):
+    decl = _strip_template_headers(h)
+    if _top_level_eq(decl):
         return None  # an initializer: `auto f = [](...) {`, `T x = T(...) {` is not a function
-    body = _strip_template_headers(h)
-    j = _params_open(body)
+    j = _params_open(decl)
     if j is None:
         return None
-    m = _NAME_BEFORE.search(body[:j])
+    m = _NAME_BEFORE.search(decl[:j])
     if not m:
         return None
-    deduced = re.search(r"\bauto\b", body[:j]) is not None and "->" not in body[j:]
+    deduced = re.search(r"\bauto\b", decl[:j]) is not None and "->" not in decl[j:]  # also decltype(auto)
     return _Function(
         name=m.group(1).strip(),
         device=_DEVICE.search(head) is not None,
         kernel=_GLOBAL.search(head) is not None,
         template=re.match(r"\s*template\s*<", h) is not None,
-        keep=_KEEP_WORDS.search(body[:j]) is not None or deduced or "decltype(auto)" in body[:j].replace(" ", ""),
+        keep=_KEEP_WORDS.search(decl[:j]) is not None or deduced,
     )
 
 
