@@ -244,6 +244,8 @@ class KerncapApp(App[int]):
             log = (getattr(rc, "log", "") or "").strip()
             if log:
                 self.post_message(BuildLog(log, "dim"))
+            if getattr(rc, "summary", ""):
+                self.post_message(BuildLog(rc.summary, "dim"))
             for note in getattr(rc, "notes", None) or []:  # e.g. the reduced compile fell back to the whole file
                 self.post_message(BuildLog(note, "yellow"))
             phases = getattr(rc, "phases", None) or {}

@@ -42,6 +42,7 @@ def test_big_translation_unit_compiles_only_the_captured_instance(big_tu):
     built = result.cubin.read_bytes()
     assert cubinfo.kernel_names(cubinfo.open_elf(built, "variant")) == {BIG_KERNEL, "_ZN3qmv13quantize_q8_1EPKfPNS_10block_q8_1Ei"}
     assert kernel_text(built, BIG_KERNEL) == kernel_text(captured, BIG_KERNEL), "not the captured kernel's code"
+    assert result.summary.endswith("the kernel's machine code is identical to the captured one")
     assert list(result.phases) == ["preprocess", "reduce", "front end", "PTX", "ptxas"]
     print(f"big TU (96 instances): full nvcc -cubin {full_seconds:.2f} s, reduced recompile {result.seconds:.2f} s "
           f"({full_seconds / result.seconds:.1f}x); {result.phase_line()}")

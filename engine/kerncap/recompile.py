@@ -231,8 +231,22 @@ def recompile(reproducer_dir: str | Path, config: str | None = None, mode: str =
     seconds = time.perf_counter() - start
     tmp.write_bytes(built.cubin)
     tmp.replace(final)
+    summary = built.summary
+    if _same_machine_code(built.cubin, capture, kernel):
+        summary = (summary + "; " if summary else "") + "the kernel's machine code is identical to the captured one"
     return RecompileResult(cubin=final, seconds=seconds, command=command, log=built.log, mode=built.mode,
-                           phases=built.timing.as_dict(), notes=built.notes, summary=built.summary)
+                           phases=built.timing.as_dict(), notes=built.notes, summary=summary)
+
+
+def _same_machine_code(data: bytes, capture: Capture, kernel: str) -> bool:
+    """The kernel's `.text` equals the captured cubin's (an unmodified or reverted source
+    compiled as the app's build did)."""
+    try:
+        ours = cubinfo.open_elf(data, "the variant").get_section_by_name(f".text.{kernel}")
+        theirs = cubinfo.open_elf(capture.cubin_path.read_bytes(), "the captured cubin").get_section_by_name(f".text.{kernel}")
+        return ours is not None and theirs is not None and ours.data() == theirs.data()
+    except (OSError, KeyError, KerncapError):
+        return False
 
 
 def _captured_symbols(capture: Capture) -> list[str]:

@@ -70,6 +70,7 @@ def test_big_tu_edit_to_validated_result_in_seconds(big_repro, tmp_path):
         assert unmodified.mode == "reduced", unmodified.notes
         v = rc.validate(cubin=unmodified.cubin)
         assert v.passed, "the unmodified reduced recompile must validate byte-exact"
+        print(f"qmatvec unmodified: {unmodified.summary}")
 
         source.write_text(text.replace(*EDIT))
         start = time.perf_counter()
