@@ -78,6 +78,7 @@ class KerncapApp(InspectActions, App[int]):
         self.profile = None
         self.history: History | None = None
         self.replay: engine.ResidentReplay | None = None
+        self.compiler: engine.ResidentCompiler | None = None
         self.watcher: SourceWatcher | None = None
         self._debounce: Timer | None = None
         self.theme_names: list[str] = []
@@ -127,6 +128,7 @@ class KerncapApp(InspectActions, App[int]):
         self.shutdown_engine()
         self.root = Path(root)
         self.replay = engine.ResidentReplay(self.root)
+        self.start_compiler()
         self.sub_title = "demo" if self.demo else str(self.root)
         self.log_line(f"opened {'the bundled demo' if self.demo else self.root}")
         self.capture = None
@@ -167,6 +169,14 @@ class KerncapApp(InspectActions, App[int]):
             except OSError as exc:
                 self.report_error("watch", KerncapError(f"cannot watch {self.source_dir} ({exc})",
                                                         "press b to build by hand"))
+
+    def start_compiler(self) -> None:
+        try:
+            self.compiler = engine.ResidentCompiler(self.root)
+            self.compiler.warm()
+        except KerncapError as exc:
+            self.compiler = None
+            self.report_error("compiler", exc)
 
     @property
     def source_dir(self) -> Path | None:
@@ -257,11 +267,16 @@ class KerncapApp(InspectActions, App[int]):
                                            "no new variant", "dim"))
                 return
             self.post_message(BuildLog("recompiling …"))
-            rc = api.recompile(self.root)
+            rc = self.compiler.recompile() if self.compiler is not None else api.recompile(self.root)
             log = rc.log.strip()
             if log:
                 self.post_message(BuildLog(log, "dim"))
-            self.post_message(BuildLog(f"compiled {Path(rc.cubin).name} in {rc.seconds:.2f} s"))
+            if rc.summary:
+                self.post_message(BuildLog(rc.summary, "dim"))
+            for note in rc.notes:  # e.g. the reduced compile fell back to the whole file
+                self.post_message(BuildLog(note, "yellow"))
+            self.post_message(BuildLog(f"compiled {Path(rc.cubin).name} in {rc.seconds:.2f} s"
+                                       + (f" ({rc.mode}: {rc.phase_line()})" if rc.phases else "")))
             if worker.is_cancelled:
                 self.post_message(BuildLog("superseded by a newer save", "dim"))
                 return
@@ -384,7 +399,7 @@ class KerncapApp(InspectActions, App[int]):
 
     # -- shutdown ---------------------------------------------------------------------------
     def shutdown_engine(self) -> None:
-        """Stop the watchdog thread and the replay server process (idempotent)."""
+        """Stop the watchdog thread, the replay server and compile worker processes (idempotent)."""
         if self._debounce is not None:
             self._debounce.stop()
             self._debounce = None
@@ -399,6 +414,12 @@ class KerncapApp(InspectActions, App[int]):
             except Exception as exc:  # the server may already be gone; shutting down regardless
                 print(f"kerncap-tui: closing the replay server failed: {exc}", file=sys.stderr)
             self.replay = None
+        if self.compiler is not None:
+            try:
+                self.compiler.close()
+            except Exception as exc:  # shutting down regardless
+                print(f"kerncap-tui: closing the compile worker failed: {exc}", file=sys.stderr)
+            self.compiler = None
 
     def _terminal_gone(self, sig: int) -> None:
         """SIGHUP (SSH dropped) / SIGTERM: release the GPU process and the observer first,

@@ -22,6 +22,32 @@ def needs_gpu(exc: BaseException) -> bool:
     return isinstance(exc, NativeUnavailable)
 
 
+class ResidentCompiler:
+    """The build step of the live loop. A Triton reproducer compiles in a resident worker
+    process (kerncap.api.compile_worker) started when the reproducer opens: Triton and the
+    kernel module's imports are loaded and Triton's state is warm before the first save,
+    and the compile does not hold this process's GIL. CUDA C++ reproducers compile here
+    (nvcc's steps are subprocesses anyway)."""
+
+    def __init__(self, reproducer: Path) -> None:
+        self.reproducer = reproducer
+        self._worker = api.compile_worker(reproducer)
+
+    def warm(self) -> None:
+        """Starts the worker's warm-up (returns at once)."""
+        if self._worker is not None:
+            self._worker.start()
+
+    def recompile(self) -> api.RecompileResult:
+        if self._worker is not None:
+            return self._worker.recompile()
+        return api.recompile(self.reproducer)
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+
+
 @dataclass
 class Outcome:
     median_ms: float | None

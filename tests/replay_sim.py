@@ -99,7 +99,7 @@ class SimSession:
             if spec.label.startswith("region "):
                 self.index[int(spec.label.split()[1])] = n
 
-    def load_program(self, key, spec, image, label):
+    def load_program(self, key, spec, image, label, global_names=()):
         name = Path(label.removeprefix("captured cubin ")).name if not label.startswith("captured") else "captured"
         if name not in KERNELS:
             raise ReplayError(f"variant {label} has no kernel {spec.kernel_name}", "variant")

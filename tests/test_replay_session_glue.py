@@ -52,8 +52,8 @@ class FakeSession:
     def load_state(self, blob_dir, chunk_size, items, threads):
         self.calls.append(("load_state", [(i.label, i.global_name, i.base, i.size, i.pre, i.post) for i in items]))
 
-    def load_program(self, key, spec, image, label):
-        self.calls.append(("load_program", label))
+    def load_program(self, key, spec, image, label, global_names=()):
+        self.calls.append(("load_program", label, list(global_names)))
         if FakeSession.load_error:
             raise FakeSession.load_error
         self.launch = spec
@@ -176,7 +176,7 @@ def test_same_cubin_bytes_are_not_reloaded(core, capture, tmp_path):
     same = tmp_path / "same.cubin"
     same.write_bytes((capture / "cubins" / "k.cubin").read_bytes())
     s.replay(str(same), 2, 0, False)
-    assert [c for c in s.session.calls if c[0] == "load_program"] == [("load_program", f"captured cubin {capture / 'cubins' / 'k.cubin'}")]
+    assert [c for c in s.session.calls if c[0] == "load_program"] == [("load_program", f"captured cubin {capture / 'cubins' / 'k.cubin'}", [])]
 
 
 def test_arch_load_failure_names_both_architectures(core, capture, tmp_path):
@@ -264,3 +264,25 @@ def test_programs_stay_loaded_up_to_a_limit_and_the_oldest_goes(core, capture, t
     assert len(dropped) == 1 and len(s._programs) == 2
     s.load(str(a))
     assert [c[0] for c in s.session.calls].count("load_program") == 4
+
+
+def test_a_variant_gets_each_global_under_its_own_name(core, capture, tmp_path, monkeypatch):
+    """Issue 18 through the program cache of issue 14: load_program receives, per captured
+    module global, its name in the variant ("" when the variant does not define it)."""
+    from kerncap.replay import native_session
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture)
+
+    def last_load():
+        return [c for c in s.session.calls if c[0] == "load_program"][-1]
+
+    assert last_load() == ("load_program", f"captured cubin {capture / 'cubins' / 'k.cubin'}", [])
+    same, gone = tmp_path / "same.cubin", tmp_path / "gone.cubin"
+    same.write_bytes(b"\x7fELF same")
+    gone.write_bytes(b"\x7fELF gone")
+    monkeypatch.setattr(native_session, "object_names", lambda image: {"scale"} if b"same" in image else {"other"})
+    s.load(str(same))
+    assert last_load()[2] == []  # the captured names: nothing to pass
+    s.load(str(gone))
+    assert last_load()[2] == [""]  # the variant does not define `scale`

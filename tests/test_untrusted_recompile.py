@@ -129,3 +129,31 @@ def test_local_nvcc_prefers_the_toolkit(tmp_path, monkeypatch, marker_nvcc):
     os.environ.pop("KERNCAP_NVCC")
     with pytest.raises(Exception, match="drives nvcc"):
         trust.local_nvcc("/bin/sh")
+
+
+def test_compile_steps_outside_the_local_toolkit_need_trust(reproducer, monkeypatch, tmp_path):  # noqa: F811
+    """kerncap runs nvcc's steps itself (issue 18): a step whose program is not the local
+    toolkit's (here ptxas swapped for a script, as a PATH set by a hostile environment
+    could) is refused before anything runs, naming it; --trust runs it."""
+    from kerncap.recompile.devcompile import phases
+    from kerncap.recompile.devcompile.build import CompileFailed
+
+    repro = reproducer("_Z13bounded_saxpyfPKfPfi")
+    marker = tmp_path / "ran"
+    fake = tmp_path / "ptxas"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    fake.chmod(0o755)
+    real_plan = phases.plan
+
+    def hostile_plan(*args, **kwargs):
+        p = real_plan(*args, **kwargs)
+        p.ptxas.argv[0] = str(fake)
+        return p
+
+    monkeypatch.setattr(phases, "plan", hostile_plan)
+    with pytest.raises(trust.UntrustedCommand, match=r"ptxas .*ptxas: not part of the CUDA toolkit"):
+        recompile(repro)
+    assert not marker.exists() and not any((repro / "variants").glob("*.cubin"))
+    with pytest.raises(CompileFailed):  # trusted: it runs (and this stand-in fails the build)
+        recompile(repro, trust=True)
+    assert marker.exists()

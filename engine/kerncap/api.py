@@ -77,6 +77,8 @@ from kerncap.sources import locate as _locate
 from kerncap.sources.discover import Discovery
 from kerncap.sources.locate import KernelSite
 from kerncap.triton import configs as _configs
+from kerncap.triton import worker as _triton_worker
+from kerncap.triton.worker import CompileWorker
 from kerncap.triton import pinned as _pinned
 
 __all__ = [
@@ -87,7 +89,7 @@ __all__ = [
     "DEFAULT_WORKSPACE", "Capture", "HydrateResult", "PackResult", "StoreResult", "Workspace", "format_info",
     "hydrate", "info", "list_reproducers", "open_capture", "pack", "store", "unpack", "AppLaunches", "app_launches",
     # sources, recompile, replay, prune
-    "AutotuneConfigs", "Discovery", "KernelSite", "PruneReport", "kernel_site", "RecompileResult", "RegionCheck", "ReplayClient",
+    "AutotuneConfigs", "CompileWorker", "Discovery", "KernelSite", "PruneReport", "compile_worker", "kernel_site", "RecompileResult", "RegionCheck", "ReplayClient",
     "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",
     "format_validation", "prune", "recompile", "replay", "validate",
     # validation you can trust: determinism, perturbed inputs, interleaved timing with intervals
@@ -232,19 +234,31 @@ def find_sources(kernel: str, source_dir: PathLike, build_dir: PathLike | None =
     return _sources.discover(kernel, Path(source_dir), Path(build_dir) if build_dir is not None else None)
 
 
-def recompile(reproducer: PathLike, config: str | None = None, *, trust: bool = False) -> RecompileResult:
+def recompile(reproducer: PathLike, config: str | None = None, *, trust: bool = False,
+              mode: str = "auto") -> RecompileResult:
     """Rebuild only the captured kernel from the reproducer's edited source into
     variants/ (the local toolkit's nvcc with the recorded flags, or Triton in-process).
-    `config` pins other Triton compile options or another autotune config
-    ("num_warps=4,BLOCK=64"). Recorded flags that could run other programs or write
-    outside the reproducer raise UntrustedCommand unless `trust` (docs/cli.md)."""
-    return _recompile.recompile(reproducer, config, trust=trust)
+    CUDA C++: `mode` "auto" compiles a translation unit reduced to what the kernel needs
+    (falling back to the whole one, `result.notes` says why), "reduced" never falls back,
+    "full" compiles the whole unit; `result.mode` and `result.phases` say what ran and
+    where the time went. `config` pins other Triton compile options or another autotune
+    config ("num_warps=4,BLOCK=64"). Recorded flags that could run other programs or
+    write outside the reproducer raise UntrustedCommand unless `trust` (docs/cli.md)."""
+    return _recompile.recompile(reproducer, config, trust=trust, mode=mode)
 
 
 def kernel_site(reproducer: PathLike, kernel: dict[str, Any]) -> KernelSite | None:
     """Where in `<reproducer>/source/` the captured kernel (the manifest's "kernel":
     name, demangled) is defined, file and line, or None when it is not found."""
     return _locate.locate_kernel(Path(reproducer), kernel)
+
+
+def compile_worker(reproducer: PathLike) -> CompileWorker | None:
+    """For a Triton reproducer, a resident compile worker (a process that imports Triton
+    and the kernel module's imports once and stays warm; `.start()` begins the warm-up,
+    `.recompile(config)` returns a RecompileResult like `recompile`, `.close()`); None
+    for a CUDA C++ reproducer (nvcc's steps are processes anyway)."""
+    return CompileWorker(Path(reproducer)) if _triton_worker.is_triton_reproducer(Path(reproducer)) else None
 
 
 @dataclass

@@ -114,7 +114,7 @@ PYBIND11_MODULE(_replay, m) {
       .def("load_state", &Session::load_state, py::arg("blob_dir"), py::arg("chunk_size"), py::arg("items"),
            py::arg("threads") = 4, release())
       .def("load_program", &Session::load_program, py::arg("key"), py::arg("spec"), py::arg("image"),
-           py::arg("label"), release())
+           py::arg("label"), py::arg("global_names") = std::vector<std::string>{}, release())
       .def("select_program", &Session::select_program, py::arg("key"))
       .def("drop_program", &Session::drop_program, py::arg("key"), release())
       .def("time", &Session::time, py::arg("iterations"), py::arg("warmup"), py::arg("flush_l2"), release())

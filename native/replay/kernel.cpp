@@ -117,23 +117,33 @@ std::string check_param_layout(CUfunction f, const LaunchSpec& spec, const std::
 }  // namespace
 
 LoadedKernel::LoadedKernel(const std::string& image, const std::string& label, const LaunchSpec& spec,
-                           const std::vector<std::pair<std::string, size_t>>& globals)
+                           const std::vector<GlobalRef>& globals)
     : module_(image.data(), label), label_(label) {
   CUresult r = KC_CU(cuModuleGetFunction)(&func_, module_.get(), spec.kernel_name.c_str());
   if (r == CUDA_ERROR_NOT_FOUND) throw Error("variant", "variant " + label + " has no kernel " + spec.kernel_name);
   check(r, "cuModuleGetFunction", spec.kernel_name + " in " + label);
   if (std::string note = check_param_layout(func_, spec, label, cubin_param_count(image, spec.kernel_name));
       !note.empty()) notes_.push_back(note);
-  for (const auto& [name, size] : globals) {
+  for (const GlobalRef& g : globals) {
+    if (g.in_module.empty()) {
+      notes_.push_back("module global " + g.captured + " is not defined by " + label +
+                       ": nothing in it can reach the global, so it is not restored; it is compared as the "
+                       "variant leaves it, unchanged from the pre-state");
+      globals_.push_back(0);
+      continue;
+    }
     CUdeviceptr p = 0;
     size_t got = 0;
-    r = KC_CU(cuModuleGetGlobal)(&p, &got, module_.get(), name.c_str());
+    r = KC_CU(cuModuleGetGlobal)(&p, &got, module_.get(), g.in_module.c_str());
     if (r == CUDA_ERROR_NOT_FOUND)
-      throw Error("variant", "variant " + label + " has no module global " + name + " (the captured module has it)");
-    check(r, "cuModuleGetGlobal", name + " in " + label);
-    if (got != size)
-      throw Error("variant", "variant " + label + ": module global " + name + " is " + std::to_string(got) +
-                                 " bytes, the capture has " + std::to_string(size));
+      throw Error("variant", "variant " + label + " has no module global " + g.in_module + " (the captured module has it)");
+    check(r, "cuModuleGetGlobal", g.in_module + " in " + label);
+    if (got != g.size)
+      throw Error("variant", "variant " + label + ": module global " + g.in_module + " is " + std::to_string(got) +
+                                 " bytes, the capture has " + std::to_string(g.size));
+    if (g.in_module != g.captured)
+      notes_.push_back("module global " + g.captured + " is restored into " + g.in_module +
+                       " (the same global under the variant's module id)");
     globals_.push_back(p);
   }
   // Dynamic shared memory above the default (48 KB minus static) needs an opt-in.

@@ -44,14 +44,26 @@ class LaunchConfig {
   std::vector<std::string> notes_;
 };
 
+// A captured module global and the name it has in the module being loaded: the same
+// name, the same global under the variant's module id (internal-linkage names embed a
+// per-TU hash), or empty when the variant does not define it (then no code in the
+// variant can reach it: it is neither restored nor compared).
+struct GlobalRef {
+  std::string captured;
+  std::string in_module;
+  size_t size = 0;
+};
+
 // A module loaded from a cubin image, its kernel checked against the capture.
 class LoadedKernel {
  public:
   // Throws Error("variant", ...) when the image lacks the kernel or one of `globals`
-  // (name, size), or when the kernel's parameter layout differs from the capture.
+  // that has a name in it, when such a global has another size, or when the kernel's
+  // parameter layout differs from the capture.
   LoadedKernel(const std::string& image, const std::string& label, const LaunchSpec& spec,
-               const std::vector<std::pair<std::string, size_t>>& globals);
+               const std::vector<GlobalRef>& globals);
   CUfunction function() const { return func_; }
+  // 0 for a global the module does not define.
   CUdeviceptr global_address(size_t i) const { return globals_.at(i); }
   std::map<std::string, long long> attributes() const;
   const std::vector<std::string>& notes() const { return notes_; }

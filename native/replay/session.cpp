@@ -169,11 +169,18 @@ void Session::load_state(const std::string& blob_dir, unsigned long long chunk_s
 }
 
 std::map<std::string, long long> Session::load_program(const std::string& key, LaunchSpec spec,
-                                                       const std::string& image, const std::string& label) {
+                                                       const std::string& image, const std::string& label,
+                                                       const std::vector<std::string>& global_names) {
   if (!stream_) throw Error("input", "load_state must come before load_program");
-  std::vector<std::pair<std::string, size_t>> globals;
+  std::vector<GlobalRef> globals;
   for (const Item& item : items_)
-    if (!item.spec.global_name.empty()) globals.emplace_back(item.spec.global_name, item.spec.size);
+    if (!item.spec.global_name.empty()) globals.push_back({item.spec.global_name, item.spec.global_name, item.spec.size});
+  if (!global_names.empty()) {
+    if (global_names.size() != globals.size())
+      throw Error("input", "load_program got " + std::to_string(global_names.size()) + " global names for " +
+                               std::to_string(globals.size()) + " module globals");
+    for (size_t i = 0; i < globals.size(); ++i) globals[i].in_module = global_names[i];
+  }
   // Built completely before it replaces what the key held: a bad variant leaves the
   // session as it was.
   Program p;
@@ -208,6 +215,13 @@ CUdeviceptr Session::target_of(const Item& item) const {
   return item.spec.global_name.empty() ? item.target : current_->kernel->global_address(item.global_index);
 }
 
+CUdeviceptr Session::actual_of(const Item& item) const {
+  // A module global the selected program does not define: no code of it can reach the
+  // global, so what it "leaves" there is the pre-state.
+  const CUdeviceptr t = target_of(item);
+  return t ? t : item.pre.get();
+}
+
 const Session::Item& Session::item_at(size_t index, const char* what) const {
   if (index >= items_.size())
     throw Error("input", std::string(what) + ": item " + std::to_string(index) + " does not exist (" +
@@ -217,13 +231,15 @@ const Session::Item& Session::item_at(size_t index, const char* what) const {
 
 void Session::restore_all() {
   for (const Item& item : items_)
-    KC_CHECK(cuMemcpyDtoDAsync, (target_of(item), item.pre.get(), item.spec.size, stream_->get()),
-             "restoring " + item.spec.label);
+    if (const CUdeviceptr dst = target_of(item))  // 0: a module global the program does not define
+      KC_CHECK(cuMemcpyDtoDAsync, (dst, item.pre.get(), item.spec.size, stream_->get()),
+               "restoring " + item.spec.label);
 }
 
 void Session::restore_written() {
   for (const Item& item : items_) {
     const CUdeviceptr dst = target_of(item);
+    if (!dst) continue;  // a module global the selected program does not define
     for (const auto& [off, len] : item.written)
       KC_CHECK(cuMemcpyDtoDAsync, (dst + off, item.pre.get() + off, len, stream_->get()),
                "restoring the written part of " + item.spec.label);
@@ -277,8 +293,10 @@ void Session::fill(const std::vector<FillSpec>& fills) {
                                f.dtype + ") lies outside " + item.spec.label + " (" + format_bytes(item.spec.size) +
                                ")");
     if (!(f.lo <= f.hi)) throw Error("input", "perturbed span of " + item.spec.label + " has an empty range");
+    const CUdeviceptr dst = target_of(item);
+    if (!dst) throw Error("input", "cannot perturb " + item.spec.label + ": " + current_->label + " does not define it");
     const FillParams p{f.mean, f.stddev, f.lo, f.hi, f.p_zero, f.seed};
-    filler_->fill(stream_->get(), f.dtype, target_of(item) + f.offset, f.count, p,
+    filler_->fill(stream_->get(), f.dtype, dst + f.offset, f.count, p,
                   item.spec.label + " +" + std::to_string(f.offset));
   }
 }
@@ -296,7 +314,7 @@ void Session::keep_reference(const std::vector<size_t>& indices) {
     item_at(i, "keep_reference");
     Item& item = items_[i];
     if (!item.ref.get()) item.ref = DeviceBuffer(item.spec.size, "reference state of " + item.spec.label);
-    KC_CHECK(cuMemcpyDtoDAsync, (item.ref.get(), target_of(item), item.spec.size, stream_->get()),
+    KC_CHECK(cuMemcpyDtoDAsync, (item.ref.get(), actual_of(item), item.spec.size, stream_->get()),
              "keeping the reference state of " + item.spec.label);
     item.has_ref = true;
   }
@@ -331,7 +349,7 @@ std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, 
     KC_CHECK(cuMemcpyHtoDAsync, (results_.get(), host.data(), slots * sizeof(CmpResult), s), "compare results");
   for (size_t i = 0; i < items_.size(); ++i) {
     const Item& item = items_[i];
-    const CUdeviceptr actual = target_of(item);
+    const CUdeviceptr actual = actual_of(item);
     const CUdeviceptr expected = expected_of(item);
     const CUdeviceptr out = results_.get() + 2 * i * sizeof(CmpResult);
     comparer_->bytes(s, actual, expected, item.spec.size, out);
@@ -362,7 +380,7 @@ std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, 
     if (first == kNone) continue;
     o.window_offset = first * unit;
     const size_t n = std::min<size_t>(kWindowElements * unit, item.spec.size - o.window_offset);
-    o.actual = copy_to_host(target_of(item) + o.window_offset, n, item.spec.label);
+    o.actual = copy_to_host(actual_of(item) + o.window_offset, n, item.spec.label);
     o.expected = copy_to_host(expected_of(item) + o.window_offset, n, "expected state of " + item.spec.label);
   }
   return outs;
@@ -375,7 +393,7 @@ std::string Session::read(size_t index, unsigned long long offset, unsigned long
     throw Error("input", "read of " + std::to_string(length) + " bytes at +" + std::to_string(offset) +
                              " lies outside " + item.spec.label + " (" + format_bytes(item.spec.size) + ")");
   KC_CHECK(cuStreamSynchronize, (stream_->get()), "reading " + item.spec.label);
-  return copy_to_host(target_of(item) + offset, length, item.spec.label);
+  return copy_to_host(actual_of(item) + offset, length, item.spec.label);
 }
 
 std::vector<double> Session::time_empty(int iterations) {

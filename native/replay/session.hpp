@@ -85,9 +85,13 @@ class Session {
   void load_state(const std::string& blob_dir, unsigned long long chunk_size, const std::vector<ItemSpec>& items,
                   int threads);
   // Loads a cubin under `key` with its launch (replacing what the key held; a failing
-  // load leaves everything as it was). Returns the kernel's function attributes.
+  // load leaves everything as it was). `global_names`: for each module global of the
+  // state (in order), its name in this image (internal-linkage globals carry the
+  // variant's module id; "" when the image does not define it); empty = the captured
+  // names. Returns the kernel's function attributes.
   std::map<std::string, long long> load_program(const std::string& key, LaunchSpec spec, const std::string& image,
-                                                const std::string& label);
+                                                const std::string& label,
+                                                const std::vector<std::string>& global_names = {});
   void select_program(const std::string& key);
   void drop_program(const std::string& key);
 
@@ -136,7 +140,12 @@ class Session {
     std::string label;
   };
   void require_kernel(const char* what) const;
+  // Where an item lives for the selected program: a region's captured address, a
+  // module global's address in the program's module (0 when it does not define it).
   CUdeviceptr target_of(const Item& item) const;
+  // What the program leaves in an item: target_of, or the pre-state for a global it
+  // does not define (compare, keep_reference, read).
+  CUdeviceptr actual_of(const Item& item) const;
   const Item& item_at(size_t index, const char* what) const;
   void restore_all();
   void restore_written();

@@ -104,6 +104,17 @@ PAIR_FMA_SET = tuple(AppSpec("perturb_pair", "pair_fma", dispatch=d, writes=("ou
 GATHER_UNSIGNED = AppSpec("perturb_pair", "gather_unsigned", writes=("gathered",), reads=("pos", "table"))
 # testapps/python/triton_atomic.py: float atomics, dispatch 1 (after the first compile).
 TRITON_ATOMIC = AppSpec("triton_atomic", "kc_atomic_bins", python=True, dispatch=1, writes=("out",), reads=("x",))
+# Issue 18 (the edit loop on big translation units), extracted by test_recompile_big.py
+# only, with their sources. qmatvec: mul_mat_vec_q<qtype::q5_0, 3, true>, one of the 96
+# instances of testapps/cuda/big_tu/qmatvec.cu. functor_thrust: a Kokkos-style
+# cuda_parallel_launch_local_memory<ParallelFor<Smooth3, RangePolicy>> in a TU that
+# includes thrust (its module carries thrust's and libcu++'s _INTERNAL_ globals).
+BIG_TU = AppSpec("qmatvec", "_ZN3qmv13mul_mat_vec_qILNS_5qtypeE2ELi3ELb1EEEvPKvS3_PfNS_11fusion_argsEiiii",
+                 match="exact", writes=("dst",), reads=("y", "w_q5_0", "gate", "bias"))
+FUNCTOR_THRUST = AppSpec(
+    "functor_thrust",
+    "_ZN10minikokkos4impl33cuda_parallel_launch_local_memoryINS0_11ParallelForI7Smooth3NS_11RangePolicyEEEEEvT_",
+    match="exact", writes=("out",), reads=("in",))
 
 # Apps used only for failure paths (test_capture_errors.py).
 # Writes through a pointer XOR-masked with a key: outside any pointer closure (prune refuses).

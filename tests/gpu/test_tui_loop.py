@@ -146,6 +146,7 @@ class Workbench:
         self.pilot = pilot
         self.servers_seen: set[int] = set()
         self.figures: list[str] = []
+        self.last_elapsed: float | None = None  # write -> history row of the last good save
 
     @property
     def table(self):
@@ -204,7 +205,7 @@ class Workbench:
         v = self.app.history.variants[-1]
         cell = str(self.table.get_cell(str(v.id), "valid"))
         await self.settle()
-        elapsed = t1 - t0
+        elapsed = self.last_elapsed = t1 - t0
         assert v.build_seconds is not None, v
         overhead = elapsed - v.build_seconds
         figure = (f"{label}: {v.label} on screen {elapsed:.3f} s after the write; compile {v.build_seconds:.3f} s; "

@@ -22,22 +22,39 @@ def register(sub) -> None:
     p.add_argument("--trust", action="store_true",
                    help="run recorded compile flags outside the allow-list (host-compiler plugins, a host compiler "
                         "outside the system, response files, output paths): only for a reproducer you trust")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--full", action="store_true",
+                     help="CUDA: compile the whole translation unit (default: only what the captured kernel needs, "
+                          "falling back to the whole unit when that fails)")
+    how.add_argument("--reduced", action="store_true",
+                     help="CUDA: compile only what the captured kernel needs, without falling back")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--verbose", "-v", action="store_true", help="print the compiler's output even when it is quiet")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="print the compiler's output even when it is quiet, and where the time went")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list_configs:
         return list_configs(args.reproducer, args.json)
-    result = api.recompile(args.reproducer, args.config, trust=args.trust)
+    mode = "full" if args.full else "reduced" if args.reduced else "auto"
+    result = api.recompile(args.reproducer, args.config, trust=args.trust, mode=mode)
     if args.json:
         print(json.dumps({"cubin": str(result.cubin), "seconds": round(result.seconds, 3),
-                          "command": result.command, "log": result.log}, indent=2))
+                          "command": result.command, "log": result.log, "mode": result.mode,
+                          "phases": result.phases, "notes": result.notes, "summary": result.summary},
+                         indent=2))
         return 0
     print("$ " + shlex.join(result.command))  # always: the user sees what ran
     if args.verbose or result.log.strip():
         print(result.log.rstrip())
+    for note in result.notes:
+        print(note)
+    if args.verbose and result.summary:
+        print(result.summary)
+    if args.verbose and result.phases:
+        print("time: " + result.phase_line()
+              + ("" if "link" in result.phases or result.mode == "triton" else " (no link step: ptxas writes the cubin)"))
     print(f"{result.cubin}  ({result.seconds:.2f} s)")
     print(f"replay it with: kerncap replay {args.reproducer} --cubin {result.cubin}")
     return 0

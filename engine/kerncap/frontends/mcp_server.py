@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 from pydantic import Field
@@ -312,13 +312,20 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     async def recompile(ctx: Context, reproducer: Reproducer,
                         config: Annotated[str | None, Field(description="Triton only: options or an autotune config "
                                                                         "to pin, e.g. \"num_warps=4,BLOCK=64\"")] = None,
+                        mode: Annotated[Literal["auto", "reduced", "full"], Field(description=(
+                            "CUDA C++: auto compiles only what the captured kernel needs and falls back to the "
+                            "whole translation unit; reduced never falls back; full compiles the whole unit"))]
+                        = "auto",
                         ) -> dict[str, Any]:
         """Rebuild only the captured kernel from the edited sources into variants/ (as
-        `kerncap recompile --json`): CUDA C++ with the recorded nvcc flags, Triton in-process."""
+        `kerncap recompile --json`): CUDA C++ with the recorded nvcc flags, Triton in-process;
+        `mode`, `phases` (seconds per compile phase) and `notes` (e.g. why the whole unit
+        was compiled) say what ran."""
         repro = R.reproducer(reproducer)
-        result = await state.blocking(ctx, "recompile", lambda: api.recompile(repro, config))
+        result = await state.blocking(ctx, "recompile", lambda: api.recompile(repro, config, mode=mode))
         return {"cubin": str(result.cubin), "seconds": round(result.seconds, 3), "command": result.command,
-                "log": result.log}
+                "log": result.log, "mode": result.mode, "phases": result.phases, "notes": result.notes,
+                "summary": result.summary}
 
     @server.tool()
     @kerncap_tool

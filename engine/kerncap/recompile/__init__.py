@@ -15,14 +15,18 @@ from kerncap.reproducer.variants import RecompileResult
 __all__ = ["RecompileResult", "recompile", "sources_kind"]
 
 
-def recompile(reproducer_dir: str | Path, config: str | None = None, *, trust: bool = False) -> RecompileResult:
+def recompile(reproducer_dir: str | Path, config: str | None = None, *, trust: bool = False,
+              mode: str = "auto") -> RecompileResult:
     """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only;
-    `trust` lets a CUDA C++ build run recorded flags outside the allow-list."""
+    `trust` lets a CUDA C++ build run recorded flags outside the allow-list; `mode` (CUDA):
+    "auto" (only what the kernel needs, else the whole TU), "reduced" (no fallback), "full"."""
     repro = Path(reproducer_dir).resolve()
     if sources_kind(repro) == "triton":
+        if mode != "auto":
+            raise UsageError("--full/--reduced apply to CUDA C++ reproducers", "a Triton kernel is compiled whole")
         return triton.recompile(repro) if config is None else triton.recompile(repro, config)
     if config is not None:
         raise UsageError(f"--config applies to Triton reproducers; {repro} holds CUDA C++ source",
                            "edit the source (e.g. __launch_bounds__) instead")
-    return cuda.recompile(repro, trust=trust)
+    return cuda.recompile(repro, trust=trust, mode=mode)
 

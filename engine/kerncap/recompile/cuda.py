@@ -1,23 +1,27 @@
 """Kernel-only recompile: the reproducer's edited source -> a cubin for the captured GPU.
 
-Runs `nvcc -cubin -arch=sm_XX` with the original compile flags (minus -c/-o/-M*/
--gencode/... ) in the original working directory, with `-I<reproducer>/source/<dir>`
+Compiles like `nvcc -cubin -arch=sm_XX` with the original compile flags (minus -c/-o/
+-M*/-gencode/... ) in the original working directory, with `-I<reproducer>/source/<dir>`
 for each in-tree include directory placed first so the edited copies shadow the
-originals. The result lands in `<reproducer>/variants/<n>.cubin` only after it is
-checked: it must define the captured (mangled) kernel with the captured parameter
-layout (offsets and sizes from `.nv.info.<kernel>` EIATTR_KPARAM_INFO).
+originals. nvcc's steps are run one by one (kerncap.recompile.devcompile): the translation unit is
+reduced to what the captured kernel needs when it can be, and the front end gets the
+captured module id so internal-linkage names come out as captured. The result lands in
+`<reproducer>/variants/<n>.cubin` only after it is checked: it must define the captured
+(mangled) kernel with the captured parameter layout (offsets and sizes from
+`.nv.info.<kernel>` EIATTR_KPARAM_INFO).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
 
 from kerncap.core.fsio import fs_error, make_dirs, remove_quietly, temp_name
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError
+from kerncap.recompile.devcompile.build import Request, compile_cubin
+from kerncap.recompile.devcompile.module_id import object_names
 from kerncap.recompile.trust import local_nvcc, require_trust, review
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
@@ -125,10 +129,13 @@ def _is_joined_drop(arg: str) -> bool:
     return arg.startswith("-l") and arg not in ("-lineinfo", "-lto", "-l")
 
 
-def recompile(reproducer_dir: str | Path, *, trust: bool = False) -> RecompileResult:
+def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "auto") -> RecompileResult:
     """Rebuild the CUDA C++ kernel of the reproducer into variants/<n>.cubin with the local
-    toolkit's nvcc. Recorded flags outside the allow-list (kerncap.recompile.trust) are
-    refused unless `trust`."""
+    toolkit's nvcc: `mode` "auto" compiles the translation unit reduced to what the
+    captured kernel needs (kerncap.recompile.devcompile), else the whole unit; "reduced"
+    never falls back; "full" compiles the whole unit. Recorded flags outside the
+    allow-list (kerncap.recompile.trust) are refused unless `trust`; so are compile steps
+    nvcc would run outside the local toolkit."""
     repro = Path(reproducer_dir).resolve()
     build = _load_build(repro)
     capture = Capture.open(repro)
@@ -151,8 +158,8 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False) -> RecompileRe
     variants = repro / "variants"
     tmp = temp_name(variants / "variant.cubin")  # numbered only once it is checked (publish_variant)
     shadow = [f"-I{source / d}" for d in build.get("include_dirs", [])]
-    command = [compiler, *shadow, *flags, f"-arch={arch_flag(build, capture, argv)}", "-cubin", "-o", str(tmp),
-               str(tu_copy)]
+    nvcc = [compiler, *shadow, *flags, f"-arch={arch_flag(build, capture, argv)}"]
+    command = [*nvcc, "-cubin", "-o", str(tmp), str(tu_copy)]
     if not trust:
         require_trust(review(flags, repro), command, source / BUILD_JSON)  # before anything is written
     make_dirs(variants)
@@ -160,35 +167,65 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False) -> RecompileRe
         tmp.write_bytes(b"")
     except OSError as exc:
         raise fs_error(exc, f"write into {variants}") from None
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        remove_quietly(tmp)
-        raise KerncapError(f"cannot run {compiler}: {exc.strerror}", "check the CUDA toolkit installation") from None
-    seconds = time.perf_counter() - start
-    log = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        remove_quietly(tmp)
-        raise KerncapError(
-            f"nvcc failed to compile {tu_copy} (exit status {proc.returncode}):\n{log.rstrip()}",
-            "fix the source and run `kerncap recompile` again",
-        )
-    try:
-        data = tmp.read_bytes()
+
+    def accept(data: bytes, how: str) -> None:
         if not data:
             raise KerncapError(f"{compiler} exited with status 0 but wrote no cubin for {tu_copy}",
                                "check the toolkit (KERNCAP_NVCC, CUDA_HOME, PATH)")
         check_cubin(data, kernel, capture, str(tu_copy))
+        if how == "reduced":  # the reduction must not lose a module global the replay restores
+            missing = sorted({g.name for g in capture.globals} - (object_names(data) or set()))
+            if missing:
+                raise KerncapError(f"it lacks module global {missing[0]}"
+                                   + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+
+    start = time.perf_counter()
+    try:
+        built = compile_cubin(Request(nvcc=nvcc, tu=tu_copy, cwd=cwd, user_root=source, kernel=kernel,
+                                      captured_names=_captured_symbols(capture), accept=accept, mode=mode,
+                                      trust=trust, reproducer=repro))
+        seconds = time.perf_counter() - start
+        tmp.write_bytes(built.cubin)
     except KerncapError:
         remove_quietly(tmp)
         raise
+    except OSError as exc:
+        remove_quietly(tmp)
+        raise fs_error(exc, f"write a variant into {variants}") from None
     try:
         final = publish_variant(tmp, variants)
     except OSError as exc:
         remove_quietly(tmp)
         raise fs_error(exc, f"write a variant into {variants}") from None
-    return RecompileResult(cubin=final, seconds=seconds, command=command, log=log)
+    summary = built.summary
+    if _same_machine_code(built.cubin, capture, kernel):
+        summary = (summary + "; " if summary else "") + "the kernel's machine code is identical to the captured one"
+    return RecompileResult(cubin=final, seconds=seconds, command=command, log=built.log, mode=built.mode,
+                           phases=built.timing.as_dict(), notes=built.notes, summary=summary)
+
+def _same_machine_code(data: bytes, capture: Capture, kernel: str) -> bool:
+    """The kernel's `.text` equals the captured cubin's (an unmodified or reverted source
+    compiled as the app's build did)."""
+    try:
+        ours = cubinfo.open_elf(data, "the variant").get_section_by_name(f".text.{kernel}")
+        theirs = cubinfo.open_elf(capture.cubin_path.read_bytes(), "the captured cubin").get_section_by_name(f".text.{kernel}")
+        return ours is not None and theirs is not None and ours.data() == theirs.data()
+    except (OSError, KeyError, KerncapError):
+        return False
+
+
+def _captured_symbols(capture: Capture) -> list[str]:
+    """Symbol names of the captured cubin (they carry the TU's module id), or the
+    capture's global names when the cubin cannot be read."""
+    names = [g.name for g in capture.globals]
+    try:
+        elf = cubinfo.open_elf(capture.cubin_path.read_bytes(), str(capture.cubin_path))
+        symtab = elf.get_section_by_name(".symtab")
+        if symtab is not None:
+            names += [s.name for s in symtab.iter_symbols() if s.name]
+    except (OSError, KeyError, KerncapError):
+        pass
+    return names
 
 
 def check_cubin(data: bytes, kernel: str, capture: Capture, source: str) -> None:

@@ -180,6 +180,31 @@ def local_nvcc(recorded: str) -> str:
     )
 
 
+def directs_files(flags: list[str]) -> bool:
+    """Whether the flags tell nvcc where to keep or write files (allowed only with
+    --trust): nvcc then runs as one step, as recorded, instead of kerncap running its
+    steps in a private directory (kerncap.recompile.devcompile.build)."""
+    return any(name in _NVCC_OUTPUTS for name, _, _ in split(flags))
+
+
+def review_steps(nvcc: str, programs: dict[str, str], reproducer: Path) -> list[str]:
+    """Why a program the local nvcc's dry run names for a step needs --trust (kerncap runs
+    nvcc's steps itself, kerncap.recompile.devcompile.phases): cicc and ptxas must be
+    those of the toolkit `nvcc` belongs to; the host compiler that preprocesses must not
+    lie inside the reproducer (nvcc picks it as it would for its own run: -ccbin, already
+    reviewed, or PATH). `programs`: step kind -> the program's path as nvcc finds it."""
+    root = Path(os.path.realpath(nvcc)).parent.parent  # <toolkit>/bin/nvcc
+    problems = []
+    for kind, exe in programs.items():
+        real = os.path.realpath(exe)
+        if kind in ("cicc", "ptxas"):
+            if not Path(real).is_relative_to(root):
+                problems.append(f"{kind} {exe}: not part of the CUDA toolkit of {nvcc} ({root})")
+        elif Path(real).is_relative_to(reproducer.resolve()):
+            problems.append(f"{kind} step {exe}: a program inside the reproducer")
+    return problems
+
+
 def _root_owned(path: str) -> bool:
     try:
         return os.stat(path).st_uid == 0

@@ -18,6 +18,7 @@ from typing import Any
 from kerncap.core import dtypes as dt
 from kerncap.core import native
 from kerncap.errors import CaptureFormatError, KerncapError
+from kerncap.recompile.devcompile.module_id import global_names_for, object_names
 from kerncap.replay.cubin import describe_arch_mismatch
 from kerncap.replay.plan import AddressPlan, plan_address_space
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
@@ -140,8 +141,9 @@ class NativeSession:
         if key in self._programs:
             self._programs[key] = self._programs.pop(key)  # most recently used last
             return key
+        names = self._variant_global_names(image) if cubin else None
         try:
-            attrs = dict(self.session.load_program(key, self._launch_spec(overrides), image, label))
+            attrs = dict(self.session.load_program(key, self._launch_spec(overrides), image, label, names or []))
         except self.core.CudaError as exc:
             message, code = exc.args
             if code in ARCH_LOAD_ERRORS:
@@ -163,6 +165,19 @@ class NativeSession:
             self.session.select_program(key)
             self.current_key = key
         self.kernel_attributes = self._programs[key][1]
+
+    def _variant_global_names(self, image: bytes) -> list[str] | None:
+        """Each captured module global's name in a variant ("" when the variant does not
+        define it), or None when they are the captured names. Internal-linkage globals
+        (thrust/CUB/libcu++) embed a per-TU module id that a variant built from another
+        copy of the file may not share (kerncap.recompile.devcompile.module_id)."""
+        captured = [g.name for g in self.items if not isinstance(g, Region)]
+        available = object_names(image) if captured else None
+        if available is None:
+            return None
+        mapping = global_names_for(captured, available)
+        names = [mapping[n] or "" for n in captured]
+        return None if names == captured else names
 
     @staticmethod
     def _variant_launch(path: Path) -> dict[str, Any] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -15,6 +15,14 @@ class RecompileResult:
     seconds: float       # compile time
     command: list[str]   # what was run (for Triton, a description of the in-process compile)
     log: str             # the compiler's output
+    # CUDA: "reduced" (only what the kernel needs) | "full" | "nvcc" (nvcc as one step); Triton: "triton"
+    mode: str = "full"
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in order
+    notes: list[str] = field(default_factory=list)  # e.g. why the reduced compile was not used
+    summary: str = ""  # what the reduced compile left out
+
+    def phase_line(self) -> str:
+        return ", ".join(f"{name} {s:.2f} s" for name, s in self.phases.items())
 
 
 def next_variant(variants: Path) -> int:

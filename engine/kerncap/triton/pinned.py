@@ -7,10 +7,12 @@ to a cubin anywhere) and by the generated reproducer.py.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -169,23 +171,57 @@ def ast_source(fn, module, spec: dict, constexpr_overrides: dict[str, Any] | Non
     return ASTSource(fn, dict(spec["signature"]), constexprs, attrs)
 
 
-def compile_pinned(reproducer_dir: Path, spec: dict, overrides: dict[str, Any] | None = None):
-    """(CompiledKernel, JITFunction, kernel module) of source/kernel.py under the pinned contract."""
+def compile_pinned(reproducer_dir: Path, spec: dict, overrides: dict[str, Any] | None = None,
+                   times: dict[str, float] | None = None):
+    """(CompiledKernel, JITFunction, kernel module) of source/kernel.py under the pinned
+    contract. `times`, when given, receives seconds per phase: loading the kernel module,
+    then Triton's own (its compilation listener): Python AST -> TTIR, one per lowering
+    stage (ttir, ttgir, llir, ptx, cubin = ptxas), storing into its cache."""
     check_version(spec)
     import triton
 
+    start = time.perf_counter()
     where = str(Path(reproducer_dir) / "source" / spec.get("source", "kernel.py"))
     fn, module = load_kernel(reproducer_dir, spec)
     check_signature(fn, spec, where)
     option_overrides, constexpr_overrides = split_overrides(overrides, spec)
     src = ast_source(fn, module, spec, constexpr_overrides)
     options = compile_options(spec, option_overrides)
+    if times is not None:
+        times["load kernel"] = time.perf_counter() - start
     try:
-        compiled = triton.compile(src, target=target(spec), options=options)
+        with _stage_times(times):
+            compiled = triton.compile(src, target=target(spec), options=options)
     except Exception as exc:
         raise KerncapError(f"{where}: {spec['function']} does not compile:\n{exc}",
                            "fix the kernel source and save again") from None
     return compiled, fn, module
+
+
+@contextlib.contextmanager
+def _stage_times(times: dict[str, float] | None):
+    """Triton's compilation listener (triton.knobs.compilation.listener), for one compile."""
+    if times is None:
+        yield
+        return
+    from triton import knobs
+
+    def listener(*, src, metadata, metadata_group, times: Any, cache_hit: bool) -> None:  # noqa: ARG001
+        if cache_hit:
+            out["cache hit"] = times.ir_initialization / 1e6
+            return
+        out["AST -> TTIR"] = times.ir_initialization / 1e6
+        for stage, us in times.lowering_stages:
+            out["ptxas" if stage == "cubin" else stage] = us / 1e6
+        out["cache store"] = times.store_results / 1e6
+
+    out = times
+    previous = knobs.compilation.listener
+    knobs.compilation.listener = listener
+    try:
+        yield
+    finally:
+        knobs.compilation.listener = previous
 
 
 def autotuned_constexprs(spec: dict) -> set[str]:

@@ -29,7 +29,8 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     overrides = pinned.parse_config(config, spec) if isinstance(config, str) or config is None else dict(config)
     option_overrides, constexpr_overrides = pinned.split_overrides(overrides, spec)
     grid_pin = configs.pinned_grid(spec, constexpr_overrides)  # refuses an underivable grid before compiling
-    compiled, _fn, _module = pinned.compile_pinned(root, spec, overrides)
+    phases: dict[str, float] = {}
+    compiled, _fn, _module = pinned.compile_pinned(root, spec, overrides, times=phases)
     cubin = compiled.asm.get("cubin")
     if not isinstance(cubin, (bytes, bytearray)):
         raise KerncapError(f"Triton produced no cubin for {spec['function']} (backend {compiled.metadata.target})")
@@ -59,7 +60,8 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     command = ["triton.compile", f"source/{spec.get('source', 'kernel.py')}:{spec['function']}",
                f"target=cuda:{spec['target']['arch']}", *[f"{k}={v}" for k, v in pinned_view.items() if v is not None],
                *[f"{k}={v}" for k, v in constexpr_overrides.items()]]
-    return RecompileResult(cubin=out, seconds=time.monotonic() - start, command=command, log="\n".join(log))
+    return RecompileResult(cubin=out, seconds=time.monotonic() - start, command=command, log="\n".join(log),
+                           mode="triton", phases={k: round(v, 4) for k, v in phases.items()})
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -1,0 +1,387 @@
+"""A reduced translation unit: the preprocessed TU with only what the captured kernel
+needs left for the device compiler to instantiate and compile.
+
+A big CUDA file is slow to recompile because its host code (launchers, dispatch
+switches) instantiates every kernel template (ggml's mmvq.cu: 294 kernels), and the
+device compile instantiates, optimizes and assembles all of them. The reduction works
+on the preprocessed text (`gcc -E` output, device macros defined, so `__global__` reads
+`__attribute__((global))`) and touches only the user's own files (the reproducer's
+source/ copies; system and library headers are left alone):
+
+- the bodies of host-only functions are blanked (host code never reaches the device
+  compile's output, but its kernel launches make the front end instantiate kernels),
+  except constexpr/consteval functions (usable in device code and constant
+  expressions) and functions with a deduced return type;
+- the bodies of other non-template kernels are blanked (they stay, empty, in the
+  module);
+- the captured kernel, device and host-device functions, declarations, types and
+  module globals are kept as they are;
+- the captured template instance is instantiated explicitly at the end
+  (kerncap.recompile.devcompile.instantiate).
+
+Blanked bodies keep their newlines, so diagnostics point at the user's lines. The
+device code that remains is the captured kernel's own, so the kernel compiles to the
+same code (checked by the tests: identical `.text` to the full compile's). When the text
+cannot be followed (unbalanced braces, a statement where a declaration belongs),
+`ReduceError` says why and the caller compiles the whole TU.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_TOKEN = re.compile(
+    r"""(?P<dir>^[ \t]*\#[^\n]*)                             # directive left by gcc -E (#pragma)
+      | (?P<raw>\b(?:u8|u|U|L)?R"(?P<delim>[^ ()\\\t\n]{0,16})\()  # raw string start
+      | (?P<str>"(?:[^"\\\n]|\\.)*")
+      | (?P<num>(?<![\w.])\.?\d(?:[\w.]|'(?=\w)|[eEpP][+-])*)  # numbers, 1'000 separators
+      | (?P<chr>'(?:[^'\\\n]|\\.)*')
+      | (?P<p>[{};()]|<%|%>)""",
+    re.M | re.X,
+)
+_DEVICE = re.compile(r"__attribute__\s*\(\(\s*(?:__)?(device|global)(?:__)?\b")
+_GLOBAL = re.compile(r"__attribute__\s*\(\(\s*(?:__)?global(?:__)?\b")
+_ATTR = re.compile(r"__attribute__\s*\(\(|\[\[|\balignas\s*\(|__declspec\s*\(")
+_KEEP_WORDS = re.compile(r"\b(constexpr|consteval)\b")
+_STATEMENT = re.compile(r"^\s*(if|for|while|switch|catch|else|do|return|case|default|goto)\b")
+_TRAILER = re.compile(r"\s*(const|volatile|noexcept|override|final|mutable|&&|&|try)\s*$")
+_EXCEPTION_SPEC = re.compile(r"\b(noexcept|throw)$")
+_NAMESPACE = re.compile(r"^\s*(inline\s+)?namespace\b[^=]*$", re.S)
+_EXTERN_BLOCK = re.compile(r'^\s*extern\s*"C(\+\+)?"\s*$')
+_CLASS = re.compile(r"\b(class|struct|union)\b")
+_ENUM = re.compile(r"\benum\b")
+_NAME_BEFORE = re.compile(r"(~?[A-Za-z_]\w*|operator\s*[^\w\s(]+|operator\s+\w[\w\s:<>*&]*|operator\s*\(\s*\))\s*$")
+
+
+class ReduceError(Exception):
+    """The preprocessed text could not be followed; the whole TU is compiled instead."""
+
+
+@dataclass
+class Reduction:
+    text: str
+    stubbed: int = 0  # function bodies blanked
+    instantiation: str = ""
+
+
+@dataclass
+class _Segment:
+    start: int  # offset of the first character after the marker line
+    end: int
+    path: str
+    line: int  # line number of the first line of the segment
+
+
+def segments(text: str, wanted=None) -> list[_Segment]:
+    """The stretches of `text` between gcc's line markers (`# 12 "file" 2`) whose file is
+    `wanted` (all when None), with the line each starts at. Plain string operations: a
+    thrust TU is 10 MB with 40,000 markers."""
+    out: list[_Segment] = []
+    current: tuple[int, str, int] | None = None  # (start, path, line) of the open stretch
+    find = text.find
+    pos = 0 if text.startswith("#") else find("\n#")
+    while pos != -1:
+        at = pos + 1 if text[pos] == "\n" else pos
+        eol = find("\n", at)
+        eol = len(text) if eol == -1 else eol
+        head, _, rest = text[at + 1 : eol].lstrip(" \t").partition(" ")
+        q1, q2 = rest.find('"'), rest.rfind('"')
+        if head.isdigit() and 0 <= q1 < q2:
+            if current is not None:
+                out.append(_Segment(current[0], max(current[0], at), current[1], current[2]))
+            path = rest[q1 + 1 : q2]
+            current = (eol + 1, path, int(head)) if wanted is None or wanted(path) else None
+        pos = find("\n#", eol)
+    if current is not None:
+        out.append(_Segment(current[0], max(current[0], len(text)), current[1], current[2]))
+    return out
+
+
+def _skip_balanced(text: str, i: int, open_: str, close: str) -> int:
+    """Index just after the group opening at text[i]."""
+    depth = 0
+    while i < len(text):
+        c = text[i]
+        if c == open_:
+            depth += 1
+        elif c == close:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return i
+
+
+def _strip_attributes(head: str) -> str:
+    out, i = [], 0
+    while True:
+        m = _ATTR.search(head, i)
+        if not m:
+            out.append(head[i:])
+            return "".join(out)
+        out.append(head[i : m.start()])
+        if m.group(0) == "[[":
+            j = head.find("]]", m.end())
+            i = len(head) if j < 0 else j + 2
+        else:
+            i = _skip_balanced(head, m.end() - 1, "(", ")")
+        out.append(" ")
+
+
+def _strip_template_headers(head: str) -> str:
+    h = head.lstrip()
+    while True:
+        m = re.match(r"template\s*<", h)
+        if not m:
+            return h
+        h = h[_skip_balanced(h, m.end() - 1, "<", ">") :].lstrip()
+
+
+def _params_open(h: str) -> int | None:
+    """Index of the `(` opening the parameter list of a function head `h`, or None if
+    `h` does not end in a parameter list (plus trailers like const, noexcept, -> T)."""
+    h = h.rstrip()
+    # trailing return type: cut at the last top-level "->" after a ")"
+    depth, arrow = 0, None
+    for i, c in enumerate(h):
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "-" and depth == 0 and h[i + 1 : i + 2] == ">" and h[:i].rstrip().endswith(")"):
+            arrow = i
+    if arrow is not None:
+        h = h[:arrow].rstrip()
+    while True:
+        if h.endswith(")"):
+            # noexcept(...)/throw(...) trailer, else the parameter list
+            j = _match_open(h, len(h) - 1)
+            if j is None:
+                return None
+            before = h[:j].rstrip()
+            spec = _EXCEPTION_SPEC.search(before)
+            if spec and before[: spec.start()].rstrip().endswith((")", "const", "volatile", "&")):
+                h = before[: spec.start()].rstrip()
+                continue
+            return j
+        m = _TRAILER.search(h)
+        if not m:
+            return None
+        h = h[: m.start()].rstrip()
+
+
+def _match_open(h: str, close: int) -> int | None:
+    depth = 0
+    for i in range(close, -1, -1):
+        if h[i] == ")":
+            depth += 1
+        elif h[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _top_level_eq(h: str) -> bool:
+    """A `=` outside parentheses/brackets that is not part of an operator name."""
+    depth = 0
+    for i, c in enumerate(h):
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "=" and depth == 0:
+            prev, nxt = h[i - 1 : i], h[i + 1 : i + 2]
+            if (prev and prev in "=!<>+-*/%&|^") or nxt == "=":
+                continue  # ==, !=, <=, +=, ...
+            if re.search(r"\boperator\s*\S*$", h[:i]):
+                continue
+            return True
+    return False
+
+
+@dataclass
+class _Function:
+    name: str
+    device: bool  # __device__ or __global__ (kept)
+    kernel: bool
+    template: bool
+    keep: bool  # constexpr, deduced return type
+
+
+def _function(head: str) -> _Function | None:
+    """The function whose body the `{` after `head` opens, or None (a class, an
+    initializer, an enum: not a function). A statement raises: the scan lost its place."""
+    h = _strip_attributes(head)
+    if _STATEMENT.match(h):
+        raise ReduceError(f"a statement ({h.strip()[:40]!r}) where a declaration belongs")
+    decl = _strip_template_headers(h)
+    if _top_level_eq(decl):
+        return None  # an initializer: `auto f = [](...) {`, `T x = T(...) {` is not a function
+    j = _params_open(decl)
+    if j is None:
+        return None
+    m = _NAME_BEFORE.search(decl[:j])
+    if not m:
+        return None
+    deduced = re.search(r"\bauto\b", decl[:j]) is not None and "->" not in decl[j:]  # also decltype(auto)
+    return _Function(
+        name=m.group(1).strip(),
+        device=_DEVICE.search(head) is not None,
+        kernel=_GLOBAL.search(head) is not None,
+        template=re.match(r"\s*template\s*<", h) is not None,
+        keep=_KEEP_WORDS.search(decl[:j]) is not None or deduced,
+    )
+
+
+def reduce_tu(text: str, is_user_file, kernel_name: str, keep_functions: frozenset[str] = frozenset(),
+              instantiation: str = "") -> Reduction:
+    """Blank what the captured kernel does not need in the user's files of the
+    preprocessed TU `text`. `kernel_name` is the kernel's unqualified name (kept even
+    when it is not a template), `keep_functions` names functions to keep whole (those
+    enclosing a lambda or local type the kernel is instantiated with)."""
+    segs = segments(text, is_user_file)
+    if not segs:
+        raise ReduceError("no code from the reproducer's source files in the preprocessed TU")
+    r = _Reducer(text, kernel_name, keep_functions)
+    for seg in segs:
+        r.scan(seg)
+    if r.skip or r.stack or r.parens:
+        raise ReduceError("the reproducer's source ends inside a block (unbalanced braces)")
+    out, last = [], 0
+    for open_, close, replacement in r.edits:
+        out.append(text[last:open_])
+        out.append(replacement)
+        last = close + 1
+    out.append(text[last:])
+    reduced = "".join(out)
+    if instantiation:
+        reduced += f'\n# 1 "{INSTANTIATION_FILE}"\n{instantiation}\n'
+    return Reduction(reduced, len(r.edits), instantiation)
+
+
+INSTANTIATION_FILE = "<kerncap: explicit instantiation of the captured kernel>"
+
+
+class _Reducer:
+    def __init__(self, text: str, kernel_name: str, keep_functions: frozenset[str]):
+        self.text = text
+        self.kernel_name = kernel_name
+        self.keep_functions = keep_functions
+        self.edits: list[tuple[int, int, str]] = []  # (open brace, close brace, replacement), in order
+        self.stack: list[str] = []  # "ns" | "class"
+        self.skip = 0  # depth inside a function body or an initializer being passed over
+        self.parens = 0
+        self.body: tuple[int, _Function | None, _Segment] | None = None
+        self.head_start: int | None = None
+        self.gaps: list[tuple[int, int]] = []  # stretches of other files inside the current head
+        self.last_end: int | None = None
+
+    def scan(self, seg: _Segment) -> None:
+        text = self.text
+        if self.head_start is None:
+            self.head_start = seg.start
+        elif self.last_end is not None and seg.start > self.last_end + 1:
+            self.gaps.append((self.last_end, seg.start))  # a header of another file in between
+        self.last_end = seg.end
+        pos = seg.start
+        while True:
+            m = _TOKEN.search(text, pos, seg.end)
+            if m is None:
+                return
+            pos = m.end()
+            kind = m.lastgroup
+            if kind == "delim" or kind == "raw":
+                end = text.find(")" + (m.group("delim") or "") + '"', m.end())
+                if end < 0:
+                    raise ReduceError("unterminated raw string literal")
+                pos = end + len(m.group("delim") or "") + 2
+                continue
+            if kind != "p":
+                continue
+            self.token({"<%": "{", "%>": "}"}.get(m.group("p"), m.group("p")), m.start(), seg)
+
+    def token(self, tok: str, pos: int, seg: _Segment) -> None:
+        if self.skip:
+            if tok == "{":
+                self.skip += 1
+            elif tok == "}":
+                self.skip -= 1
+                if self.skip == 0:
+                    self.close_body(pos)
+                    self.reset_head(pos + 1)
+            return
+        if tok == "(":
+            self.parens += 1
+        elif tok == ")":
+            self.parens = max(0, self.parens - 1)
+        elif self.parens:
+            return  # braces and semicolons inside parentheses: lambdas in default arguments, decltype(...)
+        elif tok == ";":
+            self.reset_head(pos + 1)
+        elif tok == "}":
+            if not self.stack:
+                raise ReduceError(f"unbalanced '}}' in {seg.path}")
+            self.stack.pop()
+            self.reset_head(pos + 1)
+        elif tok == "{":
+            head = _clean_head(self.head_text(pos))
+            if _NAMESPACE.match(head) or _EXTERN_BLOCK.match(head):
+                self.stack.append("ns")
+                self.reset_head(pos + 1)
+                return
+            fn = _function(head)
+            if fn is None and _CLASS.search(head) and not _ENUM.search(head) and not _top_level_eq(head):
+                self.stack.append("class")
+                self.reset_head(pos + 1)
+                return
+            self.skip = 1
+            self.body = (pos, fn, seg)
+
+    def head_text(self, pos: int) -> str:
+        parts, start = [], self.head_start
+        for a, b in self.gaps:
+            if b <= start or a >= pos:
+                continue
+            parts.append(self.text[start:a])
+            start = b
+        parts.append(self.text[start:pos])
+        return "".join(parts)
+
+    def reset_head(self, pos: int) -> None:
+        self.head_start = pos
+        self.gaps = [g for g in self.gaps if g[1] > pos]
+
+    def close_body(self, close: int) -> None:
+        open_, fn, seg = self.body
+        self.body = None
+        if fn is None:
+            return
+        if self.blank(fn):
+            self.edits.append((open_, close, _blanked(self.text[open_ + 1 : close])))
+
+    def blank(self, fn: _Function) -> bool:
+        if fn.keep or fn.name in self.keep_functions:
+            return False
+        if fn.kernel:
+            return not fn.template and fn.name != self.kernel_name
+        return not fn.device
+
+
+def _blanked(inner: str) -> str:
+    """A body that does nothing, on as many lines as `inner`, keeping its line markers
+    (gcc writes one after a run of blank lines, e.g. an `#if 0` block) so that the
+    numbering of everything after it stays right."""
+    lines = inner.split("\n")
+    rest = [ln if _LINE_MARKER.match(ln) else "" for ln in lines[1:]]
+    return "{ __builtin_unreachable(); " + "\n".join(["", *rest]) + "}" if rest else "{ __builtin_unreachable(); }"
+
+
+_LINE_MARKER = re.compile(r'#[ \t]*\d+[ \t]+"')
+
+
+def _clean_head(head: str) -> str:
+    """The head without directive lines (#pragma) and access labels."""
+    lines = [ln for ln in head.split("\n") if not ln.lstrip().startswith("#")]
+    return re.sub(r"\b(public|private|protected)\s*:(?!:)", " ", "\n".join(lines))

@@ -1,0 +1,288 @@
+"""kerncap.recompile.devcompile units: the TU reduction on preprocessed text (as `gcc -E` with
+nvcc's device macros writes it), the explicit instantiation spelled from a demangled
+name, the module id in internal-linkage names, nvcc's steps and cicc's time trace.
+End to end with real nvcc: test_recompile_reduced.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from kerncap.recompile.devcompile import instantiate, module_id, phases
+from kerncap.recompile.devcompile.reduce import INSTANTIATION_FILE, ReduceError, reduce_tu, segments
+
+USER = "/r/source/k.cu"
+SYS = "/usr/include/thing.h"
+DEV = "__attribute__((device))"
+GLOBAL = "__attribute__((global))"
+
+
+def ii(*parts: tuple[str, str]) -> str:
+    """A preprocessed TU: (file, code) stretches, each after a line marker."""
+    return "".join(f'# 1 "{path}"\n{code}\n' for path, code in parts)
+
+
+def user(path: str) -> bool:
+    return path.startswith("/r/source/")
+
+
+def reduce(code: str, kernel: str = "k", **kw):
+    return reduce_tu(ii((USER, code)), user, kernel, **kw)
+
+
+def body_of(text: str, name: str) -> str:
+    start = text.index(name)
+    open_ = text.index("{", start)
+    depth = 0
+    for i in range(open_, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[open_ : i + 1]
+    raise AssertionError(name)
+
+
+def test_host_bodies_are_blanked_device_code_kept():
+    code = f"""
+template <int N> {GLOBAL} void k(float* y) {{ y[0] = N; }}
+{DEV} float helper(float x) {{ return x * 2; }}
+{DEV} {"__attribute__((host))"} float both(float x) {{ return x + 1; }}
+void launch(float* y) {{
+  k<1><<<1, 1>>>(y);
+  k<2><<<1, 1>>>(y);
+}}
+int main() {{ launch(nullptr); return 0; }}
+"""
+    r = reduce(code)
+    assert "k<1>" not in r.text and "k<2>" not in r.text  # the launches are gone
+    assert "return x * 2" in r.text and "return x + 1" in r.text and "y[0] = N" in r.text
+    assert body_of(r.text, "void launch").startswith("{ __builtin_unreachable();")
+    assert r.stubbed == 2
+    assert r.text.count("\n") == ii((USER, code)).count("\n")  # every line keeps its number
+
+
+def test_blanked_bodies_keep_their_line_markers():
+    text = ii((USER, "void host() {\n  a();\n#pragma unroll\n  b();"), (SYS, "int sys_helper();"),
+              (USER, "  c();\n}\nint after;"))
+    r = reduce_tu(text, user, "k")
+    assert r.text.count("\n") == text.count("\n")
+    assert [ln for ln in r.text.splitlines() if ln.startswith("# ")] == [ln for ln in text.splitlines() if ln.startswith("# ")]
+    assert "a();" not in r.text and "c();" not in r.text and "#pragma" not in r.text
+    assert "int after;" in r.text
+
+
+def test_other_kernels_blanked_captured_and_templates_kept():
+    code = f"""
+{GLOBAL} void other(float* y) {{ y[0] = 1; }}
+{GLOBAL} void k(float* y) {{ y[0] = 2; }}
+template <class T> {GLOBAL} void tmpl(T* y) {{ y[0] = 3; }}
+"""
+    r = reduce(code)
+    assert "y[0] = 1" not in r.text and "y[0] = 2" in r.text and "y[0] = 3" in r.text
+
+
+def test_constexpr_deduced_and_enclosing_functions_are_kept():
+    code = """
+constexpr int rows(int n) { return n * 2; }
+static auto make() { return 3; }
+auto trailing() -> int { return 4; }
+void run_lambda() { launch([] { return 5; }); }
+"""
+    r = reduce(code, keep_functions=frozenset({"run_lambda"}))
+    for kept in ("return n * 2", "return 3", "return 5"):
+        assert kept in r.text
+    assert "return 4" not in r.text  # a trailing return type is no deduction
+
+
+def test_classes_namespaces_and_extern_c_are_entered():
+    code = f"""
+namespace a {{ inline namespace v1 {{
+struct Launcher : Base<(1 > 0)> {{
+  int x{{3}};
+  Launcher() : x(4) {{ setup(); }}
+  void go() const noexcept {{ launch(); }}
+  {DEV} void op(int i) const {{ data[i] = 1; }}
+ public:
+  static int count() {{ return 7; }}
+}};
+}} }}
+extern "C" {{
+void c_api() {{ launch(); }}
+{GLOBAL} void k(int* p) {{ p[0] = 9; }}
+}}
+"""
+    r = reduce(code)
+    assert "int x{3}" in r.text  # a member initializer is no body
+    assert "data[i] = 1" in r.text and "p[0] = 9" in r.text
+    for blanked in ("setup()", "launch()", "return 7"):
+        assert blanked not in r.text
+
+
+def test_initializers_lambdas_and_operators():
+    code = """
+int table[] = {1, 2, 3};
+auto f = [](int x) { return x + 10; };
+bool operator==(const A& a, const A& b) { return compare(a, b); }
+struct S { int v; } s = {1};
+enum class E : int { a, b };
+"""
+    r = reduce(code)
+    assert "{1, 2, 3}" in r.text and "return x + 10" in r.text and "{ a, b }" in r.text
+    assert "compare(a, b)" not in r.text
+
+
+def test_strings_raw_strings_digraphs_and_pragmas():
+    code = '''
+const char* s = "}{";
+void h() { const char* r = R"x(}{)x"; puts("{"); char c = '}'; int n = 1'000; }
+void g() <% launch(); %>
+#pragma nv_diag_suppress 177
+{DEV} void d() {{ work(); }}
+'''.replace("{DEV}", DEV).replace("{{", "{").replace("}}", "}")
+    r = reduce(code)
+    assert '"}{"' in r.text and "launch()" not in r.text and 'puts("{")' not in r.text
+    assert "work()" in r.text
+
+
+def test_system_headers_are_left_alone_and_heads_span_markers():
+    text = ii((SYS, "void sys_launch() { k<7><<<1,1>>>(); }"),
+              (USER, f"{DEV}"),
+              (USER, "float split_head() { return 1; }"),  # gcc split the declaration with a marker
+              (USER, "void host() { k<8><<<1,1>>>(); }"))
+    r = reduce_tu(text, user, "k")
+    assert "k<7>" in r.text  # not the user's file: untouched
+    assert "return 1" in r.text  # __device__ came before the marker: still a device function
+    assert "k<8>" not in r.text
+
+
+def test_instantiation_is_appended_after_a_marker():
+    r = reduce(f"template <int N> {GLOBAL} void k() {{}}", instantiation="template __attribute__((global)) void k<3>();")
+    assert r.text.rstrip().endswith("void k<3>();")
+    assert f'# 1 "{INSTANTIATION_FILE}"' in r.text
+
+
+@pytest.mark.parametrize("code, why", [
+    ("void f() { }\n}", "unbalanced"),
+    ("if (x) { y(); }", "statement"),
+    ("int f() try { return 1; } catch (...) { return 0; }", "statement"),
+    ("void f() {", "unbalanced"),
+])
+def test_text_it_cannot_follow_is_refused(code, why):
+    with pytest.raises(ReduceError, match=why):
+        reduce(code)
+
+
+def test_no_user_code_is_refused():
+    with pytest.raises(ReduceError, match="no code from the reproducer"):
+        reduce_tu(ii((SYS, "void f() {}")), user, "k")
+
+
+def test_segments_report_file_and_line():
+    text = '# 0 "/a.cu"\nx\n# 7 "/b.h" 1 3 4\ny\n#pragma once\nz\n# 3 "/a.cu" 2\nw\n'
+    got = [(s.path, s.line, text[s.start : s.end]) for s in segments(text)]
+    assert got == [("/a.cu", 0, "x\n"), ("/b.h", 7, "y\n#pragma once\nz\n"), ("/a.cu", 3, "w\n")]
+    assert [s.path for s in segments(text, lambda p: p == "/a.cu")] == ["/a.cu", "/a.cu"]
+
+
+# -- the explicit instantiation -----------------------------------------------------------
+
+needs_cxxfilt = pytest.mark.skipif(shutil.which("c++filt") is None and shutil.which("cu++filt") is None,
+                                   reason="needs c++filt")
+
+
+@needs_cxxfilt
+@pytest.mark.parametrize("mangled, expected", [
+    ("_ZN3qmv13mul_mat_vec_qILNS_5qtypeE2ELi3ELb1EEEvPKvS3_PfNS_11fusion_argsEiiii",
+     "template __attribute__((global)) void qmv::mul_mat_vec_q<(qmv::qtype)2, 3, true>"
+     "(void const*, void const*, float*, qmv::fusion_args, int, int, int, int);"),
+    ("_ZN10minikokkos4impl33cuda_parallel_launch_local_memoryINS0_11ParallelForI7Smooth3NS_11RangePolicyEEEEEvT_",
+     "template __attribute__((global)) void minikokkos::impl::cuda_parallel_launch_local_memory"
+     "<minikokkos::impl::ParallelFor<Smooth3, minikokkos::RangePolicy> >"
+     "(minikokkos::impl::ParallelFor<Smooth3, minikokkos::RangePolicy>);"),
+    ("_ZN12_GLOBAL__N_11kIiEEvT_", "namespace { template __attribute__((global)) void k<int>(int); }"),
+    ("_Z4fillIJifEEvDpT_", "template __attribute__((global)) void fill<int, float>(int, float);"),
+])
+def test_instantiation_spelling(mangled, expected):
+    assert instantiate.spell(mangled).instantiation == expected
+
+
+@needs_cxxfilt
+def test_non_templates_need_no_instantiation():
+    assert instantiate.spell("_Z6smoothPKfPfS0_ii") == instantiate.Spelling("smooth", "", frozenset())
+    assert instantiate.spell("macro_fill") == instantiate.Spelling("macro_fill", "", frozenset())
+
+
+@needs_cxxfilt
+def test_lambda_instances_keep_the_enclosing_function():
+    # kernel<main::{lambda(int)#1}>(main::{lambda(int)#1}, int)
+    s = instantiate.spell("_Z6kernelIZ4mainEUliE_EvT_i")
+    assert s.instantiation == "" and s.keep == frozenset({"main"}) and "lambda" in s.reason
+    s = instantiate.spell("_Z6kernelIZ3runvE5LocalEvT_")  # a local struct: run()::Local
+    assert s.keep == frozenset({"run"})
+
+
+# -- module ids ---------------------------------------------------------------------------
+
+CPO = "_ZN32_INTERNAL_1600f83a_6_eam_cu_main4cuda3std3__45__cpo5beginE"
+IGNORE = "_ZN32_INTERNAL_1600f83a_6_eam_cu_main4cuda3std3__434_GLOBAL__N__1600f83a_6_eam_cu_main6ignoreE"
+
+
+def test_module_id_is_cut_out_by_its_length():
+    assert module_id.module_ids([CPO, IGNORE, "_Z1kPf"]) == {"_1600f83a_6_eam_cu_main"}
+    assert module_id.module_id(["_Z1kPf"]) is None
+    anon = "_ZN34_GLOBAL__N__e7fc82dc_4_g_cu__Z1kPf6anon_gE"
+    assert module_id.module_ids([anon]) == {"_e7fc82dc_4_g_cu__Z1kPf"}
+
+
+def test_globals_are_matched_under_another_module_id():
+    other = "_e7fc82dc_4_g_cu__Z1kPf"
+    renamed = module_id.rename(IGNORE, "_1600f83a_6_eam_cu_main", other)
+    assert renamed == "_ZN32_INTERNAL_e7fc82dc_4_g_cu__Z1kPf4cuda3std3__434_GLOBAL__N__e7fc82dc_4_g_cu__Z1kPf6ignoreE"
+    longer = module_id.rename(CPO, "_1600f83a_6_eam_cu_main", "_1fd5b349_17_functor_thrust_cu_main")
+    assert longer.startswith("_ZN44_INTERNAL_1fd5b349_17_functor_thrust_cu_main4cuda")
+    available = {module_id.rename(CPO, "_1600f83a_6_eam_cu_main", other), renamed, "scale"}
+    assert module_id.global_names_for([CPO, IGNORE, "scale", "gone"], available) == {
+        CPO: module_id.rename(CPO, "_1600f83a_6_eam_cu_main", other), IGNORE: renamed, "scale": "scale", "gone": None}
+
+
+def test_object_names_of_non_cubins_are_unknown():
+    assert module_id.object_names(b"//\n// Generated by NVIDIA NVVM Compiler\n.version 8.8\n") is None
+    assert module_id.object_names(b"\x7fELF" + bytes(10)) is None
+
+
+# -- nvcc's steps -------------------------------------------------------------------------
+
+
+def test_cicc_trace_split(tmp_path):
+    trace = tmp_path / "t.json"
+    events = [{"args": {"detail": "x.ii"}, "dur": 400000, "name": "CUDA C++ Front-End", "ph": "X", "pid": 0, "tid": 0,
+               "ts": 1}, {"args": {"detail": "f"}, "dur": 5, "name": "OptFunction", "ph": "X"},
+              {"dur": 1250000, "name": "LibNVVM", "ph": "X", "pid": 0, "tid": 0, "ts": 5}]
+    trace.write_text(json.dumps({"traceEvents": events}, separators=(",", ":")))
+    assert phases.cicc_split(trace) == {"front end": 0.4, "NVVM": 1.25}
+    assert phases.cicc_split(tmp_path / "missing.json") is None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_plan_finds_nvccs_three_steps(tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(float* y) { y[0] = 1; }\n")
+    p = phases.plan(["nvcc", "-O3", "-lineinfo", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"), str(src)],
+                    tmp_path, tmp_path)
+    assert (p.preprocess.kind, p.cicc.kind, p.ptxas.kind) == ("preprocess", "cicc", "ptxas")
+    assert p.ii.parent == tmp_path and p.cubin == tmp_path / "k.cubin"
+    argv = phases.cicc_argv(p, tmp_path / "reduced.ii", tmp_path / "id", ["--diag_suppress=177"], None)
+    assert "--gen_module_id_file" not in argv and argv[argv.index("--module_id_file_name") + 1] == str(tmp_path / "id")
+    assert str(tmp_path / "reduced.ii") in argv and str(p.ii) not in argv and argv[1] == "--diag_suppress=177"
+
+
+def test_exception_specifications_and_trailers():
+    code = f"""
+void a() noexcept {{ launch(1); }}
+void b() noexcept(true) {{ launch(2); }}
+struct S {{ int get() const volatile && noexcept {{ return launch(3); }} }};
+{DEV} float c() noexcept {{ return 4.0f; }}
+"""
+    r = reduce(code)
+    assert "launch(" not in r.text and "return 4.0f" in r.text

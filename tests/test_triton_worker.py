@@ -1,0 +1,131 @@
+"""The resident Triton compile worker (kerncap.triton.worker) on the CPU, against real
+Triton on the reproducer of test_triton_reproducer.py (a real Triton cubin, compiled for
+sm_90 without a GPU). GPU evidence of the workbench loop: tests/gpu/test_tui_loop.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from kerncap.errors import KerncapError  # noqa: E402
+from kerncap.triton.worker import CompileWorker, is_triton_reproducer  # noqa: E402
+
+from test_triton_hook import app_dir, fake_inject  # noqa: E402,F401  (fixtures)
+from test_triton_reproducer import hook_run, reproducer  # noqa: E402,F401  (fixtures)
+
+ENGINE = str(Path(__file__).resolve().parents[1] / "engine")
+
+
+def edit(root: Path, old: str, new: str) -> None:
+    path = root / "source" / "kernel.py"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+ADD = "tl.load(x_ptr + offs, mask=m) + tl.load"
+MUL = "tl.load(x_ptr + offs, mask=m) * tl.load"
+SUB = "tl.load(x_ptr + offs, mask=m) - tl.load"
+
+
+@pytest.fixture(autouse=True)
+def private_triton_cache(tmp_path, monkeypatch):
+    """Every edit is a real compile: no Triton cache from another test or run."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+
+
+def test_worker_serves_edits_warm(reproducer, capsys):  # noqa: F811
+    root, _capture, sources = reproducer
+    assert not is_triton_reproducer(root)
+    (root / "reproducer.json").write_text(json.dumps({"sources": sources}))  # as extract writes it
+    assert is_triton_reproducer(root)
+    env = dict(os.environ, PYTHONPATH=ENGINE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    edit(root, ADD, MUL)
+    start = time.perf_counter()  # what a save cost before: a fresh process per recompile
+    cold = subprocess.run([sys.executable, "-m", "kerncap", "recompile", str(root)], env=env, capture_output=True,
+                          text=True)
+    cold_s = time.perf_counter() - start
+    assert cold.returncode == 0, cold.stderr
+    edit(root, MUL, ADD)
+    with CompileWorker(root) as worker:
+        first = worker.recompile()  # waits for the warm-up, which compiled this very source
+        assert worker.warmup["ok"] and "cache hit" in first.phases, (worker.warmup, first.phases)
+        assert "parameter layout matches the capture" in first.log
+        edit(root, ADD, SUB)  # not compiled before, by anyone
+        start = time.perf_counter()
+        edited = worker.recompile()
+        warm_s = time.perf_counter() - start
+    assert edited.mode == "triton" and edited.cubin.read_bytes() != first.cubin.read_bytes()
+    assert {"load kernel", "AST -> TTIR", "ttir", "ttgir", "llir", "ptx", "ptxas"} <= set(edited.phases)
+    with capsys.disabled():
+        print(f"\nTriton save -> cubin: fresh `kerncap recompile` process {cold_s:.2f} s, warm worker "
+              f"{warm_s:.2f} s (warm-up {worker.warmup['seconds']:.2f} s); {edited.phase_line()}")
+    assert warm_s < cold_s
+
+
+def test_worker_reports_errors_and_keeps_serving(reproducer):  # noqa: F811
+    root, _capture, _ = reproducer
+    with CompileWorker(root) as worker:
+        edit(root, "pid = tl.program_id(0)", "pid = = 1")
+        with pytest.raises(KerncapError, match=r"kernel.py:\d+: syntax error"):
+            worker.recompile()
+        edit(root, "pid = = 1", "pid = tl.program_id(0)")
+        path = root / "source" / "kernel.py"
+        path.write_text('print("kernel module noise on stdout")\n' + path.read_text())  # must not break the protocol
+        assert worker.recompile().cubin.is_file()
+
+
+def test_worker_that_died_is_started_again(reproducer):  # noqa: F811
+    root, _capture, _ = reproducer
+    worker = CompileWorker(root)
+    try:
+        worker.start()
+        worker.recompile()
+        old = worker._proc
+        old.kill()
+        old.wait()
+        assert worker.recompile().cubin.is_file()
+        assert worker._proc is not old
+    finally:
+        worker.close()
+    assert worker._proc is None
+
+
+def test_workbench_compiles_triton_in_the_worker_and_cuda_in_process(reproducer, tmp_path):  # noqa: F811
+    from kerncap_tui.engine import ResidentCompiler
+
+    root, _capture, sources = reproducer
+    (root / "reproducer.json").write_text(json.dumps({"sources": sources}))
+    compiler = ResidentCompiler(root)
+    try:
+        compiler.warm()
+        assert compiler._worker is not None and compiler._worker._proc is not None
+        result = compiler.recompile()
+        assert result.mode == "triton" and result.cubin.is_file()
+    finally:
+        compiler.close()
+    demo = Path(__file__).resolve().parents[1] / "kerncap_tui" / "demo" / "reproducer"
+    assert ResidentCompiler(demo)._worker is None  # CUDA C++: nvcc's steps run from the build thread
+
+
+def test_worker_that_hangs_is_killed_with_a_message(reproducer, monkeypatch):  # noqa: F811
+    from kerncap.triton import worker as worker_module
+
+    root, _capture, _ = reproducer
+    path = root / "source" / "kernel.py"
+    original = path.read_text()
+    path.write_text("import time\ntime.sleep(60)\n" + original)  # a module-level call that never ends in time
+    monkeypatch.setattr(worker_module, "WARMUP_TIMEOUT_S", 1.0)
+    with CompileWorker(root) as worker:
+        with pytest.raises(KerncapError, match=r"did not answer within 1 s \(warming up\)"):
+            worker.recompile()
+        path.write_text(original)
+        assert worker.recompile().cubin.is_file()  # a new worker
