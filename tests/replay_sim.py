@@ -283,6 +283,19 @@ def sticky(message="cuStreamSynchronize on kernel k of captured cubin failed: CU
 AXPY = Path(__file__).parent / "fixtures" / "captures" / "axpy_small"
 
 
+# Kernels of the committed axpy capture (y += 0.5·x, in place; region 0 is x, 1 is y).
+def axpy(m, _s):
+    y = m.f32(1)
+    y[:] = y + np.float32(0.5) * m.f32(0)
+
+
+def axpy_abs(m, _s):
+    """Relies on x >= 0, which the captured input happens to have: exact on the captured
+    input, wrong on a perturbed one."""
+    y = m.f32(1)
+    y[:] = y + np.float32(0.5) * np.abs(m.f32(0))
+
+
 def axpy_reproducer(tmp_path: Path, monkeypatch, kernels: dict[str, Callable]) -> Path:
     """A copy of the committed axpy capture replayed by the simulated core: `kernels`
     maps "captured" and variant file names to kernels; every variant named gets a

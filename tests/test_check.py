@@ -170,20 +170,12 @@ def test_perturbed_validation_reaches_each_variant(tmp_path, monkeypatch):
     """MeasureOptions(perturb=K): a worker validates each variant on K perturbed inputs
     too (the replay core simulated in numpy, tests/replay_sim.py), so a variant that is
     exact only on the captured input fails and is not timed."""
-    import numpy as np
     import replay_sim as sim
 
     from kerncap.fleet import tasks
 
-    def axpy(m, _s):
-        y = m.f32(1)
-        y[:] = y + np.float32(0.5) * m.f32(0)
-
-    def axpy_abs(m, _s):  # relies on x >= 0, which the captured input happens to have
-        y = m.f32(1)
-        y[:] = y + np.float32(0.5) * np.abs(m.f32(0))
-
-    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "same.cubin": axpy, "abs.cubin": axpy_abs})
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy, "same.cubin": sim.axpy,
+                                                        "abs.cubin": sim.axpy_abs})
     monkeypatch.setattr("kerncap.replay.pool.ReplayClient", sim.InProcessClient)
     monkeypatch.setattr(tasks, "_pool", None)
     options = api.MeasureOptions(perturb=2, seed=4, time=False)

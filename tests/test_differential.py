@@ -22,14 +22,7 @@ DEMO = Path(__file__).parents[1] / "kerncap_tui" / "demo" / "reproducer"
 A = np.float32(0.5)
 
 
-def axpy(m, _s):
-    y = m.f32(1)
-    y[:] = y + A * m.f32(0)
-
-
-def axpy_abs(m, _s):  # relies on x >= 0, which the capture happens to have
-    y = m.f32(1)
-    y[:] = y + A * np.abs(m.f32(0))
+axpy, axpy_abs = sim.axpy, sim.axpy_abs
 
 
 def cached(m, s):  # writes the captured output whatever the input

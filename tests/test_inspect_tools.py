@@ -22,6 +22,7 @@ import pytest
 from kerncap import cli
 from kerncap.errors import KerncapError
 from kerncap.replay import ncu, sanitize, tools
+from kerncap.reproducer.format import reproducer_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOOLS_DIR = FIXTURES / "tools"
@@ -299,7 +300,7 @@ def test_unknown_tool_is_refused(repro):
 
 
 def test_artifact_paths(repro, tmp_path):
-    root = tools.reproducer_root(repro / "capture")
+    root = reproducer_dir(repro / "capture")
     assert root == repro.resolve()
     assert tools.artifact_stem(root, None) == root / "variants" / "baseline"
     assert tools.artifact_stem(root, repro / "variants" / "1.cubin") == root / "variants" / "1"

@@ -383,18 +383,9 @@ def test_streamable_http(root):
 def test_validate_tool_checks_perturbed_inputs_on_the_resident_server(tmp_path, monkeypatch):
     """Issue 14 through MCP: `perturb` runs the captured kernel and the variant on
     perturbed inputs (the replay core simulated in numpy, tests/replay_sim.py)."""
-    import numpy as np
     import replay_sim as sim
 
-    def axpy(m, _s):
-        y = m.f32(1)
-        y[:] = y + np.float32(0.5) * m.f32(0)
-
-    def axpy_abs(m, _s):  # relies on x >= 0, which the captured input happens to have
-        y = m.f32(1)
-        y[:] = y + np.float32(0.5) * np.abs(m.f32(0))
-
-    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "abs.cubin": axpy_abs})
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy, "abs.cubin": sim.axpy_abs})
     monkeypatch.setattr("kerncap.replay.pool.ReplayClient", sim.InProcessClient)
     server = build_server([tmp_path])
     plain, perturbed = call(server, ("validate", {"reproducer": str(repro), "cubin": str(tmp_path / "abs.cubin")}),

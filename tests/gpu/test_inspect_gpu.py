@@ -131,9 +131,9 @@ def test_ncu_compare_shows_the_removed_reload(captures, tmp_path):
     fewer_bytes = b.metrics["dram_read_bytes"] < 0.8 * a.metrics["dram_read_bytes"]
     fewer_hits = b.metrics["l2_hit_pct"] < a.metrics["l2_hit_pct"] - 10
     assert fewer_bytes or fewer_hits, "the removed reload shows neither in DRAM bytes nor in the L2 hit rate"
-    # the CLI's --compare reuses both stored reports (same cubin bytes, same sections)
-    proc = subprocess.run([sys.executable, "-m", "kerncap", "replay", str(repro), "--compare", str(unmodified),
-                           str(edited)],
+    # the CLI's --ncu --compare reuses both stored reports (same cubin bytes, same sections)
+    proc = subprocess.run([sys.executable, "-m", "kerncap", "replay", str(repro), "--ncu", "--compare",
+                           str(unmodified), str(edited)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("using the stored report") == 2 and "B vs A" in proc.stdout

@@ -270,10 +270,10 @@ def test_perturb_without_known_dtypes_says_so_and_validates_the_rest(captures, c
 def test_cli_rejects_a_missing_keep_region_and_bad_counts(extracted):
     repro = str(extracted(PAIR_FMA).reproducer)
     missing = kerncap("validate", repro, "--perturb", "2", "--keep", "999")
-    assert missing.returncode == 1 and "--keep 999: the capture has no region 999" in missing.stderr
+    assert missing.returncode == 2 and "--keep 999: the capture has no region 999" in missing.stderr  # usage
     for k in ("0", "100000"):
         bad = kerncap("validate", repro, "--perturb", k)
-        assert bad.returncode == 1 and f"--perturb {k}: the number of perturbed inputs must be between" in bad.stderr
+        assert bad.returncode == 2 and f"--perturb {k}: the number of perturbed inputs must be between" in bad.stderr
 
 
 def test_perturbation_that_makes_the_captured_kernel_fault_is_reported_as_such(extracted, capsys):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from kerncap import api
-from kerncap.commands.replay import non_negative_float, non_negative_int, positive_int
+from kerncap.commands.arguments import non_negative_float, non_negative_int, positive_int
 from kerncap.commands.validate import dtype_name, region_dtype
 
 

@@ -9,16 +9,10 @@ import sys
 from pathlib import Path
 
 from kerncap import api
+from kerncap.commands.arguments import positive_float
 from kerncap.errors import KerncapError, UsageError
 
 BASELINE_NAMES = ("captured", "baseline")
-
-
-def positive_float(text: str) -> float:
-    v = float(text)
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
-    return v
 
 
 def add_ncu_arguments(p: argparse.ArgumentParser) -> None:

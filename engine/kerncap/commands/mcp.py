@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kerncap.commands.replay import positive_int
+from kerncap.commands.arguments import positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from kerncap import api
-from kerncap.commands.replay import non_negative_int
+from kerncap.commands.arguments import non_negative_int
 from kerncap.errors import UsageError
 
 SHOWN_REASONS = 20

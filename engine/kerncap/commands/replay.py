@@ -9,35 +9,8 @@ from pathlib import Path
 
 from kerncap import api
 from kerncap.commands import inspect_tools
+from kerncap.commands.arguments import confidence, non_negative_float, non_negative_int, positive_int
 from kerncap.errors import KerncapError, UsageError
-
-
-def positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {v})")
-    return v
-
-
-def non_negative_int(text: str) -> int:
-    v = int(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {v})")
-    return v
-
-
-def non_negative_float(text: str) -> float:
-    v = float(text)
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
-    return v
-
-
-def confidence(text: str) -> float:
-    v = float(text)
-    if not 0.5 <= v < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0.5, 1), e.g. 0.99 (got {text})")
-    return v
 
 
 def check_cubin(cubin: Path | None) -> None:

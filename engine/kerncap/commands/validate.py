@@ -9,7 +9,8 @@ from pathlib import Path
 
 from kerncap import api
 from kerncap.commands import inspect_tools
-from kerncap.commands.replay import check_cubin, non_negative_float, non_negative_int, positive_int
+from kerncap.commands.arguments import non_negative_float, non_negative_int, positive_int
+from kerncap.commands.replay import check_cubin
 from kerncap.core import dtypes
 from kerncap.errors import KerncapError
 

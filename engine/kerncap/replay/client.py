@@ -133,8 +133,10 @@ class ReplayClient:
                     _kill_group(proc)
 
     def kill(self) -> None:
-        """Ends the server now, from any thread (no lock: a request may be waiting on it).
-        That request then fails with "replay server died"; the next starts a fresh server."""
+        """Kill the server (and a tool wrapping it: its process group) now, from any
+        thread, without waiting for a request in flight: it then fails as "replay server
+        died" and the next request starts a fresh server. No lock: this is how a front end
+        whose client went away ends a replay mid-request."""
         proc = self._proc
         if proc is not None:
             _kill_group(proc)
@@ -144,18 +146,6 @@ class ReplayClient:
         """The process id of the running server, if one runs."""
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
-
-    def kill(self) -> None:
-        """Kill the server now, without waiting for a request in flight (it then fails
-        as "server died"). Does not take the client's lock: this is how a front end whose
-        client went away ends a replay mid-request."""
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # unkillable (D state): nothing more to do here
-                pass
 
     def _spawn(self) -> None:
         self.close()
@@ -304,7 +294,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
-    proc.wait()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # unkillable (D state): nothing more to do here
+        pass
 
 
 def _path(cubin: str | Path | None) -> str | None:

@@ -37,7 +37,7 @@ from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import DETERMINISM_JSON
 from kerncap.replay import perturb as pt
-from kerncap.replay.region_types import known_dtypes, reproducer_root, triton_region_dtypes
+from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.results import RegionCheck, format_check
 
 DEFAULT_RUNS = 3
@@ -269,7 +269,7 @@ def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Option
             for k in range(options.perturb):
                 say(f"perturbation {k + 1} of {options.perturb}")
                 inputs.append(_perturbed(rc, capture, cubin, plan, k, options, det, measure))
-    return ReproducerReport(str(reproducer_root(capture)), capture.kernel.get("name", "?"), det, plan_lines, inputs,
+    return ReproducerReport(str(capture.reproducer_dir), capture.kernel.get("name", "?"), det, plan_lines, inputs,
                             notes)
 
 
@@ -418,7 +418,7 @@ def _is_fault(exc: KerncapError) -> bool:
 
 def _record(capture: Capture, det: Determinism, info: dict | None) -> list[str]:
     """Writes determinism.json beside capture/; a read-only reproducer gets a note."""
-    root = reproducer_root(capture)
+    root = capture.reproducer_dir
     path = root / RECORD
     data = {
         "format": RECORD_FORMAT, "format_version": 1,

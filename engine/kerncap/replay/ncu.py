@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from kerncap.reproducer.format import Capture
+from kerncap.reproducer.format import Capture, reproducer_dir
 from kerncap.errors import KerncapError
 from kerncap.replay.tools import (
     Cancellation,
@@ -36,7 +36,6 @@ from kerncap.replay.tools import (
     cubin_label,
     find_tool,
     log_tail,
-    reproducer_root,
 )
 
 NCU_FORMAT = "kerncap-ncu"
@@ -209,7 +208,7 @@ def stored_path(root: Path, cubin: str | Path | None) -> Path:
 
 def load_stored(reproducer: str | Path, cubin: str | Path | None) -> NcuResult | None:
     """The metrics stored by an earlier --ncu run on this cubin, or None."""
-    return load_result(stored_path(reproducer_root(reproducer), cubin), NcuResult.from_dict)
+    return load_result(stored_path(reproducer_dir(reproducer), cubin), NcuResult.from_dict)
 
 
 def chosen_sections(sections: Sequence[str] | None, ncu_set: str | None) -> list[str]:
@@ -222,7 +221,7 @@ def stored_or_profile(reproducer: str | Path, cubin: str | Path | None, **option
     (True), else a new profile (False). `options` as for profile()."""
     stored = load_stored(reproducer, cubin)
     if stored is not None:
-        target = Path(cubin) if cubin is not None else Capture.open(reproducer_root(reproducer)).cubin_path
+        target = Path(cubin) if cubin is not None else Capture.open(reproducer_dir(reproducer)).cubin_path
         try:
             sha = hashlib.sha256(target.read_bytes()).hexdigest()
         except OSError:
@@ -264,7 +263,7 @@ def profile(
     Nsight Compute; stores the report and its key metrics next to the variant."""
     say = progress or (lambda text: None)
     t0 = time.monotonic()
-    root = reproducer_root(reproducer)
+    root = reproducer_dir(reproducer)
     capture = Capture.open(root)
     kernel = capture.kernel.get("name") or ""
     cubin_path = Path(cubin).resolve() if cubin is not None else capture.cubin_path

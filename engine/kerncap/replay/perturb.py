@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from kerncap.reproducer.format import Capture
-from kerncap.errors import KerncapError, UsageError
+from kerncap.errors import UsageError
 from kerncap.core import dtypes as dt
 from kerncap.core.units import human_bytes
-from kerncap.replay.region_types import TypedSpan, reproducer_root, typed_spans
+from kerncap.replay.region_types import TypedSpan, typed_spans
 
 MAX_PERTURBATIONS = 1000
 SAMPLE_CHUNKS = 4  # chunks of a span's pre-state read for its statistics (4 MiB each)
@@ -134,7 +134,7 @@ def plan(capture: Capture, keep: list[int] | tuple[int, ...] = (), region_dtypes
                 f"its regions are {', '.join(map(str, ids[:20]))}{' …' if len(ids) > 20 else ''}; "
                 "see `kerncap info DIR` or the perturbation report",
             )
-    root = reproducer_dir if reproducer_dir is not None else reproducer_root(capture)
+    root = reproducer_dir if reproducer_dir is not None else capture.reproducer_dir
     spans, notes = typed_spans(capture, root, region_dtypes)
     bounds = _region_bounds(capture)
     plans = []

@@ -283,13 +283,7 @@ def known_dtypes(capture: Capture, triton: dict[int, str], notes: list[str]) -> 
 
 def triton_region_dtypes(capture: Capture) -> dict[int, str]:
     """kerncap.triton.region_dtypes for a Triton reproducer; {} for any other."""
-    repro = reproducer_root(capture)
+    repro = capture.reproducer_dir
     if not (repro / "source" / "triton.json").is_file():
         return {}
     return region_dtypes(repro, capture)
-
-
-def reproducer_root(capture: Capture) -> Path:
-    """The reproducer directory holding the capture (or the capture directory itself)."""
-    root = capture.root
-    return root.parent if root.name == "capture" else root

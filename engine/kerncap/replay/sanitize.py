@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kerncap.reproducer.format import Capture
+from kerncap.reproducer.format import Capture, reproducer_dir
+from kerncap.sources.names import base_name
 from kerncap.errors import KerncapError
 from kerncap.replay.tools import (
     Cancellation,
@@ -31,7 +32,6 @@ from kerncap.replay.tools import (
     artifact_stem,
     cubin_label,
     find_tool,
-    reproducer_root,
 )
 
 SANITIZE_FORMAT = "kerncap-sanitize"
@@ -128,23 +128,6 @@ def _blocks(text: str) -> list[list[str]]:
     return blocks
 
 
-def base_name(function: str) -> str:
-    """`void ns::k<3>(float*, int)` -> `k`; a plain C/Triton name stays itself."""
-    s = function.strip()
-    depth, cut = 0, len(s)
-    for i in range(len(s) - 1, -1, -1):  # drop the trailing argument list
-        if s[i] == ")":
-            depth += 1
-        elif s[i] == "(":
-            depth -= 1
-            if depth == 0:
-                cut = i
-                break
-    s = s[:cut] if s.endswith(")") else s
-    s = re.sub(r"<.*>$", "", s).strip()
-    return s.split("::")[-1].split()[-1] if s else s
-
-
 def _locate(lines: list[str]) -> tuple[str | None, str | None, int | None]:
     for line in lines:
         if "Host Frame" in line:
@@ -202,7 +185,7 @@ def stored_path(root: Path, cubin: str | Path | None, tool: str) -> Path:
 
 
 def load_stored(reproducer: str | Path, cubin: str | Path | None, tool: str = "memcheck") -> SanitizeResult | None:
-    return load_result(stored_path(reproducer_root(reproducer), cubin, tool), SanitizeResult.from_dict)
+    return load_result(stored_path(reproducer_dir(reproducer), cubin, tool), SanitizeResult.from_dict)
 
 
 def sanitize(
@@ -221,7 +204,7 @@ def sanitize(
         raise KerncapError(f"unknown compute-sanitizer tool {tool!r}", f"use one of: {', '.join(TOOLS)}")
     say = progress or (lambda text: None)
     t0 = time.monotonic()
-    root = reproducer_root(reproducer)
+    root = reproducer_dir(reproducer)
     capture = Capture.open(root)
     kernel = capture.kernel.get("name") or ""
     cubin_path = Path(cubin).resolve() if cubin is not None else None

@@ -57,14 +57,6 @@ def find_tool(name: str, what: str) -> Path:
     )
 
 
-def reproducer_root(path: str | Path) -> Path:
-    """The reproducer directory for DIR (a reproducer, or its capture/ directory)."""
-    p = Path(path).resolve()
-    if p.name == "capture" and (p / "manifest.json").is_file():
-        return p.parent
-    return p
-
-
 def artifact_stem(root: Path, cubin: str | Path | None) -> Path:
     """Where a variant's tool outputs go, without suffix: next to a variant inside the
     reproducer (variants/3.cubin -> variants/3), variants/<stem> for one outside it,

@@ -88,6 +88,13 @@ class Param:
     region_offset: int | None = None
 
 
+def reproducer_dir(path: str | Path) -> Path:
+    """The reproducer directory of `path`: a reproducer itself, or the reproducer holding
+    the capture/ directory `path` names."""
+    p = Path(path).resolve()
+    return p.parent if p.name == "capture" and (p / "manifest.json").is_file() else p
+
+
 @dataclass
 class Capture:
     root: Path  # the capture directory (holding manifest.json)
@@ -95,6 +102,11 @@ class Capture:
     regions: list[Region] = field(default_factory=list)
     globals: list[Global] = field(default_factory=list)
     params: list[Param] = field(default_factory=list)
+
+    @property
+    def reproducer_dir(self) -> Path:
+        """The reproducer directory (the capture directory itself for a bare capture)."""
+        return reproducer_dir(self.root)
 
     # -- opening -----------------------------------------------------------------
     @classmethod

@@ -20,7 +20,7 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
     every chunk file (or store object) and the cubin is there with the right size; with
     `verify` every hash is checked too."""
     cap = Capture.open(path)
-    root = cap.root.parent if cap.root.name == "capture" else cap.root
+    root = cap.reproducer_dir
     regions = {r.id: r for r in cap.regions}
     m = cap.manifest
 

@@ -106,6 +106,7 @@ REPRODUCER_JSON = Obj({
     "triton?": Opt(Map(ANY)),
     "notes?": List(Str()),
     "prune?": PRUNE_RECORD,
+    "provenance?": Opt(Map(ANY)),  # the stack the capture ran on (kerncap.core.stack)
 })
 
 BUILD_JSON = Obj({

@@ -1,0 +1,41 @@
+"""Argument types the commands share: argparse rejects a bad value with its own usage
+error (exit status 2) before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {v})")
+    return v
+
+
+def non_negative_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {v})")
+    return v
+
+
+def positive_float(text: str) -> float:
+    v = float(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
+    return v
+
+
+def non_negative_float(text: str) -> float:
+    v = float(text)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
+    return v
+
+
+def confidence(text: str) -> float:
+    v = float(text)
+    if not 0.5 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0.5, 1), e.g. 0.99 (got {text})")
+    return v
