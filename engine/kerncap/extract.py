@@ -4,6 +4,10 @@ Nothing is left half-written: the app writes into a run directory next to the ou
 (`<output>.run-<pid>`, same file system), the reproducer is assembled there and moved
 to `<output>` with one rename once it is complete. On any failure the run directory is
 removed and `<output>` is untouched.
+
+Several dispatches (a list, or one per shape bucket with `buckets=True`) are captured in
+one run of the app into a reproducer set (kerncap.sets). `selection` restricts which
+launches count: NVTX ranges, the process (rank / pid), the device (kerncap.selection).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +29,7 @@ from kerncap.capture.format import Capture
 from kerncap.errors import KerncapError
 from kerncap.native import inject_library
 from kerncap.profile import short_kernel_name
+from kerncap.selection import Selection, diagnose as diagnose_selection, nvtx_environment, stop_requested
 from kerncap.run import (
     AppOutcome,
     OutputSink,
@@ -38,6 +44,7 @@ from kerncap.run import (
 
 if TYPE_CHECKING:
     from kerncap.prune_report import PruneReport
+    from kerncap.sets import SetExtractResult
 
 MATCH_MODES = ("substring", "regex", "exact")
 
@@ -64,7 +71,7 @@ def extract(
     command: Sequence[str],
     *,
     output: str | os.PathLike,
-    dispatch: int = 0,
+    dispatch: int | Sequence[int] = 0,
     match: str = "substring",
     keep_running: bool = False,
     timeout: float | None = None,
@@ -76,18 +83,28 @@ def extract(
     keep_run_dir: bool = False,
     output_sink: OutputSink | None = None,
     prune: bool = False,
-) -> ExtractResult:
+    selection: Selection | None = None,
+    buckets: bool = False,
+) -> ExtractResult | SetExtractResult:
     """Capture dispatch `dispatch` (0-based, counted per process among launches whose
     name matches `kernel`) of the app `command` into the reproducer directory `output`.
 
     `env` adds to (or overrides) the current environment of the app. `prune`: then
     shrink the reproducer to its pointer closure if replay validates it (kerncap.prune);
-    the verdict is `result.prune`.
+    the verdict is `result.prune`. A list of dispatches, or `buckets` (the first
+    dispatch of every launch signature), captures a reproducer set in one run
+    (kerncap.sets.SetExtractResult). `selection`: which launches count at all.
     """
     start = time.monotonic()
     command = list(command)
     output = Path(output).absolute()
-    _check_pattern(kernel, match, dispatch)
+    dispatches = dispatch_list(dispatch)
+    set_mode = buckets or len(dispatches) > 1
+    _check_pattern(kernel, match, dispatches[0])
+    selection = selection or Selection()
+    selection.check()
+    if set_mode and prune:
+        raise KerncapError("--prune works on one reproducer, not on a set", "prune a member: kerncap prune SET/members/N")
     inject_library()  # fail before anything is created if the capture library is missing
     base_env = {**os.environ, **(env or {})}
     check_command(command, cwd=cwd, env=base_env)
@@ -115,21 +132,35 @@ def extract(
         settings = {
             "KERNCAP_KERNEL": kernel,
             "KERNCAP_MATCH": match,
-            "KERNCAP_DISPATCH": str(dispatch),
+            "KERNCAP_DISPATCH": ",".join(map(str, dispatches)),
             "KERNCAP_KEEP_RUNNING": "1" if keep_running else "0",
+            **selection.settings(),
         }
+        if set_mode:
+            settings["KERNCAP_SET"] = "1"
+            settings["KERNCAP_BUCKETS"] = "1" if buckets else "0"
+        if selection.nvtx is not None:
+            settings.update(nvtx_environment(inject_library()))
         app_env = app_environment(command, mode="capture", run_dir=run_dir, settings=settings, env=env)
-        manifest = run_dir / "capture" / "manifest.json"
+        done = _done_check(run_dir, dispatches, set_mode, buckets, keep_running)
         outcome = run_app(
-            command, env=app_env, cwd=cwd, timeout=timeout, output=output_sink,
-            stop_when=None if keep_running else manifest.is_file,
+            command, env=app_env, cwd=cwd, timeout=timeout, output=output_sink, stop_when=done,
+            # A set's counts and times are written at the app's exit: let a Python app unwind.
+            timeout_signals=(signal.SIGINT, signal.SIGTERM) if set_mode else (signal.SIGTERM,),
         )
         procs = read_reports(run_dir, "proc")
-        if not manifest.is_file():
-            raise diagnose_failure(kernel, match, dispatch, procs, outcome, run_dir, timeout)
+        if not captured_dirs(run_dir):
+            raise diagnose_failure(kernel, match, dispatches[0], procs, outcome, run_dir, timeout, selection)
 
         try:
-            result = _assemble(kernel, match, dispatch, command, output, run_dir, source_dir, build_dir, force)
+            if set_mode:
+                from kerncap.sets import assemble_set
+
+                result = assemble_set(kernel, match, dispatches, buckets, command, output, run_dir, source_dir,
+                                      build_dir, force, procs, outcome)
+            else:
+                result = _assemble(kernel, match, dispatches[0], command, output, run_dir, source_dir, build_dir,
+                                   force)
         except OSError as exc:
             raise KerncapError(
                 f"the capture succeeded but the reproducer {output} could not be written: "
@@ -137,8 +168,7 @@ def extract(
                 "free space or fix permissions and extract again; --keep-run-dir keeps the raw capture",
             ) from None
         result.outcome = outcome
-        if outcome.returncode not in (0, None) and not outcome.stopped:
-            result.notes.append(f"the app {outcome.describe_exit()} after the capture was written")
+        result.notes.extend(outcome_notes(outcome, procs))
         result.seconds = time.monotonic() - start
         succeeded = True
     finally:
@@ -165,12 +195,80 @@ def _prune(result: ExtractResult) -> None:
     result.capture = Capture.open(result.reproducer_dir)
 
 
+def outcome_notes(outcome: AppOutcome, procs: list[dict]) -> list[str]:
+    """How the app ended after the capture, and which processes the selection left out."""
+    from kerncap.selection import processes_note
+
+    notes = []
+    if outcome.returncode not in (0, None) and not outcome.stopped:
+        notes.append(f"the app {outcome.describe_exit()} after the capture was written")
+    stop = outcome.stop.describe()
+    if stop and (outcome.stop.processes > 1 or outcome.stop.killed):  # a job, or one that resisted
+        notes.append(f"after the capture kerncap {stop}")
+    excluded = processes_note(procs)
+    if excluded:
+        notes.append(excluded)
+    return notes
+
+
+def _done_check(run_dir: Path, dispatches: list[int], set_mode: bool, buckets: bool, keep_running: bool):
+    """When the app may be stopped: its capture(s) are on disk (a bucket set needs the
+    whole run), or the interposer asked for it (a selection this job cannot meet)."""
+    if not set_mode:
+        wanted = [run_dir / "capture" / "manifest.json"]
+    elif buckets or keep_running:
+        wanted = []
+    else:
+        wanted = [run_dir / f"capture-{d}" / "manifest.json" for d in dispatches]
+
+    def done() -> bool:
+        if stop_requested(run_dir):
+            return True
+        return not keep_running and bool(wanted) and all(p.is_file() for p in wanted)
+
+    return done
+
+
 # -- input checks --------------------------------------------------------------------------
+
+
+def dispatch_list(dispatch: int | str | Sequence[int]) -> list[int]:
+    """3 -> [3]; "3,17,40" or [40, 3, 17] -> [3, 17, 40] (sorted, unique)."""
+    if isinstance(dispatch, str):
+        try:
+            values = [int(x) for x in dispatch.split(",")]
+        except ValueError:
+            raise KerncapError(f"--dispatch {dispatch!r} is not a number or a comma-separated list of numbers",
+                               "e.g. --dispatch 3 or --dispatch 3,17,40") from None
+    elif isinstance(dispatch, int):
+        values = [dispatch]
+    else:
+        values = [int(x) for x in dispatch]
+    if not values:
+        raise KerncapError("--dispatch lists no dispatch", "e.g. --dispatch 3,17,40")
+    for v in values:
+        if v < 0:
+            raise KerncapError(f"--dispatch {v} is negative", "dispatches are counted from 0")
+    return sorted(set(values))
+
+
+NCCL_PREFIXES = ("ncclKernel", "ncclDevKernel")
+
+
+def _refuse_nccl(kernel: str, match: str) -> None:
+    """NCCL's own kernels wait for their peer ranks: one of them cannot run alone."""
+    if match != "regex" and any(p in kernel for p in NCCL_PREFIXES):
+        raise KerncapError(
+            f"{kernel!r} names NCCL's own kernels (ncclKernel*/ncclDevKernel*); they cannot be captured: a "
+            "collective waits for its peer ranks, so one rank's kernel never completes alone",
+            "capture your own kernels around the collective instead (kerncap profile lists them)",
+        )
 
 
 def _check_pattern(kernel: str, match: str, dispatch: int) -> None:
     if not kernel:
         raise KerncapError("no kernel name given", "run `kerncap profile -- CMD` to see the kernel names")
+    _refuse_nccl(kernel, match)
     if match not in MATCH_MODES:
         raise KerncapError(f"unknown --match mode {match!r}", f"use one of: {', '.join(MATCH_MODES)}")
     if match == "regex":
@@ -225,13 +323,22 @@ def _remove_empty(dirs: list[Path]) -> None:
 # -- success: assembling the reproducer ----------------------------------------------------
 
 
-def _assemble(
-    kernel: str, match: str, dispatch: int, command: list[str], output: Path, run_dir: Path,
-    source_dir, build_dir, force: bool,
-) -> ExtractResult:
-    stage = run_dir / "reproducer"
-    stage.mkdir()
-    os.rename(run_dir / "capture", stage / "capture")
+def captured_dirs(run_dir: Path) -> list[Path]:
+    """The complete capture directories of a run: `capture`, or a set's `capture-<N>`
+    (by dispatch)."""
+    found = [d for d in run_dir.glob("capture*") if (d / "manifest.json").is_file()
+             and (d.name == "capture" or (d.name.startswith("capture-") and d.name[8:].isdigit()))]
+    return sorted(found, key=lambda d: int(d.name[8:]) if d.name != "capture" else -1)
+
+
+def build_reproducer(
+    stage: Path, capture_dir: Path, run_dir: Path, kernel: str, match: str, dispatch: int, command: list[str],
+    source_dir, build_dir,
+) -> dict[str, Any]:
+    """Turns one capture directory of the run into a reproducer at `stage`: moves the
+    capture in, attaches sources and the Triton record, writes reproducer.json."""
+    stage.mkdir(parents=True)
+    os.rename(capture_dir, stage / "capture")
     capture = Capture.open(stage)
     notes: list[str] = []
 
@@ -259,16 +366,30 @@ def _assemble(
     tmp = stage / ".reproducer.json.tmp"
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     os.replace(tmp, stage / "reproducer.json")
+    return record
 
+
+def replace_output(stage: Path, output: Path, force: bool) -> None:
+    """Moves the finished `stage` to `output` (checked empty before the run)."""
     if output.exists():
         if force:
             shutil.rmtree(output)
         else:
             output.rmdir()  # checked empty before the run; fails loudly if filled since
     os.rename(stage, output)
+
+
+def _assemble(
+    kernel: str, match: str, dispatch: int, command: list[str], output: Path, run_dir: Path,
+    source_dir, build_dir, force: bool,
+) -> ExtractResult:
+    stage = run_dir / "reproducer"
+    record = build_reproducer(stage, run_dir / "capture", run_dir, kernel, match, dispatch, command, source_dir,
+                              build_dir)
+    replace_output(stage, output, force)
     return ExtractResult(
         reproducer_dir=output, capture=Capture.open(output), run_dir=run_dir,
-        sources=record["sources"], triton=triton, notes=notes,
+        sources=record["sources"], triton=record["triton"], notes=record["notes"],
     )
 
 
@@ -297,11 +418,15 @@ def _attach(module_name: str, function: str, notes: list[str], *args) -> dict | 
 
 def diagnose_failure(
     kernel: str, match: str, dispatch: int, procs: list[dict], outcome: AppOutcome, run_dir: Path,
-    timeout: float | None,
+    timeout: float | None, selection: Selection | None = None,
 ) -> KerncapError:
     """The one error that best explains why no capture was written."""
     cmd = command_text(outcome.command)
     target = f"kernel {kernel!r} (--match {match})"
+    if selection is not None and stop_requested(run_dir):
+        found = diagnose_selection(selection, procs, target)
+        if found is not None:
+            return found
 
     for kind in ("disk", "capture_failed"):
         found = report_errors(procs, kind)
@@ -328,7 +453,18 @@ def diagnose_failure(
             "docs/graphs.md lists what kerncap follows in graphs; for this run, launch the target outside that "
             "construct or pick a --dispatch before it",
         )
+    if selection is not None:
+        found = diagnose_selection(selection, procs, target)
+        if found is not None:
+            return found
     matches = [int(p.get("target_matches") or 0) for p in procs]
+    refused_nccl = sorted({n for p in procs for n in p.get("refused_kernels") or []})
+    if refused_nccl and not any(matches):
+        return KerncapError(
+            f"{target} matches only NCCL's own kernels ({', '.join(short_kernel_name(n, 60) for n in refused_nccl[:3])}):"
+            " a collective waits for its peer ranks, so one rank's NCCL kernel cannot run alone and is never captured",
+            "capture your own kernels around the collective instead; narrow the pattern (kerncap profile lists them)",
+        )
     subscriber = report_errors(procs, "cupti_subscriber")
     if subscriber and not any(matches):
         return cupti_subscriber_error(subscriber, f"{target} could not be captured")
@@ -378,7 +514,7 @@ def diagnose_failure(
 
 
 def _partial_capture(run_dir: Path) -> tuple[Path, str] | None:
-    for d in sorted(run_dir.glob("capture.partial-*")):
+    for d in sorted(run_dir.glob("capture*.partial-*")):
         log = d / "interposer.log"
         try:
             tail = "\n".join("    | " + line for line in log.read_text(errors="replace").splitlines()[-10:])

@@ -513,7 +513,7 @@ void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
       // Recorded into a graph, not run: the kernel node is counted when a launch of the
       // instantiated graph runs it (graph_launch_enter).
       s.recorded_into_graphs.fetch_add(1, std::memory_order_relaxed);
-    } else if (selected_launch(s, t)) {
+    } else if (selected_launch(s, t, cb->context)) {
       const uint64_t index = s.target_matches.fetch_add(1, std::memory_order_acq_rel);
       if (s.cfg.set ? set_launch(s, d, *fi, cb, index)
                     : index == s.cfg.dispatch && start_capture(s, d, *fi, cb, index, UINT32_MAX))

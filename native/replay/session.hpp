@@ -59,6 +59,8 @@ class Session {
   size_t granularity() const { return granularity_; }
   std::pair<int, int> compute_capability() const;
   std::string device_name() const;
+  std::string device_uuid() const;  // "GPU-xxxxxxxx-xxxx-...", as nvidia-smi and the manifest write it
+  int ordinal() const { return ctx_.ordinal(); }
 
   void reserve(const std::vector<SpanSpec>& spans);
   void map(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges);

@@ -12,7 +12,9 @@ from kerncap.recompile import recompile
 
 def register(sub) -> None:
     p = sub.add_parser("recompile", help="rebuild only the kernel from the reproducer's editable source")
-    p.add_argument("reproducer", type=Path, help="reproducer directory (from `kerncap extract`)")
+    p.add_argument("reproducer", type=Path,
+                   help="reproducer directory (from `kerncap extract`), or a set (one variant for every member, "
+                        "built from SET/source)")
     p.add_argument("--config", help="Triton only: compile options to pin instead of the captured ones, e.g. "
                    "num_warps=4,num_stages=2, or another autotune config (its constexprs too, e.g. "
                    "XBLOCK=8,R0_BLOCK=512,num_warps=4: launched with that config's grid)")
@@ -24,6 +26,10 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kerncap.sets import is_set
+
+    if is_set(args.reproducer):
+        return recompile_set_cli(args)
     if args.list_configs:
         return list_configs(args.reproducer, args.json)
     result = recompile(args.reproducer, args.config)
@@ -62,4 +68,22 @@ def list_configs(reproducer: Path, as_json: bool) -> int:
     else:
         print(f"  the captured config is none of these (e.g. refined by coordinate descent): "
               f"{configs.captured_constexprs(spec)}, grid {spec['launch']['grid']}")
+    return 0
+
+
+def recompile_set_cli(args: argparse.Namespace) -> int:
+    """One variant every member of a set uses, built from the set's source/."""
+    from kerncap.sets import ReproducerSet, recompile_set
+
+    if args.list_configs:
+        return list_configs(ReproducerSet.open(args.reproducer).members[0].path, args.json)
+    v = recompile_set(ReproducerSet.open(args.reproducer), args.config)
+    if args.json:
+        print(json.dumps({"variant": str(v.path), "seconds": round(v.seconds, 3), "builds": v.builds,
+                          "cubins": {str(i): str(c) for i, c in v.cubins.items()}}, indent=2))
+        return 0
+    print(f"{v.path}  ({v.builds} build(s), {v.seconds:.2f} s)")
+    for i, c in v.cubins.items():
+        print(f"  member {i}: {c}")
+    print(f"replay it with: kerncap replay {args.reproducer} --cubin {v.path}")
     return 0

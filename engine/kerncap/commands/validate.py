@@ -43,8 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "(NaN equals NaN; integer dtypes exact). Memory the captured kernel did not write must stay "
                     "unchanged. Exit status 0 only when everything matches.",
     )
-    p.add_argument("path", type=Path, metavar="DIR", help="reproducer directory (or its capture/ directory)")
-    p.add_argument("--cubin", type=Path, metavar="F", help="variant cubin to check instead of the captured one")
+    p.add_argument("path", type=Path, metavar="DIR", help="reproducer directory (or its capture/ directory), or a set")
+    p.add_argument("--cubin", type=Path, metavar="F",
+                   help="variant cubin to check instead of the captured one (a set: a cubin or variants/<n>.json; "
+                        "then every member is also timed and the weighted speedup reported)")
     p.add_argument("--atol", type=non_negative_float, metavar="A", help="absolute tolerance (tolerance mode)")
     p.add_argument("--rtol", type=non_negative_float, metavar="R", help="relative tolerance (tolerance mode)")
     p.add_argument("--dtype", type=dtype_name, metavar="T",
@@ -52,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "float64 float32 float16 bfloat16 int32 int8 uint8")
     p.add_argument("--region-dtype", type=region_dtype, action="append", default=[], metavar="ID=T",
                    help="element type of one region (repeatable), e.g. --region-dtype 3=bfloat16")
-    p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
+    p.add_argument("--device", type=non_negative_int, default=0,
+                   help="GPU ordinal (0); any GPU of the capture's architecture")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=handle)
 
@@ -60,7 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from kerncap.replay.client import ReplayClient
     from kerncap.replay.results import format_validation
+    from kerncap.sets import is_set
 
+    if is_set(args.path):
+        from kerncap.commands.replay import handle_set
+
+        return handle_set(args, validate=True)
     check_cubin(args.cubin)
     dtypes = dict(args.region_dtype)
     dtype = args.dtype

@@ -1,0 +1,181 @@
+"""Reproducer sets (kerncap.sets) on the CPU: a fake app publishes two captures in the
+run directory the way the capture library does for `--dispatch 3,17` (capture-3 and
+capture-17, buckets-<pid>.json, proc-<pid>.json), using a real H200 capture from
+tests/fixtures/captures/. The GPU suite (tests/gpu/test_buckets.py) runs the real thing."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kerncap.errors import KerncapError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "captures" / "axpy_small" / "capture"
+KERNEL = "_Z12axpy_inplacefPKfPfi"
+
+SET_APP = textwrap.dedent(
+    r'''
+    import json, os, shutil, sys, time
+    out = os.environ["KERNCAP_OUT"]
+    spec = json.loads(os.environ["FAKE_SPEC"])
+    assert os.environ["KERNCAP_DISPATCH"] == "3,17" and os.environ["KERNCAP_SET"] == "1"
+    for bucket, dispatch in ((0, 3), (1, 17)):
+        partial = os.path.join(out, "capture-%d.partial-%d" % (dispatch, os.getpid()))
+        shutil.copytree(spec["capture"], partial)
+        m = json.load(open(os.path.join(partial, "manifest.json")))
+        m["provenance"]["dispatch_index"] = dispatch
+        m["provenance"]["bucket"] = bucket
+        json.dump(m, open(os.path.join(partial, "manifest.json"), "w"))
+        os.rename(partial, os.path.join(out, "capture-%d" % dispatch))
+    def bucket(i, grid, n, launches, total, **kw):
+        b = {"id": i, "kernel": spec["kernel"], "grid": [grid, 1, 1], "block": [256, 1, 1], "shared_mem_bytes": 0,
+             "scalars_known": True, "scalars": [{"index": 0, "size": 4, "hex": "0000003f"},
+                                                 {"index": 3, "size": 4, "hex": n.to_bytes(4, "little").hex()}],
+             "launches": launches, "timed": launches, "total_ns": total, "min_ns": 1, "max_ns": total,
+             "first_dispatch": -1, "captured_dispatch": -1, "capture_dir": None, "refused": None, "failed": False}
+        b.update(kw)
+        return b
+    table = [bucket(0, 16, 4096, 30, 3000000, captured_dispatch=3), bucket(1, 64, 16384, 2, 1000000, captured_dispatch=17),
+             bucket(2, 32, 8192, 0, 0, refused="executable graph #1: the target kernel runs inside the body of a conditional")]
+    open(os.path.join(out, "buckets-%d.json" % os.getpid()), "w").write(json.dumps(
+        {"pid": os.getpid(), "kernel": spec["kernel"], "final": False, "dispatches_counted": 18, "buckets": table}))
+    open(os.path.join(out, "proc-%d.json" % os.getpid()), "w").write(json.dumps(
+        {"pid": os.getpid(), "errors": [], "captured": True, "target_matches": 18}))
+    time.sleep(30)
+    '''
+)
+
+
+@pytest.fixture
+def fake_set(tmp_path, monkeypatch):
+    from kerncap.extract import extract
+
+    app = tmp_path / "app.py"
+    app.write_text(SET_APP)
+    lib = tmp_path / "libkerncap_inject.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
+
+    def run(output: Path, **kwargs):
+        spec = {"capture": str(FIXTURE), "kernel": KERNEL}
+        return extract("axpy", [sys.executable, str(app)], output=output, dispatch=[17, 3],
+                       env={"FAKE_SPEC": json.dumps(spec)}, output_sink=lambda s, d: None, timeout=60, **kwargs)
+
+    return run
+
+
+def test_dispatch_list_becomes_a_set_with_weights_and_the_refused_bucket_named(fake_set, tmp_path):
+    from kerncap.set_report import format_set_extract, format_set_info, summarize_set
+    from kerncap.sets import ReproducerSet, is_set
+
+    out = tmp_path / "set"
+    res = fake_set(out)
+    assert is_set(out) and res.set_dir == out
+    s = ReproducerSet.open(out)
+    assert [m.dispatch for m in s.members] == [3, 17]
+    assert [m.path for m in s.members] == [out / "members" / "0", out / "members" / "1"]
+    assert [round(m.weight, 6) for m in s.members] == [0.75, 0.25]  # 3 ms vs 1 ms in the app
+    assert s.members[0].signature == "grid 16 block 256 smem 0 | #0=0.5 #3=4096"
+    assert s.kernel == KERNEL and s.manifest["times"] == "until the capture ended the app"
+    assert s.manifest["coverage"] == 1.0  # the refused bucket ran no timed launch
+    assert len(s.refused) == 1 and "conditional" in s.refused[0]["reason"]
+    assert any("grid 32 block 256" in n and "not captured" in n for n in res.notes)
+    text = format_set_extract(res)
+    assert "#0  75.0%  grid 16 block 256" in text and "not captured: grid 32" in text
+    info = format_set_info(summarize_set(s))
+    assert "members     2 of 3 bucket(s)" in info and "75.0%" in info
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py", "libkerncap_inject.so", "set"]
+    # Both members' payloads moved into the set's own store: the shared chunks once.
+    assert res.stored["chunks"] == 2 * len({h for h in _chunks(FIXTURE)})
+    assert res.stored["objects_added"] == len(_chunks(FIXTURE))
+    assert not list((out / "members").glob("*/capture/blobs/*.bin"))
+    assert (out / "store" / "objects").is_dir()
+
+
+def _chunks(capture_dir: Path) -> set[str]:
+    from kerncap.capture.format import Capture
+
+    return set(Capture.open(capture_dir).iter_blobs())
+
+
+def test_hydrating_a_set_links_the_chunks_members_share(fake_set, tmp_path):
+    from kerncap.capture.format import Capture
+    from kerncap.sets import ReproducerSet, hydrate_set
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    hydrate_set(s)
+    caps = [Capture.open(m.path) for m in s.members]
+    for h in caps[0].iter_blobs():
+        a, b = caps[0].blob_path(h), caps[1].blob_path(h)
+        assert a.read_bytes() == b.read_bytes() and os.stat(a).st_ino == os.stat(b).st_ino
+    caps[1].verify()
+
+
+def test_member_cubins_take_one_cubin_or_a_set_variant(fake_set, tmp_path):
+    from kerncap.sets import ReproducerSet, member_cubins
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    assert member_cubins(s, None) == [None, None]
+    one = tmp_path / "v.cubin"
+    one.write_bytes(b"\x7fELF")
+    assert member_cubins(s, one) == [one, one]
+    (s.variants_dir).mkdir()
+    variant = s.variants_dir / "1.json"
+    variant.write_text(json.dumps({"cubins": {"0": "members/0/variants/1.cubin", "1": "members/1/variants/2.cubin"}}))
+    assert member_cubins(s, variant) == [s.root / "members/0/variants/1.cubin", s.root / "members/1/variants/2.cubin"]
+    with pytest.raises(KerncapError, match="does not exist"):
+        member_cubins(s, tmp_path / "nope.cubin")
+    (s.variants_dir / "2.json").write_text("{}")
+    with pytest.raises(KerncapError, match="is not a set variant"):
+        member_cubins(s, s.variants_dir / "2.json")
+
+
+def test_source_sync_keeps_each_members_own_launch_files(fake_set, tmp_path):
+    from kerncap.sets import ReproducerSet, sync_source
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    with pytest.raises(KerncapError, match="no editable source"):
+        sync_source(s)
+    (s.source_dir / "k").mkdir(parents=True)
+    (s.source_dir / "k" / "kernel.cu").write_text("edited")
+    (s.source_dir / "triton.json").write_text("{\"set\": 1}")
+    for m in s.members:
+        (m.path / "source").mkdir()
+        (m.path / "source" / "triton.json").write_text(f"{{\"member\": {m.index}}}")
+    sync_source(s)
+    for m in s.members:
+        assert (m.path / "source" / "k" / "kernel.cu").read_text() == "edited"
+        assert json.loads((m.path / "source" / "triton.json").read_text()) == {"member": m.index}
+
+
+def test_run_set_reports_each_member_even_when_replay_is_unavailable(fake_set, tmp_path, monkeypatch):
+    """Without the replay core (this CPU machine), every member says so; none is skipped."""
+    from kerncap.set_report import format_set_run
+    from kerncap.sets import ReproducerSet, run_set
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    run = run_set(s, validate=True)
+    assert not run.passed and [r.member.index for r in run.runs] == [0, 1]
+    assert all(r.error for r in run.runs)
+    assert "FAIL: member(s) 0, 1" in format_set_run(run)
+    assert json.loads(json.dumps(run.to_dict()))["members"][1]["error"]
+
+
+def test_a_set_is_refused_where_one_reproducer_is_needed(fake_set, tmp_path):
+    with pytest.raises(KerncapError, match="--prune works on one reproducer"):
+        fake_set(tmp_path / "set", prune=True)
+
+
+def test_opening_something_that_is_no_set(tmp_path):
+    from kerncap.sets import ReproducerSet
+
+    with pytest.raises(KerncapError, match="is not a reproducer set"):
+        ReproducerSet.open(tmp_path)
+    (tmp_path / "set.json").write_text(json.dumps({"format": "kerncap-set", "format_version": 99}))
+    with pytest.raises(KerncapError, match="upgrade kerncap"):
+        ReproducerSet.open(tmp_path)
