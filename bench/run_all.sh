@@ -10,3 +10,4 @@ timeout 150 python3 cupti_floor.py --launches 300000 --json "$OUT/cupti_floor.js
 timeout 200 python3 snapshot.py --json "$OUT/snapshot.json" 2>&1 | grep -v "^WARNING"
 timeout 240 python3 replay.py --json "$OUT/replay.json" 2>&1 | grep -v "^WARNING"
 timeout 300 python3 scale.py --json "$OUT/scale.json" 2>&1 | grep -v "^WARNING"
+timeout 400 python3 sets.py --repeat 3 --json "$OUT/sets.json" 2>&1 | grep -v "^WARNING"

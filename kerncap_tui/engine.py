@@ -43,6 +43,21 @@ def recompile(reproducer: Path):
     return engine_module("recompile").recompile(reproducer)
 
 
+def open_set(path: Path):
+    """The reproducer set at `path` (kerncap.sets.ReproducerSet), or None for anything else."""
+    sets = engine_module("sets")
+    return sets.ReproducerSet.open(path) if sets.is_set(path) else None
+
+
+def recompile_set(s):
+    return engine_module("sets").recompile_set(s)
+
+
+def run_set(s, variant: Path | None):
+    """Validate and time every member of a set (with `variant`: against the baseline)."""
+    return engine_module("sets").run_set(s, variant=variant, validate=True, iterations=REPLAY_ITERATIONS)
+
+
 @dataclass
 class Outcome:
     median_ms: float | None
