@@ -113,7 +113,7 @@ def test_the_job_ends_without_hanging_or_orphans(rank1):
     out = res.outcome
     print(f"\njob stopped after {out.seconds:.1f} s: {out.stop.describe()}")
     assert out.stopped and not out.timed_out and seconds < 200
-    assert out.stop.processes >= 3  # torchrun and its two workers at least
+    assert out.stop.processes >= 2  # torchrun and rank 0 at least (rank 1 left after its capture)
     assert out.stop.leftover == []
     pids = [json.loads((work / f"report-rank{r}.json").read_text())["pid"] for r in (0, 1)]
     assert not any(alive(p) for p in pids), "no worker may outlive the job"
