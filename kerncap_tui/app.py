@@ -171,7 +171,7 @@ class KerncapApp(App[int]):
         if self.set is None:
             return self.root
         self.query_one(ProfilePane).display = False
-        self.query_one("#profile", TabPane).mount(set_mode.SetMembersPane(self.set, id="members-pane"))
+        self.query_one("#profile", TabPane).mount(set_mode.SetMembersPane(self.set))
         self.log_line(f"reproducer set of {len(self.set.members)} member(s): "
                       + ", ".join(f"#{m.index} {100 * m.weight:.0f}%" for m in self.set.members))
         return self.set.members[0].path

@@ -7,9 +7,16 @@ its report to KC_TESTAPP_REPORT with "{rank}" replaced by its rank, and its bias
 next to it (bias-rank<r>.bin), before the first Triton launch. Every step ends with a
 second all-reduce, so once one rank has gone (kerncap ends the capturing process) the
 other blocks in NCCL until kerncap stops the job.
+
+Rank 1 waits half a second before its Triton launch: by then rank 0 has launched the
+step's second all-reduce, whose NCCL kernel writes its data into rank 1's receive
+buffers and then waits. Without the wait those peer writes could land between rank 1's
+pre- and post-state snapshots, and a replay (which cannot make them) would not match
+the post-state there (docs/selection.md, limits).
 """
 
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -52,6 +59,9 @@ def main() -> None:
     for _ in range(STEPS):
         y = (x @ w).reshape(-1)
         dist.all_reduce(y)
+        if rank == 1:
+            torch.cuda.synchronize()
+            time.sleep(0.5)
         kc_tp_bias_act[(triton.cdiv(M * N, 1024),)](y, bias, out, scale, M * N, BLOCK=1024)
         dist.all_reduce(out)
     torch.cuda.synchronize()
