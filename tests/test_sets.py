@@ -127,3 +127,12 @@ def test_opening_something_that_is_no_set(tmp_path):
     (tmp_path / "set.json").write_text(json.dumps({"format": "kerncap-set", "format_version": 99}))
     with pytest.raises(KerncapError, match="upgrade kerncap"):
         ReproducerSet.open(tmp_path)
+
+
+def test_kerncap_list_shows_a_sets_members(fake_set, tmp_path):
+    from kerncap.workspace import Workspace, list_captures
+
+    ws = Workspace(tmp_path / "ws")
+    fake_set(ws.reproducers_dir / "axpy-set")
+    rows = list_captures(ws.root)
+    assert [Path(r["path"]).name for r in rows] == ["0", "1"] and all(r["error"] is None for r in rows)

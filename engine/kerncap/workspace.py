@@ -71,13 +71,21 @@ def _unique(path: Path) -> Path:
 
 
 def find_reproducers(root: Path) -> list[Path]:
-    """Reproducer directories (holding capture/) at or one level under `root`."""
+    """Reproducer directories (holding capture/) at or one level under `root`; a
+    reproducer set (kerncap.sets) there contributes its members."""
     root = Path(root)
     if (root / "capture").is_dir():
         return [root]
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if (p / "capture").is_dir())
+    found = []
+    for p in sorted(root.iterdir()):
+        if (p / "capture").is_dir():
+            found.append(p)
+        elif (p / "set.json").is_file():
+            found += sorted((m for m in (p / "members").glob("*") if (m / "capture").is_dir()),
+                            key=lambda m: int(m.name) if m.name.isdigit() else -1)
+    return found
 
 
 def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
