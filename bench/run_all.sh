@@ -12,3 +12,4 @@ timeout 240 python3 replay.py --json "$OUT/replay.json" 2>&1 | grep -v "^WARNING
 timeout 300 python3 scale.py --json "$OUT/scale.json" 2>&1 | grep -v "^WARNING"
 timeout 400 python3 sweep_scaling.py --json "$OUT/sweep_scaling.json" 2>&1 | grep -v "^WARNING"
 timeout 300 python3 recompile.py --only tu --repeat 3 --json "$OUT/recompile.json" 2>&1 | grep -v "^WARNING"
+timeout 400 python3 sets.py --repeat 3 --json "$OUT/sets.json" 2>&1 | grep -v "^WARNING"

@@ -177,6 +177,7 @@ def run_extract(kernel: str, dispatch: int, command: list[str], output: Path, wo
 
 def add_to_store(store, reproducer: Path) -> dict:
     from kerncap.errors import KerncapError
+    from kerncap.reproducer.stored import add_capture
 
     t0 = time.monotonic()
     try:
@@ -245,7 +246,6 @@ def run_steps(args, base: Path, disk: Disk, results: dict) -> None:
     disk.note("first capture written")
 
     from kerncap.reproducer.store import Store
-    from kerncap.reproducer.stored import add_capture
 
     store = Store(base / "store")
     results["store_first"] = add_to_store(store, first_dir)

@@ -75,6 +75,7 @@ class KerncapApp(InspectActions, App[int]):
         self.root = Path(root)
         self.demo = demo
         self.capture = None
+        self.set = None  # a reproducer set (kerncap_tui.set_mode), else None
         self.profile = None
         self.history: History | None = None
         self.replay: engine.ResidentReplay | None = None
@@ -132,9 +133,10 @@ class KerncapApp(InspectActions, App[int]):
         self.sub_title = "demo" if self.demo else str(self.root)
         self.log_line(f"opened {'the bundled demo' if self.demo else self.root}")
         self.capture = None
-        if (self.root / "capture").is_dir() or (self.root / "manifest.json").is_file():
+        capture_root = self._open_set()  # a set shows its first member's memory
+        if (capture_root / "capture").is_dir() or (capture_root / "manifest.json").is_file():
             try:
-                self.capture = api.open_capture(self.root)
+                self.capture = api.open_capture(capture_root)
             except KerncapError as exc:
                 self.report_error("capture", exc)
         if self.capture is not None:
@@ -156,8 +158,7 @@ class KerncapApp(InspectActions, App[int]):
         except KerncapError as exc:
             self.report_error("history", exc)
         self.inspect = {}
-        self.query_one(HistoryPane).show(self.history, self.inspect)
-        self.query_one(LiveHistory).show(self.history)
+        self.show_history()
         self.fit_split()
         self.load_inspect()
         self.load_profile()
@@ -177,6 +178,51 @@ class KerncapApp(InspectActions, App[int]):
         except KerncapError as exc:
             self.compiler = None
             self.report_error("compiler", exc)
+
+    def _open_set(self) -> Path:
+        """Opens a reproducer set at self.root (its members replace the profile list);
+        returns where the capture to show lives."""
+        from kerncap_tui import set_mode
+
+        for old in self.query(set_mode.SetMembersPane):
+            old.remove()
+        self.query_one(ProfilePane).display = True
+        try:
+            self.set = engine.open_set(self.root)
+        except KerncapError as exc:
+            self.set = None
+            self.report_error("set", exc)
+        if self.set is None:
+            return self.root
+        self.query_one(ProfilePane).display = False
+        self.query_one("#profile", TabPane).mount(set_mode.SetMembersPane(self.set))
+        self.log_line(f"reproducer set of {len(self.set.members)} member(s): "
+                      + ", ".join(f"#{m.index} {100 * m.weight:.0f}%" for m in self.set.members))
+        return self.set.members[0].path
+
+    def show_member(self, member) -> None:
+        try:
+            self.capture = api.open_capture(member.path)
+        except KerncapError as exc:
+            self.report_error("member", exc)
+            return
+        self.query_one(MemoryPane).show(self.capture)
+        self.action_tab("memory")
+
+    def show_set_run(self, run) -> None:
+        from kerncap_tui.set_mode import SetMembersPane
+
+        for pane in self.query(SetMembersPane):
+            pane.show_results(run)
+
+    def show_history(self) -> None:
+        pane = self.query_one(HistoryPane)
+        pane.show(self.history, self.inspect)
+        self.query_one(LiveHistory).show(self.history)
+        if self.set is not None:
+            from kerncap_tui.set_mode import annotate_history
+
+            annotate_history(pane, self.history)
 
     @property
     def source_dir(self) -> Path | None:
@@ -239,6 +285,11 @@ class KerncapApp(InspectActions, App[int]):
 
     def _time_baseline(self) -> None:
         try:
+            if self.set is not None:
+                from kerncap_tui import set_mode
+
+                set_mode.record_baseline(self)
+                return
             self._record_baseline()
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "baseline", exc)
@@ -260,6 +311,11 @@ class KerncapApp(InspectActions, App[int]):
         worker = get_current_worker()
         started = time.monotonic()
         try:
+            if self.set is not None:
+                from kerncap_tui import set_mode
+
+                set_mode.build(self, worker)
+                return
             fingerprint = source_fingerprint(self.source_dir)
             same = self.history.built_from(fingerprint)
             if same is not None:  # a save without a change, or a second `b`: nothing new to build
@@ -308,8 +364,7 @@ class KerncapApp(InspectActions, App[int]):
         self.log_line(message.text, message.style)
 
     def on_history_changed(self, message: HistoryChanged) -> None:
-        self.query_one(HistoryPane).show(self.history)
-        self.query_one(LiveHistory).show(self.history)
+        self.show_history()
         self.load_inspect()
         latest = self.history.variants[-1] if self.history.variants else None
         if latest is not None:

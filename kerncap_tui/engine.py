@@ -15,6 +15,8 @@ from kerncap.errors import KerncapError, NativeUnavailable
 COMPARE_ROUNDS = 20
 COMPARE_ITERATIONS = 10
 PERTURBATIONS = 4
+# A set's members are timed one after the other (baseline and variant per member).
+SET_ITERATIONS = 20
 
 
 def needs_gpu(exc: BaseException) -> bool:
@@ -46,6 +48,22 @@ class ResidentCompiler:
     def close(self) -> None:
         if self._worker is not None:
             self._worker.close()
+
+
+def open_set(path: Path) -> api.ReproducerSet | None:
+    """The reproducer set at `path`, or None for anything else."""
+    return api.open_set(path) if api.is_set(path) else None
+
+
+def recompile_set(s: api.ReproducerSet) -> api.SetVariant:
+    return api.recompile_set(s)
+
+
+def run_set(s: api.ReproducerSet, variant: Path | None) -> api.SetRun:
+    """Validate and time every member of a set (with `variant`: against the baseline, and
+    validated on PERTURBATIONS perturbed inputs of every member too)."""
+    options = api.TrustOptions(perturb=PERTURBATIONS if variant is not None else 0)
+    return api.replay_set(s, cubin=variant, validate=True, options=options, iterations=SET_ITERATIONS)
 
 
 @dataclass

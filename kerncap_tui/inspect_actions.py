@@ -46,12 +46,10 @@ class InspectActions:
         self.call_from_thread(self._show_inspect, history, found)
 
     def _show_inspect(self, history, found: dict) -> None:
-        from kerncap_tui.widgets.history_pane import HistoryPane
-
         if history is not self.history:
             return  # another reproducer was opened meanwhile
         self.inspect = found
-        self.query_one(HistoryPane).show(self.history, found)
+        self.show_history()
 
     # -- running a tool ---------------------------------------------------------------------
     def run_ncu(self, variant) -> None:

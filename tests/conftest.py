@@ -1,7 +1,14 @@
-"""CPU suite: the fuzz tests (test_fuzz.py) count the cases they tried; the total is
-printed at the end of the run."""
+"""Fixtures shared by the CPU tests; the fuzz tests (test_fuzz.py) count the cases they
+tried and the total is printed at the end of the run."""
 
 from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
 
 FUZZ_CASES: dict[str, int] = {}
 
@@ -11,3 +18,60 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         total = sum(FUZZ_CASES.values())
         parts = ", ".join(f"{name} {n}" for name, n in sorted(FUZZ_CASES.items()))
         terminalreporter.write_line(f"fuzz: {total} cases tried ({parts}); none raised anything but KerncapError")
+
+
+SET_CAPTURE = Path(__file__).parent / "fixtures" / "captures" / "axpy_small" / "capture"
+SET_KERNEL = "_Z12axpy_inplacefPKfPfi"
+
+SET_APP = textwrap.dedent(
+    r'''
+    import json, os, shutil, sys, time
+    out = os.environ["KERNCAP_OUT"]
+    spec = json.loads(os.environ["FAKE_SPEC"])
+    assert os.environ["KERNCAP_DISPATCH"] == "3,17" and os.environ["KERNCAP_SET"] == "1"
+    for bucket, dispatch in ((0, 3), (1, 17)):
+        partial = os.path.join(out, "capture-%d.partial-%d" % (dispatch, os.getpid()))
+        shutil.copytree(spec["capture"], partial)
+        m = json.load(open(os.path.join(partial, "manifest.json")))
+        m["provenance"]["dispatch_index"] = dispatch
+        m["provenance"]["bucket"] = bucket
+        json.dump(m, open(os.path.join(partial, "manifest.json"), "w"))
+        os.rename(partial, os.path.join(out, "capture-%d" % dispatch))
+    def bucket(i, grid, n, launches, total, **kw):
+        b = {"id": i, "kernel": spec["kernel"], "grid": [grid, 1, 1], "block": [256, 1, 1], "shared_mem_bytes": 0,
+             "scalars_known": True, "scalars": [{"index": 0, "size": 4, "hex": "0000003f"},
+                                                 {"index": 3, "size": 4, "hex": n.to_bytes(4, "little").hex()}],
+             "launches": launches, "timed": launches, "total_ns": total, "min_ns": 1, "max_ns": total,
+             "first_dispatch": -1, "captured_dispatch": -1, "capture_dir": None, "refused": None, "failed": False}
+        b.update(kw)
+        return b
+    table = [bucket(0, 16, 4096, 30, 3000000, captured_dispatch=3), bucket(1, 64, 16384, 2, 1000000, captured_dispatch=17),
+             bucket(2, 32, 8192, 0, 0, refused="executable graph #1: the target kernel runs inside the body of a conditional")]
+    open(os.path.join(out, "buckets-%d.json" % os.getpid()), "w").write(json.dumps(
+        {"pid": os.getpid(), "kernel": spec["kernel"], "final": False, "dispatches_counted": 18, "buckets": table}))
+    open(os.path.join(out, "proc-%d.json" % os.getpid()), "w").write(json.dumps(
+        {"pid": os.getpid(), "errors": [], "captured": True, "target_matches": 18}))
+    time.sleep(30)
+    '''
+)
+
+
+@pytest.fixture
+def fake_set(tmp_path, monkeypatch):
+    """extract(..., dispatch=[3, 17]) of a fake app that publishes capture-3 and capture-17
+    (copies of a real H200 capture), buckets-<pid>.json and proc-<pid>.json the way the
+    capture library does for a set; returns the SetExtractResult."""
+    from kerncap.capture.extract import extract
+
+    app = tmp_path / "app.py"
+    app.write_text(SET_APP)
+    lib = tmp_path / "libkerncap_inject.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
+
+    def run(output: Path, **kwargs):
+        spec = {"capture": str(SET_CAPTURE), "kernel": SET_KERNEL}
+        return extract("axpy", [sys.executable, str(app)], output=output, dispatch=[17, 3],
+                       env={"FAKE_SPEC": json.dumps(spec)}, output_sink=lambda s, d: None, timeout=60, **kwargs)
+
+    return run

@@ -58,6 +58,7 @@ class Memory:
 
 class SimSession:
     def __init__(self, device):
+        self.device = device
         self.items = []
         self.pre, self.post, self.target, self.ref = [], [], [], []
         self.programs: dict[str, tuple[str, object]] = {}
@@ -76,6 +77,12 @@ class SimSession:
 
     def pci_bus_id(self):
         return "0000:00:00.0"
+
+    def device_uuid(self):
+        return "GPU-00000000-0000-0000-0000-00000000000%d" % self.device
+
+    def ordinal(self):
+        return self.device
 
     def reserve(self, spans):
         pass

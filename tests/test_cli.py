@@ -28,6 +28,15 @@ def test_extract_arguments():
     assert args.app_command == ["python", "app.py", "--dispatch", "9"], "the app's own flags stay the app's"
 
 
+def test_extract_selection_and_set_arguments():
+    args = parse(["extract", "k", "--dispatch", "40,3", "--buckets", "--nvtx", "forward/layer.5", "--nvtx-match",
+                  "regex", "--rank", "1", "--pid", "42", "--device", "1", "--", "./app"])
+    assert args.dispatch == [3, 40] and args.buckets and args.nvtx == "forward/layer.5" and args.nvtx_match == "regex"
+    assert (args.rank, args.pid, args.device) == (1, 42, 1)
+    args = parse(["profile", "--nvtx", "layer", "--by-nvtx", "--buckets", "--", "./app"])
+    assert args.nvtx == "layer" and args.by_nvtx and args.buckets and args.nvtx_match == "substring"
+
+
 def test_extract_defaults():
     args = parse(["extract", "k", "--", "./app"])
     assert (args.match, args.dispatch, args.output, args.keep_running, args.timeout) == ("substring", 0, None, False, None)

@@ -24,7 +24,7 @@ TEST_SRC = NATIVE / "capture" / "test"
 PURE_SOURCES = [
     NATIVE / "common" / "cubin_elf.cpp",
     *(NATIVE / "capture" / f"{name}.cpp" for name in
-      ("config", "fsutil", "blob_store", "memory_tracker", "module_registry")),
+      ("config", "fsutil", "blob_store", "memory_tracker", "module_registry", "job_identity", "nvtx_ranges")),
 ]
 
 
@@ -95,7 +95,8 @@ def test_units_pass_and_agree_with_python(built):
 
 
 def test_exported_symbols_only_the_injection_api():
-    """The built interposer (if a build tree is around) exports exactly three symbols."""
+    """The built interposer (if a build tree is around) exports exactly the injection API:
+    CUDA's and NVTX's entry points and the autotuner hook's two calls."""
     from kerncap.core.native import NATIVE_DIR
 
     candidates = [Path(p) for p in os.environ.get("KERNCAP_INJECT_LIB", "").split(os.pathsep) if p]
@@ -108,4 +109,5 @@ def test_exported_symbols_only_the_injection_api():
     r = _run([nm, "-D", "--defined-only", str(lib)])
     assert r.returncode == 0, r.stderr
     names = {line.split()[-1] for line in r.stdout.splitlines() if line.strip()}
-    assert names == {"InitializeInjection", "kerncap_benchmark_enter", "kerncap_benchmark_exit"}
+    assert names == {"InitializeInjection", "InitializeInjectionNvtx2", "InitializeInjectionNvtxExtension",
+                     "kerncap_benchmark_enter", "kerncap_benchmark_exit"}

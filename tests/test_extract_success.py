@@ -109,7 +109,7 @@ def test_force_replaces_only_after_success(publish, tmp_path):
 
 
 def test_keep_run_dir_and_failing_attach_steps_are_notes(publish, tmp_path, monkeypatch):
-    from kerncap.capture import extract as extract_mod
+    from kerncap.capture import assemble as extract_mod
 
     def broken(*args):
         raise RuntimeError("a bug in this step")

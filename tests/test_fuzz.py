@@ -29,7 +29,17 @@ from kerncap.reproducer.format import Capture
 from kerncap.reproducer.listing import describe_reproducer
 from kerncap.reproducer.pack import _HEADER, INDEX_NAME, MAGIC, PACK_VERSION, _write_frame
 from kerncap.reproducer.payloads import check_payloads
-from kerncap.reproducer.schemas import BUILD_JSON, MANIFEST, PACK_INDEX, PROFILE, REPRODUCER_JSON, STORED_JSON
+from kerncap.reproducer.schemas import (
+    BUILD_JSON,
+    MANIFEST,
+    PACK_INDEX,
+    PROFILE,
+    REPRODUCER_JSON,
+    SET_JSON,
+    SET_VARIANT_JSON,
+    STORED_JSON,
+)
+from kerncap.reproducer.sets import expand, member_cubins
 from kerncap.reproducer.store import Store, compress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -536,6 +546,63 @@ def test_fuzz_profile(tmp_path_factory, data):
     if isinstance(result, ProfileResult):
         check(result.to_dict(), PROFILE, "round trip")
     counted("profile")
+
+
+# -- reproducer sets: set.json and a set variant --------------------------------------------------
+
+BUCKET_DOC = {"kernel": "_Z12axpy_inplacefPKfPfi", "demangled": "axpy_inplace(float, float const*, float*, int)",
+              "grid": [16, 1, 1], "block": [256, 1, 1], "shared_mem_bytes": 0, "scalars_known": True,
+              "scalars": [{"index": 0, "size": 4, "hex": "0000003f"}, {"index": 3, "size": 4, "hex": "00100000"}],
+              "launches": 30, "timed": 30, "total_ns": 3000000, "min_ns": 1, "max_ns": 3000000,
+              "first_dispatch": 3, "captured_dispatch": 3, "capture_dir": "capture-3", "refused": None,
+              "failed": False}
+SET_DOC = {"format": "kerncap-set", "format_version": 1, "kernel": "_Z12axpy_inplacefPKfPfi", "demangled": "axpy",
+           "match": {"pattern": "axpy", "mode": "substring"}, "mode": "dispatches", "dispatches": [3, 17],
+           "command": ["./app"], "created": "2025-01-01T00:00:00+0000",
+           "members": [{"index": 0, "dir": "members/0", "dispatch": 3, "weight": 0.75, "bucket": BUCKET_DOC,
+                        "signature": "grid 16", "launches": 30, "time_ns": 3000000.0},
+                       {"index": 1, "dir": "members/1", "dispatch": 17, "weight": 0.25, "bucket": None,
+                        "signature": None, "launches": None, "time_ns": None}],
+           "refused": [{"bucket": BUCKET_DOC, "signature": "grid 32", "launches": 0, "reason": "conditional"}],
+           "buckets_total": 3, "dispatches_counted": 18, "times": "whole run", "coverage": 1.0, "notes": []}
+SET_VARIANT_DOC = {"format": "kerncap-set-variant", "config": None, "created": "2025-01-01T00:00:00+0000",
+                   "cubins": {"0": "members/0/capture/cubins/x.cubin", "1": "members/1/capture/cubins/x.cubin"}}
+
+
+@pytest.fixture(scope="module")
+def reproducer_set(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzz-set") / "set"
+    for k in (0, 1):
+        shutil.copytree(AXPY, root / "members" / str(k))
+    (root / "variants").mkdir()
+    return root
+
+
+@settings(FUZZ, max_examples=600)
+@given(data=st.data())
+def test_fuzz_set_json(reproducer_set, data):
+    """set.json and a set variant: what info, list, validate's expansion and replay read;
+    nothing may name a path outside the set."""
+    doc = mutate(data, SET_DOC, SET_JSON)
+    variant = mutate(data, SET_VARIANT_DOC, SET_VARIANT_JSON)
+    (reproducer_set / "set.json").write_text(json.dumps(doc))
+    (reproducer_set / "variants" / "1.json").write_text(json.dumps(variant))
+    before = listing(reproducer_set)
+    with no_hang():
+        summary = assert_only_kerncap_errors(api.set_info, reproducer_set)
+        if isinstance(summary, dict):
+            assert isinstance(api.format_set_info(summary), str)
+        s = assert_only_kerncap_errors(api.open_set, reproducer_set)
+        if not isinstance(s, KerncapError):
+            for m in s.members:
+                assert m.path.resolve().is_relative_to(reproducer_set.resolve())
+            cubins = assert_only_kerncap_errors(member_cubins, s, reproducer_set / "variants" / "1.json")
+            if isinstance(cubins, list):
+                assert all(c.resolve().is_relative_to(reproducer_set.resolve()) for c in cubins)
+        assert_only_kerncap_errors(expand, [reproducer_set], None)
+        assert_only_kerncap_errors(api.list_reproducers, reproducer_set / "none", [reproducer_set.parent])
+    assert listing(reproducer_set) == before
+    counted("set.json")
 
 
 def test_fuzz_covered_ten_thousand_cases():

@@ -416,3 +416,17 @@ def test_ncu_tool_profiles_one_launch_and_reuses_the_stored_report(root, tmp_pat
     assert doc["metrics"]["duration_ns"] == 80256.0 and doc["label"] == "captured cubin" and doc["warmup"] == 2
     assert Path(doc["report"]).is_file() and any(f["rule"] == "AchievedOccupancy" for f in doc["findings"])
     assert again.structured_content["created"] == doc["created"]  # reused, not run again
+
+
+def test_info_and_validate_take_a_reproducer_set(root, fake_set):
+    """A set directory is accepted by `info` (its members) and `validate` (every member:
+    without a GPU here, the replay core's absence is the error, not the path)."""
+    fake_set(root / "axpy-set")
+    info, valid, other = call(build_server([root]), ("info", {"reproducer": "axpy-set"}),
+                              ("validate", {"reproducer": "axpy-set"}),
+                              ("replay", {"reproducer": "axpy-set"}))
+    assert not info.is_error and info.structured_content["set"] is True
+    assert [m["dispatch"] for m in info.structured_content["members"]] == [3, 17]
+    text = valid.content[0].text
+    assert "is not a reproducer" not in text and ("verdict" in (valid.structured_content or {}) or valid.is_error)
+    assert other.is_error and "is not a reproducer" in other.content[0].text

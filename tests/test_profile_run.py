@@ -19,6 +19,8 @@ PROFILING_APP = textwrap.dedent(
     spec = json.loads(os.environ.get("FAKE_SPEC", "{}"))
     assert os.environ["KERNCAP_MODE"] == "profile"
     assert os.environ.get("CUDA_MODULE_LOADING", "default") == spec.get("loading", "default")
+    for var, value in spec.get("env", {}).items():
+        assert os.environ.get(var) == value, (var, os.environ.get(var))
 
     def write(kind, data):
         path = os.path.join(out, "%s-%d.json" % (kind, os.getpid()))
@@ -28,7 +30,8 @@ PROFILING_APP = textwrap.dedent(
     def report():
         write("proc", {"pid": os.getpid(), "errors": spec.get("errors", []), "kernels_seen": {}})
         if spec.get("kernels") is not None:
-            write("profile", {"pid": os.getpid(), "kernels": spec["kernels"], "dropped_records": 0})
+            write("profile", {"pid": os.getpid(), "kernels": spec["kernels"], "dropped_records": 0,
+                              **spec.get("extra", {})})
 
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         report()
@@ -135,3 +138,49 @@ def test_cli_table(app, tmp_path, capsys, monkeypatch):
     assert "gemm" in text and "9.000" in text and "90.0" in text and "64x64" in text
     assert "add_kernel" not in text
     assert "1 more not shown" in text
+
+
+# What the capture library adds with --by-nvtx / --buckets / --nvtx (launch_attribution.cpp,
+# launch_buckets.cpp, nvtx_ranges.cpp).
+NVTX_ROWS = [
+    {"path": "forward.S1024/layer.5", "kernel": "_Z4gemmPf", "calls": 4, "total_ns": 4_000_000, "min_ns": 900_000,
+     "max_ns": 1_100_000},
+    {"path": "", "kernel": "add_kernel", "calls": 1000, "total_ns": 1_000_000, "min_ns": 900, "max_ns": 1100},
+]
+BUCKETS = [
+    {"id": 0, "kernel": "_Z4gemmPf", "grid": [64, 64, 1], "block": [256, 1, 1], "shared_mem_bytes": 0,
+     "scalars_known": True, "scalars": [{"index": 1, "size": 4, "hex": "00040000"}], "launches": 8, "timed": 8,
+     "total_ns": 8_000_000, "min_ns": 1, "max_ns": 2},
+    {"id": 1, "kernel": "_Z4gemmPf", "grid": [16, 64, 1], "block": [256, 1, 1], "shared_mem_bytes": 0,
+     "scalars_known": True, "scalars": [{"index": 1, "size": 4, "hex": "00010000"}], "launches": 2, "timed": 2,
+     "total_ns": 1_000_000, "min_ns": 1, "max_ns": 2},
+]
+
+
+def test_by_nvtx_and_buckets_tables_are_merged_and_printed(app, capsys):
+    from kerncap.commands.profile import print_bucket_table, print_nvtx_table
+
+    inject = str(app.parent / "libkerncap_inject.so")
+    spec = {"kernels": KERNELS, "child": True, "extra": {"nvtx_ranges": NVTX_ROWS, "buckets": BUCKETS},
+            "env": {"KERNCAP_PROFILE_NVTX": "1", "KERNCAP_PROFILE_BUCKETS": "1", "NVTX_INJECTION64_PATH": inject}}
+    res = profile(app, spec, by_nvtx=True, buckets=True)
+    rows = {r["path"]: r for r in res.nvtx_ranges}
+    assert rows["forward.S1024/layer.5"]["calls"] == 8 and rows["forward.S1024/layer.5"]["demangled"] == "gemm(float*)"
+    assert rows["forward.S1024/layer.5"]["percent"] == pytest.approx(80.0)
+    assert [(b["grid"][0], b["launches"]) for b in res.buckets] == [(64, 16), (16, 4)]
+    print_nvtx_table(res)
+    print_bucket_table(res)
+    text = capsys.readouterr().out
+    assert "forward.S1024/layer.5" in text and "(no range)" in text
+    assert "gemm: 2 bucket(s)" in text and "88.9" in text and "grid 16x64 block 256 smem 0 | #1=256" in text
+    again = ProfileResult.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert again.buckets == res.buckets and again.nvtx_ranges == res.nvtx_ranges
+
+
+def test_nvtx_filter_that_keeps_nothing_lists_the_ranges_seen(app):
+    seen = {"pattern": "layer.9", "names": ["forward.S1024", "layer.5", "layer.8"], "paths": ["forward.S1024/layer.8"]}
+    spec = {"kernels": [], "extra": {"nvtx": seen}, "env": {"KERNCAP_NVTX": "layer.9", "KERNCAP_NVTX_MATCH": "substring"}}
+    with pytest.raises(KerncapError) as e:
+        profile(app, spec, nvtx="layer.9")
+    listed = [line.strip() for line in e.value.message.splitlines()[1:]]
+    assert set(listed[:2]) == {"layer.5", "layer.8"} and "forward.S1024" in listed

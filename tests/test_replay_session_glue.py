@@ -4,7 +4,6 @@ GPU suite runs the real core; this checks what the glue hands it and makes of it
 
 import json
 import struct
-import sys
 import types
 
 import pytest
@@ -30,18 +29,26 @@ class ReplayError(RuntimeError):
 class FakeSession:
     load_error = None
     outs = None
+    cc = (9, 0)
 
     def __init__(self, device):
         self.calls = [("init", device)]
+        self.device = device
 
     def granularity(self):
         return 2 << 20
 
     def compute_capability(self):
-        return (9, 0)
+        return FakeSession.cc
 
     def device_name(self):
         return "Fake H200"
+
+    def device_uuid(self):
+        return "GPU-00000000-0000-0000-0000-000000000001"
+
+    def ordinal(self):
+        return self.device
 
     def reserve(self, spans):
         self.calls.append(("reserve", [(s.label, s.base, s.size) for s in spans]))
@@ -82,6 +89,7 @@ def core(monkeypatch):
                                 CompareSpec=Spec, CudaError=CudaError, ReplayError=ReplayError)
     monkeypatch.setattr(native, "replay_module", lambda: mod)
     FakeSession.load_error = None
+    FakeSession.cc = (9, 0)
     return mod
 
 
@@ -106,6 +114,7 @@ def capture(tmp_path):
     (root / "cubins" / "k.cubin").write_bytes(b"\x7fELF" + bytes(60))
     manifest = {
         "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4194304, "hash": "xxh64",
+        "provenance": {"gpu": {"name": "NVIDIA H200", "cc": [9, 0], "ordinal": 1}},
         "kernel": {"name": "_Z1kPfi", "launch_api": "cuLaunchCooperativeKernel", "module": {"cubin": "cubins/k.cubin"}},
         "launch": {"grid": [2, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 65536,
                    "attributes": [{"id": 4, "value": "01" * 64}], "param_form": "array"},
@@ -141,6 +150,32 @@ def test_open_hands_the_core_spans_maps_items_and_launch(core, capture):
     assert [c[0] for c in s.session.calls] == ["init", "reserve", "map", "load_state", "load_program",
                                                     "select_program"]
     assert s.info()["gpu"] == {"name": "Fake H200", "cc": [9, 0]}
+    assert s.info()["device"]["ordinal"] == 0 and s.replay(None, 1, 0, False).device["name"] == "Fake H200"
+
+
+def test_replay_on_another_device_of_the_same_architecture_says_which(core, capture):
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture, device=1)
+    assert s.session.calls[0] == ("init", 1)
+    FakeSession.outs = [out(), out(), out()]
+    v = s.validate(None, None, None, None, None)
+    assert v.device == {"ordinal": 1, "name": "Fake H200", "uuid": "GPU-00000000-0000-0000-0000-000000000001",
+                        "cc": [9, 0]}
+    from kerncap.replay.results import format_validation
+
+    assert "on device 1 (Fake H200, sm_90, GPU-" in format_validation(v).splitlines()[0]
+
+
+def test_a_device_of_another_architecture_is_refused_before_anything_is_restored(core, capture):
+    from kerncap.replay.native_session import NativeSession
+
+    FakeSession.cc = (8, 0)
+    with pytest.raises(ReplayError) as exc:
+        NativeSession(capture, device=1)
+    message, kind = exc.value.args
+    assert kind == "device"
+    assert "made on sm_90 (NVIDIA H200)" in message and "device 1 (Fake H200, sm_80" in message
 
 
 def test_exact_validation_builds_checks(core, capture):

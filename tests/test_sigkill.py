@@ -60,7 +60,10 @@ def kill_after(argv: list[str], when, extra_env: dict[str, str] | None = None) -
 
 def appeared(directory: Path, pattern: str, min_files: int = 1):
     def check() -> bool:
-        return any(sum(1 for _ in d.rglob("*")) >= min_files for d in directory.glob(pattern))
+        try:
+            return any(sum(1 for _ in d.rglob("*")) >= min_files for d in directory.glob(pattern))
+        except FileNotFoundError:  # renamed while we walked it (capture.partial-* -> capture)
+            return False
     return check
 
 

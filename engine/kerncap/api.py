@@ -27,6 +27,8 @@ from kerncap.capture import extract as _extract
 from kerncap.capture import profile as _profile
 from kerncap.capture import profile_table as _profile_table
 from kerncap.capture import run as _run
+from kerncap.capture import selection as _selection
+from kerncap.capture import set_extract as _set_extract
 from kerncap.core import stack as _stack
 from kerncap.errors import UsageError
 from kerncap.fleet import baseline as _baseline
@@ -43,6 +45,7 @@ from kerncap.replay import differential as _differential
 from kerncap.replay import ncu as _ncu
 from kerncap.replay import sanitize as _sanitize
 from kerncap.replay import perturb as _perturb
+from kerncap.replay import set_run as _set_run
 from kerncap.replay import significance as _significance
 from kerncap.replay.client import ReplayClient
 from kerncap.replay.differential import DEFAULT_RUNS, TrustReport
@@ -63,6 +66,8 @@ from kerncap.reproducer import editable as _editable
 from kerncap.reproducer import info as _info
 from kerncap.reproducer import listing as _listing
 from kerncap.reproducer import pack as _pack
+from kerncap.reproducer import set_info as _set_info
+from kerncap.reproducer import sets as _sets
 from kerncap.reproducer import stored as _stored
 from kerncap.reproducer.editable import SourceFile
 from kerncap.reproducer.format import Capture
@@ -71,7 +76,11 @@ from kerncap.reproducer.pack import PackResult
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.store import Store
 from kerncap.reproducer.stored import HydrateResult, StoreResult
+from kerncap.reproducer.sets import Member, ReproducerSet
 from kerncap.reproducer.variants import RecompileResult
+from kerncap.recompile import set_variant as _set_variant
+from kerncap.recompile.set_variant import SetVariant
+from kerncap.replay.set_run import MemberRun, SetRun
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 from kerncap.sources import locate as _locate
 from kerncap.sources.discover import Discovery
@@ -103,6 +112,10 @@ __all__ = [
     # resident replay, editable sources, stacks (MCP server)
     "ReplayPool", "SourceFile", "list_sources", "read_source", "running_stack",
     "stack_differences", "write_source",
+    # which launches count, reproducer sets (docs/selection.md)
+    "NVTX_MATCH_MODES", "Member", "MemberRun", "ReproducerSet", "Selection", "SetExtractResult", "SetRun", "SetVariant",
+    "dispatch_list", "format_nvtx_table", "format_bucket_tables", "format_set_extract", "format_set_info",
+    "format_set_run", "is_set", "launch_context", "open_set", "recompile_set", "replay_set", "set_info",
     # many reproducers and variants on many GPUs
     "CheckCase", "CheckReport", "Fanout", "MeasureOptions", "SweepEntry", "SweepReport", "check", "format_check",
     "format_sweep", "load_sweep_configs", "open_fanout", "sweep", "write_check_baseline", "write_junit",
@@ -113,6 +126,9 @@ ExtractResult = _extract.ExtractResult
 ProfileResult = _profile.ProfileResult
 KernelStat = _profile.KernelStat
 MATCH_MODES: tuple[str, ...] = _extract.MATCH_MODES
+NVTX_MATCH_MODES: tuple[str, ...] = _selection.NVTX_MATCH_MODES
+Selection = _selection.Selection  # which launches count: nvtx (+ nvtx_match), rank, pid, device
+SetExtractResult = _set_extract.SetExtractResult
 # Receives ("stdout" | "stderr", raw bytes) as the captured app writes them.
 AppOutput = Callable[[str, bytes], None]
 
@@ -131,11 +147,17 @@ def print_app_output(stream: str, data: bytes) -> None:
 
 
 def profile(command: Sequence[str], *, cwd: PathLike | None = None, env: dict[str, str] | None = None,
-            timeout: float | None = None, output: AppOutput | None = None) -> ProfileResult:
+            timeout: float | None = None, output: AppOutput | None = None, nvtx: str | None = None,
+            nvtx_match: str = "substring", by_nvtx: bool = False, buckets: bool = False) -> ProfileResult:
     """Run the app once under the capture library and rank its kernels by total GPU time.
     `env` adds to the current environment; `timeout` stops the app after that many seconds
-    (the profile then covers what ran). Save the result with `ProfileResult.save(path)`."""
-    return _profile.run_profile(command, cwd=cwd, env=env, timeout=timeout, output=output)
+    (the profile then covers what ran). `nvtx`: count only launches inside NVTX ranges
+    whose path matches (`nvtx_match`: substring or regex); `by_nvtx`: also the time per
+    (range path, kernel) in `result.nvtx_ranges`; `buckets`: each kernel's launches by
+    signature in `result.buckets` (docs/selection.md). Save the result with
+    `ProfileResult.save(path)`."""
+    return _profile.run_profile(command, cwd=cwd, env=env, timeout=timeout, output=output, nvtx=nvtx,
+                                nvtx_match=nvtx_match, by_nvtx=by_nvtx, buckets=buckets)
 
 
 def format_profile(result: ProfileResult, *, top: int = 20, width: int | None = None, wide: bool = False) -> str:
@@ -146,25 +168,59 @@ def format_profile(result: ProfileResult, *, top: int = 20, width: int | None = 
     return "\n".join([*lines, _profile_table.summary_line(result, len(lines) - 1)])
 
 
+def format_nvtx_table(result: ProfileResult, *, top: int = 20, width: int | None = None, wide: bool = False) -> str:
+    """The table `kerncap profile --by-nvtx` adds: GPU time per (NVTX range path, kernel)."""
+    return "\n".join(_profile_table.format_nvtx_table(result, top=top, width=width, wide=wide))
+
+
+def format_bucket_tables(result: ProfileResult, *, top: int = 20, width: int | None = None,
+                         wide: bool = False) -> str:
+    """The tables `kerncap profile --buckets` adds: each ranked kernel's launch signatures
+    with count and share of its time."""
+    return "\n".join(_profile_table.format_bucket_tables(result, top=top, width=width, wide=wide))
+
+
 def load_profile(path: PathLike) -> ProfileResult:
     """A profile saved by `kerncap profile` (validated against its format)."""
     return _profile.ProfileResult.load(path)
 
 
-def extract(kernel: str, command: Sequence[str], *, output: PathLike, dispatch: int = 0, match: str = "substring",
-            keep_running: bool = False, timeout: float | None = None, source_dir: PathLike | None = None,
-            build_dir: PathLike | None = None, cwd: PathLike | None = None, env: dict[str, str] | None = None,
-            force: bool = False, keep_run_dir: bool = False, app_output: AppOutput | None = None,
-            prune: bool = False) -> ExtractResult:
+def extract(kernel: str, command: Sequence[str], *, output: PathLike, dispatch: int | Sequence[int] = 0,
+            match: str = "substring", keep_running: bool = False, timeout: float | None = None,
+            source_dir: PathLike | None = None, build_dir: PathLike | None = None, cwd: PathLike | None = None,
+            env: dict[str, str] | None = None, force: bool = False, keep_run_dir: bool = False,
+            app_output: AppOutput | None = None, prune: bool = False, selection: Selection | None = None,
+            buckets: bool = False) -> ExtractResult | SetExtractResult:
     """Capture dispatch `dispatch` (from 0, per process) of the kernel matching `kernel`
     (`match`: substring, regex or exact mangled name) of the app `command` into the new
     reproducer directory `output`. With `source_dir` (and `build_dir`) the kernel's
     sources are copied in for `recompile`; with `prune` the reproducer is then shrunk
-    to its pointer closure if replay validates it (needs the GPU). Nothing is left at
-    `output` unless the capture succeeded."""
+    to its pointer closure if replay validates it (needs the GPU). `selection`: only
+    launches in matching NVTX ranges, of one rank or pid, on one device count. A list
+    of dispatches, or `buckets` (the first dispatch of every launch signature), captures
+    a reproducer set in one run (a SetExtractResult; docs/selection.md). Nothing is
+    left at `output` unless the capture succeeded."""
     return _extract.extract(kernel, command, output=output, dispatch=dispatch, match=match, keep_running=keep_running,
                             timeout=timeout, source_dir=source_dir, build_dir=build_dir, cwd=cwd, env=env, force=force,
-                            keep_run_dir=keep_run_dir, output_sink=app_output, prune=prune)
+                            keep_run_dir=keep_run_dir, output_sink=app_output, prune=prune, selection=selection,
+                            buckets=buckets)
+
+
+def dispatch_list(dispatch: int | str | Sequence[int]) -> list[int]:
+    """`--dispatch` as a sorted list without repeats: 3 -> [3]; "3,17,40" -> [3, 17, 40]
+    (UsageError for anything else)."""
+    return _extract.dispatch_list(dispatch)
+
+
+def launch_context(capture: Capture) -> str:
+    """Where a capture was made, when a selection or a job made it matter: "rank 1 of 2
+    (RANK), local rank 1, NVTX forward.S1024/layer.5"; "" otherwise."""
+    return _info.launch_context(capture)
+
+
+def format_set_extract(result: SetExtractResult) -> str:
+    """The text `kerncap extract` prints for a reproducer set."""
+    return _set_extract.format_set_extract(result)
 
 
 # -- the reproducer and its storage ------------------------------------------------------------
@@ -202,6 +258,34 @@ def list_reproducers(workspace: PathLike = DEFAULT_WORKSPACE, extra: Sequence[Pa
     `error`; one with missing or damaged payloads says so in `payloads` ("ok" when
     complete; `verify` checks hashes too)."""
     return _listing.list_captures(workspace, extra, verify=verify)
+
+
+# -- reproducer sets: several dispatches of one kernel (issue 13, docs/selection.md) -----------
+
+
+def is_set(path: PathLike) -> bool:
+    """Whether `path` is a reproducer set (holds set.json) rather than one reproducer."""
+    return _sets.is_set(path)
+
+
+def open_set(path: PathLike) -> ReproducerSet:
+    """The reproducer set at `path`: its members (each an ordinary reproducer) with their
+    dispatch, bucket and weight (share of the kernel's in-app time), checked against the
+    set format."""
+    return ReproducerSet.open(path)
+
+
+def set_info(path: PathLike, *, verify: bool = False) -> dict[str, Any]:
+    """Everything `kerncap info SET` shows, as JSON-able data: kernel, members (weight,
+    dispatch, launches, signature, grid, block, NVTX path, job, "payloads": "ok" or what
+    is wrong; `verify` checks hashes), buckets not captured, the members' coverage of
+    the kernel's in-app time; "payloads_ok" when every member is complete."""
+    return _set_info.summarize_set(ReproducerSet.open(path), verify=verify)
+
+
+def format_set_info(summary: dict[str, Any]) -> str:
+    """The text `kerncap info SET` prints for a summary from `set_info()`."""
+    return _set_info.format_set_info(summary)
 
 
 def pack(directory: PathLike, output: PathLike | None = None, *, force: bool = False) -> PackResult:
@@ -245,6 +329,16 @@ def recompile(reproducer: PathLike, config: str | None = None, *, trust: bool = 
     config ("num_warps=4,BLOCK=64"). Recorded flags that could run other programs or
     write outside the reproducer raise UntrustedCommand unless `trust` (docs/cli.md)."""
     return _recompile.recompile(reproducer, config, trust=trust, mode=mode)
+
+
+def recompile_set(reproducer_set: PathLike | ReproducerSet, config: str | None = None, *, trust: bool = False,
+                  mode: str = "auto") -> SetVariant:
+    """`recompile` for a reproducer set: the set's edited source/ is copied over every
+    member's and built once per distinct captured cubin; `result.path` is the set
+    variant (variants/<n>.json) naming each member's cubin, for `replay_set` and
+    `validate_inputs`."""
+    s = reproducer_set if isinstance(reproducer_set, ReproducerSet) else ReproducerSet.open(reproducer_set)
+    return _set_variant.recompile_set(s, config, trust=trust, mode=mode)
 
 
 def kernel_site(reproducer: PathLike, kernel: dict[str, Any]) -> KernelSite | None:
@@ -301,6 +395,28 @@ def validate(reproducer: PathLike, *, cubin: PathLike | None = None, atol: float
         return rc.validate(cubin=cubin, atol=atol, rtol=rtol, dtype=dtype, dtypes=dtypes)
 
 
+def replay_set(reproducer_set: PathLike | ReproducerSet, *, cubin: PathLike | None = None, replay: bool = True,
+               validate: bool = False, options: TrustOptions | None = None, iterations: int = 20, warmup: int = 3,
+               flush_l2: bool = False, device: int = 0,
+               progress: Callable[[Member, MemberRun], None] | None = None) -> SetRun:
+    """Every member of a reproducer set, one replay server each: with `replay`, the
+    captured cubin timed (and the variant `cubin`: one cubin for all members, or a set
+    variant variants/<n>.json from `recompile_set`); with `validate`, the variant checked
+    as `validate_inputs` does (`options`: perturbations, runs, tolerances). With a
+    variant, `run.workload` is the speedup on the workload (members weighted by their
+    share of in-app time) and its worst member. A member that fails is reported in its
+    `error`; the others still run. `progress(member, run)` follows the members."""
+    s = reproducer_set if isinstance(reproducer_set, ReproducerSet) else ReproducerSet.open(reproducer_set)
+    return _set_run.run_set(s, variant=cubin, replay=replay, validate=validate, options=options,
+                            iterations=iterations, warmup=warmup, flush_l2=flush_l2, device=device, progress=progress)
+
+
+def format_set_run(run: SetRun) -> str:
+    """The text `kerncap replay SET` (and `validate SET --cubin V`) prints: one line per
+    member, then the weighted speedup and the worst member."""
+    return _set_run.format_set_run(run)
+
+
 # -- validation you can trust, comparisons with intervals (issue 14, docs/replay.md) ------------
 
 TrustOptions = _differential.Options
@@ -327,9 +443,13 @@ def validate_inputs(reproducers: Sequence[PathLike], *, cubin: PathLike | None =
     (None: the captured cubin) is checked on the captured input of every reproducer in
     `reproducers` (all of one kernel) and, with `perturb` K, on K perturbed copies of it
     (`seed`; regions in `keep` never redrawn), where it must agree with the captured
-    kernel. `report.verdict`: pass | fail | inconclusive; `report.exit_status` 0/1/3."""
+    kernel. `report.verdict`: pass | fail | inconclusive; `report.exit_status` 0/1/3.
+    A reproducer set among `reproducers` counts as its members; its `cubin` may be a
+    set variant (variants/<n>.json from `recompile_set`: each member's own build)."""
     options = _trust_options(perturb, seed, keep, runs, atol, rtol, dtype, dtypes)
-    return _differential.validate_reproducers(list(reproducers), cubin, options, device=device, progress=progress)
+    dirs, cubins = _sets.expand(list(reproducers), cubin)
+    return _differential.validate_reproducers(dirs, None if cubins is not None else cubin, options, device=device,
+                                              progress=progress, cubins=cubins)
 
 
 def perturb_plan(capture: Capture, *, keep: Sequence[int] = (), dtypes: dict[int, str] | None = None) -> PerturbPlan:

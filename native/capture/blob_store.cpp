@@ -1,5 +1,8 @@
 #include "blob_store.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "xxh64.hpp"
@@ -28,10 +31,22 @@ bool BlobStore::put(const unsigned char* data, size_t n, uint64_t* hash) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!known_.insert(h).second) return true;  // stored already (or being stored by another worker)
   }
-  const std::string path = path_join(dir_, xxh64_hex(h) + ".bin");
-  write_file_atomic(path, data, n, budget_);
+  write(path_join(dir_, xxh64_hex(h) + ".bin"), data, n, h);
   stored_ += n;
   return true;
+}
+
+void BlobStore::write(const std::string& path, const unsigned char* data, size_t n, uint64_t h) {
+  if (!pool_.empty()) {
+    const std::string pooled = path_join(pool_, xxh64_hex(h) + ".bin");
+    if (::link(pooled.c_str(), path.c_str()) == 0 || errno == EEXIST) return;  // an earlier capture wrote it
+    if (errno == ENOENT) {
+      write_file_atomic(pooled, data, n, budget_);  // concurrent writers of one blob: same bytes, rename wins
+      if (::link(pooled.c_str(), path.c_str()) == 0 || errno == EEXIST) return;
+    }
+    // No hard links here (another file system, a quota): a plain copy is still correct.
+  }
+  write_file_atomic(path, data, n, budget_);
 }
 
 }  // namespace kc

@@ -2,6 +2,9 @@
 // an all-zero chunk is not stored (null); any other chunk is written once as
 // blobs/<xxh64>.bin, via a temp file and rename so no blob is ever visible
 // half-written. Thread-safe: the snapshot workers call put() concurrently.
+// With a pool directory (set captures: several captures of one process), a blob is
+// written once into the pool and hard-linked into each capture's blobs/, so memory
+// that several captures share costs one write.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -19,7 +22,8 @@ bool all_zero(const unsigned char* p, size_t n);
 
 class BlobStore {
  public:
-  BlobStore(std::string blobs_dir, WriteBudget* budget) : dir_(std::move(blobs_dir)), budget_(budget) {}
+  BlobStore(std::string blobs_dir, WriteBudget* budget, std::string pool_dir = std::string())
+      : dir_(std::move(blobs_dir)), pool_(std::move(pool_dir)), budget_(budget) {}
   // Returns false for an all-zero chunk; otherwise stores it (once) and sets *hash.
   // Throws IoError naming the blob file when it cannot be written.
   bool put(const unsigned char* data, size_t n, uint64_t* hash);
@@ -27,7 +31,10 @@ class BlobStore {
   const std::string& dir() const { return dir_; }
 
  private:
+  void write(const std::string& path, const unsigned char* data, size_t n, uint64_t h);
+
   std::string dir_;
+  std::string pool_;
   WriteBudget* budget_;
   std::mutex mu_;
   std::unordered_set<uint64_t> known_;

@@ -44,10 +44,12 @@ bool selected_env(const std::string& name) {
 }  // namespace
 
 CaptureSession::CaptureSession(const Config& cfg, MemoryTracker& mem, ModuleRegistry& modules,
-                               const LaunchDesc& launch, const FuncInfo& func, uint64_t dispatch_index)
-    : cfg_(cfg), mem_(mem), modules_(modules), func_(func), dispatch_index_(dispatch_index), launch_(launch) {
-  partial_ = path_join(cfg.out_dir, "capture.partial-" + std::to_string(getpid()));
-  final_ = path_join(cfg.out_dir, "capture");
+                               const LaunchDesc& launch, const FuncInfo& func, uint64_t dispatch_index,
+                               const std::string& name, const std::string& pool)
+    : cfg_(cfg), mem_(mem), modules_(modules), func_(func), dispatch_index_(dispatch_index), launch_(launch),
+      pool_(pool) {
+  partial_ = path_join(cfg.out_dir, name + ".partial-" + std::to_string(getpid()));
+  final_ = path_join(cfg.out_dir, name);
   if (launch.attrs && launch.num_attrs) attrs_.assign(launch.attrs, launch.attrs + launch.num_attrs);
   launch_.attrs = nullptr;  // the caller's array dies with the call: use attrs_
   budget_.limit = cfg.fault_enospc_after;
@@ -184,7 +186,8 @@ void CaptureSession::prepare() {
     regions_.push_back(r);
   }
   host_regions_ = mem_.host_regions();
-  blobs_ = std::make_unique<BlobStore>(path_join(partial_, "blobs"), &budget_);
+  if (!pool_.empty()) make_dir(pool_);
+  blobs_ = std::make_unique<BlobStore>(path_join(partial_, "blobs"), &budget_, pool_);
   snap_ = std::make_unique<Snapshotter>(*blobs_);
 }
 
@@ -346,6 +349,11 @@ void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
   w.end_object();
 
   w.field("dispatch_index", dispatch_index_);
+  if (job_) {
+    w.key("job").begin_object().field("rank", job_->rank).field("rank_var", job_->rank_var);
+    w.field("world_size", job_->world_size).field("local_rank", job_->local_rank).end_object();
+  }
+  if (bucket_) w.field("bucket", *bucket_);
   w.key("match").begin_object().field("pattern", cfg_.kernel).field("mode", match_mode_name(cfg_.match)).end_object();
   w.key("capture_seconds").begin_object().field("pre", pre_s_).field("post", post_s_).field("total", total_s).end_object();
   w.key("bytes").begin_object().field("logical", logical_bytes_).field("snapshotted", snapshotted_bytes_).field("stored", blobs_ ? blobs_->stored_bytes() : 0);
@@ -382,6 +390,16 @@ void CaptureSession::write_launch(JsonWriter& w) const {
   }
   w.end_array();
   w.field("param_form", params_.form);
+  if (nvtx_) {
+    w.key("nvtx").begin_object().field("path", nvtx_->path);
+    w.key("stack").begin_array();
+    for (const std::string& n : nvtx_->stack) w.value(n);
+    w.end_array();
+    w.key("ranges").begin_array();
+    for (const std::string& n : nvtx_->ranges) w.value(n);
+    w.end_array();
+    w.end_object();
+  }
   if (graph_) {
     const GraphOrigin& g = *graph_;
     w.key("graph").begin_object();

@@ -23,9 +23,11 @@
 #include "fsutil.hpp"
 #include "json_writer.hpp"
 #include "func_cache.hpp"
+#include "job_identity.hpp"
 #include "launch_record.hpp"
 #include "memory_tracker.hpp"
 #include "module_registry.hpp"
+#include "nvtx_ranges.hpp"
 #include "snapshot.hpp"
 
 namespace kc {
@@ -48,8 +50,11 @@ struct GraphOrigin {
 
 class CaptureSession {
  public:
+  // `name`: the capture directory under KERNCAP_OUT ("capture"; "capture-<N>" when a
+  // set captures several dispatches); `pool`: the blob pool the set's captures share.
   CaptureSession(const Config& cfg, MemoryTracker& mem, ModuleRegistry& modules, const LaunchDesc& launch,
-                 const FuncInfo& func, uint64_t dispatch_index);
+                 const FuncInfo& func, uint64_t dispatch_index, const std::string& name = "capture",
+                 const std::string& pool = std::string());
   ~CaptureSession();
 
   // The state before anything runs, kept to put the app's memory back afterwards
@@ -62,6 +67,10 @@ class CaptureSession {
   // Puts the baseline back after a failure (best effort; false when it could not).
   bool restore_after_failure() noexcept;
   void set_graph_origin(GraphOrigin g) { graph_ = std::move(g); }
+  // Where the launch ran (manifest provenance.job, launch.nvtx, provenance.bucket).
+  void set_job(const JobIdentity& j) { job_ = j; }
+  void set_nvtx(NvtxContext c) { nvtx_ = std::move(c); }
+  void set_bucket(uint32_t id) { bucket_ = id; }
   void abort();
   const std::string& partial_dir() const { return partial_; }
 
@@ -114,6 +123,10 @@ class CaptureSession {
   std::vector<ItemSnapshot> base_, pre_, post_;
   bool prepared_ = false;
   std::optional<GraphOrigin> graph_;
+  std::optional<JobIdentity> job_;
+  std::optional<NvtxContext> nvtx_;
+  std::optional<uint32_t> bucket_;
+  std::string pool_;
   uint64_t restored_bytes_ = 0;
   std::vector<std::string> warnings_;
   std::vector<std::string> log_;

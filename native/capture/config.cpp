@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -153,7 +154,29 @@ std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::string(v) : std::string();
 }
+
+// A non-negative decimal integer; false for anything else.
+bool parse_count(const std::string& text, uint64_t& out) {
+  if (text.empty() || text.size() > 19) return false;
+  for (char c : text)
+    if (c < '0' || c > '9') return false;
+  out = std::strtoull(text.c_str(), nullptr, 10);
+  return true;
+}
+
+// KERNCAP_RANK / _PID / _DEVICE: unset -> -1.
+void parse_selector(const char* name, int64_t& out, std::string& error) {
+  const std::string v = env(name);
+  if (v.empty()) return;
+  uint64_t n = 0;
+  if (!parse_count(v, n)) error = std::string(name) + "='" + v + "' is not a non-negative integer";
+  else out = int64_t(n);
+}
 }  // namespace
+
+bool Config::wants_dispatch(uint64_t index) const {
+  return std::binary_search(dispatches.begin(), dispatches.end(), index);
+}
 
 Config Config::from_env() {
   Config c;
@@ -179,12 +202,39 @@ Config Config::from_env() {
   else c.error = "KERNCAP_MATCH='" + match + "' is not substring, regex or exact";
   const std::string dispatch = env("KERNCAP_DISPATCH");
   if (!dispatch.empty()) {
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(dispatch.c_str(), &end, 10);
-    if (!end || *end != 0 || dispatch[0] == '-') c.error = "KERNCAP_DISPATCH='" + dispatch + "' is not a number";
-    else c.dispatch = n;
+    c.dispatches.clear();
+    size_t at = 0;
+    while (at <= dispatch.size()) {
+      size_t comma = dispatch.find(',', at);
+      if (comma == std::string::npos) comma = dispatch.size();
+      uint64_t n = 0;
+      if (!parse_count(dispatch.substr(at, comma - at), n)) {
+        c.error = "KERNCAP_DISPATCH='" + dispatch + "' is not a number or a comma-separated list of numbers";
+        break;
+      }
+      c.dispatches.push_back(n);
+      at = comma + 1;
+    }
+    std::sort(c.dispatches.begin(), c.dispatches.end());
+    c.dispatches.erase(std::unique(c.dispatches.begin(), c.dispatches.end()), c.dispatches.end());
+    if (c.dispatches.empty()) c.dispatches.push_back(0);
+    c.dispatch = c.dispatches.front();
   }
-  c.keep_running = env("KERNCAP_KEEP_RUNNING") == "1";
+  c.set = env("KERNCAP_SET") == "1";
+  c.buckets = env("KERNCAP_BUCKETS") == "1";
+  if (c.buckets) c.set = true;
+  if (c.dispatches.size() > 1 && !c.set) c.error = "KERNCAP_DISPATCH lists several dispatches: set KERNCAP_SET=1";
+  c.keep_running = env("KERNCAP_KEEP_RUNNING") == "1" || c.buckets;  // every bucket: the app runs to its end
+  c.nvtx = env("KERNCAP_NVTX");
+  const std::string nvtx_match = env("KERNCAP_NVTX_MATCH");
+  if (nvtx_match == "regex") c.nvtx_regex = true;
+  else if (!nvtx_match.empty() && nvtx_match != "substring")
+    c.error = "KERNCAP_NVTX_MATCH='" + nvtx_match + "' is not substring or regex";
+  parse_selector("KERNCAP_RANK", c.want_rank, c.error);
+  parse_selector("KERNCAP_PID", c.want_pid, c.error);
+  parse_selector("KERNCAP_DEVICE", c.want_device, c.error);
+  c.profile_by_nvtx = env("KERNCAP_PROFILE_NVTX") == "1";
+  c.profile_buckets = env("KERNCAP_PROFILE_BUCKETS") == "1";
   c.command_json = env("KERNCAP_COMMAND");
   const std::string fault = env("KERNCAP_FAULT_ENOSPC_AFTER");
   if (!fault.empty()) c.fault_enospc_after = std::strtoll(fault.c_str(), nullptr, 10);

@@ -39,13 +39,31 @@ struct Config {
   std::string out_dir;                  // KERNCAP_OUT
   std::string kernel;                   // KERNCAP_KERNEL
   MatchMode match = MatchMode::Substring;
-  uint64_t dispatch = 0;                // KERNCAP_DISPATCH
+  uint64_t dispatch = 0;                // KERNCAP_DISPATCH (the first of `dispatches`)
+  std::vector<uint64_t> dispatches{0};  // KERNCAP_DISPATCH: "N" or "N,M,..." (sorted, unique)
+  bool set = false;                     // KERNCAP_SET=1: several captures (capture-<N>/), bucket accounting
+  bool buckets = false;                 // KERNCAP_BUCKETS=1 (set mode): the first dispatch of every launch signature
   bool keep_running = false;            // KERNCAP_KEEP_RUNNING=1
+  // Selection (docs/selection.md): only launches inside a matching NVTX range, in the
+  // selected process (rank / pid) and on the selected device count as dispatches.
+  std::string nvtx;                     // KERNCAP_NVTX (empty: no NVTX selection)
+  bool nvtx_regex = false;              // KERNCAP_NVTX_MATCH=regex (default substring)
+  int64_t want_rank = -1;               // KERNCAP_RANK
+  int64_t want_pid = -1;                // KERNCAP_PID
+  int64_t want_device = -1;             // KERNCAP_DEVICE (CUDA ordinal in the process)
+  // profile mode: tag each launch (launch callbacks on) to rank time per NVTX path and per launch signature.
+  bool profile_by_nvtx = false;         // KERNCAP_PROFILE_NVTX=1
+  bool profile_buckets = false;         // KERNCAP_PROFILE_BUCKETS=1
   std::string command_json;             // KERNCAP_COMMAND (a JSON list), may be empty
   int64_t fault_enospc_after = -1;      // KERNCAP_FAULT_ENOSPC_AFTER
   std::string error;                    // non-empty: the configuration is unusable (why)
 
   static Config from_env();
+  bool wants_dispatch(uint64_t index) const;
+  // The last requested dispatch (dispatch lists); buckets have none.
+  uint64_t last_dispatch() const { return dispatches.empty() ? 0 : dispatches.back(); }
+  // Launch callbacks in profile mode: only when a launch must be tagged.
+  bool profile_tags() const { return profile_by_nvtx || profile_buckets || !nvtx.empty(); }
 };
 
 // abi::__cxa_demangle, or the input when it is not a C++ mangled name.

@@ -9,6 +9,12 @@
 
 namespace kc {
 
+bool is_nccl_kernel(const std::string& demangled) {
+  // Free functions demangle to "ncclDevKernel_...(...)"; templated ones may carry "void ".
+  std::string s = demangled.rfind("void ", 0) == 0 ? demangled.substr(5) : demangled;
+  return s.rfind("ncclKernel", 0) == 0 || s.rfind("ncclDevKernel", 0) == 0;
+}
+
 FuncInfo* FuncCache::get(CUfunction f, const KernelMatcher* matcher) {
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
@@ -27,6 +33,10 @@ FuncInfo* FuncCache::get(CUfunction f, const KernelMatcher* matcher) {
   if (!info->resolved) info->name = "<unknown kernel>";
   info->demangled = demangle(info->name);
   info->matched = info->resolved && matcher && matcher->matches(info->name, info->demangled);
+  if (info->matched && is_nccl_kernel(info->demangled)) {
+    info->matched = false;
+    info->refused = true;
+  }
 
   std::unique_lock<std::shared_mutex> lock(mu_);
   auto it = live_.find(f);
@@ -57,6 +67,16 @@ std::vector<std::pair<std::string, uint64_t>> FuncCache::launch_counts(size_t li
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
   if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+std::vector<std::string> FuncCache::refused_names() const {
+  std::vector<std::string> out;
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  for (const auto& fi : all_)
+    if (fi->refused && fi->launches.load(std::memory_order_relaxed) &&
+        std::find(out.begin(), out.end(), fi->demangled) == out.end())
+      out.push_back(fi->demangled);
   return out;
 }
 

@@ -17,12 +17,18 @@ namespace kc {
 
 class KernelMatcher;
 
+// NCCL's own kernels (they need their peers): ncclKernel_* / ncclDevKernel_*.
+bool is_nccl_kernel(const std::string& demangled);
+
 struct FuncInfo {
   std::string name;       // mangled, as the cubin's symbol table holds it
   std::string demangled;
   bool is_kernel = false; // the handle is a CUkernel passed as CUfunction (cudart 13, PyTorch eager)
   bool resolved = false;  // false: neither cuFuncGetName nor cuKernelGetName knew the handle
   bool matched = false;
+  // Matched the pattern but can never be a target: NCCL's own kernels (ncclKernel*,
+  // ncclDevKernel*) wait for their peer ranks, so one of them cannot run alone.
+  bool refused = false;
   std::atomic<uint64_t> launches{0};
 };
 
@@ -37,6 +43,8 @@ class FuncCache {
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   // Launch counts merged by demangled name, highest first, at most `limit`.
   std::vector<std::pair<std::string, uint64_t>> launch_counts(size_t limit) const;
+  // Demangled names of launched kernels that matched but were refused (FuncInfo::refused).
+  std::vector<std::string> refused_names() const;
 
  private:
   mutable std::shared_mutex mu_;

@@ -481,6 +481,27 @@ ExecModel* GraphRegistry::find(CUgraphExec exec) {
   return it == execs_.end() ? nullptr : it->second.get();
 }
 
+std::vector<CUgraphNode> GraphRegistry::conditional_target_nodes(CUgraph g, const KernelMatcher* matcher) {
+  std::vector<CUgraph> bodies;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (CUgraphNode n : graph_nodes(g)) {
+      auto it = conditional_nodes_.find(n);
+      if (it == conditional_nodes_.end()) continue;
+      for (CUgraph body : it->second)
+        if (bodies_with_target_.count(body)) bodies.push_back(body);
+    }
+  }
+  std::vector<CUgraphNode> out;
+  for (CUgraph body : bodies)
+    for (CUgraphNode n : graph_nodes(body)) {
+      CUgraphNodeType t;
+      KC_CHECK(cuGraphNodeGetType, (n, &t), "a node of a conditional body");
+      if (t == CU_GRAPH_NODE_TYPE_KERNEL && funcs_.get(kernel_node_function(n), matcher)->matched) out.push_back(n);
+    }
+  return out;
+}
+
 std::string GraphRegistry::unreached_summary() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> parts;

@@ -112,6 +112,9 @@ class GraphRegistry {
   std::string unreached_summary() const;
 
   ExecModel* find(CUgraphExec exec);
+  // The matching kernel nodes inside the conditional bodies of graph `g` (set captures
+  // name the buckets that ran only there: they cannot be captured).
+  std::vector<CUgraphNode> conditional_target_nodes(CUgraph g, const KernelMatcher* matcher);
   std::mutex& mutex() { return mu_; }
 
  private:

@@ -4,8 +4,10 @@
 // the driver calls InitializeInjection() from cuInit. Configuration comes from the
 // environment (config.hpp). profile mode aggregates kernel activity records
 // (profiler.cpp); capture mode follows allocations and modules through driver-API
-// and resource callbacks and captures one dispatch (capture_session.cpp). See
-// docs/interposer.md for the design, the cubin selection and the quiescing rule.
+// and resource callbacks and captures one dispatch (capture_session.cpp), or several
+// (a set: --buckets / a dispatch list). Selection by NVTX range, rank/pid and device:
+// docs/selection.md. See docs/interposer.md for the design, the cubin selection and
+// the quiescing rule.
 #include <cupti.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -27,9 +29,14 @@
 #include "driver.hpp"
 #include "func_cache.hpp"
 #include "graph_model.hpp"
+#include "job_identity.hpp"
+#include "json_writer.hpp"
+#include "launch_attribution.hpp"
+#include "launch_buckets.hpp"
 #include "launch_record.hpp"
 #include "memory_tracker.hpp"
 #include "module_registry.hpp"
+#include "nvtx_ranges.hpp"
 #include "proc_report.hpp"
 #include "profiler.hpp"
 #include "quiesce.hpp"
@@ -55,7 +62,19 @@ struct State {
   ModuleRegistry modules;
   QuiesceLock quiesce;
   std::atomic<bool> armed{false};    // capture mode, target not reached yet: quiesce and count
-  std::atomic<bool> claimed{false};  // this process started its (only) capture attempt
+  std::atomic<bool> claimed{false};  // this process tried to take the run's capture lock
+  std::atomic<bool> owns_lock{false};  // ... and holds it: its (set's) captures land here
+  JobIdentity job;
+  // Selection and sets (docs/selection.md); null when not asked for.
+  std::unique_ptr<NvtxRanges> nvtx;              // --nvtx, or profile --by-nvtx
+  std::unique_ptr<LaunchBuckets> buckets;        // set captures, profile --buckets
+  std::unique_ptr<LaunchAttribution> attribution;  // activity records -> their launch's tag
+  std::atomic<uint64_t> nvtx_inside{0}, nvtx_outside{0};  // target launches in / outside the NVTX selection
+  std::atomic<uint64_t> off_device{0};           // target launches on another device than --device
+  std::atomic<uint64_t> target_devices{0};       // bit d: the target launched on device d
+  std::atomic<uint64_t> captures_done{0};
+  std::mutex set_mu;
+  std::string set_kernel;                        // a set holds one kernel: the first one matched
   std::atomic<uint64_t> launches{0};
   std::atomic<uint64_t> target_matches{0};
   // Stream captures in progress: counted from cuStreamBeginCapture*'s entry to
@@ -89,6 +108,11 @@ struct ThreadState {
   // The capture in flight.
   CaptureSession* session;
   uint32_t correlation;
+  uint32_t bucket;         // its bucket (set captures)
+  uint64_t index;          // its dispatch index
+  // --device: the device of the context last launched on (resolved once per context).
+  CUcontext dev_ctx;
+  int dev_ordinal;
   // The graph launch in flight that was counted (its exit ends "launching now").
   ExecModel* graph_model;
   // Inside the app's cuGraphInstantiate*/cuGraphExecUpdate: the driver's own copies of
@@ -135,14 +159,60 @@ ProcCounters counters(State& s) {
     c.launches = s.launches.load();
     c.kernels_seen = s.funcs.launch_counts(200);
     c.target_matches = s.target_matches.load();
+    c.refused_kernels = s.funcs.refused_names();
   }
   return c;
+}
+
+bool selection_requested(const Config& c) {
+  return c.want_rank >= 0 || c.want_pid >= 0 || c.want_device >= 0 || !c.nvtx.empty();
+}
+
+// proc-<pid>.json's "job" section: who this process is in a multi-process job.
+std::string job_json(const JobIdentity& j, bool selected, const std::string& why_not) {
+  JsonWriter w;
+  w.begin_object().field("rank", j.rank).field("rank_var", j.rank_var).field("world_size", j.world_size);
+  w.field("local_rank", j.local_rank).field("selected", selected).field("why_not", why_not).end_object();
+  return w.str();
+}
+
+// What the selection filtered out of this process's launches of the target.
+std::string selection_json(State& s) {
+  JsonWriter w;
+  w.begin_object().field("device", s.cfg.want_device).field("off_device", s.off_device.load());
+  w.key("target_devices").begin_array();
+  const uint64_t mask = s.target_devices.load();
+  for (int d = 0; d < 64; ++d)
+    if (mask & (uint64_t(1) << d)) w.value(d);
+  w.end_array().end_object();
+  return w.str();
 }
 
 void write_proc(State& s) {
   if (s.cfg.out_dir.empty()) return;
   Guard guard;
+  if (s.nvtx) s.report.set_section("nvtx", s.nvtx->report_json(s.nvtx_inside.load(), s.nvtx_outside.load()));
+  if (selection_requested(s.cfg)) s.report.set_section("selection", selection_json(s));
   s.report.write(s.cfg.out_dir, counters(s));
+}
+
+// buckets-<pid>.json: the set kernel's launch signatures, counts, times, captures.
+void write_buckets(State& s, bool final_report) {
+  if (!s.buckets || s.cfg.mode != Mode::Capture) return;
+  Guard guard;
+  JsonWriter w;
+  std::string kernel;
+  {
+    std::lock_guard<std::mutex> lock(s.set_mu);
+    kernel = s.set_kernel;
+  }
+  w.begin_object().field("pid", int(getpid())).field("kernel", kernel).field("final", final_report);
+  w.field("dispatches_counted", s.target_matches.load()).key("buckets").raw(s.buckets->to_json()).end_object();
+  try {
+    write_file_atomic(path_join(s.cfg.out_dir, "buckets-" + std::to_string(getpid()) + ".json"), w.str());
+  } catch (const std::exception& e) {
+    s.report.add_error("disk", std::string("buckets report not written: ") + e.what());
+  }
 }
 
 void quiesce_enter(State& s, ThreadState& t) {
@@ -163,8 +233,9 @@ std::string lock_path(const State& s) { return path_join(s.cfg.out_dir, "capture
 // Capture start / finish
 
 void capture_failed(State& s, const char* kind, const std::string& message) {
-  s.armed.store(false, std::memory_order_release);
   s.report.add_error(kind, message);
+  if (s.cfg.set) return;  // a set goes on with its other dispatches (the failure is named)
+  s.armed.store(false, std::memory_order_release);
   ::unlink(lock_path(s).c_str());
 }
 
@@ -173,6 +244,7 @@ void capture_failed(State& s, const char* kind, const std::string& message) {
 // This process's one capture attempt: true when it may capture (it created the
 // run's capture.lock); false when it tried before or another process of the app captures.
 bool claim_capture(State& s) {
+  if (s.owns_lock.load(std::memory_order_acquire)) return true;  // a set's later captures
   if (s.claimed.exchange(true)) return false;
   int fd = ::open(lock_path(s).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -185,66 +257,123 @@ bool claim_capture(State& s) {
   const std::string pid = std::to_string(getpid()) + "\n";
   if (::write(fd, pid.data(), pid.size()) < 0) { /* the lock is the file's existence; its content is a courtesy */ }
   ::close(fd);
+  s.owns_lock.store(true, std::memory_order_release);
   return true;
 }
 
-bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_CallbackData* cb, uint64_t index) {
+// The capture directory of dispatch `index`: "capture", or "capture-<N>" in a set.
+std::string capture_name(const State& s, uint64_t index) {
+  return s.cfg.set ? "capture-" + std::to_string(index) : std::string("capture");
+}
+
+std::string blob_pool(const State& s) { return s.cfg.set ? path_join(s.cfg.out_dir, "blob-pool") : std::string(); }
+
+// A capture ended (written or failed): what next. A single capture disarms, and unless
+// --keep-running ends the process; a set re-arms for its next dispatch and ends only
+// after its last (a bucket set never: it needs the whole run to see every bucket).
+void capture_over(State& s, const std::string& dir, uint64_t index, uint32_t bucket) {
+  bool more = false;
+  if (s.cfg.set) {
+    if (!dir.empty()) {
+      s.captures_done.fetch_add(1, std::memory_order_relaxed);
+      if (s.buckets && bucket != UINT32_MAX) s.buckets->mark_captured(bucket, index, dir);
+    }
+    more = s.cfg.buckets || index < s.cfg.last_dispatch();
+  }
+  s.armed.store(more, std::memory_order_release);
+  if (!dir.empty()) s.report.set_captured(dir);
+  write_proc(s);
+  write_buckets(s, false);
+  const bool finished = s.cfg.set ? !more && s.captures_done.load() > 0 : !dir.empty();
+  if (finished && !s.cfg.keep_running) {
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
+}
+
+void describe_launch(State& s, CaptureSession& session, uint32_t bucket) {
+  session.set_job(s.job);
+  if (s.nvtx) session.set_nvtx(s.nvtx->context());
+  if (bucket != UINT32_MAX) session.set_bucket(bucket);
+}
+
+// A capture of dispatch `index` failed: say so; a set remembers it for the bucket (so
+// it is named, not retried) and goes on.
+void capture_attempt_failed(State& s, const char* kind, const std::string& message, uint64_t index, uint32_t bucket) {
+  capture_failed(s, kind, message);
+  if (!s.cfg.set) {
+    write_proc(s);
+    return;
+  }
+  if (s.buckets && bucket != UINT32_MAX) s.buckets->mark_failed(bucket, message);
+  capture_over(s, std::string(), index, bucket);
+}
+
+std::string disk_message(const State& s, const IoError& e) {
+  return std::string("capture aborted, partial capture removed: ") + e.what() + ". Free space in " + s.cfg.out_dir +
+         " or write the capture elsewhere.";
+}
+
+bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_CallbackData* cb, uint64_t index,
+                   uint32_t bucket) {
   if (!claim_capture(s)) return false;
   s.quiesce.lock();  // waits until no other thread is inside an enqueueing call
-  auto session = std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, d, fi, index);
+  auto session =
+      std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, d, fi, index, capture_name(s, index), blob_pool(s));
+  describe_launch(s, *session, bucket);
   try {
     Guard guard;
     session->before_launch();
   } catch (const IoError& e) {
     { Guard guard; session->abort(); session.reset(); }
-    capture_failed(s, "disk", std::string("capture aborted, partial capture removed: ") + e.what() +
-                                  ". Free space in " + s.cfg.out_dir + " or write the capture elsewhere.");
     s.quiesce.unlock();
-    write_proc(s);
+    capture_attempt_failed(s, "disk", disk_message(s, e), index, bucket);
     return false;
   } catch (const std::exception& e) {
     { Guard guard; session->abort(); session.reset(); }
-    capture_failed(s, "capture_failed", "capture of " + fi.demangled + " (dispatch " + std::to_string(index) +
-                                            ") failed before the launch: " + e.what());
     s.quiesce.unlock();
-    write_proc(s);
+    capture_attempt_failed(s, "capture_failed", "capture of " + fi.demangled + " (dispatch " + std::to_string(index) +
+                                                    ") failed before the launch: " + e.what(),
+                           index, bucket);
     return false;
   }
   tl.session = session.release();
   tl.correlation = cb->correlationId;
+  tl.bucket = bucket;
+  tl.index = index;
   return true;
 }
 
 void finish_capture(State& s, const CUpti_CallbackData* cb) {
   std::unique_ptr<CaptureSession> session(tl.session);
+  const uint32_t bucket = tl.bucket;
+  const uint64_t index = tl.index;
   tl.session = nullptr;
   tl.correlation = 0;
   std::string dir;
+  const char* kind = nullptr;
+  std::string message;
   try {
     Guard guard;
     dir = session->after_launch(result_of(cb));
   } catch (const IoError& e) {
     Guard guard;
     session->abort();
-    capture_failed(s, "disk", std::string("capture aborted, partial capture removed: ") + e.what() +
-                                  ". Free space in " + s.cfg.out_dir + " or write the capture elsewhere.");
+    kind = "disk";
+    message = disk_message(s, e);
   } catch (const std::exception& e) {
     Guard guard;
     session->abort();
-    capture_failed(s, "capture_failed", std::string("capture failed after the launch: ") + e.what());
+    kind = "capture_failed";
+    message = "capture of dispatch " + std::to_string(index) + " failed after the launch: " + e.what();
   }
   {
     Guard guard;
     session.reset();  // frees the pinned ring and the snapshot stream
   }
-  s.armed.store(false, std::memory_order_release);
   s.quiesce.unlock();
-  if (!dir.empty()) s.report.set_captured(dir);
-  write_proc(s);
-  if (!dir.empty() && !s.cfg.keep_running) {
-    std::fflush(nullptr);
-    ::_exit(0);
-  }
+  if (kind) capture_attempt_failed(s, kind, message, index, bucket);
+  else capture_over(s, dir, index, bucket);
 }
 
 // ---------------------------------------------------------------------------------
@@ -298,6 +427,78 @@ FuncInfo* func_info(State& s, ThreadState& t, CUfunction f) {
   return fi;
 }
 
+// The device ordinal of the launching thread's current context (cached per thread
+// and context: one driver call per context switch).
+int current_device(ThreadState& t, CUcontext ctx) {
+  if (ctx && ctx == t.dev_ctx) return t.dev_ordinal;
+  CUdevice dev = -1;
+  {
+    Guard guard;
+    if (KC_CU(cuCtxGetDevice)(&dev) != CUDA_SUCCESS) dev = -1;
+  }
+  t.dev_ctx = ctx;
+  t.dev_ordinal = int(dev);
+  return t.dev_ordinal;
+}
+
+// --nvtx / --device for one launch (or graph launch) of the target on this thread.
+// Cost only when asked for: a null pointer and a negative number otherwise.
+bool selected_launch(State& s, ThreadState& t, CUcontext ctx = nullptr) {
+  if (s.nvtx && s.nvtx->has_pattern()) {
+    if (!s.nvtx->matches()) {
+      s.nvtx_outside.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    s.nvtx_inside.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (s.cfg.want_device >= 0) {
+    if (!ctx) {
+      Guard guard;
+      KC_CU(cuCtxGetCurrent)(&ctx);
+    }
+    const int dev = current_device(t, ctx);
+    if (dev >= 0 && dev < 64) s.target_devices.fetch_or(uint64_t(1) << dev, std::memory_order_relaxed);
+    if (dev != s.cfg.want_device) {
+      s.off_device.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  return true;
+}
+
+// A set holds one kernel: the first matching kernel launched in the selection; other
+// kernels the pattern matches are named in the report and skipped.
+bool set_kernel_ok(State& s, const FuncInfo& fi) {
+  std::lock_guard<std::mutex> lock(s.set_mu);
+  if (s.set_kernel.empty()) s.set_kernel = fi.name;
+  if (s.set_kernel == fi.name) return true;
+  s.report.add_error("set_other_kernel", "the pattern also matches " + fi.demangled + "; a set holds one kernel (" +
+                                             demangle(s.set_kernel) + "): pass a narrower pattern or --match exact");
+  return false;
+}
+
+// A dispatch of the target in a set: its bucket, the tag that brings its activity
+// record's time to the bucket, and whether it is one to capture.
+bool set_wants(State& s, const FuncInfo& fi, uint64_t index, uint32_t bucket) {
+  if (!set_kernel_ok(s, fi)) return false;
+  if (!s.cfg.buckets) return s.cfg.wants_dispatch(index);
+  return !s.buckets->captured(bucket) && !s.buckets->failed(bucket);
+}
+
+bool set_launch(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_CallbackData* cb, uint64_t index) {
+  bool is_new = false;
+  uint32_t bucket;
+  {
+    Guard guard;
+    bucket = s.buckets->classify(fi, d, &is_new);
+  }
+  if (is_new) s.buckets->set_first_dispatch(bucket, index);
+  LaunchTag tag;
+  tag.bucket = bucket;
+  s.attribution->tag(cb->correlationId, std::move(tag));
+  return set_wants(s, fi, index, bucket) && start_capture(s, d, fi, cb, index, bucket);
+}
+
 void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   LaunchDesc d;
   if (!decode_launch(cbid, cb->functionParams, d)) return;
@@ -312,9 +513,11 @@ void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
       // Recorded into a graph, not run: the kernel node is counted when a launch of the
       // instantiated graph runs it (graph_launch_enter).
       s.recorded_into_graphs.fetch_add(1, std::memory_order_relaxed);
-    } else {
+    } else if (selected_launch(s, t, cb->context)) {
       const uint64_t index = s.target_matches.fetch_add(1, std::memory_order_acq_rel);
-      if (index == s.cfg.dispatch && start_capture(s, d, *fi, cb, index)) return;
+      if (s.cfg.set ? set_launch(s, d, *fi, cb, index)
+                    : index == s.cfg.dispatch && start_capture(s, d, *fi, cb, index, UINT32_MAX))
+        return;
     }
   }
   t.in_launch = true;
@@ -479,6 +682,9 @@ void pair_loaded(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) 
 // ---------------------------------------------------------------------------------
 // CUDA graphs (docs/graphs.md)
 
+void refuse_graph_buckets(State& s, ExecModel* m, const std::vector<CUgraphNode>& extra, const std::string& why,
+                          bool launched);
+
 // Graph construction, instantiation and updates (API exit, successful calls, while armed).
 void track_graph(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, uint16_t roles) {
   const void* p = cb->functionParams;
@@ -524,9 +730,12 @@ void track_graph(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, 
     if (!exec || !*exec || !g) return;
     const std::string refused = s.graphs.on_instantiate(*exec, g, flags, matcher);
     if (!refused.empty()) {
-      // The dispatch count would be wrong from here on: stop, and say why.
+      // The dispatch count would be wrong from here on: stop, and say why (a set names
+      // the buckets that ran only there and goes on with the others).
       ExecModel* m = s.graphs.find(*exec);
-      capture_failed(s, "graph_refused", "executable graph #" + std::to_string(m ? m->id : 0) + ": " + refused);
+      const std::string why = "executable graph #" + std::to_string(m ? m->id : 0) + ": " + refused;
+      if (s.cfg.set) refuse_graph_buckets(s, m, s.graphs.conditional_target_nodes(g, matcher), why, false);
+      capture_failed(s, "graph_refused", why);
     }
     return;
   }
@@ -682,19 +891,23 @@ CUresult run_graph_copy(CUgraph g, CUstream stream, const std::string& what) {
 // (post-state), from its model of the graph. Under keep-running the app's memory is
 // then put back as it was, and the app's own launch runs the whole graph once.
 void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t index, CUstream stream,
-                         bool per_thread) {
+                         bool per_thread, uint32_t bucket) {
   if (!claim_capture(s)) return;
   s.quiesce.lock();
   Guard guard;
   std::vector<CUlaunchAttribute> attrs;
   std::string dir;
+  const char* kind = nullptr;  // set when the capture failed
+  std::string msg;
   bool prefix_ran = false;
   std::unique_ptr<CaptureSession> session;
   CUstream own = nullptr;
   CUevent neutral = nullptr;
   try {
     LaunchDesc desc = node_launch(model_node(m, target), stream, per_thread, attrs);
-    session = std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, desc, *target.func, index);
+    session = std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, desc, *target.func, index,
+                                               capture_name(s, index), blob_pool(s));
+    describe_launch(s, *session, bucket);
     GraphOrigin origin;
     origin.exec_id = m.id;
     origin.exec_launch = m.launches - 1;
@@ -710,7 +923,9 @@ void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t
     KC_CHECK(cuStreamCreate, (&own, CU_STREAM_NON_BLOCKING), "kerncap's stream for the graph's nodes");
     KC_CHECK(cuEventCreate, (&neutral, CU_EVENT_DISABLE_TIMING), "kerncap's stand-in event");
     KC_CHECK(cuCtxSynchronize, (), "the target's context before the graph's nodes run");
-    if (s.cfg.keep_running) session->snapshot_baseline();
+    // The app goes on after this capture (keep-running, or a set's next dispatch): keep
+    // what its memory was, to put it back after kerncap ran part of the graph itself.
+    if (s.cfg.keep_running || s.cfg.set) session->snapshot_baseline();
     PrefixPlan plan;
     CUgraph prefix = build_prefix_graph(m, target, plan, neutral);
     if (!plan.refusals.empty()) {
@@ -729,16 +944,16 @@ void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t
     const CUresult r = run_graph_copy(build_target_graph(m, target), own, "the target node alone");
     dir = session->after_launch(r);
   } catch (const std::exception& e) {
-    const bool io = dynamic_cast<const IoError*>(&e) != nullptr;
+    kind = dynamic_cast<const IoError*>(&e) != nullptr ? "disk" : "capture_failed";
     bool restored = false;
     if (session) {
       restored = session->restore_after_failure();
       session->abort();
     }
-    std::string msg = std::string("capture of ") + target.func->demangled + " (dispatch " + std::to_string(index) +
-                      ", a node of CUDA graph #" + std::to_string(m.id) + ") failed: " + e.what();
-    capture_failed(s, io ? "disk" : "capture_failed", msg);
+    msg = std::string("capture of ") + target.func->demangled + " (dispatch " + std::to_string(index) +
+          ", a node of CUDA graph #" + std::to_string(m.id) + ") failed: " + e.what();
     if (prefix_ran && !restored) {
+      capture_failed(s, kind, msg);
       // kerncap ran part of the graph itself; without the baseline the app's memory
       // would hold those writes twice. Stop it rather than let it compute garbage.
       s.report.add_error("app_stopped", "kerncap stopped the app: it had run nodes of the graph before the "
@@ -755,14 +970,61 @@ void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t
   session.reset();
   if (own) KC_CU(cuStreamDestroy)(own);
   if (neutral) KC_CU(cuEventDestroy)(neutral);
-  s.armed.store(false, std::memory_order_release);
   s.quiesce.unlock();
-  if (!dir.empty()) s.report.set_captured(dir);
-  write_proc(s);
-  if (!dir.empty() && !s.cfg.keep_running) {
-    std::fflush(nullptr);
-    ::_exit(0);
+  if (kind) capture_attempt_failed(s, kind, msg, index, bucket);
+  else capture_over(s, dir, index, bucket);
+}
+
+// The buckets of an executable graph's targets that kerncap cannot capture there
+// (refused graph, or the target inside a conditional body): named with the reason.
+// `launched`: at a launch of the graph (its nodes ran and count), else at instantiation.
+void refuse_graph_buckets(State& s, ExecModel* m, const std::vector<CUgraphNode>& extra, const std::string& why,
+                          bool launched) {
+  if (!s.buckets) return;
+  Guard guard;
+  bool changed = false;
+  std::vector<CUgraphNode> nodes = extra;
+  if (m && m->top)
+    for (const NodeRef& ref : m->targets) nodes.push_back(model_node(*m, ref));
+  for (CUgraphNode n : nodes) {
+    try {
+      std::vector<CUlaunchAttribute> attrs;
+      const LaunchDesc d = node_launch(n, nullptr, false, attrs);
+      FuncInfo* fi = s.funcs.get(d.f, s.matcher.get());
+      if (!fi->matched || !set_kernel_ok(s, *fi)) continue;
+      changed |= s.buckets->mark_refused(s.buckets->classify(*fi, d, nullptr, launched), why);
+    } catch (const std::exception& e) {
+      s.report.add_error("graph_refused", std::string("a refused graph's kernel node could not be read: ") + e.what());
+    }
   }
+  if (changed) write_buckets(s, false);
+}
+
+// A launch of an executable graph holding `count` dispatches of a set's kernel.
+void set_graph_launch(State& s, ExecModel& m, uint64_t before, size_t count, const CUpti_CallbackData* cb,
+                      CUstream stream, bool per_thread) {
+  std::vector<uint32_t> buckets(count, UINT32_MAX);
+  try {
+    Guard guard;
+    for (size_t i = 0; i < count; ++i) {
+      std::vector<CUlaunchAttribute> attrs;
+      const LaunchDesc d = node_launch(model_node(m, m.targets[i]), stream, per_thread, attrs);
+      bool is_new = false;
+      buckets[i] = s.buckets->classify(*m.targets[i].func, d, &is_new);
+      if (is_new) s.buckets->set_first_dispatch(buckets[i], before + i);
+    }
+  } catch (const std::exception& e) {
+    s.report.add_error("capture_failed", "executable graph #" + std::to_string(m.id) +
+                                             ": its kernel nodes could not be read: " + e.what());
+    return;
+  }
+  LaunchTag tag;
+  tag.graph = true;
+  tag.candidates = buckets;
+  s.attribution->tag(cb->correlationId, std::move(tag));
+  for (size_t i = 0; i < count; ++i)
+    if (s.armed.load(std::memory_order_acquire) && set_wants(s, *m.targets[i].func, before + i, buckets[i]))
+      start_graph_capture(s, m, m.targets[i], before + i, stream, per_thread, buckets[i]);
 }
 
 void graph_launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
@@ -785,15 +1047,21 @@ void graph_launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const C
   if (!v.model) return;
   t.graph_model = v.model;
   if (!refusal.empty()) {
-    capture_failed(s, "graph_refused", "executable graph #" + std::to_string(v.model->id) + ": " + refusal);
-    write_proc(s);
+    const std::string why = "executable graph #" + std::to_string(v.model->id) + ": " + refusal;
+    capture_failed(s, "graph_refused", why);
+    if (s.cfg.set) refuse_graph_buckets(s, v.model, {}, why, true);  // the set goes on
+    else write_proc(s);
     return;
   }
-  if (!v.count) return;
+  // NVTX and device selection apply to the graph launch: its nodes run inside the
+  // ranges open at cuGraphLaunch, on its context's device.
+  if (!v.count || !selected_launch(s, t, cb->context)) return;
   const uint64_t before = s.target_matches.fetch_add(v.count, std::memory_order_acq_rel);
-  if (s.cfg.dispatch >= before && s.cfg.dispatch < before + v.count) {
+  if (s.cfg.set) {
+    set_graph_launch(s, *v.model, before, v.count, cb, p->hStream, per_thread);
+  } else if (s.cfg.dispatch >= before && s.cfg.dispatch < before + v.count) {
     const NodeRef target = v.model->targets[size_t(s.cfg.dispatch - before)];
-    start_graph_capture(s, *v.model, target, s.cfg.dispatch, p->hStream, per_thread);
+    start_graph_capture(s, *v.model, target, s.cfg.dispatch, p->hStream, per_thread, UINT32_MAX);
   }
 }
 
@@ -819,9 +1087,33 @@ void on_graph_node_created(State& s, const CUpti_GraphData* gd) {
 // ---------------------------------------------------------------------------------
 // Callback entry
 
+// profile mode with --nvtx / --by-nvtx / --buckets: tag each launch for its activity
+// record (launch_attribution.hpp). Only these callbacks are enabled in profile mode.
+void profile_tag(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, uint16_t roles) {
+  LaunchTag tag;
+  if (s.nvtx) {
+    tag.in_range = s.nvtx->matches();
+    tag.path = s.nvtx->path_id();
+  }
+  if (roles & kGraphLaunch) {
+    tag.graph = true;  // its kernels' buckets come from their records' dimensions
+  } else if (s.buckets) {
+    LaunchDesc d;
+    if (!decode_launch(cbid, cb->functionParams, d)) return;
+    FuncInfo* fi = func_info(s, t, d.f);
+    Guard guard;
+    tag.bucket = s.buckets->classify(*fi, d);
+  }
+  s.attribution->tag(cb->correlationId, std::move(tag));
+}
+
 void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const uint16_t roles = call_roles(cbid);
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
+  if (s.cfg.mode == Mode::Profile) {
+    if (enter && (roles & (kLaunch | kGraphLaunch))) profile_tag(s, t, cbid, cb, roles);
+    return;
+  }
   if (roles & kLaunch) {
     if (enter) launch_enter(s, t, cbid, cb);
     else launch_exit(s, t, cb);
@@ -910,6 +1202,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
       ThreadState& t = tl;
       if (!t.guard) on_driver(*s, t, cbid, static_cast<const CUpti_CallbackData*>(data));
+    } else if (domain == CUPTI_CB_DOMAIN_NVTX) {
+      if (s->nvtx) s->nvtx->on_callback(cbid, static_cast<const CUpti_NvtxData*>(data));
     }
   } catch (const std::exception& e) {
     s->report.add_error("capture_failed", std::string("kerncap internal error in callback ") + std::to_string(cbid) +
@@ -920,6 +1214,16 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
 // ---------------------------------------------------------------------------------
 // Setup and teardown
 
+// profile-<pid>.json's extra tables: per (NVTX path, kernel), per bucket, the NVTX report.
+std::vector<std::pair<std::string, std::string>> profile_extras(State& s) {
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (s.cfg.profile_by_nvtx && s.attribution) extra.emplace_back("nvtx_ranges", s.attribution->nvtx_json());
+  if (s.buckets) extra.emplace_back("buckets", s.buckets->to_json());
+  if (s.nvtx) extra.emplace_back("nvtx", s.nvtx->report_json(0, 0));
+  if (s.attribution) extra.emplace_back("untagged_records", std::to_string(s.attribution->untagged()));
+  return extra;
+}
+
 void at_exit() {
   State* s = g;
   if (!s || g_forked.load()) return;  // a fork child: its parent reports
@@ -928,17 +1232,28 @@ void at_exit() {
     profiler::flush_and_stop();
     try {
       write_file_atomic(path_join(s->cfg.out_dir, "profile-" + std::to_string(getpid()) + ".json"),
-                        profiler::to_json(int(getpid())));
+                        profiler::to_json(int(getpid()), profile_extras(*s)));
     } catch (const std::exception& e) {
       s->report.add_error("disk", std::string("profile not written: ") + e.what());
     }
-    // Every record is in: detach CUPTI so the app's own teardown runs without it. No
-    // callback is enabled in profile mode and activity is off, so nothing of ours
-    // can be inside CUPTI now.
     s->active.store(false, std::memory_order_release);
     CUptiResult r = cuptiUnsubscribe(s->subscriber);
-    if (r == CUPTI_SUCCESS) r = cuptiFinalize();
-    s->report.set_finalize_result(r == CUPTI_SUCCESS ? "ok" : cupti_error(r, "cuptiFinalize"));
+    if (s->cfg.profile_tags()) {
+      // Launch and NVTX callbacks were enabled: another thread may still be inside one,
+      // and cuptiFinalize under a running callback is the race Kineto hit. Detach only.
+      s->report.set_finalize_result(r == CUPTI_SUCCESS ? "unsubscribed" : cupti_error(r, "cuptiUnsubscribe"));
+    } else {
+      // Every record is in: detach CUPTI so the app's own teardown runs without it. No
+      // callback is enabled in plain profile mode and activity is off, so nothing of
+      // ours can be inside CUPTI now.
+      if (r == CUPTI_SUCCESS) r = cuptiFinalize();
+      s->report.set_finalize_result(r == CUPTI_SUCCESS ? "ok" : cupti_error(r, "cuptiFinalize"));
+    }
+  }
+  if (s->active && s->cfg.mode == Mode::Capture && s->buckets) {
+    Guard guard;
+    profiler::flush_and_stop();  // the set's time shares: every record of the run
+    write_buckets(*s, true);
   }
   if (s->active && s->cfg.mode == Mode::Capture && s->armed.load() && !s->claimed.load()) {
     // The dispatch was never reached: say what the graphs holding the target did.
@@ -963,6 +1278,57 @@ bool enable(State& s, CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   return false;
 }
 
+// The request cannot be met in this job (a rank beyond the world size, --rank and
+// --pid that disagree): ask the engine to stop the app now rather than at its end.
+void request_stop(State& s, const std::string& why) {
+  try {
+    write_file_atomic(path_join(s.cfg.out_dir, "stop-request"), why + "\n");
+  } catch (const std::exception& e) {
+    s.report.add_error("disk", std::string("cannot write the stop request: ") + e.what());
+  }
+}
+
+// Rank / pid selection, decided before anything is enabled. False: this process is
+// not the one that captures and stays inert (its report says who it is).
+bool select_this_process(State& s) {
+  s.job = JobIdentity::from_env();
+  if (s.cfg.mode != Mode::Capture) return true;
+  const SelectionVerdict v = select_process(s.cfg, s.job);
+  for (const auto& [kind, message] : v.errors) s.report.add_error(kind, message);
+  s.report.set_section("job", job_json(s.job, v.selected, v.why_not));
+  if (v.fatal) request_stop(s, v.errors.empty() ? v.why_not : v.errors.front().second);
+  // With a selection, every process says at once who it is: processes of a job that is
+  // stopped after the capture never reach their exit handlers.
+  if (selection_requested(s.cfg)) write_proc(s);
+  return v.selected;
+}
+
+// NVTX, buckets and record attribution: created only when asked for, so that a plain
+// capture or profile pays nothing for them.
+void create_selection(State& s) {
+  const bool profile = s.cfg.mode == Mode::Profile;
+  if (!s.cfg.nvtx.empty() || (profile && s.cfg.profile_by_nvtx))
+    s.nvtx = std::make_unique<NvtxRanges>(s.cfg.nvtx, s.cfg.nvtx_regex);
+  if ((profile && s.cfg.profile_buckets) || (!profile && s.cfg.set)) s.buckets = std::make_unique<LaunchBuckets>();
+  if (profile ? s.cfg.profile_tags() : s.cfg.set)
+    s.attribution = std::make_unique<LaunchAttribution>(s.nvtx.get(), s.buckets.get(), profile && s.cfg.profile_by_nvtx,
+                                                        profile);
+}
+
+bool enable_launch_tags(State& s) {
+  bool ok = true;
+  for (size_t i = 0; i < kWatchedCallCount; ++i)
+    if (kWatchedCalls[i].roles & (kLaunch | kGraphLaunch)) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, kWatchedCalls[i].id);
+  return ok;
+}
+
+bool enable_nvtx(State& s) {
+  const CUptiResult r = cuptiEnableDomain(1, s.subscriber, CUPTI_CB_DOMAIN_NVTX);
+  if (r == CUPTI_SUCCESS) return true;
+  s.report.add_error("capture_failed", cupti_error(r, "cuptiEnableDomain(NVTX)"));
+  return false;
+}
+
 void initialize() {
   g = new State;
   State& s = *g;
@@ -980,10 +1346,16 @@ void initialize() {
       s.cfg.error = e.what();
     }
   }
+  try {
+    if (s.cfg.error.empty()) create_selection(s);
+  } catch (const std::exception& e) {
+    s.cfg.error = e.what();
+  }
   if (!s.cfg.error.empty()) {
     s.report.add_error("config", s.cfg.error);
     return;
   }
+  if (!select_this_process(s)) return;  // another process of the job captures
   CUptiResult r = cuptiSubscribe(&s.subscriber, on_callback, nullptr);
   if (r != CUPTI_SUCCESS) {
     std::string msg = cupti_error(r, "cuptiSubscribe");
@@ -993,22 +1365,34 @@ void initialize() {
     s.report.add_error("cupti_subscriber", msg);
     return;
   }
+  init_call_roles();
   if (s.cfg.mode == Mode::Profile) {
-    std::string err = profiler::start();
+    bool ok = true;
+    if (s.cfg.profile_tags()) ok = enable_launch_tags(s) && (!s.nvtx || enable_nvtx(s));
+    std::string err = ok ? profiler::start(s.attribution.get()) : std::string("launch callbacks not enabled");
     if (!err.empty()) {
       s.report.add_error("cupti_activity", err);
+      cuptiUnsubscribe(s.subscriber);
       return;
     }
     s.active = true;
     return;
   }
-  init_call_roles();
   bool ok = true;
   for (size_t i = 0; i < kWatchedCallCount; ++i) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, kWatchedCalls[i].id);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
+  if (s.nvtx) ok &= enable_nvtx(s);
+  if (ok && s.cfg.set) {
+    // A set's time shares: the target's activity records, attributed to their buckets.
+    const std::string err = profiler::start(s.attribution.get());
+    if (!err.empty()) {
+      s.report.add_error("cupti_activity", err);
+      ok = false;
+    }
+  }
   if (!ok) {
     cuptiUnsubscribe(s.subscriber);
     return;  // a partial view would capture wrong state: stay out of the way

@@ -91,10 +91,8 @@ const char* stream_kind(const LaunchDesc& d) {
   return "user";
 }
 
-namespace {
-
 // The driver's layout: iterate paramIndex until the call refuses the index.
-std::vector<ParamSlot> driver_layout(CUfunction f, CUkernel kernel) {
+std::vector<ParamSlot> param_layout(CUfunction f, CUkernel kernel) {
   std::vector<ParamSlot> out;
   for (size_t i = 0; i < 65536; ++i) {
     size_t off = 0, size = 0;
@@ -106,12 +104,52 @@ std::vector<ParamSlot> driver_layout(CUfunction f, CUkernel kernel) {
   return out;
 }
 
+namespace {
+
+// The CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE pair of an `extra` array, or false.
+bool extra_buffer(void** extra, const void*& buf, size_t& size) {
+  buf = nullptr;
+  bool have_size = false;
+  for (size_t i = 0; i < 64 && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = extra[i + 1];
+    else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) {
+      size = *static_cast<const size_t*>(extra[i + 1]);
+      have_size = true;
+    }
+  }
+  return buf && have_size;
+}
+
 }  // namespace
+
+bool param_bytes(const LaunchDesc& d, const std::vector<ParamSlot>& layout, std::vector<unsigned char>& out) {
+  out.clear();
+  if (d.kernel_params) {
+    uint64_t total = 0;
+    for (const ParamSlot& p : layout) total = std::max(total, p.offset + p.size);
+    out.assign(total, 0);
+    for (const ParamSlot& p : layout) {
+      const void* src = d.kernel_params[p.index];
+      if (!src && p.size) return false;
+      if (p.size) std::memcpy(out.data() + p.offset, src, p.size);
+    }
+    return true;
+  }
+  if (d.extra) {
+    const void* buf = nullptr;
+    size_t size = 0;
+    if (!extra_buffer(d.extra, buf, size)) return false;
+    const auto* b = static_cast<const unsigned char*>(buf);
+    out.assign(b, b + size);
+    return true;
+  }
+  return true;  // a kernel without parameters
+}
 
 ParamCapture capture_params(const LaunchDesc& d, CUkernel kernel, const KernelInfo* cubin_info,
                             const std::string& kernel_name) {
   ParamCapture pc;
-  pc.params = driver_layout(d.f, kernel);
+  pc.params = param_layout(d.f, kernel);
   pc.layout_source = "driver";
   if (pc.params.empty() && cubin_info && !cubin_info->params.empty()) {
     for (const KernelParamInfo& k : cubin_info->params) pc.params.push_back(ParamSlot{k.ordinal, k.offset, k.size});
@@ -134,15 +172,7 @@ ParamCapture capture_params(const LaunchDesc& d, CUkernel kernel, const KernelIn
   if (d.extra) {
     const void* buf = nullptr;
     size_t size = 0;
-    bool have_size = false;
-    for (size_t i = 0; i < 64 && d.extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-      if (d.extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = d.extra[i + 1];
-      else if (d.extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && d.extra[i + 1]) {
-        size = *static_cast<const size_t*>(d.extra[i + 1]);
-        have_size = true;
-      }
-    }
-    if (!buf || !have_size)
+    if (!extra_buffer(d.extra, buf, size))
       throw std::runtime_error("the `extra` launch options of " + kernel_name +
                                " hold no CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE pair");
     pc.form = "extra";

@@ -50,6 +50,15 @@ struct ParamCapture {
   std::string layout_source;          // driver | cubin | extra-buffer | none
 };
 
+// The driver's parameter layout of a function (cuKernelGetParamInfo for a CUkernel,
+// else cuFuncGetParamInfo); empty when the driver does not know it. Driver calls: call
+// with kerncap's reentrancy guard set.
+std::vector<ParamSlot> param_layout(CUfunction f, CUkernel kernel);
+
+// The packed parameter bytes of launch `d` for `layout` (kernelParams), or the `extra`
+// buffer as it is; false when neither form can be read (no exception: a hot path).
+bool param_bytes(const LaunchDesc& d, const std::vector<ParamSlot>& layout, std::vector<unsigned char>& out);
+
 // Reads the parameters of launch `d`. `kernel` is the CUkernel when the handle is
 // one (else null); `cubin_info` is the fallback layout from .nv.info.
 // Throws std::runtime_error naming the kernel when the bytes cannot be read.

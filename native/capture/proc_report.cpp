@@ -20,7 +20,17 @@ void ProcReport::add_error(const std::string& kind, const std::string& message) 
 void ProcReport::set_captured(const std::string& dir) {
   std::lock_guard<std::mutex> lock(mu_);
   captured_ = true;
-  capture_dir_ = dir;
+  capture_dirs_.push_back(dir);
+}
+
+void ProcReport::set_section(const std::string& key, const std::string& json) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [k, v] : sections_)
+    if (k == key) {
+      v = json;
+      return;
+    }
+  sections_.emplace_back(key, json);
 }
 
 void ProcReport::set_finalize_result(const std::string& result) {
@@ -48,10 +58,18 @@ std::string ProcReport::to_json(const ProcCounters& c) const {
   w.key("kernels_seen").begin_object();
   for (const auto& [name, n] : c.kernels_seen) w.field(name, n);
   w.end_object();
-  w.field("target_matches", c.target_matches).field("captured", captured_);
+  w.field("target_matches", c.target_matches);
+  w.key("refused_kernels").begin_array();
+  for (const std::string& n : c.refused_kernels) w.value(n);
+  w.end_array();
+  w.field("captured", captured_);
   w.key("capture_dir");
-  if (captured_) w.value(capture_dir_);
+  if (captured_) w.value(capture_dirs_.front());
   else w.null();
+  w.key("capture_dirs").begin_array();
+  for (const std::string& d : capture_dirs_) w.value(d);
+  w.end_array();
+  for (const auto& [k, v] : sections_) w.key(k).raw(v);
   w.key("cupti_finalize");
   if (finalize_.empty()) w.null();
   else w.value(finalize_);

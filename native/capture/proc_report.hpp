@@ -20,13 +20,16 @@ struct ProcCounters {
   uint64_t launches = 0;
   std::vector<std::pair<std::string, uint64_t>> kernels_seen;  // top 200 by count
   uint64_t target_matches = 0;
+  std::vector<std::string> refused_kernels;  // matched, but NCCL's own (never a target)
 };
 
 class ProcReport {
  public:
   // Identical (kind, message) pairs are recorded once; at most 100 errors are kept.
   void add_error(const std::string& kind, const std::string& message);
-  void set_captured(const std::string& dir);
+  void set_captured(const std::string& dir);  // once per capture (set captures: several)
+  // A top-level field holding raw JSON (job identity, NVTX, selection), replaced on each call.
+  void set_section(const std::string& key, const std::string& json);
   // Profile mode's detach at exit: "ok", or the CUPTI error (written as cupti_finalize).
   void set_finalize_result(const std::string& result);
   bool captured() const;
@@ -38,7 +41,8 @@ class ProcReport {
   mutable std::mutex mu_;
   std::vector<ProcError> errors_;
   bool captured_ = false;
-  std::string capture_dir_;
+  std::vector<std::string> capture_dirs_;
+  std::vector<std::pair<std::string, std::string>> sections_;
   std::string finalize_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "config.hpp"
 #include "json_writer.hpp"
+#include "launch_attribution.hpp"
 
 namespace kc {
 namespace profiler {
@@ -28,6 +29,7 @@ struct State {
   std::vector<KernelStats> stats;
   uint64_t dropped = 0;
   bool running = false;
+  LaunchAttribution* attribution = nullptr;
 };
 
 State& state() {
@@ -77,8 +79,17 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffe
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
       if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      KernelStats& st = stats_for(s, k->name ? k->name : "<unnamed>");
+      const char* name = k->name ? k->name : "<unnamed>";
       const uint64_t ns = k->end > k->start ? k->end - k->start : 0;
+      if (s.attribution) {
+        const RecordView r{name,
+                           {unsigned(k->gridX), unsigned(k->gridY), unsigned(k->gridZ)},
+                           {unsigned(k->blockX), unsigned(k->blockY), unsigned(k->blockZ)},
+                           unsigned(k->dynamicSharedMemory),
+                           ns};
+        if (!s.attribution->on_record(k->correlationId, r)) continue;
+      }
+      KernelStats& st = stats_for(s, name);
       st.calls += 1;
       st.total_ns += ns;
       st.min_ns = std::min(st.min_ns, ns);
@@ -104,7 +115,11 @@ std::string cupti_error(CUptiResult r, const char* call) {
 
 }  // namespace
 
-std::string start() {
+std::string start(LaunchAttribution* attribution) {
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().attribution = attribution;
+  }
   CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   if (r != CUPTI_SUCCESS) return cupti_error(r, "cuptiActivityRegisterCallbacks");
   r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
@@ -140,7 +155,7 @@ uint64_t dropped_records() {
   return state().dropped;
 }
 
-std::string to_json(int pid) {
+std::string to_json(int pid, const std::vector<std::pair<std::string, std::string>>& extra) {
   std::vector<KernelStats> all = stats();
   std::sort(all.begin(), all.end(), [](const KernelStats& a, const KernelStats& b) {
     return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
@@ -159,7 +174,9 @@ std::string to_json(int pid) {
     w.key("block").begin_array().value(k.block[0]).value(k.block[1]).value(k.block[2]).end_array();
     w.end_object();
   }
-  w.end_array().field("dropped_records", dropped_records()).end_object();
+  w.end_array().field("dropped_records", dropped_records());
+  for (const auto& [key, json] : extra) w.key(key).raw(json);
+  w.end_object();
   return w.str();
 }
 

@@ -9,6 +9,8 @@
 
 namespace kc {
 
+class LaunchAttribution;
+
 struct KernelStats {
   std::string name;
   uint64_t calls = 0;
@@ -22,8 +24,10 @@ struct KernelStats {
 namespace profiler {
 
 // Registers the buffer callbacks and enables CONCURRENT_KERNEL records.
-// Returns an empty string on success, else what failed.
-std::string start();
+// Returns an empty string on success, else what failed. `attribution` (may be null,
+// must outlive the process's records) sees every kernel record first and may drop it
+// from the per-kernel statistics (outside the --nvtx selection).
+std::string start(LaunchAttribution* attribution = nullptr);
 // Flushes every pending record and stops collecting (idempotent).
 void flush_and_stop();
 // Flushes pending records (e.g. before a context is destroyed).
@@ -31,8 +35,8 @@ void flush();
 // Aggregated statistics, merged by name.
 std::vector<KernelStats> stats();
 uint64_t dropped_records();
-// The profile-<pid>.json document.
-std::string to_json(int pid);
+// The profile-<pid>.json document; `extra` adds (key, raw JSON) fields.
+std::string to_json(int pid, const std::vector<std::pair<std::string, std::string>>& extra = {});
 
 }  // namespace profiler
 }  // namespace kc

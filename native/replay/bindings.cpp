@@ -109,6 +109,8 @@ PYBIND11_MODULE(_replay, m) {
       .def("compute_capability", &Session::compute_capability)
       .def("memory", &Session::memory)
       .def("device_name", &Session::device_name)
+      .def("device_uuid", &Session::device_uuid)
+      .def("ordinal", &Session::ordinal)
       .def("reserve", &Session::reserve, release())
       .def("map", &Session::map, release())
       .def("load_state", &Session::load_state, py::arg("blob_dir"), py::arg("chunk_size"), py::arg("items"),

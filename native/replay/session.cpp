@@ -91,6 +91,19 @@ std::string Session::device_name() const {
   return name;
 }
 
+std::string Session::device_uuid() const {
+  CUuuid uuid{};
+  KC_CHECK(cuDeviceGetUuid, (&uuid, ctx_.device()), "the device");
+  static const char* hex = "0123456789abcdef";
+  std::string h;
+  for (unsigned char b : uuid.bytes) {
+    h += hex[b >> 4];
+    h += hex[b & 15];
+  }
+  return "GPU-" + h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
+         h.substr(20);
+}
+
 void Session::reserve(const std::vector<SpanSpec>& spans) {
   for (const SpanSpec& s : spans) reservations_.emplace_back(s.base, s.size, s.label);
 }

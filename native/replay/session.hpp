@@ -79,6 +79,8 @@ class Session {
   // (free, total) bytes of device memory (cuMemGetInfo), to refuse a capture that cannot fit.
   std::pair<size_t, size_t> memory() const;
   std::string device_name() const;
+  std::string device_uuid() const;  // "GPU-xxxxxxxx-xxxx-...", as nvidia-smi and the manifest write it
+  int ordinal() const { return ctx_.ordinal(); }
 
   void reserve(const std::vector<SpanSpec>& spans);
   void map(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges);

@@ -4,22 +4,26 @@ Nothing is left half-written: the app writes into a run directory next to the ou
 (`<output>.run-<pid>`, same file system), the reproducer is assembled there and moved
 to `<output>` with one rename once it is complete. On any failure the run directory is
 removed and `<output>` is untouched.
+
+Several dispatches (a list, or one per shape bucket with `buckets=True`) are captured in
+one run of the app into a reproducer set (kerncap.capture.set_extract). `selection`
+restricts which launches count: NVTX ranges, the process (rank / pid), the device
+(kerncap.capture.selection).
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 import shutil
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from kerncap import __version__
+from kerncap.capture.assemble import build_reproducer, captured_dirs, replace_output
 from kerncap.capture.run import (
     AppOutcome,
     OutputSink,
@@ -31,17 +35,16 @@ from kerncap.capture.run import (
     report_errors,
     run_app,
 )
+from kerncap.capture.selection import Selection, diagnose as diagnose_selection, nvtx_environment, processes_note
+from kerncap.capture.selection import stop_requested
+from kerncap.capture.set_extract import SetExtractResult, assemble_set
 from kerncap.core.fsio import find_leftovers
 from kerncap.core.native import inject_library
-from kerncap.core.stack import capture_provenance
 from kerncap.core.units import short_kernel_name
 from kerncap.errors import KerncapError, UsageError
 from kerncap.prune.pruner import prune_reproducer
 from kerncap.reproducer.format import Capture
-from kerncap.reproducer.launches import AppLaunches
 from kerncap.reproducer.prune_report import PruneReport
-from kerncap.sources import attach_sources
-from kerncap.triton import attach_triton
 
 MATCH_MODES = ("substring", "regex", "exact")
 
@@ -68,7 +71,7 @@ def extract(
     command: Sequence[str],
     *,
     output: str | os.PathLike,
-    dispatch: int = 0,
+    dispatch: int | Sequence[int] = 0,
     match: str = "substring",
     keep_running: bool = False,
     timeout: float | None = None,
@@ -80,18 +83,28 @@ def extract(
     keep_run_dir: bool = False,
     output_sink: OutputSink | None = None,
     prune: bool = False,
-) -> ExtractResult:
+    selection: Selection | None = None,
+    buckets: bool = False,
+) -> ExtractResult | SetExtractResult:
     """Capture dispatch `dispatch` (0-based, counted per process among launches whose
     name matches `kernel`) of the app `command` into the reproducer directory `output`.
 
     `env` adds to (or overrides) the current environment of the app. `prune`: then
     shrink the reproducer to its pointer closure if replay validates it (kerncap.prune.pruner);
-    the verdict is `result.prune`.
+    the verdict is `result.prune`. A list of dispatches, or `buckets` (the first
+    dispatch of every launch signature), captures a reproducer set in one run
+    (kerncap.capture.set_extract.SetExtractResult). `selection`: which launches count at all.
     """
     start = time.monotonic()
     command = list(command)
     output = Path(output).absolute()
-    _check_pattern(kernel, match, dispatch)
+    dispatches = dispatch_list(dispatch)
+    set_mode = buckets or len(dispatches) > 1
+    _check_pattern(kernel, match, dispatches[0])
+    selection = selection or Selection()
+    selection.check()
+    if set_mode and prune:
+        raise UsageError("--prune works on one reproducer, not on a set", "prune a member: kerncap prune SET/members/N")
     inject_library()  # fail before anything is created if the capture library is missing
     base_env = {**os.environ, **(env or {})}
     check_command(command, cwd=cwd, env=base_env)
@@ -120,22 +133,33 @@ def extract(
         settings = {
             "KERNCAP_KERNEL": kernel,
             "KERNCAP_MATCH": match,
-            "KERNCAP_DISPATCH": str(dispatch),
+            "KERNCAP_DISPATCH": ",".join(map(str, dispatches)),
             "KERNCAP_KEEP_RUNNING": "1" if keep_running else "0",
+            **selection.settings(),
         }
+        if set_mode:
+            settings["KERNCAP_SET"] = "1"
+            settings["KERNCAP_BUCKETS"] = "1" if buckets else "0"
+        if selection.nvtx is not None:
+            settings.update(nvtx_environment(inject_library()))
         app_env = app_environment(command, mode="capture", run_dir=run_dir, settings=settings, env=env)
-        manifest = run_dir / "capture" / "manifest.json"
+        done = _done_check(run_dir, dispatches, set_mode, buckets, keep_running)
         outcome = run_app(
-            command, env=app_env, cwd=cwd, timeout=timeout, output=output_sink,
-            stop_when=None if keep_running else _capture_written(run_dir),
+            command, env=app_env, cwd=cwd, timeout=timeout, output=output_sink, stop_when=done,
+            # A set's counts and times are written at the app's exit: let a Python app unwind.
+            timeout_signals=(signal.SIGINT, signal.SIGTERM) if set_mode else (signal.SIGTERM,),
         )
         procs = read_reports(run_dir, "proc")
-        if not manifest.is_file():
-            raise diagnose_failure(kernel, match, dispatch, procs, outcome, run_dir, timeout)
+        if not captured_dirs(run_dir):
+            raise diagnose_failure(kernel, match, dispatches[0], procs, outcome, run_dir, timeout, selection)
 
         try:
-            result = _assemble(kernel, match, dispatch, command, output, run_dir, source_dir, build_dir, force, env,
-                               procs)
+            if set_mode:
+                result = assemble_set(kernel, match, dispatches, buckets, command, output, run_dir, source_dir,
+                                      build_dir, force, procs, env)
+            else:
+                result = _assemble(kernel, match, dispatches[0], command, output, run_dir, source_dir, build_dir,
+                                   force, env, procs)
         except OSError as exc:
             raise KerncapError(
                 f"the capture succeeded but the reproducer {output} could not be written: "
@@ -144,8 +168,7 @@ def extract(
             ) from None
         result.outcome = outcome
         result.notes[:0] = stale
-        if outcome.returncode not in (0, None) and not outcome.stopped:
-            result.notes.append(f"the app {outcome.describe_exit()} after the capture was written")
+        result.notes.extend(outcome_notes(outcome, procs))
         result.seconds = time.monotonic() - start
         succeeded = True
     finally:
@@ -197,12 +220,79 @@ def _prune(result: ExtractResult) -> None:
     result.capture = Capture.open(result.reproducer_dir)
 
 
+def outcome_notes(outcome: AppOutcome, procs: list[dict]) -> list[str]:
+    """How the app ended after the capture, and which processes the selection left out."""
+    notes = []
+    if outcome.returncode not in (0, None) and not outcome.stopped:
+        notes.append(f"the app {outcome.describe_exit()} after the capture was written")
+    stop = outcome.stop.describe()
+    if stop and (outcome.stop.processes > 1 or outcome.stop.killed):  # a job, or one that resisted
+        notes.append(f"after the capture kerncap {stop}")
+    excluded = processes_note(procs)
+    if excluded:
+        notes.append(excluded)
+    return notes
+
+
+def _done_check(run_dir: Path, dispatches: list[int], set_mode: bool, buckets: bool, keep_running: bool):
+    """When the app may be stopped: its capture(s) are on disk (one capture: with the
+    capturing process's report; a bucket set needs the whole run), or the interposer
+    asked for it (a selection this job cannot meet)."""
+    written = _capture_written(run_dir) if not set_mode else None
+    wanted = [] if buckets else [run_dir / f"capture-{d}" / "manifest.json" for d in dispatches]
+
+    def done() -> bool:
+        if stop_requested(run_dir):
+            return True
+        if keep_running:
+            return False
+        if written is not None:
+            return written()
+        return bool(wanted) and all(p.is_file() for p in wanted)
+
+    return done
+
+
 # -- input checks --------------------------------------------------------------------------
+
+
+def dispatch_list(dispatch: int | str | Sequence[int]) -> list[int]:
+    """3 -> [3]; "3,17,40" or [40, 3, 17] -> [3, 17, 40] (sorted, unique)."""
+    if isinstance(dispatch, str):
+        try:
+            values = [int(x) for x in dispatch.split(",")]
+        except ValueError:
+            raise UsageError(f"--dispatch {dispatch!r} is not a number or a comma-separated list of numbers",
+                               "e.g. --dispatch 3 or --dispatch 3,17,40") from None
+    elif isinstance(dispatch, int):
+        values = [dispatch]
+    else:
+        values = [int(x) for x in dispatch]
+    if not values:
+        raise UsageError("--dispatch lists no dispatch", "e.g. --dispatch 3,17,40")
+    for v in values:
+        if v < 0:
+            raise UsageError(f"--dispatch {v} is negative", "dispatches are counted from 0")
+    return sorted(set(values))
+
+
+NCCL_PREFIXES = ("ncclKernel", "ncclDevKernel")
+
+
+def _refuse_nccl(kernel: str, match: str) -> None:
+    """NCCL's own kernels wait for their peer ranks: one of them cannot run alone."""
+    if match != "regex" and any(p in kernel for p in NCCL_PREFIXES):
+        raise KerncapError(
+            f"{kernel!r} names NCCL's own kernels (ncclKernel*/ncclDevKernel*); they cannot be captured: a "
+            "collective waits for its peer ranks, so one rank's kernel never completes alone",
+            "capture your own kernels around the collective instead (kerncap profile lists them)",
+        )
 
 
 def _check_pattern(kernel: str, match: str, dispatch: int) -> None:
     if not kernel:
         raise UsageError("no kernel name given", "run `kerncap profile -- CMD` to see the kernel names")
+    _refuse_nccl(kernel, match)
     if match not in MATCH_MODES:
         raise UsageError(f"unknown --match mode {match!r}", f"use one of: {', '.join(MATCH_MODES)}")
     if match == "regex":
@@ -262,72 +352,13 @@ def _assemble(
     source_dir, build_dir, force: bool, env: dict[str, str] | None = None, procs: list[dict] | None = None,
 ) -> ExtractResult:
     stage = run_dir / "reproducer"
-    stage.mkdir()
-    os.rename(run_dir / "capture", stage / "capture")
-    capture = Capture.open(stage)
-    notes: list[str] = []
-
-    sources = None
-    if source_dir is not None:
-        sources = _attach(attach_sources, notes, stage, capture, Path(source_dir),
-                          Path(build_dir) if build_dir is not None else None)
-    triton = None
-    if any(run_dir.glob("triton-*.json")):
-        triton = _attach(attach_triton, notes, stage, capture, run_dir)
-
-    record: dict[str, Any] = {
-        "kerncap_version": __version__,
-        "kernel": capture.kernel.get("name"),
-        "demangled": capture.kernel.get("demangled"),
-        "match": {"pattern": kernel, "mode": match},
-        "dispatch": dispatch,
-        "command": command,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        # A Triton kernel's sources are the hook's snapshot, whatever --source-dir found.
-        "sources": triton if triton else sources,
-        "triton": triton,
-        "provenance": _provenance(command, capture, env, notes),
-        "notes": notes,
-    }
-    tmp = stage / ".reproducer.json.tmp"
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, stage / "reproducer.json")
-    if procs:
-        kernel_name = capture.kernel.get("demangled") or capture.kernel.get("name") or ""
-        launches = AppLaunches.from_reports(procs, kernel_name, command)
-        if launches.kernels:  # an older capture library reports no kernels_seen
-            launches.save(stage)
-
-    if output.exists():
-        if force:
-            shutil.rmtree(output)
-        else:
-            output.rmdir()  # checked empty before the run; fails loudly if filled since
-    os.rename(stage, output)
+    record = build_reproducer(stage, run_dir / "capture", run_dir, kernel, match, dispatch, command, source_dir,
+                              build_dir, env, procs)
+    replace_output(stage, output, force)
     return ExtractResult(
         reproducer_dir=output, capture=Capture.open(output), run_dir=run_dir,
-        sources=record["sources"], triton=triton, notes=notes,
+        sources=record["sources"], triton=record["triton"], notes=record["notes"],
     )
-
-
-def _provenance(command: list[str], capture: Capture, env: dict[str, str] | None, notes: list[str]) -> dict | None:
-    """The stack of the run (kerncap.core.stack); a failure to read it is a note, never the capture's loss."""
-    try:
-        return capture_provenance(command, capture.provenance.get("gpu") or {}, env)
-    except Exception as exc:  # noqa: BLE001 - provenance is informative; the capture is complete
-        notes.append(f"provenance not recorded ({type(exc).__name__}: {exc})")
-        return None
-
-
-def _attach(step, notes: list[str], *args) -> dict | None:
-    """Call an attach step; its failure is a note, never the loss of the capture."""
-    try:
-        return step(*args)
-    except KerncapError as exc:
-        notes.append(f"{step.__name__}: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
-    except Exception as exc:  # a bug there must not cost the user the capture
-        notes.append(f"{step.__name__} failed ({type(exc).__name__}: {exc}); the capture itself is complete")
-    return None
 
 
 # -- failure: saying why ---------------------------------------------------------------------
@@ -335,11 +366,15 @@ def _attach(step, notes: list[str], *args) -> dict | None:
 
 def diagnose_failure(
     kernel: str, match: str, dispatch: int, procs: list[dict], outcome: AppOutcome, run_dir: Path,
-    timeout: float | None,
+    timeout: float | None, selection: Selection | None = None,
 ) -> KerncapError:
     """The one error that best explains why no capture was written."""
     cmd = command_text(outcome.command)
     target = f"kernel {kernel!r} (--match {match})"
+    if selection is not None and stop_requested(run_dir):
+        found = diagnose_selection(selection, procs, target)
+        if found is not None:
+            return found
 
     for kind in ("disk", "capture_failed"):
         found = report_errors(procs, kind)
@@ -366,7 +401,18 @@ def diagnose_failure(
             "docs/graphs.md lists what kerncap follows in graphs; for this run, launch the target outside that "
             "construct or pick a --dispatch before it",
         )
+    if selection is not None:
+        found = diagnose_selection(selection, procs, target)
+        if found is not None:
+            return found
     matches = [int(p.get("target_matches") or 0) for p in procs]
+    refused_nccl = sorted({n for p in procs for n in p.get("refused_kernels") or []})
+    if refused_nccl and not any(matches):
+        return KerncapError(
+            f"{target} matches only NCCL's own kernels ({', '.join(short_kernel_name(n, 60) for n in refused_nccl[:3])}):"
+            " a collective waits for its peer ranks, so one rank's NCCL kernel cannot run alone and is never captured",
+            "capture your own kernels around the collective instead; narrow the pattern (kerncap profile lists them)",
+        )
     subscriber = report_errors(procs, "cupti_subscriber")
     if subscriber and not any(matches):
         return cupti_subscriber_error(subscriber, f"{target} could not be captured")
@@ -416,7 +462,7 @@ def diagnose_failure(
 
 
 def _partial_capture(run_dir: Path) -> tuple[Path, str] | None:
-    for d in sorted(run_dir.glob("capture.partial-*")):
+    for d in sorted(run_dir.glob("capture*.partial-*")):
         log = d / "interposer.log"
         try:
             tail = "\n".join("    | " + line for line in log.read_text(errors="replace").splitlines()[-10:])

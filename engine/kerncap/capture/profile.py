@@ -2,7 +2,9 @@
 
 The capture library aggregates per kernel inside each process (CUPTI activity records,
 so millions of dispatches cost one dict entry each) and writes `profile-<pid>.json`
-at exit; here the per-process tables are merged, ranked and saved.
+at exit; here the per-process tables are merged, ranked and saved. With --nvtx only
+launches inside matching NVTX ranges count; --by-nvtx adds time per (range path,
+kernel) and --buckets time per launch signature (docs/selection.md).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kerncap import __version__
+from kerncap.capture import nvtx_summary
 from kerncap.capture.run import (
     AppOutcome,
     OutputSink,
@@ -30,10 +33,12 @@ from kerncap.capture.run import (
     report_errors,
     run_app,
 )
+from kerncap.capture.selection import Selection, nvtx_environment
 from kerncap.core.fsio import fs_error, write_atomic
 from kerncap.core.native import inject_library
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError
+from kerncap.reproducer import buckets as bucket_tables
 from kerncap.reproducer.schemas import PROFILE
 
 PROFILE_FORMAT = "kerncap-profile"
@@ -74,6 +79,9 @@ class ProfileResult:
     # Every reporting process detached CUPTI (cuptiFinalize) at exit; None: unknown
     # (a process that never reached its exit handler, or an older capture library).
     cupti_finalized: bool | None = None
+    nvtx: dict[str, str] | None = None          # --nvtx: {"pattern", "match"}
+    nvtx_ranges: list[dict] = field(default_factory=list)  # --by-nvtx: nvtx_summary.RangeKernel rows
+    buckets: list[dict] = field(default_factory=list)      # --buckets: buckets.Bucket rows
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -93,7 +101,7 @@ class ProfileResult:
         kernels = [KernelStat(**{key: v for key, v in stat.items() if key in names}) for stat in d["kernels"]]
         totals = {k: d[k] for k in ("total_ns", "dispatches", "processes")}
         optional = ("command", "created", "wall_seconds", "exit_status", "dropped_records", "warnings", "kerncap_version",
-                    "cupti_finalized")
+                    "cupti_finalized", "nvtx", "nvtx_ranges", "buckets")
         return cls(kernels=kernels, **totals, **{k: d[k] for k in optional if k in d})
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -189,21 +197,36 @@ def run_profile(
     timeout: float | None = None,
     run_dir: str | os.PathLike | None = None,
     output: OutputSink | None = None,
+    nvtx: str | None = None,
+    nvtx_match: str = "substring",
+    by_nvtx: bool = False,
+    buckets: bool = False,
 ) -> ProfileResult:
     """Run `command` once under the capture library in profile mode and rank its kernels.
 
     `env` adds to (or overrides) the current environment. `run_dir` keeps the
     per-process reports there; by default a temporary directory is used and removed.
+    `nvtx`: only launches inside matching NVTX ranges count; `by_nvtx`: time per
+    (range path, kernel); `buckets`: time per launch signature of each kernel.
     """
     command = list(command)
     base_env = {**os.environ, **(env or {})}
     check_command(command, cwd=cwd, env=base_env)
+    selection = Selection(nvtx=nvtx, nvtx_match=nvtx_match)
+    selection.check()
+    settings = selection.settings()
+    if by_nvtx:
+        settings["KERNCAP_PROFILE_NVTX"] = "1"
+    if buckets:
+        settings["KERNCAP_PROFILE_BUCKETS"] = "1"
+    if nvtx is not None or by_nvtx:
+        settings.update(nvtx_environment(inject_library()))
     inject_library()  # fail before anything is created if the capture library is missing
     own_dir = run_dir is None
     rdir = Path(tempfile.mkdtemp(prefix="kerncap-profile-")) if own_dir else Path(run_dir)
     try:
         rdir.mkdir(parents=True, exist_ok=True)
-        app_env = app_environment(command, mode="profile", run_dir=rdir, settings={}, env=env)
+        app_env = app_environment(command, mode="profile", run_dir=rdir, settings=settings, env=env)
         created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         # On timeout: SIGINT first, so a Python app unwinds and its atexit handlers
         # (where the capture library writes the profile) still run.
@@ -213,22 +236,38 @@ def run_profile(
         )
         profiles = read_reports(rdir, "profile")
         procs = read_reports(rdir, "proc")
-        return _build_result(command, created, outcome, profiles, procs, timeout)
+        result = _build_result(command, created, outcome, profiles, procs, timeout, selection)
+        _add_tables(result, profiles, by_nvtx, buckets)
+        return result
     finally:
         if own_dir:
             shutil.rmtree(rdir, ignore_errors=True)
 
 
+def _add_tables(result: ProfileResult, profiles: list[dict], by_nvtx: bool, buckets: bool) -> None:
+    demangled = {k.name: k.demangled for k in result.kernels}
+    if by_nvtx:
+        result.nvtx_ranges = [r.to_dict() for r in nvtx_summary.merge(profiles, demangled)]
+    if buckets:
+        tables = [[bucket_tables.Bucket.from_native(b, demangled.get(str(b.get("kernel")), ""))
+                   for b in p.get("buckets") or []] for p in profiles]
+        result.buckets = [b.to_dict() for b in bucket_tables.merge(tables)]
+
+
 def _build_result(
     command: list[str], created: str, outcome: AppOutcome, profiles: list[dict], procs: list[dict],
-    timeout: float | None,
+    timeout: float | None, selection=None,
 ) -> ProfileResult:
     kernels, dropped = merge_profiles(profiles)
     warnings: list[str] = []
     cmd = command_text(command)
     subscriber = report_errors(procs, "cupti_subscriber")
+    nvtx = None if selection is None or selection.nvtx is None else {"pattern": selection.nvtx,
+                                                                      "match": selection.nvtx_match}
 
     if not kernels:
+        if nvtx and profiles:
+            raise nvtx_summary.unmatched_error(nvtx["pattern"], nvtx["match"], profiles)
         if subscriber:
             raise cupti_subscriber_error(subscriber, "no kernel could be profiled")
         if outcome.timed_out:
@@ -260,11 +299,12 @@ def _build_result(
         warnings.append(f"{dropped} CUPTI activity records were dropped; totals are lower bounds")
     finalize = [p.get("cupti_finalize") for p in procs]
     for p, result in zip(procs, finalize):
-        if result not in (None, "ok"):
+        if result not in (None, "ok", "unsubscribed"):
             warnings.append(f"process {p.get('pid')}: CUPTI was not detached at exit ({result})")
     reporting = {int(p.get("pid", 0)) for p in profiles}
     return ProfileResult(
         cupti_finalized=all(r == "ok" for r in finalize) if finalize and None not in finalize else None,
+        nvtx=nvtx,
         kernels=kernels,
         total_ns=sum(k.total_ns for k in kernels),
         dispatches=sum(k.calls for k in kernels),

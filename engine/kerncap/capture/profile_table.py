@@ -1,14 +1,17 @@
-"""The `kerncap profile` table: every number column always printed in full, the kernel
+"""The `kerncap profile` tables: every number column always printed in full, the kernel
 name fitted into what is left of the width (80 in a pipe) by core.units.fit_kernel_name.
-`--wide` prints full names instead (and `--json` has them all)."""
+`--wide` prints full names instead (and `--json` has them all). With --by-nvtx the time
+per (NVTX range path, kernel), with --buckets each kernel's launch signatures."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
 
+from kerncap.capture.nvtx_summary import RangeKernel
 from kerncap.capture.profile import ProfileResult
-from kerncap.core.units import fit_kernel_name, format_dim
+from kerncap.core.units import cut_end, cut_middle, fit_kernel_name, format_dim
+from kerncap.reproducer.buckets import Bucket, time_shares
 
 MIN_NAME = 12
 NUMBER_COLUMNS = ("calls", "total ms", "%", "avg µs", "min µs", "max µs", "grid", "block")
@@ -50,3 +53,70 @@ def summary_line(result: ProfileResult, shown: int) -> str:
     more = f" ({hidden} more not shown; --top 0 shows all)" if hidden > 0 else ""
     return (f"{len(result.kernels)} kernels, {result.dispatches:,} dispatches in {result.processes} process(es), "
             f"{result.total_ns / 1e6:,.3f} ms of GPU time; the app ran {result.wall_seconds:.1f} s{more}")
+
+
+def _columns(heads: Sequence[str], rows: list[list[str]]) -> list[int]:
+    return [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
+
+
+def format_nvtx_table(result: ProfileResult, *, top: int = 20, width: int | None = None,
+                      wide: bool = False) -> list[str]:
+    """GPU time per (NVTX range path, kernel), most first (`profile --by-nvtx`): a title,
+    the table, and a line for the rows not shown."""
+    width = terminal_width() if width is None else width
+    rows = [RangeKernel(**r) for r in result.nvtx_ranges]
+    shown = rows if top <= 0 else rows[:top]
+    heads = ["#", "calls", "total ms", "%", "avg µs"]
+    cells = [[str(i), f"{r.calls:,}", f"{r.total_ns / 1e6:,.3f}", f"{r.percent:.1f}", f"{r.avg_ns / 1e3:,.2f}"]
+             for i, r in enumerate(shown, 1)]
+    widths = _columns(heads, cells)
+    # "#", the range and the kernel two spaces apart, then the numbers one space apart;
+    # the kernel gets what it needs up to three fifths of the room, the range the rest.
+    room = max(2 * MIN_NAME, width - widths[0] - 6 - sum(widths[1:]) - len(widths[1:]) + 1)
+    names = [r.demangled or r.kernel for r in shown]
+    name_need = max([len("kernel"), *(len(fit_kernel_name(n, room)) for n in names)])
+    path_room = max(MIN_NAME, room - min(name_need, room * 3 // 5))
+    paths = [r.path_text if wide else cut_middle(r.path_text, path_room) for r in shown]
+    path_width = max([len("range"), *map(len, paths)])
+    names = names if wide else [fit_kernel_name(n, max(MIN_NAME, room - path_width)) for n in names]
+    name_width = max([len("kernel"), *map(len, names)])
+
+    def line(c: Sequence[str], path: str, name: str) -> str:
+        nums = " ".join(x.rjust(w) for x, w in zip(c[1:], widths[1:]))
+        return f"{c[0].rjust(widths[0])}  {path.ljust(path_width)}  {name.ljust(name_width)}  {nums}".rstrip()
+
+    out = ["GPU time per NVTX range and kernel", line(heads, "range", "kernel")]
+    out += [line(c, p, n) for c, p, n in zip(cells, paths, names)]
+    if len(rows) > len(shown):
+        out.append(f"({len(rows) - len(shown)} more rows; --top 0 shows all)")
+    return out
+
+
+def format_bucket_tables(result: ProfileResult, *, top: int = 20, width: int | None = None,
+                         wide: bool = False) -> list[str]:
+    """Each ranked kernel's buckets (launch signatures) with count and share of its time
+    (`profile --buckets`): per kernel a title line, then one row per bucket."""
+    width = terminal_width() if width is None else width
+    by_kernel: dict[str, list[Bucket]] = {}
+    for d in result.buckets:
+        b = Bucket.from_dict(d)
+        by_kernel.setdefault(b.kernel, []).append(b)
+    kernels = [k for k in result.kernels if k.name in by_kernel]
+    heads = ["calls", "total ms", "share %", "avg µs"]
+    out: list[str] = []
+    for k in kernels if top <= 0 else kernels[:top]:
+        buckets = by_kernel[k.name]
+        cells = [[f"{b.launches:,}", f"{b.time_ns / 1e6:,.3f}", f"{100 * share:.1f}", f"{b.avg_ns / 1e3:,.2f}"]
+                 for b, share in zip(buckets, time_shares(buckets))]
+        widths = _columns(heads, cells)
+        room = max(MIN_NAME, width - sum(widths) - len(widths) - 1)
+        title = f": {len(buckets)} bucket(s)"
+        name = k.display_name if wide else fit_kernel_name(k.display_name, max(MIN_NAME, width - len(title)))
+        if out:
+            out.append("")
+        out.append(name + title)
+        out.append((" ".join(h.rjust(w) for h, w in zip(heads, widths)) + "  signature").rstrip())
+        for c, b in zip(cells, buckets):
+            sig = b.signature() if wide else cut_end(b.signature(), room)
+            out.append(" ".join(x.rjust(w) for x, w in zip(c, widths)) + "  " + sig)
+    return out

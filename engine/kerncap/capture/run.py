@@ -2,8 +2,9 @@
 
 The app runs in its own process group (its own session) so that everything it spawns
 (torch.compile workers, MPI-style launchers) can be stopped together once the capture
-is on disk, on --timeout, or on Ctrl-C. Its output is streamed through while it runs;
-the tail of its stderr is kept for error messages.
+is on disk, on --timeout, or on Ctrl-C; descendants in other sessions (torchrun's
+workers) are followed through /proc and stopped too (kerncap.capture.jobs). Its output is
+streamed through while it runs; the tail of its stderr is kept for error messages.
 
 Every CUDA process of the app writes `proc-<pid>.json` (and, when profiling,
 `profile-<pid>.json`) into the run directory (docs/capture-format.md).
@@ -25,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kerncap.capture.jobs import ProcessTree, StopReport, enable_subreaper, signal_name
 from kerncap.core.native import PACKAGE_DIR, inject_library
 from kerncap.errors import KerncapError, UsageError
 
@@ -44,6 +46,7 @@ class AppOutcome:
     timed_out: bool = False
     stopped: bool = False  # we ended it because stop_when() said the work was done
     stderr_tail: list[str] = field(default_factory=list)
+    stop: StopReport = field(default_factory=StopReport)  # what ending the app's processes took
 
     @property
     def failed(self) -> bool:
@@ -151,6 +154,7 @@ def run_app(
     exits get `linger` seconds to finish (they may still be writing their reports).
     """
     sink = output or default_sink
+    enable_subreaper()  # orphaned descendants of the app stay findable (kerncap.capture.jobs)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -170,6 +174,8 @@ def run_app(
         raise KerncapError(f"could not start {command[0]}: {exc.strerror or exc}", "check the command") from None
 
     pgid = proc.pid  # start_new_session: the child leads its own group
+    tree = ProcessTree(proc.pid)
+    stop = StopReport()
     tail = bytearray()
     tail_lock = threading.Lock()
 
@@ -199,13 +205,14 @@ def run_app(
     timed_out = stopped = False
     try:
         while proc.poll() is None:
+            tree.scan()
             if stop_when is not None and stop_when():
                 stopped = True
-                _stop_group(proc, pgid, (signal.SIGTERM,), grace)
+                _stop_group(proc, pgid, (signal.SIGTERM,), grace, tree, stop)
                 break
             if timeout is not None and time.monotonic() - start > timeout:
                 timed_out = True
-                _stop_group(proc, pgid, timeout_signals, grace)
+                _stop_group(proc, pgid, timeout_signals, grace, tree, stop)
                 break
             time.sleep(poll)
         else:
@@ -213,12 +220,13 @@ def run_app(
             # otherwise let stragglers finish writing their reports first.
             stopped = stop_when is not None and stop_when()
             if not stopped:
-                _wait_group_empty(proc, pgid, linger)
-            _stop_group(proc, pgid, (signal.SIGTERM,), grace)
+                _wait_group_empty(proc, pgid, linger, tree)
+            _stop_group(proc, pgid, (signal.SIGTERM,), grace, tree, stop)
     except BaseException:  # Ctrl-C or an error in stop_when: never leave the app running
-        _stop_group(proc, pgid, (signal.SIGTERM,), min(grace, 2.0))
+        _stop_group(proc, pgid, (signal.SIGTERM,), min(grace, 2.0), tree, stop)
         raise
     finally:
+        tree.reap()
         for t in pumps:
             t.join(timeout=2.0)
 
@@ -232,6 +240,7 @@ def run_app(
         timed_out=timed_out,
         stopped=stopped,
         stderr_tail=lines[-STDERR_TAIL_LINES:],
+        stop=stop,
     )
 
 
@@ -252,40 +261,57 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _wait_group_empty(proc: subprocess.Popen, pgid: int, seconds: float) -> bool:
+def _app_alive(proc: subprocess.Popen, pgid: int, tree: ProcessTree) -> bool:
+    proc.poll()  # reap the leader so its zombie does not count
+    tree.reap()
+    return _group_alive(pgid) or bool(tree.alive())
+
+
+def _wait_group_empty(proc: subprocess.Popen, pgid: int, seconds: float, tree: ProcessTree) -> bool:
     deadline = time.monotonic() + seconds
     while True:
-        proc.poll()  # reap the leader so its zombie does not count
-        if not _group_alive(pgid):
+        if not _app_alive(proc, pgid, tree):
             return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)
 
 
-def _stop_group(proc: subprocess.Popen, pgid: int, signals: Sequence[int], grace: float) -> None:
+def _stop_group(proc: subprocess.Popen, pgid: int, signals: Sequence[int], grace: float, tree: ProcessTree,
+                report: StopReport) -> None:
+    """Each of `signals`, `grace` seconds apart, to the app's group and every descendant
+    kerncap saw (kerncap.capture.jobs), then SIGKILL; `report` says what it took."""
+    tree.scan(force=True)
+    if not report.processes:
+        report.processes = len(tree.alive())
     for sig in signals:
-        proc.poll()
-        if not _group_alive(pgid):
+        if not _app_alive(proc, pgid, tree):
             return
+        report.signals.append(signal_name(sig))
         _signal_group(pgid, sig)
-        if _wait_group_empty(proc, pgid, grace):
+        tree.signal(sig)
+        if _wait_group_empty(proc, pgid, grace, tree):
             return
+    tree.scan(force=True)
+    report.killed = len(tree.alive())
+    report.signals.append("SIGKILL")
     _signal_group(pgid, signal.SIGKILL)
-    _wait_group_empty(proc, pgid, 2.0)
+    tree.signal(signal.SIGKILL)
+    _wait_group_empty(proc, pgid, 2.0, tree)
     try:
         proc.wait(timeout=1.0)
     except subprocess.TimeoutExpired:
         pass
+    report.leftover = tree.alive()
 
 
 # -- per-process reports in the run directory -----------------------------------------
 
-_REPORT_NAME = re.compile(r"^(proc|profile|triton)-(\d+)\.json$")
+_REPORT_NAME = re.compile(r"^(proc|profile|triton|buckets)-(\d+)\.json$")
 
 
 def read_reports(run_dir: Path, kind: str) -> list[dict]:
-    """All `<kind>-<pid>.json` files of the run directory (kind: proc, profile, triton).
+    """All `<kind>-<pid>.json` files of the run directory (kind: proc, profile, triton, buckets).
 
     The interposer writes them atomically, so a file is either absent or complete;
     one that does not parse is reported by name.

@@ -1,4 +1,5 @@
-"""`kerncap extract KERNEL [--match M] [--dispatch N] [--output DIR] … -- CMD…`"""
+"""`kerncap extract KERNEL [--match M] [--dispatch N|N,M,…] [--buckets] [--nvtx P] [--rank R] [--pid P]
+[--device D] [--output DIR] … -- CMD…`"""
 
 from __future__ import annotations
 
@@ -9,6 +10,16 @@ from pathlib import Path
 
 from kerncap import api
 from kerncap.core.units import format_dim, human_bytes
+from kerncap.errors import KerncapError
+
+
+def dispatch_arg(text: str) -> int | list[int]:
+    """'3' -> 3; '3,17,40' -> [3, 17, 40] (a set)."""
+    try:
+        values = api.dispatch_list(text)
+    except KerncapError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return values if "," in text else values[0]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,8 +33,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("kernel", metavar="KERNEL", help="kernel name or pattern (see --match)")
     p.add_argument("--match", choices=api.MATCH_MODES, default="substring",
                    help="substring of the mangled or demangled name (default), regex search, or exact mangled name")
-    p.add_argument("--dispatch", type=int, default=0, metavar="N",
-                   help="capture the N-th matching launch, from 0, per process (default: 0)")
+    p.add_argument("--dispatch", type=dispatch_arg, default=0, metavar="N",
+                   help="capture the N-th matching launch, from 0, per process (default: 0); a list N,M,... captures "
+                        "each of them in one run into a reproducer set")
+    p.add_argument("--buckets", action="store_true",
+                   help="capture one dispatch of every launch signature (grid, block, dynamic smem, scalar "
+                        "arguments) in one run into a reproducer set weighted by each bucket's in-app time")
+    sel = p.add_argument_group("which launches count (docs/selection.md)")
+    sel.add_argument("--nvtx", metavar="PATTERN",
+                     help="only launches inside NVTX ranges whose path matches, e.g. 'forward.S1024/layer.5'")
+    sel.add_argument("--nvtx-match", choices=api.NVTX_MATCH_MODES, default="substring",
+                     help="how --nvtx matches the range path (default: substring)")
+    sel.add_argument("--rank", type=int, metavar="R",
+                     help="only the process of rank R (RANK, LOCAL_RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)")
+    sel.add_argument("--pid", type=int, metavar="P", help="only the process with pid P")
+    sel.add_argument("--device", type=int, metavar="D", help="only launches on CUDA device D (as the app numbers it)")
     p.add_argument("--output", "-o", type=Path, metavar="DIR",
                    help="reproducer directory (default: WORKSPACE/reproducers/<kernel>-<time>)")
     p.add_argument("--workspace", type=Path, default=api.DEFAULT_WORKSPACE, metavar="DIR",
@@ -44,12 +68,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     command = api.app_command(args.app_command, args.cmd)
     output = args.output or api.Workspace(args.workspace).new_reproducer_path(args.kernel)
+    selection = api.Selection(nvtx=args.nvtx, nvtx_match=args.nvtx_match, rank=args.rank, pid=args.pid,
+                              device=args.device)
     result = api.extract(
         args.kernel, command, output=output, dispatch=args.dispatch, match=args.match,
         keep_running=args.keep_running, timeout=args.timeout, source_dir=args.source_dir,
         build_dir=args.build_dir, force=args.force, keep_run_dir=args.keep_run_dir, prune=args.prune,
+        selection=selection, buckets=args.buckets,
     )
-    print(format_extract_summary(result))
+    if isinstance(result, api.ExtractResult):
+        print(format_extract_summary(result))
+    else:
+        print(api.format_set_extract(result))
     for w in result.warnings:
         print(f"kerncap extract: warning: {w}", file=sys.stderr)
     return 0
@@ -72,6 +102,9 @@ def format_extract_summary(r: api.ExtractResult) -> str:
     ]
     if cap.globals:
         lines.append(f"globals     {len(cap.globals)} ({sum(g.written for g in cap.globals)} written)")
+    where = api.launch_context(cap)
+    if where:
+        lines.append(f"where       {where}")
     if r.sources:
         lines.append(f"sources     {r.sources.get('kind')}: "
                      f"{r.sources.get('translation_unit') or r.sources.get('reason', '')}")

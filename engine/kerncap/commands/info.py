@@ -17,13 +17,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Show what a reproducer holds: kernel, launch, parameters, memory regions, globals, provenance, "
         "and whether its payloads are all there. Exit status 3 when some are missing or damaged.",
     )
-    p.add_argument("path", type=Path, metavar="DIR", help="reproducer directory (or its capture/ directory)")
+    p.add_argument("path", type=Path, metavar="DIR",
+                   help="reproducer directory (or its capture/ directory), or a reproducer set")
     p.add_argument("--verify", action="store_true", help="also read every payload and check its hash")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if api.is_set(args.path):
+        summary = api.set_info(args.path, verify=args.verify)
+        print(json.dumps(summary, indent=1) if args.json else api.format_set_info(summary))
+        return EXIT_OK if summary["payloads_ok"] else EXIT_CANNOT_RUN
     summary = api.info(args.path, verify=args.verify)
     print(json.dumps(summary, indent=1) if args.json else api.format_info(summary))
     return EXIT_OK if summary["payloads"]["ok"] else EXIT_CANNOT_RUN  # damaged input

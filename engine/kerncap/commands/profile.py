@@ -1,4 +1,4 @@
-"""`kerncap profile [--json] [--output F] [--top N] [--timeout S] -- CMD…`"""
+"""`kerncap profile [--json] [--output F] [--top N] [--timeout S] [--nvtx P] [--by-nvtx] [--buckets] -- CMD…`"""
 
 from __future__ import annotations
 
@@ -27,6 +27,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where profiles are saved by default (default: %(default)s)")
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows in the table; 0 for all (default: 20)")
     p.add_argument("--timeout", type=float, metavar="S", help="stop the app after S seconds")
+    p.add_argument("--nvtx", metavar="PATTERN",
+                   help="count only launches inside NVTX ranges whose path (e.g. 'forward.S1024/layer.5') matches")
+    p.add_argument("--nvtx-match", choices=api.NVTX_MATCH_MODES, default="substring",
+                   help="how --nvtx matches the range path (default: substring)")
+    p.add_argument("--by-nvtx", action="store_true",
+                   help="also rank GPU time per (NVTX range path, kernel), like Nsight Systems' NVTX summary")
+    p.add_argument("--buckets", action="store_true",
+                   help="also group each kernel's launches by signature (grid, block, dynamic smem, scalar "
+                        "arguments) with count and time per bucket")
     p.add_argument("--cmd", metavar="CMD", help="the app's command as one string (instead of `-- CMD…`)")
     p.set_defaults(handler=handle)
 
@@ -35,7 +44,8 @@ def handle(args: argparse.Namespace) -> int:
     command = api.app_command(args.app_command, args.cmd)
     # With --json our stdout carries the JSON: the app's stdout goes to stderr.
     sink = _app_output_to_stderr if args.json else None
-    result = api.profile(command, timeout=args.timeout, output=sink)
+    result = api.profile(command, timeout=args.timeout, output=sink, nvtx=args.nvtx, nvtx_match=args.nvtx_match,
+                         by_nvtx=args.by_nvtx, buckets=args.buckets)
     path = result.save(args.output or api.Workspace(args.workspace).new_profile_path())
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=1)
@@ -43,6 +53,12 @@ def handle(args: argparse.Namespace) -> int:
         print(f"kerncap: profile saved to {path}", file=sys.stderr)
     else:
         print_table(result, top=args.top, wide=args.wide)
+        if result.nvtx_ranges:
+            print()
+            print_nvtx_table(result, top=args.top, wide=args.wide)
+        if result.buckets:
+            print()
+            print_bucket_table(result, top=args.top, wide=args.wide)
         print(f"profile saved to {path}")
     for w in result.warnings:
         print(f"kerncap profile: warning: {w}", file=sys.stderr)
@@ -56,3 +72,15 @@ def _app_output_to_stderr(stream: str, data: bytes) -> None:
 def print_table(result: api.ProfileResult, *, top: int = 20, file=None, width: int | None = None,
                 wide: bool = False) -> None:
     print(api.format_profile(result, top=top, width=width, wide=wide), file=file or sys.stdout)
+
+
+def print_nvtx_table(result: api.ProfileResult, *, top: int = 20, file=None, width: int | None = None,
+                     wide: bool = False) -> None:
+    """GPU time per (NVTX range path, kernel), most first (--by-nvtx)."""
+    print(api.format_nvtx_table(result, top=top, width=width, wide=wide), file=file or sys.stdout)
+
+
+def print_bucket_table(result: api.ProfileResult, *, top: int = 20, file=None, width: int | None = None,
+                       wide: bool = False) -> None:
+    """Each ranked kernel's buckets (launch signatures) with count and share of its time (--buckets)."""
+    print(api.format_bucket_tables(result, top=top, width=width, wide=wide), file=file or sys.stdout)

@@ -13,7 +13,9 @@ from kerncap import api
 
 def register(sub) -> None:
     p = sub.add_parser("recompile", help="rebuild only the kernel from the reproducer's editable source")
-    p.add_argument("reproducer", type=Path, help="reproducer directory (from `kerncap extract`)")
+    p.add_argument("reproducer", type=Path,
+                   help="reproducer directory (from `kerncap extract`), or a set (one variant for every member, "
+                        "built from SET/source)")
     p.add_argument("--config", help="Triton only: compile options to pin instead of the captured ones, e.g. "
                    "num_warps=4,num_stages=2, or another autotune config (its constexprs too, e.g. "
                    "XBLOCK=8,R0_BLOCK=512,num_warps=4: launched with that config's grid)")
@@ -35,10 +37,11 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if api.is_set(args.reproducer):
+        return recompile_set_cli(args)
     if args.list_configs:
         return list_configs(args.reproducer, args.json)
-    mode = "full" if args.full else "reduced" if args.reduced else "auto"
-    result = api.recompile(args.reproducer, args.config, trust=args.trust, mode=mode)
+    result = api.recompile(args.reproducer, args.config, trust=args.trust, mode=_mode(args))
     if args.json:
         print(json.dumps({"cubin": str(result.cubin), "seconds": round(result.seconds, 3),
                           "command": result.command, "log": result.log, "mode": result.mode,
@@ -80,4 +83,31 @@ def list_configs(reproducer: Path, as_json: bool) -> int:
     else:
         print(f"  the captured config is none of these (e.g. refined by coordinate descent): "
               f"{found.captured_constexprs}, grid {found.captured_grid}")
+    return 0
+
+
+def _mode(args: argparse.Namespace) -> str:
+    return "full" if args.full else "reduced" if args.reduced else "auto"
+
+
+def recompile_set_cli(args: argparse.Namespace) -> int:
+    """One variant every member of a set uses, built from the set's source/."""
+    if args.list_configs:
+        return list_configs(api.open_set(args.reproducer).members[0].path, args.json)
+    v = api.recompile_set(args.reproducer, args.config, trust=args.trust, mode=_mode(args))
+    if args.json:
+        print(json.dumps({"variant": str(v.path), "seconds": round(v.seconds, 3), "builds": v.builds,
+                          "cubins": {str(i): str(c) for i, c in v.cubins.items()},
+                          "commands": [r.command for r in v.results]}, indent=2))
+        return 0
+    for r in v.results:
+        print("$ " + shlex.join(r.command))  # always: the user sees what ran
+        if args.verbose or r.log.strip():
+            print(r.log.rstrip())
+        for note in r.notes:
+            print(note)
+    print(f"{v.path}  ({v.builds} build(s), {v.seconds:.2f} s)")
+    for i, c in v.cubins.items():
+        print(f"  member {i}: {c}")
+    print(f"replay it with: kerncap replay {args.reproducer} --cubin {v.path}")
     return 0

@@ -1,4 +1,4 @@
-"""`kerncap replay DIR [--cubin F] [--iterations N] [--warmup W] [--flush-l2] [--json]`
+"""`kerncap replay DIR|SET [--cubin F] [--iterations N] [--warmup W] [--flush-l2] [--device D] [--json]`
 `kerncap replay DIR --compare A [B ...] [--rounds R] [--min-time S] [--max-time S] [--confidence C] ...`"""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from kerncap import api
 from kerncap.commands import inspect_tools
 from kerncap.commands.arguments import confidence, non_negative_float, non_negative_int, positive_int
-from kerncap.errors import KerncapError, UsageError
+from kerncap.errors import EXIT_CANNOT_RUN, EXIT_OK, KerncapError, UsageError
 
 
 def check_cubin(cubin: Path | None) -> None:
@@ -28,8 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "variants interleaved with the captured cubin and report each speedup with a confidence "
                     "interval.",
     )
-    p.add_argument("path", type=Path, metavar="DIR", help="reproducer directory (or its capture/ directory)")
-    p.add_argument("--cubin", type=Path, metavar="F", help="variant cubin to run instead of the captured one")
+    p.add_argument("path", type=Path, metavar="DIR",
+                   help="reproducer directory (or its capture/ directory), or a reproducer set (every member)")
+    p.add_argument("--cubin", type=Path, metavar="F",
+                   help="variant cubin to run instead of the captured one (a set: a cubin or variants/<n>.json)")
     p.add_argument("--iterations", "-n", type=positive_int, metavar="N",
                    help="timed launches (20; with --compare: per program and round, 10)")
     p.add_argument("--warmup", "-w", type=non_negative_int, metavar="W",
@@ -49,13 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop adding rounds after S seconds of wall time (300)")
     c.add_argument("--confidence", type=confidence, default=None, metavar="C",
                    help=f"confidence of the intervals ({api.DEFAULT_CONFIDENCE:g})")
-    p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
+    p.add_argument("--device", type=non_negative_int, default=0,
+                   help="GPU ordinal (0): any GPU of the capture's architecture; the result says which ran")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     inspect_tools.add_ncu_arguments(p)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if api.is_set(args.path):
+        return handle_set(args)
     if args.ncu:
         return inspect_tools.handle_ncu(args)
     inspect_tools.check_tool_flags(args, "--ncu")
@@ -82,3 +87,16 @@ def handle_compare(args: argparse.Namespace) -> int:
                                   device=args.device)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_comparison(result))
     return 0
+
+
+def handle_set(args: argparse.Namespace) -> int:
+    """replay of a reproducer set: every member (and the variant), then the workload's view."""
+    if args.ncu or args.compare:
+        raise UsageError(f"{'--ncu' if args.ncu else '--compare'} works on one reproducer; {args.path} is a set",
+                         f"pass one member, e.g. {args.path / 'members' / '0'}")
+    check_cubin(args.cubin)
+    run = api.replay_set(args.path, cubin=args.cubin, iterations=20 if args.iterations is None else args.iterations,
+                         warmup=3 if args.warmup is None else args.warmup, flush_l2=args.flush_l2,
+                         device=args.device)
+    print(json.dumps(run.to_dict(), indent=1) if args.json else api.format_set_run(run))
+    return EXIT_OK if run.passed else EXIT_CANNOT_RUN  # a member that could not run

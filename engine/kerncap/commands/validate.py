@@ -1,4 +1,4 @@
-"""`kerncap validate DIR [DIR ...] [--cubin F] [--perturb K [--seed S] [--keep R ...]] [--runs N]
+"""`kerncap validate DIR|SET [DIR ...] [--cubin F] [--perturb K [--seed S] [--keep R ...]] [--runs N]
 [--atol A] [--rtol R] [--dtype T] [--region-dtype R=T ...] [--json]`"""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from kerncap.commands import inspect_tools
 from kerncap.commands.arguments import non_negative_float, non_negative_int, positive_int
 from kerncap.commands.replay import check_cubin
 from kerncap.core import dtypes
-from kerncap.errors import KerncapError
+from kerncap.errors import KerncapError, UsageError
 
 
 def dtype_name(text: str) -> str:
@@ -44,8 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "not run.",
     )
     p.add_argument("paths", type=Path, nargs="+", metavar="DIR",
-                   help="reproducer directory (or its capture/ directory); several: reproducers of one kernel")
-    p.add_argument("--cubin", type=Path, metavar="F", help="variant cubin to check instead of the captured one")
+                   help="reproducer directory (or its capture/ directory); several: reproducers of one kernel; a "
+                        "reproducer set counts as its members")
+    p.add_argument("--cubin", type=Path, metavar="F",
+                   help="variant cubin to check instead of the captured one (a set: a cubin or variants/<n>.json; "
+                        "then every member is also timed and the weighted speedup reported)")
     p.add_argument("--atol", type=non_negative_float, metavar="A", help="absolute tolerance (tolerance mode)")
     p.add_argument("--rtol", type=non_negative_float, metavar="R", help="relative tolerance (tolerance mode)")
     p.add_argument("--dtype", type=dtype_name, metavar="T",
@@ -63,7 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--runs", type=positive_int, default=api.DEFAULT_RUNS, metavar="N",
                    help=f"replays of the captured kernel to detect nondeterminism ({api.DEFAULT_RUNS}; 1 skips the "
                         "check)")
-    p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
+    p.add_argument("--device", type=non_negative_int, default=0,
+                   help="GPU ordinal (0): any GPU of the capture's architecture; the report says which ran")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     inspect_tools.add_sanitize_arguments(p)
     p.set_defaults(handler=handle)
@@ -71,7 +75,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     check_cubin(args.cubin)
+    one_set = len(args.paths) == 1 and api.is_set(args.paths[0])
     if args.sanitize:
+        if any(api.is_set(p) for p in args.paths):
+            raise UsageError("--sanitize checks one reproducer, not a set",
+                             f"pass one member, e.g. {args.paths[0] / 'members' / '0'}")
         return inspect_tools.handle_sanitize(args)
     inspect_tools.check_tool_flags(args, "--sanitize")
     per_region = dict(args.region_dtype)
@@ -81,5 +89,13 @@ def handle(args: argparse.Namespace) -> int:
     report = api.validate_inputs(args.paths, cubin=args.cubin, perturb=args.perturb, seed=args.seed,
                                  keep=args.keep, runs=args.runs, atol=args.atol, rtol=args.rtol, dtype=dtype,
                                  dtypes=per_region, device=args.device)
-    print(json.dumps(report.to_dict(), indent=1) if args.json else api.format_trust_report(report))
+    # A set's variant is also timed on every member: its speedup on the workload.
+    timing = api.replay_set(args.paths[0], cubin=args.cubin, device=args.device) \
+        if one_set and args.cubin is not None and report.verdict != "fail" else None
+    if args.json:
+        print(json.dumps({**report.to_dict(), "set_timing": timing.to_dict() if timing else None}, indent=1))
+    else:
+        print(api.format_trust_report(report))
+        if timing is not None:
+            print(api.format_set_run(timing))
     return report.exit_status

@@ -135,8 +135,11 @@ def find_leftovers(directory: Path, base: str | None = None) -> list[Leftover]:
         if m is None or (base is not None and m.group("base") != base):
             continue
         pid = int(m.group("pid"))
-        if pid != os.getpid() and not pid_alive(pid):
-            found.append(Leftover(Path(directory) / name, kind, pid))
+        path = Path(directory) / name
+        # Still there once its owner is known gone: listed just before the owner renamed it
+        # into place and exited, it is no leftover.
+        if pid != os.getpid() and not pid_alive(pid) and os.path.lexists(path):
+            found.append(Leftover(path, kind, pid))
     return found
 
 

@@ -78,8 +78,11 @@ class Roots:
                              "pass a path under one of them, or restart `kerncap mcp` with another --root")
         return resolved
 
-    def reproducer(self, value: str) -> Path:
+    def reproducer(self, value: str, *, allow_set: bool = False) -> Path:
+        """A reproducer directory under the roots (or, with `allow_set`, a reproducer set)."""
         p = self.path(value, "reproducer")
+        if allow_set and api.is_set(p):
+            return p
         if not (p / "capture").is_dir() and not (p / "manifest.json").is_file():
             raise KerncapError(f"{p} is not a reproducer (no capture/ in it)",
                                "pass a directory made by `extract`; `list_reproducers` lists those under the roots")
@@ -277,8 +280,13 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     @kerncap_tool
     async def info(reproducer: Reproducer) -> dict[str, Any]:
         """Everything a reproducer holds: kernel, launch, parameters, regions, globals,
-        provenance and the recorded stack (as `kerncap info --json`)."""
-        return api.info(R.reproducer(reproducer))
+        provenance and the recorded stack (as `kerncap info --json`). For a reproducer set:
+        its members (each a reproducer: their paths work with every tool) with weights,
+        dispatches, signatures, and the buckets not captured (`"set": true`)."""
+        repro = R.reproducer(reproducer, allow_set=True)
+        if api.is_set(repro):
+            return {"set": True, **api.set_info(repro)}
+        return api.info(repro)
 
     @server.tool()
     @kerncap_tool
@@ -361,11 +369,18 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         dtype is given (as `kerncap validate --json`; `passed` is the verdict). With
         `perturb` K it also runs on K perturbed inputs against the captured kernel, and
         `verdict` (pass | fail | inconclusive) and `summary` say what the verdict covers.
-        Uses the reproducer's resident replay server."""
-        repro = R.reproducer(reproducer)
+        Uses the reproducer's resident replay server. A reproducer set counts as its
+        members (each checked in a replay server of its own; `cubin` may be a set variant,
+        variants/<n>.json): one verdict over all their inputs."""
+        repro = R.reproducer(reproducer, allow_set=True)
         variant = R.cubin(repro, cubin)
         if region_dtypes and dtype is None and atol is None and rtol is None:
             dtype = "float32"  # per-region dtypes ask for an element-wise comparison, as the CLI does
+        if api.is_set(repro):
+            report = await state.blocking(ctx, "validate", lambda: api.validate_inputs(
+                [repro], cubin=variant, perturb=perturb or None, seed=seed, keep=keep or (), runs=runs, atol=atol,
+                rtol=rtol, dtype=dtype, dtypes=region_dtypes))
+            return {"set": True, **report.to_dict()}
         if not perturb and runs == 1:
             result = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda rc: rc.validate(
                 cubin=variant, atol=atol, rtol=rtol, dtype=dtype, dtypes=region_dtypes)), reproducer=repro)

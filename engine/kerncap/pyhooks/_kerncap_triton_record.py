@@ -39,10 +39,15 @@ class _Selection:
     def __init__(self) -> None:
         self.pattern = os.environ.get("KERNCAP_KERNEL", "")
         self.mode = os.environ.get("KERNCAP_MATCH", "substring")
-        try:
-            self.limit = int(os.environ.get("KERNCAP_DISPATCH", "0") or 0)
+        try:  # one dispatch, or a set's list: record up to the last
+            self.limit = max(int(x) for x in (os.environ.get("KERNCAP_DISPATCH") or "0").split(","))
         except ValueError:
             self.limit = 0
+        # Bucket sets and NVTX/rank/device selection count launches this hook cannot
+        # tell apart: record every launch (each kernel keeps its newest launches).
+        if os.environ.get("KERNCAP_BUCKETS") == "1" or any(
+                os.environ.get(v) for v in ("KERNCAP_NVTX", "KERNCAP_RANK", "KERNCAP_PID", "KERNCAP_DEVICE")):
+            self.limit = sys.maxsize
         self._regex = None
         if self.mode == "regex":
             try:

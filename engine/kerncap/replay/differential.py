@@ -17,7 +17,7 @@
    spread on this input too); the variant runs on the same state and must match it. A
    perturbation that makes the captured kernel itself fault is reported as such and
    counted as not covered, not as a failure of the variant.
-Several reproducers of the same kernel (several dispatches) are checked one after the
+Several reproducers of the same kernel (several dispatches, a reproducer set's members) are checked one after the
 other; the report says how many inputs the verdict covers.
 """
 
@@ -37,6 +37,7 @@ from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import DETERMINISM_JSON
 from kerncap.replay import perturb as pt
+from kerncap.replay.devices import describe as describe_device
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.results import RegionCheck, format_check
 
@@ -134,6 +135,7 @@ class ReproducerReport:
     plan: list[str]  # the perturbation plan's report lines ([] without --perturb)
     inputs: list[InputVerdict]
     notes: list[str] = field(default_factory=list)
+    device: dict[str, Any] | None = None  # the GPU it ran on (kerncap.replay.devices)
 
 
 @dataclass
@@ -210,9 +212,11 @@ class TrustReport:
 
 
 def validate_reproducers(dirs: Sequence[str | Path], cubin: str | Path | None, options: Options, *,
-                         device: int = 0, progress: Callable[[str], None] | None = None) -> TrustReport:
+                         device: int = 0, progress: Callable[[str], None] | None = None,
+                         cubins: Sequence[str | Path | None] | None = None) -> TrustReport:
     """Validates `cubin` (None: the captured cubin) on every reproducer in `dirs`, each in
-    its own replay server."""
+    its own replay server; `cubins`: one per reproducer instead (a set variant, whose
+    members may run different builds)."""
     from kerncap.replay.client import ReplayClient
 
     if not dirs:
@@ -223,11 +227,13 @@ def validate_reproducers(dirs: Sequence[str | Path], cubin: str | Path | None, o
         listing = "; ".join(f"{d}: {c.kernel.get('name')}" for d, c in zip(dirs, captures))
         raise KerncapError(f"the reproducers hold different kernels ({listing})",
                            "a verdict covers one kernel: give reproducers of the same kernel")
+    if cubins is not None and len(cubins) != len(dirs):
+        raise KerncapError(f"{len(cubins)} cubins for {len(dirs)} reproducers", "this is a kerncap bug")
     reports = []
-    for d, cap in zip(dirs, captures):
+    for d, cap, one in zip(dirs, captures, cubins if cubins is not None else [cubin] * len(dirs)):
         plan = pt.plan(cap, options.keep, options.region_dtypes) if options.perturb else None
         with ReplayClient(d, device=device) as rc:
-            reports.append(validate_one(rc, cap, cubin, options, plan=plan, progress=progress))
+            reports.append(validate_one(rc, cap, one, options, plan=plan, progress=progress))
     return TrustReport(None if cubin is None else str(cubin), options.perturb, options.seed, reports)
 
 
@@ -270,7 +276,7 @@ def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Option
                 say(f"perturbation {k + 1} of {options.perturb}")
                 inputs.append(_perturbed(rc, capture, cubin, plan, k, options, det, measure))
     return ReproducerReport(str(capture.reproducer_dir), capture.kernel.get("name", "?"), det, plan_lines, inputs,
-                            notes)
+                            notes, (rc.info or {}).get("device"))
 
 
 def _measure_tolerances(capture: Capture, explicit: dict[int, str], notes: list[str]
@@ -451,7 +457,8 @@ def format_report(report: TrustReport) -> str:
     what = report.cubin or "captured cubin"
     lines = [f"{what}: {report.summary()}"]
     for r in report.reproducers:
-        lines.append(f"reproducer {r.reproducer} ({r.kernel})")
+        on = f" on {describe_device(r.device)}" if r.device else ""
+        lines.append(f"reproducer {r.reproducer} ({r.kernel}){on}")
         if r.determinism is not None:
             lines += ["  " + line for line in r.determinism.text().splitlines()]
         if r.plan:

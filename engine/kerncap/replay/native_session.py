@@ -20,6 +20,7 @@ from kerncap.core import native
 from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.recompile.devcompile.module_id import global_names_for, object_names
 from kerncap.replay.cubin import describe_arch_mismatch
+from kerncap.replay.devices import arch_refusal
 from kerncap.replay.plan import AddressPlan, plan_address_space
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.results import (
@@ -49,6 +50,11 @@ class NativeSession:
         self.core = native.replay_module()
         self.session = self.core.Session(device)  # cuInit + primary context, nothing allocated yet
         self.cc: tuple[int, int] = tuple(self.session.compute_capability())
+        self.device = {"ordinal": self.session.ordinal(), "name": self.session.device_name(),
+                       "uuid": self.session.device_uuid(), "cc": list(self.cc)}
+        refusal = arch_refusal(cap.provenance.get("gpu") or {}, self.device)
+        if refusal:
+            raise self.core.ReplayError(refusal, "device")
         self.plan: AddressPlan = plan_address_space(cap.regions, self.session.granularity())
         self._check_fits()
         self.session.reserve([self._span_spec(s) for s in self.plan.spans])  # first, before any allocation
@@ -197,6 +203,7 @@ class NativeSession:
             "capture": str(self.capture.root),
             "kernel": self.capture.kernel.get("name"),
             "gpu": {"name": self.session.device_name(), "cc": list(self.cc)},
+            "device": self.device,
             "spans": [{"index": s.index, "base": s.base, "size": s.size, "regions": list(s.regions)} for s in self.plan.spans],
             "maps": [list(m) for m in self.plan.maps],
             "granularity": self.plan.granularity,
@@ -210,8 +217,10 @@ class NativeSession:
             raise KerncapError(f"--iterations must be >= 1 and --warmup >= 0 (got {iterations}, {warmup})")
         self.load(cubin)
         times = list(self.session.time(iterations, warmup, flush_l2))
-        return ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin,
-                                       notes=list(self.session.notes()))
+        result = ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin,
+                                         notes=list(self.session.notes()))
+        result.device = self.device
+        return result
 
     def validate(self, cubin: str | None, atol: float | None, rtol: float | None, dtype: str | None,
                  dtypes: dict[int, str] | None) -> ValidationResult:
@@ -231,6 +240,7 @@ class NativeSession:
         return ValidationResult(
             passed=all(c.passed for c in checks), mode="tolerance" if tolerance else "exact", regions=checks,
             atol=a if tolerance else None, rtol=r if tolerance else None, cubin=cubin, notes=notes,
+            device=self.device,
         )
 
     def region_dtypes(self, default: str | None, explicit: dict[int, str], notes: list[str]) -> dict[int, str]:

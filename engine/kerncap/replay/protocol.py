@@ -6,7 +6,8 @@ Response: {"id": 1, "ok": true, "result": {...}}
           {"id": 1, "ok": false, "error": "...", "hint": "...", "kind": "...", "fatal": bool}
 
 `kind` says what failed: "no_gpu", "native" (replay core not built), "capture" (damaged
-capture), "variant" / "arch" (a cubin that does not fit), "address" (a span that cannot be
+capture), "variant" / "arch" (a cubin that does not fit), "device" (a GPU of another
+architecture than the capture's), "address" (a span that cannot be
 reserved), "cuda" (a driver error), "input" (a bad request), "internal" (a bug).
 `fatal`: the server exits right after this response (sticky CUDA error, failed open);
 the client starts a fresh one for the next request.
@@ -31,6 +32,7 @@ HINTS = {
     "variant": "the variant must keep the captured kernel's name, parameter list and module globals; "
                "rebuild it from the reproducer with `kerncap recompile`",
     "arch": "compile the variant for this GPU's architecture (`kerncap recompile` uses the captured flags)",
+    "device": "replay on a GPU of the capture's architecture: --device N picks one (nvidia-smi lists them)",
     "address": "replay must restore the capture at its original addresses and something holds this range; "
                "retry (every replay server is a fresh process); if it persists, the driver or GPU differs too "
                "much from the capturing machine's",

@@ -9,6 +9,7 @@ from typing import Any
 
 from kerncap.core import dtypes as dt
 from kerncap.core.units import human_bytes
+from kerncap.replay.devices import describe as describe_device
 
 MAX_FIRST_MISMATCHES = 8
 
@@ -47,6 +48,7 @@ class ReplayResult:
     flush_l2: bool
     cubin: str | None  # variant path; None for the captured cubin
     notes: list[str] = field(default_factory=list)
+    device: dict[str, Any] | None = None  # the GPU it ran on (kerncap.replay.devices)
 
     @classmethod
     def from_times(cls, times_ms: list[float], *, warmup: int, flush_l2: bool, cubin: str | None,
@@ -111,11 +113,12 @@ class ValidationResult:
     rtol: float | None = None
     cubin: str | None = None
     notes: list[str] = field(default_factory=list)
+    device: dict[str, Any] | None = None  # the GPU it ran on (kerncap.replay.devices)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "passed": self.passed, "mode": self.mode, "atol": self.atol, "rtol": self.rtol, "cubin": self.cubin,
-            "notes": list(self.notes), "regions": [r.to_dict() for r in self.regions],
+            "notes": list(self.notes), "regions": [r.to_dict() for r in self.regions], "device": self.device,
         }
 
     @classmethod
@@ -123,6 +126,7 @@ class ValidationResult:
         return cls(
             passed=d["passed"], mode=d["mode"], regions=[RegionCheck.from_dict(r) for r in d["regions"]],
             atol=d.get("atol"), rtol=d.get("rtol"), cubin=d.get("cubin"), notes=list(d.get("notes", [])),
+            device=d.get("device"),
         )
 
     @property
@@ -171,8 +175,9 @@ def format_replay(r: ReplayResult) -> str:
     what = r.cubin or "captured cubin"
     flush = "L2 flushed before each launch" if r.flush_l2 else "L2 not flushed"
     unit = time_unit(r.median_ms)
+    on = f" on {describe_device(r.device)}" if r.device else ""
     lines = [
-        f"{what}: {r.iterations} iterations after {r.warmup} warm-up, {flush}",
+        f"{what}{on}: {r.iterations} iterations after {r.warmup} warm-up, {flush}",
         f"median {format_ms(r.median_ms, unit)}   min {format_ms(r.min_ms, unit)}   max {format_ms(r.max_ms, unit)}"
         f"   spread {r.spread_pct:.1f}% (p90-p10)/median",
     ]
@@ -212,7 +217,8 @@ def format_validation(v: ValidationResult) -> str:
     n_regions = sum(1 for r in v.regions if r.kind == "region")
     n_globals = len(v.regions) - n_regions
     verdict = "PASS" if v.passed else f"FAIL ({len(v.failures)} of {len(v.regions)} differ)"
-    lines = [f"{v.cubin or 'captured cubin'}: {verdict}  [{mode}; {n_regions} regions, {n_globals} globals]"]
+    on = f" on {describe_device(v.device)}" if v.device else ""
+    lines = [f"{v.cubin or 'captured cubin'}{on}: {verdict}  [{mode}; {n_regions} regions, {n_globals} globals]"]
     lines += [format_check(c) for c in v.regions]
     lines += [f"note: {n}" for n in v.notes]
     return "\n".join(lines)

@@ -70,6 +70,7 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
             "param_form": cap.launch.get("param_form"),
             "attributes": cap.launch.get("attributes", []),
             "graph": cap.launch.get("graph"),  # set when the dispatch ran as a node of a CUDA graph
+            "nvtx": cap.launch.get("nvtx"),  # the NVTX ranges around the launch (when NVTX was followed)
         },
         "params": params,
         "param_buffer_size": len(cap.param_buffer),
@@ -92,6 +93,8 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
             "pid": prov.get("pid"),
             "time": prov.get("time"),
             "dispatch_index": prov.get("dispatch_index"),
+            "job": prov.get("job"),  # rank, world size, local rank of the capturing process
+            "bucket": prov.get("bucket"),  # a set member's bucket id
             "match": prov.get("match"),
             "capture_seconds": prov.get("capture_seconds"),
             "env": prov.get("env", {}),
@@ -129,6 +132,38 @@ def graph_origin_text(g: dict[str, Any]) -> str:
     return text
 
 
+def job_text(prov: dict[str, Any]) -> str:
+    """'rank 1 of 2 (RANK), local rank 1' from provenance.job; '' outside a job."""
+    job = prov.get("job") or {}
+    rank = job.get("rank")
+    if not isinstance(rank, int) or rank < 0:
+        return ""
+    size = job.get("world_size")
+    text = f"rank {rank}" + (f" of {size}" if isinstance(size, int) and size >= 0 else "")
+    text += f" ({job['rank_var']})" if job.get("rank_var") else ""
+    local = job.get("local_rank")
+    return text + (f", local rank {local}" if isinstance(local, int) and local >= 0 else "")
+
+
+def launch_context(cap: Capture) -> str:
+    """'rank 1 of 2 (RANK), local rank 1, NVTX forward.S1024/layer.5' for a selected capture."""
+    parts = []
+    job = job_text(cap.provenance)
+    if job:
+        parts.append(job)
+    nvtx = (cap.launch.get("nvtx") or {}).get("path")
+    if nvtx is not None:
+        parts.append(f"NVTX {nvtx or '(no range)'}")
+    return ", ".join(parts)
+
+
+def nvtx_text(nvtx: dict[str, Any]) -> str:
+    """The NVTX path of a launch, with the start/end ranges said apart from the stack."""
+    path = nvtx.get("path") or "(no range open)"
+    ranges = nvtx.get("ranges") or []
+    return path + (f"  (start/end ranges: {', '.join(ranges)})" if ranges else "")
+
+
 def format_summary(s: dict[str, Any]) -> str:
     k, launch, prov = s["kernel"], s["launch"], s["provenance"]
     module, attrs = k.get("module") or {}, k.get("attributes") or {}
@@ -146,6 +181,8 @@ def format_summary(s: dict[str, Any]) -> str:
     graph = launch.get("graph")
     if isinstance(graph, dict):
         out.append(f"graph       {graph_origin_text(graph)}")
+    if isinstance(launch.get("nvtx"), dict):
+        out.append(f"nvtx        {nvtx_text(launch['nvtx'])}")
     if attrs:
         out.append("attributes  " + ", ".join(f"{name} {value}" for name, value in attrs.items()))
     selection = _v(module.get("selection"))
@@ -195,7 +232,11 @@ def format_summary(s: dict[str, Any]) -> str:
     if payloads:
         out.append(f"payloads    {payloads['summary']}" if payloads["ok"] else f"DAMAGED     {payloads['summary']}")
     out.append(f"gpu         {_v(gpu.get('name'))}, sm_{''.join(str(c) for c in cc) or '?'}, "
-               f"driver CUDA {driver_version_text(gpu.get('driver_version'))}")
+               f"driver CUDA {driver_version_text(gpu.get('driver_version'))}, device {_v(gpu.get('ordinal'))}"
+               + (f" ({gpu['uuid']})" if gpu.get("uuid") else ""))
+    job = job_text(prov)
+    if job:
+        out.append(f"job         {job}")
     command = prov.get("command")
     if command:
         out.append(f"command     {shlex.join(command) if isinstance(command, list) else command}")

@@ -13,18 +13,35 @@ from kerncap.core.units import short_kernel_name
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.payloads import check_payloads
+from kerncap.reproducer.sets import is_set
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 
 
 def find_reproducers(root: Path) -> list[Path]:
-    """Reproducer directories (holding capture/) at or one level under `root`."""
+    """Reproducer directories (holding capture/) at or one level under `root`; a
+    reproducer set (kerncap.reproducer.sets) there, or `root` itself, contributes its members."""
     root = Path(root)
     if (root / "capture").is_dir():
         return [root]
     if not root.is_dir():
         return []
+    if is_set(root):
+        return _members(root)
     # A killed kerncap's staging copies (<name>.partial-<pid>, …) are leftovers, not reproducers.
-    return sorted(p for p in root.iterdir() if (p / "capture").is_dir() and not is_leftover_name(p.name))
+    found = []
+    for p in sorted(root.iterdir()):
+        if is_leftover_name(p.name):
+            continue
+        if (p / "capture").is_dir():
+            found.append(p)
+        elif is_set(p):
+            found += _members(p)
+    return found
+
+
+def _members(set_dir: Path) -> list[Path]:
+    return sorted((m for m in (set_dir / "members").glob("*") if (m / "capture").is_dir()),
+                  key=lambda m: int(m.name) if m.name.isdigit() else -1)
 
 
 def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Path] = (), *,

@@ -58,6 +58,10 @@ MANIFEST = Obj({
         "gpu?": Opt(Obj({"name?": Opt(Str()), "cc?": Opt(List(Int(min=0, max=1000), max_len=2)),
                          "uuid?": Opt(Str()), "driver_version?": Opt(Int()), "ordinal?": Opt(Int(min=0))})),
         "capture_seconds?": Opt(Map(OneOf(Num(), ANY))),
+        # the capturing process in its job (-1: not set) and a set member's bucket (docs/selection.md)
+        "job?": Opt(Obj({"rank?": Opt(Int()), "rank_var?": Opt(Str()), "world_size?": Opt(Int()),
+                         "local_rank?": Opt(Int())})),
+        "bucket?": Opt(Int(min=0)),
         "bytes?": Opt(SIZES),
     }),
     "kernel": Obj({
@@ -73,6 +77,8 @@ MANIFEST = Obj({
         "grid": DIM, "block": DIM, "shared_mem_bytes?": Int(min=0, max=1 << 32),
         "stream?": Opt(Str()), "cooperative?": Bool(), "param_form?": Opt(Str()),
         "attributes?": List(Obj({"id": Int(), "value?": HEX}), max_len=64),
+        "nvtx?": Opt(Obj({"path?": Str(), "stack?": List(Str(), max_len=1 << 12),
+                          "ranges?": List(Str(), max_len=1 << 12)})),
     }),
     "params?": List(PARAM, max_len=MAX_PARAMS),
     "param_buffer?": HEX,
@@ -125,7 +131,7 @@ STORED_JSON = Obj({"format": Str(choices=("kerncap-stored",)), "store": Str(patt
 
 PACK_ENTRY = Obj({
     "path": Str(max_len=4096), "type": Str(choices=("file", "dir", "symlink")),
-    "mode?": Int(min=0), "mtime?": Num(), "size?": Int(min=0, max=1 << 40), "xxh64?": CHUNK_HASH, "target?": Str(),
+    "mode?": Int(min=0), "mtime?": Num(min=0, max=1e11), "size?": Int(min=0, max=1 << 40), "xxh64?": CHUNK_HASH, "target?": Str(),
 })
 PACK_INDEX = Obj({
     "format": Str(choices=("kerncap-pack",)),
@@ -133,6 +139,19 @@ PACK_INDEX = Obj({
     "blobs_dir": Str(max_len=4096),
     "entries": List(PACK_ENTRY, max_len=1 << 20),
     "blobs": List(Obj({"hash": CHUNK_HASH, "size": Int(min=0, max=1 << 32)}), max_len=MAX_CHUNKS),
+})
+
+# A shape bucket: one launch signature of a kernel with its count and times
+# (kerncap.reproducer.buckets; the interposer's launch_buckets.cpp writes them).
+BUCKET = Obj({
+    "kernel": Str(max_len=1 << 16), "demangled?": Str(), "grid": DIM, "block": DIM,
+    "shared_mem_bytes": Int(min=0, max=1 << 32),
+    "scalars?": List(Obj({"index": Int(min=0, max=MAX_PARAMS), "size": Int(min=0, max=MAX_PARAM_BYTES),
+                          "hex": Str(max_len=1 << 16)}), max_len=MAX_PARAMS),
+    "scalars_known?": Bool(),
+    **{k + "?": Int(min=0) for k in ("launches", "timed", "total_ns", "min_ns", "max_ns")},
+    **{k + "?": Opt(Int()) for k in ("first_dispatch", "captured_dispatch", "id")},
+    "capture_dir?": Opt(Str()), "refused?": Opt(Str()), "failed?": Bool(),
 })
 
 # A saved `kerncap profile` (kerncap.capture.profile.ProfileResult).
@@ -147,6 +166,11 @@ PROFILE = Obj({
     "command?": List(Str()), "created?": Str(), "wall_seconds?": Num(), "exit_status?": Opt(Int()),
     "dropped_records?": Int(min=0), "warnings?": List(Str()), "kerncap_version?": Str(),
     "cupti_finalized?": Opt(Bool()),
+    "nvtx?": Opt(Obj({"pattern": Str(), "match": Str()})),
+    "nvtx_ranges?": List(Obj({"path": Str(), "kernel": Str(), "demangled": Str(), "calls": Int(min=0),
+                              "total_ns": Int(min=0), "min_ns": Int(min=0), "max_ns": Int(min=0),
+                              "percent": Num(min=0)})),
+    "buckets?": List(BUCKET),
 })
 
 # determinism.json beside capture/: what `kerncap validate` found about the captured
@@ -165,4 +189,25 @@ LAUNCHES_JSON = Obj({
     "format": Str(choices=("kerncap-launches",)),
     "kernels": List(Obj({"name": Str(max_len=1 << 16), "calls": Int(min=0), "captured?": Bool()}), max_len=1 << 20),
     "processes": Int(min=0), "launches": Int(min=0), "command?": List(Str()), "note?": Str(),
+})
+
+# set.json of a reproducer set (kerncap.reproducer.sets).
+SET_JSON = Obj({
+    "format": Str(choices=("kerncap-set",)), "format_version": Int(min=1, max=1),
+    "kerncap_version?": Str(), "kernel?": Opt(Str()), "demangled?": Opt(Str()),
+    "match?": Opt(Obj({"pattern?": Str(), "mode?": Str()})), "mode?": Str(choices=("buckets", "dispatches")),
+    "dispatches?": Opt(List(Int(min=0))), "command?": COMMAND, "created?": Str(),
+    "members": List(Obj({
+        "index": Int(min=0, max=1 << 20), "dir": Str(pattern=r"members/[0-9]{1,9}"), "dispatch": Int(min=0),
+        "weight": Num(min=0.0, max=1.0), "bucket?": Opt(BUCKET), "signature?": Opt(Str()),
+        "launches?": Opt(Int(min=0)), "time_ns?": Opt(Num(min=0)),
+    }), min_len=1, max_len=1 << 16),
+    "refused?": List(Obj({"bucket?": Opt(BUCKET), "signature?": Opt(Str()), "launches?": Opt(Int(min=0)),
+                          "reason?": Opt(Str())}), max_len=1 << 20),
+    "buckets_total?": Int(min=0), "dispatches_counted?": Opt(Int(min=0)), "times?": Str(),
+    "coverage?": Opt(Num(min=0.0, max=1.0)), "notes?": List(Str()),
+})
+SET_VARIANT_JSON = Obj({
+    "format?": Str(choices=("kerncap-set-variant",)), "config?": Opt(Str()), "created?": Str(),
+    "cubins": Map(Str(pattern=r".+", max_len=4096), max_len=1 << 16),
 })

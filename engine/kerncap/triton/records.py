@@ -47,6 +47,10 @@ def select(capture: Capture, run_dir: Path) -> Selected:
     docs = load_hook_files(run_dir)
     if not docs:
         raise KerncapError(f"no triton-*.json in {run_dir}", "the Python hook did not run in the app (was PYTHONPATH overridden?)")
+    # Several processes may launch the same cubin (ranks of a job): the capturing
+    # process's own records hold the captured launch.
+    pid = capture.provenance.get("pid")
+    docs = [(p, d) for p, d in docs if Path(p).name == f"triton-{pid}.json"] or docs
     module = capture.kernel.get("module", {})
     sha = module.get("sha256")
     name = capture.kernel.get("name")

@@ -1,11 +1,15 @@
 // CPU unit tests of the interposer's GPU-independent parts: the cubin reader, SHA-256,
 // the JSON writer and KERNCAP_COMMAND parser, the kernel matcher, the blob store (and
-// its ENOSPC test hook), the memory tracker and the cubin selection.
+// its ENOSPC test hook, its pool of hard links), the memory tracker, the cubin
+// selection, NVTX range tracking, rank/pid selection and the dispatch list.
 //
 // Usage: capture_units_test <a.cubin> <variant.cubin> <scratch dir>
 // Prints one JSON object of facts for tests/test_cubin_elf.py to cross-check
 // (sha256, blob names) and exits non-zero on the first failed check.
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <generated_nvtx_meta.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,15 +17,18 @@
 #include <iterator>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "blob_store.hpp"
 #include "config.hpp"
 #include "cubin_elf.hpp"
 #include "fsutil.hpp"
+#include "job_identity.hpp"
 #include "json_writer.hpp"
 #include "memory_tracker.hpp"
 #include "module_registry.hpp"
+#include "nvtx_ranges.hpp"
 #include "sha256.hpp"
 #include "xxh64.hpp"
 
@@ -292,6 +299,166 @@ static void test_selection(const std::vector<unsigned char>& a, const std::vecto
   facts.field("regs_a", regs_a).field("regs_b", regs_b);
 }
 
+// NVTX callbacks as CUPTI delivers them: params struct + pointer to the return value.
+template <class P>
+static void nvtx_call(NvtxRanges& r, CUpti_CallbackId id, const P& params, const void* ret = nullptr) {
+  CUpti_NvtxData d{"nvtx", &params, ret};
+  r.on_callback(id, &d);
+}
+
+static void test_nvtx_ranges() {
+  NvtxRanges r("forward.S1024/layer.5", false);
+  CHECK(!r.matches());  // no range open
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxRangePushA, nvtxRangePushA_params{"forward.S1024"});
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxRangePushA, nvtxRangePushA_params{"layer.4"});
+  CHECK(!r.matches());
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxRangePop, nvtxRangePop_params{nullptr});
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxRangePushA, nvtxRangePushA_params{"layer.5"});
+  CHECK(r.matches());
+  const uint32_t id = r.path_id();
+  CHECK(r.path_of(id) == "forward.S1024/layer.5");
+  const NvtxContext c = r.context();
+  CHECK(c.stack.size() == 2 && c.stack[1] == "layer.5" && c.ranges.empty());
+
+  // A named domain with a registered string: shown as "domain:name"; popping the
+  // domain's range leaves the default domain's stack as it was.
+  const nvtxDomainHandle_t dom = reinterpret_cast<nvtxDomainHandle_t>(uintptr_t(0x1000));
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxDomainCreateA, nvtxDomainCreateA_params{"kc"}, &dom);
+  const nvtxStringHandle_t str = reinterpret_cast<nvtxStringHandle_t>(uintptr_t(0x2000));
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxDomainRegisterStringA, nvtxDomainRegisterStringA_params{dom, "phase.B"}, &str);
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+  a.message.registered = str;
+  nvtxDomainRangePushEx_params dp{};
+  dp.domain = dom;
+  dp.core.eventAttrib = &a;
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxDomainRangePushEx, dp);
+  CHECK(r.path_of(r.path_id()) == "forward.S1024/layer.5/kc:phase.B");
+  CHECK(r.matches());  // substring
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxRangePop, nvtxRangePop_params{nullptr});  // pops layer.5, not kc:phase.B
+  CHECK(r.path_of(r.path_id()) == "forward.S1024/kc:phase.B");
+  CHECK(!r.matches());
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxDomainRangePop, nvtxDomainRangePop_params{dom});
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxRangePop, nvtxRangePop_params{nullptr});
+  nvtx_call(r, CUPTI_CBID_NVTX_nvtxRangePop, nvtxRangePop_params{nullptr});  // unmatched pop: ignored
+  CHECK(r.path_of(r.path_id()).empty());
+
+  // Start/end ranges are process-wide: opened on this thread, seen from another.
+  NvtxRanges w("window", false);
+  const nvtxRangeId_t rid = 42;
+  nvtx_call(w, CUPTI_CBID_NVTX_nvtxRangeStartA, nvtxRangeStartA_params{"window"}, &rid);
+  bool other = false;
+  std::thread([&] { other = w.matches(); }).join();
+  CHECK(other);
+  nvtx_call(w, CUPTI_CBID_NVTX_nvtxRangeEnd, nvtxRangeEnd_params{rid});
+  std::thread([&] { other = w.matches(); }).join();
+  CHECK(!other);
+
+  NvtxRanges re("^forward\\.S\\d+/layer\\.5$", true);
+  nvtx_call(re, CUPTI_CBID_NVTX_nvtxRangePushA, nvtxRangePushA_params{"forward.S256"});
+  nvtx_call(re, CUPTI_CBID_NVTX_nvtxRangePushA, nvtxRangePushA_params{"layer.5"});
+  CHECK(re.matches());
+  nvtx_call(re, CUPTI_CBID_NVTX_nvtxRangePushA, nvtxRangePushA_params{"attn"});
+  CHECK(!re.matches());
+  CHECK(throws([] { NvtxRanges bad("(", true); }));
+  const std::string report = re.report_json(3, 4);
+  CHECK(report.find("\"layer.5\"") != std::string::npos && report.find("\"target_outside\":4") != std::string::npos);
+}
+
+static void test_job_selection() {
+  const char* vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "WORLD_SIZE",
+                        "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "SLURM_NPROCS", "OMPI_COMM_WORLD_LOCAL_RANK",
+                        "SLURM_LOCALID"};
+  for (const char* v : vars) unsetenv(v);
+  Config c;
+  c.want_rank = 1;
+  JobIdentity none = JobIdentity::from_env();
+  CHECK(none.rank == -1);
+  SelectionVerdict v = select_process(c, none);
+  CHECK(!v.selected && !v.fatal && v.errors.size() == 1 && v.errors[0].first == "no_rank");
+
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  JobIdentity j = JobIdentity::from_env();
+  CHECK(j.rank == 1 && j.rank_var == "RANK" && j.world_size == 2 && j.local_rank == 1);
+  CHECK(select_process(c, j).selected);
+  c.want_rank = 0;
+  v = select_process(c, j);
+  CHECK(!v.selected && !v.fatal && v.errors.empty());
+  c.want_rank = 5;
+  v = select_process(c, j);
+  CHECK(!v.selected && v.fatal && v.errors[0].first == "rank_out_of_range");
+  CHECK(v.errors[0].second.find("world size is 2") != std::string::npos);
+  // --rank 1 --pid <someone else>: this process is rank 1 but not that pid.
+  c.want_rank = 1;
+  c.want_pid = j.pid + 1;
+  v = select_process(c, j);
+  CHECK(!v.selected && v.fatal && v.errors[0].first == "selection_conflict");
+  c.want_pid = j.pid;
+  CHECK(select_process(c, j).selected);
+  c.want_rank = -1;
+  c.want_pid = j.pid + 1;
+  v = select_process(c, j);
+  CHECK(!v.selected && !v.fatal);
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  unsetenv("RANK");
+  unsetenv("LOCAL_RANK");
+  j = JobIdentity::from_env();
+  CHECK(j.rank == 3 && j.rank_var == "OMPI_COMM_WORLD_RANK");
+  for (const char* var : vars) unsetenv(var);
+}
+
+static void test_dispatch_list() {
+  setenv("KERNCAP_MODE", "capture", 1);
+  setenv("KERNCAP_OUT", "/tmp", 1);
+  setenv("KERNCAP_KERNEL", "k", 1);
+  setenv("KERNCAP_DISPATCH", "40,3,17,3", 1);
+  setenv("KERNCAP_SET", "1", 1);
+  Config c = Config::from_env();
+  CHECK(c.error.empty() && c.set && c.dispatches.size() == 3 && c.dispatch == 3 && c.last_dispatch() == 40);
+  CHECK(c.wants_dispatch(17) && !c.wants_dispatch(18));
+  unsetenv("KERNCAP_SET");
+  CHECK(!Config::from_env().error.empty());  // a list needs set mode
+  setenv("KERNCAP_DISPATCH", "3,x", 1);
+  CHECK(!Config::from_env().error.empty());
+  setenv("KERNCAP_DISPATCH", "2", 1);
+  setenv("KERNCAP_BUCKETS", "1", 1);
+  setenv("KERNCAP_NVTX", "layer", 1);
+  setenv("KERNCAP_NVTX_MATCH", "glob", 1);
+  c = Config::from_env();
+  CHECK(c.buckets && c.set && c.keep_running && !c.error.empty());
+  setenv("KERNCAP_NVTX_MATCH", "regex", 1);
+  setenv("KERNCAP_RANK", "-1", 1);
+  CHECK(!Config::from_env().error.empty());
+  setenv("KERNCAP_RANK", "1", 1);
+  setenv("KERNCAP_DEVICE", "0", 1);
+  c = Config::from_env();
+  CHECK(c.error.empty() && c.nvtx_regex && c.want_rank == 1 && c.want_device == 0 && c.want_pid == -1);
+  for (const char* v : {"KERNCAP_MODE", "KERNCAP_OUT", "KERNCAP_KERNEL", "KERNCAP_DISPATCH", "KERNCAP_BUCKETS",
+                        "KERNCAP_NVTX", "KERNCAP_NVTX_MATCH", "KERNCAP_RANK", "KERNCAP_DEVICE"})
+    unsetenv(v);
+}
+
+// Two captures of one process share a blob pool: the second links, never rewrites.
+static void test_blob_pool(const std::string& dir) {
+  const std::string pool = path_join(dir, "pool"), one = path_join(dir, "one"), two = path_join(dir, "two");
+  for (const std::string& d : {pool, one, two}) make_dir(d);
+  std::vector<unsigned char> data(4096, 7);
+  uint64_t h1 = 0, h2 = 0;
+  BlobStore a(one, nullptr, pool), b(two, nullptr, pool);
+  CHECK(a.put(data.data(), data.size(), &h1));
+  CHECK(b.put(data.data(), data.size(), &h2));
+  CHECK(h1 == h2);
+  struct stat s1{}, s2{}, sp{};
+  const std::string name = xxh64_hex(h1) + ".bin";
+  CHECK(::stat(path_join(one, name).c_str(), &s1) == 0 && ::stat(path_join(two, name).c_str(), &s2) == 0);
+  CHECK(::stat(path_join(pool, name).c_str(), &sp) == 0);
+  CHECK(s1.st_ino == sp.st_ino && s2.st_ino == sp.st_ino && sp.st_nlink == 3);
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s a.cubin variant.cubin scratch-dir\n", argv[0]);
@@ -307,6 +474,10 @@ int main(int argc, char** argv) {
     test_blob_store(argv[3], facts);
     test_memory_tracker();
     test_selection(a, b, facts);
+    test_nvtx_ranges();
+    test_job_selection();
+    test_dispatch_list();
+    test_blob_pool(argv[3]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "unexpected exception: %s\n", e.what());
     ++failures;

@@ -1,0 +1,208 @@
+"""Reproducer sets (kerncap.reproducer.sets and the modules that run them) on the CPU: a fake app publishes two captures in the
+run directory the way the capture library does for `--dispatch 3,17` (the `fake_set`
+fixture of tests/conftest.py, with a real H200 capture from tests/fixtures/captures/).
+The GPU suite (tests/gpu/test_buckets.py) runs the real thing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kerncap.errors import KerncapError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "captures" / "axpy_small" / "capture"
+KERNEL = "_Z12axpy_inplacefPKfPfi"
+
+
+def test_dispatch_list_becomes_a_set_with_weights_and_the_refused_bucket_named(fake_set, tmp_path):
+    from kerncap.capture.set_extract import format_set_extract
+    from kerncap.reproducer.set_info import format_set_info, summarize_set
+    from kerncap.reproducer.sets import ReproducerSet, is_set
+
+    out = tmp_path / "set"
+    res = fake_set(out)
+    assert is_set(out) and res.set_dir == out
+    s = ReproducerSet.open(out)
+    assert [m.dispatch for m in s.members] == [3, 17]
+    assert [m.path for m in s.members] == [out / "members" / "0", out / "members" / "1"]
+    assert [round(m.weight, 6) for m in s.members] == [0.75, 0.25]  # 3 ms vs 1 ms in the app
+    assert s.members[0].signature == "grid 16 block 256 smem 0 | #0=0.5 #3=4096"
+    assert s.kernel == KERNEL and s.manifest["times"] == "until the capture ended the app"
+    assert s.manifest["coverage"] == 1.0  # the refused bucket ran no timed launch
+    assert len(s.refused) == 1 and "conditional" in s.refused[0]["reason"]
+    assert any("grid 32 block 256" in n and "not captured" in n for n in res.notes)
+    text = format_set_extract(res)
+    assert "#0  75.0%  grid 16 block 256" in text and "not captured: grid 32" in text
+    info = format_set_info(summarize_set(s))
+    assert "members     2 of 3 bucket(s)" in info and "75.0%" in info
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py", "libkerncap_inject.so", "set"]
+    # Both members' payloads moved into the set's own store: the shared chunks once.
+    assert res.stored["chunks"] == 2 * len({h for h in _chunks(FIXTURE)})
+    assert res.stored["objects_added"] == len(_chunks(FIXTURE))
+    assert not list((out / "members").glob("*/capture/blobs/*.bin"))
+    assert (out / "store" / "objects").is_dir()
+
+
+def _chunks(capture_dir: Path) -> set[str]:
+    from kerncap.reproducer.format import Capture
+
+    return set(Capture.open(capture_dir).iter_blobs())
+
+
+def test_hydrating_a_set_links_the_chunks_members_share(fake_set, tmp_path):
+    from kerncap.reproducer.format import Capture
+    from kerncap.reproducer.sets import ReproducerSet, hydrate_set
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    hydrate_set(s)
+    caps = [Capture.open(m.path) for m in s.members]
+    for h in caps[0].iter_blobs():
+        a, b = caps[0].blob_path(h), caps[1].blob_path(h)
+        assert a.read_bytes() == b.read_bytes() and os.stat(a).st_ino == os.stat(b).st_ino
+    caps[1].verify()
+
+
+def test_member_cubins_take_one_cubin_or_a_set_variant(fake_set, tmp_path):
+    from kerncap.reproducer.sets import ReproducerSet, member_cubins
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    assert member_cubins(s, None) == [None, None]
+    one = tmp_path / "v.cubin"
+    one.write_bytes(b"\x7fELF")
+    assert member_cubins(s, one) == [one, one]
+    (s.variants_dir).mkdir()
+    variant = s.variants_dir / "1.json"
+    variant.write_text(json.dumps({"cubins": {"0": "members/0/variants/1.cubin", "1": "members/1/variants/2.cubin"}}))
+    assert member_cubins(s, variant) == [s.root / "members/0/variants/1.cubin", s.root / "members/1/variants/2.cubin"]
+    with pytest.raises(KerncapError, match="does not exist"):
+        member_cubins(s, tmp_path / "nope.cubin")
+    (s.variants_dir / "2.json").write_text("{}")
+    with pytest.raises(KerncapError, match="is not a set variant"):
+        member_cubins(s, s.variants_dir / "2.json")
+
+
+def test_source_sync_keeps_each_members_own_launch_files(fake_set, tmp_path):
+    from kerncap.recompile.set_variant import sync_source
+    from kerncap.reproducer.sets import ReproducerSet
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    with pytest.raises(KerncapError, match="no editable source"):
+        sync_source(s)
+    (s.source_dir / "k").mkdir(parents=True)
+    (s.source_dir / "k" / "kernel.cu").write_text("edited")
+    (s.source_dir / "triton.json").write_text("{\"set\": 1}")
+    for m in s.members:
+        (m.path / "source").mkdir()
+        (m.path / "source" / "triton.json").write_text(f"{{\"member\": {m.index}}}")
+    sync_source(s)
+    for m in s.members:
+        assert (m.path / "source" / "k" / "kernel.cu").read_text() == "edited"
+        assert json.loads((m.path / "source" / "triton.json").read_text()) == {"member": m.index}
+
+
+def test_run_set_reports_each_member_even_when_replay_is_unavailable(fake_set, tmp_path, monkeypatch):
+    """Without the replay core (this CPU machine), every member says so; none is skipped."""
+    from kerncap.replay.set_run import format_set_run, run_set
+    from kerncap.reproducer.sets import ReproducerSet
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    run = run_set(s, validate=True)
+    assert not run.passed and [r.member.index for r in run.runs] == [0, 1]
+    assert all(r.error for r in run.runs)
+    assert "not passed: member(s) 0, 1" in format_set_run(run)
+    assert json.loads(json.dumps(run.to_dict()))["members"][1]["error"]
+
+
+def test_a_set_is_refused_where_one_reproducer_is_needed(fake_set, tmp_path):
+    with pytest.raises(KerncapError, match="--prune works on one reproducer"):
+        fake_set(tmp_path / "set", prune=True)
+
+
+def test_opening_something_that_is_no_set(tmp_path):
+    from kerncap.reproducer.sets import ReproducerSet
+
+    with pytest.raises(KerncapError, match="is not a reproducer set"):
+        ReproducerSet.open(tmp_path)
+    (tmp_path / "set.json").write_text(json.dumps({"format": "kerncap-set", "format_version": 99}))
+    with pytest.raises(KerncapError, match="upgrade kerncap"):
+        ReproducerSet.open(tmp_path)
+
+
+def test_kerncap_list_shows_a_sets_members(fake_set, tmp_path):
+    from kerncap.reproducer.listing import list_captures
+    from kerncap.reproducer.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    fake_set(ws.reproducers_dir / "axpy-set")
+    rows = list_captures(ws.root)
+    assert [Path(r["path"]).name for r in rows] == ["0", "1"] and all(r["error"] is None for r in rows)
+
+
+def test_a_set_json_cannot_point_outside_the_set(fake_set, tmp_path):
+    """set.json and set variants travel with the set: a member directory or a cubin
+    outside it is refused before anything replays or is copied."""
+    from kerncap.reproducer.sets import ReproducerSet, member_cubins
+
+    root = fake_set(tmp_path / "set").set_dir
+    manifest = json.loads((root / "set.json").read_text())
+    s = ReproducerSet.open(root)
+    (root / "variants").mkdir()
+    variant = root / "variants" / "1.json"
+    variant.write_text(json.dumps({"cubins": {"0": "../../etc/x.cubin", "1": "members/1/v.cubin"}}))
+    with pytest.raises(KerncapError, match="outside the set"):
+        member_cubins(s, variant)
+    manifest["members"][1]["dir"] = "../elsewhere"
+    (root / "set.json").write_text(json.dumps(manifest))
+    with pytest.raises(KerncapError, match=r"members\[1\]\.dir is malformed"):
+        ReproducerSet.open(root)
+    manifest["members"][1]["dir"] = "members/1"
+    manifest["members"][1]["weight"] = "heavy"
+    (root / "set.json").write_text(json.dumps(manifest))
+    with pytest.raises(KerncapError, match="weight"):
+        ReproducerSet.open(root)
+
+
+def test_a_set_counts_as_its_members_for_validation(fake_set, tmp_path):
+    """`validate SET` (kerncap.api.validate_inputs) checks every member: the set expands
+    to its members (hydrated), a set variant to each member's cubin."""
+    from kerncap.reproducer.sets import ReproducerSet, expand
+
+    root = fake_set(tmp_path / "set").set_dir
+    s = ReproducerSet.open(root)
+    dirs, cubins = expand([root], None)
+    assert dirs == [m.path for m in s.members] and cubins is None
+    assert all(list((m.path / "capture" / "blobs").glob("*.bin")) for m in s.members), "hydrated for replay"
+    (root / "variants").mkdir()
+    variant = root / "variants" / "1.json"
+    variant.write_text(json.dumps({"format": "kerncap-set-variant",
+                                   "cubins": {"0": "members/0/v.cubin", "1": "members/1/v.cubin"}}))
+    dirs, cubins = expand([root], variant)
+    assert cubins == [root / "members/0/v.cubin", root / "members/1/v.cubin"]
+    with pytest.raises(KerncapError, match="is a set variant"):
+        expand([s.members[0].path], variant)
+
+
+def test_the_api_and_cli_take_a_set_where_they_take_a_reproducer(fake_set, tmp_path, capsys):
+    from kerncap import api
+    from kerncap.cli import main
+
+    root = fake_set(tmp_path / "set").set_dir
+    assert api.is_set(root) and not api.is_set(root / "members" / "0")
+    info = api.set_info(root, verify=True)
+    assert info["payloads_ok"] and [m["payloads"] for m in info["members"]] == ["ok", "ok"]
+    assert main(["info", str(root)]) == 0
+    assert "reproducer set" in capsys.readouterr().out
+    assert main(["replay", str(root), "--compare", "x.cubin"]) == 2
+    assert "works on one reproducer" in capsys.readouterr().err
+
+
+def test_check_finds_a_sets_members(fake_set, tmp_path):
+    """`kerncap check SET` (and a directory holding sets) checks every member."""
+    from kerncap.fleet.check import find_corpus
+
+    root = fake_set(tmp_path / "set").set_dir
+    assert [k for k, _ in find_corpus([root])] == ["members/0", "members/1"]
+    assert [k for k, _ in find_corpus([tmp_path])] == ["set/members/0", "set/members/1"]
