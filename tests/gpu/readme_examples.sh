@@ -37,9 +37,10 @@ step() {
     '^sources +cuda: smooth/smooth\.cu$' "^reproducer +$W/smooth-repro\$" \
     -- kerncap extract '^_Z6smooth' --match regex --output "$W/smooth-repro" --source-dir "$OLDPWD/testapps/cuda" \
        --build-dir "$B" -- "$B/smooth"
-  step 0 '^captured cubin: 50 iterations after 3 warm-up, L2 not flushed$' '^median [0-9.]+ us +min [0-9.]+ us' \
+  step 0 '^captured cubin on device 0 \(.*, sm_90, GPU-.*\): 50 iterations after 3 warm-up, L2 not flushed$' '^median [0-9.]+ us +min [0-9.]+ us' \
     -- kerncap replay "$W/smooth-repro" --iterations 50
-  step 0 '^captured cubin: PASS +\[byte-exact; 3 regions, 0 globals\]$' '^  ok +region 0 ' '^  ok +region 2 ' \
+  step 0 '^captured cubin: PASS on 1 input of 1 reproducer \(1 captured \+ 0 perturbed\)$' \
+    '^reproducer .*smooth-repro \(_Z6smoothPKfPfS0_ii\) on device 0 ' '^    ok +region 0 ' '^    ok +region 2 ' \
     -- kerncap validate "$W/smooth-repro"
   python3 - "$W/smooth-repro" <<'PY'
 import sys; from pathlib import Path
@@ -50,9 +51,9 @@ PY
   step 0 '^\$ .*nvcc .*-arch=sm_90 -cubin ' "^$W/smooth-repro/variants/1\.cubin +\([0-9.]+ s\)\$" \
     "^replay it with: kerncap replay $W/smooth-repro --cubin $W/smooth-repro/variants/1\.cubin\$" \
     -- kerncap recompile "$W/smooth-repro"
-  step 0 "^$W/smooth-repro/variants/1\.cubin: PASS +\[byte-exact; 3 regions, 0 globals\]\$" \
+  step 0 "^$W/smooth-repro/variants/1\.cubin: PASS on 1 input of 1 reproducer \(1 captured \+ 0 perturbed\)\$" \
     -- kerncap validate "$W/smooth-repro" --cubin "$W/smooth-repro/variants/1.cubin"
-  step 0 "^$W/smooth-repro/variants/1\.cubin: 50 iterations after 3 warm-up" '^median [0-9.]+ us' \
+  step 0 "^$W/smooth-repro/variants/1\.cubin on device 0 \(.*\): 50 iterations after 3 warm-up" '^median [0-9.]+ us' \
     -- kerncap replay "$W/smooth-repro" --cubin "$W/smooth-repro/variants/1.cubin" --iterations 50
   # Could not run (exit 3): the cubin does not hold the captured kernel.
   step 3 "^kerncap validate: error: variant $B/variants/axpy_fast\.cubin has no kernel _Z6smoothPKfPfS0_ii\$" \
