@@ -2,7 +2,9 @@
 session, and skip everything on machines without an NVIDIA GPU.
 
 Set KERNCAP_TESTAPPS_BUILD=<dir> to build the apps there (and reuse the build across
-sessions); otherwise they are built in a session temporary directory.
+sessions); otherwise they are built in a session temporary directory. With
+KERNCAP_TESTAPPS_PREBUILT=1 as well, that directory is used as it is (several pytest
+processes, one per GPU, sharing one build).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ def testapps_build(tmp_path_factory) -> Path:
     """The CMake build directory of testapps/ (executables at its root, variants/*.cubin)."""
     build = os.environ.get("KERNCAP_TESTAPPS_BUILD")
     build_dir = Path(build) if build else tmp_path_factory.mktemp("testapps-build")
+    if build and os.environ.get("KERNCAP_TESTAPPS_PREBUILT"):
+        # Built once by the batch before parallel pytest processes share it: two ninja
+        # runs in one build directory would race.
+        return build_dir
     steps = [
         ["cmake", "-S", str(TESTAPPS), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
         ["ninja", "-C", str(build_dir)],
