@@ -41,17 +41,19 @@ def extract_seconds(mode: str, workdir: Path) -> float:
     return wall
 
 
-def loop_run(mode: str, command: list[str], workdir: Path) -> tuple[float, float]:
+def loop_run(mode: str, command: list[str], workdir: Path, floor: Path | None = None) -> tuple[float, float]:
     from kerncap.errors import KerncapError
     from kerncap.capture.extract import extract
 
     report = workdir / "report.json"
     report.unlink(missing_ok=True)
     env = {**os.environ, "KC_TESTAPP_REPORT": str(report)}
-    if mode == "plain":
+    if mode != "armed":
+        if mode != "plain":  # CUPTI alone: a bare subscriber ("subscribe") or + cuGraphLaunch callbacks ("graph")
+            env.update(CUDA_INJECTION64_PATH=str(floor), KC_FLOOR=mode)
         wall, proc = timed(lambda: subprocess.run(command, env=env, stdout=subprocess.DEVNULL))
         if proc.returncode != 0:
-            sys.exit(f"graph_explicit loop exited with status {proc.returncode}")
+            sys.exit(f"graph_explicit loop ({mode}) exited with status {proc.returncode}")
     else:
         def armed():
             try:  # a dispatch past the end: armed for the whole run, never captured
@@ -91,11 +93,15 @@ def main() -> None:
             out["extract"] = {"seconds": times, "ratio": ratio, "goal": 1.5}
             rows.append(["extract kc_bias_gelu", f"{median(times['eager']):.2f} s eager",
                          f"{median(times['graph']):.2f} s graph", f"{ratio:.3f}", "<= 1.50", verdict(ratio <= 1.5)])
+        from cupti_floor import build_floor  # bench/cupti_floor.py: CUPTI's own cost, the floor under "armed"
+
+        floor = build_floor(work)
         command = [str(build_dir / "graph_explicit"), "loop", str(args.launches)]
-        runs: dict[str, dict[str, list[float]]] = {m: {"wall": [], "loop": []} for m in ("plain", "armed")}
+        modes = ("plain", "subscribe", "graph", "armed")
+        runs: dict[str, dict[str, list[float]]] = {m: {"wall": [], "loop": []} for m in modes}
         for _ in range(max(args.repeat, 5)):
-            for mode in ("plain", "armed"):
-                wall, loop = loop_run(mode, command, work)
+            for mode in modes:
+                wall, loop = loop_run(mode, command, work, floor)
                 runs[mode]["wall"].append(wall)
                 runs[mode]["loop"].append(loop)
         loop_ratio = median(runs["armed"]["loop"]) / median(runs["plain"]["loop"])
@@ -108,6 +114,10 @@ def main() -> None:
                      verdict(loop_ratio <= 1.05)])
         rows.append(["  same, process wall", f"{median(runs['plain']['wall']):.3f} s",
                      f"{median(runs['armed']['wall']):.3f} s", f"{wall_ratio:.3f}", "", ""])
+        for mode, what in (("subscribe", "CUPTI floor: bare subscriber"), ("graph", "CUPTI floor: + graph launch cb")):
+            ratio = median(runs[mode]["loop"]) / median(runs["plain"]["loop"])
+            out["graph_loop"][f"{mode}_loop_ratio"] = ratio
+            rows.append([f"  {what}", "", f"{median(runs[mode]['loop']):.3f} s", f"{ratio:.3f}", "", ""])
     print(f"CUDA graphs, medians of interleaved runs (plain loop spread {100 * spread:.1f}%)")
     print_table(["what", "baseline", "measured", "ratio", "goal", ""], rows)
     write_json(args.json, out)

@@ -2,6 +2,7 @@
 // injection library that does nothing but what KC_FLOOR names.
 //   subscribe  cuptiSubscribe only, no callback enabled
 //   launch     + the six kernel-launch callback ids, with an empty callback
+//   graph      + cuGraphLaunch(_ptsz), with an empty callback (bench/graphs.py)
 //   trace      every driver API callback id, counting calls per function name; the
 //              counts are printed to stderr at exit (which API calls an app makes)
 // Built and run by bench/cupti_floor.py; not part of kerncap.
@@ -57,6 +58,10 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
          {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
           CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz})
+      check(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_DRIVER_API, id), "cuptiEnableCallback");
+  }
+  if (!std::strcmp(mode, "graph")) {
+    for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz})
       check(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_DRIVER_API, id), "cuptiEnableCallback");
   } else if (trace) {
     g_counts = new std::map<std::string, unsigned long>;

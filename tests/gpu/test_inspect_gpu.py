@@ -128,9 +128,13 @@ def test_ncu_compare_shows_the_removed_reload(captures, tmp_path):
     b = ncu.profile(repro, edited, timeout=TIMEOUT_S)
     print("\n" + ncu.format_compare(a, b))
     assert b.metrics["duration_ns"] < a.metrics["duration_ns"]
+    # Where the removed pass-2 reload was served from: measured on the H200 (docs/facts.md), the
+    # row's reload hit L1 (43.5 % -> 24.7 % hit rate), DRAM bytes and L2 hit rate unchanged.
     fewer_bytes = b.metrics["dram_read_bytes"] < 0.8 * a.metrics["dram_read_bytes"]
-    fewer_hits = b.metrics["l2_hit_pct"] < a.metrics["l2_hit_pct"] - 10
-    assert fewer_bytes or fewer_hits, "the removed reload shows neither in DRAM bytes nor in the L2 hit rate"
+    fewer_l2_hits = b.metrics["l2_hit_pct"] < a.metrics["l2_hit_pct"] - 10
+    fewer_l1_hits = b.metrics["l1_hit_pct"] < a.metrics["l1_hit_pct"] - 10
+    assert fewer_bytes or fewer_l2_hits or fewer_l1_hits, \
+        "the removed reload shows neither in DRAM bytes nor in the L1 or L2 hit rate"
     # the CLI's --ncu --compare reuses both stored reports (same cubin bytes, same sections)
     proc = subprocess.run([sys.executable, "-m", "kerncap", "replay", str(repro), "--ncu", "--compare",
                            str(unmodified), str(edited)],

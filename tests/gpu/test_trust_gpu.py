@@ -149,7 +149,8 @@ def test_three_dispatches_validated_in_one_call(extracted, variant_cubins, capsy
 
 # -- a nondeterministic kernel -------------------------------------------------------------------
 
-CORRECT_EDIT = ("pid % BINS", "pid & (BINS - 1)")  # same bins (BINS is a power of two), same arithmetic
+CORRECT_EDIT = ("pid % BINS", "(pid & (BINS - 1))")  # same bins (BINS is a power of two), same arithmetic;
+# parenthesised: `out_ptr + pid & m` would be `(out_ptr + pid) & m` in Python (a pointer & int)
 WRONG_EDIT = ("tl.atomic_add(out_ptr + pid % BINS, tl.sum(x, axis=0))",
               "tl.atomic_add(out_ptr + pid % BINS, tl.sum(x, axis=0), mask=pid != 0)")  # drops program 0
 
