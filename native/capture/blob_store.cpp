@@ -36,6 +36,21 @@ bool BlobStore::put(const unsigned char* data, size_t n, uint64_t* hash) {
   return true;
 }
 
+bool BlobStore::adopt(uint64_t h) {
+  const std::string path = path_join(dir_, xxh64_hex(h) + ".bin");
+  if (::access(path.c_str(), F_OK) == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    known_.insert(h);
+    return true;
+  }
+  if (pool_.empty()) return false;
+  const std::string pooled = path_join(pool_, xxh64_hex(h) + ".bin");
+  if (::link(pooled.c_str(), path.c_str()) != 0 && errno != EEXIST) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  known_.insert(h);
+  return true;
+}
+
 void BlobStore::write(const std::string& path, const unsigned char* data, size_t n, uint64_t h) {
   if (!pool_.empty()) {
     const std::string pooled = path_join(pool_, xxh64_hex(h) + ".bin");

@@ -27,6 +27,10 @@ class BlobStore {
   // Returns false for an all-zero chunk; otherwise stores it (once) and sets *hash.
   // Throws IoError naming the blob file when it cannot be written.
   bool put(const unsigned char* data, size_t n, uint64_t* hash);
+  // Makes an already stored blob (this store's, or the pool's) part of this store
+  // without its bytes: a chunk whose fingerprint shows it unchanged. False when the
+  // blob is in neither place (the caller copies the chunk instead).
+  bool adopt(uint64_t hash);
   uint64_t stored_bytes() const { return stored_.load(); }
   const std::string& dir() const { return dir_; }
 

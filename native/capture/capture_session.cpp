@@ -268,6 +268,10 @@ std::string CaptureSession::after_launch(CUresult launch_result) {
   post_ = snap_->run(snapshot_items());
   post_s_ = seconds_since(t_post);
   snapshotted_bytes_ = snap_->logical_bytes();  // pre + post, what the snapshot moved
+  unchanged_bytes_ = snap_->unchanged_bytes();  // pre + post, known unchanged by fingerprint
+  log("chunks copied: " + std::to_string(snapshotted_bytes_) + " bytes; unchanged by fingerprint, not copied: " +
+      std::to_string(unchanged_bytes_) + " bytes" +
+      (snap_->fingerprint_note().empty() ? "" : " (no fingerprints: " + snap_->fingerprint_note() + ")"));
   logical_bytes_ = 0;  // the captured address space: every region once
   for (const TrackedRegion& r : regions_) logical_bytes_ += r.size;
   log("post-state in " + std::to_string(post_s_) + " s");
@@ -356,7 +360,7 @@ void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
   if (bucket_) w.field("bucket", *bucket_);
   w.key("match").begin_object().field("pattern", cfg_.kernel).field("mode", match_mode_name(cfg_.match)).end_object();
   w.key("capture_seconds").begin_object().field("pre", pre_s_).field("post", post_s_).field("total", total_s).end_object();
-  w.key("bytes").begin_object().field("logical", logical_bytes_).field("snapshotted", snapshotted_bytes_).field("stored", blobs_ ? blobs_->stored_bytes() : 0);
+  w.key("bytes").begin_object().field("logical", logical_bytes_).field("snapshotted", snapshotted_bytes_).field("unchanged", unchanged_bytes_).field("stored", blobs_ ? blobs_->stored_bytes() : 0);
   w.end_object();
   w.end_object();
 }

@@ -138,6 +138,7 @@ class CaptureSession {
   double pre_s_ = 0, post_s_ = 0;
   uint64_t logical_bytes_ = 0;
   uint64_t snapshotted_bytes_ = 0;
+  uint64_t unchanged_bytes_ = 0;
   std::string time_utc_;
 };
 

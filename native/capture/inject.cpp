@@ -24,6 +24,7 @@
 #include <string>
 
 #include "capture_session.hpp"
+#include "chunk_fingerprint.hpp"
 #include "config.hpp"
 #include "crash_report.hpp"
 #include "driver.hpp"
@@ -1168,7 +1169,7 @@ void on_resource(State& s, CUpti_CallbackId cbid, const CUpti_ResourceData* rd) 
   switch (cbid) {
     case CUPTI_CBID_RESOURCE_MODULE_LOADED: {
       auto* md = static_cast<const CUpti_ModuleResourceData*>(rd->resourceDescriptor);
-      if (!md) return;
+      if (!md || loading_own_module()) return;  // kerncap's fingerprint kernel is not the app's code
       // A load call's collector (or the capture's) takes it first; else it was loaded
       // lazily by the launch in flight on this thread.
       if (!ModuleCollector::note_loaded(md->moduleId) && tl.in_launch && tl.n_lazy++ < kLazyIds)

@@ -80,6 +80,7 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffe
       if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
       const char* name = k->name ? k->name : "<unnamed>";
+      if (!std::strcmp(name, "kerncap_chunk_fingerprint")) continue;  // kerncap's own (snapshot.cpp)
       const uint64_t ns = k->end > k->start ? k->end - k->start : 0;
       if (s.attribution) {
         const RecordView r{name,

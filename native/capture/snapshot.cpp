@@ -3,10 +3,33 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "chunk_fingerprint.hpp"
 #include "driver.hpp"
 #include "func_attributes.hpp"
 
 namespace kc {
+
+namespace {
+
+// True when [base, base + size) lies in allocations the driver knows, so the
+// fingerprint kernel can read it without faulting (a fault would end the app's context;
+// a failed copy only fails the capture). VMM ranges merged from several mappings are
+// walked mapping by mapping.
+bool readable_on_device(uint64_t base, uint64_t size) {
+  uint64_t at = base;
+  const uint64_t end = base + size;
+  while (at < end) {
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    if (KC_CU(cuMemGetAddressRange)(&b, &n, CUdeviceptr(at)) != CUDA_SUCCESS || n == 0 || b > at ||
+        b + n <= at)
+      return false;
+    at = b + n;
+  }
+  return true;
+}
+
+}  // namespace
 
 
 Snapshotter::Snapshotter(BlobStore& store) : store_(store) {}
@@ -19,23 +42,43 @@ Snapshotter::~Snapshotter() {
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
   // Best effort: the process may be tearing down; never throw from here.
+  free_ring();
+  if (stream_) KC_CU(cuStreamDestroy)(stream_);
+}
+
+void Snapshotter::free_ring() {
   for (auto& s : slots_) {
     if (s.done) KC_CU(cuEventDestroy)(s.done);
     if (s.host) KC_CU(cuMemFreeHost)(s.host);
   }
-  if (stream_) KC_CU(cuStreamDestroy)(stream_);
+  slots_.clear();
+  slot_size_ = 0;
 }
 
 void Snapshotter::init_resources() {
   if (stream_) return;
   KC_CHECK(cuStreamCreate, (&stream_, CU_STREAM_NON_BLOCKING), "the snapshot stream");
-  for (size_t i = 0; i < kSlots; ++i) {
+  unsigned hw = std::thread::hardware_concurrency();
+  size_t n = std::min<size_t>(8, std::max<unsigned>(2, hw));
+  for (size_t i = 0; i < n; ++i) workers_.emplace_back([this] { worker_main(); });
+}
+
+// Pinning memory costs about as much as copying it once (a 4 x 64 MB ring took longer
+// than a whole set member's copies): the ring is sized to what this run copies, and
+// only grows.
+void Snapshotter::ensure_ring(uint64_t bytes) {
+  if (bytes == 0) return;
+  const size_t size = size_t(std::min<uint64_t>(kSlotSize, (bytes + kChunkSize - 1) / kChunkSize * kChunkSize));
+  const size_t count = size_t(std::min<uint64_t>(kSlots, (bytes + size - 1) / size));
+  if (slot_size_ >= size && slots_.size() >= count) return;
+  free_ring();  // no copy is in flight between runs
+  for (size_t i = 0; i < count; ++i) {
     Slot s;
     void* p = nullptr;
-    CUresult r = KC_CU(cuMemHostAlloc)(&p, kSlotSize, 0);
+    CUresult r = KC_CU(cuMemHostAlloc)(&p, size, 0);
     if (r != CUDA_SUCCESS) {
       if (!slots_.empty()) break;  // fewer buffers only cost overlap
-      check(r, "cuMemHostAlloc", "the pinned staging buffer (" + std::to_string(kSlotSize >> 20) + " MB)");
+      check(r, "cuMemHostAlloc", "the pinned staging buffer (" + std::to_string(size >> 20) + " MB)");
     }
     s.host = static_cast<unsigned char*>(p);
     r = KC_CU(cuEventCreate)(&s.done, CU_EVENT_DISABLE_TIMING);
@@ -45,9 +88,7 @@ void Snapshotter::init_resources() {
     }
     slots_.push_back(std::move(s));
   }
-  unsigned hw = std::thread::hardware_concurrency();
-  size_t n = std::min<size_t>(8, std::max<unsigned>(2, hw));
-  for (size_t i = 0; i < n; ++i) workers_.emplace_back([this] { worker_main(); });
+  slot_size_ = size;
 }
 
 void Snapshotter::worker_main() {
@@ -135,6 +176,40 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
   std::vector<ItemSnapshot> out(items.size());
   for (size_t i = 0; i < items.size(); ++i) out[i].chunks.resize((items[i].size + kChunkSize - 1) / kChunkSize);
 
+  // Fingerprint every chunk that can be read on the device; a chunk whose fingerprint
+  // matches the remembered one keeps its hash (and blob) and is not copied.
+  std::vector<std::vector<char>> keep(items.size());
+  std::vector<DeviceChunk> fp_chunks;
+  std::vector<std::pair<size_t, size_t>> fp_where;  // (item, chunk) of each fingerprinted chunk
+  for (size_t i = 0; i < items.size(); ++i) {
+    keep[i].assign(out[i].chunks.size(), 0);
+    const SnapshotItem& it = items[i];
+    if (it.base % 8 || !readable_on_device(it.base, it.size)) continue;
+    for (size_t c = 0; c < out[i].chunks.size(); ++c) {
+      const uint64_t off = uint64_t(c) * kChunkSize;
+      fp_chunks.emplace_back(it.base + off, std::min<uint64_t>(kChunkSize, it.size - off));
+      fp_where.emplace_back(i, c);
+    }
+  }
+  std::vector<Fingerprint> fps;
+  ChunkFingerprinter& fingerprinter = chunk_fingerprinter();
+  if (!fp_chunks.empty() && !fingerprinter.run(fp_chunks, stream_, fps)) fingerprint_note_ = fingerprinter.reason();
+  ChunkMemory& memory = chunk_memory();
+  for (size_t k = 0; k < fps.size(); ++k) {
+    const RememberedChunk* r = memory.find(fp_chunks[k]);
+    if (!r || !(r->fp == fps[k]) || (r->stored && !store_.adopt(r->hash))) continue;
+    auto [i, c] = fp_where[k];
+    out[i].chunks[c] = ChunkHash{r->stored, r->hash};
+    keep[i][c] = 1;
+    unchanged_ += fp_chunks[k].second;
+  }
+
+  uint64_t to_copy = 0;
+  for (size_t i = 0; i < items.size(); ++i)
+    for (size_t c = 0; c < out[i].chunks.size(); ++c)
+      if (!keep[i][c]) to_copy += std::min<uint64_t>(kChunkSize, items[i].size - uint64_t(c) * kChunkSize);
+  ensure_ring(to_copy);
+
   std::deque<size_t> in_flight;
   const size_t none = SIZE_MAX;
   size_t cur = none;
@@ -142,9 +217,10 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
     for (size_t i = 0; i < items.size(); ++i) {
       const SnapshotItem& it = items[i];
       for (size_t c = 0; c < out[i].chunks.size(); ++c) {
+        if (keep[i][c]) continue;
         const uint64_t off = uint64_t(c) * kChunkSize;
         const size_t len = size_t(std::min<uint64_t>(kChunkSize, it.size - off));
-        if (cur == none || slots_[cur].fill + len > kSlotSize) {
+        if (cur == none || slots_[cur].fill + len > slot_size_) {
           if (cur != none) {
             KC_CHECK(cuEventRecord, (slots_[cur].done, stream_), "the snapshot stream");
             in_flight.push_back(cur);
@@ -194,6 +270,10 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
     }
     error_ = nullptr;
     throw;
+  }
+  for (size_t k = 0; k < fps.size(); ++k) {
+    auto [i, c] = fp_where[k];
+    memory.remember(fp_chunks[k], RememberedChunk{fps[k], out[i].chunks[c].stored, out[i].chunks[c].hash});
   }
   for (size_t i = 0; i < items.size(); ++i) {
     for (size_t c = 0; c < out[i].chunks.size(); ++c) {

@@ -53,8 +53,12 @@ class Snapshotter {
   // Copies and stores every item; returns one ItemSnapshot per item. Throws
   // CudaError (naming the item) or IoError (naming the file); on return every copy
   // has completed and every blob is on disk.
+  // Chunks whose GPU fingerprint matches the one remembered with their stored hash
+  // (chunk_fingerprint.hpp) keep that hash without being copied.
   std::vector<ItemSnapshot> run(const std::vector<SnapshotItem>& items);
-  uint64_t logical_bytes() const { return logical_; }
+  uint64_t logical_bytes() const { return logical_; }         // copied over PCIe, all runs
+  uint64_t unchanged_bytes() const { return unchanged_; }     // kept by fingerprint, all runs
+  const std::string& fingerprint_note() const { return fingerprint_note_; }  // why none were used
 
  private:
   struct Task {
@@ -73,6 +77,8 @@ class Snapshotter {
   };
 
   void init_resources();
+  void ensure_ring(uint64_t bytes);  // pinned slots for `bytes` of copies (kept across runs)
+  void free_ring();
   void worker_main();
   void dispatch(size_t slot);            // hand a copied slot's chunks to the workers
   size_t acquire_slot(std::deque<size_t>& in_flight);
@@ -81,6 +87,7 @@ class Snapshotter {
   BlobStore& store_;
   CUstream stream_ = nullptr;
   std::vector<Slot> slots_;
+  size_t slot_size_ = 0;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable work_cv_, free_cv_;
@@ -88,6 +95,8 @@ class Snapshotter {
   std::exception_ptr error_;
   bool stop_ = false;
   uint64_t logical_ = 0;
+  uint64_t unchanged_ = 0;
+  std::string fingerprint_note_;
 };
 
 }  // namespace kc

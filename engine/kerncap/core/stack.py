@@ -15,12 +15,14 @@ are None, never guessed.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
@@ -169,8 +171,25 @@ def _smi_facts(uuid: str | None, index: int | None) -> dict[str, Any] | None:
 # -- whole stacks ----------------------------------------------------------------------------
 
 
+# A set's members are assembled one after another from one run: they share one look at
+# the stack (NVML and the package scan cost ~45 ms a time).
+_STACK_TTL_S = 5.0
+_recent_stacks: dict[tuple, tuple[float, dict[str, Any]]] = {}
+
+
 def running_stack(*, uuid: str | None = None, index: int | None = None, python: str | None = None) -> dict[str, Any]:
-    """The stack of this machine now: versions, driver and the GPU (see gpu_facts)."""
+    """The stack of this machine now: versions, driver and the GPU (see gpu_facts).
+    Answers from a look taken less than _STACK_TTL_S ago for the same GPU and Python."""
+    key = (uuid, index, python)
+    seen = _recent_stacks.get(key)
+    if seen and time.monotonic() - seen[0] < _STACK_TTL_S:
+        return copy.deepcopy(seen[1])
+    stack = _look_at_stack(uuid, index, python)
+    _recent_stacks[key] = (time.monotonic(), copy.deepcopy(stack))
+    return stack
+
+
+def _look_at_stack(uuid: str | None, index: int | None, python: str | None) -> dict[str, Any]:
     gpu = gpu_facts(uuid, index)
     return {
         "kerncap": __version__,

@@ -38,7 +38,7 @@ PARAM = Obj({
 })
 
 COMMAND = OneOf(List(Str()), Str())
-SIZES = Obj({k + "?": Int(min=0) for k in ("logical", "snapshotted", "stored")})
+SIZES = Obj({k + "?": Int(min=0) for k in ("logical", "snapshotted", "unchanged", "stored")})
 PRUNED = Obj({
     "from?": Str(), "time?": Str(), "tool_version?": Str(), "reasons?": Map(Str()),
     **{k + "?": Int(min=0) for k in ("regions_full", "regions_dropped", "logical_full", "stored_full",
