@@ -13,6 +13,16 @@ import pytest
 FUZZ_CASES: dict[str, int] = {}
 
 
+@pytest.fixture(autouse=True)
+def _fresh_stack_look():
+    """kerncap.core.stack answers from a look taken seconds ago: no test sees another's."""
+    from kerncap.core import stack
+
+    stack._recent_stacks.clear()
+    yield
+    stack._recent_stacks.clear()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if FUZZ_CASES:
         total = sum(FUZZ_CASES.values())

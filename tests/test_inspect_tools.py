@@ -324,3 +324,30 @@ def test_compare_refuses_cubin(repro, capsys):
     assert "--compare names both cubins" in capsys.readouterr().err
     assert cli.main(["replay", str(repro), "--ncu", "--compare", "captured"]) == 2
     assert "--ncu --compare takes two cubins, A and B (got 1)" in capsys.readouterr().err
+
+
+def test_a_range_the_sanitizer_holds_is_named_as_the_tools(repro, fake_tools, monkeypatch):
+    """Under compute-sanitizer the replay process may hold the captured addresses itself
+    (torch_expandable, docs/facts.md §20): one message says so, not "retry"."""
+    from kerncap.errors import AddressUnavailable
+
+    fake_tools("ok", log="clean.memcheck.log")
+    killed = []
+
+    class HeldRange:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def request(self, *args, **kwargs):
+            raise AddressUnavailable("cannot reserve span 0 (region 0) [0x302000000, +64 MiB) at its captured "
+                                     "address", "retry")
+
+        def kill(self):
+            killed.append(True)
+
+    monkeypatch.setattr(sanitize, "ToolRun", HeldRange)
+    with pytest.raises(AddressUnavailable) as info:
+        sanitize.sanitize(repro, timeout=60)
+    assert info.value.message.startswith("compute-sanitizer memcheck on captured cubin cannot restore this capture")
+    assert "under compute-sanitizer the replay process reserves memory of its own" in info.value.hint
+    assert killed and _leftovers(repro) == []

@@ -76,3 +76,27 @@ def test_info_shows_the_recorded_stack(tmp_path):
 def test_older_reproducers_fall_back_to_the_manifest():
     s = api.info(FIXTURES / "axpy_small")["stack"]
     assert s["kerncap"] == "0.1.0" and s["cuda_driver"] == 13000 and s["gpu"]["name"] == "NVIDIA H200"
+
+
+def test_one_look_serves_a_sets_members(monkeypatch):
+    """A set's members are assembled in one go: one look at the stack (NVML and the
+    package scan) serves them; another GPU, or a look older than the TTL, looks again;
+    each caller gets its own copy."""
+    looks = []
+
+    def look(uuid, index, python):
+        looks.append(uuid)
+        return {"gpu": {"uuid": uuid, "clocks": {"sm_mhz": 1980}}, "packages": {}}
+
+    now = [100.0]
+    monkeypatch.setattr(stack, "_look_at_stack", look)
+    monkeypatch.setattr(stack.time, "monotonic", lambda: now[0])
+    first = stack.running_stack(uuid="GPU-1")
+    first["gpu"]["clocks"]["sm_mhz"] = 0  # a caller's change stays its own
+    second = stack.running_stack(uuid="GPU-1")
+    assert looks == ["GPU-1"] and second["gpu"]["clocks"]["sm_mhz"] == 1980
+    stack.running_stack(uuid="GPU-2")
+    assert looks == ["GPU-1", "GPU-2"]
+    now[0] += stack._STACK_TTL_S + 0.1
+    stack.running_stack(uuid="GPU-1")
+    assert looks == ["GPU-1", "GPU-2", "GPU-1"]
