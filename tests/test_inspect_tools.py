@@ -21,7 +21,7 @@ import pytest
 
 from kerncap import cli
 from kerncap.errors import KerncapError
-from kerncap.replay import ncu, sanitize, tools
+from kerncap.replay import ncu, sanitize, tools, va_guards
 from kerncap.reproducer.format import reproducer_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -268,6 +268,14 @@ def test_variant_errors_name_the_variant_and_its_line(repro, fake_tools):
     assert "CUDA_ERROR_LAUNCH_FAILED" in r.launch_error
     text = sanitize.format_result(r)
     assert "in the variant" in text and "axpy_oob.cu:7" in text
+
+
+def test_a_tool_run_hands_the_capture_spans_to_its_server(repro, fake_tools):
+    argv_file = fake_tools("ok", log="clean.memcheck.log")
+    sanitize.sanitize(repro, timeout=60)
+    # guard pages keep the tool's own reservation off the spans (replay/va_guards.py)
+    handed = Path(str(argv_file) + ".guards").read_text()
+    assert va_guards.parse(handed) == va_guards.spans_of(repro)
 
 
 def test_clean_run_exits_zero(repro, fake_tools, capsys):

@@ -51,6 +51,14 @@ const RememberedChunk* ChunkMemory::find(const DeviceChunk& c) const {
   return it == map_.end() ? nullptr : &it->second;
 }
 
+namespace {
+// Marks this thread's module loads and launches as kerncap's own while it lives.
+struct OwnLoad {
+  OwnLoad() { tl_loading_own = true; }
+  ~OwnLoad() { tl_loading_own = false; }
+};
+}  // namespace
+
 CUfunction ChunkFingerprinter::function_for_current_context() {
   CUcontext ctx = nullptr;
   KC_CHECK(cuCtxGetCurrent, (&ctx), "the capturing thread (chunk fingerprints)");
@@ -69,8 +77,7 @@ CUfunction ChunkFingerprinter::function_for_current_context() {
   return fn;
 }
 
-bool ChunkFingerprinter::run(const std::vector<DeviceChunk>& chunks, CUstream stream, std::vector<Fingerprint>& out) {
-  out.clear();
+bool ChunkFingerprinter::available() {
   if (turned_off()) {
     reason_ = "KERNCAP_FINGERPRINT=0";
     return false;
@@ -79,14 +86,17 @@ bool ChunkFingerprinter::run(const std::vector<DeviceChunk>& chunks, CUstream st
     reason_ = "this build has no fingerprint kernel (nvcc was not found at build time)";
     return false;
   }
-  // Under lazy loading the module's load callback may come at the launch: the whole run
-  // counts as kerncap's own.
-  struct OwnLoad {
-    OwnLoad() { tl_loading_own = true; }
-    ~OwnLoad() { tl_loading_own = false; }
-  } own;
+  // Under lazy loading the module's load callback may come at the launch: loading (and
+  // run(), below) counts as kerncap's own.
+  OwnLoad own;
+  return function_for_current_context() != nullptr;
+}
+
+bool ChunkFingerprinter::run(const std::vector<DeviceChunk>& chunks, CUstream stream, std::vector<Fingerprint>& out) {
+  out.clear();
+  if (!available()) return false;
+  OwnLoad own;
   CUfunction fn = function_for_current_context();
-  if (!fn) return false;
   if (chunks.empty()) return true;
 
   const size_t n = chunks.size();

@@ -32,6 +32,10 @@ class ChunkFingerprinter {
   // off, the module does not load): then reason() says why and the caller copies.
   // Throws CudaError when a fingerprint launch itself fails.
   bool run(const std::vector<DeviceChunk>& chunks, CUstream stream, std::vector<Fingerprint>& out);
+  // Whether run() can fingerprint in the current context (loads the module once per
+  // context); when false, reason() says why. Asked first so that a snapshot without
+  // fingerprints spends nothing on checking which regions are readable.
+  bool available();
   const std::string& reason() const { return reason_; }
 
  private:

@@ -15,6 +15,8 @@ namespace {
 // fingerprint kernel can read it without faulting (a fault would end the app's context;
 // a failed copy only fails the capture). VMM ranges merged from several mappings are
 // walked mapping by mapping.
+constexpr uint64_t kMinFingerprintBytes = 1 << 20;
+
 bool readable_on_device(uint64_t base, uint64_t size) {
   uint64_t at = base;
   const uint64_t end = base + size;
@@ -181,10 +183,16 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
   std::vector<std::vector<char>> keep(items.size());
   std::vector<DeviceChunk> fp_chunks;
   std::vector<std::pair<size_t, size_t>> fp_where;  // (item, chunk) of each fingerprinted chunk
+  ChunkFingerprinter& fingerprinter = chunk_fingerprinter();
+  const bool fingerprints = fingerprinter.available();
+  if (!fingerprints) fingerprint_note_ = fingerprinter.reason();
   for (size_t i = 0; i < items.size(); ++i) {
     keep[i].assign(out[i].chunks.size(), 0);
     const SnapshotItem& it = items[i];
-    if (it.base % 8 || !readable_on_device(it.base, it.size)) continue;
+    // Below kMinFingerprintBytes a copy costs less than asking the driver whether the
+    // region is mapped (one call per region: 200k small regions took 0.7 s more).
+    if (!fingerprints || it.size < kMinFingerprintBytes || it.base % 8 || !readable_on_device(it.base, it.size))
+      continue;
     for (size_t c = 0; c < out[i].chunks.size(); ++c) {
       const uint64_t off = uint64_t(c) * kChunkSize;
       fp_chunks.emplace_back(it.base + off, std::min<uint64_t>(kChunkSize, it.size - off));
@@ -192,7 +200,6 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
     }
   }
   std::vector<Fingerprint> fps;
-  ChunkFingerprinter& fingerprinter = chunk_fingerprinter();
   if (!fp_chunks.empty() && !fingerprinter.run(fp_chunks, stream_, fps)) fingerprint_note_ = fingerprinter.reason();
   ChunkMemory& memory = chunk_memory();
   for (size_t k = 0; k < fps.size(); ++k) {

@@ -235,8 +235,8 @@ def sanitize(
                 run.kill()
                 _keep_log(log, Path(result.log))
                 if isinstance(exc, AddressUnavailable):
-                    # Measured with torch_expandable: under the tool the process holds a
-                    # 279.6 GiB reservation from 0x302000000, where the capture's spans lie.
+                    # The tool reserves 279.6 GiB of its own in cuInit; guard pages keep it
+                    # off the spans (va_guards.py), and this says so if something else took them.
                     raise AddressUnavailable(
                         f"{what} cannot restore this capture at its addresses: {exc.message}",
                         "under compute-sanitizer the replay process reserves memory of its own, and it covers "

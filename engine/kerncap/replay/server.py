@@ -18,7 +18,7 @@ import traceback
 from typing import Any, Callable, TextIO
 
 from kerncap.errors import CaptureFormatError, KerncapError, NativeUnavailable
-from kerncap.replay import session_ops
+from kerncap.replay import session_ops, va_guards
 from kerncap.replay.native_session import NativeSession
 from kerncap.replay.protocol import HINTS, decode, encode
 
@@ -174,6 +174,10 @@ def main() -> None:
     sys.stdout = sys.stderr
     logging.basicConfig(level=os.environ.get("KERNCAP_REPLAY_LOG", "INFO"), stream=sys.stderr,
                         format="kerncap-replay[%(process)d]: %(message)s")
+    # Before anything initialises CUDA (a tool wrapping this process reserves inside cuInit).
+    guards = va_guards.place_from_env()
+    if guards:
+        log.debug("guard pages at %s", ", ".join(hex(g) for g in guards))
     status = Server(out).serve(sys.stdin)
     out.flush()
     # Skip interpreter teardown: after a sticky error, releasing CUDA objects can hang,

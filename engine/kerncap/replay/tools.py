@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from kerncap.core.fsio import write_atomic
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import read_json
+from kerncap.replay import va_guards
 from kerncap.replay.client import ReplayClient, ServerTimeout, default_server_command
 
 # Where a CUDA toolkit lives when neither PATH nor CUDA_HOME says (tests replace it).
@@ -140,7 +141,10 @@ class ToolRun:
         self.timeout = float(timeout)
         self.cancel = cancel or Cancellation()
         self.started = time.monotonic()
-        self.client = ReplayClient(capture_dir, device=device, timeout=self.timeout,
+        # A tool may reserve address space of its own when it initialises CUDA; guard
+        # pages around the capture's spans keep it off them (replay/va_guards.py).
+        env = {**os.environ, va_guards.ENV: va_guards.guard_env(capture_dir)}
+        self.client = ReplayClient(capture_dir, device=device, timeout=self.timeout, env=env,
                                    server_cmd=[*wrapper, *default_server_command()])
         self.cancel.bind(self)
 

@@ -1,0 +1,63 @@
+"""Guard pages around a capture's spans (kerncap/replay/va_guards.py): computed by the
+client from the capture, placed by the server before CUDA starts. The GPU half (a tool's
+own reservation kept off torch_expandable's spans) is tests/gpu/test_inspect_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kerncap.replay import va_guards
+from kerncap.replay.plan import MiB
+
+AXPY = Path(__file__).parent / "fixtures" / "captures" / "axpy_small"
+
+GiB = 1 << 30
+
+
+def test_guards_sit_just_outside_every_span_and_never_inside_one():
+    spans = [(0x302000000, 4 * GiB), (0x402000000 + 2 * MiB, 64 * MiB)]  # 2 MiB apart
+    guards = va_guards.guards_for(spans)
+    assert 0x302000000 - 2 * MiB in guards and 0x402000000 + 2 * MiB + 64 * MiB in guards
+    for g in guards:
+        assert not any(g < b + s and b < g + va_guards.GUARD for b, s in spans), hex(g)
+    # the gap between the two spans is exactly one guard: placed once
+    assert guards.count(0x402000000) == 1
+
+
+def test_spans_come_from_the_replay_plan_of_the_capture():
+    spans = va_guards.spans_of(AXPY)
+    assert spans and all(base % (32 * MiB) == 0 and size >= 64 * MiB for base, size in spans)
+    assert va_guards.parse(va_guards.guard_env(AXPY)) == spans
+
+
+def test_server_side_placement_maps_prot_none_pages_at_the_guards(tmp_path):
+    spans = [(0x6a2000000, 64 * MiB), (0x7a2000000, 128 * MiB)]
+    env = {**os.environ, va_guards.ENV: ",".join(f"{b:x}:{s:x}" for b, s in spans)}
+    code = ("import json\nfrom kerncap.replay import va_guards\nplaced = va_guards.place_from_env()\n"
+            "maps = [l.split()[:2] for l in open('/proc/self/maps')]\nprint(json.dumps([placed, maps]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    placed, maps = json.loads(out.stdout)
+    assert sorted(placed) == sorted(va_guards.guards_for(spans))
+    for g in placed:
+        hit = [perms for rng, perms in maps if int(rng.split("-")[0], 16) <= g < int(rng.split("-")[1], 16)]
+        assert hit == ["---p"], (hex(g), hit)
+    for base, size in spans:  # the spans themselves stay free for the driver
+        assert not any(int(r.split("-")[0], 16) < base + size and base < int(r.split("-")[1], 16)
+                       for r, _ in maps), hex(base)
+
+
+def test_a_taken_guard_address_is_skipped_not_fatal():
+    spans = [(0x6a2000000, 64 * MiB)]
+    first = va_guards.place(spans)
+    try:
+        assert va_guards.place(spans) == []  # already held: kept as it is
+    finally:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        for g in first:
+            libc.munmap(g, va_guards.GUARD)
