@@ -3,7 +3,11 @@
 // cuGetProcAddress(_v2), hands back counting wrappers for the four cuLaunchKernel(Ex)
 // entry points (chosen by comparing addresses with the exported symbols) and prints at
 // exit how many launches went through them. KC_PROBE=pass: hooks only, no wrappers;
-// KC_PROBE_NAMES=1: also the names asked for. Not part of kerncap; built by hand:
+// KC_PROBE_NAMES=1: also the names asked for. KC_PROBE_LOADS=1: wrap the module and
+// library load entry points too and print, per call, what image they were handed (ELF
+// cubin, PTX, a fatbin and its entries' kinds, architectures and compression flags, or
+// cudart's fatbin wrapper): can a capture without CUPTI see every image it needs?
+// Not part of kerncap; built by hand:
 //   g++ -O2 -std=c++17 -shared -fPIC -o libprobe.so entry_probe.cpp -I$CUDA/include -ldl
 //   LD_PRELOAD=./libprobe.so python3 testapps/python/launch_heavy.py --launches 300000
 #include <dlfcn.h>
@@ -46,6 +50,7 @@ static launchex_fn r_launchex, r_launchex_ptsz;
 static gpa2_fn r_gpa2; static gpa1_fn r_gpa1;
 static void* exp_launch; static void* exp_launch_ptsz; static void* exp_launchex; static void* exp_launchex_ptsz;
 static std::atomic<int> addr_match{0}, addr_mismatch{0};
+static void* exp_mload; static void* exp_mloadex; static void* exp_mfat; static void* exp_lload; static void* exp_lfile; static void* exp_mfile;
 
 static void resolve() {
   static std::once_flag once;
@@ -56,6 +61,8 @@ static void resolve() {
     exp_launchex = d(h, "cuLaunchKernelEx"); exp_launchex_ptsz = d(h, "cuLaunchKernelEx_ptsz");
     r_launch = (launch_fn)exp_launch; r_launch_ptsz = (launch_fn)exp_launch_ptsz;
     r_launchex = (launchex_fn)exp_launchex; r_launchex_ptsz = (launchex_fn)exp_launchex_ptsz;
+    exp_mload = d(h, "cuModuleLoadData"); exp_mloadex = d(h, "cuModuleLoadDataEx"); exp_mfat = d(h, "cuModuleLoadFatBinary");
+    exp_lload = d(h, "cuLibraryLoadData"); exp_lfile = d(h, "cuLibraryLoadFromFile"); exp_mfile = d(h, "cuModuleLoad");
     r_gpa2 = (gpa2_fn)d(h, "cuGetProcAddress_v2"); r_gpa1 = (gpa1_fn)d(h, "cuGetProcAddress");
     gpa_names = new std::map<std::string, unsigned long>; dlsym_names = new std::map<std::string, unsigned long>;
   });
@@ -70,8 +77,68 @@ static CUresult w_launchex(const CUlaunchConfig* c, CUfunction f, void** p, void
 static CUresult w_launchex_ptsz(const CUlaunchConfig* c, CUfunction f, void** p, void** x) {
   n_launch_ex.fetch_add(1, std::memory_order_relaxed); return r_launchex_ptsz(c, f, p, x); }
 
+// -- image loads ---------------------------------------------------------------------
+typedef CUresult (*mload_fn)(CUmodule*, const void*);
+typedef CUresult (*mloadex_fn)(CUmodule*, const void*, unsigned, CUjit_option*, void**);
+typedef CUresult (*lload_fn)(CUlibrary*, const void*, CUjit_option*, void**, unsigned, CUlibraryOption*, void**, unsigned);
+typedef CUresult (*lfile_fn)(CUlibrary*, const char*, CUjit_option*, void**, unsigned, CUlibraryOption*, void**, unsigned);
+typedef CUresult (*mfile_fn)(CUmodule*, const char*);
+static std::atomic<int> n_images{0};
+
+static void describe_image(const char* api, const void* image) {
+  const int k = n_images.fetch_add(1);
+  if (!image) { fprintf(stderr, "kc_probe load %d %s: null image\n", k, api); return; }
+  const unsigned char* b = (const unsigned char*)image;
+  uint32_t magic; memcpy(&magic, b, 4);
+  if (magic == 0x466243b1u) {  // cudart's __fatBinC_Wrapper_t {magic, version, data, filename_or_fatbins}
+    const void* data; memcpy(&data, b + 8, sizeof(data));
+    fprintf(stderr, "kc_probe load %d %s: fatbin wrapper -> ", k, api);
+    b = (const unsigned char*)data; memcpy(&magic, b, 4);
+  } else {
+    fprintf(stderr, "kc_probe load %d %s: ", k, api);
+  }
+  if (magic == 0x464c457fu) { fprintf(stderr, "ELF cubin\n"); return; }
+  if (magic != 0xBA55ED50u) { fprintf(stderr, "text? starts '%.12s'\n", (const char*)b); return; }
+  uint16_t hsize; uint64_t fsize; memcpy(&hsize, b + 6, 2); memcpy(&fsize, b + 8, 8);
+  fprintf(stderr, "fatbin %llu bytes:", (unsigned long long)fsize);
+  const unsigned char* e = b + hsize;
+  const unsigned char* end = e + fsize;
+  int shown = 0;
+  while (e + 64 <= end && shown < 12) {
+    uint16_t kind; uint32_t ehsize; uint64_t psize, flags; uint32_t arch; uint64_t usize;
+    memcpy(&kind, e, 2); memcpy(&ehsize, e + 4, 4); memcpy(&psize, e + 8, 8);
+    memcpy(&arch, e + 28, 4); memcpy(&flags, e + 40, 8); memcpy(&usize, e + 56, 8);
+    fprintf(stderr, " [%s sm_%u flags=%#llx size=%llu unpacked=%llu]", kind == 2 ? "elf" : kind == 1 ? "ptx" : "?", arch,
+            (unsigned long long)flags, (unsigned long long)psize, (unsigned long long)usize);
+    if (!ehsize) break;
+    e += ehsize + psize; ++shown;
+  }
+  fprintf(stderr, "\n");
+}
+extern "C" {
+static CUresult w_mload(CUmodule* m, const void* img) { describe_image("cuModuleLoadData", img); return ((mload_fn)exp_mload)(m, img); }
+static CUresult w_mfat(CUmodule* m, const void* img) { describe_image("cuModuleLoadFatBinary", img); return ((mload_fn)exp_mfat)(m, img); }
+static CUresult w_mloadex(CUmodule* m, const void* img, unsigned n, CUjit_option* o, void** v) {
+  describe_image("cuModuleLoadDataEx", img); return ((mloadex_fn)exp_mloadex)(m, img, n, o, v); }
+static CUresult w_lload(CUlibrary* l, const void* img, CUjit_option* o, void** v, unsigned n, CUlibraryOption* lo, void** lv, unsigned ln) {
+  describe_image("cuLibraryLoadData", img); return ((lload_fn)exp_lload)(l, img, o, v, n, lo, lv, ln); }
+static CUresult w_lfile(CUlibrary* l, const char* f, CUjit_option* o, void** v, unsigned n, CUlibraryOption* lo, void** lv, unsigned ln) {
+  fprintf(stderr, "kc_probe load %d cuLibraryLoadFromFile: %s\n", n_images.fetch_add(1), f); return ((lfile_fn)exp_lfile)(l, f, o, v, n, lo, lv, ln); }
+static CUresult w_mfile(CUmodule* m, const char* f) {
+  fprintf(stderr, "kc_probe load %d cuModuleLoad: %s\n", n_images.fetch_add(1), f); return ((mfile_fn)exp_mfile)(m, f); }
+}
+static bool loads() { return getenv("KC_PROBE_LOADS") != nullptr; }
+
 static void* substitute(void* p) {
   if (!p) return p;
+  if (loads()) {
+    if (p == exp_mload) return (void*)w_mload;
+    if (p == exp_mloadex) return (void*)w_mloadex;
+    if (p == exp_mfat) return (void*)w_mfat;
+    if (p == exp_lload) return (void*)w_lload;
+    if (p == exp_lfile) return (void*)w_lfile;
+    if (p == exp_mfile) return (void*)w_mfile;
+  }
   if (p == exp_launch) return (void*)w_launch;
   if (p == exp_launch_ptsz) return (void*)w_launch_ptsz;
   if (p == exp_launchex) return (void*)w_launchex;
