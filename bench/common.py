@@ -40,6 +40,19 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def ratio_interval(values: list[float], base: list[float], *, draws: int = 2000, seed: int = 0,
+                   coverage: float = 0.90) -> tuple[float, float]:
+    """Bootstrap interval of median(values) / median(base): both sides resampled with
+    replacement `draws` times (seeded, so a rerun on the same numbers prints the same)."""
+    import random
+
+    rng = random.Random(seed)
+    ratios = sorted(statistics.median(rng.choices(values, k=len(values)))
+                    / statistics.median(rng.choices(base, k=len(base))) for _ in range(draws))
+    tail = (1 - coverage) / 2
+    return ratios[int(tail * (draws - 1))], ratios[int((1 - tail) * (draws - 1))]
+
+
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     line = "  ".join(f"{{:<{w}}}" for w in widths)
