@@ -288,7 +288,7 @@ def profile(
         what = f"ncu on {label}"
         run = ToolRun(root, ncu_command(ncu, kernel, report_base=tmp_base, log=log, warmup=warmup,
                                         sections=chosen, ncu_set=ncu_set, flush_l2=flush_l2),
-                      what=what, timeout=timeout, device=device, cancel=cancel)
+                      what=what, timeout=timeout, device=device, cancel=cancel, capture=capture)
         say(f"ncu: replaying {label} ({warmup} warm-up launches, then the profiled one)")
         try:
             run.request("replay", cubin=None if cubin is None else str(cubin_path), iterations=1, warmup=warmup,

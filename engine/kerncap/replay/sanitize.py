@@ -222,7 +222,8 @@ def sanitize(
     with tempfile.TemporaryDirectory(prefix=".sanitize-", dir=stem.parent) as tmp:
         log = Path(tmp) / "sanitizer.log"
         wrapper = [str(exe), "--tool", tool, "--target-processes", "all", "--log-file", str(log)]
-        run = ToolRun(root, wrapper, what=what, timeout=timeout, device=device, cancel=cancel)
+        run = ToolRun(root, wrapper, what=what, timeout=timeout, device=device, cancel=cancel,
+                      capture=capture)
         say(f"{what}: one launch (kernels run much slower under the tool)")
         try:
             v = run.request("validate", cubin=None if cubin_path is None else str(cubin_path))

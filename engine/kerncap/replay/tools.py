@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from kerncap.core.fsio import write_atomic
 from kerncap.errors import KerncapError
-from kerncap.reproducer.format import read_json
+from kerncap.reproducer.format import Capture, read_json
 from kerncap.replay import va_guards
 from kerncap.replay.client import ReplayClient, ServerTimeout, default_server_command
 
@@ -136,14 +136,14 @@ class ToolRun:
     the server's command begins), bounded by `timeout` seconds from start to exit."""
 
     def __init__(self, capture_dir: str | Path, wrapper: Sequence[str], *, what: str, timeout: float,
-                 device: int = 0, cancel: Cancellation | None = None):
+                 device: int = 0, cancel: Cancellation | None = None, capture: Capture | None = None):
         self.what = what
         self.timeout = float(timeout)
         self.cancel = cancel or Cancellation()
         self.started = time.monotonic()
         # A tool may reserve address space of its own when it initialises CUDA; guard
         # pages around the capture's spans keep it off them (replay/va_guards.py).
-        env = {**os.environ, va_guards.ENV: va_guards.guard_env(capture_dir)}
+        env = {**os.environ, va_guards.ENV: va_guards.guard_env(capture or capture_dir)}
         self.client = ReplayClient(capture_dir, device=device, timeout=self.timeout, env=env,
                                    server_cmd=[*wrapper, *default_server_command()])
         self.cancel.bind(self)

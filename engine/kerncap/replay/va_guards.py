@@ -32,14 +32,16 @@ _MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_NORESERVE, _MAP_FIXED_NOREPLACE = 0x02, 0x20,
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-def spans_of(capture_dir: str | Path) -> list[tuple[int, int]]:
-    """(base, size) of the spans the replay server will reserve for this capture."""
-    regions = Capture.open(capture_dir).regions
-    return [(s.base, s.size) for s in plan_address_space(regions, _GRANULARITY).spans]
+def spans_of(capture: Capture | str | Path) -> list[tuple[int, int]]:
+    """(base, size) of the spans the replay server will reserve for this capture (an
+    opened one is used as it is: a large manifest is not parsed twice)."""
+    if not isinstance(capture, Capture):
+        capture = Capture.open(capture)
+    return [(s.base, s.size) for s in plan_address_space(capture.regions, _GRANULARITY).spans]
 
 
-def guard_env(capture_dir: str | Path) -> str:
-    return ",".join(f"{base:x}:{size:x}" for base, size in spans_of(capture_dir))
+def guard_env(capture: Capture | str | Path) -> str:
+    return ",".join(f"{base:x}:{size:x}" for base, size in spans_of(capture))
 
 
 def guards_for(spans: Iterable[tuple[int, int]]) -> list[int]:
