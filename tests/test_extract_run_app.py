@@ -16,6 +16,7 @@ from kerncap.capture.run import (
     read_reports,
     run_app,
 )
+from kerncap.errors import KerncapError
 
 
 def py(code: str) -> list[str]:
@@ -57,10 +58,15 @@ def test_stragglers_get_to_finish_then_are_stopped(tmp_path):
     assert out.exists(), "a child still writing its report after the main process exited must be waited for"
 
 
-def test_environment(tmp_path, monkeypatch):
-    lib = tmp_path / "lib.so"
+def _inject_lib(tmp_path, monkeypatch):
+    lib = tmp_path / "libkerncap_inject.so"
     lib.write_bytes(b"")
     monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
+    return lib
+
+
+def test_environment(tmp_path, monkeypatch):
+    lib = _inject_lib(tmp_path, monkeypatch)
     monkeypatch.setenv("PYTHONPATH", "/user/path")
     monkeypatch.delenv("CUDA_MODULE_LOADING", raising=False)
     env = app_environment(["python", "a b.py"], mode="capture", run_dir=tmp_path, settings={"KERNCAP_DISPATCH": "2"},
@@ -76,6 +82,22 @@ def test_environment(tmp_path, monkeypatch):
         assert env["PYTHONPATH"] == "/user/path"
     env = app_environment(["x"], mode="profile", run_dir=tmp_path, settings={}, env={"CUDA_MODULE_LOADING": "LAZY"})
     assert env["CUDA_MODULE_LOADING"] == "LAZY", "the user's choice wins"
+
+
+def test_entry_point_interception_is_preloaded_only_when_asked(tmp_path, monkeypatch):
+    _inject_lib(tmp_path, monkeypatch)
+    monkeypatch.setenv("LD_PRELOAD", "/user/libmine.so")
+    monkeypatch.delenv("KERNCAP_INTERCEPT", raising=False)
+    env = app_environment(["x"], mode="capture", run_dir=tmp_path, settings={})
+    assert env["LD_PRELOAD"] == "/user/libmine.so", "CUPTI callbacks unless KERNCAP_INTERCEPT=entry"
+    with pytest.raises(KerncapError, match="libkerncap_entry.so was not built") as err:
+        app_environment(["x"], mode="capture", run_dir=tmp_path, settings={}, env={"KERNCAP_INTERCEPT": "entry"})
+    assert "unset KERNCAP_INTERCEPT" in err.value.hint
+    (tmp_path / "libkerncap_entry.so").write_bytes(b"")
+    env = app_environment(["x"], mode="capture", run_dir=tmp_path, settings={}, env={"KERNCAP_INTERCEPT": "entry"})
+    assert env["LD_PRELOAD"] == f"{tmp_path / 'libkerncap_entry.so'}:/user/libmine.so"  # first: it must see dlsym first
+    env = app_environment(["x"], mode="profile", run_dir=tmp_path, settings={}, env={"KERNCAP_INTERCEPT": "entry"})
+    assert env["LD_PRELOAD"] == "/user/libmine.so", "profiling reads CUPTI's activity records anyway"
 
 
 def test_read_reports_ignores_temp_files_and_names_bad_ones(tmp_path):

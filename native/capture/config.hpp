@@ -56,6 +56,10 @@ struct Config {
   bool profile_buckets = false;         // KERNCAP_PROFILE_BUCKETS=1
   std::string command_json;             // KERNCAP_COMMAND (a JSON list), may be empty
   int64_t fault_enospc_after = -1;      // KERNCAP_FAULT_ENOSPC_AFTER
+  // KERNCAP_INTERCEPT=entry: watch driver calls through libkerncap_entry.so's wrapped
+  // entry points (preloaded by the engine) instead of CUPTI callbacks. Opt-in until it
+  // has run the GPU suite (docs/interposer.md).
+  bool entry_requested = false;
   std::string error;                    // non-empty: the configuration is unusable (why)
 
   static Config from_env();
@@ -64,6 +68,9 @@ struct Config {
   uint64_t last_dispatch() const { return dispatches.empty() ? 0 : dispatches.back(); }
   // Launch callbacks in profile mode: only when a launch must be tagged.
   bool profile_tags() const { return profile_by_nvtx || profile_buckets || !nvtx.empty(); }
+  // Capture through interposed entry points: what needs CUPTI anyway (NVTX callbacks,
+  // a set's activity records) keeps the CUPTI path.
+  bool entry_capable() const { return mode == Mode::Capture && entry_requested && nvtx.empty() && !set; }
 };
 
 // abi::__cxa_demangle, or the input when it is not a C++ mangled name.

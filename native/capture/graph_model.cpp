@@ -127,6 +127,12 @@ void GraphRegistry::on_kernel_node_added(CUgraph g, FuncInfo* fi) {
   if (conditional_bodies_.count(g)) bodies_with_target_.insert(g);
 }
 
+void GraphRegistry::on_captured_graph(CUgraph g, const KernelMatcher* matcher) {
+  if (!holds_target(g, matcher, 0)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  graphs_with_target_.insert(g);
+}
+
 bool GraphRegistry::holds_target(CUgraph g, const KernelMatcher* matcher, int depth) {
   if (depth > 32) return false;
   for (CUgraphNode n : graph_nodes(g)) {

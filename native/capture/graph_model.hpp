@@ -85,6 +85,9 @@ class GraphRegistry {
   void on_capture_end(CUgraph g);                 // cuStreamEndCapture: built by stream capture
   void on_conditional_bodies(CUgraphNode node, const CUgraph* bodies, unsigned n);
   void on_kernel_node_added(CUgraph g, FuncInfo* fi);  // a matching kernel node entered graph g
+  // Entry-point capture sees no node-created events: a stream-captured graph is walked
+  // when its capture ends instead.
+  void on_captured_graph(CUgraph g, const KernelMatcher* matcher);
 
   // Instantiation and updates of executable graphs.
   // Returns why the target cannot be captured from this executable graph at all (device

@@ -9,6 +9,7 @@
 // docs/selection.md. See docs/interposer.md for the design, the cubin selection and
 // the quiescing rule.
 #include <cupti.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@
 #include "launch_buckets.hpp"
 #include "launch_record.hpp"
 #include "memory_tracker.hpp"
+#include "module_images.hpp"
 #include "module_registry.hpp"
 #include "nvtx_ranges.hpp"
 #include "proc_report.hpp"
@@ -57,6 +59,10 @@ struct State {
   std::unique_ptr<KernelMatcher> matcher;
   std::atomic<bool> active{false};  // subscribed and configured: callbacks do work
   CUpti_SubscriberHandle subscriber = nullptr;
+  // Driver calls reach the dispatcher from libkerncap_entry.so's wrappers, not CUPTI:
+  // no CUPTI subscriber exists until the capture (docs/interposer.md).
+  bool entry_points = false;
+  ModuleImages images;  // entry points only: what each handle was loaded from
   ProcReport report;
   FuncCache funcs;
   MemoryTracker mem;
@@ -119,6 +125,8 @@ struct ThreadState {
   // Inside the app's cuGraphInstantiate*/cuGraphExecUpdate: the driver's own copies of
   // the graph's nodes are not graphs the app built.
   bool in_graph_call;
+  // Entry points: the primary context a cuDevicePrimaryCtxRelease/Reset in flight may end.
+  CUcontext primary_ctx;
   // Handle -> FuncInfo for this thread's recent launches, valid while epoch matches.
   uint64_t func_epoch;
   CUfunction func_key[kFuncSlots];
@@ -134,6 +142,8 @@ struct Guard {
 };
 
 thread_local std::optional<ModuleCollector> tl_load_collector; // inside cuModuleLoad*/cuLibraryLoad*
+
+std::string recover_cubin(State& s, CUfunction launched, const FuncInfo& fi);
 
 // ---------------------------------------------------------------------------------
 
@@ -189,9 +199,22 @@ std::string selection_json(State& s) {
   return w.str();
 }
 
+// proc-<pid>.json's "interception": how driver calls reached kerncap.
+std::string interception_json(const State& s) {
+  static auto handed = reinterpret_cast<uint64_t (*)()>(dlsym(RTLD_DEFAULT, "kerncap_entry_handed"));
+  JsonWriter w;
+  w.begin_object().field("path", s.entry_points ? "entry points" : "cupti");
+  w.field("entry_points_preloaded", handed != nullptr);
+  if (handed) w.field("wrappers_handed", handed());
+  if (s.entry_points) w.field("images_seen", uint64_t(s.images.size()));
+  w.end_object();
+  return w.str();
+}
+
 void write_proc(State& s) {
   if (s.cfg.out_dir.empty()) return;
   Guard guard;
+  if (s.cfg.mode == Mode::Capture) s.report.set_section("interception", interception_json(s));
   if (s.nvtx) s.report.set_section("nvtx", s.nvtx->report_json(s.nvtx_inside.load(), s.nvtx_outside.load()));
   if (selection_requested(s.cfg)) s.report.set_section("selection", selection_json(s));
   s.report.write(s.cfg.out_dir, counters(s));
@@ -319,6 +342,17 @@ bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpt
                    uint32_t bucket) {
   if (!claim_capture(s)) return false;
   s.quiesce.lock();  // waits until no other thread is inside an enqueueing call
+  if (s.entry_points) {
+    const std::string why = recover_cubin(s, d.f, fi);
+    if (!why.empty()) {
+      s.quiesce.unlock();
+      capture_attempt_failed(s, why.rfind("cuptiSubscribe", 0) == 0 ? "cupti_subscriber" : "capture_failed",
+                             "capture of " + fi.demangled + " (dispatch " + std::to_string(index) +
+                                 ") failed before the launch: " + why,
+                             index, bucket);
+      return false;
+    }
+  }
   auto session =
       std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, d, fi, index, capture_name(s, index), blob_pool(s));
   describe_launch(s, *session, bucket);
@@ -695,7 +729,10 @@ void track_graph(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, 
     CUgraph* g = cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture
                      ? static_cast<const cuStreamEndCapture_params*>(p)->phGraph
                      : static_cast<const cuStreamEndCapture_ptsz_params*>(p)->phGraph;
-    if (g && *g) s.graphs.on_capture_end(*g);
+    if (g && *g) {
+      s.graphs.on_capture_end(*g);
+      if (s.entry_points) s.graphs.on_captured_graph(*g, matcher);
+    }
     return;
   }
   if (roles & kGraphInstantiate) {
@@ -906,6 +943,10 @@ void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t
   CUevent neutral = nullptr;
   try {
     LaunchDesc desc = node_launch(model_node(m, target), stream, per_thread, attrs);
+    if (s.entry_points) {
+      const std::string why = recover_cubin(s, desc.f, *target.func);
+      if (!why.empty()) throw std::runtime_error(why);
+    }
     session = std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, desc, *target.func, index,
                                                capture_name(s, index), blob_pool(s));
     describe_launch(s, *session, bucket);
@@ -1108,6 +1149,179 @@ void profile_tag(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Ca
   s.attribution->tag(cb->correlationId, std::move(tag));
 }
 
+// ---------------------------------------------------------------------------------
+// Entry-point interception (libkerncap_entry.so): what CUPTI's resource callbacks gave
+
+// A load call's exit: remember what the handle was loaded from.
+void record_image(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  const void* p = cb->functionParams;
+  auto path = [](const char* f) {
+    ModuleImage im;
+    im.path = f ? f : "";
+    return im;
+  };
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoad: {
+      auto* a = static_cast<const cuModuleLoad_params*>(p);
+      return s.images.add_module(*a->module, path(a->fname));
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData: {
+      auto* a = static_cast<const cuModuleLoadData_params*>(p);
+      return s.images.add_module(*a->module, image_of(a->image));
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx: {
+      auto* a = static_cast<const cuModuleLoadDataEx_params*>(p);
+      return s.images.add_module(*a->module, image_of(a->image));
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary: {
+      auto* a = static_cast<const cuModuleLoadFatBinary_params*>(p);
+      return s.images.add_module(*a->module, image_of(a->fatCubin));
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData: {
+      auto* a = static_cast<const cuLibraryLoadData_params*>(p);
+      return s.images.add_library(*a->library, image_of(a->code));
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile: {
+      auto* a = static_cast<const cuLibraryLoadFromFile_params*>(p);
+      return s.images.add_library(*a->library, path(a->fileName));
+    }
+    default:
+      return;
+  }
+}
+
+void forget_image(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuModuleUnload)
+    s.images.forget_module(static_cast<const cuModuleUnload_params*>(cb->functionParams)->hmod);
+  else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload)
+    s.images.forget_library(static_cast<const cuLibraryUnload_params*>(cb->functionParams)->library);
+}
+
+// Context teardown and explicit kernel nodes: CUPTI's CONTEXT_DESTROY_STARTING and
+// GRAPHNODE_CREATED, seen from the calls that cause them.
+void entry_only_call(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
+  const void* p = cb->functionParams;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2:
+      if (enter) s.mem.drop_context(static_cast<const cuCtxDestroy_v2_params*>(p)->ctx);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2: {
+      // The primary context goes when reset, or released for the last time.
+      const CUdevice dev = static_cast<const cuDevicePrimaryCtxReset_v2_params*>(p)->dev;  // same layout
+      if (enter) {
+        tl.primary_ctx = nullptr;
+        Guard guard;
+        CUcontext cur = nullptr;
+        CUdevice cur_dev = -1;
+        if (KC_CU(cuCtxGetCurrent)(&cur) == CUDA_SUCCESS && cur && KC_CU(cuCtxGetDevice)(&cur_dev) == CUDA_SUCCESS &&
+            cur_dev == dev)
+          tl.primary_ctx = cur;
+        return;
+      }
+      if (!tl.primary_ctx || result_of(cb) != CUDA_SUCCESS) return;
+      unsigned flags = 0;
+      int active = 1;
+      {
+        Guard guard;
+        if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2 &&
+            KC_CU(cuDevicePrimaryCtxGetState)(dev, &flags, &active) != CUDA_SUCCESS)
+          active = 1;
+      }
+      if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2 || !active) s.mem.drop_context(tl.primary_ctx);
+      tl.primary_ctx = nullptr;
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode_v2: {
+      auto* a = static_cast<const cuGraphAddKernelNode_v2_params*>(p);
+      if (enter || result_of(cb) != CUDA_SUCCESS || !a->nodeParams || !s.armed.load(std::memory_order_acquire)) return;
+      CUfunction f = a->nodeParams->func ? a->nodeParams->func : reinterpret_cast<CUfunction>(a->nodeParams->kern);
+      if (f) s.graphs.on_kernel_node_added(a->hGraph, s.funcs.get(f, s.matcher.get()));
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// The module callback of the short subscription made at the capture.
+void CUPTIAPI on_late_module(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  State* s = g;
+  if (!s || domain != CUPTI_CB_DOMAIN_RESOURCE || cbid != CUPTI_CBID_RESOURCE_MODULE_LOADED) return;
+  auto* md = static_cast<const CUpti_ModuleResourceData*>(static_cast<const CUpti_ResourceData*>(data)->resourceDescriptor);
+  if (!md) return;
+  ModuleCollector::note_loaded(md->moduleId);
+  if (s->matcher && md->pCubin && md->cubinSize) s->modules.on_module_loaded(md->moduleId, md->pCubin, md->cubinSize, *s->matcher);
+}
+
+// Entry points: the target's cubin, which no CUPTI callback reported while the app ran.
+// Its image is loaded once more under a CUPTI subscription made now; the module
+// callback hands over the cubin the driver picks, exactly as it did for the app's load
+// (facts §24), and it is paired with the app's handle for the cubin selection. Empty:
+// done (or no image was seen: the selection then says no cubin was seen); else why not.
+std::string recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
+  Guard guard;
+  CUlibrary lib = nullptr;
+  CUmodule mod = nullptr;
+  CUfunction fn = launched;
+  if (fi.is_kernel) {
+    CUkernel k = reinterpret_cast<CUkernel>(launched);
+    if (KC_CU(cuKernelGetLibrary)(&lib, k) != CUDA_SUCCESS) lib = nullptr;
+    if (KC_CU(cuKernelGetFunction)(&fn, k) != CUDA_SUCCESS) fn = nullptr;
+  }
+  if (fn && KC_CU(cuFuncGetModule)(&mod, fn) != CUDA_SUCCESS) mod = nullptr;
+  if ((mod && !s.modules.ids_for_module(mod).empty()) || (lib && !s.modules.ids_for_library(lib).empty()))
+    return std::string();  // recovered by an earlier capture
+  ModuleImage image;
+  bool found = s.images.find(mod, lib, image);
+  if (!found && mod) {
+    // A function of a library's module (cuLibraryGetKernel + cuKernelGetFunction).
+    for (auto& [l, im] : s.images.libraries()) {
+      CUmodule lm = nullptr;
+      if (KC_CU(cuLibraryGetModule)(&lm, l) == CUDA_SUCCESS && lm == mod) {
+        lib = l;
+        image = im;
+        found = true;
+        break;
+      }
+    }
+  }
+  if (!found || (!image.data() && image.path.empty())) return std::string();
+  CUpti_SubscriberHandle sub = nullptr;
+  CUptiResult r = cuptiSubscribe(&sub, on_late_module, nullptr);
+  if (r != CUPTI_SUCCESS) {
+    std::string msg = cupti_error(r, "cuptiSubscribe");
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+      msg += ": another CUPTI client (PyTorch profiler, Nsight Systems/Compute, a tracing tool) is attached to "
+             "this process; kerncap needs CUPTI for a moment to read the kernel's cubin. Run without the other tool.";
+    return msg;
+  }
+  std::string why;
+  r = cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+  CUmodule again = nullptr;
+  std::vector<uint32_t> ids;
+  if (r != CUPTI_SUCCESS) {
+    why = cupti_error(r, "cuptiEnableCallback(MODULE_LOADED)");
+  } else {
+    ModuleCollector loaded;
+    CUresult cr = image.path.empty() ? KC_CU(cuModuleLoadData)(&again, image.data())
+                                     : KC_CU(cuModuleLoad)(&again, image.path.c_str());
+    if (cr == CUDA_SUCCESS) {
+      // Lazy loading defers the code until a function is used: force it in.
+      CUfunction f = nullptr;
+      if (KC_CU(cuModuleGetFunction)(&f, again, fi.name.c_str()) == CUDA_SUCCESS) KC_CU(cuFuncLoad)(f);
+    } else {
+      why = "reloading the kernel's module image failed: " + cu_error_string(cr);
+    }
+    ids = loaded.ids();
+  }
+  cuptiUnsubscribe(sub);
+  if (again) KC_CU(cuModuleUnload)(again);
+  if (mod) s.modules.pair_module(mod, ids);
+  if (lib) s.modules.pair_library(lib, ids);
+  return why;
+}
+
 void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const uint16_t roles = call_roles(cbid);
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
@@ -1128,12 +1342,18 @@ void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Call
     return;
   }
   if (roles & kModuleLoad) {
-    if (enter) {
+    if (s.entry_points) {
+      if (!enter && result_of(cb) == CUDA_SUCCESS) record_image(s, cbid, cb);
+    } else if (enter) {
       tl_load_collector.emplace();
     } else if (tl_load_collector) {
       if (result_of(cb) == CUDA_SUCCESS) pair_loaded(s, cbid, cb);
       tl_load_collector.reset();
     }
+    return;
+  }
+  if (roles & kEntryOnly) {
+    entry_only_call(s, cbid, cb, enter);
     return;
   }
   const bool enqueue = roles & kEnqueue;
@@ -1149,6 +1369,7 @@ void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Call
   if (result_of(cb) == CUDA_SUCCESS) {
     if (roles & kModuleUnload) {
       s.funcs.clear();  // handles of the unloaded code may be reused for other kernels
+      if (s.entry_points) forget_image(s, cbid, cb);
     } else if (roles & (kAlloc | kHostMemory)) {
       track_memory(s, cbid, cb);
     } else if ((roles & (kCaptureEnd | kGraphInstantiate | kGraphUpdate | kGraphBuild)) &&
@@ -1272,6 +1493,27 @@ void at_exit() {
   write_proc(*s);
 }
 
+// Capture through libkerncap_entry.so's wrappers when it is preloaded and the capture
+// needs nothing only CUPTI gives; false: use CUPTI callbacks.
+void entry_dispatch(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  on_callback(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, cbid, cb);
+}
+
+bool attach_entry_points(State& s) {
+  using Attach = int (*)(void (*)(CUpti_CallbackId, const CUpti_CallbackData*));
+  auto attach = reinterpret_cast<Attach>(dlsym(RTLD_DEFAULT, "kerncap_entry_attach"));
+  if (!attach || !s.cfg.entry_capable()) return false;
+  s.entry_points = true;
+  s.active = true;
+  s.armed.store(true, std::memory_order_release);
+  if (attach(entry_dispatch) > 0) return true;
+  attach(nullptr);  // libcuda not loaded: cannot be (we are inside its cuInit); stay safe
+  s.entry_points = false;
+  s.active = false;
+  s.armed.store(false, std::memory_order_release);
+  return false;
+}
+
 bool enable(State& s, CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   CUptiResult r = cuptiEnableCallback(1, s.subscriber, domain, cbid);
   if (r == CUPTI_SUCCESS) return true;
@@ -1357,6 +1599,8 @@ void initialize() {
     return;
   }
   if (!select_this_process(s)) return;  // another process of the job captures
+  init_call_roles();
+  if (attach_entry_points(s)) return;  // no CUPTI until the capture (docs/interposer.md)
   CUptiResult r = cuptiSubscribe(&s.subscriber, on_callback, nullptr);
   if (r != CUPTI_SUCCESS) {
     std::string msg = cupti_error(r, "cuptiSubscribe");
@@ -1366,7 +1610,6 @@ void initialize() {
     s.report.add_error("cupti_subscriber", msg);
     return;
   }
-  init_call_roles();
   if (s.cfg.mode == Mode::Profile) {
     bool ok = true;
     if (s.cfg.profile_tags()) ok = enable_launch_tags(s) && (!s.nvtx || enable_nvtx(s));
@@ -1380,7 +1623,8 @@ void initialize() {
     return;
   }
   bool ok = true;
-  for (size_t i = 0; i < kWatchedCallCount; ++i) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, kWatchedCalls[i].id);
+  for (size_t i = 0; i < kWatchedCallCount; ++i)
+    if (!(kWatchedCalls[i].roles & kEntryOnly)) ok &= enable(s, CUPTI_CB_DOMAIN_DRIVER_API, kWatchedCalls[i].id);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
   ok &= enable(s, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);

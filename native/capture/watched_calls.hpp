@@ -1,5 +1,5 @@
-// The driver calls the interposer watches, in one table: each row names a call and
-// what kerncap does with it. Every callback list (what to enable, what holds the
+// The driver calls the interposer watches, in one table (watched_list.hpp): each row
+// names a call and what kerncap does with it. Every callback list (what to enable, what holds the
 // quiesce lock, what is a launch) derives from this table, so a new launch API is one
 // row here plus its decoding in launch_record.cpp.
 #pragma once
@@ -22,6 +22,10 @@ enum CallRole : uint16_t {
   kGraphInstantiate = 1 << 9,
   kGraphUpdate = 1 << 10,   // changes an executable graph after instantiation (mirrored onto the model)
   kGraphBuild = 1 << 11,    // adds nodes to a graph (conditional bodies, graph memory)
+  // Entry-point interception only: CUPTI reports these as resource events instead.
+  kContextDestroy = 1 << 12,  // a context may be destroyed: its regions go
+  kKernelNodeAdd = 1 << 13,   // a kernel node entered a graph through the explicit API
+  kEntryOnly = kContextDestroy | kKernelNodeAdd,
 };
 
 struct WatchedCall {

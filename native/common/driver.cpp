@@ -21,7 +21,14 @@ void* driver_library() {
 }
 
 void* driver_symbol(const char* name) {
-  void* fn = dlsym(driver_library(), name);
+  // Inside a captured app libkerncap_entry.so hooks dlsym and would hand kerncap the
+  // wrappers it hands the app; kerncap's own calls go to the driver itself.
+  using Dlsym = void* (*)(void*, const char*);
+  static Dlsym lookup = [] {
+    auto real = reinterpret_cast<Dlsym>(dlsym(RTLD_DEFAULT, "kerncap_entry_real_dlsym"));
+    return real ? real : static_cast<Dlsym>(&dlsym);
+  }();
+  void* fn = lookup(driver_library(), name);
   if (!fn) {
     throw std::runtime_error(std::string("the CUDA driver (libcuda.so.1) has no entry point ") + name +
                              ": driver older than the CUDA " + std::to_string(CUDA_VERSION / 1000) +

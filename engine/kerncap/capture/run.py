@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kerncap.capture.jobs import ProcessTree, StopReport, enable_subreaper, signal_name
-from kerncap.core.native import PACKAGE_DIR, inject_library
+from kerncap.core.native import PACKAGE_DIR, entry_library, inject_library
 from kerncap.errors import KerncapError, UsageError
 
 PYHOOKS_DIR = PACKAGE_DIR / "pyhooks"
@@ -109,6 +109,8 @@ def app_environment(
     out["KERNCAP_OUT"] = str(Path(run_dir).resolve())
     out["KERNCAP_COMMAND"] = json.dumps(list(command))
     out.update(settings)
+    if mode == "capture" and out.get("KERNCAP_INTERCEPT") == "entry":
+        out["LD_PRELOAD"] = preload_entry_points(out.get("LD_PRELOAD"))
     # CUDA_MODULE_LOADING is left as the user has it (the driver's default is lazy). Forcing
     # EAGER, DESIGN fact 3's fallback, loaded every libtorch kernel at start-up: +4.3 s on
     # a 6 s PyTorch app on the H200 (bench/overhead.py); the interposer pairs lazily
@@ -117,6 +119,19 @@ def app_environment(
         existing = out.get("PYTHONPATH")
         out["PYTHONPATH"] = str(PYHOOKS_DIR) + (os.pathsep + existing if existing else "")
     return out
+
+
+def preload_entry_points(existing: str | None) -> str:
+    """LD_PRELOAD with libkerncap_entry.so first: driver calls then reach kerncap through
+    wrapped entry points instead of a CUPTI subscriber (KERNCAP_INTERCEPT=entry, opt-in;
+    docs/interposer.md)."""
+    entry = entry_library()
+    if entry is None:
+        raise KerncapError(
+            "KERNCAP_INTERCEPT=entry, but libkerncap_entry.so was not built",
+            "reinstall kerncap with the CUDA toolkit (pip install .), or unset KERNCAP_INTERCEPT",
+        )
+    return str(entry) + (":" + existing if existing else "")
 
 
 def default_sink(stream: str, data: bytes) -> None:

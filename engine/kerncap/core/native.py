@@ -1,7 +1,7 @@
 """Where the native parts live, and a clear message when they are missing.
 
-The package build (scikit-build-core + CMake) installs `libkerncap_inject.so` into
-`kerncap/_native/` and the replay extension as `kerncap/_replay*.so`. Without a CUDA
+The package build (scikit-build-core + CMake) installs `libkerncap_inject.so` and
+`libkerncap_entry.so` into `kerncap/_native/` and the replay extension as `kerncap/_replay*.so`. Without a CUDA
 toolkit at build time neither exists; everything else still works.
 """
 
@@ -27,6 +27,14 @@ def inject_library() -> Path:
             "nvcc and CUPTI (pip install .) to capture.",
         )
     return path
+
+
+def entry_library() -> Path | None:
+    """Path of the entry-point library preloaded into a captured app, or None when it
+    was not built (the capture then watches the driver through CUPTI alone). The
+    injection library's sibling, so a KERNCAP_INJECT_LIB override brings its own."""
+    path = inject_library().with_name("libkerncap_entry.so")
+    return path if path.is_file() else None
 
 
 def replay_module():

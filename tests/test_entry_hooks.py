@@ -1,0 +1,174 @@
+"""libkerncap_entry.so, the preloaded entry-point interposer (native/capture/entry_hooks.cpp),
+built here with the host compiler and driven over a stand-in libcuda
+(tests/fixtures/entry_hooks/): every route an app takes to a driver call (cuGetProcAddress
+as cudart uses it, dlsym as Triton does, the PLT of code linked against libcuda, a
+versioned libcuda path, an old cuGetProcAddress ABI) hands out kerncap's wrapper for a
+watched call and the driver's own pointer for anything else; the attached dispatcher
+sees CUPTI's callback data at entry and exit; the app's own interposers keep their
+RTLD_NEXT. The real driver runs these paths in the GPU suite."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "entry_hooks"
+SRC = ROOT / "native" / "capture"
+
+
+def _cuda_headers() -> Path | None:
+    """cuda.h and CUPTI's headers: the toolkit's, or the copy Triton's wheel ships."""
+    candidates = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"]
+    try:
+        import triton  # noqa: F401  (only its headers)
+
+        candidates.append(Path(triton.__file__).parent / "backends" / "nvidia" / "include")
+    except Exception:
+        pass
+    for c in candidates:
+        if all((c / h).is_file() for h in ("cuda.h", "cupti.h", "generated_cuda_meta.h")):
+            return c
+    return None
+
+
+HEADERS = _cuda_headers()
+CXX, CC = shutil.which("g++") or shutil.which("c++"), shutil.which("gcc") or shutil.which("cc")
+pytestmark = pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and HEADERS and CXX and CC),
+    reason="needs Linux, a C/C++ compiler and the CUDA / CUPTI headers (toolkit or Triton's wheel)",
+)
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False, **kw)
+
+
+def _build(cmd: list[str]) -> None:
+    p = _run(cmd)
+    assert p.returncode == 0, f"{' '.join(cmd)}\n{p.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("entry")
+    entry = d / "libkerncap_entry.so"
+    # The flags of native/capture/CMakeLists.txt's kerncap_entry target.
+    _build([CXX, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+            "-Wall", "-Wextra", "-Werror", f"-I{HEADERS}", f"-I{SRC}", str(SRC / "entry_hooks.cpp"), "-o", str(entry),
+            "-ldl", "-static-libstdc++", "-static-libgcc", "-Wl,--exclude-libs,ALL",
+            f"-Wl,--version-script={SRC / 'entry_exports.map'}"])
+    drv = d / "drv"
+    drv.mkdir()
+    # -Bsymbolic: like the driver, its cuGetProcAddress returns its own functions, not
+    # the preloaded names that interpose them.
+    _build([CC, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-Wl,-Bsymbolic", str(FIX / "fake_libcuda.c"), "-o",
+            str(drv / "libcuda.so.1")])
+    (drv / "libcuda.so").symlink_to("libcuda.so.1")
+    shutil.copy(drv / "libcuda.so.1", drv / "libcuda.so.580.65.06")  # a versioned path, same soname
+    common = [CXX, "-std=c++17", "-O1", f"-I{HEADERS}", str(FIX / "probe_app.cpp")]
+    _build([*common, "-o", str(d / "probe"), f"-L{drv}", "-lcuda", f"-Wl,-rpath,{drv}", "-ldl"])
+    _build([*common, "-DNO_PLT", "-o", str(d / "probe_dlopen"), "-ldl"])
+    _build([CC, "-shared", "-fPIC", str(FIX / "wrap_puts.c"), "-o", str(d / "libwrap_puts.so"), "-ldl"])
+    return {"dir": d, "entry": entry, "drv": drv}
+
+
+def _preloaded(built, *extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = ":".join([str(built["entry"]), *extra])
+    return env
+
+
+def _lines(out: str) -> dict[str, str]:
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in out.splitlines() if ":" in line)}
+
+
+def _events(line: str) -> list[dict[str, str]]:
+    out = []
+    for item in line.split():
+        name, site, cbid, *fields = item.split("/")
+        out.append({"name": name, "site": site, "cbid": cbid, **dict(f.split("=", 1) for f in fields)})
+    return out
+
+
+def test_every_route_hands_the_wrapper_and_the_dispatcher_sees_cupti_shaped_calls(built):
+    p = _run([str(built["dir"] / "probe")], env=_preloaded(built))
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = _lines(p.stdout)
+    assert out["attach"] == "4 entry points"  # the stand-in exports 4 of the watched calls
+    for check in ("dlsym cuGetProcAddress_v2 hooked", "cuGetProcAddress(itself) hooked", "cuMemAlloc wrapped",
+                  "dlsym cuGetProcAddress hooked"):
+        assert out[check] == "1", check
+    assert out["cuMemAlloc result"] == "0 0x1000"  # the driver's own result, unchanged
+    alloc = _events(out["alloc"])
+    assert [(e["name"], e["site"], e["size"]) for e in alloc] == [("cuMemAlloc_v2", "enter", "4096"),
+                                                                   ("cuMemAlloc_v2", "exit", "4096")]
+    assert alloc[1]["ret"] == "0" and alloc[0]["ctx"] == "0xc0"  # the current context, as CUPTI gives it
+    # The per-thread-stream variant maps to its own callback id, as CUPTI reports it.
+    launch = _events(out["launch_ptsz"])
+    assert [(e["name"], e["grid"]) for e in launch] == [("cuLaunchKernel_ptsz", "64")] * 2
+    assert launch[1]["ret"] == "7" and out["launch_ptsz result"] == "7"
+    assert launch[0]["cbid"] != alloc[0]["cbid"]
+    # A call kerncap does not watch is the driver's own pointer, never dispatched.
+    assert out["cuDeviceGet untouched"] == "1" and out["unknown"] == ""
+    assert [e["name"] for e in _events(out["dlsym_route"])] == ["cuMemcpyHtoD_v2"] * 2
+    assert _events(out["dlsym_route"])[0]["size"] == "12"
+    assert out["old cuMemAlloc untouched"] == "1"  # an old ABI passes through
+    assert [(e["name"], e["size"]) for e in _events(out["plt"])] == [("cuMemAlloc_v2", "100")] * 2
+    assert out["detached"] == ""  # detached: wrappers only forward
+    assert out["driver calls"] == "6"  # every call reached the driver exactly once
+
+
+def test_a_versioned_libcuda_path_is_interposed_too(built):
+    """An app that dlopens libcuda by its versioned file name (no -lcuda)."""
+    env = _preloaded(built)
+    p = _run([str(built["dir"] / "probe_dlopen"), str(built["drv"] / "libcuda.so.580.65.06")], env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = _lines(p.stdout)
+    assert out["attach"] == "4 entry points"
+    assert out["cuMemAlloc wrapped"] == "1"
+    assert [e["name"] for e in _events(out["alloc"])] == ["cuMemAlloc_v2"] * 2
+    assert "plt" not in out
+
+
+def test_the_apps_own_interposers_keep_rtld_next(built, tmp_path):
+    src = tmp_path / "main.c"
+    src.write_text('#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n')
+    _build([CC, str(src), "-o", str(tmp_path / "main")])
+    p = _run([str(tmp_path / "main")], env=_preloaded(built, str(built["dir"] / "libwrap_puts.so")))
+    assert p.returncode == 0 and p.stdout == "[wrapped] hello\n", p.stdout + p.stderr
+
+
+def test_a_process_without_cuda_runs_unchanged(built):
+    """Preloaded into everything the app starts (Python, compilers): not a driver in sight."""
+    code = "import ctypes, ctypes.util, json, sqlite3, decimal; print(ctypes.CDLL(ctypes.util.find_library('m')).abs(-3))"
+    p = _run([sys.executable, "-c", code], env=_preloaded(built))
+    assert p.returncode == 0 and p.stdout.strip() == "3", p.stderr
+    exports = _run(["nm", "-D", "--defined-only", str(built["entry"])]).stdout if shutil.which("nm") else ""
+    if exports:
+        names = {line.split()[-1] for line in exports.splitlines()}
+        assert {"dlsym", "cuGetProcAddress", "cuGetProcAddress_v2", "cuLaunchKernel", "kerncap_entry_attach"} <= names
+        assert not [n for n in names if re.match(r"_Z|std", n)]  # no C++ runtime leaks into the app
+
+
+def test_module_images_are_sized_by_their_format(tmp_path):
+    """What entry-point capture keeps of each load, to load it again at the capture."""
+    exe = tmp_path / "images"
+    _build([CXX, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{HEADERS}", f"-I{SRC}", str(FIX / "images_app.cpp"),
+            str(SRC / "module_images.cpp"), "-o", str(exe)])
+    p = _run([str(exe)])
+    assert p.returncode == 0, p.stderr
+    assert _lines(p.stdout) == {
+        "fatbin": "116 copied=1",  # header + fat size, copied: the app may free its buffer
+        "elf": f"{512 + 5 * 64}",  # the section table's end
+        "ptx": "31 of 30",  # with its NUL
+        "wrapper": "borrowed=1",
+        "find": "module=1 library=1 none=0",
+        "after unload": "1",
+    }
