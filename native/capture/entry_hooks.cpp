@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 
 #include "watched_list.hpp"
@@ -46,6 +47,7 @@ struct Entry {
   const char* name;
   CUpti_CallbackId cbid;
   void* wrapper;
+  bool old_abi;  // an old version cuda.h no longer declares by this name (kc_v1_*)
   std::atomic<void*> real;
 };
 
@@ -64,8 +66,18 @@ std::atomic<GetProcFn> g_real_gpa{nullptr};
 std::atomic<GetProcV2Fn> g_real_gpa2{nullptr};
 std::atomic<CtxGetCurrentFn> g_ctx_current{nullptr};
 
-// real -> slot, sorted by address, for cuGetProcAddress and dlsym results.
-std::pair<void*, size_t> g_by_address[kSlotCount];
+// real -> slot, sorted by address, for cuGetProcAddress and dlsym results. Should a
+// driver export an old name as an alias of the new call, the new call's slot comes
+// first (its params struct is the one that matches the arguments).
+struct ByAddress {
+  void* real;
+  bool old_abi;
+  size_t slot;
+  bool operator<(const ByAddress& o) const {
+    return real != o.real ? std::less<void*>()(real, o.real) : old_abi < o.old_abi;
+  }
+};
+ByAddress g_by_address[kSlotCount];
 size_t g_by_address_n = 0;
 std::atomic<bool> g_resolved{false};
 std::mutex g_resolve_mu;
@@ -91,7 +103,7 @@ bool resolve_all() {
   for (size_t i = 0; i < kSlotCount; ++i) {
     void* p = d(h, g_entries[i].name);
     g_entries[i].real.store(p, std::memory_order_release);
-    if (p) g_by_address[n++] = {p, i};
+    if (p) g_by_address[n++] = {p, g_entries[i].old_abi, i};
   }
   std::sort(g_by_address, g_by_address + n);
   g_by_address_n = n;
@@ -113,10 +125,10 @@ void* real_of(size_t slot) {
 void* substitute(void* p) {
   if (!p || !resolve_all()) return p;
   auto end = g_by_address + g_by_address_n;
-  auto it = std::lower_bound(g_by_address, end, std::make_pair(p, size_t(0)));
-  if (it == end || it->first != p) return p;
+  auto it = std::lower_bound(g_by_address, end, ByAddress{p, false, 0});
+  if (it == end || it->real != p) return p;
   g_handed.fetch_add(1, std::memory_order_relaxed);
-  return g_entries[it->second].wrapper;
+  return g_entries[it->slot].wrapper;
 }
 
 thread_local uint32_t tl_correlation = 0;
@@ -161,10 +173,16 @@ struct Wrap<S, Params, CUresult (*)(A...)> {
 }  // namespace
 
 namespace {
+constexpr bool old_abi(const char* proto) {
+  return proto[0] == 'k' && proto[1] == 'c' && proto[2] == '_' && proto[3] == 'v' && proto[4] == '1';
+}
+
+// Constant-initialized (no constructor runs before a call can arrive through the PLT).
 Entry g_entries[kSlotCount] = {
 #define KC_ENTRY(name, proto, roles) \
   {#name, CUPTI_DRIVER_TRACE_CBID_##name,                                                     \
-   reinterpret_cast<void*>(&Wrap<kSlot_##name, name##_params, decltype(&::proto)>::call), {nullptr}},
+   reinterpret_cast<void*>(&Wrap<kSlot_##name, name##_params, decltype(&::proto)>::call),              \
+   old_abi(#proto), {nullptr}},
     KC_WATCHED_CALLS(KC_ENTRY)
 #undef KC_ENTRY
 };
