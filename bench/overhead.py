@@ -5,6 +5,8 @@ interleaved (median taken):
   plain      the app alone
   armed      under `extract` for a kernel that never launches (kc_never, keep_running):
              every launch goes through the interposer's callbacks
+  armed-entry  the same through interposed entry points, no CUPTI subscriber
+             (KERNCAP_INTERCEPT=entry, docs/interposer.md)
   profiling  under `run_profile`
 and prints ratios of medians against plain, each with a 90 % bootstrap interval, for
 the process wall, the launch loop alone (the app reports its loop time) and the app's
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from common import PYAPPS, build_testapps, median, print_table, ratio_interval, timed, verdict, write_json
 
-GOALS = {"armed": 1.02, "profiling": 1.05}
+GOALS = {"armed": 1.02, "armed-entry": 1.02, "profiling": 1.05}
 
 
 def app_command(args, build_dir: Path | None) -> list[str]:
@@ -56,8 +58,10 @@ def run_once(mode: str, command: list[str], workdir: Path) -> tuple[float, float
         wall, proc = timed(lambda: subprocess.run(command, env=env, stdout=subprocess.DEVNULL))
         if proc.returncode != 0:
             sys.exit(f"{command[-1]} exited with status {proc.returncode}")
-    elif mode == "armed":
+    elif mode in ("armed", "armed-entry"):
         output = workdir / "never"
+        if mode == "armed-entry":
+            env["KERNCAP_INTERCEPT"] = "entry"
 
         def armed():
             try:
@@ -92,7 +96,7 @@ def main() -> None:
         # Interleaved (plain, armed, profiling, plain, ...): the GPU machine's CPU speed
         # drifts by 10-20% between runs, and drift must hit every mode alike.
         for _ in range(args.repeat):
-            for mode in ("plain", "armed", "profiling"):
+            for mode in ("plain", "armed", "armed-entry", "profiling"):
                 values = run_once(mode, command, Path(tmp))
                 r = results.setdefault(mode, {"wall_s": [], "loop_s": [], "cpu_s": []})
                 for key, v in zip(("wall_s", "loop_s", "cpu_s"), values):

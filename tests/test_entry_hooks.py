@@ -125,6 +125,25 @@ def test_every_route_hands_the_wrapper_and_the_dispatcher_sees_cupti_shaped_call
     assert out["driver calls"] == "6"  # every call reached the driver exactly once
 
 
+def test_the_package_built_library_behaves_the_same(built):
+    """The libkerncap_entry.so `pip install .` built (CMake's flags), where there is one."""
+    from kerncap.core.native import entry_library
+    from kerncap.errors import KerncapError
+
+    try:
+        lib = entry_library()
+    except KerncapError:
+        lib = None
+    if lib is None:
+        pytest.skip("kerncap was installed without its native parts")
+    p = _run([str(built["dir"] / "probe")], env={**os.environ, "LD_PRELOAD": str(lib)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = _lines(p.stdout)
+    assert out["attach"] == "4 entry points" and out["cuMemAlloc wrapped"] == "1"
+    assert [e["name"] for e in _events(out["plt"])] == ["cuMemAlloc_v2"] * 2
+    assert out["driver calls"] == "6"
+
+
 def test_a_versioned_libcuda_path_is_interposed_too(built):
     """An app that dlopens libcuda by its versioned file name (no -lcuda)."""
     env = _preloaded(built)
