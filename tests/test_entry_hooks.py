@@ -186,6 +186,8 @@ def test_module_images_are_sized_by_their_format(tmp_path):
     assert _lines(p.stdout) == {
         "fatbin": "116 copied=1",  # header + fat size, copied: the app may free its buffer
         "elf": f"{512 + 5 * 64}",  # the section table's end
+        "elf with data after its table": "1300",
+        "jit": "kept=1 first=0 value=32 unmatched=17",  # CU_JIT_MAX_REGISTERS kept; GLOBAL_SYMBOL_NAMES (17) named
         "ptx": "31 of 30",  # with its NUL
         "wrapper": "borrowed=1",
         "find": "module=1 library=1 none=0",

@@ -71,6 +71,7 @@ class CaptureSession {
   void set_job(const JobIdentity& j) { job_ = j; }
   void set_nvtx(NvtxContext c) { nvtx_ = std::move(c); }
   void set_bucket(uint32_t id) { bucket_ = id; }
+  void add_warning(const std::string& w) { warnings_.push_back(w); }
   void abort();
   const std::string& partial_dir() const { return partial_; }
 

@@ -143,7 +143,11 @@ struct Guard {
 
 thread_local std::optional<ModuleCollector> tl_load_collector; // inside cuModuleLoad*/cuLibraryLoad*
 
-std::string recover_cubin(State& s, CUfunction launched, const FuncInfo& fi);
+struct Recovered {
+  std::string error;    // non-empty: the capture cannot go on
+  std::string warning;  // for the manifest
+};
+Recovered recover_cubin(State& s, CUfunction launched, const FuncInfo& fi);
 
 // ---------------------------------------------------------------------------------
 
@@ -342,13 +346,15 @@ bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpt
                    uint32_t bucket) {
   if (!claim_capture(s)) return false;
   s.quiesce.lock();  // waits until no other thread is inside an enqueueing call
+  Recovered recovered;
   if (s.entry_points) {
-    const std::string why = recover_cubin(s, d.f, fi);
-    if (!why.empty()) {
+    recovered = recover_cubin(s, d.f, fi);
+    if (!recovered.error.empty()) {
       s.quiesce.unlock();
-      capture_attempt_failed(s, why.rfind("cuptiSubscribe", 0) == 0 ? "cupti_subscriber" : "capture_failed",
+      const bool subscriber = recovered.error.rfind("cuptiSubscribe", 0) == 0;
+      capture_attempt_failed(s, subscriber ? "cupti_subscriber" : "capture_failed",
                              "capture of " + fi.demangled + " (dispatch " + std::to_string(index) +
-                                 ") failed before the launch: " + why,
+                                 ") failed before the launch: " + recovered.error,
                              index, bucket);
       return false;
     }
@@ -356,6 +362,7 @@ bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpt
   auto session =
       std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, d, fi, index, capture_name(s, index), blob_pool(s));
   describe_launch(s, *session, bucket);
+  if (!recovered.warning.empty()) session->add_warning(recovered.warning);
   try {
     Guard guard;
     session->before_launch();
@@ -943,13 +950,15 @@ void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t
   CUevent neutral = nullptr;
   try {
     LaunchDesc desc = node_launch(model_node(m, target), stream, per_thread, attrs);
+    Recovered recovered;
     if (s.entry_points) {
-      const std::string why = recover_cubin(s, desc.f, *target.func);
-      if (!why.empty()) throw std::runtime_error(why);
+      recovered = recover_cubin(s, desc.f, *target.func);
+      if (!recovered.error.empty()) throw std::runtime_error(recovered.error);
     }
     session = std::make_unique<CaptureSession>(s.cfg, s.mem, s.modules, desc, *target.func, index,
                                                capture_name(s, index), blob_pool(s));
     describe_launch(s, *session, bucket);
+    if (!recovered.warning.empty()) session->add_warning(recovered.warning);
     GraphOrigin origin;
     origin.exec_id = m.id;
     origin.exec_launch = m.launches - 1;
@@ -1171,7 +1180,9 @@ void record_image(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb)
     }
     case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx: {
       auto* a = static_cast<const cuModuleLoadDataEx_params*>(p);
-      return s.images.add_module(*a->module, image_of(a->image));
+      ModuleImage im = image_of(a->image);
+      keep_jit_options(im, a->numOptions, a->options, a->optionValues);
+      return s.images.add_module(*a->module, std::move(im));
     }
     case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary: {
       auto* a = static_cast<const cuModuleLoadFatBinary_params*>(p);
@@ -1257,9 +1268,9 @@ void CUPTIAPI on_late_module(void*, CUpti_CallbackDomain domain, CUpti_CallbackI
 // Entry points: the target's cubin, which no CUPTI callback reported while the app ran.
 // Its image is loaded once more under a CUPTI subscription made now; the module
 // callback hands over the cubin the driver picks, exactly as it did for the app's load
-// (facts §24), and it is paired with the app's handle for the cubin selection. Empty:
-// done (or no image was seen: the selection then says no cubin was seen); else why not.
-std::string recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
+// (facts §24), and it is paired with the app's handle for the cubin selection. No error
+// also when no image was seen: the cubin selection then says no cubin was seen.
+Recovered recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
   Guard guard;
   CUlibrary lib = nullptr;
   CUmodule mod = nullptr;
@@ -1271,7 +1282,7 @@ std::string recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
   }
   if (fn && KC_CU(cuFuncGetModule)(&mod, fn) != CUDA_SUCCESS) mod = nullptr;
   if ((mod && !s.modules.ids_for_module(mod).empty()) || (lib && !s.modules.ids_for_library(lib).empty()))
-    return std::string();  // recovered by an earlier capture
+    return {};  // recovered by an earlier capture
   ModuleImage image;
   bool found = s.images.find(mod, lib, image);
   if (!found && mod) {
@@ -1286,17 +1297,22 @@ std::string recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
       }
     }
   }
-  if (!found || (!image.data() && image.path.empty())) return std::string();
+  if (!found || (!image.data() && image.path.empty())) return {};
+  Recovered out;
+  if (!image.unmatched.empty())
+    out.warning = "the kernel's module was JIT-compiled with options kerncap cannot replay (CUjit_option " +
+                  image.unmatched + "); its cubin was reloaded without them";
   CUpti_SubscriberHandle sub = nullptr;
   CUptiResult r = cuptiSubscribe(&sub, on_late_module, nullptr);
   if (r != CUPTI_SUCCESS) {
-    std::string msg = cupti_error(r, "cuptiSubscribe");
+    out.error = cupti_error(r, "cuptiSubscribe");
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
-      msg += ": another CUPTI client (PyTorch profiler, Nsight Systems/Compute, a tracing tool) is attached to "
-             "this process; kerncap needs CUPTI for a moment to read the kernel's cubin. Run without the other tool.";
-    return msg;
+      out.error += ": another CUPTI client (PyTorch profiler, Nsight Systems/Compute, a tracing tool) is attached to "
+                   "this process; kerncap needs CUPTI for a moment to read the kernel's cubin. Run without the other "
+                   "tool.";
+    return out;
   }
-  std::string why;
+  std::string& why = out.error;
   r = cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
   CUmodule again = nullptr;
   std::vector<uint32_t> ids;
@@ -1304,8 +1320,11 @@ std::string recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
     why = cupti_error(r, "cuptiEnableCallback(MODULE_LOADED)");
   } else {
     ModuleCollector loaded;
-    CUresult cr = image.path.empty() ? KC_CU(cuModuleLoadData)(&again, image.data())
-                                     : KC_CU(cuModuleLoad)(&again, image.path.c_str());
+    CUresult cr = !image.path.empty() ? KC_CU(cuModuleLoad)(&again, image.path.c_str())
+                  : image.jit_options.empty()
+                      ? KC_CU(cuModuleLoadData)(&again, image.data())
+                      : KC_CU(cuModuleLoadDataEx)(&again, image.data(), unsigned(image.jit_options.size()),
+                                                  image.jit_options.data(), image.jit_values.data());
     if (cr == CUDA_SUCCESS) {
       // Lazy loading defers the code until a function is used: force it in.
       CUfunction f = nullptr;
@@ -1319,7 +1338,7 @@ std::string recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
   if (again) KC_CU(cuModuleUnload)(again);
   if (mod) s.modules.pair_module(mod, ids);
   if (lib) s.modules.pair_library(lib, ids);
-  return why;
+  return out;
 }
 
 void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {

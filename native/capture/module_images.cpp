@@ -51,13 +51,66 @@ ModuleImage image_of(const void* image) {
     return n <= kMaxImage ? copy_of(image, n) : ModuleImage{};
   }
   if (!std::memcmp(image, ELFMAG, SELFMAG)) {
+    // The driver loaded it, so its headers are sound: the file ends where the last of
+    // its tables and section contents ends.
+    const char* base = static_cast<const char*>(image);
     Elf64_Ehdr e;
-    std::memcpy(&e, image, sizeof e);
-    size_t end = size_t(e.e_shoff) + size_t(e.e_shnum) * e.e_shentsize;
+    std::memcpy(&e, base, sizeof e);
+    size_t end = std::max<size_t>(sizeof e, size_t(e.e_shoff) + size_t(e.e_shnum) * e.e_shentsize);
     end = std::max(end, size_t(e.e_phoff) + size_t(e.e_phnum) * e.e_phentsize);
+    if (end > kMaxImage) return {};
+    for (unsigned i = 0; e.e_shentsize >= sizeof(Elf64_Shdr) && i < e.e_shnum; ++i) {
+      Elf64_Shdr sh;
+      std::memcpy(&sh, base + e.e_shoff + size_t(i) * e.e_shentsize, sizeof sh);
+      if (sh.sh_type != SHT_NOBITS) end = std::max(end, size_t(sh.sh_offset) + size_t(sh.sh_size));
+    }
+    for (unsigned i = 0; e.e_phentsize >= sizeof(Elf64_Phdr) && i < e.e_phnum; ++i) {
+      Elf64_Phdr ph;
+      std::memcpy(&ph, base + e.e_phoff + size_t(i) * e.e_phentsize, sizeof ph);
+      end = std::max(end, size_t(ph.p_offset) + size_t(ph.p_filesz));
+    }
     return end <= kMaxImage ? copy_of(image, end) : ModuleImage{};
   }
   return copy_of(image, std::strlen(static_cast<const char*>(image)) + 1);  // PTX text
+}
+
+void keep_jit_options(ModuleImage& image, unsigned n, const CUjit_option* options, void* const* values) {
+  for (unsigned i = 0; options && values && i < n; ++i) {
+    switch (options[i]) {
+      // Scalars that shape the code: loaded the same way again.
+      case CU_JIT_MAX_REGISTERS:
+      case CU_JIT_THREADS_PER_BLOCK:
+      case CU_JIT_OPTIMIZATION_LEVEL:
+      case CU_JIT_TARGET_FROM_CUCONTEXT:
+      case CU_JIT_TARGET:
+      case CU_JIT_FALLBACK_STRATEGY:
+      case CU_JIT_GENERATE_DEBUG_INFO:
+      case CU_JIT_GENERATE_LINE_INFO:
+      case CU_JIT_CACHE_MODE:
+      case CU_JIT_FTZ:
+      case CU_JIT_PREC_DIV:
+      case CU_JIT_PREC_SQRT:
+      case CU_JIT_FMA:
+      case CU_JIT_POSITION_INDEPENDENT_CODE:
+      case CU_JIT_MIN_CTA_PER_SM:
+      case CU_JIT_MAX_THREADS_PER_BLOCK:
+      case CU_JIT_OVERRIDE_DIRECTIVE_VALUES:
+        image.jit_options.push_back(options[i]);
+        image.jit_values.push_back(values[i]);
+        break;
+      // Logs and outputs: nothing to do with the code.
+      case CU_JIT_WALL_TIME:
+      case CU_JIT_INFO_LOG_BUFFER:
+      case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+      case CU_JIT_ERROR_LOG_BUFFER:
+      case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+      case CU_JIT_LOG_VERBOSE:
+        break;
+      default:  // arrays of the app's (symbols, referenced names) and anything newer
+        image.unmatched += (image.unmatched.empty() ? "" : ", ") + std::to_string(int(options[i]));
+        break;
+    }
+  }
 }
 
 void ModuleImages::add_module(CUmodule m, ModuleImage image) {

@@ -19,6 +19,11 @@ struct ModuleImage {
   std::shared_ptr<const std::string> bytes;  // a copy (the caller may free its buffer)
   const void* borrowed = nullptr;            // cudart's registered fatbin: static data of a loaded object
   std::string path;                          // cuModuleLoad / cuLibraryLoadFromFile
+  // cuModuleLoadDataEx's JIT options that shape the code (scalars), to load it the same
+  // way again; `unmatched` names the options that cannot be replayed (empty: none).
+  std::vector<CUjit_option> jit_options;
+  std::vector<void*> jit_values;
+  std::string unmatched;
   const void* data() const { return borrowed ? borrowed : bytes ? bytes->data() : nullptr; }
 };
 
@@ -26,6 +31,8 @@ struct ModuleImage {
 // fatbin (its header's size), an ELF cubin (its section table's end) or NUL-terminated
 // PTX. cudart's fatbin wrapper is unwrapped to the fatbin it points at, borrowed.
 ModuleImage image_of(const void* image);
+// The JIT options of a cuModuleLoadDataEx, kept as image_of's result expects them.
+void keep_jit_options(ModuleImage& image, unsigned n, const CUjit_option* options, void* const* values);
 
 class ModuleImages {
  public:
