@@ -9,6 +9,7 @@ RTLD_NEXT. The real driver runs these paths in the GPU suite."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -101,7 +102,7 @@ def test_every_route_hands_the_wrapper_and_the_dispatcher_sees_cupti_shaped_call
     p = _run([str(built["dir"] / "probe")], env=_preloaded(built))
     assert p.returncode == 0, p.stdout + p.stderr
     out = _lines(p.stdout)
-    assert out["attach"] == "4 entry points"  # the stand-in exports 4 of the watched calls
+    assert out["attach"] == "5 entry points"  # the stand-in exports 5 of the watched calls
     for check in ("dlsym cuGetProcAddress_v2 hooked", "cuGetProcAddress(itself) hooked", "cuMemAlloc wrapped",
                   "dlsym cuGetProcAddress hooked"):
         assert out[check] == "1", check
@@ -139,7 +140,7 @@ def test_the_package_built_library_behaves_the_same(built):
     p = _run([str(built["dir"] / "probe")], env={**os.environ, "LD_PRELOAD": str(lib)})
     assert p.returncode == 0, p.stdout + p.stderr
     out = _lines(p.stdout)
-    assert out["attach"] == "4 entry points" and out["cuMemAlloc wrapped"] == "1"
+    assert out["attach"] == "5 entry points" and out["cuMemAlloc wrapped"] == "1"
     assert [e["name"] for e in _events(out["plt"])] == ["cuMemAlloc_v2"] * 2
     assert out["driver calls"] == "6"
 
@@ -150,7 +151,9 @@ def test_a_versioned_libcuda_path_is_interposed_too(built):
     p = _run([str(built["dir"] / "probe_dlopen"), str(built["drv"] / "libcuda.so.580.65.06")], env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     out = _lines(p.stdout)
-    assert out["attach"] == "4 entry points"
+    assert out["attach"] == "5 entry points"
+    # dlsym right after dlopen, before anything attached: still the hook (cudart's order)
+    assert out["dlsym cuGetProcAddress_v2 hooked"] == "1" and out["cuGetProcAddress(itself) hooked"] == "1"
     assert out["cuMemAlloc wrapped"] == "1"
     assert [e["name"] for e in _events(out["alloc"])] == ["cuMemAlloc_v2"] * 2
     assert "plt" not in out
@@ -193,3 +196,60 @@ def test_module_images_are_sized_by_their_format(tmp_path):
         "find": "module=1 library=1 none=0",
         "after unload": "1",
     }
+
+
+def _native_libs():
+    from kerncap.core.native import entry_library, inject_library
+    from kerncap.errors import KerncapError
+
+    try:
+        entry, inject = entry_library(), inject_library()
+    except KerncapError:
+        entry = inject = None
+    if entry is None:
+        pytest.skip("kerncap was installed without its native parts")
+    return entry, inject
+
+
+def _inject_run(built, tmp_path: Path, entry: Path, inject: Path, dispatch: int) -> dict:
+    """inject_app.c under the stand-in driver with the injection library attached to the
+    entry points; its proc-<pid>.json."""
+    exe = tmp_path / "inject_app"
+    _build([CC, str(FIX / "inject_app.c"), "-o", str(exe), "-ldl"])
+    out = tmp_path / "run"
+    out.mkdir()
+    env = {**os.environ, "LD_PRELOAD": str(entry), "LD_LIBRARY_PATH": str(built["drv"]), "KERNCAP_MODE": "capture",
+           "KERNCAP_OUT": str(out), "KERNCAP_KERNEL": "target", "KERNCAP_DISPATCH": str(dispatch),
+           "KERNCAP_KEEP_RUNNING": "1", "KERNCAP_INTERCEPT": "entry"}
+    p = _run([str(exe), str(inject)], env=env)
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    assert not (out / "capture.lock").exists() and not (out / "capture").exists()
+    (report,) = out.glob("proc-*.json")
+    return json.loads(report.read_text())
+
+
+def test_the_injection_library_counts_through_the_entry_points(built, tmp_path):
+    """libkerncap_inject.so (package-built) attached to the entry points over the stand-in
+    driver: launches counted per kernel, the target's dispatches counted, the module's
+    image recorded, no CUPTI subscriber, no error."""
+    entry, inject = _native_libs()
+    proc = _inject_run(built, tmp_path, entry, inject, dispatch=1000)
+    assert proc["errors"] == []
+    assert proc["interception"]["path"] == "entry points"
+    assert proc["interception"]["images_seen"] == 1
+    assert proc["interception"]["wrappers_handed"] >= 3  # cuMemAlloc, cuModuleLoadData, cuLaunchKernel
+    assert proc["launches"] == 7
+    assert proc["kernels_seen"] == {"target()": 5, "other()": 2}
+    assert proc["target_matches"] == 5 and proc["captured"] is False
+
+
+def test_a_capture_that_cannot_read_its_cubin_says_so_and_the_app_runs_on(built, tmp_path):
+    """The stand-in driver has no cuFuncGetModule: reading the target's cubin fails at its
+    dispatch. The failure is named, the quiesce lock is released (the app's later calls
+    and exit go on), nothing half-written is left."""
+    entry, inject = _native_libs()
+    proc = _inject_run(built, tmp_path, entry, inject, dispatch=0)
+    assert [e["kind"] for e in proc["errors"]] == ["capture_failed"]
+    message = proc["errors"][0]["message"]
+    assert "target() (dispatch 0) failed before the launch" in message and "cuFuncGetModule" in message
+    assert proc["launches"] == 7 and proc["captured"] is False

@@ -206,8 +206,10 @@ CUresult hooked_gpa(const char* symbol, void** pfn, int version, cuuint64_t flag
 CUresult hooked_gpa2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                      CUdriverProcAddressQueryResult* status);
 
-// cuGetProcAddress asked for itself: hand back the hook of the same ABI.
+// cuGetProcAddress asked for itself: hand back the hook of the same ABI. libcuda may
+// have been loaded just now (cudart dlopens it, then asks dlsym at once): resolve first.
 void* own_hook(void* p) {
+  if (!p || !resolve_all()) return p;
   if (p && p == reinterpret_cast<void*>(g_real_gpa2.load(std::memory_order_acquire)))
     return reinterpret_cast<void*>(&hooked_gpa2);
   if (p && p == reinterpret_cast<void*>(g_real_gpa.load(std::memory_order_acquire)))

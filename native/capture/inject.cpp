@@ -348,7 +348,11 @@ bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpt
   s.quiesce.lock();  // waits until no other thread is inside an enqueueing call
   Recovered recovered;
   if (s.entry_points) {
-    recovered = recover_cubin(s, d.f, fi);
+    try {
+      recovered = recover_cubin(s, d.f, fi);
+    } catch (const std::exception& e) {  // the quiesce lock is held: never leave with it
+      recovered.error = std::string("reading the kernel's cubin failed: ") + e.what();
+    }
     if (!recovered.error.empty()) {
       s.quiesce.unlock();
       const bool subscriber = recovered.error.rfind("cuptiSubscribe", 0) == 0;
@@ -1304,7 +1308,14 @@ Recovered recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
                   image.unmatched + "); its cubin was reloaded without them";
   CUpti_SubscriberHandle sub = nullptr;
   CUptiResult r = cuptiSubscribe(&sub, on_late_module, nullptr);
+  struct Unsubscribe {  // also when a driver lookup below throws
+    CUpti_SubscriberHandle& sub;
+    ~Unsubscribe() {
+      if (sub) cuptiUnsubscribe(sub);
+    }
+  } unsubscribe{sub};
   if (r != CUPTI_SUCCESS) {
+    sub = nullptr;
     out.error = cupti_error(r, "cuptiSubscribe");
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
       out.error += ": another CUPTI client (PyTorch profiler, Nsight Systems/Compute, a tracing tool) is attached to "
@@ -1335,6 +1346,7 @@ Recovered recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
     ids = loaded.ids();
   }
   cuptiUnsubscribe(sub);
+  sub = nullptr;
   if (again) KC_CU(cuModuleUnload)(again);
   if (mod) s.modules.pair_module(mod, ids);
   if (lib) s.modules.pair_library(lib, ids);
