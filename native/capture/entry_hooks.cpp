@@ -131,7 +131,9 @@ void* substitute(void* p) {
   return g_entries[it->slot].wrapper;
 }
 
-thread_local uint32_t tl_correlation = 0;
+// initial-exec: this library is only ever preloaded, so its TLS is static (no
+// __tls_get_addr on every driver call).
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_correlation = 0;
 
 template <class Call>
 CUresult around(size_t slot, Dispatch d, const void* params, Call&& call) {

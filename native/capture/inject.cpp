@@ -1205,11 +1205,20 @@ void record_image(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb)
   }
 }
 
+// An unload: forget the handle's image and any cubin recovered for it (the handle may
+// come back for other code).
 void forget_image(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
-  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuModuleUnload)
-    s.images.forget_module(static_cast<const cuModuleUnload_params*>(cb->functionParams)->hmod);
-  else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload)
-    s.images.forget_library(static_cast<const cuLibraryUnload_params*>(cb->functionParams)->library);
+  std::vector<uint32_t> ids;
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuModuleUnload) {
+    CUmodule m = static_cast<const cuModuleUnload_params*>(cb->functionParams)->hmod;
+    s.images.forget_module(m);
+    ids = s.modules.ids_for_module(m);
+  } else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload) {
+    CUlibrary l = static_cast<const cuLibraryUnload_params*>(cb->functionParams)->library;
+    s.images.forget_library(l);
+    ids = s.modules.ids_for_library(l);
+  }
+  for (uint32_t id : ids) s.modules.on_module_unloading(id);
 }
 
 // Context teardown and explicit kernel nodes: CUPTI's CONTEXT_DESTROY_STARTING and
