@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <mutex>
+#include <new>
 
 #include "watched_list.hpp"
 
@@ -48,7 +48,6 @@ struct Entry {
   CUpti_CallbackId cbid;
   void* wrapper;
   bool old_abi;  // an old version cuda.h no longer declares by this name (kc_v1_*)
-  std::atomic<void*> real;
 };
 
 enum Slot : size_t {
@@ -60,15 +59,21 @@ enum Slot : size_t {
 
 extern Entry g_entries[kSlotCount];
 
-// Real entry points of libcuda itself (resolved once libcuda is loaded).
-DlsymFn g_real_dlsym = nullptr;
-std::atomic<GetProcFn> g_real_gpa{nullptr};
-std::atomic<GetProcV2Fn> g_real_gpa2{nullptr};
-std::atomic<CtxGetCurrentFn> g_ctx_current{nullptr};
+std::atomic<DlsymFn> g_real_dlsym{nullptr};
 
-// real -> slot, sorted by address, for cuGetProcAddress and dlsym results. Should a
-// driver export an old name as an alias of the new call, the new call's slot comes
-// first (its params struct is the one that matches the arguments).
+DlsymFn real_dlsym() {
+  DlsymFn d = g_real_dlsym.load(std::memory_order_acquire);
+  if (!d) {
+    void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!p) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    d = reinterpret_cast<DlsymFn>(p);
+    g_real_dlsym.store(d, std::memory_order_release);  // every thread finds the same one
+  }
+  return d;
+}
+
+// Should a driver export an old name as an alias of the new call, the new call's slot
+// sorts first (its params struct is the one that matches the arguments).
 struct ByAddress {
   void* real;
   bool old_abi;
@@ -77,55 +82,58 @@ struct ByAddress {
     return real != o.real ? std::less<void*>()(real, o.real) : old_abi < o.old_abi;
   }
 };
-ByAddress g_by_address[kSlotCount];
-size_t g_by_address_n = 0;
-std::atomic<bool> g_resolved{false};
-std::mutex g_resolve_mu;
 
-DlsymFn real_dlsym() {
-  if (!g_real_dlsym) {
-    void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!p) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    g_real_dlsym = reinterpret_cast<DlsymFn>(p);
-  }
-  return g_real_dlsym;
-}
+// libcuda's own entry points, resolved once it is loaded and published whole. No lock:
+// the first lookups happen inside dlopen's initialisers and under the loader's lock, so
+// threads that race each build the same table and the first one published wins.
+struct Table {
+  void* real[kSlotCount];
+  ByAddress by_address[kSlotCount];  // sorted, for cuGetProcAddress and dlsym results
+  size_t n;
+  GetProcFn gpa;
+  GetProcV2Fn gpa2;
+  CtxGetCurrentFn ctx_current;
+};
+std::atomic<Table*> g_table{nullptr};
 
-// Resolves every watched entry point from libcuda, once it is loaded. False before.
-bool resolve_all() {
-  if (g_resolved.load(std::memory_order_acquire)) return true;
-  std::lock_guard<std::mutex> lock(g_resolve_mu);
-  if (g_resolved.load(std::memory_order_relaxed)) return true;
+// The table, or null while libcuda is not loaded.
+const Table* table() {
+  Table* t = g_table.load(std::memory_order_acquire);
+  if (t) return t;
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return false;
+  if (!h) return nullptr;
   DlsymFn d = real_dlsym();
-  size_t n = 0;
-  for (size_t i = 0; i < kSlotCount; ++i) {
-    void* p = d(h, g_entries[i].name);
-    g_entries[i].real.store(p, std::memory_order_release);
-    if (p) g_by_address[n++] = {p, g_entries[i].old_abi, i};
+  auto* fresh = new (std::nothrow) Table{};
+  if (fresh && d) {
+    for (size_t i = 0; i < kSlotCount; ++i) {
+      fresh->real[i] = d(h, g_entries[i].name);
+      if (fresh->real[i]) fresh->by_address[fresh->n++] = {fresh->real[i], g_entries[i].old_abi, i};
+    }
+    std::sort(fresh->by_address, fresh->by_address + fresh->n);
+    fresh->gpa = reinterpret_cast<GetProcFn>(d(h, "cuGetProcAddress"));
+    fresh->gpa2 = reinterpret_cast<GetProcV2Fn>(d(h, "cuGetProcAddress_v2"));
+    fresh->ctx_current = reinterpret_cast<CtxGetCurrentFn>(d(h, "cuCtxGetCurrent"));
   }
-  std::sort(g_by_address, g_by_address + n);
-  g_by_address_n = n;
-  g_real_gpa.store(reinterpret_cast<GetProcFn>(d(h, "cuGetProcAddress")), std::memory_order_release);
-  g_real_gpa2.store(reinterpret_cast<GetProcV2Fn>(d(h, "cuGetProcAddress_v2")), std::memory_order_release);
-  g_ctx_current.store(reinterpret_cast<CtxGetCurrentFn>(d(h, "cuCtxGetCurrent")), std::memory_order_release);
   dlclose(h);  // NOLOAD took a reference; libcuda stays loaded by whoever loaded it
-  g_resolved.store(true, std::memory_order_release);
-  return true;
+  if (!fresh || !d) {
+    delete fresh;
+    return nullptr;
+  }
+  Table* expected = nullptr;
+  if (g_table.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return fresh;
+  delete fresh;  // another thread published the same table first
+  return expected;
 }
 
 void* real_of(size_t slot) {
-  void* p = g_entries[slot].real.load(std::memory_order_acquire);
-  if (!p && resolve_all()) p = g_entries[slot].real.load(std::memory_order_acquire);
-  return p;
+  const Table* t = table();
+  return t ? t->real[slot] : nullptr;
 }
 
 // The wrapper for a pointer the driver handed out, or the pointer itself.
-void* substitute(void* p) {
-  if (!p || !resolve_all()) return p;
-  auto end = g_by_address + g_by_address_n;
-  auto it = std::lower_bound(g_by_address, end, ByAddress{p, false, 0});
+void* substitute(const Table& t, void* p) {
+  auto end = t.by_address + t.n;
+  auto it = std::lower_bound(t.by_address, end, ByAddress{p, false, 0});
   if (it == end || it->real != p) return p;
   g_handed.fetch_add(1, std::memory_order_relaxed);
   return g_entries[it->slot].wrapper;
@@ -147,7 +155,7 @@ CUresult around(size_t slot, Dispatch d, const void* params, Call&& call) {
   // Unique per thread: the dispatcher pairs a launch's exit with its entry on one thread.
   cb.correlationId = ++tl_correlation;
   CUcontext ctx = nullptr;
-  if (CtxGetCurrentFn f = g_ctx_current.load(std::memory_order_relaxed)) f(&ctx);
+  if (const Table* t = table(); t && t->ctx_current) t->ctx_current(&ctx);
   cb.context = ctx;
   d(e.cbid, &cb);
   ret = call();
@@ -184,7 +192,7 @@ Entry g_entries[kSlotCount] = {
 #define KC_ENTRY(name, proto, roles) \
   {#name, CUPTI_DRIVER_TRACE_CBID_##name,                                                     \
    reinterpret_cast<void*>(&Wrap<kSlot_##name, name##_params, decltype(&::proto)>::call),              \
-   old_abi(#proto), {nullptr}},
+   old_abi(#proto)},
     KC_WATCHED_CALLS(KC_ENTRY)
 #undef KC_ENTRY
 };
@@ -208,32 +216,30 @@ CUresult hooked_gpa(const char* symbol, void** pfn, int version, cuuint64_t flag
 CUresult hooked_gpa2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                      CUdriverProcAddressQueryResult* status);
 
-// cuGetProcAddress asked for itself: hand back the hook of the same ABI. libcuda may
-// have been loaded just now (cudart dlopens it, then asks dlsym at once): resolve first.
+// What the app is handed for a driver pointer: cuGetProcAddress asked for itself gets the
+// hook of the same ABI, a watched call its wrapper, anything else the pointer itself.
+// libcuda may have been loaded just now (cudart dlopens it, then asks dlsym at once).
 void* own_hook(void* p) {
-  if (!p || !resolve_all()) return p;
-  if (p && p == reinterpret_cast<void*>(g_real_gpa2.load(std::memory_order_acquire)))
-    return reinterpret_cast<void*>(&hooked_gpa2);
-  if (p && p == reinterpret_cast<void*>(g_real_gpa.load(std::memory_order_acquire)))
-    return reinterpret_cast<void*>(&hooked_gpa);
-  return substitute(p);
+  const Table* t = p ? table() : nullptr;
+  if (!t) return p;
+  if (p == reinterpret_cast<void*>(t->gpa2)) return reinterpret_cast<void*>(&hooked_gpa2);
+  if (p == reinterpret_cast<void*>(t->gpa)) return reinterpret_cast<void*>(&hooked_gpa);
+  return substitute(*t, p);
 }
 
 CUresult hooked_gpa2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                      CUdriverProcAddressQueryResult* status) {
-  resolve_all();
-  GetProcV2Fn real = g_real_gpa2.load(std::memory_order_acquire);
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult r = real(symbol, pfn, version, flags, status);
+  const Table* t = table();
+  if (!t || !t->gpa2) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = t->gpa2(symbol, pfn, version, flags, status);
   if (r == CUDA_SUCCESS && pfn) *pfn = own_hook(*pfn);
   return r;
 }
 
 CUresult hooked_gpa(const char* symbol, void** pfn, int version, cuuint64_t flags) {
-  resolve_all();
-  GetProcFn real = g_real_gpa.load(std::memory_order_acquire);
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult r = real(symbol, pfn, version, flags);
+  const Table* t = table();
+  if (!t || !t->gpa) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = t->gpa(symbol, pfn, version, flags);
   if (r == CUDA_SUCCESS && pfn) *pfn = own_hook(*pfn);
   return r;
 }
@@ -253,18 +259,16 @@ bool tool_caller(void* return_address) {
 KC_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                        CUdriverProcAddressQueryResult* status) {
   if (tool_caller(__builtin_return_address(0))) {
-    resolve_all();
-    GetProcV2Fn real = g_real_gpa2.load(std::memory_order_acquire);
-    return real ? real(symbol, pfn, version, flags, status) : CUDA_ERROR_NOT_INITIALIZED;
+    const Table* t = table();
+    return t && t->gpa2 ? t->gpa2(symbol, pfn, version, flags, status) : CUDA_ERROR_NOT_INITIALIZED;
   }
   return hooked_gpa2(symbol, pfn, version, flags, status);
 }
 
 KC_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   if (tool_caller(__builtin_return_address(0))) {
-    resolve_all();
-    GetProcFn real = g_real_gpa.load(std::memory_order_acquire);
-    return real ? real(symbol, pfn, version, flags) : CUDA_ERROR_NOT_INITIALIZED;
+    const Table* t = table();
+    return t && t->gpa ? t->gpa(symbol, pfn, version, flags) : CUDA_ERROR_NOT_INITIALIZED;
   }
   return hooked_gpa(symbol, pfn, version, flags);
 }
@@ -299,15 +303,15 @@ KC_EXPORT void* dlsym(void* handle, const char* name) { return kc_dlsym_impl(han
 
 __attribute__((constructor)) static void kc_entry_init() {
   kc_real_dlsym_ptr = reinterpret_cast<void*>(real_dlsym());
-  resolve_all();  // an app linked against libcuda has it loaded already
+  table();  // an app linked against libcuda has it loaded already
 }
 
 // The injection library's dispatcher (inject.cpp); null detaches. Returns how many
 // watched entry points the driver has (0: libcuda is not loaded yet).
 KC_EXPORT int kerncap_entry_attach(Dispatch d) {
-  resolve_all();
+  const Table* t = table();
   g_dispatch.store(d, std::memory_order_release);
-  return int(g_by_address_n);
+  return t ? int(t->n) : 0;
 }
 
 // How many wrappers the app was handed so far.
