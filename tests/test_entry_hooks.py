@@ -13,66 +13,37 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-FIX = ROOT / "tests" / "fixtures" / "entry_hooks"
-SRC = ROOT / "native" / "capture"
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "entry_hooks"))
+import entry_build as B  # noqa: E402  (tests/fixtures/entry_hooks/entry_build.py)
 
-
-def _cuda_headers() -> Path | None:
-    """cuda.h and CUPTI's headers: the toolkit's, or the copy Triton's wheel ships."""
-    candidates = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"]
-    try:
-        import triton  # noqa: F401  (only its headers)
-
-        candidates.append(Path(triton.__file__).parent / "backends" / "nvidia" / "include")
-    except Exception:
-        pass
-    for c in candidates:
-        if all((c / h).is_file() for h in ("cuda.h", "cupti.h", "generated_cuda_meta.h")):
-            return c
-    return None
-
-
-HEADERS = _cuda_headers()
-CXX, CC = shutil.which("g++") or shutil.which("c++"), shutil.which("gcc") or shutil.which("cc")
+FIX, SRC, HEADERS, CXX, CC = B.FIX, B.SRC, B.HEADERS, B.CXX, B.CC
 pytestmark = pytest.mark.skipif(
     not (sys.platform.startswith("linux") and HEADERS and CXX and CC),
     reason="needs Linux, a C/C++ compiler and the CUDA / CUPTI headers (toolkit or Triton's wheel)",
 )
-
-
-def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False, **kw)
+_run = B.run
 
 
 def _build(cmd: list[str]) -> None:
-    p = _run(cmd)
-    assert p.returncode == 0, f"{' '.join(cmd)}\n{p.stderr[-3000:]}"
+    try:
+        B.build(cmd)
+    except B.BuildError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("entry")
-    entry = d / "libkerncap_entry.so"
-    # The flags of native/capture/CMakeLists.txt's kerncap_entry target.
-    _build([CXX, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
-            "-Wall", "-Wextra", "-Werror", f"-I{HEADERS}", f"-I{SRC}", str(SRC / "entry_hooks.cpp"), "-o", str(entry),
-            "-ldl", "-static-libstdc++", "-static-libgcc", "-Wl,--exclude-libs,ALL",
-            f"-Wl,--version-script={SRC / 'entry_exports.map'}"])
-    drv = d / "drv"
-    drv.mkdir()
-    # -Bsymbolic: like the driver, its cuGetProcAddress returns its own functions, not
-    # the preloaded names that interpose them.
-    _build([CC, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-Wl,-Bsymbolic", str(FIX / "fake_libcuda.c"), "-o",
-            str(drv / "libcuda.so.1")])
-    (drv / "libcuda.so").symlink_to("libcuda.so.1")
-    shutil.copy(drv / "libcuda.so.1", drv / "libcuda.so.580.65.06")  # a versioned path, same soname
+    try:
+        entry = B.entry_library(d)
+        drv = B.fake_driver(d / "drv")
+    except B.BuildError as exc:
+        pytest.fail(str(exc))
     common = [CXX, "-std=c++17", "-O1", f"-I{HEADERS}", str(FIX / "probe_app.cpp")]
     _build([*common, "-o", str(d / "probe"), f"-L{drv}", "-lcuda", f"-Wl,-rpath,{drv}", "-ldl"])
     _build([*common, "-DNO_PLT", "-o", str(d / "probe_dlopen"), "-ldl"])
@@ -211,17 +182,17 @@ def _native_libs():
     return entry, inject
 
 
-def _inject_run(built, tmp_path: Path, entry: Path, inject: Path, dispatch: int) -> dict:
+def _inject_run(built, tmp_path: Path, entry: Path, inject: Path, dispatch: int, threads: int = 0,
+                launches: int = 0) -> dict:
     """inject_app.c under the stand-in driver with the injection library attached to the
     entry points; its proc-<pid>.json."""
-    exe = tmp_path / "inject_app"
-    _build([CC, str(FIX / "inject_app.c"), "-o", str(exe), "-ldl"])
+    exe = B.inject_app(tmp_path)
     out = tmp_path / "run"
     out.mkdir()
     env = {**os.environ, "LD_PRELOAD": str(entry), "LD_LIBRARY_PATH": str(built["drv"]), "KERNCAP_MODE": "capture",
            "KERNCAP_OUT": str(out), "KERNCAP_KERNEL": "target", "KERNCAP_DISPATCH": str(dispatch),
            "KERNCAP_KEEP_RUNNING": "1", "KERNCAP_INTERCEPT": "entry"}
-    p = _run([str(exe), str(inject)], env=env)
+    p = _run([str(exe), str(inject), str(threads), str(launches)], env=env)
     assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
     assert not (out / "capture.lock").exists() and not (out / "capture").exists()
     (report,) = out.glob("proc-*.json")
@@ -253,3 +224,14 @@ def test_a_capture_that_cannot_read_its_cubin_says_so_and_the_app_runs_on(built,
     message = proc["errors"][0]["message"]
     assert "target() (dispatch 0) failed before the launch" in message and "cuFuncGetModule" in message
     assert proc["launches"] == 7 and proc["captured"] is False
+
+
+def test_launches_from_many_threads_are_each_counted_once(built, tmp_path):
+    """16 threads launching at once through the wrappers: every launch reaches the
+    dispatcher exactly once (per-thread correlation ids, the shared function cache)."""
+    entry, inject = _native_libs()
+    proc = _inject_run(built, tmp_path, entry, inject, dispatch=10**9, threads=16, launches=20000)
+    assert proc["errors"] == []
+    assert proc["launches"] == 7 + 16 * 20000
+    assert proc["kernels_seen"] == {"target()": 5 + 16 * 10000, "other()": 2 + 16 * 10000}
+    assert proc["target_matches"] == 5 + 16 * 10000
