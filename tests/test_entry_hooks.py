@@ -235,3 +235,30 @@ def test_launches_from_many_threads_are_each_counted_once(built, tmp_path):
     assert proc["launches"] == 7 + 16 * 20000
     assert proc["kernels_seen"] == {"target()": 5 + 16 * 10000, "other()": 2 + 16 * 10000}
     assert proc["target_matches"] == 5 + 16 * 10000
+
+
+def test_nvtx_ranges_reach_kerncap_as_its_own_nvtx_tool(built, tmp_path):
+    """--nvtx through the entry points: NVTX_INJECTION64_PATH names the injection library,
+    which is NVTX's tool itself (no CUPTI NVTX domain): only the target's launches inside
+    step/layer.5 are selected; domains, registered strings and start/end ranges appear
+    in the paths; NVTX gets sound return values (push depths, one handle per domain name,
+    distinct range ids)."""
+    entry, inject = _native_libs()
+    exe = B.nvtx_app(tmp_path)
+    out = tmp_path / "run"
+    out.mkdir()
+    env = {**os.environ, "LD_PRELOAD": str(entry), "LD_LIBRARY_PATH": str(built["drv"]), "KERNCAP_MODE": "capture",
+           "KERNCAP_OUT": str(out), "KERNCAP_KERNEL": "target", "KERNCAP_DISPATCH": "1000",
+           "KERNCAP_KEEP_RUNNING": "1", "KERNCAP_INTERCEPT": "entry", "KERNCAP_NVTX": "step/layer.5",
+           "NVTX_INJECTION64_PATH": str(inject)}
+    p = _run([str(exe), str(inject)], env=env)
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    assert "depths 0 1 0 domain_same=1 ids_distinct=1" in p.stdout
+    (report,) = out.glob("proc-*.json")
+    proc = json.loads(report.read_text())
+    assert proc["errors"] == [] and proc["interception"]["path"] == "entry points"
+    nvtx = proc["nvtx"]
+    assert nvtx["calls_seen"] is True
+    assert (nvtx["target_in_range"], nvtx["target_outside"]) == (3, 5)
+    assert proc["target_matches"] == 3 and proc["launches"] == 8
+    assert {"step/layer.4", "step/layer.5", "kc:attn", "epoch.1/epoch.2"} <= set(nvtx["paths"])

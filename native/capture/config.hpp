@@ -68,9 +68,9 @@ struct Config {
   uint64_t last_dispatch() const { return dispatches.empty() ? 0 : dispatches.back(); }
   // Launch callbacks in profile mode: only when a launch must be tagged.
   bool profile_tags() const { return profile_by_nvtx || profile_buckets || !nvtx.empty(); }
-  // Capture through interposed entry points: what needs CUPTI anyway (NVTX callbacks,
-  // a set's activity records) keeps the CUPTI path.
-  bool entry_capable() const { return mode == Mode::Capture && entry_requested && nvtx.empty() && !set; }
+  // Capture through interposed entry points (NVTX then comes from kerncap's own NVTX
+  // tool, nvtx_tool.cpp); a set needs CUPTI's activity records and keeps the CUPTI path.
+  bool entry_capable() const { return mode == Mode::Capture && entry_requested && !set; }
 };
 
 // abi::__cxa_demangle, or the input when it is not a C++ mangled name.

@@ -40,6 +40,7 @@
 #include "module_images.hpp"
 #include "module_registry.hpp"
 #include "nvtx_ranges.hpp"
+#include "nvtx_tool.hpp"
 #include "proc_report.hpp"
 #include "profiler.hpp"
 #include "quiesce.hpp"
@@ -1472,6 +1473,15 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
                                               ": " + e.what());
   }
 }
+
+}  // namespace
+
+// kerncap's own NVTX tool (entry points): the range calls, as CUPTI's NVTX domain gives them.
+void nvtx_event(CUpti_CallbackId cbid, const CUpti_NvtxData* data) {
+  on_callback(nullptr, CUPTI_CB_DOMAIN_NVTX, cbid, data);
+}
+
+namespace {
 
 // ---------------------------------------------------------------------------------
 // Setup and teardown

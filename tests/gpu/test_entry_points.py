@@ -61,3 +61,17 @@ def test_graph_node_through_entry_points_equals_the_eager_step(graphs, testapps_
     for key in ("in", "acc", "late", "out3"):
         for state in ("pre", "post"):
             assert (floats(cap, report, key, state) == floats(ecap, ereport, key, state)).all(), (key, state)
+
+
+@pytest.mark.parametrize("pattern,dispatch,tag", [("outer/inner.7", 1, 6), ("kcdomain:phase.B", 0, 4),
+                                                  ("window", 0, 5)])
+def test_nvtx_selection_through_entry_points(testapps_build, tmp_path, pattern, dispatch, tag):
+    """--nvtx with kerncap as NVTX's own tool (nvtx_tool.cpp): the same launches as the
+    CUPTI path's test_selection.py picks."""
+    from .test_selection import NVTX_APP, extract_nvtx, tag_of
+
+    res = extract_nvtx(testapps_build, tmp_path, pattern, dispatch=dispatch, keep_run_dir=True,
+                       env=app_env(NVTX_APP, tmp_path, KERNCAP_INTERCEPT="entry"))
+    procs = [json.loads(p.read_text()) for p in Path(res.run_dir).glob("proc-*.json")]
+    assert {p.get("interception", {}).get("path") for p in procs} == {"entry points"}
+    assert tag_of(res.capture) == tag

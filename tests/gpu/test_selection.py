@@ -27,13 +27,13 @@ def tag_of(cap) -> int:
 
 
 def extract_nvtx(build: Path, work: Path, pattern: str, match: str = "substring", dispatch: int = 0,
-                 spec: AppSpec = NVTX_APP, **kwargs):
+                 spec: AppSpec = NVTX_APP, env: dict[str, str] | None = None, **kwargs):
     from kerncap.capture.extract import extract
     from kerncap.capture.selection import Selection
 
     work.mkdir(parents=True, exist_ok=True)
     return extract(spec.kernel, spec.command(build), output=work / "reproducer", dispatch=dispatch,
-                   timeout=spec.timeout, env=app_env(spec, work),
+                   timeout=spec.timeout, env=env or app_env(spec, work),
                    selection=Selection(nvtx=pattern, nvtx_match=match), **kwargs)
 
 
