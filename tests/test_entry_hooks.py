@@ -262,3 +262,27 @@ def test_nvtx_ranges_reach_kerncap_as_its_own_nvtx_tool(built, tmp_path):
     assert (nvtx["target_in_range"], nvtx["target_outside"]) == (3, 5)
     assert proc["target_matches"] == 3 and proc["launches"] == 8
     assert {"step/layer.4", "step/layer.5", "kc:attn", "epoch.1/epoch.2"} <= set(nvtx["paths"])
+
+
+def test_graphs_through_the_entry_points(built, tmp_path):
+    """Graph launches counted per target node from kerncap's model of the executable
+    graph; the graphs CUPTI would have reported node by node (an explicit kernel node, a
+    stream capture's graph) are found from the calls that make them, so a dispatch never
+    reached says what those graphs did."""
+    entry, inject = _native_libs()
+    exe = B.graph_app(tmp_path)
+    out = tmp_path / "run"
+    out.mkdir()
+    env = {**os.environ, "LD_PRELOAD": str(entry), "LD_LIBRARY_PATH": str(built["drv"]), "KERNCAP_MODE": "capture",
+           "KERNCAP_OUT": str(out), "KERNCAP_KERNEL": "target", "KERNCAP_DISPATCH": "1000",
+           "KERNCAP_KEEP_RUNNING": "1", "KERNCAP_INTERCEPT": "entry"}
+    p = _run([str(exe), str(inject)], env=env)
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    (report,) = out.glob("proc-*.json")
+    proc = json.loads(report.read_text())
+    assert proc["target_matches"] == 8  # 4 launches x 2 target nodes; the recorded launch is not a dispatch
+    assert [e["kind"] for e in proc["errors"]] == ["graph_unreached"]
+    why = proc["errors"][0]["message"]
+    assert "1 launch(es) of the target were recorded into CUDA graphs by stream capture" in why
+    assert "2 CUDA graph(s) holding the target were built but never instantiated" in why
+    assert "executable graph #1 ran 4 time(s) with 2 target node(s) per launch" in why
