@@ -189,6 +189,13 @@ def _native_libs():
     return entry, inject
 
 
+def _entry_env(built, entry: Path, out: Path, dispatch: int, **extra: str) -> dict[str, str]:
+    """A capture of `target` through the entry points over the stand-in driver."""
+    return {**os.environ, "LD_PRELOAD": str(entry), "LD_LIBRARY_PATH": str(built["drv"]), "KERNCAP_MODE": "capture",
+            "KERNCAP_OUT": str(out), "KERNCAP_KERNEL": "target", "KERNCAP_DISPATCH": str(dispatch),
+            "KERNCAP_KEEP_RUNNING": "1", "KERNCAP_INTERCEPT": "entry", **extra}
+
+
 def _inject_run(built, tmp_path: Path, entry: Path, inject: Path, dispatch: int, threads: int = 0,
                 launches: int = 0) -> dict:
     """inject_app.c under the stand-in driver with the injection library attached to the
@@ -196,9 +203,7 @@ def _inject_run(built, tmp_path: Path, entry: Path, inject: Path, dispatch: int,
     exe = B.inject_app(tmp_path)
     out = tmp_path / "run"
     out.mkdir()
-    env = {**os.environ, "LD_PRELOAD": str(entry), "LD_LIBRARY_PATH": str(built["drv"]), "KERNCAP_MODE": "capture",
-           "KERNCAP_OUT": str(out), "KERNCAP_KERNEL": "target", "KERNCAP_DISPATCH": str(dispatch),
-           "KERNCAP_KEEP_RUNNING": "1", "KERNCAP_INTERCEPT": "entry"}
+    env = _entry_env(built, entry, out, dispatch)
     p = _run([str(exe), str(inject), str(threads), str(launches)], env=env)
     assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
     assert not (out / "capture.lock").exists() and not (out / "capture").exists()
@@ -254,10 +259,7 @@ def test_nvtx_ranges_reach_kerncap_as_its_own_nvtx_tool(built, tmp_path):
     exe = B.nvtx_app(tmp_path)
     out = tmp_path / "run"
     out.mkdir()
-    env = {**os.environ, "LD_PRELOAD": str(entry), "LD_LIBRARY_PATH": str(built["drv"]), "KERNCAP_MODE": "capture",
-           "KERNCAP_OUT": str(out), "KERNCAP_KERNEL": "target", "KERNCAP_DISPATCH": "1000",
-           "KERNCAP_KEEP_RUNNING": "1", "KERNCAP_INTERCEPT": "entry", "KERNCAP_NVTX": "step/layer.5",
-           "NVTX_INJECTION64_PATH": str(inject)}
+    env = _entry_env(built, entry, out, 1000, KERNCAP_NVTX="step/layer.5", NVTX_INJECTION64_PATH=str(inject))
     p = _run([str(exe), str(inject)], env=env)
     assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
     assert "depths 0 1 0 domain_same=1 ids_distinct=1" in p.stdout
@@ -280,9 +282,7 @@ def test_graphs_through_the_entry_points(built, tmp_path):
     exe = B.graph_app(tmp_path)
     out = tmp_path / "run"
     out.mkdir()
-    env = {**os.environ, "LD_PRELOAD": str(entry), "LD_LIBRARY_PATH": str(built["drv"]), "KERNCAP_MODE": "capture",
-           "KERNCAP_OUT": str(out), "KERNCAP_KERNEL": "target", "KERNCAP_DISPATCH": "1000",
-           "KERNCAP_KEEP_RUNNING": "1", "KERNCAP_INTERCEPT": "entry"}
+    env = _entry_env(built, entry, out, 1000)
     p = _run([str(exe), str(inject)], env=env)
     assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
     (report,) = out.glob("proc-*.json")
