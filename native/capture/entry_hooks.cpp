@@ -125,11 +125,6 @@ const Table* table() {
   return expected;
 }
 
-void* real_of(size_t slot) {
-  const Table* t = table();
-  return t ? t->real[slot] : nullptr;
-}
-
 // The wrapper for a pointer the driver handed out, or the pointer itself.
 void* substitute(const Table& t, void* p) {
   auto end = t.by_address + t.n;
@@ -144,7 +139,7 @@ void* substitute(const Table& t, void* p) {
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_correlation = 0;
 
 template <class Call>
-CUresult around(size_t slot, Dispatch d, const void* params, Call&& call) {
+CUresult around(const Table& t, size_t slot, Dispatch d, const void* params, Call&& call) {
   const Entry& e = g_entries[slot];
   CUresult ret = CUDA_ERROR_UNKNOWN;
   CUpti_CallbackData cb{};
@@ -155,7 +150,7 @@ CUresult around(size_t slot, Dispatch d, const void* params, Call&& call) {
   // Unique per thread: the dispatcher pairs a launch's exit with its entry on one thread.
   cb.correlationId = ++tl_correlation;
   CUcontext ctx = nullptr;
-  if (const Table* t = table(); t && t->ctx_current) t->ctx_current(&ctx);
+  if (t.ctx_current) t.ctx_current(&ctx);
   cb.context = ctx;
   d(e.cbid, &cb);
   ret = call();
@@ -171,12 +166,13 @@ template <size_t S, class Params, class... A>
 struct Wrap<S, Params, CUresult (*)(A...)> {
   static CUresult CUDAAPI call(A... a) {
     using Real = CUresult (*)(A...);
-    Real real = reinterpret_cast<Real>(real_of(S));
+    const Table* t = table();
+    Real real = t ? reinterpret_cast<Real>(t->real[S]) : nullptr;
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;  // no driver loaded: nothing could have run
     Dispatch d = g_dispatch.load(std::memory_order_acquire);
     if (!d) return real(a...);
     const Params p{a...};  // CUPTI's params struct: the arguments, in order
-    return around(S, d, &p, [&] { return real(a...); });
+    return around(*t, S, d, &p, [&] { return real(a...); });
   }
 };
 

@@ -6,12 +6,12 @@
 // domain and string handles. Calls it does not follow keep NVTX's no-op stubs.
 #include "nvtx_tool.hpp"
 
+#include "config.hpp"
+
 #include <generated_nvtx_meta.h>
 #include <nvtx3/nvToolsExt.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -117,12 +117,10 @@ void set_slot(NvtxFunctionTable table, unsigned size, unsigned id, F fn) {
 }  // namespace
 
 bool own_nvtx_tool_wanted() {
-  auto is = [](const char* var, const char* value) {
-    const char* v = std::getenv(var);
-    return v && !std::strcmp(v, value);
-  };
-  // The same rule as Config::entry_capable(); a set keeps CUPTI (activity records).
-  return is("KERNCAP_MODE", "capture") && is("KERNCAP_INTERCEPT", "entry") && !is("KERNCAP_SET", "1");
+  // The interposer's own rule (a set keeps CUPTI for its activity records): NVTX may
+  // initialise before cuInit has configured anything, so it is read here from the
+  // environment it will be configured from.
+  return Config::from_env().entry_capable();
 }
 
 int install_nvtx_tool(NvtxGetExportTableFunc_t get_export_table) {
