@@ -1509,7 +1509,20 @@ void at_exit() {
       s->report.add_error("disk", std::string("profile not written: ") + e.what());
     }
     s->active.store(false, std::memory_order_release);
-    CUptiResult r = cuptiUnsubscribe(s->subscriber);
+    CUptiResult r = CUPTI_SUCCESS;
+    if (s->subscriber) {
+      r = cuptiUnsubscribe(s->subscriber);
+    } else if ((r = cuptiSubscribe(&s->subscriber, on_callback, nullptr)) == CUPTI_SUCCESS) {
+      r = cuptiUnsubscribe(s->subscriber);
+    } else if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+      // Another client subscribed while we held none: it may have taken the activity
+      // buffers over. Say so (the engine shows it as a warning); leave CUPTI to it.
+      s->report.set_finalize_result(
+          "another CUPTI client (PyTorch profiler, Nsight Systems/Compute, a tracing tool) subscribed during the run, "
+          "so the profile may miss kernels; CUPTI was left to it");
+      write_proc(*s);
+      return;
+    }
     if (s->cfg.profile_tags()) {
       // Launch and NVTX callbacks were enabled: another thread may still be inside one,
       // and cuptiFinalize under a running callback is the race Kineto hit. Detach only.
@@ -1668,6 +1681,13 @@ void initialize() {
       s.report.add_error("cupti_activity", err);
       cuptiUnsubscribe(s.subscriber);
       return;
+    }
+    if (!s.cfg.profile_tags()) {
+      // Activity records need no subscriber, and a subscriber costs ~100 ns on every
+      // driver call (docs/facts.md §6): subscribing only proved that no other CUPTI
+      // client is here. at_exit checks again that none came during the run.
+      cuptiUnsubscribe(s.subscriber);
+      s.subscriber = nullptr;
     }
     s.active = true;
     return;

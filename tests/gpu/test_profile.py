@@ -44,3 +44,16 @@ def test_profile_ranks_like_torch_profiler(tmp_path):
         assert k.calls == ref["calls"], f"{name}: {k.calls} calls vs {ref['calls']}"
         ref_ns = ref["total_us"] * 1e3
         assert abs(k.total_ns - ref_ns) <= 0.10 * ref_ns, f"{name}: total {k.total_ns} ns vs {ref_ns:.0f} ns"
+
+
+def test_profile_holds_no_subscriber_and_names_a_client_that_came_meanwhile(testapps_build):
+    """Plain profile mode drops its CUPTI subscriber once activity is on (a subscriber
+    costs every driver call; docs/interposer.md): an app that subscribes mid-run now
+    can, and kerncap says at exit that the profile may miss kernels."""
+    from kerncap.capture.profile import run_profile
+
+    result = run_profile([str(testapps_build / "cupti_first"), "late"], timeout=120, output=lambda *_: None)
+    assert result.exit_status == 0, "the app's own late cuptiSubscribe was refused"
+    assert [k.calls for k in result.kernels if "cupti_first_scale" in k.name] == [2]
+    assert result.cupti_finalized is False
+    assert any("subscribed during the run" in w for w in result.warnings), result.warnings
