@@ -8,7 +8,7 @@ import sys
 import pytest
 from kerncap.capture.run import resolve_app_command
 from kerncap.cli import build_parser, main, split_app_command
-from kerncap.errors import KerncapError
+from kerncap.errors import KerncapError, UsageError
 
 
 def parse(argv):
@@ -40,6 +40,10 @@ def test_extract_selection_and_set_arguments():
 def test_extract_defaults():
     args = parse(["extract", "k", "--", "./app"])
     assert (args.match, args.dispatch, args.output, args.keep_running, args.timeout) == ("substring", 0, None, False, None)
+    assert args.intercept is None, "KERNCAP_INTERCEPT decides, else CUPTI"
+    assert parse(["extract", "k", "--intercept", "entry", "--", "./app"]).intercept == "entry"
+    with pytest.raises(UsageError, match="entries"):
+        parse(["extract", "k", "--intercept", "entries", "--", "./app"])
 
 
 def test_profile_arguments():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from kerncap.capture.extract import closest_kernel_names, extract
-from kerncap.errors import KerncapError, NativeUnavailable
+from kerncap.errors import KerncapError, NativeUnavailable, UsageError
 
 FAKE_APP = textwrap.dedent(
     r'''
@@ -23,6 +23,9 @@ FAKE_APP = textwrap.dedent(
     spec = json.loads(os.environ.get("FAKE_SPEC", "{}"))
     if spec.get("marker"):
         open(spec["marker"], "w").write(str(os.getpid()))
+    if spec.get("env_dump"):
+        seen = {k: os.environ.get(k) for k in ("KERNCAP_INTERCEPT", "LD_PRELOAD")}
+        open(spec["env_dump"], "w").write(json.dumps(seen))
     if spec.get("child_pidfile"):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         open(spec["child_pidfile"], "w").write(str(child.pid))
@@ -130,6 +133,36 @@ def test_other_cupti_subscriber(fake):
     assert "another CUPTI subscriber" in e.value.message
     assert "MULTIPLE_SUBSCRIBERS" in e.value.message
     assert "torch.profiler" in e.value.hint and "Nsight" in e.value.hint
+
+
+def test_cupti_subscriber_at_the_dispatch_is_named(fake):
+    """Through entry points kerncap subscribes to CUPTI only at the dispatch, to read the
+    cubin: the target matched, and the other client is still what stopped the capture."""
+    err = {"kind": "cupti_subscriber", "message": "cuptiSubscribe failed: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"}
+    with pytest.raises(KerncapError) as e:
+        fake({"proc": {"errors": [err], "target_matches": 1}})
+    assert "another CUPTI subscriber" in e.value.message
+    assert "torch.profiler" in e.value.hint
+
+
+def test_intercept_reaches_the_app_and_a_typo_is_refused_before_anything_starts(fake, tmp_path, monkeypatch):
+    dump, out = tmp_path / "env.json", tmp_path / "out" / "repro"
+    (tmp_path / "libkerncap_entry.so").write_bytes(b"")  # the injection library's sibling
+    with pytest.raises(KerncapError):  # the fake app writes no report
+        fake({"env_dump": str(dump)}, intercept="entry", output=out)
+    seen = json.loads(dump.read_text())
+    assert seen["KERNCAP_INTERCEPT"] == "entry"
+    assert seen["LD_PRELOAD"].split(":")[0] == str(tmp_path / "libkerncap_entry.so")
+    _assert_nothing_left(out)
+    dump.unlink()
+    for kwargs in ({"intercept": "entries"}, {}):
+        if not kwargs:
+            monkeypatch.setenv("KERNCAP_INTERCEPT", "CUPTI")
+        with pytest.raises(UsageError) as e:
+            fake({"env_dump": str(dump)}, output=out, **kwargs)
+        assert "is not an interception path" in e.value.message and "entry" in e.value.hint
+        assert not dump.exists(), "the app must not start"
+        assert not (tmp_path / "out").exists()
 
 
 def test_disk_error_names_path_and_errno(fake, tmp_path):

@@ -72,6 +72,8 @@ def test_tools_are_listed_with_input_schemas(root):
     assert {"cubin", "atol", "rtol", "dtype", "region_dtypes"} <= set(schema["properties"])
     assert "ctx" not in schema["properties"]
     assert tools["replay"].input_schema["properties"]["iterations"]["minimum"] == 1
+    intercept = json.dumps(tools["extract"].input_schema["properties"]["intercept"])
+    assert '"cupti"' in intercept and '"entry"' in intercept
 
 
 def test_info_is_the_cli_json(root, capsys):

@@ -190,7 +190,7 @@ def extract(kernel: str, command: Sequence[str], *, output: PathLike, dispatch: 
             source_dir: PathLike | None = None, build_dir: PathLike | None = None, cwd: PathLike | None = None,
             env: dict[str, str] | None = None, force: bool = False, keep_run_dir: bool = False,
             app_output: AppOutput | None = None, prune: bool = False, selection: Selection | None = None,
-            buckets: bool = False) -> ExtractResult | SetExtractResult:
+            buckets: bool = False, intercept: str | None = None) -> ExtractResult | SetExtractResult:
     """Capture dispatch `dispatch` (from 0, per process) of the kernel matching `kernel`
     (`match`: substring, regex or exact mangled name) of the app `command` into the new
     reproducer directory `output`. With `source_dir` (and `build_dir`) the kernel's
@@ -198,12 +198,14 @@ def extract(kernel: str, command: Sequence[str], *, output: PathLike, dispatch: 
     to its pointer closure if replay validates it (needs the GPU). `selection`: only
     launches in matching NVTX ranges, of one rank or pid, on one device count. A list
     of dispatches, or `buckets` (the first dispatch of every launch signature), captures
-    a reproducer set in one run (a SetExtractResult; docs/selection.md). Nothing is
-    left at `output` unless the capture succeeded."""
+    a reproducer set in one run (a SetExtractResult; docs/selection.md). `intercept`:
+    "cupti" or "entry" (interposed driver entry points, CUPTI only at the dispatch;
+    docs/interposer.md), None: KERNCAP_INTERCEPT. Nothing is left at `output` unless the
+    capture succeeded."""
     return _extract.extract(kernel, command, output=output, dispatch=dispatch, match=match, keep_running=keep_running,
                             timeout=timeout, source_dir=source_dir, build_dir=build_dir, cwd=cwd, env=env, force=force,
                             keep_run_dir=keep_run_dir, output_sink=app_output, prune=prune, selection=selection,
-                            buckets=buckets)
+                            buckets=buckets, intercept=intercept)
 
 
 def dispatch_list(dispatch: int | str | Sequence[int]) -> list[int]:

@@ -29,12 +29,29 @@ def extract_through_entry_points(spec, build_dir: Path, work: Path):
     return Capture.open(res.reproducer_dir), procs, report, Path(res.reproducer_dir)
 
 
-def assert_same_capture(entry, cupti) -> None:
+def triton_sources(repro: Path) -> dict | None:
+    """reproducer.json's sources when the kernel came from Triton (or Inductor), else None."""
+    sources = json.loads((repro / "reproducer.json").read_text()).get("sources") or {}
+    return sources if sources.get("kind") == "triton" else None
+
+
+def assert_same_capture(entry, entry_repro: Path, cupti, cupti_repro: Path) -> None:
     assert entry.kernel["name"] == cupti.kernel["name"]
+    triton = triton_sources(entry_repro)
+    if triton is not None:
+        # The cubin is the one Triton compiled in this very run (its sha256 is the Python
+        # hook's record's). Autotuning may pick another config than the CUPTI run did, and
+        # then the binaries, launch shapes and allocation histories legitimately differ.
+        assert triton["confidence"] == "exact", triton
+        assert triton_sources(cupti_repro)["confidence"] == "exact"
+        if entry.kernel["module"]["sha256"] != cupti.kernel["module"]["sha256"]:
+            return
     assert entry.kernel["module"]["sha256"] == cupti.kernel["module"]["sha256"], "another cubin"
     for key in ("grid", "block", "shared_mem_bytes"):
         assert entry.launch.get(key) == cupti.launch.get(key), key
     assert [p.size for p in entry.params] == [p.size for p in cupti.params]
+    if triton is not None:
+        return  # allocation history depends on the compile cache's warmth (docs/facts.md §27)
     assert sorted(r.size for r in entry.regions) == sorted(r.size for r in cupti.regions)
     assert sorted(r.size for r in entry.regions if r.written) == sorted(r.size for r in cupti.regions if r.written)
 
@@ -47,7 +64,8 @@ def test_entry_point_capture_equals_the_cupti_capture(captures, testapps_build, 
     paths = {p.get("interception", {}).get("path") for p in procs}
     assert paths == {"entry points"}, f"{app}: {paths}"
     assert any(p.get("interception", {}).get("wrappers_handed", 0) > 0 for p in procs)
-    assert_same_capture(cap, captures.get(app).capture)
+    cupti = captures.get(app)
+    assert_same_capture(cap, repro, cupti.capture, cupti.reproducer)
     with ReplayClient(repro) as rc:
         assert rc.validate().passed
 

@@ -29,6 +29,7 @@ from kerncap.capture.run import (
     OutputSink,
     app_environment,
     check_command,
+    check_intercept,
     command_text,
     cupti_subscriber_error,
     read_reports,
@@ -85,6 +86,7 @@ def extract(
     prune: bool = False,
     selection: Selection | None = None,
     buckets: bool = False,
+    intercept: str | None = None,
 ) -> ExtractResult | SetExtractResult:
     """Capture dispatch `dispatch` (0-based, counted per process among launches whose
     name matches `kernel`) of the app `command` into the reproducer directory `output`.
@@ -94,6 +96,8 @@ def extract(
     the verdict is `result.prune`. A list of dispatches, or `buckets` (the first
     dispatch of every launch signature), captures a reproducer set in one run
     (kerncap.capture.set_extract.SetExtractResult). `selection`: which launches count at all.
+    `intercept`: how driver calls reach kerncap, "cupti" (callbacks) or "entry" (interposed
+    entry points, CUPTI only at the dispatch; docs/interposer.md); None: KERNCAP_INTERCEPT.
     """
     start = time.monotonic()
     command = list(command)
@@ -106,7 +110,10 @@ def extract(
     if set_mode and prune:
         raise UsageError("--prune works on one reproducer, not on a set", "prune a member: kerncap prune SET/members/N")
     inject_library()  # fail before anything is created if the capture library is missing
+    if intercept is not None:
+        env = {**(env or {}), "KERNCAP_INTERCEPT": intercept}
     base_env = {**os.environ, **(env or {})}
+    check_intercept(base_env)
     check_command(command, cwd=cwd, env=base_env)
     if source_dir is not None and not Path(source_dir).is_dir():
         raise KerncapError(f"--source-dir {source_dir} is not a directory", "pass the root of the app's source tree")
@@ -413,8 +420,10 @@ def diagnose_failure(
             " a collective waits for its peer ranks, so one rank's NCCL kernel cannot run alone and is never captured",
             "capture your own kernels around the collective instead; narrow the pattern (kerncap profile lists them)",
         )
+    # Through CUPTI the subscription fails at start (nothing matches); through entry
+    # points it fails at the dispatch, when kerncap subscribes to read the cubin.
     subscriber = report_errors(procs, "cupti_subscriber")
-    if subscriber and not any(matches):
+    if subscriber:
         return cupti_subscriber_error(subscriber, f"{target} could not be captured")
     partial = _partial_capture(run_dir)
     if partial is not None:

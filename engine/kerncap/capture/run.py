@@ -109,7 +109,7 @@ def app_environment(
     out["KERNCAP_OUT"] = str(Path(run_dir).resolve())
     out["KERNCAP_COMMAND"] = json.dumps(list(command))
     out.update(settings)
-    if mode == "capture" and out.get("KERNCAP_INTERCEPT") == "entry":
+    if mode == "capture" and check_intercept(out) == "entry":
         out["LD_PRELOAD"] = preload_entry_points(out.get("LD_PRELOAD"))
     # CUDA_MODULE_LOADING is left as the user has it (the driver's default is lazy). Forcing
     # EAGER, DESIGN fact 3's fallback, loaded every libtorch kernel at start-up: +4.3 s on
@@ -119,6 +119,22 @@ def app_environment(
         existing = out.get("PYTHONPATH")
         out["PYTHONPATH"] = str(PYHOOKS_DIR) + (os.pathsep + existing if existing else "")
     return out
+
+
+# KERNCAP_INTERCEPT's values ("" = unset: CUPTI callbacks); docs/interposer.md.
+INTERCEPT_PATHS = ("", "cupti", "entry")
+
+
+def check_intercept(env: dict[str, str]) -> str:
+    """The interception path `env` asks for; a value kerncap does not know is refused
+    (a typo must not silently fall back to CUPTI)."""
+    intercept = env.get("KERNCAP_INTERCEPT", "")
+    if intercept not in INTERCEPT_PATHS:
+        raise UsageError(
+            f"KERNCAP_INTERCEPT={intercept!r} is not an interception path kerncap knows",
+            "use entry (interposed driver entry points) or cupti (CUPTI callbacks, the default), or unset it",
+        )
+    return intercept
 
 
 def preload_entry_points(existing: str | None) -> str:

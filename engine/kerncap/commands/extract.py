@@ -57,6 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, metavar="S", help="stop the app after S seconds")
     p.add_argument("--source-dir", type=Path, metavar="DIR", help="the app's source tree, to copy the kernel's sources")
     p.add_argument("--build-dir", type=Path, metavar="DIR", help="the app's build tree (compile_commands.json)")
+    p.add_argument("--intercept", choices=("cupti", "entry"),
+                   help="how driver calls reach kerncap: cupti callbacks (default) or entry, interposed driver entry "
+                        "points with CUPTI only at the dispatch (cheaper per launch; docs/interposer.md); "
+                        "default: KERNCAP_INTERCEPT, else cupti")
     p.add_argument("--keep-run-dir", action="store_true", help="keep the per-process run directory (debugging)")
     p.add_argument("--prune", action="store_true",
                    help="then keep only the memory the kernel can reach through pointers, if replay validates "
@@ -74,7 +78,7 @@ def handle(args: argparse.Namespace) -> int:
         args.kernel, command, output=output, dispatch=args.dispatch, match=args.match,
         keep_running=args.keep_running, timeout=args.timeout, source_dir=args.source_dir,
         build_dir=args.build_dir, force=args.force, keep_run_dir=args.keep_run_dir, prune=args.prune,
-        selection=selection, buckets=args.buckets,
+        selection=selection, buckets=args.buckets, intercept=args.intercept,
     )
     if isinstance(result, api.ExtractResult):
         print(format_extract_summary(result))

@@ -251,6 +251,10 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                       prune: Annotated[bool, Field(description="shrink to the kernel's pointer closure if that "
                                                                "validates (GPU)")] = False,
                       force: Annotated[bool, Field(description="replace a non-empty output")] = False,
+                      intercept: Annotated[Literal["cupti", "entry"] | None,
+                                           Field(description="cupti callbacks, or entry: interposed driver entry "
+                                                             "points, cheaper per launch (default: the server's "
+                                                             "KERNCAP_INTERCEPT, else cupti)")] = None,
                       ) -> dict[str, Any]:
         """Capture one dispatch of a kernel of the app into a new reproducer (what `kerncap
         extract` does); returns the reproducer's path and what `info` says about it."""
@@ -262,7 +266,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         result = await state.blocking(ctx, "extract", lambda: api.extract(
             kernel, command, output=out, dispatch=dispatch, match=match, keep_running=keep_running,
             timeout=timeout_s, source_dir=src,
-            build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune))
+            build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune, intercept=intercept))
         return {"reproducer": str(result.reproducer_dir), "seconds": result.seconds, "sources": result.sources,
                 "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,
                 "info": api.info(result.reproducer_dir), "app_output_tail": tail.lines}
