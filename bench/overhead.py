@@ -17,7 +17,7 @@ Goals (issue 18): armed <= 1.02, profiling <= 1.05 (process wall); decode: armed
 under the goal.
 
   python3 bench/overhead.py [--app python|cuda|decode] [--launches N] [--tokens N]
-                            [--repeat 3] [--json F]
+                            [--repeat 3] [--modes plain,armed,...] [--json F]
 """
 
 from __future__ import annotations
@@ -96,7 +96,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--build-dir", type=Path, default=Path(tempfile.gettempdir()) / "kerncap-testapps")
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--modes", default="plain,armed,armed-entry,profiling",
+                        help="comma-separated, plain always included (the baseline)")
     args = parser.parse_args()
+    modes = ["plain"] + [m for m in args.modes.split(",") if m and m != "plain"]
+    unknown = set(modes) - {"plain", "armed", "armed-entry", "profiling"}
+    if unknown:
+        parser.error(f"unknown mode(s): {', '.join(sorted(unknown))}")
 
     build_dir = build_testapps(args.build_dir) if args.app == "cuda" else None
     command = app_command(args, build_dir)
@@ -105,7 +111,7 @@ def main() -> None:
         # Interleaved (plain, armed, profiling, plain, ...): the GPU machine's CPU speed
         # drifts by 10-20% between runs, and drift must hit every mode alike.
         for _ in range(args.repeat):
-            for mode in ("plain", "armed", "armed-entry", "profiling"):
+            for mode in modes:
                 values = run_once(mode, command, Path(tmp))
                 r = results.setdefault(mode, {"wall_s": [], "loop_s": [], "cpu_s": []})
                 for key, v in zip(("wall_s", "loop_s", "cpu_s"), values):
