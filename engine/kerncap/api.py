@@ -92,7 +92,7 @@ from kerncap.triton import pinned as _pinned
 
 __all__ = [
     # capture side
-    "MATCH_MODES", "AppOutput", "ExtractResult", "KernelStat", "ProfileResult", "app_command", "extract",
+    "MATCH_MODES", "INTERCEPT_PATHS", "AppOutput", "ExtractResult", "KernelStat", "ProfileResult", "app_command", "extract",
     "format_profile", "load_profile", "print_app_output", "profile",
     # the reproducer and its storage
     "DEFAULT_WORKSPACE", "Capture", "HydrateResult", "PackResult", "StoreResult", "Workspace", "format_info",
@@ -126,6 +126,7 @@ ExtractResult = _extract.ExtractResult
 ProfileResult = _profile.ProfileResult
 KernelStat = _profile.KernelStat
 MATCH_MODES: tuple[str, ...] = _extract.MATCH_MODES
+INTERCEPT_PATHS: tuple[str, ...] = _run.INTERCEPT_PATHS
 NVTX_MATCH_MODES: tuple[str, ...] = _selection.NVTX_MATCH_MODES
 Selection = _selection.Selection  # which launches count: nvtx (+ nvtx_match), rank, pid, device
 SetExtractResult = _set_extract.SetExtractResult

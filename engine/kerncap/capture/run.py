@@ -121,15 +121,16 @@ def app_environment(
     return out
 
 
-# KERNCAP_INTERCEPT's values ("" = unset: CUPTI callbacks); docs/interposer.md.
-INTERCEPT_PATHS = ("", "cupti", "entry")
+# How driver calls reach kerncap (KERNCAP_INTERCEPT, extract --intercept; unset: cupti);
+# docs/interposer.md.
+INTERCEPT_PATHS = ("cupti", "entry")
 
 
 def check_intercept(env: dict[str, str]) -> str:
     """The interception path `env` asks for; a value kerncap does not know is refused
     (a typo must not silently fall back to CUPTI)."""
     intercept = env.get("KERNCAP_INTERCEPT", "")
-    if intercept not in INTERCEPT_PATHS:
+    if intercept and intercept not in INTERCEPT_PATHS:
         raise UsageError(
             f"KERNCAP_INTERCEPT={intercept!r} is not an interception path kerncap knows",
             "use entry (interposed driver entry points) or cupti (CUPTI callbacks, the default), or unset it",

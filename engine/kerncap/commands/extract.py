@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, metavar="S", help="stop the app after S seconds")
     p.add_argument("--source-dir", type=Path, metavar="DIR", help="the app's source tree, to copy the kernel's sources")
     p.add_argument("--build-dir", type=Path, metavar="DIR", help="the app's build tree (compile_commands.json)")
-    p.add_argument("--intercept", choices=("cupti", "entry"),
+    p.add_argument("--intercept", choices=api.INTERCEPT_PATHS,
                    help="how driver calls reach kerncap: cupti callbacks (default) or entry, interposed driver entry "
                         "points with CUPTI only at the dispatch (cheaper per launch; docs/interposer.md); "
                         "default: KERNCAP_INTERCEPT, else cupti")

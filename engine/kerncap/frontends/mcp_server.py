@@ -251,7 +251,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                       prune: Annotated[bool, Field(description="shrink to the kernel's pointer closure if that "
                                                                "validates (GPU)")] = False,
                       force: Annotated[bool, Field(description="replace a non-empty output")] = False,
-                      intercept: Annotated[Literal["cupti", "entry"] | None,
+                      intercept: Annotated[Literal[api.INTERCEPT_PATHS] | None,
                                            Field(description="cupti callbacks, or entry: interposed driver entry "
                                                              "points, cheaper per launch (default: the server's "
                                                              "KERNCAP_INTERCEPT, else cupti)")] = None,
