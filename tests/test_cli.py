@@ -40,7 +40,7 @@ def test_extract_selection_and_set_arguments():
 def test_extract_defaults():
     args = parse(["extract", "k", "--", "./app"])
     assert (args.match, args.dispatch, args.output, args.keep_running, args.timeout) == ("substring", 0, None, False, None)
-    assert args.intercept is None, "KERNCAP_INTERCEPT decides, else CUPTI"
+    assert args.intercept is None, "KERNCAP_INTERCEPT decides, else entry points"
     assert parse(["extract", "k", "--intercept", "entry", "--", "./app"]).intercept == "entry"
     with pytest.raises(UsageError, match="entries"):
         parse(["extract", "k", "--intercept", "entries", "--", "./app"])

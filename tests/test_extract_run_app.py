@@ -84,19 +84,24 @@ def test_environment(tmp_path, monkeypatch):
     assert env["CUDA_MODULE_LOADING"] == "LAZY", "the user's choice wins"
 
 
-def test_entry_point_interception_is_preloaded_only_when_asked(tmp_path, monkeypatch):
+def test_entry_points_are_the_default_where_built_and_cupti_is_chosen_explicitly(tmp_path, monkeypatch):
     _inject_lib(tmp_path, monkeypatch)
     monkeypatch.setenv("LD_PRELOAD", "/user/libmine.so")
     monkeypatch.delenv("KERNCAP_INTERCEPT", raising=False)
     env = app_environment(["x"], mode="capture", run_dir=tmp_path, settings={})
-    assert env["LD_PRELOAD"] == "/user/libmine.so", "CUPTI callbacks unless KERNCAP_INTERCEPT=entry"
+    assert env["LD_PRELOAD"] == "/user/libmine.so", "no entry library built: CUPTI callbacks"
+    assert env["KERNCAP_INTERCEPT"] == "cupti", "the native side is told the path it takes"
     with pytest.raises(KerncapError, match="libkerncap_entry.so was not built") as err:
         app_environment(["x"], mode="capture", run_dir=tmp_path, settings={}, env={"KERNCAP_INTERCEPT": "entry"})
-    assert "unset KERNCAP_INTERCEPT" in err.value.hint
+    assert "KERNCAP_INTERCEPT=cupti" in err.value.hint
     (tmp_path / "libkerncap_entry.so").write_bytes(b"")
-    env = app_environment(["x"], mode="capture", run_dir=tmp_path, settings={}, env={"KERNCAP_INTERCEPT": "entry"})
-    assert env["LD_PRELOAD"] == f"{tmp_path / 'libkerncap_entry.so'}:/user/libmine.so"  # first: it must see dlsym first
-    env = app_environment(["x"], mode="profile", run_dir=tmp_path, settings={}, env={"KERNCAP_INTERCEPT": "entry"})
+    for asked in ({}, {"KERNCAP_INTERCEPT": "entry"}):
+        env = app_environment(["x"], mode="capture", run_dir=tmp_path, settings={}, env=asked)
+        assert env["LD_PRELOAD"] == f"{tmp_path / 'libkerncap_entry.so'}:/user/libmine.so"  # first: it must see dlsym first
+        assert env["KERNCAP_INTERCEPT"] == "entry"
+    env = app_environment(["x"], mode="capture", run_dir=tmp_path, settings={}, env={"KERNCAP_INTERCEPT": "cupti"})
+    assert env["LD_PRELOAD"] == "/user/libmine.so" and env["KERNCAP_INTERCEPT"] == "cupti"
+    env = app_environment(["x"], mode="profile", run_dir=tmp_path, settings={})
     assert env["LD_PRELOAD"] == "/user/libmine.so", "profiling reads CUPTI's activity records anyway"
 
 

@@ -200,8 +200,8 @@ def extract(kernel: str, command: Sequence[str], *, output: PathLike, dispatch: 
     launches in matching NVTX ranges, of one rank or pid, on one device count. A list
     of dispatches, or `buckets` (the first dispatch of every launch signature), captures
     a reproducer set in one run (a SetExtractResult; docs/selection.md). `intercept`:
-    "cupti" or "entry" (interposed driver entry points, CUPTI only at the dispatch;
-    docs/interposer.md), None: KERNCAP_INTERCEPT. Nothing is left at `output` unless the
+    "entry" (interposed driver entry points, CUPTI only at the dispatch; docs/interposer.md)
+    or "cupti"; None: KERNCAP_INTERCEPT, else entry. Nothing is left at `output` unless the
     capture succeeded."""
     return _extract.extract(kernel, command, output=output, dispatch=dispatch, match=match, keep_running=keep_running,
                             timeout=timeout, source_dir=source_dir, build_dir=build_dir, cwd=cwd, env=env, force=force,

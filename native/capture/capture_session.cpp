@@ -353,6 +353,7 @@ void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
   w.end_object();
 
   w.field("dispatch_index", dispatch_index_);
+  if (!interception_.empty()) w.field("interception", interception_);
   if (job_) {
     w.key("job").begin_object().field("rank", job_->rank).field("rank_var", job_->rank_var);
     w.field("world_size", job_->world_size).field("local_rank", job_->local_rank).end_object();

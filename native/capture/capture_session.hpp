@@ -71,6 +71,8 @@ class CaptureSession {
   void set_job(const JobIdentity& j) { job_ = j; }
   void set_nvtx(NvtxContext c) { nvtx_ = std::move(c); }
   void set_bucket(uint32_t id) { bucket_ = id; }
+  // How driver calls reached kerncap ("entry points" or "cupti"), for the provenance.
+  void set_interception(std::string path) { interception_ = std::move(path); }
   void add_warning(const std::string& w) { warnings_.push_back(w); }
   void abort();
   const std::string& partial_dir() const { return partial_; }
@@ -127,6 +129,7 @@ class CaptureSession {
   std::optional<JobIdentity> job_;
   std::optional<NvtxContext> nvtx_;
   std::optional<uint32_t> bucket_;
+  std::string interception_;
   std::string pool_;
   uint64_t restored_bytes_ = 0;
   std::vector<std::string> warnings_;

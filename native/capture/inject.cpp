@@ -204,11 +204,14 @@ std::string selection_json(State& s) {
   return w.str();
 }
 
+// How driver calls reached kerncap, as proc-<pid>.json and the manifest's provenance say it.
+const char* interception_name(const State& s) { return s.entry_points ? "entry points" : "cupti"; }
+
 // proc-<pid>.json's "interception": how driver calls reached kerncap.
 std::string interception_json(const State& s) {
   static auto handed = reinterpret_cast<uint64_t (*)()>(dlsym(RTLD_DEFAULT, "kerncap_entry_handed"));
   JsonWriter w;
-  w.begin_object().field("path", s.entry_points ? "entry points" : "cupti");
+  w.begin_object().field("path", interception_name(s));
   w.field("entry_points_preloaded", handed != nullptr);
   if (handed) w.field("wrappers_handed", handed());
   if (s.entry_points) w.field("images_seen", uint64_t(s.images.size()));
@@ -322,6 +325,7 @@ void capture_over(State& s, const std::string& dir, uint64_t index, uint32_t buc
 
 void describe_launch(State& s, CaptureSession& session, uint32_t bucket) {
   session.set_job(s.job);
+  session.set_interception(interception_name(s));
   if (s.nvtx) session.set_nvtx(s.nvtx->context());
   if (bucket != UINT32_MAX) session.set_bucket(bucket);
 }

@@ -96,8 +96,9 @@ def extract(
     the verdict is `result.prune`. A list of dispatches, or `buckets` (the first
     dispatch of every launch signature), captures a reproducer set in one run
     (kerncap.capture.set_extract.SetExtractResult). `selection`: which launches count at all.
-    `intercept`: how driver calls reach kerncap, "cupti" (callbacks) or "entry" (interposed
-    entry points, CUPTI only at the dispatch; docs/interposer.md); None: KERNCAP_INTERCEPT.
+    `intercept`: how driver calls reach kerncap, "entry" (interposed entry points, CUPTI
+    only at the dispatch; docs/interposer.md) or "cupti" (callbacks); None:
+    KERNCAP_INTERCEPT, else entry.
     """
     start = time.monotonic()
     command = list(command)

@@ -109,8 +109,12 @@ def app_environment(
     out["KERNCAP_OUT"] = str(Path(run_dir).resolve())
     out["KERNCAP_COMMAND"] = json.dumps(list(command))
     out.update(settings)
-    if mode == "capture" and check_intercept(out) == "entry":
-        out["LD_PRELOAD"] = preload_entry_points(out.get("LD_PRELOAD"))
+    if mode == "capture":
+        # The native side reads the path it is told (unset there means cupti), so the
+        # resolved default is always written down.
+        out["KERNCAP_INTERCEPT"] = check_intercept(out)
+        if out["KERNCAP_INTERCEPT"] == "entry":
+            out["LD_PRELOAD"] = preload_entry_points(out.get("LD_PRELOAD"))
     # CUDA_MODULE_LOADING is left as the user has it (the driver's default is lazy). Forcing
     # EAGER, DESIGN fact 3's fallback, loaded every libtorch kernel at start-up: +4.3 s on
     # a 6 s PyTorch app on the H200 (bench/overhead.py); the interposer pairs lazily
@@ -121,32 +125,33 @@ def app_environment(
     return out
 
 
-# How driver calls reach kerncap (KERNCAP_INTERCEPT, extract --intercept; unset: cupti);
-# docs/interposer.md.
-INTERCEPT_PATHS = ("cupti", "entry")
+# How driver calls reach kerncap (KERNCAP_INTERCEPT, extract --intercept); docs/interposer.md.
+# Unset: entry where libkerncap_entry.so was built (a graph launch costs ~100 ns more
+# than without kerncap instead of ~630 ns through CUPTI, docs/facts.md §26), else cupti.
+INTERCEPT_PATHS = ("entry", "cupti")
 
 
 def check_intercept(env: dict[str, str]) -> str:
-    """The interception path `env` asks for; a value kerncap does not know is refused
-    (a typo must not silently fall back to CUPTI)."""
+    """The interception path `env` asks for, or the default; a value kerncap does not
+    know is refused (a typo must not silently pick another path)."""
     intercept = env.get("KERNCAP_INTERCEPT", "")
     if intercept and intercept not in INTERCEPT_PATHS:
         raise UsageError(
             f"KERNCAP_INTERCEPT={intercept!r} is not an interception path kerncap knows",
-            "use entry (interposed driver entry points) or cupti (CUPTI callbacks, the default), or unset it",
+            "use entry (interposed driver entry points, the default) or cupti (CUPTI callbacks), or unset it",
         )
-    return intercept
+    return intercept or ("entry" if entry_library() is not None else "cupti")
 
 
 def preload_entry_points(existing: str | None) -> str:
     """LD_PRELOAD with libkerncap_entry.so first: driver calls then reach kerncap through
-    wrapped entry points instead of a CUPTI subscriber (KERNCAP_INTERCEPT=entry, opt-in;
-    docs/interposer.md)."""
+    wrapped entry points instead of a CUPTI subscriber (KERNCAP_INTERCEPT=entry, the
+    default; docs/interposer.md)."""
     entry = entry_library()
     if entry is None:
         raise KerncapError(
             "KERNCAP_INTERCEPT=entry, but libkerncap_entry.so was not built",
-            "reinstall kerncap with the CUDA toolkit (pip install .), or unset KERNCAP_INTERCEPT",
+            "reinstall kerncap with the CUDA toolkit (pip install .), or use KERNCAP_INTERCEPT=cupti",
         )
     return str(entry) + (":" + existing if existing else "")
 

@@ -58,9 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source-dir", type=Path, metavar="DIR", help="the app's source tree, to copy the kernel's sources")
     p.add_argument("--build-dir", type=Path, metavar="DIR", help="the app's build tree (compile_commands.json)")
     p.add_argument("--intercept", choices=api.INTERCEPT_PATHS,
-                   help="how driver calls reach kerncap: cupti callbacks (default) or entry, interposed driver entry "
-                        "points with CUPTI only at the dispatch (cheaper per launch; docs/interposer.md); "
-                        "default: KERNCAP_INTERCEPT, else cupti")
+                   help="how driver calls reach kerncap: entry, interposed driver entry points with CUPTI only at "
+                        "the dispatch (cheaper per launch), or cupti callbacks (docs/interposer.md); "
+                        "default: KERNCAP_INTERCEPT, else entry")
     p.add_argument("--keep-run-dir", action="store_true", help="keep the per-process run directory (debugging)")
     p.add_argument("--prune", action="store_true",
                    help="then keep only the memory the kernel can reach through pointers, if replay validates "

@@ -252,9 +252,9 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                                                                "validates (GPU)")] = False,
                       force: Annotated[bool, Field(description="replace a non-empty output")] = False,
                       intercept: Annotated[Literal[api.INTERCEPT_PATHS] | None,
-                                           Field(description="cupti callbacks, or entry: interposed driver entry "
-                                                             "points, cheaper per launch (default: the server's "
-                                                             "KERNCAP_INTERCEPT, else cupti)")] = None,
+                                           Field(description="entry: interposed driver entry points, cheaper "
+                                                             "per launch, or cupti callbacks (default: the server's "
+                                                             "KERNCAP_INTERCEPT, else entry)")] = None,
                       ) -> dict[str, Any]:
         """Capture one dispatch of a kernel of the app into a new reproducer (what `kerncap
         extract` does); returns the reproducer's path and what `info` says about it."""
