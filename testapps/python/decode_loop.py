@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from kc_testapp import mark_done, write_report
+from kc_testapp import cpu_speed_ns, mark_done, write_report
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -41,6 +41,7 @@ def main() -> None:
     token = torch.zeros(1, dtype=torch.long, device="cuda")
     checksum = torch.zeros((), device="cuda")
     torch.cuda.synchronize()
+    cal_before = cpu_speed_ns()
     t0 = time.perf_counter()
     with torch.no_grad():
         for t in range(args.tokens):
@@ -57,8 +58,10 @@ def main() -> None:
             checksum += x.sum()
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
+    cal_after = cpu_speed_ns()
     print(f"decode_loop: {args.tokens} tokens in {seconds:.3f} s ({args.tokens / seconds:.0f} tokens/s)", flush=True)
-    write_report(tokens=args.tokens, loop_ns=int(seconds * 1e9), checksum=float(checksum.item()))
+    write_report(tokens=args.tokens, loop_ns=int(seconds * 1e9), checksum=float(checksum.item()),
+                 cal_before_ns=cal_before, cal_after_ns=cal_after)
     mark_done()
 
 
