@@ -5,14 +5,14 @@ before the second is made; nothing is left behind), with the GPU steps faked."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
-import sys
 from collections import namedtuple
 from pathlib import Path
 
 import pytest
+
+from bench_module import load_bench
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1e9
@@ -20,14 +20,7 @@ GB = 1e9
 
 @pytest.fixture(scope="module")
 def scale():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("kerncap_bench_scale", REPO / "bench" / "scale.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "bench"))
-    return module
+    return load_bench("scale")
 
 
 def app_defaults() -> dict[str, object]:
