@@ -169,3 +169,13 @@ def test_store_marker_fields_are_named(repro):
     with pytest.raises(KerncapError, match=r"stored.json: field store is missing"):
         cap.verify()
     assert "field store is missing" in api.info(repro)["payloads"]["missing"][0]
+
+
+def test_store_marker_naming_a_path_with_a_nul_is_named(repro):
+    # Found by test_fuzz.py: the OS refuses such a path with ValueError, not OSError.
+    (repro / "capture" / "stored.json").write_text(json.dumps({"format": "kerncap-stored", "store": "/tmp/x\0y"}))
+    cap = Capture.open(repro)
+    for h in cap.iter_blobs():
+        cap.blob_path(h).unlink()
+    with pytest.raises(KerncapError, match=r"stored.json: field store is malformed"):
+        cap.verify()

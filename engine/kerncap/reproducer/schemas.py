@@ -126,7 +126,7 @@ BUILD_JSON = Obj({
     "files?": List(Str()),
 })
 
-STORED_JSON = Obj({"format": Str(choices=("kerncap-stored",)), "store": Str(pattern=r".+", max_len=4096),
+STORED_JSON = Obj({"format": Str(choices=("kerncap-stored",)), "store": Str(pattern=r"[^\x00]+", max_len=4096),
                    "chunks?": Int(min=0), "time?": Str()})
 
 PACK_ENTRY = Obj({
