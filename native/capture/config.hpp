@@ -57,8 +57,8 @@ struct Config {
   std::string command_json;             // KERNCAP_COMMAND (a JSON list), may be empty
   int64_t fault_enospc_after = -1;      // KERNCAP_FAULT_ENOSPC_AFTER
   // KERNCAP_INTERCEPT=entry: watch driver calls through libkerncap_entry.so's wrapped
-  // entry points (preloaded by the engine) instead of CUPTI callbacks. Opt-in until it
-  // has run the GPU suite (docs/interposer.md).
+  // entry points (preloaded by the engine) instead of CUPTI callbacks. The engine always
+  // sets the variable (entry unless told otherwise); unset here means CUPTI callbacks.
   bool entry_requested = false;
   std::string error;                    // non-empty: the configuration is unusable (why)
 
