@@ -163,6 +163,11 @@ def test_intercept_reaches_the_app_and_a_typo_is_refused_before_anything_starts(
         assert "is not an interception path" in e.value.message and "entry" in e.value.hint
         assert not dump.exists(), "the app must not start"
         assert not (tmp_path / "out").exists()
+    (tmp_path / "libkerncap_entry.so").unlink()
+    with pytest.raises(KerncapError, match="libkerncap_entry.so was not built") as e:
+        fake({"env_dump": str(dump)}, intercept="entry", output=out)
+    assert "KERNCAP_INTERCEPT=cupti" in e.value.hint
+    assert not dump.exists() and not (tmp_path / "out").exists(), "refused before anything was created"
 
 
 def test_disk_error_names_path_and_errno(fake, tmp_path):

@@ -140,20 +140,20 @@ def check_intercept(env: dict[str, str]) -> str:
             f"KERNCAP_INTERCEPT={intercept!r} is not an interception path kerncap knows",
             "use entry (interposed driver entry points, the default) or cupti (CUPTI callbacks), or unset it",
         )
-    return intercept or ("entry" if entry_library() is not None else "cupti")
-
-
-def preload_entry_points(existing: str | None) -> str:
-    """LD_PRELOAD with libkerncap_entry.so first: driver calls then reach kerncap through
-    wrapped entry points instead of a CUPTI subscriber (KERNCAP_INTERCEPT=entry, the
-    default; docs/interposer.md)."""
-    entry = entry_library()
-    if entry is None:
+    built = entry_library() is not None
+    if intercept == "entry" and not built:
         raise KerncapError(
             "KERNCAP_INTERCEPT=entry, but libkerncap_entry.so was not built",
             "reinstall kerncap with the CUDA toolkit (pip install .), or use KERNCAP_INTERCEPT=cupti",
         )
-    return str(entry) + (":" + existing if existing else "")
+    return intercept or ("entry" if built else "cupti")
+
+
+def preload_entry_points(existing: str | None) -> str:
+    """LD_PRELOAD with libkerncap_entry.so first (check_intercept said it was built):
+    driver calls then reach kerncap through wrapped entry points instead of a CUPTI
+    subscriber (docs/interposer.md)."""
+    return str(entry_library()) + (":" + existing if existing else "")
 
 
 def default_sink(stream: str, data: bytes) -> None:
