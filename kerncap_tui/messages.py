@@ -33,8 +33,3 @@ class ExtractRequested(Message):
         super().__init__()
         self.kernel = kernel
 
-
-class OpenReproducer(Message):
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = path

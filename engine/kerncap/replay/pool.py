@@ -96,10 +96,6 @@ class ReplayPool:
         with self._lock:
             return list(self._clients)
 
-    def server_pids(self) -> list[int]:
-        with self._lock:
-            return [pid for c in self._clients.values() if (pid := c.server_pid) is not None]
-
     def kill_all(self) -> None:
         """Kill every server now (requests in flight fail) and refuse new requests."""
         with self._lock:

@@ -81,7 +81,8 @@ class Server:
 
     def op_debug_block_host(self, req: dict[str, Any]) -> dict[str, Any]:
         """Test hook: map [base, base+size) PROT_NONE on the host before `open`, so that the
-        span reservation there fails (DESIGN fact 6) and its error path can be checked."""
+        span reservation there fails (the driver then places it elsewhere: docs/replay.md) and its
+        error path can be checked."""
         if self.session is not None:
             raise KerncapError("_debug_block_host must come before open")
         libc = ctypes.CDLL(None, use_errno=True)
