@@ -4,7 +4,6 @@ repository, its timing and validation in the commit trailer, mirrored in
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -12,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from kerncap import api
 from kerncap.errors import KerncapError
 
 HISTORY_FILE = "history.json"
@@ -227,18 +227,6 @@ class History:
             raise KerncapError(f"restoring {v.label} into {self.root / 'source'} failed ({exc})", "check `git status` in the reproducer") from None
 
 
+
 def source_fingerprint(source_dir: Path) -> str:
-    """A hash of every file under source/ (paths and bytes; editor swap and hidden files
-    left out): equal fingerprints mean an unchanged source."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(source_dir).rglob("*")):
-        rel = path.relative_to(source_dir)
-        if any(part.startswith(".") for part in rel.parts) or path.name.endswith(("~", ".swp", ".swx")):
-            continue
-        try:
-            data = path.read_bytes() if path.is_file() else None
-        except OSError:  # removed or replaced while we looked (an editor saving): not part of this state
-            continue
-        if data is not None:
-            digest.update(str(rel).encode() + b"\0" + data + b"\0")
-    return digest.hexdigest()
+    return api.source_fingerprint(source_dir)

@@ -110,7 +110,7 @@ __all__ = [
     "SanitizeResult", "format_metric", "format_metric_change", "format_ncu", "format_ncu_compare",
     "format_sanitize", "ncu", "sanitize", "stored_ncu", "stored_sanitize",
     # resident replay, editable sources, stacks (MCP server)
-    "ReplayPool", "SourceFile", "list_sources", "read_source", "running_stack",
+    "ReplayPool", "SourceFile", "is_source_file", "list_sources", "read_source", "running_stack", "source_fingerprint",
     "stack_differences", "write_source",
     # which launches count, reproducer sets (docs/selection.md)
     "NVTX_MATCH_MODES", "Member", "MemberRun", "ReproducerSet", "Selection", "SetExtractResult", "SetRun", "SetVariant",
@@ -605,6 +605,18 @@ def list_sources(reproducer: PathLike) -> list[SourceFile]:
     """The files under `<reproducer>/source/` that `recompile` builds from, each with its
     size and whether it is editable (kerncap's build records are listed, not editable)."""
     return _editable.list_sources(reproducer)
+
+
+def is_source_file(path: PathLike, source_dir: PathLike | None = None) -> bool:
+    """Whether `path` (under `source_dir`, a reproducer's source/, when given) is one of
+    its sources rather than a hidden file or an editor's dropping (swap, backup, lock)."""
+    return _editable.is_source_file(path, source_dir)
+
+
+def source_fingerprint(source_dir: PathLike) -> str:
+    """A hash of the sources under `source_dir` (paths and bytes): equal fingerprints
+    mean an unchanged source."""
+    return _editable.source_fingerprint(source_dir)
 
 
 def read_source(reproducer: PathLike, name: str) -> str:

@@ -105,8 +105,29 @@ def test_history_unreadable_names_the_file(tmp_path):
 
 def test_watcher_ignores_editor_droppings():
     assert is_source_event("/r/source/k.cu")
-    for name in (".k.cu.swp", "k.cu~", "4913", ".#k.cu", ".hidden"):
+    for name in (".k.cu.swp", "k.cu~", "4913", ".#k.cu", ".hidden", "k.cu.swo", "k.cu.tmp", "k.cu.orig"):
         assert not is_source_event(f"/r/source/{name}")
+    assert not is_source_event("/r/source/.git/k.cu", __import__("pathlib").Path("/r/source"))
+
+
+def test_one_definition_of_the_sources(tmp_path):
+    """Listing (MCP's list_sources), the history's fingerprint and the watcher agree on
+    what a source is: an editor's droppings change none of them."""
+    from kerncap import api
+
+    src = tmp_path / "source"
+    (src / ".cache").mkdir(parents=True)
+    (src / "k.cu").write_text("// kernel\n")
+    before = api.source_fingerprint(src)
+    droppings = [".k.cu.swp", "k.cu.swo", "k.cu~", "4913", "k.cu.tmp", "k.cu.orig", "build.json.lock",
+                 ".cache/k.cu"]
+    for name in droppings:
+        (src / name).write_text("not a source\n")
+        assert not is_source_event(str(src / name), src), name
+    assert api.source_fingerprint(src) == before
+    assert [f.path for f in api.list_sources(tmp_path)] == ["k.cu"]
+    (src / "k.cu").write_text("// edited\n")
+    assert api.source_fingerprint(src) != before and is_source_event(str(src / "k.cu"), src)
 
 
 def test_bar():
