@@ -26,9 +26,6 @@ from kerncap.replay.perturb import decode, reference_fill
 from kerncap.replay import protocol
 from kerncap.replay.client import ReplayClient
 
-NP = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "int32": np.int32, "int8": np.int8,
-      "uint8": np.uint8}
-
 
 class CudaError(RuntimeError):
     pass
