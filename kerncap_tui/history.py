@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kerncap import api
+from kerncap.core.units import speedup_text
 from kerncap.errors import KerncapError
 
 HISTORY_FILE = "history.json"
@@ -180,7 +181,7 @@ class History:
         timing = f"{v.median_ms:.4f} ms" if v.median_ms is not None else "not timed"
         ratio = ""
         if s and v.id:
-            ratio = f" ({s:.2f}x vs baseline" + ("" if not self.has_interval(v) or v.significant
+            ratio = f" ({speedup_text(s)} vs baseline" + ("" if not self.has_interval(v) or v.significant
                                                  else ", within noise") + ")"
         head = f"kerncap {v.label}: {timing}" + ratio + f", validation {v.validation}"
         trailers = [

@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from kerncap_tui import engine
-from kerncap_tui.charts import speedup_text
+from kerncap.core.units import speedup_text
 from kerncap_tui.messages import BuildLog, HistoryChanged
 from kerncap_tui.widgets.history_pane import HistoryPane
 
@@ -53,7 +53,7 @@ class SetMembersPane(Vertical):
             status += f" · {refused} bucket(s) not captured (kerncap info)"
         if run and run.workload:
             worst = run.runs[run.workload.worst_member].member
-            status += f" · weighted {run.workload.weighted:.2f}× · worst #{worst.index}"
+            status += f" · weighted {speedup_text(run.workload.weighted)} · worst #{worst.index}"
         self.query_one("#members-status", Static).update(status + " · enter: show in Memory")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -129,8 +129,9 @@ def build(app, worker) -> None:
     note = detail
     if run.workload:
         worst = run.runs[run.workload.worst_member]
-        note = (f"weighted {run.workload.weighted:.3f}× over {len(s.members)} members; worst #{worst.member.index} "
-                f"{worst.speedup:.2f}× ({worst.member.signature})" + (f"; {detail}" if detail else ""))
+        note = (f"weighted {speedup_text(run.workload.weighted, 3)} over {len(s.members)} members; worst "
+                f"#{worst.member.index} {speedup_text(worst.speedup)} ({worst.member.signature})"
+                + (f"; {detail}" if detail else ""))
     rel = str(Path(v.path).relative_to(s.root))
     recorded = app.history.record(median_ms=workload_ms(s, run), validation=validation, cubin=rel,
                                   build_seconds=v.seconds, note=note)

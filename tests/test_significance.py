@@ -54,7 +54,7 @@ def test_interval_text_and_determinism():
     b = [[1.0, 1.1, 0.9]] * 6
     v = [[0.5, 0.55, 0.45]] * 6
     iv = sig.bootstrap_speedup(b, v)
-    assert iv.speedup == pytest.approx(2.0) and iv.text() == "2.00× [2.00, 2.00] faster"
+    assert iv.speedup == pytest.approx(2.0) and iv.text() == "2.00× [2.00–2.00] faster"
     assert sig.bootstrap_speedup(b, v) == iv  # fixed seed: same measurements, same interval
     same = sig.bootstrap_speedup(b, b)
     assert not same.significant and same.verdict == "within noise"

@@ -12,7 +12,8 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from kerncap_tui import variant_inspect as VI
-from kerncap_tui.charts import bar, interval_text, speedup_cells, speedup_text
+from kerncap.core.units import interval_text, speedup_text
+from kerncap_tui.charts import bar, speedup_cells
 from kerncap_tui.widgets.history_plot import HistoryPlot
 
 BAR_WIDTH = 16

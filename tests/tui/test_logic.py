@@ -48,7 +48,7 @@ def test_history_commits_diffs_and_restores(tmp_path):
     v1 = h.record(median_ms=1.0, validation="pass", cubin="variants/1.cubin")
     assert h.speedup(v1) == pytest.approx(2.0)
     msg = h.repo().commit(v1.commit).message
-    assert "Kerncap-Median-Ms: 1.0" in msg and "Kerncap-Validation: pass" in msg and "2.00x" in msg
+    assert "Kerncap-Median-Ms: 1.0" in msg and "Kerncap-Validation: pass" in msg and "2.00×" in msg
     assert "-// v0" in h.diff(base, v1) and "+// v1" in h.diff(base, v1)
     h.restore(base)
     assert (src / "k.cu").read_text() == "// v0\n"
@@ -134,7 +134,10 @@ def test_bar():
     assert charts.bar(1.0, 1.0, 4) == "████"
     assert charts.bar(0.5, 1.0, 4) == "██  "
     assert charts.bar(None, 1.0, 3) == "   "
-    assert charts.speedup_text(1.234) == "1.23×"
+    from kerncap.core.units import interval_text, speedup_text
+
+    assert speedup_text(1.234) == "1.23×" and speedup_text(1.2345, 3) == "1.234×" and speedup_text(None) == "—"
+    assert interval_text(1.2, 1.35) == "1.20–1.35" and interval_text(None, 1.0) == ""
 
 
 def test_house_themes_and_user_theme_errors(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kerncap.core.units import short_kernel_name
+from kerncap.core.units import short_kernel_name, speedup_text
 from kerncap.errors import KerncapError
 from kerncap.replay.client import ReplayClient
 from kerncap.replay.devices import describe as describe_device
@@ -134,13 +134,13 @@ def format_set_run(run: SetRun) -> str:
         if r.baseline is not None:
             parts.append(f"baseline {format_ms(r.baseline.median_ms, unit)}")
         if r.variant is not None:
-            parts.append(f"variant {format_ms(r.variant.median_ms, unit)} ({r.speedup:.2f}x)")
+            parts.append(f"variant {format_ms(r.variant.median_ms, unit)} ({speedup_text(r.speedup)})")
         lines.append(f"{head}  {'  '.join(parts)}  {short_kernel_name(m.signature, 60)}")
     if run.workload:
         worst = run.runs[run.workload.worst_member].member
-        lines.append(f"weighted speedup {run.workload.weighted:.3f}x over the workload (weights: each member's "
+        lines.append(f"weighted speedup {speedup_text(run.workload.weighted, 3)} over the workload (weights: each member's "
                      f"share of in-app time); worst member #{worst.index} "
-                     f"{run.workload.speedups[run.workload.worst_member]:.2f}x ({worst.signature})")
+                     f"{speedup_text(run.workload.speedups[run.workload.worst_member])} ({worst.signature})")
     trust = run.trust
     if trust is not None:
         lines.append(trust.summary())
