@@ -17,6 +17,7 @@ import sys
 import traceback
 from typing import Any, Callable, TextIO
 
+from kerncap.core.child import protocol_channel
 from kerncap.errors import CaptureFormatError, KerncapError, NativeUnavailable
 from kerncap.replay import session_ops, va_guards
 from kerncap.replay.native_session import NativeSession
@@ -168,11 +169,8 @@ class Server:
 
 
 def main() -> None:
-    # The protocol gets a private copy of stdout; fd 1 then points at stderr so that
-    # stray prints (from Python or from native code) cannot corrupt the channel.
-    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    # Stray prints (from Python or from native code) go to stderr, not into the channel.
+    out = protocol_channel()
     logging.basicConfig(level=os.environ.get("KERNCAP_REPLAY_LOG", "INFO"), stream=sys.stderr,
                         format="kerncap-replay[%(process)d]: %(message)s")
     # Before anything initialises CUDA (a tool wrapping this process reserves inside cuInit).
