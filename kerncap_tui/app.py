@@ -27,7 +27,6 @@ from kerncap import api
 from kerncap.errors import KerncapError
 from kerncap_tui import demo, engine, panes, theming
 from kerncap_tui.commands import KerncapCommands
-from kerncap_tui.history import History, Variant, source_fingerprint
 from kerncap_tui.inspect_actions import InspectActions
 from kerncap_tui.messages import (
     BuildLog,
@@ -77,7 +76,7 @@ class KerncapApp(InspectActions, App[int]):
         self.capture = None
         self.set = None  # a reproducer set (kerncap_tui.set_mode), else None
         self.profile = None
-        self.history: History | None = None
+        self.history: api.History | None = None
         self.replay: engine.ResidentReplay | None = None
         self.compiler: engine.ResidentCompiler | None = None
         self.watcher: SourceWatcher | None = None
@@ -152,9 +151,9 @@ class KerncapApp(InspectActions, App[int]):
         profile_pane = self.query_one(ProfilePane)
         profile_pane.captured = {n for n in (self.capture.kernel.get("name"), self.capture.kernel.get("demangled"))
                                  if n} if self.capture is not None else set()
-        self.history = History(root=self.root)
+        self.history = api.History(root=self.root)
         try:
-            self.history = History.load(self.root)
+            self.history = api.History.load(self.root)
         except KerncapError as exc:
             self.report_error("history", exc)
         self.inspect = {}
@@ -294,7 +293,7 @@ class KerncapApp(InspectActions, App[int]):
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "baseline", exc)
 
-    def _record_baseline(self) -> Variant:
+    def _record_baseline(self) -> api.Variant:
         self.post_message(BuildLog("replaying the captured cubin (baseline) …"))
         out = self.replay.run(None)
         v = self.history.record(baseline=True, median_ms=out.median_ms, min_ms=out.min_ms,
@@ -316,7 +315,7 @@ class KerncapApp(InspectActions, App[int]):
 
                 set_mode.build(self, worker)
                 return
-            fingerprint = source_fingerprint(self.source_dir)
+            fingerprint = api.source_fingerprint(self.source_dir)
             same = self.history.built_from(fingerprint)
             if same is not None:  # a save without a change, or a second `b`: nothing new to build
                 self.post_message(BuildLog(f"source/ is unchanged since {same.label} ({same.validation}): "
@@ -375,7 +374,7 @@ class KerncapApp(InspectActions, App[int]):
 
     # -- history actions -------------------------------------------------------------------
     @work(thread=True, group="git")
-    def show_diff(self, a: Variant, b: Variant) -> None:
+    def show_diff(self, a: api.Variant, b: api.Variant) -> None:
         try:
             text = self.history.diff(a, b)
         except KerncapError as exc:
@@ -384,7 +383,7 @@ class KerncapApp(InspectActions, App[int]):
         self.call_from_thread(self.push_screen, DiffScreen(f"source/ {a.label} → {b.label}   (esc: close)", text))
 
     @work(thread=True, group="git")
-    def restore_variant(self, v: Variant) -> None:
+    def restore_variant(self, v: api.Variant) -> None:
         try:
             self.history.restore(v)
         except KerncapError as exc:

@@ -19,7 +19,7 @@ from kerncap import api
 from kerncap.cli import main
 from kerncap.errors import UsageError
 from kerncap.fleet.check import find_corpus
-from kerncap.reproducer.recorded import best_variant
+from kerncap.reproducer.history import best_variant
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "captures"
@@ -72,7 +72,7 @@ def test_history_outside_the_reproducer_or_damaged(corpus):
     with api.open_fanout(backend="serial") as f:
         report = api.check([demo], f, options=fake())
     [case] = report.cases  # the captured cubin is still checked
-    assert any("history.json is unreadable" in w for w in case.warnings)
+    assert any("history.json is not valid JSON" in w for w in case.warnings)
 
 
 def test_cpu_machine_reports_gpu_steps_as_could_not_run(corpus, tmp_path, capsys):

@@ -71,6 +71,7 @@ from kerncap.reproducer import sets as _sets
 from kerncap.reproducer import stored as _stored
 from kerncap.reproducer.editable import SourceFile
 from kerncap.reproducer.format import Capture
+from kerncap.reproducer.history import History, Variant
 from kerncap.reproducer.launches import AppLaunches
 from kerncap.reproducer.pack import PackResult
 from kerncap.reproducer.prune_report import PruneReport
@@ -97,6 +98,7 @@ __all__ = [
     # the reproducer and its storage
     "DEFAULT_WORKSPACE", "Capture", "HydrateResult", "PackResult", "StoreResult", "Workspace", "format_info",
     "hydrate", "info", "list_reproducers", "open_capture", "pack", "store", "unpack", "AppLaunches", "app_launches",
+    "History", "Variant",
     # sources, recompile, replay, prune
     "AutotuneConfigs", "CompileWorker", "Discovery", "KernelSite", "PruneReport", "compile_worker", "kernel_site", "RecompileResult", "RegionCheck", "ReplayClient",
     "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",

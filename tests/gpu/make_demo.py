@@ -68,7 +68,7 @@ def main() -> int:
     from kerncap.capture.profile import run_profile
     from kerncap.recompile.cuda import recompile
     from kerncap_tui.engine import ResidentReplay
-    from kerncap_tui.history import History
+    from kerncap.api import History
 
     stage = Path(tempfile.mkdtemp(prefix="kc-demo-"))
     smooth = [str(args.build / "smooth"), DEMO_N]

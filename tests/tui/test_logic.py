@@ -11,7 +11,7 @@ from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError
 
 from kerncap_tui import charts, regions, theming
-from kerncap_tui.history import History
+from kerncap.api import History
 from kerncap_tui.watcher import is_source_event
 
 

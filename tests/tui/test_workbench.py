@@ -106,7 +106,7 @@ def test_an_unchanged_source_makes_no_new_variant(make_app, settle, monkeypatch)
     from textual.widgets import RichLog
 
     from kerncap import api
-    from kerncap_tui.history import source_fingerprint
+    from kerncap.api import source_fingerprint
 
     compiles = []
     monkeypatch.setattr(api, "recompile", lambda *a, **k: compiles.append(a))
