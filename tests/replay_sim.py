@@ -309,8 +309,7 @@ def axpy_reproducer(tmp_path: Path, monkeypatch, kernels: dict[str, Callable]) -
 
     install(monkeypatch)
     monkeypatch.setattr(sys.modules[__name__], "KERNELS", dict(kernels))
-    monkeypatch.setattr("kerncap.replay.client.ReplayClient", InProcessClient)
-    monkeypatch.setattr("kerncap.api.ReplayClient", InProcessClient)  # what the API opens
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", InProcessClient)  # what every session opens
     repro = tmp_path / "axpy"
     shutil.copytree(AXPY, repro)
     for name in kernels:

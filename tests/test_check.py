@@ -176,7 +176,6 @@ def test_perturbed_validation_reaches_each_variant(tmp_path, monkeypatch):
 
     repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy, "same.cubin": sim.axpy,
                                                         "abs.cubin": sim.axpy_abs})
-    monkeypatch.setattr("kerncap.replay.pool.ReplayClient", sim.InProcessClient)
     monkeypatch.setattr(tasks, "_pool", None)
     options = api.MeasureOptions(perturb=2, seed=4, time=False)
     good = tasks.measure(str(repro), "same", str(tmp_path / "same.cubin"), options)

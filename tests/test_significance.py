@@ -152,7 +152,7 @@ def test_replay_compare_min_time_adds_rounds_and_json(axpy_repro, capsys):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--rounds", "3"], "--rounds 3 is too few"),
+    (["--rounds", "3"], "argument --rounds: must be >= 5 (got 3)"),
     (["--cubin", "X"], "--cubin and --compare do not go together"),
 ])
 def test_replay_compare_bad_arguments(axpy_repro, args, needle, capsys):
