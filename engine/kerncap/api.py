@@ -75,6 +75,7 @@ from kerncap.reproducer.pack import PackResult
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.store import Store
 from kerncap.reproducer.stored import HydrateResult, StoreResult
+from kerncap.reproducer.summaries import ReproducerInfo, ReproducerRow, SetInfo
 from kerncap.reproducer.sets import Member, ReproducerSet
 from kerncap.reproducer.variants import RecompileResult
 from kerncap.recompile import set_variant as _set_variant
@@ -99,7 +100,7 @@ __all__ = [
     # the reproducer and its storage
     "DEFAULT_WORKSPACE", "Capture", "HydrateResult", "PackResult", "StoreResult", "Workspace", "format_info",
     "hydrate", "info", "list_reproducers", "open_capture", "pack", "store", "unpack", "AppLaunches", "app_launches",
-    "History", "Variant",
+    "History", "Variant", "ReproducerInfo", "ReproducerRow", "SetInfo",
     # sources, recompile, replay, prune
     "AutotuneConfigs", "Discovery", "KernelSite", "PruneReport", "kernel_site", "RecompileResult", "RegionCheck",
     "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",
@@ -241,11 +242,12 @@ def open_capture(path: PathLike) -> Capture:
     return Capture.open(path)
 
 
-def info(path: PathLike, *, verify: bool = False) -> dict[str, Any]:
-    """Everything `kerncap info` shows about a reproducer, as JSON-able data (kernel,
-    launch, params, regions, globals, provenance, sizes, reproducer.json, and "payloads":
-    whether every chunk and the cubin is there with its size; `verify` checks hashes)."""
-    return _info.summarize(path, verify=verify)
+def info(path: PathLike, *, verify: bool = False) -> ReproducerInfo:
+    """Everything `kerncap info` shows about a reproducer: a ReproducerInfo, whose JSON is
+    what `--json` prints (kernel, launch, params, regions, globals, provenance, sizes,
+    reproducer.json, and "payloads": whether every chunk and the cubin is there with its
+    size; `verify` checks hashes)."""
+    return ReproducerInfo(_info.summarize(path, verify=verify))
 
 
 def format_info(summary: dict[str, Any]) -> str:
@@ -260,13 +262,13 @@ def app_launches(reproducer: PathLike) -> AppLaunches | None:
 
 
 def list_reproducers(workspace: PathLike = DEFAULT_WORKSPACE, extra: Sequence[PathLike] = (), *,
-                     verify: bool = False) -> list[dict[str, Any]]:
+                     verify: bool = False) -> list[ReproducerRow]:
     """One row per reproducer under `workspace`/reproducers/ and under each of `extra`,
     newest first (keys: path, kernel, mangled, command, time, logical, stored, in_store,
     validation, variants, payloads, error). A reproducer that cannot be read has its
     `error`; one with missing or damaged payloads says so in `payloads` ("ok" when
     complete; `verify` checks hashes too)."""
-    return _listing.list_captures(workspace, extra, verify=verify)
+    return [ReproducerRow(r) for r in _listing.list_captures(workspace, extra, verify=verify)]
 
 
 # -- reproducer sets: several dispatches of one kernel (issue 13, docs/selection.md) -----------
@@ -284,12 +286,12 @@ def open_set(path: PathLike) -> ReproducerSet:
     return ReproducerSet.open(path)
 
 
-def set_info(path: PathLike, *, verify: bool = False) -> dict[str, Any]:
+def set_info(path: PathLike, *, verify: bool = False) -> SetInfo:
     """Everything `kerncap info SET` shows, as JSON-able data: kernel, members (weight,
     dispatch, launches, signature, grid, block, NVTX path, job, "payloads": "ok" or what
     is wrong; `verify` checks hashes), buckets not captured, the members' coverage of
     the kernel's in-app time; "payloads_ok" when every member is complete."""
-    return _set_info.summarize_set(ReproducerSet.open(path), verify=verify)
+    return SetInfo(_set_info.summarize_set(ReproducerSet.open(path), verify=verify))
 
 
 def format_set_info(summary: dict[str, Any]) -> str:

@@ -301,7 +301,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
             build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune, intercept=intercept))
         return {"reproducer": str(result.reproducer_dir), "seconds": result.seconds, "sources": result.sources,
                 "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,
-                "info": api.info(result.reproducer_dir), "app_output_tail": tail.lines}
+                "info": api.info(result.reproducer_dir).to_dict(), "app_output_tail": tail.lines}
 
     # -- reproducers and their sources --------------------------------------------------------
 
@@ -310,7 +310,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     async def list_reproducers() -> dict[str, Any]:
         """Every reproducer under the server's roots (as `kerncap list --json`)."""
         rows = api.list_reproducers(R.dirs[0] / "kerncap-workspace", extra=[*R.dirs, *(d / "reproducers" for d in R.dirs)])
-        return {"roots": [str(d) for d in R.dirs], "reproducers": rows}
+        return {"roots": [str(d) for d in R.dirs], "reproducers": [r.to_dict() for r in rows]}
 
     @server.tool()
     @kerncap_tool
@@ -321,8 +321,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         dispatches, signatures, and the buckets not captured (`"set": true`)."""
         repro = R.reproducer(reproducer, allow_set=True)
         if api.is_set(repro):
-            return {"set": True, **api.set_info(repro)}
-        return api.info(repro)
+            return {"set": True, **api.set_info(repro).to_dict()}
+        return api.info(repro).to_dict()
 
     @server.tool()
     @kerncap_tool
