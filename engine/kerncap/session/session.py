@@ -115,7 +115,69 @@ class BuildResult:
                                                     "mode": c.mode, "phases": c.phases, "notes": c.notes}}
 
 
-class Session:
+class Opened:
+    """What every open reproducer (or set) has: its root, its variant history, source/."""
+
+    root: Path
+    _history: History | None = None
+
+    @property
+    def history(self) -> History:
+        """The variant history (loaded on first use; CaptureFormatError when damaged)."""
+        if self._history is None:
+            self._history = History.load(self.root)
+        return self._history
+
+    def reload_history(self) -> History:
+        self._history = None
+        return self.history
+
+    @property
+    def source_dir(self) -> Path | None:
+        d = self.root / "source"
+        return d if d.is_dir() else None
+
+    def prepare_history(self) -> str:
+        """The commit of source/ as extracted, made before the first edit can land."""
+        return self.history.initial_commit()
+
+    def diff(self, a: Variant, b: Variant) -> str:
+        return self.history.diff(a, b)
+
+    def restore(self, v: Variant) -> None:
+        self.history.restore(v)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def baseline(self, request, *, progress: Progress = _quiet) -> Variant:
+        raise NotImplementedError
+
+    def _after_baseline(self, request, progress: Progress, built: Path, seconds: float, measure: Callable[[], Any]):
+        """(the baseline, recorded first when the history has none, else None; measure()).
+        A replay that cannot run here (no GPU, no replay core) is ReplayNotRun: `built`
+        compiled, nothing was timed or recorded."""
+        try:
+            base = self.baseline(request, progress=progress) if self.history.baseline is None else None
+            return base, measure()
+        except KerncapError as exc:
+            if needs_gpu(exc):
+                raise ReplayNotRun(built, seconds, exc) from None
+            raise
+
+    @staticmethod
+    def _superseded(progress: Progress, started: float, **fields: Any) -> BuildResult:
+        progress("superseded by a newer save", "detail")
+        return BuildResult("superseded", seconds=time.monotonic() - started, **fields)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Session(Opened):
     """One reproducer, open. `device`: the GPU ordinal its replay server uses; `timeout`:
     seconds one replay request may take (the server is killed after; None: no limit);
     `server_cmd`: the replay server command (tests use a stand-in); `compile_worker`:
@@ -146,22 +208,6 @@ class Session:
         if self._capture is None:
             self._capture = Capture.open(self.root)
         return self._capture
-
-    @property
-    def history(self) -> History:
-        """The variant history (loaded on first use; CaptureFormatError when damaged)."""
-        if self._history is None:
-            self._history = History.load(self.root)
-        return self._history
-
-    def reload_history(self) -> History:
-        self._history = None
-        return self.history
-
-    @property
-    def source_dir(self) -> Path | None:
-        d = self.root / "source"
-        return d if d.is_dir() else None
 
     @property
     def compiler_warmup(self) -> dict | None:
@@ -291,21 +337,11 @@ class Session:
             self._built[fingerprint] = compiled
             _report_compile(compiled, progress)
         if cancelled():
-            progress("superseded by a newer save", "detail")
-            return BuildResult("superseded", compiled=compiled, reused=reused, seconds=time.monotonic() - started)
-        base = None
-        try:
-            if self.history.baseline is None:
-                base = self.baseline(r, progress=progress)
-            out = self.measure(compiled.cubin, r)
-        except KerncapError as exc:
-            if needs_gpu(exc):
-                raise ReplayNotRun(compiled.cubin, compiled.seconds, exc) from None
-            raise
+            return self._superseded(progress, started, compiled=compiled, reused=reused)
+        base, out = self._after_baseline(r, progress, compiled.cubin, compiled.seconds,
+                                         lambda: self.measure(compiled.cubin, r))
         if cancelled():
-            progress("superseded by a newer save", "detail")
-            return BuildResult("superseded", compiled=compiled, baseline=base, reused=reused,
-                               seconds=time.monotonic() - started)
+            return self._superseded(progress, started, compiled=compiled, baseline=base, reused=reused)
         cubin = compiled.cubin
         rel = str(cubin.relative_to(self.root)) if cubin.is_relative_to(self.root) else str(cubin)
         v = self.history.record(cubin=rel, build_seconds=compiled.seconds, source_hash=fingerprint, **out.fields())
@@ -350,17 +386,6 @@ class Session:
                                                                  if i.failures else "") for i in bad[:3])
         return out
 
-    # -- the history's git side ------------------------------------------------------------------
-    def prepare_history(self) -> str:
-        """The commit of source/ as extracted, made before the first edit can land."""
-        return self.history.initial_commit()
-
-    def diff(self, a: Variant, b: Variant) -> str:
-        return self.history.diff(a, b)
-
-    def restore(self, v: Variant) -> None:
-        self.history.restore(v)
-
     # -- ending ------------------------------------------------------------------------------
     def close(self) -> None:
         """Shut the replay server and the compile worker down (idempotent)."""
@@ -390,11 +415,6 @@ class Session:
         if client is not None:
             client.kill()
 
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def trust_options(r: ValidateRequest) -> TrustOptions:

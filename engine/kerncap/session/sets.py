@@ -19,17 +19,17 @@ from typing import Any
 from kerncap.core.units import speedup_text
 from kerncap.errors import KerncapError, UsageError
 from kerncap.recompile.set_variant import recompile_set
-from kerncap.replay.differential import TrustReport
+from kerncap.replay.differential import TrustReport, validate_reproducers
 from kerncap.replay.set_run import MemberRun, SetRun
 from kerncap.reproducer.buckets import weighted_speedup
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History, Variant
 from kerncap.reproducer.sets import Member, ReproducerSet, expand, hydrate_set, member_cubins
 from kerncap.session.options import SET_ITERATIONS, BuildRequest, ReplayRequest, ValidateRequest
-from kerncap.session.session import BuildResult, Progress, ReplayNotRun, Session, _quiet, needs_gpu
+from kerncap.session.session import BuildResult, Opened, Progress, Session, _quiet, needs_gpu, trust_options
 
 
-class SetSession:
+class SetSession(Opened):
     """A reproducer set, open: the same edit loop as Session, over every member."""
 
     is_set = True
@@ -47,21 +47,6 @@ class SetSession:
     @property
     def members(self) -> list[Member]:
         return self.set.members
-
-    @property
-    def history(self) -> History:
-        if self._history is None:
-            self._history = History.load(self.root)
-        return self._history
-
-    def reload_history(self) -> History:
-        self._history = None
-        return self.history
-
-    @property
-    def source_dir(self) -> Path | None:
-        d = self.root / "source"
-        return d if d.is_dir() else None
 
     @property
     def capture(self) -> Capture:
@@ -179,20 +164,10 @@ class SetSession:
         v = recompile_set(self.set, r.config, trust=r.trust, mode=r.mode)
         progress(f"built {v.path.name}: {v.builds} build(s) in {v.seconds:.2f} s", "")
         if cancelled():
-            progress("superseded by a newer save", "detail")
-            return BuildResult("superseded", seconds=time.monotonic() - started)
-        base = None
-        try:
-            if self.history.baseline is None:
-                base = self.baseline(r, progress=progress)
-            run = self._run(v.path, r)
-        except KerncapError as exc:
-            if needs_gpu(exc):
-                raise ReplayNotRun(v.path, v.seconds, exc) from None
-            raise
+            return self._superseded(progress, started)
+        base, run = self._after_baseline(r, progress, v.path, v.seconds, lambda: self._run(v.path, r))
         if cancelled():
-            progress("superseded by a newer save", "detail")
-            return BuildResult("superseded", baseline=base, seconds=time.monotonic() - started)
+            return self._superseded(progress, started, baseline=base)
         validation, detail = verdict(run)
         note = detail
         if run.workload:
@@ -207,15 +182,6 @@ class SetSession:
         return BuildResult("recorded", variant=recorded, baseline=base, seconds=time.monotonic() - started,
                            set_run=run)
 
-    def prepare_history(self) -> str:
-        return self.history.initial_commit()
-
-    def diff(self, a: Variant, b: Variant) -> str:
-        return self.history.diff(a, b)
-
-    def restore(self, v: Variant) -> None:
-        self.history.restore(v)
-
     def close(self) -> None:
         self.closed = True
         self.kill()
@@ -228,11 +194,6 @@ class SetSession:
         if current is not None:
             current.kill()
 
-    def __enter__(self) -> SetSession:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def workload_ms(s: ReproducerSet, run: SetRun) -> float | None:
@@ -262,27 +223,17 @@ def verdict(run: SetRun) -> tuple[str, str]:
 
 
 def validate_paths(paths: Sequence[str | os.PathLike], request: ValidateRequest, *, device: int = 0,
-                   progress: Callable[[str], None] | None = None, timeout: float | None = None,
-                   server_cmd: list[str] | None = None) -> TrustReport:
+                   progress: Callable[[str], None] | None = None) -> TrustReport:
     """`kerncap validate DIR [DIR ...]`: one verdict over several reproducers of one kernel
     (a set among them counts as its members; with a set variant, each member runs its own
-    cubin), each in a session of its own, one after the other."""
+    cubin), each in a replay server of its own, one after the other
+    (kerncap.replay.differential.validate_reproducers)."""
     r = request.checked()
     if not paths:
         raise KerncapError("no reproducer given", "kerncap validate DIR [DIR ...]")
     dirs, cubins = expand(list(paths), r.cubin)
-    captures = [Capture.open(d) for d in dirs]
-    names = {c.kernel.get("name") for c in captures}
-    if len(names) > 1:
-        listing = "; ".join(f"{d}: {c.kernel.get('name')}" for d, c in zip(dirs, captures))
-        raise KerncapError(f"the reproducers hold different kernels ({listing})",
-                           "a verdict covers one kernel: give reproducers of the same kernel")
-    reports = []
-    for d, one in zip(dirs, cubins if cubins is not None else [r.cubin] * len(dirs)):
-        with Session(d, device=device, timeout=timeout, server_cmd=server_cmd, compile_worker=False) as s:
-            reports += s.validate(replace(r, cubin=None if one is None else str(one)),
-                                  progress=progress).reproducers
-    return TrustReport(r.cubin, r.perturb, r.seed, reports)
+    return validate_reproducers(dirs, None if cubins is not None else r.cubin, trust_options(r), device=device,
+                                progress=progress, cubins=cubins)
 
 
 __all__ = ["SetSession", "needs_gpu", "validate_paths", "verdict", "workload_ms"]
