@@ -29,6 +29,16 @@ def region_dtype(text: str) -> tuple[int, str]:
     return int(rid), dtype_name(name)
 
 
+def region_shape(text: str) -> tuple[int, tuple[int, ...]]:
+    rid, sep, shape = text.partition("=")
+    if not sep or not rid.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected REGION=SHAPE, e.g. 3=1024,1024 (got {text!r})")
+    try:
+        return int(rid), api.parse_shape(shape)
+    except KerncapError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "validate",
@@ -56,6 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         + " ".join(dtypes.COMPARABLE))
     p.add_argument("--region-dtype", type=region_dtype, action="append", default=[], metavar="ID=T",
                    help="element type of one region (repeatable), e.g. --region-dtype 3=bfloat16")
+    p.add_argument("--region-shape", type=region_shape, action="append", default=[], metavar="ID=SHAPE",
+                   help="tensor shape of a region for the mismatch report's coordinates, e.g. 3=1024,1024")
     g = p.add_argument_group("perturbed inputs and determinism (docs/replay.md)")
     g.add_argument("--perturb", type=int, metavar="K",
                    help="also validate on K perturbed copies of the captured input (numeric regions of known dtype "
@@ -88,7 +100,7 @@ def handle(args: argparse.Namespace) -> int:
         dtype = "float32"  # per-region dtypes ask for an element-wise comparison
     report = api.validate_inputs(args.paths, cubin=args.cubin, perturb=args.perturb, seed=args.seed,
                                  keep=args.keep, runs=args.runs, atol=args.atol, rtol=args.rtol, dtype=dtype,
-                                 dtypes=per_region, device=args.device)
+                                 dtypes=per_region, device=args.device, shapes=dict(args.region_shape))
     # A set's variant is also timed on every member: its speedup on the workload.
     timing = api.replay_set(args.paths[0], cubin=args.cubin, device=args.device) \
         if one_set and args.cubin is not None and report.verdict != "fail" else None

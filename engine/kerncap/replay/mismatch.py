@@ -489,8 +489,8 @@ def where(m: MismatchMap) -> str:
         spans = ", ".join(
             f"elements {int(a * scale) * v.cols:,}–{min(int(math.ceil(b * scale)) * v.cols, v.rows * v.cols) - 1:,}"
             for a, b in runs[:3])
-        if len(runs) == 1 and inside == m.mismatched_elements and rows[0] == 0 and len(rows) == len(m.row_profile):
-            return "throughout"
+        if len(runs) == 1 and rows[0] == 0 and len(rows) == len(m.row_profile):
+            return "throughout" if inside * 10 >= 9 * v.rows * v.cols else "scattered throughout"
         return spans + (f" and {len(runs) - 3} more ranges" if len(runs) > 3 else "") + (" only" if len(runs) == 1 else "")
     rows_text, all_rows = _axis(m.row_profile, v.rows, "row")
     cols_text, all_cols = _axis(m.col_profile, v.cols, "column")
@@ -557,7 +557,9 @@ def err_label(b: int) -> str:
 
 
 def ulp_label(b: int) -> str:
-    return "0" if b == 0 else ("1" if b == 1 else f"{1 << (b - 1)}–{(1 << b) - 1}")
+    if b <= 1:
+        return str(b)
+    return f"{1 << (b - 1)}–{(1 << b) - 1}" if b <= 10 else f"2^{b - 1}"
 
 
 def value_label(b: int) -> str:
@@ -595,3 +597,30 @@ def format_map(m: MismatchMap, indent: str = "          ") -> list[str]:
 
 def _show(v: Any) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def from_arrays(name: str, actual, expected, pre=None, *, dtype: str | None, view: View | None = None,
+                tolerance: bool = False, atol: float = 0.0, rtol: float = 0.0, grid_rows: int = 256,
+                grid_cols: int = 256, actual_label: str = "", expected_label: str = "") -> MismatchMap:
+    """The map of two numpy arrays (or buffers) holding an item's bytes (e.g. loaded from
+    `kerncap dump`); `pre` defaults to `expected`; `view` to the arrays' own 2-D shape."""
+    a, e = np.ascontiguousarray(actual), np.ascontiguousarray(expected)
+    p = e if pre is None else np.ascontiguousarray(pre)
+    ab, eb, pb = (x.view(np.uint8).reshape(-1).tobytes() for x in (a, e, p))
+    if not len(ab) == len(eb) == len(pb):
+        raise ValueError(f"{name}: the arrays hold {len(ab)}, {len(eb)} and {len(pb)} bytes")
+    if view is None:
+        size = dt.itemsize(dtype) if dtype else 1
+        n = len(ab) // size
+        if a.ndim >= 2:
+            cols = a.shape[-1]
+            view = View(0, n // cols, cols, cols, tuple(a.shape), tuple(int(x // a.itemsize) for x in a.strides),
+                        f"array shape {'×'.join(map(str, a.shape))}")
+        else:
+            from kerncap.replay.tensor_view import fold_width
+
+            cols = fold_width(n)
+            view = View(0, -(-n // cols), cols, cols, (n,), (1,), "1-D array", wrapped=True)
+    rd = {k: (lambda b: lambda o, n: b[o:o + n])(v) for k, v in (("a", ab), ("e", eb), ("p", pb))}
+    return compute(name, len(ab), view, dtype, rd["a"], rd["e"], rd["p"], atol=atol, rtol=rtol, tolerance=tolerance,
+                   grid_rows=grid_rows, grid_cols=grid_cols, actual_label=actual_label, expected_label=expected_label)
