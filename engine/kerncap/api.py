@@ -125,7 +125,8 @@ __all__ = [
     "format_sweep", "load_sweep_configs", "open_fanout", "sweep", "write_check_baseline", "write_junit",
     # looking at the data: arrays out, where a variant differs (issue 30)
     "DUMP_STATES", "DumpResult", "FirstMismatch", "Item", "Layout", "MismatchMap", "TensorView", "dump",
-    "format_dump", "format_mismatch", "item_layouts", "mismatch_map_arrays", "mismatch_maps", "parse_shape",
+    "format_dump", "format_mismatch", "item_layouts", "mismatch_bin_label", "mismatch_map_arrays", "mismatch_maps",
+    "parse_shape",
 ]
 
 PathLike = str | os.PathLike
@@ -792,3 +793,9 @@ def mismatch_map_arrays(name: str, actual: Any, expected: Any, pre: Any = None, 
 def format_mismatch(m: MismatchMap) -> str:
     """The report lines `kerncap validate` prints under a failing region."""
     return "\n".join(_mismatch.format_map(m, indent=""))
+
+
+def mismatch_bin_label(histogram: str, b: int) -> str:
+    """The label of bin `b` of a MismatchMap histogram: "value" (value_hist: "NaN",
+    "+inf", "-inf", "0", "+2^3", …), "err" (err_hist: "2^-12", …) or "ulp" (ulp_hist)."""
+    return {"value": _mismatch.value_label, "err": _mismatch.err_label, "ulp": _mismatch.ulp_label}[histogram](b)
