@@ -97,6 +97,16 @@ def pool(m: api.MismatchMap, rows: int, cols: int) -> list[list[Pixel]]:
     return out
 
 
+def pixel_of(g: int, cells: int, pixels: int) -> int:
+    """The pixel (of `pixels` pooling `cells` as pool() does) that holds cell g."""
+    p = min(g * pixels // cells, pixels - 1)
+    while p + 1 < pixels and (p + 1) * cells // pixels <= g:
+        p += 1
+    while p > 0 and p * cells // pixels > g:
+        p -= 1
+    return p
+
+
 def colour_scale(pixels: list[list[Pixel]]) -> tuple[float, float]:
     """log10 range of the finite worst errors on screen."""
     logs = [math.log10(e) for row in pixels for p in row if p.count
@@ -190,7 +200,12 @@ class MismatchHeatmap(Widget, can_focus=True):
         return out
 
     def on_resize(self) -> None:
+        old = (len(self.pixels), len(self.pixels[0])) if self.pixels else None
         self.pixels = []
+        self.ensure_pixels()
+        if old and self.pixels:  # the cursor stays on the same part of the view
+            y, x = self.cursor
+            self.cursor = (y * len(self.pixels) // old[0], x * len(self.pixels[0]) // old[1])
         self.refresh()
 
     def pixel_at(self, y: int, x: int) -> Pixel | None:
@@ -222,7 +237,7 @@ class MismatchHeatmap(Widget, can_focus=True):
         if cell is None or not self.pixels:
             return False
         rows, cols = len(self.pixels), len(self.pixels[0])
-        self.cursor = (cell[0] * rows // self.map.grid_rows, cell[1] * cols // self.map.grid_cols)
+        self.cursor = (pixel_of(cell[0], self.map.grid_rows, rows), pixel_of(cell[1], self.map.grid_cols, cols))
         return True
 
     def watch_cursor(self) -> None:
@@ -235,6 +250,15 @@ class MismatchHeatmap(Widget, can_focus=True):
 
 
 class MismatchPane(Vertical):
+    # Fixed heights around the map: its size (and so its scale and the cursor's cell)
+    # must not change with the length of the text below it.
+    DEFAULT_CSS = """
+    MismatchPane #mismatch-title { height: 2; }
+    MismatchPane #mismatch-scale { height: 1; }
+    MismatchPane #mismatch-cursor { height: 2; }
+    MismatchPane #mismatch-hist { height: 5; }
+    MismatchPane #mismatch-shape-bar { height: 1; }
+    """
     BINDINGS = [
         Binding("f", "first", "First mismatch", id="mismatch.first"),
         Binding("w", "write", "Write arrays", id="mismatch.write"),
