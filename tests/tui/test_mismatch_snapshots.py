@@ -6,15 +6,13 @@ reference the GPU suite checks the GPU's maps against."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
-
 import pytest
 from textual.app import App, ComposeResult
 
 from kerncap import api
 from kerncap_tui.widgets.mismatch_pane import MismatchHeatmap, MismatchPane, MismatchRequest
 
+from test_app import sync  # noqa: E402  (tests/tui is on sys.path)
 from test_mismatch import demo_states, planted  # noqa: E402  (tests/ is on sys.path)
 
 
@@ -51,14 +49,6 @@ def test_mismatch_pane_snapshot(snap_compare, kind):
         await pilot.pause()
 
     assert snap_compare(PaneApp([planted_map(kind)]), terminal_size=(100, 34), run_before=run_before)
-
-
-def sync(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        asyncio.run(test(*args, **kwargs))
-
-    return run
 
 
 @sync

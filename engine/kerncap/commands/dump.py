@@ -8,16 +8,8 @@ import json
 from pathlib import Path
 
 from kerncap import api
-from kerncap.commands.arguments import non_negative_int, positive_int
+from kerncap.commands.arguments import non_negative_int, positive_int, shape
 from kerncap.commands.replay import check_cubin
-from kerncap.errors import KerncapError
-
-
-def shape_arg(text: str) -> tuple[int, ...]:
-    try:
-        return api.parse_shape(text)
-    except KerncapError as exc:
-        raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run on perturbed input K (as `validate --perturb` numbers them) instead of the captured one")
     p.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="seed of the perturbation (0)")
     p.add_argument("--dtype", metavar="T", help="element type to write instead of the known one (e.g. float16)")
-    p.add_argument("--shape", type=shape_arg, metavar="D0,D1,...",
+    p.add_argument("--shape", type=shape, metavar="D0,D1,...",
                    help="tensor shape of the one item named (row-major; -1 for one dimension)")
     p.add_argument("-o", "--output", type=Path, metavar="OUT", help="directory (default: DIR/dumps/<cubin>)")
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0) for output/expected")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kerncap import api
 from kerncap.commands import inspect_tools
-from kerncap.commands.arguments import non_negative_float, non_negative_int, positive_int
+from kerncap.commands.arguments import non_negative_float, non_negative_int, positive_int, shape
 from kerncap.commands.replay import check_cubin
 from kerncap.core import dtypes
 from kerncap.errors import KerncapError, UsageError
@@ -30,13 +30,10 @@ def region_dtype(text: str) -> tuple[int, str]:
 
 
 def region_shape(text: str) -> tuple[int, tuple[int, ...]]:
-    rid, sep, shape = text.partition("=")
+    rid, sep, dims = text.partition("=")
     if not sep or not rid.strip().isdigit():
         raise argparse.ArgumentTypeError(f"expected REGION=SHAPE, e.g. 3=1024,1024 (got {text!r})")
-    try:
-        return int(rid), api.parse_shape(shape)
-    except KerncapError as exc:
-        raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None
+    return int(rid), shape(dims)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

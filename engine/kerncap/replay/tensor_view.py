@@ -13,7 +13,6 @@ Element indices count from the item's first byte (element i holds bytes
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -22,7 +21,7 @@ from pathlib import Path
 from kerncap.core import dtypes as dt
 from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError, UsageError
-from kerncap.replay.region_types import classify_cxx_type, cxx_parameter_types
+from kerncap.replay.region_types import classify_cxx_type, cxx_parameter_types, triton_tensor_args
 from kerncap.reproducer.format import Capture, Region
 
 RAW = "raw bytes"  # the source text of a layout nothing is known about
@@ -187,15 +186,7 @@ def _argument_item(capture: Capture, regions: dict[int, Item], what: str) -> tup
 
 
 def _triton_args(capture: Capture) -> list[dict]:
-    path = capture.reproducer_dir / "source" / "triton.json"
-    if not path.is_file():
-        return []
-    try:
-        spec = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    return [a for a in (spec.get("launch") or {}).get("args", [])
-            if isinstance(a, dict) and a.get("kind") == "tensor" and "data_ptr" in a]
+    return triton_tensor_args(capture.reproducer_dir)
 
 
 def _triton_layout(capture: Capture, item: Item, name: str | None) -> Layout | None:
