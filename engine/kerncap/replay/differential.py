@@ -355,7 +355,7 @@ def _check(rc, cubin, fills, classes, mode, against, label, unjudgeable: set[int
         got = rc.request("check", cubin=cubin, fills=fills, tolerances=_wire(classes), against=against,
                          failures_only=fills is not None, report=True, shapes=_wire(shapes or {}))
     except KerncapError as exc:
-        if _is_fault(exc):
+        if is_fault(exc):
             return InputVerdict(label, "variant fault", mode, notes=[f"the variant faulted: {exc.message}"])
         raise
     checks = [RegionCheck.from_dict(c) for c in got["checks"]]
@@ -377,7 +377,7 @@ def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan, k: int, option
     try:
         ref = rc.request("reference", cubin=None, fills=fills, runs=runs, tolerances=_wire(measure))
     except KerncapError as exc:
-        if _is_fault(exc):
+        if is_fault(exc):
             return InputVerdict(label, "baseline fault", "-", notes=[
                 f"the captured kernel itself faults on this input ({exc.message}); it is not counted. If a region "
                 "drives its indexing, keep it: --keep REGION"])
@@ -414,7 +414,7 @@ def _wire(classes: dict[int, tuple]) -> dict[str, list]:
     return {str(k): list(v) for k, v in classes.items()}
 
 
-def _is_fault(exc: KerncapError) -> bool:
+def is_fault(exc: KerncapError) -> bool:
     """A failing launch (the native run() names the kernel in its error), or a server
     that died under one. Other CUDA errors (out of memory, ...) are not the kernel's."""
     kind = getattr(exc, "kind", None)

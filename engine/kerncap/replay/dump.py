@@ -30,6 +30,7 @@ from kerncap.core.fsio import fs_error, make_dirs, remove_quietly, write_atomic
 from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError, UsageError
 from kerncap.replay import perturb as pt
+from kerncap.replay.differential import is_fault
 from kerncap.replay import tensor_view as tv
 from kerncap.reproducer.format import Capture
 
@@ -245,7 +246,7 @@ def _from_replay(client, item: tv.Item, state: str, path: Path, cubin, fills, in
                        path=str(path.resolve()), data_offset=data_offset(path), cubin=_abs(cubin), fills=fills,
                        against=against, input=input_label)
     except KerncapError as exc:
-        if getattr(exc, "kind", None) in ("cuda", "died"):
+        if is_fault(exc):  # the launch faulted (other CUDA errors are not the kernel's)
             who = cubin or "the captured cubin"
             raise KerncapError(f"{who} faulted on the {input_label}, so its output of {item.name} is not dumped: "
                                f"{exc.message}", "check its indexing with `kerncap validate --sanitize`") from None

@@ -9,6 +9,7 @@ from typing import Sequence
 from kerncap.core import dtypes as dt
 from kerncap.errors import KerncapError, UsageError
 from kerncap.replay import perturb as pt
+from kerncap.replay.differential import is_fault
 from kerncap.replay import tensor_view as tv
 from kerncap.replay.mismatch import MismatchMap
 from kerncap.reproducer.format import Capture
@@ -54,7 +55,7 @@ def request_maps(client, capture: Capture, *, cubin: str | Path | None = None, a
                              fills=fills, against=against_wire, input=label if fills else None,
                              maps=[{k: v for k, v in w.items() if k != "notes"} for w in wanted])
     except KerncapError as exc:
-        if getattr(exc, "kind", None) in ("cuda", "died"):
+        if is_fault(exc):  # the launch faulted (other CUDA errors are not the kernel's)
             raise KerncapError(f"{cubin or 'the captured cubin'} faulted on the {label}: {exc.message}",
                                "no map of a faulting run; check its indexing with `kerncap validate --sanitize`"
                                ) from None
