@@ -29,6 +29,7 @@ from kerncap_tui import demo, engine, panes, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.history import History, Variant, source_fingerprint
 from kerncap_tui.inspect_actions import InspectActions
+from kerncap_tui.mismatch_actions import MismatchActions
 from kerncap_tui.messages import (
     BuildLog,
     ExtractRequested,
@@ -50,7 +51,7 @@ DEBOUNCE_S = 0.3
 PROFILE_FILE = "profile.json"
 
 
-class KerncapApp(InspectActions, App[int]):
+class KerncapApp(InspectActions, MismatchActions, App[int]):
     TITLE = "kerncap"
     CSS_PATH = str(theming.stylesheet())
     COMMANDS = App.COMMANDS | {KerncapCommands}

@@ -143,6 +143,15 @@ class ResidentReplay:
             out.detail = "; ".join(f"{i.input}: {i.status}" + (f" ({', '.join(c.name for c in i.failures[:3])})"
                                                                  if i.failures else "") for i in bad[:3])
 
+    def call(self, fn):
+        """fn(client) on the resident replay server, serialized with the builds (the
+        mismatch pane's maps and dumps)."""
+        with self._lock:
+            return fn(self._open())
+
+    def capture(self) -> api.Capture:
+        return self._capture()
+
     def _capture(self) -> api.Capture:
         if self._cap is None:
             self._cap = api.open_capture(self.reproducer)

@@ -18,6 +18,7 @@ import sys
 from kerncap import __version__
 from kerncap.commands import (
     check,
+    dump,
     extract,
     info,
     mcp,
@@ -37,7 +38,7 @@ from kerncap.commands import list as list_command
 from kerncap.errors import EXIT_CANNOT_RUN, KerncapError, UsageError
 
 # The order of `kerncap --help`.
-COMMANDS = (profile, extract, replay, validate, recompile, sources, info, list_command, pack, unpack, prune, store,
+COMMANDS = (profile, extract, replay, validate, dump, recompile, sources, info, list_command, pack, unpack, prune, store,
             tui, check, sweep, mcp)
 
 

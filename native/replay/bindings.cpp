@@ -10,6 +10,10 @@
 namespace py = pybind11;
 using namespace kc::replay;
 
+namespace kc::replay {
+void bind_mismatch(py::module_& m);  // mismatch_bindings.cpp
+}
+
 namespace {
 
 PyObject* g_cuda_error = nullptr;    // owned for the life of the process
@@ -162,4 +166,5 @@ PYBIND11_MODULE(_replay, m) {
       .def("pci_bus_id", &Session::pci_bus_id)
       .def("notes", &Session::notes)
       .def("health", &Session::health, release());
+  bind_mismatch(m);  // where a variant differs (mismatch_bindings.cpp)
 }

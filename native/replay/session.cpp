@@ -409,6 +409,26 @@ std::string Session::read(size_t index, unsigned long long offset, unsigned long
   return copy_to_host(actual_of(item) + offset, length, item.spec.label);
 }
 
+Session::ItemPointers Session::item_pointers(size_t index, const std::string& against) const {
+  require_kernel("item_pointers");
+  const Item& item = item_at(index, "item_pointers");
+  if (against != "captured" && against != "reference")
+    throw Error("input", "expected state " + against + ": expected \"captured\" or \"reference\"");
+  ItemPointers p;
+  p.actual = actual_of(item);
+  p.pre = item.pre.get();
+  p.expected = against == "reference" ? (item.has_ref ? item.ref.get() : item.pre.get())
+                                      : (item.post.get() ? item.post.get() : item.pre.get());
+  p.size = item.spec.size;
+  p.label = item.spec.label;
+  return p;
+}
+
+CUstream Session::stream() const {
+  if (!stream_) throw Error("input", "load_state must come before the replay stream is used");
+  return stream_->get();
+}
+
 std::vector<double> Session::time_empty(int iterations) {
   if (!stream_) throw Error("input", "load_state must come before time_empty");
   if (iterations < 1) throw Error("input", "iterations must be >= 1");

@@ -118,6 +118,16 @@ class Session {
   std::vector<CompareOut> compare(const std::vector<CompareSpec>& specs, const std::string& against);
   // `length` bytes of an item's replay memory from `offset` (tests, reports).
   std::string read(size_t item, unsigned long long offset, unsigned long long length);
+  // Where one item's states live for the selected program (mismatch.cpp): what it left
+  // there (as compare sees it), the expected state of compare(specs, against) and the
+  // resident pre-state. Call after the work on stream() is done.
+  struct ItemPointers {
+    CUdeviceptr actual = 0, expected = 0, pre = 0;
+    size_t size = 0;
+    std::string label;
+  };
+  ItemPointers item_pointers(size_t index, const std::string& against) const;
+  CUstream stream() const;
   // CUDA-event times (ms) of an empty kernel: the floor under any kernel's timing.
   std::vector<double> time_empty(int iterations);
   std::string pci_bus_id() const;

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kerncap import api
 from kerncap.commands import inspect_tools
-from kerncap.commands.arguments import non_negative_float, non_negative_int, positive_int
+from kerncap.commands.arguments import non_negative_float, non_negative_int, positive_int, shape
 from kerncap.commands.replay import check_cubin
 from kerncap.core import dtypes
 from kerncap.errors import KerncapError, UsageError
@@ -27,6 +27,13 @@ def region_dtype(text: str) -> tuple[int, str]:
     if not sep or not rid.strip().isdigit():
         raise argparse.ArgumentTypeError(f"expected REGION=DTYPE, e.g. 3=float16 (got {text!r})")
     return int(rid), dtype_name(name)
+
+
+def region_shape(text: str) -> tuple[int, tuple[int, ...]]:
+    rid, sep, dims = text.partition("=")
+    if not sep or not rid.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected REGION=SHAPE, e.g. 3=1024,1024 (got {text!r})")
+    return int(rid), shape(dims)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,6 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         + " ".join(dtypes.COMPARABLE))
     p.add_argument("--region-dtype", type=region_dtype, action="append", default=[], metavar="ID=T",
                    help="element type of one region (repeatable), e.g. --region-dtype 3=bfloat16")
+    p.add_argument("--region-shape", type=region_shape, action="append", default=[], metavar="ID=SHAPE",
+                   help="tensor shape of a region for the mismatch report's coordinates, e.g. 3=1024,1024")
     g = p.add_argument_group("perturbed inputs and determinism (docs/replay.md)")
     g.add_argument("--perturb", type=int, metavar="K",
                    help="also validate on K perturbed copies of the captured input (numeric regions of known dtype "
@@ -88,7 +97,7 @@ def handle(args: argparse.Namespace) -> int:
         dtype = "float32"  # per-region dtypes ask for an element-wise comparison
     report = api.validate_inputs(args.paths, cubin=args.cubin, perturb=args.perturb, seed=args.seed,
                                  keep=args.keep, runs=args.runs, atol=args.atol, rtol=args.rtol, dtype=dtype,
-                                 dtypes=per_region, device=args.device)
+                                 dtypes=per_region, device=args.device, shapes=dict(args.region_shape))
     # A set's variant is also timed on every member: its speedup on the workload.
     timing = api.replay_set(args.paths[0], cubin=args.cubin, device=args.device) \
         if one_set and args.cubin is not None and report.verdict != "fail" else None

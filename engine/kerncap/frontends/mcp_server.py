@@ -400,6 +400,43 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
 
     @server.tool()
     @kerncap_tool
+    async def dump(ctx: Context, reproducer: Reproducer,
+                   output: Annotated[str, Field(description="directory for the .npy files (under a root)")],
+                   items: Annotated[list[str] | None, Field(description=(
+                       "REGION ids, arg:N, global:NAME; omitted: every item the kernel wrote"))] = None,
+                   states: Annotated[list[str] | None, Field(description=(
+                       "pre, post (captured), output (the cubin's on that input), expected; default pre, post (and "
+                       "output, expected with a cubin or perturbation)"))] = None,
+                   cubin: Cubin = None,
+                   perturbation: Annotated[int | None, Field(ge=1, le=api.MAX_PERTURBATIONS, description=(
+                       "run on perturbed input K (as validate numbers them) instead of the captured one"))] = None,
+                   seed: Annotated[int, Field(ge=0)] = 0,
+                   dtype: Annotated[str | None, Field(description="element type instead of the known one")] = None,
+                   shape: Annotated[list[int] | None, Field(description="tensor shape of the one item named "
+                                                                        "(-1 for one dimension)")] = None,
+                   ) -> dict[str, Any]:
+        """Write regions, arguments or module globals as .npy files with their dtype and
+        shape (Triton tensor metadata, the C++ parameter type, or dtype/shape) and a JSON
+        sidecar per item (offset, strides): the captured pre/post-state without a GPU, a
+        variant's output on the captured or a perturbed input through the reproducer's
+        resident replay server. numpy.load gives exactly the bytes validate compares.
+        Refused when larger than the free space; a faulting variant is not dumped."""
+        repro = R.reproducer(reproducer)
+        variant = R.cubin(repro, cubin)
+        out = R.path(output, "output")
+        chosen = states or (["pre", "post", "output", "expected"] if variant or perturbation else ["pre", "post"])
+        gpu = "output" in chosen or ("expected" in chosen and perturbation)
+        options = dict(cubin=variant, perturbation=perturbation, seed=seed, dtype=dtype,
+                       shape=tuple(shape) if shape else None, output=out)
+        if gpu:
+            result = await state.blocking(ctx, "dump", lambda: state.pool.run(repro, lambda rc: api.dump(
+                repro, items or (), chosen, client=rc, **options)), reproducer=repro)
+        else:
+            result = await state.blocking(ctx, "dump", lambda: api.dump(repro, items or (), chosen, **options))
+        return result.to_dict()
+
+    @server.tool()
+    @kerncap_tool
     async def replay(ctx: Context, reproducer: Reproducer, cubin: Cubin = None,
                      iterations: Annotated[int, Field(ge=1, le=100000)] = 20,
                      warmup: Annotated[int, Field(ge=0, le=10000)] = 3,

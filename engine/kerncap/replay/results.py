@@ -80,6 +80,8 @@ class RegionCheck:
     max_rel_err: float | None
     first_mismatches: list[tuple[int, Any, Any]]  # (byte offset, expected, actual)
     unexpected_write: bool  # the baseline left it unchanged, this run did not
+    report: dict[str, Any] | None = None  # where it differs: a MismatchMap's dict (kerncap.replay.mismatch)
+    report_error: str | None = None       # why there is no report (e.g. a --region-shape that does not fit)
 
     @property
     def passed(self) -> bool:
@@ -209,7 +211,14 @@ def format_check(c: RegionCheck) -> str:
     if c.unexpected_write:
         what = "unexpected write: " + what + " in memory the captured kernel did not write"
     firsts = ", ".join(f"+0x{o:x}: expected {_value(e)} got {_value(a)}" for o, e, a in c.first_mismatches[:4])
-    return f"  FAIL  {head}  {what}" + (f"\n          first: {firsts}" if firsts else "")
+    text = f"  FAIL  {head}  {what}" + (f"\n          first: {firsts}" if firsts else "")
+    if c.report is not None:
+        from kerncap.replay.mismatch import MismatchMap, format_map
+
+        text += "\n" + "\n".join(format_map(MismatchMap.from_dict(c.report)))
+    elif c.report_error:
+        text += f"\n          no mismatch report: {c.report_error}"
+    return text
 
 
 def format_validation(v: ValidationResult) -> str:
