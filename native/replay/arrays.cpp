@@ -199,6 +199,7 @@ void Arrays::set_written(size_t i, bool written) {
 }
 
 void Arrays::copy(const Array& a, CUstream s, bool to_array) const {
+  const std::string what = to_array ? "restoring " + a.label : "reading " + a.label + " back";
   CUDA_MEMCPY3D c;
   std::memset(&c, 0, sizeof c);
   if (to_array) {
@@ -219,7 +220,29 @@ void Arrays::copy(const Array& a, CUstream s, bool to_array) const {
   c.WidthInBytes = a.row;
   c.Height = a.rows;
   c.Depth = a.slices;
-  KC_CHECK(cuMemcpy3DAsync, (&c, s), to_array ? "restoring " + a.label : "reading " + a.label + " back");
+  if (!a.unaligned) {
+    const CUresult r = KC_CU(cuMemcpy3DAsync)(&c, s);
+    // The driver documents that copies between device memory and arrays may refuse a
+    // pitch cuMemAllocPitch did not choose (the packed row is any width): then the
+    // unaligned copy, which has no such rule (synchronous, so after the stream's work).
+    if ((r != CUDA_ERROR_INVALID_VALUE) || a.slices != 1)
+      return check(r, "cuMemcpy3DAsync", what);
+    a.unaligned = true;
+  }
+  KC_CHECK(cuStreamSynchronize, (s), what);
+  CUDA_MEMCPY2D d;
+  std::memset(&d, 0, sizeof d);
+  d.srcMemoryType = c.srcMemoryType;
+  d.srcDevice = c.srcDevice;
+  d.srcArray = c.srcArray;
+  d.srcPitch = c.srcPitch;
+  d.dstMemoryType = c.dstMemoryType;
+  d.dstDevice = c.dstDevice;
+  d.dstArray = c.dstArray;
+  d.dstPitch = c.dstPitch;
+  d.WidthInBytes = a.row;
+  d.Height = a.rows;
+  KC_CHECK(cuMemcpy2DUnaligned, (&d), what + " (unaligned copy)");
 }
 
 void Arrays::push(CUstream s, bool written_only) const {

@@ -92,6 +92,7 @@ class Arrays {
     size_t row = 0, rows = 0, slices = 0;
     DeviceBuffer staging;
     bool written = false;
+    mutable bool unaligned = false;  // the driver refused the packed pitch: cuMemcpy2DUnaligned
   };
   struct Object {
     std::string label;
