@@ -22,6 +22,7 @@ from kerncap.errors import CaptureFormatError
 from kerncap.prune.closure import compute_closure
 from kerncap.prune.pruner import write_pruned
 from kerncap.reproducer.format import Capture, capture_chunks
+from kerncap.reproducer.info import lacks
 from kerncap.reproducer.pack import pack, unpack
 from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.store import Store
@@ -49,7 +50,7 @@ def test_records_are_typed_and_their_payloads_are_the_capture_s(repro):
     assert [(o.kind, o.handle, o.restorable) for o in cap.texture_objects] == [
         ("texture", 1, True), ("surface", 2, True), ("texture", 3, True), ("texture", 4, True), ("texture", 5, False)]
     assert [(p.index, p.handle_object) for p in cap.params if p.handle_object is not None] == [(4, 0), (5, 1)]
-    assert cap.lacks == []
+    assert lacks(cap) == []
     # The arrays' chunks are payloads like any region's: counted, verified, packed, stored.
     array_chunks = {h for a in cap.arrays for h in (*a.pre, *a.post)}
     assert array_chunks <= {h for h, _ in capture_chunks(cap)} and len(array_chunks) == 4
@@ -71,9 +72,9 @@ def test_info_lists_arrays_objects_and_the_handle_arguments(repro):
 def test_an_older_capture_opens_and_says_what_it_lacks(capsys):
     cap = Capture.open(AXPY)
     assert cap.arrays == [] and cap.texture_objects == []
-    assert len(cap.lacks) == 1 and "texture" in cap.lacks[0]
+    assert len(lacks(cap)) == 1 and "texture" in lacks(cap)[0]
     assert main(["info", str(AXPY)]) == 0
-    assert "older       this capture lacks CUDA arrays and texture/surface objects" in capsys.readouterr().out
+    assert "LACKS       CUDA arrays and texture/surface objects: this kerncap did not" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("change, field", [

@@ -82,6 +82,10 @@ CUresult kc_v1_cuStreamBeginCapture(CUstream);
   X(cuMemFreeAsync, cuMemFreeAsync, kEnqueue | kAlloc) X(cuMemFreeAsync_ptsz, cuMemFreeAsync, kEnqueue | kAlloc) \
   X(cuMemAddressReserve, cuMemAddressReserve, kEnqueue | kAlloc) X(cuMemAddressFree, cuMemAddressFree, kEnqueue | kAlloc) \
   X(cuMemMap, cuMemMap, kEnqueue | kAlloc) X(cuMemUnmap, cuMemUnmap, kEnqueue | kAlloc) \
+  /* Host allocations: recorded, never snapshotted. */ \
+  X(cuMemHostAlloc, cuMemHostAlloc, kHostMemory) X(cuMemAllocHost_v2, cuMemAllocHost_v2, kHostMemory) \
+  X(cuMemHostRegister_v2, cuMemHostRegister_v2, kHostMemory) X(cuMemFreeHost, cuMemFreeHost, kHostMemory) \
+  X(cuMemHostUnregister, cuMemHostUnregister, kHostMemory) \
   /* CUDA arrays and texture/surface objects (array_tracker.hpp): snapshotted, recreated in replay. */ \
   X(cuArrayCreate_v2, cuArrayCreate_v2, kEnqueue | kArray) X(cuArray3DCreate_v2, cuArray3DCreate_v2, kEnqueue | kArray) \
   X(cuArrayDestroy, cuArrayDestroy, kEnqueue | kArray) \
@@ -90,10 +94,6 @@ CUresult kc_v1_cuStreamBeginCapture(CUstream);
   X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, kEnqueue | kArray) \
   X(cuTexObjectCreate, cuTexObjectCreate, kEnqueue | kArray) X(cuTexObjectDestroy, cuTexObjectDestroy, kEnqueue | kArray) \
   X(cuSurfObjectCreate, cuSurfObjectCreate, kEnqueue | kArray) X(cuSurfObjectDestroy, cuSurfObjectDestroy, kEnqueue | kArray) \
-  /* Host allocations: recorded, never snapshotted. */ \
-  X(cuMemHostAlloc, cuMemHostAlloc, kHostMemory) X(cuMemAllocHost_v2, cuMemAllocHost_v2, kHostMemory) \
-  X(cuMemHostRegister_v2, cuMemHostRegister_v2, kHostMemory) X(cuMemFreeHost, cuMemFreeHost, kHostMemory) \
-  X(cuMemHostUnregister, cuMemHostUnregister, kHostMemory) \
   /* Module/library loads (paired with the cubins they load) and unloads. */ \
   X(cuModuleLoad, cuModuleLoad, kModuleLoad) X(cuModuleLoadData, cuModuleLoadData, kModuleLoad) \
   X(cuModuleLoadDataEx, cuModuleLoadDataEx, kModuleLoad) X(cuModuleLoadFatBinary, cuModuleLoadFatBinary, kModuleLoad) \

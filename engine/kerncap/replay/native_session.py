@@ -31,6 +31,7 @@ from kerncap.replay.results import (
 )
 from kerncap.reproducer.arrays import CudaArray
 from kerncap.reproducer.format import Capture, Region
+from kerncap.reproducer.info import lacks
 
 log = logging.getLogger("kerncap.replay.server")
 
@@ -292,7 +293,7 @@ class NativeSession:
 
     def notes(self) -> list[str]:
         """The native core's notes, and what an older capture does not hold."""
-        return list(self.session.notes()) + [f"this capture lacks {what}" for what in self.capture.lacks]
+        return list(self.session.notes()) + [f"this capture lacks {what}" for what in lacks(self.capture)]
 
     def replay(self, cubin: str | None, iterations: int, warmup: int, flush_l2: bool) -> ReplayResult:
         if iterations < 1 or warmup < 0:

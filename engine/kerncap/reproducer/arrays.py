@@ -26,8 +26,8 @@ FORMATS: dict[int, tuple[str, int, int, str | None]] = {
     0xC9: ("snorm16", 2, 1, None), 0xCA: ("snorm16", 2, 2, None), 0xCB: ("snorm16", 2, 4, None),
 }
 LAYERED, SURFACE_LDST, CUBEMAP = 0x01, 0x02, 0x04
-OLDER_CAPTURE = ("CUDA arrays and texture/surface objects: captured by a kerncap that did not record them, so a "
-                 "kernel that samples textures or writes surfaces replays without them")
+OLDER_CAPTURE = ("CUDA arrays and texture/surface objects: this kerncap did not record them, so a kernel that "
+                 "samples textures or writes surfaces replays without them; extract again with this kerncap")
 
 
 def element_bytes(fmt: int, channels: int) -> int:

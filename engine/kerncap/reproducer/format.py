@@ -228,11 +228,6 @@ class Capture:
         return list(self.manifest.get("warnings", []))
 
     @property
-    def lacks(self) -> list[str]:
-        """What a capture made by an older kerncap does not record (it opens all the same)."""
-        return [] if "arrays" in self.manifest else [arrays_mod.OLDER_CAPTURE]
-
-    @property
     def payload_items(self) -> list:
         """Everything with pre/post chunks: regions, module globals, captured CUDA arrays."""
         return [*self.regions, *self.globals, *(a for a in self.arrays if a.captured)]

@@ -9,6 +9,7 @@ from typing import Any
 from kerncap.core.stack import recorded_stack, stack_lines
 from kerncap.core.units import dim_tuple, driver_version_text, human_bytes, text_table
 from kerncap.errors import KerncapError
+from kerncap.reproducer.arrays import OLDER_CAPTURE
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.prune_report import PruneReport
@@ -96,7 +97,7 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
              "restorable": o.restorable, "why": o.why, "found_in": o.found_in}
             for o in cap.texture_objects
         ],
-        "lacks": cap.lacks,  # what a capture from an older kerncap does not record
+        "lacks": lacks(cap),
         "provenance": {
             "tool_version": prov.get("tool_version"),
             "gpu": prov.get("gpu", {}),
@@ -119,6 +120,14 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
         "reproducer": reproducer,
         "stack": recorded_stack(reproducer if isinstance(reproducer, dict) else None, prov),
     }
+
+
+def lacks(cap: Capture) -> list[str]:
+    """What a capture from an older kerncap does not hold (it still opens and replays what it has)."""
+    out = []
+    if "arrays" not in cap.manifest:
+        out.append(OLDER_CAPTURE)
+    return out
 
 
 # -- text -----------------------------------------------------------------------------------
@@ -285,8 +294,8 @@ def format_summary(s: dict[str, Any]) -> str:
         out.append(f"note        {note}")
     for w in s["warnings"]:
         out.append(f"WARNING     {w}")
-    for what in s.get("lacks") or []:
-        out.append(f"older       this capture lacks {what}")
+    for w in s.get("lacks") or []:
+        out.append(f"LACKS       {w}")
     return "\n".join(out)
 
 
