@@ -24,7 +24,8 @@ ZOOMS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # (glyph, style) by what the kernel did: wrote it, an argument points into it, all zero, other.
 MARKS = {"written": ("█", "red"), "argument": ("▓", "cyan"), "zero": ("░", "grey50"), "other": ("▒", "default"),
          "array": ("▤", "magenta"), "array written": ("▦", "red"), "separator": ("│", "dim")}
-LEGEND = "█ written  ▓ argument  ░ all zero  ▒ other  ≈ gap cut  │ ▤ CUDA array (▦ written)"
+LEGEND = "█ written  ▓ argument  ░ all zero  ▒ other  ≈ gap cut"
+ARRAY_LEGEND = "  │ ▤ CUDA array (▦ written)"  # shown when there are arrays to draw
 
 
 def mark_of(row: MapRow) -> str:
@@ -192,7 +193,8 @@ class MemoryMap(Widget):
         out.append("\n")
         out.append(info[:width], style="dim")
         out.append("\n")
-        out.append(LEGEND[:width], style="dim")
+        legend = LEGEND + (ARRAY_LEGEND if any(r.key.startswith("a") for r in self.rows) else "")
+        out.append(legend[:width], style="dim")
         return out
 
     def watch_zoom(self) -> None:
