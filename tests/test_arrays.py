@@ -8,12 +8,12 @@ server hands the native core (array items, objects, handle patches)."""
 
 from __future__ import annotations
 
-import json
 import struct
 import types
 from pathlib import Path
 
 import pytest
+from test_damaged_input import edit_manifest
 from texture_capture import AXPY, TEXTURE_PARAM_OFFSETS, make_texture_capture
 
 from kerncap import api
@@ -32,14 +32,6 @@ from kerncap.reproducer.stored import hydrate, store_reproducer
 @pytest.fixture
 def repro(tmp_path) -> Path:
     return make_texture_capture(tmp_path / "tex")
-
-
-def edit_manifest(repro: Path, change) -> Path:
-    path = repro / "capture" / "manifest.json"
-    m = json.loads(path.read_text())
-    change(m)
-    path.write_text(json.dumps(m))
-    return path
 
 
 def test_records_are_typed_and_their_payloads_are_the_capture_s(repro):

@@ -8,7 +8,6 @@
 
 #include "cubin_texture_ops.hpp"
 #include "driver.hpp"
-#include "xxh64.hpp"
 
 namespace kc {
 namespace {
@@ -25,17 +24,6 @@ std::string hex(uint64_t v) {
 std::string hex(const void* p) { return hex(uint64_t(reinterpret_cast<uintptr_t>(p))); }
 
 const char* kind_of(const TrackedObject& o) { return o.surface ? "surface" : "texture"; }
-
-ArrayDesc driver_desc(const CUDA_ARRAY3D_DESCRIPTOR& a) {
-  ArrayDesc d;
-  d.width = a.Width;
-  d.height = a.Height;
-  d.depth = a.Depth;
-  d.format = unsigned(a.Format);
-  d.channels = a.NumChannels;
-  d.flags = a.Flags;
-  return d;
-}
 
 std::string dims(const ArrayDesc& d) {
   std::string s = std::to_string(d.width);
@@ -72,7 +60,7 @@ long ArrayCapture::array_of(CUarray a, bool surface) {
   CUDA_ARRAY3D_DESCRIPTOR d{};
   const CUresult r = KC_CU(cuArray3DGetDescriptor)(&d, a);
   if (r == CUDA_SUCCESS) {
-    out.desc = driver_desc(d);
+    out.desc = desc_of(d);
   } else if (tracked) {
     out.desc = tracked->desc;
   } else {
@@ -350,15 +338,6 @@ std::vector<uint64_t> ArrayCapture::known_handles() const {
 }
 
 namespace {
-
-void write_hashes(JsonWriter& w, const std::vector<ChunkHash>& chunks) {
-  w.begin_array();
-  for (const ChunkHash& c : chunks) {
-    if (c.stored) w.value(xxh64_hex(c.hash));
-    else w.null();
-  }
-  w.end_array();
-}
 
 void write_desc(JsonWriter& w, const ArrayDesc& d) {
   w.field("format", d.format).field("format_name", format_name(d.format)).field("channels", d.channels);

@@ -54,6 +54,17 @@ ArrayDesc mip_level_desc(const ArrayDesc& base, unsigned level) {
   return d;
 }
 
+ArrayDesc desc_of(const CUDA_ARRAY3D_DESCRIPTOR& a) {
+  ArrayDesc d;
+  d.width = a.Width;
+  d.height = a.Height;
+  d.depth = a.Depth;
+  d.format = unsigned(a.Format);
+  d.channels = a.NumChannels;
+  d.flags = a.Flags;
+  return d;
+}
+
 namespace {
 
 ArrayDesc from_2d(const CUDA_ARRAY_DESCRIPTOR& a) {
@@ -62,17 +73,6 @@ ArrayDesc from_2d(const CUDA_ARRAY_DESCRIPTOR& a) {
   d.height = a.Height;
   d.format = unsigned(a.Format);
   d.channels = a.NumChannels;
-  return d;
-}
-
-ArrayDesc from_3d(const CUDA_ARRAY3D_DESCRIPTOR& a) {
-  ArrayDesc d;
-  d.width = a.Width;
-  d.height = a.Height;
-  d.depth = a.Depth;
-  d.format = unsigned(a.Format);
-  d.channels = a.NumChannels;
-  d.flags = a.Flags;
   return d;
 }
 
@@ -104,7 +104,7 @@ bool ArrayTracker::on_call(CUpti_CallbackId cbid, const void* p, CUcontext ctx) 
     case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2: {
       auto* a = static_cast<const cuArray3DCreate_v2_params*>(p);
       if (!a->pHandle || !*a->pHandle || !a->pAllocateArray) return true;
-      arrays_[*a->pHandle] = TrackedArray{*a->pHandle, from_3d(*a->pAllocateArray), "cuArray3DCreate_v2", ctx, nullptr, 0};
+      arrays_[*a->pHandle] = TrackedArray{*a->pHandle, desc_of(*a->pAllocateArray), "cuArray3DCreate_v2", ctx, nullptr, 0};
       ++created_;
       return true;
     }
@@ -117,7 +117,7 @@ bool ArrayTracker::on_call(CUpti_CallbackId cbid, const void* p, CUcontext ctx) 
     case CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate: {
       auto* a = static_cast<const cuMipmappedArrayCreate_params*>(p);
       if (!a->pHandle || !*a->pHandle || !a->pMipmappedArrayDesc) return true;
-      mipmaps_[*a->pHandle] = TrackedMipmap{*a->pHandle, from_3d(*a->pMipmappedArrayDesc), a->numMipmapLevels, ctx};
+      mipmaps_[*a->pHandle] = TrackedMipmap{*a->pHandle, desc_of(*a->pMipmappedArrayDesc), a->numMipmapLevels, ctx};
       ++created_;
       return true;
     }

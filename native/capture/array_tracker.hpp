@@ -41,6 +41,8 @@ std::string format_name(unsigned format);
 uint64_t packed_bytes(const ArrayDesc& d);
 // Why kerncap cannot snapshot an array of this descriptor, or "" when it can.
 std::string unsupported_array(const ArrayDesc& d);
+// kerncap's copy of the driver's CUDA_ARRAY3D_DESCRIPTOR.
+ArrayDesc desc_of(const CUDA_ARRAY3D_DESCRIPTOR& a);
 // The descriptor of level `level` of a mipmapped array (layers and cube faces stay).
 ArrayDesc mip_level_desc(const ArrayDesc& base, unsigned level);
 

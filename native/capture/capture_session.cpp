@@ -310,19 +310,6 @@ std::string CaptureSession::after_launch(CUresult launch_result) {
   return final_;
 }
 
-namespace {
-
-void write_hashes(JsonWriter& w, const std::vector<ChunkHash>& chunks) {
-  w.begin_array();
-  for (const ChunkHash& c : chunks) {
-    if (c.stored) w.value(xxh64_hex(c.hash));
-    else w.null();
-  }
-  w.end_array();
-}
-
-}  // namespace
-
 void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
   w.key("provenance").begin_object();
   w.field("tool_version", KERNCAP_TOOL_VERSION);

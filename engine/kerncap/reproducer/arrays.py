@@ -48,16 +48,21 @@ def format_text(fmt: int, channels: int) -> str:
 
 
 @dataclass(frozen=True)
-class CudaArray:
+class ArrayDescriptor:
+    """CUDA_ARRAY3D_DESCRIPTOR as the driver reported it (sizes in elements, 0 = unused)."""
     id: int
-    handle: int
-    api: str
+    handle: int         # the app's handle (informational)
     format: int
     channels: int
     width: int
     height: int
     depth: int
     flags: int
+
+
+@dataclass(frozen=True)
+class CudaArray(ArrayDescriptor):
+    api: str
     size: int           # packed bytes of the payload (0 when not captured)
     surface: bool       # a surface object reaches it: the kernel may write it
     mipmap: int | None  # a level of that mipmapped array
@@ -89,15 +94,7 @@ class CudaArray:
 
 
 @dataclass(frozen=True)
-class MipmappedArray:
-    id: int
-    handle: int
-    format: int
-    channels: int
-    width: int
-    height: int
-    depth: int
-    flags: int
+class MipmappedArray(ArrayDescriptor):
     levels: int
     level_arrays: list[int]
 
