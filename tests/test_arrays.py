@@ -207,3 +207,20 @@ def test_the_replay_specs_recreate_what_was_captured(repro):
     assert item_label(ns.capture.arrays[2]) == "array 2"
     spec = ns._launch_spec()
     assert spec.handles == [(TEXTURE_PARAM_OFFSETS[0], 0), (TEXTURE_PARAM_OFFSETS[1], 1)]
+
+
+def test_dump_and_mismatch_maps_see_arrays_as_items(repro):
+    """kerncap dump / the mismatch report number the replay's items as the server does:
+    arrays after the regions and globals, laid out as rows of texels."""
+    from kerncap.replay import tensor_view as tv
+
+    cap = Capture.open(repro)
+    items = tv.replay_items(cap)
+    arrays = [i for i in items if i.kind == "array"]
+    assert [(i.id, i.index, i.key) for i in arrays] == [(0, 2, "array0"), (1, 3, "array1"), (2, 4, "array2")]
+    ((picked, _),) = tv.select_items(cap, ["array:0"])
+    layout = tv.item_layout(cap, picked)
+    assert (layout.dtype, layout.shape, layout.strides) == ("float32", (32, 64), (64, 1))
+    level = tv.item_layout(cap, arrays[1])
+    assert (level.dtype, level.shape) == ("uint8", (16, 64))  # 16 texels of 4 channels a row
+    assert [i.name for i, _ in tv.select_items(cap, [])] == ["region 1", "array 0"]  # the written items

@@ -29,7 +29,7 @@ from kerncap.replay.results import (
     ValidationResult,
     first_mismatches,
 )
-from kerncap.reproducer.arrays import CudaArray
+from kerncap.reproducer.arrays import CudaArray, replayed_arrays
 from kerncap.reproducer.format import Capture, Region
 from kerncap.reproducer.info import lacks
 
@@ -117,12 +117,8 @@ class NativeSession:
         cap = self.capture
         if not cap.arrays and not cap.texture_objects:
             return {}
-        arrays = [a for a in cap.arrays if a.captured]
-        levels_ok = {m.id for m in cap.mipmapped_arrays
-                     if all(any(a.id == k for a in arrays) for k in m.level_arrays) and m.level_arrays}
-        mipmaps = [m for m in cap.mipmapped_arrays if m.id in levels_ok]
+        arrays, mipmaps = replayed_arrays(cap.arrays, cap.mipmapped_arrays)
         mipmap_index = {m.id: i for i, m in enumerate(mipmaps)}
-        arrays = [a for a in arrays if a.mipmap is None or a.mipmap in mipmap_index]
         array_index = {a.id: i for i, a in enumerate(arrays)}
 
         def desc(x):

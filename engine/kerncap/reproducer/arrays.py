@@ -132,6 +132,16 @@ class TextureObject:
         return str(kind)
 
 
+def replayed_arrays(arrays: list[CudaArray], mipmaps: list[MipmappedArray]) -> tuple[list[CudaArray], list[MipmappedArray]]:
+    """The arrays and mipmapped arrays a replay recreates, in its order: captured arrays,
+    and mipmapped arrays whose every level was captured (a level of another one is left
+    out with it). The replay server and the tools that number its items agree on this."""
+    captured = {a.id for a in arrays if a.captured}
+    kept = [m for m in mipmaps if m.level_arrays and all(k in captured for k in m.level_arrays)]
+    ids = {m.id for m in kept}
+    return [a for a in arrays if a.captured and (a.mipmap is None or a.mipmap in ids)], kept
+
+
 def parse(m: dict[str, Any]) -> tuple[list[CudaArray], list[MipmappedArray], list[TextureObject]]:
     """The typed records of a manifest already checked against its schema."""
     arrays = [
