@@ -293,3 +293,30 @@ def test_graphs_through_the_entry_points(built, tmp_path):
     assert "1 launch(es) of the target were recorded into CUDA graphs by stream capture" in why
     assert "2 CUDA graph(s) holding the target were built but never instantiated" in why
     assert "executable graph #1 ran 4 time(s) with 2 target node(s) per launch" in why
+
+
+def test_arrays_and_texture_objects_are_tracked_through_the_entry_points(built, tmp_path):
+    """CUDA arrays, a mipmapped array and its level, texture and surface objects made the
+    way cudart makes them (entry points fetched by base name): the injection library's
+    tracker holds what is live at exit, names the texture whose array was destroyed first,
+    and keeps one entry for a handle value the driver handed out again."""
+    entry, inject = _native_libs()
+    exe = B.texture_app(tmp_path)
+    out = tmp_path / "run"
+    out.mkdir()
+    p = _run([str(exe), str(inject)], env=_entry_env(built, entry, out, 1000))
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    assert "reused=1" in p.stdout, p.stdout
+    (report,) = out.glob("proc-*.json")
+    proc = json.loads(report.read_text())
+    assert proc["errors"] == []
+    arrays = proc["arrays"]
+    # live: array a and mip level 1 (the 2-D array was destroyed); the mipmapped array;
+    # textures over a, the freed array, the mipmap, the pitched memory and the reused handle
+    assert (arrays["arrays"], arrays["mipmapped_arrays"]) == (2, 1)
+    assert (arrays["textures"], arrays["surfaces"]) == (5, 1)
+    assert arrays["destroyed"] == 2  # the 2-D array and one texture object
+    handles = dict(kv.split("=") for kv in p.stdout.split("\n")[0].removeprefix("handles: ").split())
+    (freed,) = arrays["freed_resources"]
+    assert freed["kind"] == "texture" and str(freed["handle"]) == handles["gone"]
+    assert "cuArrayDestroy" in freed["why"] and "before the dispatch" in freed["why"]

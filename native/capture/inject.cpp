@@ -36,6 +36,7 @@
 #include "launch_attribution.hpp"
 #include "launch_buckets.hpp"
 #include "launch_record.hpp"
+#include "array_tracker.hpp"
 #include "memory_tracker.hpp"
 #include "module_images.hpp"
 #include "module_registry.hpp"
@@ -67,6 +68,7 @@ struct State {
   ProcReport report;
   FuncCache funcs;
   MemoryTracker mem;
+  ArrayTracker arrays;  // CUDA arrays, texture and surface objects
   ModuleRegistry modules;
   QuiesceLock quiesce;
   std::atomic<bool> armed{false};    // capture mode, target not reached yet: quiesce and count
@@ -223,6 +225,7 @@ void write_proc(State& s) {
   if (s.cfg.out_dir.empty()) return;
   Guard guard;
   if (s.cfg.mode == Mode::Capture) s.report.set_section("interception", interception_json(s));
+  if (s.cfg.mode == Mode::Capture) s.report.set_section("arrays", s.arrays.report_json());
   if (s.nvtx) s.report.set_section("nvtx", s.nvtx->report_json(s.nvtx_inside.load(), s.nvtx_outside.load()));
   if (selection_requested(s.cfg)) s.report.set_section("selection", selection_json(s));
   s.report.write(s.cfg.out_dir, counters(s));
@@ -326,6 +329,7 @@ void capture_over(State& s, const std::string& dir, uint64_t index, uint32_t buc
 void describe_launch(State& s, CaptureSession& session, uint32_t bucket) {
   session.set_job(s.job);
   session.set_interception(interception_name(s));
+  session.set_arrays(&s.arrays);
   if (s.nvtx) session.set_nvtx(s.nvtx->context());
   if (bucket != UINT32_MAX) session.set_bucket(bucket);
 }
@@ -1233,6 +1237,7 @@ void entry_only_call(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* 
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2:
       if (enter) s.mem.drop_context(static_cast<const cuCtxDestroy_v2_params*>(p)->ctx);
+      if (enter) s.arrays.drop_context(static_cast<const cuCtxDestroy_v2_params*>(p)->ctx);
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2: {
@@ -1257,7 +1262,10 @@ void entry_only_call(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* 
             KC_CU(cuDevicePrimaryCtxGetState)(dev, &flags, &active) != CUDA_SUCCESS)
           active = 1;
       }
-      if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2 || !active) s.mem.drop_context(tl.primary_ctx);
+      if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2 || !active) {
+        s.mem.drop_context(tl.primary_ctx);
+        s.arrays.drop_context(tl.primary_ctx);
+      }
       tl.primary_ctx = nullptr;
       break;
     }
@@ -1417,6 +1425,8 @@ void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Call
       if (s.entry_points) forget_image(s, cbid, cb);
     } else if (roles & (kAlloc | kHostMemory)) {
       track_memory(s, cbid, cb);
+    } else if (roles & kArray) {
+      s.arrays.on_call(cbid, cb->functionParams, cb->context);
     } else if ((roles & (kCaptureEnd | kGraphInstantiate | kGraphUpdate | kGraphBuild)) &&
                s.armed.load(std::memory_order_acquire)) {
       try {
@@ -1451,6 +1461,7 @@ void on_resource(State& s, CUpti_CallbackId cbid, const CUpti_ResourceData* rd) 
     }
     case CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING:
       s.mem.drop_context(rd->context);
+      s.arrays.drop_context(rd->context);
       break;
     case CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED:
       on_graph_node_created(s, static_cast<const CUpti_GraphData*>(rd->resourceDescriptor));

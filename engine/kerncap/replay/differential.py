@@ -399,7 +399,7 @@ def _effect(capture: Capture, plan: pt.PerturbPlan, first: list[RegionCheck]) ->
     written = {r.id for r in capture.regions if r.written}
     redrawn_only = {s.span.region for s in plan.perturbed} - written
     changed = sum(c.mismatched_bytes for c in first
-                  if c.kind == "global" or (c.kind == "region" and c.id not in redrawn_only))
+                  if c.kind != "region" or c.id not in redrawn_only)
     if changed == 0:
         return "the captured kernel's outputs did not change on this input: it proves little"
     return f"the captured kernel's outputs differ from the captured ones in {human_bytes(changed, trim=True)}"

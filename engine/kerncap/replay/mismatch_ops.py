@@ -23,7 +23,7 @@ from kerncap.replay import mismatch as mm
 from kerncap.replay import tensor_view as tv
 from kerncap.replay import session_ops
 from kerncap.replay.session_ops import fill_specs
-from kerncap.reproducer.format import Region
+from kerncap.replay.native_session import item_label
 
 CHUNK = 64 << 20  # bytes per device-to-host copy of a dump
 
@@ -84,7 +84,7 @@ def native_map(ns, w: dict[str, Any], against: str, actual_label: str, expected_
     gr, gc = mm.grid_shape(view, int(w.get("grid_rows", 256)), int(w.get("grid_cols", 256)))
     spec.grid_rows, spec.grid_cols, spec.first_k = gr, gc, mm.FIRST_K
     raw = ns.core.mismatch_map(ns.session, spec)
-    name = f"region {item.id}" if isinstance(item, Region) else f"global {item.name}"
+    name = item_label(item)
     m = from_native(raw, name, item.size, view, dtype, spec.tolerance, spec.atol, spec.rtol, gr, gc,
                     actual_label, expected_label)
     reader = _gatherer(ns, index, against, dtype)
@@ -188,11 +188,11 @@ def attach_reports(ns, specs, checks: list[dict[str, Any]], req: dict[str, Any])
     actual, expected = _labels({**req, "against": "captured" if against == "captured" else "baseline"})
     shapes = {int(k): tuple(v) for k, v in (req.get("shapes") or {}).items()}
     items = tv.replay_items(ns.capture)
-    by_region = {i.id: i for i in items if i.kind == "region"}
+    mapped = {(i.kind, i.id): i for i in items if i.kind in ("region", "array")}
     for check in checks:
-        if check["passed"] or check["kind"] != "region" or check["id"] not in by_region:
+        if check["passed"] or (check["kind"], check["id"]) not in mapped:
             continue
-        item = by_region[check["id"]]
+        item = mapped[(check["kind"], check["id"])]
         spec = specs[item.index]
         try:
             layout = tv.item_layout(ns.capture, item, dtype=spec.dtype or None, shape=shapes.get(item.id))

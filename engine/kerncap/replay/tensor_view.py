@@ -22,6 +22,7 @@ from kerncap.core import dtypes as dt
 from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError, UsageError
 from kerncap.replay.region_types import classify_cxx_type, cxx_parameter_types, triton_tensor_args
+from kerncap.reproducer.arrays import replayed_arrays
 from kerncap.reproducer.format import Capture, Region
 
 RAW = "raw bytes"  # the source text of a layout nothing is known about
@@ -30,10 +31,10 @@ MAX_DIMS = 8
 
 @dataclass(frozen=True)
 class Item:
-    """One region or module global, as the replay server numbers them (`index`)."""
-    kind: str              # "region" | "global"
-    id: int | None         # region id
-    name: str              # "region 3", "global scale"
+    """One region, module global or CUDA array, as the replay server numbers them (`index`)."""
+    kind: str              # "region" | "global" | "array"
+    id: int | None         # region or array id
+    name: str              # "region 3", "global scale", "array 0"
     size: int
     base: int
     written: bool
@@ -43,7 +44,9 @@ class Item:
 
     @property
     def key(self) -> str:  # file name stem of a dump
-        return f"region{self.id}" if self.kind == "region" else "global_" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name[7:])
+        if self.kind in ("region", "array"):
+            return f"{self.kind}{self.id}"
+        return "global_" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name[7:])
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,8 @@ def replay_items(capture: Capture) -> list[Item]:
         if g.size > 0:
             out.append(Item("global", None, f"global {g.name}", g.size, 0, g.written, len(out), tuple(g.pre),
                             tuple(g.post)))
+    for a in replayed_arrays(capture.arrays, capture.mipmapped_arrays)[0]:
+        out.append(Item("array", a.id, f"array {a.id}", a.size, 0, a.written, len(out), tuple(a.pre), tuple(a.post)))
     return out
 
 
@@ -161,6 +166,9 @@ def select_items(capture: Capture, names: list[str]) -> list[tuple[Item, str | N
         elif kind == "global" and (g := next((i for i in items if i.kind == "global" and i.name == f"global {what}"),
                                              None)):
             out.append((g, None))
+        elif kind == "array" and (a := next((i for i in items if i.kind == "array" and str(i.id) == what.strip()),
+                                            None)):
+            out.append((a, None))
         else:
             listing = ", ".join(str(i) for i in sorted(regions)[:12]) + (" …" if len(regions) > 12 else "")
             globals_ = ", ".join(i.name[7:] for i in items if i.kind == "global")[:200]
@@ -238,11 +246,24 @@ def _cxx_layout(capture: Capture, item: Item, argument: str | None) -> Layout | 
     return None
 
 
+def _array_layout(capture: Capture, item: Item) -> Layout | None:
+    """A CUDA array's contents as the replay holds them: packed rows of texels, each row
+    width x channels elements of the array's format (slices or layers outermost)."""
+    a = next((x for x in capture.arrays if x.id == item.id), None)
+    if a is None:
+        return None
+    dims = tuple(n for n in (a.depth, a.height) if n) + (a.width * a.channels,)
+    strides = tuple(math.prod(dims[k + 1:]) for k in range(len(dims)))
+    if a.dtype is None:
+        return Layout(None, (item.size,), (1,), 0, f"{RAW}: array {a.id} is {a.dims}, a format kerncap does not decode")
+    return Layout(a.dtype, dims, strides, 0, f"CUDA array {a.id} ({a.dims})")
+
+
 def item_layout(capture: Capture, item: Item, *, argument: str | None = None, dtype: str | None = None,
                 shape: tuple[int, ...] | None = None) -> Layout:
     """The item's layout from what kerncap knows, overridden by the user's `dtype`
     (any name of kerncap.core.dtypes) and `shape` (checked: it must divide the item)."""
-    known = None
+    known = _array_layout(capture, item) if item.kind == "array" else None
     if item.kind == "region":
         name = argument[4:] if argument and not argument[4:].isdigit() else None
         known = _triton_layout(capture, item, name) or _cxx_layout(capture, item, argument if not name else None)
