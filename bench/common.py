@@ -70,3 +70,56 @@ def write_json(path: str | None, data: dict) -> None:
 
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
+
+
+ABBA = "appa"  # the paired measure's block order, repeated: armed, pass-through, pass-through, armed
+
+
+def abba_order(n_blocks: int) -> str:
+    """Modes of `n_blocks` blocks in the paired measure's order ('a' armed, 'p' pass-through)."""
+    return "".join(ABBA[i % 4] for i in range(n_blocks))
+
+
+def paired_cost(blocks: list[tuple[str, float]], per_block: int, *, skip: int = 1, draws: int = 2000, seed: int = 0,
+                coverage: float = 0.90) -> dict:
+    """The dispatcher's cost per launch from one process's paired blocks.
+
+    `blocks` are (mode, seconds-or-ns) in run order, modes in ABBA order (abba_order):
+    each group of four (a p p a) gives one estimate, the mean of its two adjacent
+    differences a - p, in which a linear drift of the machine's speed cancels. Returns
+    the median of those estimates per launch (same unit as the values, / `per_block`),
+    its bootstrap interval over the groups (resampled with replacement, seeded), the
+    median ratio a / p, the medians of each mode per launch and the number of groups.
+    The first `skip` groups are dropped (warm-up: caches, the driver's first launches)."""
+    import random
+
+    modes = "".join(m for m, _ in blocks)
+    if modes != abba_order(len(blocks)):
+        raise ValueError(f"blocks are not in ABBA order: {modes[:16]}...")
+    groups = [blocks[i:i + 4] for i in range(0, len(blocks) - 3, 4)][skip:]
+    if not groups:
+        raise ValueError(f"{len(blocks)} blocks make no complete a-p-p-a group after skipping {skip}")
+    est = [((g[0][1] - g[1][1]) + (g[3][1] - g[2][1])) / 2 / per_block for g in groups]
+    ratios = [(g[0][1] + g[3][1]) / (g[1][1] + g[2][1]) for g in groups]
+    rng = random.Random(seed)
+    boot = sorted(statistics.median(rng.choices(est, k=len(est))) for _ in range(draws))
+    tail = (1 - coverage) / 2
+    return {
+        "per_launch": statistics.median(est),
+        "interval": (boot[int(tail * (draws - 1))], boot[int((1 - tail) * (draws - 1))]),
+        "ratio": statistics.median(ratios),
+        "armed_per_launch": statistics.median([v for g in groups for m, v in g if m == "a"]) / per_block,
+        "passthrough_per_launch": statistics.median([v for g in groups for m, v in g if m == "p"]) / per_block,
+        "groups": len(groups),
+    }
+
+
+def parse_blocks(text: str, key: str = "cpu_ns") -> list[tuple[str, float]]:
+    """The `block=<i> mode=<a|p> ... <key>=<n>` lines a paired app prints, in order."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("block="):
+            continue
+        fields = dict(f.split("=", 1) for f in line.split())
+        out.append((fields["mode"], float(fields[key])))
+    return out

@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "entry_hooks"))
 import entry_build as B  # noqa: E402  (tests/fixtures/entry_hooks/entry_build.py)
+from bench_module import load_bench  # noqa: E402
 
 FIX, SRC, HEADERS, CXX, CC = B.FIX, B.SRC, B.HEADERS, B.CXX, B.CC
 pytestmark = pytest.mark.skipif(
@@ -293,3 +294,70 @@ def test_graphs_through_the_entry_points(built, tmp_path):
     assert "1 launch(es) of the target were recorded into CUDA graphs by stream capture" in why
     assert "2 CUDA graph(s) holding the target were built but never instantiated" in why
     assert "executable graph #1 ran 4 time(s) with 2 target node(s) per launch" in why
+
+
+def test_a_capture_holds_every_other_launching_thread(built, tmp_path):
+    """The quiescing rule (native/capture/quiesce.hpp) with 16 threads launching at once
+    while the target's capture runs in one of them, over the stand-in built for it
+    (fake_libcuda.c, KC_FAKE_QUIESCE): the capture holds the other threads from its
+    target's entry through its drain (cuCtxSynchronize, 5 ms long there) to its last
+    driver call, where it fails for want of a cubin and lets them go. The stand-in numbers
+    every launch and those calls in one sequence: no launch of another thread was in the
+    driver when the drain began, none took a number inside the window, and every launch
+    reached the driver and kerncap's count exactly once."""
+    entry, inject = _native_libs()
+    drv = B.fake_driver(tmp_path / "drv-quiesce", quiesce=True)
+    exe = B.inject_app(tmp_path)
+    threads, each = 16, 20000
+    total = 7 + threads * each  # the main thread's 5 + 2 launches, then the threads'
+    for dispatch in (1000, 40000, 90000, 130000):  # early, middle and late in the threads' run
+        out = tmp_path / f"run-{dispatch}"
+        out.mkdir()
+        env = {**_entry_env(built, entry, out, dispatch), "LD_LIBRARY_PATH": str(drv)}
+        p = _run([str(exe), str(inject), str(threads), str(each)], env=env)
+        assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+        assert f"quiesce: drains=1 inflight_at_drain=0 launches_in_window=0 launches={total}" in p.stdout, p.stdout
+        (report,) = out.glob("proc-*.json")
+        proc = json.loads(report.read_text())
+        assert proc["launches"] == total
+        assert proc["kernels_seen"] == {"target()": 5 + threads * each // 2, "other()": 2 + threads * each // 2}
+        assert [e["kind"] for e in proc["errors"]] == ["capture_failed"]
+        assert f"(dispatch {dispatch}) failed before the launch: no cubin" in proc["errors"][0]["message"]
+
+
+def _bench_run(built, tmp_path: Path, dispatch: int, *args: str, **extra: str):
+    entry, inject = _native_libs()
+    exe = B.inject_app(tmp_path)
+    out = tmp_path / f"run-{dispatch}-{len(extra)}"
+    out.mkdir()
+    p = _run([str(exe), str(inject), *args], env=_entry_env(built, entry, out, dispatch, **extra))
+    reports = list(out.glob("proc-*.json"))
+    return p, json.loads(reports[0].read_text()) if reports else None
+
+
+def test_the_bench_switch_bypasses_the_dispatcher_only_where_allowed(built, tmp_path):
+    """kerncap_bench_passthrough (bench/paired.py's switch): refused in a process not
+    started with KERNCAP_BENCH_PASSTHROUGH=1; allowed, it flips the wrappers between the
+    dispatcher and the driver in the ABBA order the app asks for, and only the launches
+    of the armed blocks are counted."""
+    p, _ = _bench_run(built, tmp_path, 10**9, "2", "4000", "8")
+    assert p.returncode == 4 and "kerncap_bench_passthrough refused" in p.stdout, p.stdout + p.stderr
+
+    p, proc = _bench_run(built, tmp_path, 10**9, "2", "4000", "8", KERNCAP_BENCH_PASSTHROUGH="1")
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    common = load_bench("common")
+    blocks = common.parse_blocks(p.stdout)
+    assert "".join(m for m, _ in blocks) == common.abba_order(8) == "appaappa"
+    assert proc["interception"]["bench_passthrough"] is True and proc["errors"] == []
+    # 2 threads x 4000 launches in 8 blocks, half of them armed: those were counted.
+    assert proc["launches"] == 7 + 2 * 4000 // 2
+
+
+def test_a_bench_process_never_captures(built, tmp_path):
+    """A process that may have bypassed the dispatcher cannot take a capture: its
+    counts and tracked allocations may miss what ran past kerncap."""
+    p, proc = _bench_run(built, tmp_path, 2, KERNCAP_BENCH_PASSTHROUGH="1")
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    assert [e["kind"] for e in proc["errors"]] == ["capture_failed"]
+    assert "KERNCAP_BENCH_PASSTHROUGH=1 is set" in proc["errors"][0]["message"]
+    assert proc["captured"] is False and proc["launches"] == 7

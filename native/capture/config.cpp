@@ -237,6 +237,7 @@ Config Config::from_env() {
   c.profile_buckets = env("KERNCAP_PROFILE_BUCKETS") == "1";
   c.command_json = env("KERNCAP_COMMAND");
   c.entry_requested = env("KERNCAP_INTERCEPT") == "entry";
+  c.bench_passthrough = env("KERNCAP_BENCH_PASSTHROUGH") == "1";
   const std::string fault = env("KERNCAP_FAULT_ENOSPC_AFTER");
   if (!fault.empty()) c.fault_enospc_after = std::strtoll(fault.c_str(), nullptr, 10);
   if (c.mode == Mode::Capture && c.kernel.empty()) c.error = "KERNCAP_MODE=capture needs KERNCAP_KERNEL";

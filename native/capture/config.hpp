@@ -60,6 +60,9 @@ struct Config {
   // entry points (preloaded by the engine) instead of CUPTI callbacks. The engine always
   // sets the variable (entry unless told otherwise); unset here means CUPTI callbacks.
   bool entry_requested = false;
+  // KERNCAP_BENCH_PASSTHROUGH=1 (benches only): allow kerncap_bench_passthrough() to
+  // bypass the dispatcher; such a process never captures (its counts may miss launches).
+  bool bench_passthrough = false;
   std::string error;                    // non-empty: the configuration is unusable (why)
 
   static Config from_env();

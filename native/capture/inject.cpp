@@ -44,6 +44,7 @@
 #include "proc_report.hpp"
 #include "profiler.hpp"
 #include "quiesce.hpp"
+#include "thread_slots.hpp"
 #include "watched_calls.hpp"
 
 #define KC_EXPORT extern "C" __attribute__((visibility("default")))
@@ -68,7 +69,8 @@ struct State {
   FuncCache funcs;
   MemoryTracker mem;
   ModuleRegistry modules;
-  QuiesceLock quiesce;
+  ThreadSlots slots;  // per-thread quiesce flags and launch counters
+  Quiesce quiesce;
   std::atomic<bool> armed{false};    // capture mode, target not reached yet: quiesce and count
   std::atomic<bool> claimed{false};  // this process tried to take the run's capture lock
   std::atomic<bool> owns_lock{false};  // ... and holds it: its (set's) captures land here
@@ -83,7 +85,7 @@ struct State {
   std::atomic<uint64_t> captures_done{0};
   std::mutex set_mu;
   std::string set_kernel;                        // a set holds one kernel: the first one matched
-  std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> launches{0};  // launches of threads without a slot (ThreadSlots::claim failed)
   std::atomic<uint64_t> target_matches{0};
   // Stream captures in progress: counted from cuStreamBeginCapture*'s entry to
   // cuStreamEndCapture's exit, so while it is 0 no stream can be capturing and no launch
@@ -106,7 +108,9 @@ constexpr int kLazyIds = 8;      // modules lazily loaded by one launch (more: p
 constexpr int kFuncSlots = 8;    // recently launched handles, direct-mapped
 struct ThreadState {
   bool guard;         // kerncap itself is calling the driver: not the app's calls
-  int shared_depth;   // quiesce lock held shared by this thread
+  int shared_depth;   // nesting of enqueueing calls while armed (the outermost sets slot->inside)
+  ThreadSlot* slot;   // this thread's quiesce flag and launch counters (claimed on first use)
+  bool slot_tried;
   // The launch in flight (between its API entry and exit).
   bool in_launch;
   bool is_kernel;
@@ -132,6 +136,7 @@ struct ThreadState {
   uint64_t func_epoch;
   CUfunction func_key[kFuncSlots];
   FuncInfo* func_info[kFuncSlots];
+  std::atomic<uint64_t>* func_count[kFuncSlots];  // this thread's count of that kernel (null: the shared one)
 };
 thread_local ThreadState tl;  // zero-initialised, trivial: no guard, no destructor
 
@@ -172,10 +177,11 @@ ProcCounters counters(State& s) {
               [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
     if (c.kernels_seen.size() > 200) c.kernels_seen.resize(200);
   } else {
-    c.launches = s.launches.load();
-    c.kernels_seen = s.funcs.launch_counts(200);
+    c.launches = s.launches.load() + s.slots.launches();
+    const auto per_thread = s.slots.kernel_counts();
+    c.kernels_seen = s.funcs.launch_counts(200, &per_thread);
     c.target_matches = s.target_matches.load();
-    c.refused_kernels = s.funcs.refused_names();
+    c.refused_kernels = s.funcs.refused_names(&per_thread);
   }
   return c;
 }
@@ -214,6 +220,7 @@ std::string interception_json(const State& s) {
   w.begin_object().field("path", interception_name(s));
   w.field("entry_points_preloaded", handed != nullptr);
   if (handed) w.field("wrappers_handed", handed());
+  if (s.cfg.bench_passthrough) w.field("bench_passthrough", true);  // counts may miss bypassed calls
   if (s.entry_points) w.field("images_seen", uint64_t(s.images.size()));
   w.end_object();
   return w.str();
@@ -247,13 +254,29 @@ void write_buckets(State& s, bool final_report) {
   }
 }
 
+// This thread's slot (thread_slots.hpp), claimed on its first launch or enqueue.
+ThreadSlot* my_slot(State& s, ThreadState& t) {
+  if (!t.slot && !t.slot_tried) {
+    t.slot_tried = true;
+    t.slot = s.slots.claim();
+  }
+  return t.slot;
+}
+
+// The quiescing rule's reader side (quiesce.hpp): only the outermost enqueueing call of
+// a thread raises its flag (a thread without a slot, out of memory, uses a shared count).
 void quiesce_enter(State& s, ThreadState& t) {
-  if (s.armed.load(std::memory_order_acquire) && t.shared_depth++ == 0) s.quiesce.lock_shared();
+  if (!s.armed.load(std::memory_order_acquire) || t.shared_depth++ != 0) return;
+  if (ThreadSlot* slot = my_slot(s, t)) s.quiesce.enter(*slot);
+  else s.quiesce.enter_shared();
 }
 
 void quiesce_exit(State& s, ThreadState& t) {
-  if (t.shared_depth > 0 && --t.shared_depth == 0) s.quiesce.unlock_shared();
+  if (t.shared_depth <= 0 || --t.shared_depth != 0) return;
+  if (t.slot) s.quiesce.exit(*t.slot);
+  else s.quiesce.exit_shared();
 }
+
 
 CUresult result_of(const CUpti_CallbackData* cb) {
   return cb->functionReturnValue ? *static_cast<const CUresult*>(cb->functionReturnValue) : CUDA_ERROR_UNKNOWN;
@@ -276,6 +299,14 @@ void capture_failed(State& s, const char* kind, const std::string& message) {
 // This process's one capture attempt: true when it may capture (it created the
 // run's capture.lock); false when it tried before or another process of the app captures.
 bool claim_capture(State& s) {
+  if (s.cfg.bench_passthrough) {
+    // A bench process may have run calls past the dispatcher (kerncap_bench_passthrough):
+    // its counts and regions can miss some, so it never captures.
+    if (!s.claimed.exchange(true))
+      s.report.add_error("capture_failed", "KERNCAP_BENCH_PASSTHROUGH=1 is set: a process whose driver calls may "
+                                           "bypass kerncap (a bench switch) takes no capture; unset it to capture");
+    return false;
+  }
   if (s.owns_lock.load(std::memory_order_acquire)) return true;  // a set's later captures
   if (s.claimed.exchange(true)) return false;
   int fd = ::open(lock_path(s).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
@@ -347,15 +378,26 @@ std::string disk_message(const State& s, const IoError& e) {
          " or write the capture elsewhere.";
 }
 
+// The capture's writer side; false (the failure reported) when the threads cannot be held.
+bool hold_other_threads(State& s, ThreadState& t, const std::string& what, uint64_t index, uint32_t bucket) {
+  const std::string why = s.quiesce.lock(s.slots, t.slot);
+  if (why.empty()) return true;
+  capture_attempt_failed(s, "capture_failed", "capture of " + what + " (dispatch " + std::to_string(index) +
+                                                  ") failed before the launch: " + why,
+                         index, bucket);
+  return false;
+}
+
 bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_CallbackData* cb, uint64_t index,
                    uint32_t bucket) {
   if (!claim_capture(s)) return false;
-  s.quiesce.lock();  // waits until no other thread is inside an enqueueing call
+  // Waits until no other thread is inside an enqueueing call; new ones wait for unlock.
+  if (!hold_other_threads(s, tl, fi.demangled, index, bucket)) return false;
   Recovered recovered;
   if (s.entry_points) {
     try {
       recovered = recover_cubin(s, d.f, fi);
-    } catch (const std::exception& e) {  // the quiesce lock is held: never leave with it
+    } catch (const std::exception& e) {  // the other threads are held: never leave holding them
       recovered.error = std::string("reading the kernel's cubin failed: ") + e.what();
     }
     if (!recovered.error.empty()) {
@@ -460,22 +502,40 @@ bool in_stream_capture(State& s, CUstream stream, bool per_thread) {
   return stream_is_capturing(d, why);
 }
 
-FuncInfo* func_info(State& s, ThreadState& t, CUfunction f) {
+// The handle's FuncInfo, from this thread's direct-mapped cache; `count` (if asked) gets
+// this thread's launch counter of the kernel (null: count on the FuncInfo's shared one).
+FuncInfo* func_info(State& s, ThreadState& t, CUfunction f, std::atomic<uint64_t>** count = nullptr) {
   const uint64_t epoch = s.funcs.epoch();
   if (t.func_epoch != epoch) {
     std::fill(std::begin(t.func_key), std::end(t.func_key), nullptr);
     t.func_epoch = epoch;
   }
-  const size_t slot = (reinterpret_cast<uintptr_t>(f) >> 4) % kFuncSlots;
-  if (t.func_key[slot] == f) return t.func_info[slot];
-  FuncInfo* fi;
-  {
-    Guard guard;
-    fi = s.funcs.get(f, s.matcher.get());
+  // Fibonacci hashing: handles a few bytes apart (one module's functions) land in
+  // different slots, where `>> 4` put neighbours together and two alternating kernels
+  // missed on every launch.
+  const size_t slot = size_t((uint64_t(reinterpret_cast<uintptr_t>(f)) * 0x9E3779B97F4A7C15ull) >> 61);
+  static_assert(kFuncSlots == 8, "the hash above takes 3 bits");
+  if (t.func_key[slot] != f) {
+    FuncInfo* fi;
+    {
+      Guard guard;
+      fi = s.funcs.get(f, s.matcher.get());
+    }
+    t.func_key[slot] = f;
+    t.func_info[slot] = fi;
+    ThreadSlot* mine = my_slot(s, t);
+    t.func_count[slot] = mine ? mine->counter_for(fi) : nullptr;
   }
-  t.func_key[slot] = f;
-  t.func_info[slot] = fi;
-  return fi;
+  if (count) *count = t.func_count[slot];
+  return t.func_info[slot];
+}
+
+// One launch of `fi` by this thread, counted in its own slot (no shared cache line).
+void count_launch(State& s, ThreadState& t, FuncInfo& fi, std::atomic<uint64_t>* per_thread) {
+  if (t.slot) ThreadSlot::bump(t.slot->launches);
+  else s.launches.fetch_add(1, std::memory_order_relaxed);
+  if (per_thread) ThreadSlot::bump(*per_thread);
+  else fi.launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The device ordinal of the launching thread's current context (cached per thread
@@ -553,9 +613,9 @@ bool set_launch(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_C
 void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   LaunchDesc d;
   if (!decode_launch(cbid, cb->functionParams, d)) return;
-  s.launches.fetch_add(1, std::memory_order_relaxed);
-  FuncInfo* fi = func_info(s, t, d.f);
-  fi->launches.fetch_add(1, std::memory_order_relaxed);
+  std::atomic<uint64_t>* per_thread = nullptr;
+  FuncInfo* fi = func_info(s, t, d.f, &per_thread);
+  count_launch(s, t, *fi, per_thread);
 
   if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0) {
     std::string why;
@@ -947,7 +1007,7 @@ CUresult run_graph_copy(CUgraph g, CUstream stream, const std::string& what) {
 void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t index, CUstream stream,
                          bool per_thread, uint32_t bucket) {
   if (!claim_capture(s)) return;
-  s.quiesce.lock();
+  if (!hold_other_threads(s, tl, target.func->demangled, index, bucket)) return;
   Guard guard;
   std::vector<CUlaunchAttribute> attrs;
   std::string dir;
@@ -1566,6 +1626,13 @@ void entry_dispatch(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   on_callback(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, cbid, cb);
 }
 
+// KERNCAP_BENCH_PASSTHROUGH=1: let kerncap_bench_passthrough (libkerncap_entry.so) switch
+// the dispatcher off and on (claim_capture refuses every capture of such a process).
+void allow_bench_switch() {
+  using Allow = void (*)(void (*)(CUpti_CallbackId, const CUpti_CallbackData*));
+  if (auto allow = reinterpret_cast<Allow>(dlsym(RTLD_DEFAULT, "kerncap_entry_allow_bench"))) allow(entry_dispatch);
+}
+
 bool attach_entry_points(State& s) {
   using Attach = int (*)(void (*)(CUpti_CallbackId, const CUpti_CallbackData*));
   auto attach = reinterpret_cast<Attach>(dlsym(RTLD_DEFAULT, "kerncap_entry_attach"));
@@ -1573,7 +1640,10 @@ bool attach_entry_points(State& s) {
   s.entry_points = true;
   s.active = true;
   s.armed.store(true, std::memory_order_release);
-  if (attach(entry_dispatch) > 0) return true;
+  if (attach(entry_dispatch) > 0) {
+    if (s.cfg.bench_passthrough) allow_bench_switch();
+    return true;
+  }
   attach(nullptr);  // libcuda not loaded: cannot be (we are inside its cuInit); stay safe
   s.entry_points = false;
   s.active = false;
