@@ -361,3 +361,69 @@ def test_a_bench_process_never_captures(built, tmp_path):
     assert [e["kind"] for e in proc["errors"]] == ["capture_failed"]
     assert "KERNCAP_BENCH_PASSTHROUGH=1 is set" in proc["errors"][0]["message"]
     assert proc["captured"] is False and proc["launches"] == 7
+
+
+def _sampled_profile(built, tmp_path: Path, exe: Path, *args: str, **env: str):
+    """`kerncap profile` (sampled timing, the engine's run_profile) of a stand-in app over
+    the stand-in built for it (fake_libcuda.c, KC_FAKE_EVENTS: each launch advances its
+    stream's clock by its kernel's duration, events stamp that clock)."""
+    from kerncap.capture.profile import run_profile
+
+    _native_libs()
+    drv = tmp_path / "drv-events"
+    if not drv.exists():
+        B.fake_driver(drv, events=True)
+    out: list[bytes] = []
+    result = run_profile([str(exe), *args], env={"LD_LIBRARY_PATH": str(drv), **env},
+                         output=lambda stream, data: out.append(data) if stream == "stdout" else None, timeout=120)
+    return result, b"".join(out).decode()
+
+
+def _within(k, truth: float) -> None:
+    """The estimate is within 4 standard errors (from its 90 % interval) of the truth."""
+    sigma = (k.total_hi_ns - k.total_lo_ns) / 2 / 1.6449
+    assert abs(k.total_ns - truth) <= 4 * sigma + 1e-4 * truth, (k.total_ns, truth, sigma)
+
+
+def test_the_sampled_profile_counts_every_launch_and_times_a_sample(built, tmp_path):
+    """Counting is exact and per thread (4 threads), timing covers a small sample (each
+    thread times its first 32 launches of a kernel, then ever fewer), and the estimate
+    lands on the stand-in's kernel durations: 5 us for target, 1 us for other."""
+    entry, inject = _native_libs()
+    exe = B.inject_app(tmp_path)
+    result, out = _sampled_profile(built, tmp_path, exe, str(inject), "4", "50000")
+    assert result.timing == "sampled" and result.cupti_finalized is None, result.warnings
+    assert "records_while_capturing=0" in out and "waits_unheld=0" in out, out
+    kernels = {k.name: k for k in result.kernels}
+    target, other = kernels["_Z6targetv"], kernels["_Z5otherv"]
+    assert (target.calls, other.calls) == (5 + 4 * 25000, 2 + 4 * 25000)
+    assert 4 * 32 < target.timed < target.calls // 20  # a few hundred per thread, not every launch
+    assert target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)  # every timed launch took 5 us
+    assert other.total_ns == pytest.approx(1000 * other.calls, rel=1e-4)
+    assert target.percent == pytest.approx(100 * 5 / 6, abs=0.01)
+    assert result.warnings == []
+
+
+def test_sampled_times_do_not_alias_with_a_periodic_kernel(built, tmp_path):
+    """The target takes 4 and 6 us alternately: sampling at geometric gaps (not every
+    k-th launch) estimates the mean, 5 us, within its interval."""
+    entry, inject = _native_libs()
+    exe = B.inject_app(tmp_path)
+    result, _ = _sampled_profile(built, tmp_path, exe, str(inject), "1", "400000", FAKE_TARGET_ALTERNATES="1")
+    target = next(k for k in result.kernels if k.name == "_Z6targetv")
+    assert target.calls == 200005 and target.min_ns == 4000 and target.max_ns == 6000
+    assert target.total_lo_ns < target.total_ns < target.total_hi_ns
+    _within(target, 5000 * target.calls)
+
+
+def test_the_sampled_profile_times_graphs_whole_and_never_records_into_a_capture(built, tmp_path):
+    """A graph's launches are one row named after its kernel nodes, each launch timed
+    (uploaded first by kerncap); the launch recorded into a stream capture is no launch
+    that ran, and no event went into the capturing stream."""
+    _native_libs()
+    result, out = _sampled_profile(built, tmp_path, B.graph_app(tmp_path), str(_native_libs()[1]))
+    assert "records_while_capturing=0" in out and "uploads=1" in out, out
+    (graph,) = result.kernels
+    assert graph.graph and graph.name == "CUDA graph #1: 3 kernel node(s) (target() x2, other())"
+    assert (graph.calls, graph.timed, graph.total_ns) == (4, 4, 4 * 11000)
+    assert any("CUDA graphs are timed as a whole" in w for w in result.warnings)

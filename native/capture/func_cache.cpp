@@ -81,6 +81,14 @@ std::vector<std::pair<std::string, uint64_t>> FuncCache::launch_counts(size_t li
   return out;
 }
 
+std::vector<const FuncInfo*> FuncCache::all() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::vector<const FuncInfo*> out;
+  out.reserve(all_.size());
+  for (const auto& fi : all_) out.push_back(fi.get());
+  return out;
+}
+
 std::vector<std::string> FuncCache::refused_names(const ExtraCounts* extra) const {
   std::vector<std::string> out;
   std::shared_lock<std::shared_mutex> lock(mu_);

@@ -44,6 +44,7 @@
 #include "proc_report.hpp"
 #include "profiler.hpp"
 #include "quiesce.hpp"
+#include "sampled_profile.hpp"
 #include "thread_slots.hpp"
 #include "watched_calls.hpp"
 
@@ -79,6 +80,7 @@ struct State {
   std::unique_ptr<NvtxRanges> nvtx;              // --nvtx, or profile --by-nvtx
   std::unique_ptr<LaunchBuckets> buckets;        // set captures, profile --buckets
   std::unique_ptr<LaunchAttribution> attribution;  // activity records -> their launch's tag
+  std::unique_ptr<SampledProfile> sampled;  // profile mode through the entry points (no CUPTI)
   std::atomic<uint64_t> nvtx_inside{0}, nvtx_outside{0};  // target launches in / outside the NVTX selection
   std::atomic<uint64_t> off_device{0};           // target launches on another device than --device
   std::atomic<uint64_t> target_devices{0};       // bit d: the target launched on device d
@@ -136,7 +138,17 @@ struct ThreadState {
   uint64_t func_epoch;
   CUfunction func_key[kFuncSlots];
   FuncInfo* func_info[kFuncSlots];
-  std::atomic<uint64_t>* func_count[kFuncSlots];  // this thread's count of that kernel (null: the shared one)
+  ThreadSlot::Kernel* func_count[kFuncSlots];  // this thread's count of that kernel (null: the shared one)
+  // Sampled profile: the launch in flight, its timed pair (if any), the thread's random
+  // state, and a small cache of executable graph -> record (valid while graph_epoch matches).
+  FuncInfo* sampled_fi;
+  ProfGraph* sampled_graph;
+  LaunchSampler::Pending* pending;
+  uint64_t rng;
+  uint64_t graph_epoch;
+  CUgraphExec graph_key[4];
+  ProfGraph* graph_rec[4];
+  ThreadSlot::Kernel* graph_count[4];
 };
 thread_local ThreadState tl;  // zero-initialised, trivial: no guard, no destructor
 
@@ -166,7 +178,7 @@ std::string cupti_error(CUptiResult r, const char* call) {
 ProcCounters counters(State& s) {
   ProcCounters c;
   c.mode = mode_name(s.cfg.mode);
-  if (s.cfg.mode == Mode::Profile) {
+  if (s.cfg.mode == Mode::Profile && !s.sampled) {
     for (const KernelStats& k : profiler::stats()) {
       c.launches += k.calls;
       const std::string d = demangle(k.name);
@@ -504,7 +516,7 @@ bool in_stream_capture(State& s, CUstream stream, bool per_thread) {
 
 // The handle's FuncInfo, from this thread's direct-mapped cache; `count` (if asked) gets
 // this thread's launch counter of the kernel (null: count on the FuncInfo's shared one).
-FuncInfo* func_info(State& s, ThreadState& t, CUfunction f, std::atomic<uint64_t>** count = nullptr) {
+FuncInfo* func_info(State& s, ThreadState& t, CUfunction f, ThreadSlot::Kernel** count = nullptr) {
   const uint64_t epoch = s.funcs.epoch();
   if (t.func_epoch != epoch) {
     std::fill(std::begin(t.func_key), std::end(t.func_key), nullptr);
@@ -531,11 +543,14 @@ FuncInfo* func_info(State& s, ThreadState& t, CUfunction f, std::atomic<uint64_t
 }
 
 // One launch of `fi` by this thread, counted in its own slot (no shared cache line).
-void count_launch(State& s, ThreadState& t, FuncInfo& fi, std::atomic<uint64_t>* per_thread) {
+// Returns this thread's launch number of the kernel (1-based; the process's when the
+// thread has no entry for it).
+uint64_t count_launch(State& s, ThreadState& t, FuncInfo& fi, ThreadSlot::Kernel* per_thread) {
   if (t.slot) ThreadSlot::bump(t.slot->launches);
   else s.launches.fetch_add(1, std::memory_order_relaxed);
-  if (per_thread) ThreadSlot::bump(*per_thread);
-  else fi.launches.fetch_add(1, std::memory_order_relaxed);
+  if (!per_thread) return fi.launches.fetch_add(1, std::memory_order_relaxed) + 1;
+  ThreadSlot::bump(per_thread->count);
+  return per_thread->count.load(std::memory_order_relaxed);
 }
 
 // The device ordinal of the launching thread's current context (cached per thread
@@ -613,7 +628,7 @@ bool set_launch(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_C
 void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   LaunchDesc d;
   if (!decode_launch(cbid, cb->functionParams, d)) return;
-  std::atomic<uint64_t>* per_thread = nullptr;
+  ThreadSlot::Kernel* per_thread = nullptr;
   FuncInfo* fi = func_info(s, t, d.f, &per_thread);
   count_launch(s, t, *fi, per_thread);
 
@@ -796,6 +811,38 @@ void pair_loaded(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) 
 void refuse_graph_buckets(State& s, ExecModel* m, const std::vector<CUgraphNode>& extra, const std::string& why,
                           bool launched);
 
+// The executable graph, the graph and the flags of a successful cuGraphInstantiate*
+// call at its exit; false when the call says it made none.
+bool instantiate_args(CUpti_CallbackId cbid, const void* p, CUgraphExec*& exec, CUgraph& g, uint64_t& flags) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate: {
+      auto* q = static_cast<const cuGraphInstantiate_params*>(p);
+      exec = q->phGraphExec, g = q->hGraph;
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2: {
+      auto* q = static_cast<const cuGraphInstantiate_v2_params*>(p);
+      exec = q->phGraphExec, g = q->hGraph;
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags: {
+      auto* q = static_cast<const cuGraphInstantiateWithFlags_params*>(p);
+      exec = q->phGraphExec, g = q->hGraph, flags = q->flags;
+      break;
+    }
+    default: {  // cuGraphInstantiateWithParams(_ptsz): same layout
+      auto* q = static_cast<const cuGraphInstantiateWithParams_params*>(p);
+      exec = q->phGraphExec, g = q->hGraph;
+      if (q->instantiateParams) {
+        if (q->instantiateParams->result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) return false;
+        flags = q->instantiateParams->flags;
+      }
+      break;
+    }
+  }
+  return exec && *exec && g;
+}
+
 // Graph construction, instantiation and updates (API exit, successful calls, while armed).
 void track_graph(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, uint16_t roles) {
   const void* p = cb->functionParams;
@@ -815,33 +862,7 @@ void track_graph(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, 
     CUgraphExec* exec = nullptr;
     CUgraph g = nullptr;
     uint64_t flags = 0;
-    switch (cbid) {
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate: {
-        auto* q = static_cast<const cuGraphInstantiate_params*>(p);
-        exec = q->phGraphExec, g = q->hGraph;
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2: {
-        auto* q = static_cast<const cuGraphInstantiate_v2_params*>(p);
-        exec = q->phGraphExec, g = q->hGraph;
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags: {
-        auto* q = static_cast<const cuGraphInstantiateWithFlags_params*>(p);
-        exec = q->phGraphExec, g = q->hGraph, flags = q->flags;
-        break;
-      }
-      default: {  // cuGraphInstantiateWithParams(_ptsz): same layout
-        auto* q = static_cast<const cuGraphInstantiateWithParams_params*>(p);
-        exec = q->phGraphExec, g = q->hGraph;
-        if (q->instantiateParams) {
-          if (q->instantiateParams->result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) return;
-          flags = q->instantiateParams->flags;
-        }
-        break;
-      }
-    }
-    if (!exec || !*exec || !g) return;
+    if (!instantiate_args(cbid, p, exec, g, flags)) return;
     const std::string refused = s.graphs.on_instantiate(*exec, g, flags, matcher);
     if (!refused.empty()) {
       // The dispatch count would be wrong from here on: stop, and say why (a set names
@@ -1191,6 +1212,192 @@ void graph_launch_exit(ThreadState& t) {
   t.graph_model = nullptr;
 }
 
+// ---------------------------------------------------------------------------------
+// The sampled profile (profile mode through the entry points, sampled_profile.hpp)
+
+CUstream launch_stream(CUstream stream, bool per_thread) {
+  return !stream && per_thread ? CU_STREAM_PER_THREAD : stream;
+}
+
+// Whether to time this launch (the n-th of its kernel or graph on this thread, or in the
+// process when `k` is null). Never while a stream capture runs anywhere in the process.
+bool time_launch(State& s, ThreadState& t, ThreadSlot::Kernel* k, uint64_t n, double* weight) {
+  if (s.active_captures.load(std::memory_order_acquire) > 0) return false;
+  return k ? LaunchSampler::due(k->schedule, n, t.rng, weight) : LaunchSampler::due_shared(n, t.rng, weight);
+}
+
+// Loads a kernel's code now (lazy loading loads it at its first launch), so that its
+// first launch can be timed behind a held stream. False: not loaded (not timed then).
+bool load_function(FuncInfo& fi, CUfunction f) {
+  Guard guard;
+  try {
+    CUfunction fn = f;
+    if (fi.is_kernel && KC_CU(cuKernelGetFunction)(&fn, reinterpret_cast<CUkernel>(f)) != CUDA_SUCCESS) return false;
+    if (KC_CU(cuFuncLoad)(fn) != CUDA_SUCCESS) return false;
+  } catch (const std::exception&) {  // a driver without cuFuncLoad (before CUDA 12.4)
+    return false;
+  }
+  fi.loaded.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+void sampled_end(State& s, ThreadState& t, bool ok) {
+  if (!t.pending) return;
+  Guard guard;
+  s.sampled->sampler.end(t.pending, ok);
+  t.pending = nullptr;
+}
+
+void sampled_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
+  if (!enter) {
+    const bool ok = result_of(cb) == CUDA_SUCCESS;
+    sampled_end(s, t, ok);
+    if (ok && t.sampled_fi && !t.sampled_fi->loaded.load(std::memory_order_relaxed))
+      t.sampled_fi->loaded.store(true, std::memory_order_relaxed);
+    t.sampled_fi = nullptr;
+    return;
+  }
+  t.pending = nullptr;
+  t.sampled_fi = nullptr;
+  LaunchDesc d;
+  if (!decode_launch(cbid, cb->functionParams, d)) return;
+  std::string why;
+  // Recorded into a graph, not run now: its kernel runs (and is timed) in the graph's launches.
+  if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why)) return;
+  ThreadSlot::Kernel* k = nullptr;
+  FuncInfo* fi = func_info(s, t, d.f, &k);
+  const uint64_t n = count_launch(s, t, *fi, k);
+  t.sampled_fi = fi;
+  double weight = 1.0;
+  // A cooperative launch needs the whole GPU and may wait for the context: never behind
+  // a held stream. Nor a kernel's first launch, which may load its module (and with it
+  // wait for the context), unless kerncap loaded the module first.
+  if (d.cooperative || !time_launch(s, t, k, n, &weight)) return;
+  if (!fi->loaded.load(std::memory_order_relaxed) && !load_function(*fi, d.f)) return;
+  Guard guard;
+  t.pending = s.sampled->sampler.begin(cb->context, launch_stream(d.stream, d.per_thread_default), fi, weight,
+                                      d.grid, d.block);
+}
+
+// The record of an executable graph and this thread's counter of it (a 4-entry cache).
+ProfGraph* graph_record(State& s, ThreadState& t, CUgraphExec exec, ThreadSlot::Kernel** count) {
+  const uint64_t epoch = s.sampled->epoch();
+  if (t.graph_epoch != epoch) {
+    std::fill(std::begin(t.graph_key), std::end(t.graph_key), nullptr);
+    t.graph_epoch = epoch;
+  }
+  const size_t slot = size_t((uint64_t(reinterpret_cast<uintptr_t>(exec)) * 0x9E3779B97F4A7C15ull) >> 62);
+  if (t.graph_key[slot] != exec) {
+    t.graph_key[slot] = exec;
+    t.graph_rec[slot] = s.sampled->graph(exec);
+    ThreadSlot* mine = my_slot(s, t);
+    t.graph_count[slot] = mine ? mine->counter_for(t.graph_rec[slot]) : nullptr;
+  }
+  *count = t.graph_count[slot];
+  return t.graph_rec[slot];
+}
+
+void sampled_graph_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
+  if (!enter) {
+    const bool ok = result_of(cb) == CUDA_SUCCESS;
+    sampled_end(s, t, ok);
+    if (ok && t.sampled_graph && !t.sampled_graph->launched.load(std::memory_order_relaxed))
+      t.sampled_graph->launched.store(true, std::memory_order_relaxed);
+    t.sampled_graph = nullptr;
+    return;
+  }
+  t.pending = nullptr;
+  auto* p = static_cast<const cuGraphLaunch_params*>(cb->functionParams);  // _ptsz: same layout
+  ThreadSlot::Kernel* k = nullptr;
+  ProfGraph* g = graph_record(s, t, p->hGraph, &k);
+  uint64_t n;
+  if (k) {
+    ThreadSlot::bump(k->count);
+    n = k->count.load(std::memory_order_relaxed);
+  } else {
+    n = g->launches.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  t.sampled_graph = g;
+  double weight = 1.0;
+  if (!time_launch(s, t, k, n, &weight)) return;
+  const CUstream stream = launch_stream(p->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz);
+  Guard guard;
+  // A graph's first launch uploads it, which may wait: kerncap uploads it first, unheld.
+  if (!g->launched.load(std::memory_order_relaxed)) {
+    if (KC_CU(cuGraphUpload)(p->hGraph, stream) != CUDA_SUCCESS) return;
+    g->launched.store(true, std::memory_order_relaxed);
+  }
+  static const unsigned none[3] = {0, 0, 0};
+  t.pending = s.sampled->sampler.begin(cb->context, stream, g, weight, none, none);
+}
+
+// A context going away (cuCtxDestroy, the primary context's reset or last release):
+// its timed pairs are read first, while their events still exist.
+void sampled_context_call(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
+  const void* p = cb->functionParams;
+  Guard guard;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2:
+      if (enter) s.sampled->sampler.drop_context(static_cast<const cuCtxDestroy_v2_params*>(p)->ctx, true);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2: {
+      const CUdevice dev = static_cast<const cuDevicePrimaryCtxReset_v2_params*>(p)->dev;  // same layout
+      if (enter) {
+        t.primary_ctx = nullptr;
+        CUcontext cur = nullptr;
+        CUdevice cur_dev = -1;
+        if (KC_CU(cuCtxGetCurrent)(&cur) == CUDA_SUCCESS && cur && KC_CU(cuCtxGetDevice)(&cur_dev) == CUDA_SUCCESS &&
+            cur_dev == dev)
+          t.primary_ctx = cur;
+        if (t.primary_ctx) s.sampled->sampler.drop_context(t.primary_ctx, false);  // may be the last release
+        return;
+      }
+      if (!t.primary_ctx || result_of(cb) != CUDA_SUCCESS) return;
+      unsigned flags = 0;
+      int active = 1;
+      if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2 &&
+          KC_CU(cuDevicePrimaryCtxGetState)(dev, &flags, &active) != CUDA_SUCCESS)
+        active = 1;
+      if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2 || !active)
+        s.sampled->sampler.drop_context(t.primary_ctx, true);  // gone: nothing to read, only forget
+      t.primary_ctx = nullptr;
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+// Profile mode's dispatcher through the entry points: counting and timing, stream
+// captures (nothing is timed while one runs), graphs' names, module unloads, contexts.
+void sampled_call(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, uint16_t roles,
+                  bool enter) {
+  if (roles & kLaunch) return sampled_launch(s, t, cbid, cb, enter);
+  if (roles & kGraphLaunch) return sampled_graph_launch(s, t, cbid, cb, enter);
+  if (roles & kCaptureBegin) {
+    if (enter) s.active_captures.fetch_add(1, std::memory_order_acq_rel);
+    else if (result_of(cb) != CUDA_SUCCESS) s.active_captures.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  if (roles & kCaptureEnd) {
+    if (!enter) s.active_captures.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  if (roles & kEntryOnly) return sampled_context_call(s, t, cbid, cb, enter);
+  if (enter || result_of(cb) != CUDA_SUCCESS) return;
+  if (roles & kModuleUnload) {
+    s.funcs.clear();  // handles of the unloaded code may be reused for other kernels
+  } else if (roles & kGraphInstantiate) {
+    CUgraphExec* exec = nullptr;
+    CUgraph g = nullptr;
+    uint64_t flags = 0;
+    if (!instantiate_args(cbid, cb->functionParams, exec, g, flags)) return;
+    Guard guard;
+    s.sampled->instantiated(*exec, g, s.funcs);
+  }
+}
+
 // A kernel node entered a graph (explicitly, or recorded by stream capture): remember
 // graphs that hold the target, to say what happened when the dispatch is never reached.
 void on_graph_node_created(State& s, const CUpti_GraphData* gd) {
@@ -1431,7 +1638,8 @@ void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Call
   const uint16_t roles = call_roles(cbid);
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
   if (s.cfg.mode == Mode::Profile) {
-    if (enter && (roles & (kLaunch | kGraphLaunch))) profile_tag(s, t, cbid, cb, roles);
+    if (s.sampled) sampled_call(s, t, cbid, cb, roles, enter);
+    else if (enter && (roles & (kLaunch | kGraphLaunch))) profile_tag(s, t, cbid, cb, roles);
     return;
   }
   if (roles & kLaunch) {
@@ -1563,6 +1771,19 @@ std::vector<std::pair<std::string, std::string>> profile_extras(State& s) {
 void at_exit() {
   State* s = g;
   if (!s || g_forked.load()) return;  // a fork child: its parent reports
+  if (s->active && s->sampled) {
+    Guard guard;
+    s->sampled->sampler.drain(5.0);  // every pair still pending, read (a GPU that hangs gets 5 s)
+    try {
+      write_file_atomic(path_join(s->cfg.out_dir, "profile-" + std::to_string(getpid()) + ".json"),
+                        s->sampled->to_json(int(getpid()), s->funcs, s->slots.kernel_counts()));
+    } catch (const std::exception& e) {
+      s->report.add_error("disk", std::string("profile not written: ") + e.what());
+    }
+    s->report.set_finalize_result("not used");  // no CUPTI in this process
+    write_proc(*s);
+    return;
+  }
   if (s->active && s->cfg.mode == Mode::Profile) {
     Guard guard;
     profiler::flush_and_stop();
@@ -1648,6 +1869,41 @@ bool attach_entry_points(State& s) {
   s.entry_points = false;
   s.active = false;
   s.armed.store(false, std::memory_order_release);
+  return false;
+}
+
+// Profile mode's default (KERNCAP_PROFILE_TIMING=sampled): the entry points count every
+// launch and a sample is timed with events (sampled_profile.hpp). Without the entry
+// points, or with --nvtx / --by-nvtx / --buckets (they tag CUPTI's activity records),
+// profile mode reads CUPTI's records for every launch; proc-<pid>.json says which ran.
+bool attach_sampled_profile(State& s) {
+  if (!s.cfg.profile_sampled && !s.cfg.profile_tags()) {
+    s.report.set_section("profile_timing", "{\"used\": \"exact\"}");
+    return false;
+  }
+  using Attach = int (*)(void (*)(CUpti_CallbackId, const CUpti_CallbackData*));
+  auto attach = reinterpret_cast<Attach>(dlsym(RTLD_DEFAULT, "kerncap_entry_attach"));
+  const char* why = s.cfg.profile_tags() ? "--nvtx, --by-nvtx and --buckets need CUPTI's activity records"
+                    : !attach            ? "libkerncap_entry.so is not preloaded"
+                                         : nullptr;
+  if (!why) {
+    s.sampled = std::make_unique<SampledProfile>();
+    s.entry_points = true;
+    s.active = true;
+    if (attach(entry_dispatch) > 0) {
+      s.report.set_section("profile_timing", "{\"used\": \"sampled\"}");
+      return true;
+    }
+    attach(nullptr);
+    s.sampled.reset();
+    s.entry_points = false;
+    s.active = false;
+    why = "libcuda was not loaded when kerncap attached";
+  }
+  JsonWriter w;
+  w.begin_object().field("used", "exact").field("requested", s.cfg.profile_sampled ? "sampled" : "exact");
+  w.field("why", why).end_object();
+  s.report.set_section("profile_timing", w.str());
   return false;
 }
 
@@ -1738,6 +1994,7 @@ void initialize() {
   if (!select_this_process(s)) return;  // another process of the job captures
   init_call_roles();
   if (attach_entry_points(s)) return;  // no CUPTI until the capture (docs/interposer.md)
+  if (s.cfg.mode == Mode::Profile && attach_sampled_profile(s)) return;  // no CUPTI at all
   CUptiResult r = cuptiSubscribe(&s.subscriber, on_callback, nullptr);
   if (r != CUPTI_SUCCESS) {
     std::string msg = cupti_error(r, "cuptiSubscribe");

@@ -5,15 +5,15 @@
 
 namespace kc {
 
-std::atomic<uint64_t>* ThreadSlot::counter_for(const void* key) {
+ThreadSlot::Kernel* ThreadSlot::counter_for(const void* key) {
   const size_t start = (reinterpret_cast<uintptr_t>(key) >> 4) % kKernels;
   for (size_t i = 0; i < size_t(kKernels); ++i) {
     Kernel& k = kernels[(start + i) % kKernels];
     const void* have = k.key.load(std::memory_order_relaxed);  // only this thread inserts
-    if (have == key) return &k.count;
+    if (have == key) return &k;
     if (!have) {
       k.key.store(key, std::memory_order_release);  // readers see the key with its count at 0 or more
-      return &k.count;
+      return &k;
     }
   }
   return nullptr;

@@ -20,6 +20,12 @@
 
 namespace kc {
 
+// Per (thread, kernel) state of the sampled profile (launch_sampler.hpp), owned by the thread.
+struct SampleSchedule {
+  uint64_t next = 1;    // this thread's launch number (1-based) of the kernel to time next
+  double weight = 1.0;  // 1/p of the gap that ends there
+};
+
 struct alignas(64) ThreadSlot {
   // Inside an enqueueing call (outermost) while a capture may come: read by the
   // capturing thread (quiesce.hpp). Alone in the first cache line, with the fields the
@@ -31,10 +37,13 @@ struct alignas(64) ThreadSlot {
   // Launch counters: written by the owner only, so a relaxed load + store (no locked
   // instruction); readers sum them. Per-kernel ones are keyed by an address that stays
   // valid for the process's life (FuncInfo entries are retired, never freed).
-  static constexpr int kKernels = 64;
+  // Enough for the distinct kernels one thread of a large model launches; beyond, a
+  // kernel is counted on its shared counter (and sampled from there).
+  static constexpr int kKernels = 512;
   struct Kernel {
     std::atomic<const void*> key{nullptr};
     std::atomic<uint64_t> count{0};
+    SampleSchedule schedule;  // owner only
   };
   alignas(64) std::atomic<uint64_t> launches{0};
   Kernel kernels[kKernels];
@@ -42,8 +51,8 @@ struct alignas(64) ThreadSlot {
   static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
-  // This thread's counter for `key` (inserted on first use); null when the table is full.
-  std::atomic<uint64_t>* counter_for(const void* key);
+  // This thread's entry for `key` (inserted on first use); null when the table is full.
+  Kernel* counter_for(const void* key);
 };
 
 class ThreadSlots {
