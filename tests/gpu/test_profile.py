@@ -37,7 +37,8 @@ def test_profile_ranks_like_torch_profiler(tmp_path, exact):
     if exact:
         assert result.cupti_finalized is True, result.warnings  # CUPTI detached before the app exited
     else:
-        assert result.cupti_finalized is None and result.warnings == [], result.warnings  # no CUPTI at all
+        assert result.cupti_finalized is None, result.warnings  # no CUPTI at all
+        assert not [w for w in result.warnings if "error" in w or "streams" in w or "left out" in w], result.warnings
 
     reference_path = tmp_path / "torch_profile.json"
     proc = subprocess.run(
