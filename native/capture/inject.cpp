@@ -1241,19 +1241,21 @@ bool load_function(FuncInfo& fi, CUfunction f) {
   return true;
 }
 
-void sampled_end(State& s, ThreadState& t, bool ok) {
-  if (!t.pending) return;
-  Guard guard;
-  s.sampled->sampler.end(t.pending, ok);
-  t.pending = nullptr;
+// A launch's exit: the end of its timed pair, if any; `ready` (the kernel's code is
+// loaded, the graph uploaded) is set once a launch of it returned successfully.
+void sampled_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb, std::atomic<bool>* ready) {
+  const bool ok = result_of(cb) == CUDA_SUCCESS;
+  if (t.pending) {
+    Guard guard;
+    s.sampled->sampler.end(t.pending, ok);
+    t.pending = nullptr;
+  }
+  if (ok && ready && !ready->load(std::memory_order_relaxed)) ready->store(true, std::memory_order_relaxed);
 }
 
 void sampled_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
   if (!enter) {
-    const bool ok = result_of(cb) == CUDA_SUCCESS;
-    sampled_end(s, t, ok);
-    if (ok && t.sampled_fi && !t.sampled_fi->loaded.load(std::memory_order_relaxed))
-      t.sampled_fi->loaded.store(true, std::memory_order_relaxed);
+    sampled_exit(s, t, cb, t.sampled_fi ? &t.sampled_fi->loaded : nullptr);
     t.sampled_fi = nullptr;
     return;
   }
@@ -1299,10 +1301,7 @@ ProfGraph* graph_record(State& s, ThreadState& t, CUgraphExec exec, ThreadSlot::
 
 void sampled_graph_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
   if (!enter) {
-    const bool ok = result_of(cb) == CUDA_SUCCESS;
-    sampled_end(s, t, ok);
-    if (ok && t.sampled_graph && !t.sampled_graph->launched.load(std::memory_order_relaxed))
-      t.sampled_graph->launched.store(true, std::memory_order_relaxed);
+    sampled_exit(s, t, cb, t.sampled_graph ? &t.sampled_graph->launched : nullptr);
     t.sampled_graph = nullptr;
     return;
   }
