@@ -429,3 +429,14 @@ def test_the_sampled_profile_times_graphs_whole_and_never_records_into_a_capture
     assert graph.graph and graph.name == "CUDA graph #1: 3 kernel node(s) (target() x2, other())"
     assert (graph.calls, graph.timed, graph.total_ns) == (4, 4, 4 * 11000)
     assert any("CUDA graphs are timed as a whole" in w for w in result.warnings)
+
+
+def test_without_stream_memory_operations_the_pairs_go_unheld_and_say_so(built, tmp_path):
+    """Where cuStreamWaitValue32 fails (FAKE_NO_MEMOPS), launches are still timed, with
+    unheld pairs, and the profile says what that costs in accuracy."""
+    entry, inject = _native_libs()
+    result, _ = _sampled_profile(built, tmp_path, B.inject_app(tmp_path), str(inject), "1", "2000", FAKE_NO_MEMOPS="1")
+    target = next(k for k in result.kernels if k.name == "_Z6targetv")
+    assert target.timed and target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)
+    assert any("without holding their stream" in w and "cuStreamWaitValue32" in w for w in result.warnings), \
+        result.warnings

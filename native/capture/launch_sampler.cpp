@@ -106,6 +106,7 @@ struct LaunchSampler::Context {
   std::atomic<uint64_t> held_since[kWords] = {};  // watchdog: when the hold began, 0 when none
   std::atomic<bool> overdue[kWords] = {};         // the watchdog released it: drop the sample
   bool calibrated = false;
+  std::atomic<bool> hold{true};  // false once cuStreamWaitValue32 failed here: unheld pairs from then on
   double bracket_ns = 0;
   std::vector<CUstream> streams;  // streams with timed launches
 };
@@ -260,12 +261,17 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
   c->overdue[p->word].store(false, std::memory_order_relaxed);
   c->words[p->word].store(0, std::memory_order_release);
   c->held_since[p->word].store(now_ns(), std::memory_order_release);
-  CUresult r = KC_CU(cuStreamWaitValue32)(stream, c->words_dev + 4 * p->word, 1, CU_STREAM_WAIT_VALUE_GEQ);
-  const char* call = "cuStreamWaitValue32";
-  if (r == CUDA_SUCCESS) {
-    r = KC_CU(cuEventRecord)(p->e0, stream);
-    call = "cuEventRecord";
+  if (c->hold.load(std::memory_order_relaxed)) {
+    const CUresult w = KC_CU(cuStreamWaitValue32)(stream, c->words_dev + 4 * p->word, 1, CU_STREAM_WAIT_VALUE_GEQ);
+    if (w != CUDA_SUCCESS) {
+      // Stream memory operations unavailable here: time unheld pairs (they include the
+      // CPU's launch latency when the stream was idle; the profile says so).
+      c->hold.store(false, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> g(mu_);
+      if (unheld_.empty()) unheld_ = "cuStreamWaitValue32: " + cu_error_string(w);
+    }
   }
+  const CUresult r = KC_CU(cuEventRecord)(p->e0, stream);
   if (r == CUDA_SUCCESS) return p;
   // Nothing is left held; this context's launches are counted from now on, not timed.
   c->words[p->word].store(1, std::memory_order_release);
@@ -277,7 +283,7 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
   c->spare.push_back(p);  // its word stays out of the pool: the GPU may not have passed the wait
   std::lock_guard<std::mutex> g(mu_);
   ++errors_;
-  if (first_error_.empty()) first_error_ = std::string(call) + " on the launch's stream: " + cu_error_string(r);
+  if (first_error_.empty()) first_error_ = "cuEventRecord on the launch's stream: " + cu_error_string(r);
   return nullptr;
 }
 
@@ -443,6 +449,7 @@ std::string LaunchSampler::summary_json() const {
   w.field("bracket_ns", bracket).field("contexts", uint64_t(contexts)).field("streams", uint64_t(streams));
   w.field("errors", errors_).field("first_error", first_error_).field("no_event", no_event_);
   w.field("overdue", overdue_).field("unfinished", unfinished_).field("failed_launches", failed_launches_);
+  w.field("unheld", unheld_);
   w.end_object();
   return w.str();
 }

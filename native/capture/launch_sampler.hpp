@@ -103,6 +103,7 @@ class LaunchSampler {
   double bracket_fixed_ns_ = 0;
   uint64_t errors_ = 0, no_event_ = 0, overdue_ = 0, unfinished_ = 0, failed_launches_ = 0;
   std::string first_error_;
+  std::string unheld_;  // why some context times unheld pairs (empty: every pair was held)
   std::atomic<bool> watchdog_started_{false};
 };
 

@@ -302,6 +302,9 @@ def sampling_warnings(kernels: list[KernelStat], profiles: list[dict], procs: li
         if s.get("errors"):
             out.append(f"process {prof.get('pid')}: {s['errors']} timing error(s), launches there were counted but "
                        f"not all timed (first: {s.get('first_error', '')}); --exact times every launch through CUPTI")
+        if s.get("unheld"):
+            out.append(f"process {prof.get('pid')}: launches were timed without holding their stream ({s['unheld']}): "
+                       "a launch on an idle stream then reads long by the CPU's launch latency; --exact times them")
         if int(s.get("streams") or 0) > 1:
             out.append(f"process {prof.get('pid')}: kernels were timed on {s['streams']} streams of one context; a "
                        "timed launch that overlapped another stream's kernels includes time spent waiting for the "
