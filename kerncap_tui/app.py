@@ -35,6 +35,7 @@ from kerncap.errors import KerncapError
 from kerncap_tui import demo, panes, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.inspect_actions import InspectActions
+from kerncap_tui.mismatch_actions import MismatchActions
 from kerncap_tui.messages import (
     BuildFinished,
     BuildLog,
@@ -65,7 +66,7 @@ class BuildFinishedHere(Message):
         self.result = result
 
 
-class KerncapApp(InspectActions, App[int]):
+class KerncapApp(InspectActions, MismatchActions, App[int]):
     TITLE = "kerncap"
     CSS_PATH = str(theming.stylesheet())
     COMMANDS = App.COMMANDS | {KerncapCommands}

@@ -16,6 +16,7 @@ from textual.widgets import RichLog
 from kerncap_tui.widgets.history_pane import HistoryPane
 from kerncap_tui.widgets.live_history import LiveHistory
 from kerncap_tui.widgets.memory_pane import MemoryPane
+from kerncap_tui.widgets.mismatch_pane import MismatchPane
 from kerncap_tui.widgets.profile_pane import ProfilePane
 from kerncap_tui.widgets.source_pane import SourcePane
 
@@ -49,5 +50,6 @@ PANES: tuple[Pane, ...] = (
     Pane("source", "Source", _source, "#source-tree", SourcePane),
     Pane("history", "History", lambda: HistoryPane(id="history-pane"), "#history-table", HistoryPane),
     Pane("log", "Log", _log, "#log", tab_id="log-tab"),  # "log" is the RichLog's own id
+    Pane("mismatch", "Mismatch", lambda: MismatchPane(id="mismatch-pane"), "#mismatch-heatmap", MismatchPane),
 )
 BY_NAME = {p.name: p for p in PANES}

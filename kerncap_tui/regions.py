@@ -16,8 +16,8 @@ DTYPES = tuple(dt.TABLE)
 
 @dataclass(frozen=True)
 class MapRow:
-    key: str          # "r<id>" or "g<name>"
-    label: str        # "region 3" / "__constant__ scale"
+    key: str          # "r<id>", "g<name>" or "a<id>" (a CUDA array)
+    label: str        # "region 3" / "__constant__ scale" / "array 0 (64x32 float)"
     base: int
     size: int
     kind: str
@@ -36,7 +36,8 @@ class MapRow:
 
 
 def map_rows(capture) -> list[MapRow]:
-    """Regions by address, then module globals."""
+    """Regions by address, then module globals, then CUDA arrays (they live where the
+    driver puts them, outside the captured address range)."""
     referenced = {p.region for p in capture.params if p.region is not None}
     rows = [
         MapRow(
@@ -52,13 +53,34 @@ def map_rows(capture) -> list[MapRow]:
         )
         for g in capture.globals
     ]
+    rows += [
+        MapRow(
+            key=f"a{a.id}", label=f"array {a.id} ({a.dims})", base=0, size=a.size,
+            kind="cuda array" + (" (surface)" if a.surface else "") + ("" if a.captured else f", not captured: {a.why}"),
+            by_argument=a.id in _arrays_by_argument(capture), written=a.written, zero=all(h is None for h in a.pre),
+        )
+        for a in capture.arrays
+    ]
     return rows
+
+
+def _arrays_by_argument(capture) -> set[int]:
+    """Arrays a texture or surface object whose handle is an argument reaches."""
+    levels = {m.id: m.level_arrays for m in capture.mipmapped_arrays}
+    out: set[int] = set()
+    for o in capture.texture_objects:
+        if o.params:
+            r = o.resource
+            out.update([r["array"]] if "array" in r else levels.get(r.get("mipmapped_array"), []))
+    return out
 
 
 def preview_bytes(capture, key: str, limit: int = PREVIEW_BYTES) -> tuple[bytes, bytes]:
     """(pre, post) of the first `limit` bytes of a region or global; reads one chunk only."""
     if key.startswith("r"):
         item = next(r for r in capture.regions if r.id == int(key[1:]))
+    elif key.startswith("a"):
+        item = next(a for a in capture.arrays if a.id == int(key[1:]))
     else:
         item = next(g for g in capture.globals if g.name == key[1:])
     length = capture.chunk_length(item.size, 0) if item.size else 0

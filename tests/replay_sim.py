@@ -204,9 +204,58 @@ def compare(actual: bytes, expected: bytes, spec) -> dict:
 
 
 
+def _states(session, item, against):
+    ref = session.ref[item] if against == "reference" else None
+    expected = ref if ref is not None else (session.post[item] if session.post[item] is not None and against == "captured"
+                                            else session.pre[item])
+    return {"actual": bytes(session.target[item]), "expected": bytes(expected), "pre": bytes(session.pre[item])}
+
+
+def _order_key(v: float) -> int:
+    import struct
+
+    b = struct.unpack("<Q", struct.pack("<d", v))[0]
+    return (~b & (2 ** 64 - 1)) if b >> 63 else b | (1 << 63)
+
+
+def mismatch_map(session, spec):
+    """kerncap._replay.mismatch_map over the numpy reference (kerncap.replay.mismatch)."""
+    import struct
+
+    from kerncap.replay import mismatch as mm
+    from kerncap.replay.tensor_view import View
+
+    st = _states(session, spec.item, spec.against)
+    view = View(spec.view_start, spec.view_rows, spec.view_cols, spec.row_stride, (), (), "sim")
+    rd = {k: (lambda b: lambda o, n: b[o:o + n])(v) for k, v in st.items()}
+    m = mm.compute("sim", len(st["actual"]), view, spec.dtype or None, rd["actual"], rd["expected"], rd["pre"],
+                   atol=spec.atol, rtol=spec.rtol, tolerance=spec.tolerance, grid_rows=spec.grid_rows,
+                   grid_cols=spec.grid_cols)
+    bits = lambda d: struct.unpack("<Q", struct.pack("<d", d))[0]  # noqa: E731
+    totals = [m.mismatched_elements, m.mismatched_bytes - m.tail_bytes, m.nan_errors, m.inf_errors, m.outside_view,
+              m.stale, bits(m.max_abs), bits(m.max_rel),
+              2 ** 64 - 1 if m.ratio_min == np.inf else _order_key(m.ratio_min),
+              0 if m.ratio_max == -np.inf else _order_key(m.ratio_max)]
+    return {"totals": totals, "err_hist": list(m.err_hist), "ulp_hist": list(m.ulp_hist),
+            "value_hist": [int(x) for s in mm.SIDES for x in m.value_hist[s]],
+            "cell_count": [int(x) for x in m.cell_count.reshape(-1)], "cell_worst": [int(x) for x in m.cell_worst.reshape(-1)],
+            "row_profile": list(m.row_profile), "col_profile": list(m.col_profile),
+            "first": [f.index for f in m.first], "tail_bytes": m.tail_bytes, "seconds": 0.0}
+
+
+def gather(session, item, which, against, element_size, indices):
+    data = _states(session, item, against)[which]
+    return b"".join(data[i * element_size:(i + 1) * element_size] for i in indices)
+
+
+def read_state(session, item, which, against, offset, length):
+    return _states(session, item, against)[which][offset:offset + length]
+
+
 def core_module():
     return types.SimpleNamespace(Session=SimSession, SpanSpec=Spec, ItemSpec=Spec, LaunchSpec=Spec, CompareSpec=Spec,
-                                 FillSpec=Spec, CudaError=CudaError, ReplayError=ReplayError)
+                                 FillSpec=Spec, MapSpec=Spec, CudaError=CudaError, ReplayError=ReplayError,
+                                 mismatch_map=mismatch_map, gather=gather, read_state=read_state)
 
 
 def install(monkeypatch):

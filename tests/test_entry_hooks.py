@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "entry_hooks"))
 import entry_build as B  # noqa: E402  (tests/fixtures/entry_hooks/entry_build.py)
+from bench_module import load_bench  # noqa: E402
 
 FIX, SRC, HEADERS, CXX, CC = B.FIX, B.SRC, B.HEADERS, B.CXX, B.CC
 pytestmark = pytest.mark.skipif(
@@ -54,7 +55,9 @@ def built(tmp_path_factory) -> dict[str, Path]:
 def _watched_in_fake() -> int:
     """How many of the watched calls (watched_list.hpp) the stand-in driver defines."""
     watched = set(re.findall(r"X\((\w+),", (SRC / "watched_list.hpp").read_text()))
-    defined = set(re.findall(r"^CUresult (\w+)\(", (FIX / "fake_libcuda.c").read_text(), re.M))
+    # Not the calls only the stress and sampled-profile builds define (KC_FAKE_QUIESCE / _EVENTS).
+    text = re.sub(r"#ifdef KC_FAKE_\w+\n/\* Built with.*?\n#endif\n", "", (FIX / "fake_libcuda.c").read_text(), flags=re.S)
+    defined = set(re.findall(r"^CUresult (\w+)\(", text, re.M))
     return len(watched & defined)
 
 
@@ -293,3 +296,174 @@ def test_graphs_through_the_entry_points(built, tmp_path):
     assert "1 launch(es) of the target were recorded into CUDA graphs by stream capture" in why
     assert "2 CUDA graph(s) holding the target were built but never instantiated" in why
     assert "executable graph #1 ran 4 time(s) with 2 target node(s) per launch" in why
+
+
+def test_arrays_and_texture_objects_are_tracked_through_the_entry_points(built, tmp_path):
+    """CUDA arrays, a mipmapped array and its level, texture and surface objects made the
+    way cudart makes them (entry points fetched by base name): the injection library's
+    tracker holds what is live at exit, names the texture whose array was destroyed first,
+    and keeps one entry for a handle value the driver handed out again."""
+    entry, inject = _native_libs()
+    exe = B.texture_app(tmp_path)
+    out = tmp_path / "run"
+    out.mkdir()
+    p = _run([str(exe), str(inject)], env=_entry_env(built, entry, out, 1000))
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    assert "reused=1" in p.stdout, p.stdout
+    (report,) = out.glob("proc-*.json")
+    proc = json.loads(report.read_text())
+    assert proc["errors"] == []
+    arrays = proc["arrays"]
+    # live: array a and mip level 1 (the 2-D array was destroyed); the mipmapped array;
+    # textures over a, the freed array, the mipmap, the pitched memory and the reused handle
+    assert (arrays["arrays"], arrays["mipmapped_arrays"]) == (2, 1)
+    assert (arrays["textures"], arrays["surfaces"]) == (5, 1)
+    assert arrays["destroyed"] == 2  # the 2-D array and one texture object
+    handles = dict(kv.split("=") for kv in p.stdout.split("\n")[0].removeprefix("handles: ").split())
+    (freed,) = arrays["freed_resources"]
+    assert freed["kind"] == "texture" and str(freed["handle"]) == handles["gone"]
+    assert "cuArrayDestroy" in freed["why"] and "before the dispatch" in freed["why"]
+
+
+def test_a_capture_holds_every_other_launching_thread(built, tmp_path):
+    """The quiescing rule (native/capture/quiesce.hpp) with 16 threads launching at once
+    while the target's capture runs in one of them, over the stand-in built for it
+    (fake_libcuda.c, KC_FAKE_QUIESCE): the capture holds the other threads from its
+    target's entry through its drain (cuCtxSynchronize, 5 ms long there) to its last
+    driver call, where it fails for want of a cubin and lets them go. The stand-in numbers
+    every launch and those calls in one sequence: no launch of another thread was in the
+    driver when the drain began, none took a number inside the window, and every launch
+    reached the driver and kerncap's count exactly once."""
+    entry, inject = _native_libs()
+    drv = B.fake_driver(tmp_path / "drv-quiesce", quiesce=True)
+    exe = B.inject_app(tmp_path)
+    threads, each = 16, 20000
+    total = 7 + threads * each  # the main thread's 5 + 2 launches, then the threads'
+    for dispatch in (1000, 40000, 90000, 130000):  # early, middle and late in the threads' run
+        out = tmp_path / f"run-{dispatch}"
+        out.mkdir()
+        env = {**_entry_env(built, entry, out, dispatch), "LD_LIBRARY_PATH": str(drv)}
+        p = _run([str(exe), str(inject), str(threads), str(each)], env=env)
+        assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+        assert f"quiesce: drains=1 inflight_at_drain=0 launches_in_window=0 launches={total}" in p.stdout, p.stdout
+        (report,) = out.glob("proc-*.json")
+        proc = json.loads(report.read_text())
+        assert proc["launches"] == total
+        assert proc["kernels_seen"] == {"target()": 5 + threads * each // 2, "other()": 2 + threads * each // 2}
+        assert [e["kind"] for e in proc["errors"]] == ["capture_failed"]
+        assert f"(dispatch {dispatch}) failed before the launch: no cubin" in proc["errors"][0]["message"]
+
+
+def _bench_run(built, tmp_path: Path, dispatch: int, *args: str, **extra: str):
+    entry, inject = _native_libs()
+    exe = B.inject_app(tmp_path)
+    out = tmp_path / f"run-{dispatch}-{len(extra)}"
+    out.mkdir()
+    p = _run([str(exe), str(inject), *args], env=_entry_env(built, entry, out, dispatch, **extra))
+    reports = list(out.glob("proc-*.json"))
+    return p, json.loads(reports[0].read_text()) if reports else None
+
+
+def test_the_bench_switch_bypasses_the_dispatcher_only_where_allowed(built, tmp_path):
+    """kerncap_bench_passthrough (bench/paired.py's switch): refused in a process not
+    started with KERNCAP_BENCH_PASSTHROUGH=1; allowed, it flips the wrappers between the
+    dispatcher and the driver in the ABBA order the app asks for, and only the launches
+    of the armed blocks are counted."""
+    p, _ = _bench_run(built, tmp_path, 10**9, "2", "4000", "8")
+    assert p.returncode == 4 and "kerncap_bench_passthrough refused" in p.stdout, p.stdout + p.stderr
+
+    p, proc = _bench_run(built, tmp_path, 10**9, "2", "4000", "8", KERNCAP_BENCH_PASSTHROUGH="1")
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    common = load_bench("common")
+    blocks = common.parse_blocks(p.stdout)
+    assert "".join(m for m, _ in blocks) == common.abba_order(8) == "appaappa"
+    assert proc["interception"]["bench_passthrough"] is True and proc["errors"] == []
+    # 2 threads x 4000 launches in 8 blocks, half of them armed: those were counted.
+    assert proc["launches"] == 7 + 2 * 4000 // 2
+
+
+def test_a_bench_process_never_captures(built, tmp_path):
+    """A process that may have bypassed the dispatcher cannot take a capture: its
+    counts and tracked allocations may miss what ran past kerncap."""
+    p, proc = _bench_run(built, tmp_path, 2, KERNCAP_BENCH_PASSTHROUGH="1")
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    assert [e["kind"] for e in proc["errors"]] == ["capture_failed"]
+    assert "KERNCAP_BENCH_PASSTHROUGH=1 is set" in proc["errors"][0]["message"]
+    assert proc["captured"] is False and proc["launches"] == 7
+
+
+def _sampled_profile(built, tmp_path: Path, exe: Path, *args: str, **env: str):
+    """`kerncap profile` (sampled timing, the engine's run_profile) of a stand-in app over
+    the stand-in built for it (fake_libcuda.c, KC_FAKE_EVENTS: each launch advances its
+    stream's clock by its kernel's duration, events stamp that clock)."""
+    from kerncap.capture.profile import run_profile
+
+    _native_libs()
+    drv = tmp_path / "drv-events"
+    if not drv.exists():
+        B.fake_driver(drv, events=True)
+    out: list[bytes] = []
+    result = run_profile([str(exe), *args], env={"LD_LIBRARY_PATH": str(drv), **env},
+                         output=lambda stream, data: out.append(data) if stream == "stdout" else None, timeout=120)
+    return result, b"".join(out).decode()
+
+
+def _within(k, truth: float) -> None:
+    """The estimate is within 4 standard errors (from its 90 % interval) of the truth."""
+    sigma = (k.total_hi_ns - k.total_lo_ns) / 2 / 1.6449
+    assert abs(k.total_ns - truth) <= 4 * sigma + 1e-4 * truth, (k.total_ns, truth, sigma)
+
+
+def test_the_sampled_profile_counts_every_launch_and_times_a_sample(built, tmp_path):
+    """Counting is exact and per thread (4 threads), timing covers a small sample (each
+    thread times its first 32 launches of a kernel, then ever fewer), and the estimate
+    lands on the stand-in's kernel durations: 5 us for target, 1 us for other."""
+    entry, inject = _native_libs()
+    exe = B.inject_app(tmp_path)
+    result, out = _sampled_profile(built, tmp_path, exe, str(inject), "4", "50000")
+    assert result.timing == "sampled" and result.cupti_finalized is None, result.warnings
+    assert "records_while_capturing=0" in out and "waits_unheld=0" in out, out
+    kernels = {k.name: k for k in result.kernels}
+    target, other = kernels["_Z6targetv"], kernels["_Z5otherv"]
+    assert (target.calls, other.calls) == (5 + 4 * 25000, 2 + 4 * 25000)
+    assert 4 * 32 < target.timed < target.calls // 20  # a few hundred per thread, not every launch
+    assert target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)  # every timed launch took 5 us
+    assert other.total_ns == pytest.approx(1000 * other.calls, rel=1e-4)
+    assert target.percent == pytest.approx(100 * 5 / 6, abs=0.01)
+    assert result.warnings == []  # a sample or two left out (a preempted holder) is not worth a warning
+
+
+def test_sampled_times_do_not_alias_with_a_periodic_kernel(built, tmp_path):
+    """The target takes 4 and 6 us alternately: sampling at geometric gaps (not every
+    k-th launch) estimates the mean, 5 us, within its interval."""
+    entry, inject = _native_libs()
+    exe = B.inject_app(tmp_path)
+    result, _ = _sampled_profile(built, tmp_path, exe, str(inject), "1", "400000", FAKE_TARGET_ALTERNATES="1")
+    target = next(k for k in result.kernels if k.name == "_Z6targetv")
+    assert target.calls == 200005 and target.min_ns == 4000 and target.max_ns == 6000
+    assert target.total_lo_ns < target.total_ns < target.total_hi_ns
+    _within(target, 5000 * target.calls)
+
+
+def test_the_sampled_profile_times_graphs_whole_and_never_records_into_a_capture(built, tmp_path):
+    """A graph's launches are one row named after its kernel nodes, each launch timed
+    (uploaded first by kerncap); the launch recorded into a stream capture is no launch
+    that ran, and no event went into the capturing stream."""
+    _native_libs()
+    result, out = _sampled_profile(built, tmp_path, B.graph_app(tmp_path), str(_native_libs()[1]))
+    assert "records_while_capturing=0" in out and "uploads=1" in out, out
+    (graph,) = result.kernels
+    assert graph.graph and graph.name == "CUDA graph #1: 3 kernel node(s) (target() x2, other())"
+    assert (graph.calls, graph.timed, graph.total_ns) == (4, 4, 4 * 11000)
+    assert any("CUDA graphs are timed as a whole" in w for w in result.warnings)
+
+
+def test_without_stream_memory_operations_the_pairs_go_unheld_and_say_so(built, tmp_path):
+    """Where cuStreamWaitValue32 fails (FAKE_NO_MEMOPS), launches are still timed, with
+    unheld pairs, and the profile says what that costs in accuracy."""
+    entry, inject = _native_libs()
+    result, _ = _sampled_profile(built, tmp_path, B.inject_app(tmp_path), str(inject), "1", "2000", FAKE_NO_MEMOPS="1")
+    target = next(k for k in result.kernels if k.name == "_Z6targetv")
+    assert target.timed and target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)
+    assert any("without holding their stream" in w and "cuStreamWaitValue32" in w for w in result.warnings), \
+        result.warnings

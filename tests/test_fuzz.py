@@ -41,6 +41,7 @@ from kerncap.reproducer.schemas import (
 )
 from kerncap.reproducer.sets import expand, member_cubins
 from kerncap.reproducer.store import Store, compress
+from texture_capture import make_texture_capture, texture_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"
@@ -263,11 +264,13 @@ def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz-ws")
     for name, src in (("axpy", AXPY), ("demo", DEMO)):
         shutil.copytree(src, root / name)
+    make_texture_capture(root / "textures")  # synthetic: arrays and texture objects (tests/texture_capture.py)
     return root
 
 
 MANIFESTS = {name: json.loads((src / "capture" / "manifest.json").read_text()) for name, src in
              (("axpy", AXPY), ("demo", DEMO))}
+MANIFESTS["textures"] = texture_manifest()
 
 
 @settings(FUZZ, max_examples=2500)

@@ -66,7 +66,7 @@ def test_tools_are_listed_with_input_schemas(root):
             return (await c.list_tools()).tools
     tools = {t.name: t for t in anyio.run(go)}
     assert {"profile", "extract", "info", "list_reproducers", "list_sources", "read_source", "write_source",
-            "recompile", "list_configs", "validate", "replay", "compare", "release"} <= set(tools)
+            "recompile", "list_configs", "validate", "replay", "compare", "release", "dump"} <= set(tools)
     schema = tools["validate"].input_schema
     assert schema["required"] == ["reproducer"]
     assert {"cubin", "atol", "rtol", "dtype", "region_dtypes"} <= set(schema["properties"])
@@ -85,6 +85,23 @@ def test_info_is_the_cli_json(root, capsys):
     cli = json.loads(capsys.readouterr().out)
     assert r.structured_content == json.loads(json.dumps(cli))
     assert r.structured_content["kernel"]["name"] == "_Z12axpy_inplacefPKfPfi"
+
+
+def test_dump_writes_npy_under_a_root_and_refuses_outside(root, tmp_path):
+    import numpy as np
+
+    ok, outside, bad_shape = call(build_server([root]),
+                                  ("dump", {"reproducer": "axpy_small", "output": "dumps/a", "items": ["1"],
+                                            "shape": [64, 64]}),
+                                  ("dump", {"reproducer": "axpy_small", "output": str(tmp_path / "elsewhere")}),
+                                  ("dump", {"reproducer": "axpy_small", "output": "dumps/b", "items": ["1"],
+                                            "shape": [63, 64]}))
+    assert not ok.is_error, ok.content
+    arrays = ok.structured_content["arrays"]
+    assert [a["state"] for a in arrays] == ["pre", "post"] and arrays[0]["shape"] == [64, 64]
+    assert np.load(arrays[1]["path"]).shape == (64, 64) and Path(arrays[1]["path"]).is_relative_to(root)
+    assert outside.is_error and bad_shape.is_error
+    assert "does not fit region 1" in bad_shape.content[0].text
 
 
 def test_list_reproducers_under_the_roots(root):

@@ -53,6 +53,10 @@ from kerncap.replay.perturb import MAX_PERTURBATIONS
 from kerncap.replay.significance import DEFAULT_CONFIDENCE, MIN_ROUNDS, TimingComparison
 from kerncap.replay.sanitize import SanitizeResult
 from kerncap.replay.tools import Cancellation, Cancelled
+from kerncap.replay import dump as _dump
+from kerncap.replay import mismatch as _mismatch
+from kerncap.replay import mismatch_request as _mismatch_request
+from kerncap.replay import tensor_view as _tensor_view
 from kerncap.replay.results import (
     RegionCheck,
     ReplayResult,
@@ -126,6 +130,10 @@ __all__ = [
     # many reproducers and variants on many GPUs
     "CheckCase", "CheckReport", "Fanout", "MeasureOptions", "SweepEntry", "SweepReport", "check", "format_check",
     "format_sweep", "load_sweep_configs", "open_fanout", "sweep", "write_check_baseline", "write_junit",
+    # looking at the data: arrays out, where a variant differs (issue 30)
+    "DUMP_STATES", "DumpResult", "FirstMismatch", "Item", "Layout", "MismatchMap", "TensorView", "dump",
+    "format_dump", "format_mismatch", "item_layouts", "mismatch_bin_label", "mismatch_map_arrays", "mismatch_maps",
+    "parse_shape",
 ]
 
 PathLike = str | os.PathLike
@@ -156,16 +164,18 @@ def print_app_output(stream: str, data: bytes) -> None:
 
 def profile(command: Sequence[str], *, cwd: PathLike | None = None, env: dict[str, str] | None = None,
             timeout: float | None = None, output: AppOutput | None = None, nvtx: str | None = None,
-            nvtx_match: str = "substring", by_nvtx: bool = False, buckets: bool = False) -> ProfileResult:
+            nvtx_match: str = "substring", by_nvtx: bool = False, buckets: bool = False,
+            exact: bool = False) -> ProfileResult:
     """Run the app once under the capture library and rank its kernels by total GPU time.
     `env` adds to the current environment; `timeout` stops the app after that many seconds
     (the profile then covers what ran). `nvtx`: count only launches inside NVTX ranges
     whose path matches (`nvtx_match`: substring or regex); `by_nvtx`: also the time per
     (range path, kernel) in `result.nvtx_ranges`; `buckets`: each kernel's launches by
-    signature in `result.buckets` (docs/selection.md). Save the result with
+    signature in `result.buckets` (docs/selection.md). `exact`: every launch timed through
+    CUPTI instead of a timed sample (`result.timing`). Save the result with
     `ProfileResult.save(path)`."""
     return _profile.run_profile(command, cwd=cwd, env=env, timeout=timeout, output=output, nvtx=nvtx,
-                                nvtx_match=nvtx_match, by_nvtx=by_nvtx, buckets=buckets)
+                                nvtx_match=nvtx_match, by_nvtx=by_nvtx, buckets=buckets, exact=exact)
 
 
 def format_profile(result: ProfileResult, *, top: int = 20, width: int | None = None, wide: bool = False) -> str:
@@ -485,7 +495,8 @@ TrustOptions = _differential.Options
 def validate_inputs(reproducers: Sequence[PathLike], *, cubin: PathLike | None = None, perturb: int | None = None,
                     seed: int = 0, keep: Sequence[int] = (), runs: int = DEFAULT_RUNS, atol: float | None = None,
                     rtol: float | None = None, dtype: str | None = None, dtypes: dict[int, str] | None = None,
-                    device: int = 0, progress: Callable[[str], None] | None = None) -> TrustReport:
+                    device: int = 0, progress: Callable[[str], None] | None = None,
+                    shapes: dict[int, Sequence[int]] | None = None) -> TrustReport:
     """`kerncap validate`: first `runs` replays of the captured kernel tell whether it is
     deterministic (a varying region gets a tolerance from its own spread), then `cubin`
     (None: the captured cubin) is checked on the captured input of every reproducer in
@@ -494,11 +505,14 @@ def validate_inputs(reproducers: Sequence[PathLike], *, cubin: PathLike | None =
     kernel. `report.verdict`: pass | fail | inconclusive; `report.exit_status` 0/1/3.
     A reproducer set among `reproducers` counts as its members; its `cubin` may be a
     set variant (variants/<n>.json from `recompile_set`: each member's own build).
-    Per-region dtypes alone ask for an element-wise comparison (ValidateRequest)."""
+    Per-region dtypes alone ask for an element-wise comparison (ValidateRequest). Every
+    failing region's check carries a mismatch report (`check.report`, a MismatchMap dict;
+    `shapes`: region id -> tensor shape for its coordinates)."""
     if perturb is not None:
         _perturb.check_count(perturb)
     request = ValidateRequest(cubin=None if cubin is None else str(cubin), runs=runs, perturb=perturb or 0, seed=seed,
-                              keep=tuple(keep), atol=atol, rtol=rtol, dtype=dtype, region_dtypes=dict(dtypes or {}))
+                              keep=tuple(keep), atol=atol, rtol=rtol, dtype=dtype, region_dtypes=dict(dtypes or {}),
+                              region_shapes={int(k): tuple(v) for k, v in (shapes or {}).items()})
     return validate_request(reproducers, request, device=device, progress=progress)
 
 
@@ -734,3 +748,95 @@ def sweep(reproducer: PathLike, fanout: Fanout, *, configs: Sequence[str] = (), 
 def format_sweep(report: SweepReport) -> str:
     """The table `kerncap sweep` prints."""
     return _sweep.format_report(report)
+
+
+# -- looking at the data: arrays out, where a variant differs (issue 30, docs/replay.md) ---------
+
+DUMP_STATES: tuple[str, ...] = _dump.STATES
+DumpResult = _dump.DumpResult
+MismatchMap = _mismatch.MismatchMap          # one item's mismatches: counts, histograms, grid, first, summary()
+FirstMismatch = _mismatch.FirstMismatch
+TensorView = _tensor_view.View               # an item's 2-D picture: start, rows, cols, row_stride, coords()
+Layout = _tensor_view.Layout                 # dtype, shape, strides, offset, source
+Item = _tensor_view.Item                     # a region or module global, as replay numbers them
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """"1024,1024", "64x1024", "-1,256" -> a shape tuple (UsageError otherwise)."""
+    return _tensor_view.parse_shape(text)
+
+
+def item_layouts(reproducer: PathLike | Capture, items: Sequence[str] = (), *, dtype: str | None = None,
+                 shape: Sequence[int] | None = None) -> list[tuple[Item, Layout, TensorView]]:
+    """What kerncap knows of each item's layout (items: "3", "region:3", "arg:1",
+    "global:NAME"; none: every written one): its dtype, tensor shape and strides (Triton
+    tensor metadata, the C++ parameter type, or `dtype`/`shape`) and its 2-D view. A
+    shape that does not divide the item raises UsageError naming both."""
+    cap = reproducer if isinstance(reproducer, Capture) else Capture.open(reproducer)
+    out = []
+    for t in _dump.plan(cap, items, dtype=dtype, shape=tuple(shape) if shape is not None else None):
+        out.append((t.item, t.layout, _tensor_view.view_of(t.layout, t.item)))
+    return out
+
+
+def dump(reproducer: PathLike, items: Sequence[str] = (), states: Sequence[str] = ("pre", "post"), *,
+         cubin: PathLike | None = None, perturbation: int | None = None, seed: int = 0, dtype: str | None = None,
+         shape: Sequence[int] | None = None, output: PathLike | None = None, session: Session | None = None,
+         device: int = 0) -> DumpResult:
+    """Write items as .npy files numpy loads with their dtype and shape, plus a JSON
+    sidecar per item (offset, strides, where the layout came from). `states`: "pre",
+    "post" (from the capture, no GPU), "output" (what `cubin` — None: the captured one —
+    leaves there on the captured input or on `perturbation` K of `seed`: needs the GPU)
+    and "expected" (what validate compares it with). `output`: the directory (default
+    <reproducer>/dumps/<cubin>). Refused up front when larger than the free space; a
+    variant that faults is not dumped (KerncapError naming the fault). `session`: run on
+    that open session's resident replay server (else one of its own on `device`)."""
+    options = dict(cubin=cubin, perturbation=perturbation, seed=seed, dtype=dtype,
+                   shape=tuple(shape) if shape is not None else None, output=output)
+    if session is not None:
+        return session.dump(items, states, **options)
+    return _dump.dump(reproducer, items, states, device=device, **options)
+
+
+def format_dump(result: DumpResult) -> str:
+    """The text `kerncap dump` prints."""
+    return _dump.format_result(result)
+
+
+def mismatch_maps(session: Session, *, cubin: PathLike | None = None,
+                  against: PathLike | None = None, perturbation: int | None = None, seed: int = 0,
+                  items: Sequence[str] = (), dtype: str | None = None, shape: Sequence[int] | None = None,
+                  views: dict[str, TensorView] | None = None, grid: tuple[int, int] = (256, 256),
+                  atol: float | None = None, rtol: float | None = None) -> list[MismatchMap]:
+    """Where `cubin` (None: the captured cubin) differs, item by item, computed on the
+    GPU by an open session's replay server: on the captured input against the captured post-state,
+    or on `perturbation` K (1-based, `seed`) against the captured cubin's output there;
+    `against` another variant's cubin compares two variants' outputs. `grid`: cells of
+    the heatmap (rows, cols; at most 1024 each); `views`: item name -> a TensorView
+    (e.g. `view.window(...)` to zoom). A run that faults raises KerncapError naming it."""
+    return session.mismatch_maps(cubin=cubin, against=against, perturbation=perturbation, seed=seed, items=items,
+                                 dtype=dtype, shape=tuple(shape) if shape is not None else None, views=views,
+                                 grid=grid, atol=atol, rtol=rtol)
+
+
+def mismatch_map_arrays(name: str, actual: Any, expected: Any, pre: Any = None, *, dtype: str | None,
+                        view: TensorView | None = None, atol: float | None = None, rtol: float | None = None,
+                        grid: tuple[int, int] = (256, 256), actual_label: str = "",
+                        expected_label: str = "") -> MismatchMap:
+    """The same map computed here in numpy from arrays holding an item's bytes (e.g.
+    loaded from `dump`): the reference the GPU's is checked against."""
+    return _mismatch.from_arrays(name, actual, expected, pre, dtype=dtype, view=view,
+                                 tolerance=atol is not None or rtol is not None, atol=atol or 0.0, rtol=rtol or 0.0,
+                                 grid_rows=grid[0], grid_cols=grid[1], actual_label=actual_label,
+                                 expected_label=expected_label)
+
+
+def format_mismatch(m: MismatchMap) -> str:
+    """The report lines `kerncap validate` prints under a failing region."""
+    return "\n".join(_mismatch.format_map(m, indent=""))
+
+
+def mismatch_bin_label(histogram: str, b: int) -> str:
+    """The label of bin `b` of a MismatchMap histogram: "value" (value_hist: "NaN",
+    "+inf", "-inf", "0", "+2^3", …), "err" (err_hist: "2^-12", …) or "ulp" (ulp_hist)."""
+    return {"value": _mismatch.value_label, "err": _mismatch.err_label, "ulp": _mismatch.ulp_label}[histogram](b)

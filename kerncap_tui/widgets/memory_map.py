@@ -5,7 +5,8 @@ Captured regions can sit gigabytes apart; drawn linearly, the gaps would squeeze
 region into one cell. So gaps count at most GAP_CAP of the regions' total bytes and a cut
 gap is drawn as `≈`; region sizes stay to scale with each other (a region too small for
 one cell still gets one). Module globals live in the module, not in this range: they are
-listed in the table only."""
+listed in the table only. CUDA arrays live where the driver puts them: they are drawn
+after the address range, past a `│`, to scale with each other, as a kind of their own."""
 
 from __future__ import annotations
 
@@ -21,11 +22,15 @@ from kerncap_tui.regions import MapRow
 GAP_CAP = 0.05
 ZOOMS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # (glyph, style) by what the kernel did: wrote it, an argument points into it, all zero, other.
-MARKS = {"written": ("█", "red"), "argument": ("▓", "cyan"), "zero": ("░", "grey50"), "other": ("▒", "default")}
+MARKS = {"written": ("█", "red"), "argument": ("▓", "cyan"), "zero": ("░", "grey50"), "other": ("▒", "default"),
+         "array": ("▤", "magenta"), "array written": ("▦", "red"), "separator": ("│", "dim")}
 LEGEND = "█ written  ▓ argument  ░ all zero  ▒ other  ≈ gap cut"
+ARRAY_LEGEND = "  │ ▤ CUDA array (▦ written)"  # shown when there are arrays to draw
 
 
 def mark_of(row: MapRow) -> str:
+    if row.key.startswith("a"):
+        return "array written" if row.written else "array"
     if row.written:
         return "written"
     if row.by_argument:
@@ -40,6 +45,7 @@ class Segment:
     size: int         # bytes
     drawn: float      # bytes it counts for in the layout (gaps may be cut)
     cut: bool = False
+    address: bool = True  # False: a CUDA array (or the separator before them), outside the range
 
 
 @dataclass
@@ -64,6 +70,11 @@ def segments(rows: list[MapRow]) -> list[Segment]:
             if gap > 0:
                 out.append(Segment(None, prev.base + prev.size, gap, min(gap, cap), gap > cap))
         out.append(Segment(r.key, r.base, r.size, float(r.size)))
+    arrays = [r for r in rows if r.key.startswith("a") and r.size > 0]
+    if arrays:
+        end = out[-1].start + out[-1].size if out else 0
+        out.append(Segment("|", end, 0, 0.0, address=False))
+        out += [Segment(r.key, end, 0, float(r.size), address=False) for r in arrays]
     return out
 
 
@@ -75,7 +86,9 @@ def _cells(segs: list[Segment], marks: dict[str, str], per_cell: float):
         if not n:
             continue
         starts[len(cells)] = s
-        if s.key is None:
+        if s.key == "|":
+            cells.append((MARKS["separator"][0], None))
+        elif s.key is None:
             cells += [(" ", None)] * n
             if s.cut:
                 cells[len(cells) - n + n // 2] = ("≈", None)
@@ -108,15 +121,15 @@ def layout(rows: list[MapRow], width: int, zoom: int = 1, focus: str | None = No
     window = cells[first:first + width]
     begin = max((i for i in starts if i <= first), default=0)
     seg0 = starts[begin]
-    start = seg0.start + (int((first - begin) * per_cell) if not seg0.cut else 0)
+    start = seg0.start + (int((first - begin) * per_cell) if not seg0.cut and seg0.address else 0)
     last = max((i for i in starts if i < first + len(window)), default=0)
     seg1 = starts[last]
     end = seg1.start + seg1.size
     labels = [" "] * len(window)
     for i, s in sorted(starts.items()):
-        if s.key is None or not first <= i < first + len(window):
+        if s.key in (None, "|") or not first <= i < first + len(window):
             continue
-        text = "#" + s.key[1:]
+        text = s.key if s.key.startswith("a") else "#" + s.key[1:]
         pos = i - first
         if pos + len(text) <= len(window) and all(c == " " for c in labels[max(0, pos - 1):pos + len(text)]):
             labels[pos:pos + len(text)] = list(text)
@@ -180,7 +193,8 @@ class MemoryMap(Widget):
         out.append("\n")
         out.append(info[:width], style="dim")
         out.append("\n")
-        out.append(LEGEND[:width], style="dim")
+        legend = LEGEND + (ARRAY_LEGEND if any(r.key.startswith("a") for r in self.rows) else "")
+        out.append(legend[:width], style="dim")
         return out
 
     def watch_zoom(self) -> None:

@@ -186,6 +186,10 @@ void CaptureSession::prepare() {
     regions_.push_back(r);
   }
   host_regions_ = mem_.host_regions();
+  if (array_tracker_) {
+    arrays_ = std::make_unique<ArrayCapture>(array_tracker_->state(ctx_));
+    arrays_->prepare(regions_, params_, func_.name, func_.demangled, choice_.cubin->cubin);
+  }
   if (!pool_.empty()) make_dir(pool_);
   blobs_ = std::make_unique<BlobStore>(path_join(partial_, "blobs"), &budget_, pool_);
   snap_ = std::make_unique<Snapshotter>(*blobs_);
@@ -201,6 +205,16 @@ void CaptureSession::before_launch() {
   prepare();
   KC_CHECK(cuCtxSynchronize, (), "the target's context before the pre-state snapshot");
   pre_ = snap_->run(snapshot_items());
+  if (arrays_) {
+    arrays_->snapshot(*blobs_, false);
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    std::vector<std::string> names;
+    for (const GlobalVar& g : globals_) {
+      ranges.emplace_back(g.address, g.size);
+      names.push_back(g.name);
+    }
+    arrays_->scan_for_tables(params_, ranges, names);
+  }
   pre_s_ = seconds_since(t_start_);  // from the target's entry: resolving, cubin, baseline and prefix included
   log("pre-state: " + std::to_string(regions_.size()) + " regions, " + std::to_string(globals_.size()) +
       " globals in " + std::to_string(pre_s_) + " s");
@@ -260,14 +274,18 @@ bool CaptureSession::restore_after_failure() noexcept {
 }
 
 std::string CaptureSession::after_launch(CUresult launch_result) {
+  // A kernel reading a texture whose array was freed may fault: say what the capture saw.
+  const std::string note = arrays_ && !arrays_->warnings().empty() ? " (" + arrays_->warnings().front() + ")" : "";
   if (launch_result != CUDA_SUCCESS)
     throw CudaError(launch_result, std::string(launch_.api) + " of " + func_.name +
-                                       " (the target launch itself) failed: " + cu_error_string(launch_result));
+                                       " (the target launch itself) failed: " + cu_error_string(launch_result) + note);
   const auto t_post = std::chrono::steady_clock::now();
-  KC_CHECK(cuCtxSynchronize, (), "the target's context after " + func_.name + " ran (did the kernel fault?)");
+  KC_CHECK(cuCtxSynchronize, (), "the target's context after " + func_.name + " ran (did the kernel fault?)" + note);
   post_ = snap_->run(snapshot_items());
+  if (arrays_) arrays_->snapshot(*blobs_, true);
   post_s_ = seconds_since(t_post);
   snapshotted_bytes_ = snap_->logical_bytes();  // pre + post, what the snapshot moved
+  if (arrays_) snapshotted_bytes_ += arrays_->snapshotted_bytes();
   unchanged_bytes_ = snap_->unchanged_bytes();  // pre + post, known unchanged by fingerprint
   log("chunks copied: " + std::to_string(snapshotted_bytes_) + " bytes; unchanged by fingerprint, not copied: " +
       std::to_string(unchanged_bytes_) + " bytes" +
@@ -291,19 +309,6 @@ std::string CaptureSession::after_launch(CUresult launch_result) {
   if (::rename(partial_.c_str(), final_.c_str()) != 0) throw IoError("cannot rename " + partial_ + " to", final_, errno);
   return final_;
 }
-
-namespace {
-
-void write_hashes(JsonWriter& w, const std::vector<ChunkHash>& chunks) {
-  w.begin_array();
-  for (const ChunkHash& c : chunks) {
-    if (c.stored) w.value(xxh64_hex(c.hash));
-    else w.null();
-  }
-  w.end_array();
-}
-
-}  // namespace
 
 void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
   w.key("provenance").begin_object();
@@ -459,6 +464,7 @@ void CaptureSession::write_params(JsonWriter& w) const {
         w.end_array();
       }
     }
+    if (arrays_) arrays_->write_param(w, p.index);  // a texture/surface object's handle
     w.end_object();
   }
   w.end_array();
@@ -511,8 +517,11 @@ std::string CaptureSession::manifest_json() const {
   write_launch(w);
   write_params(w);
   write_regions(w);
+  if (arrays_) arrays_->write_json(w);
   w.key("warnings").begin_array();
   for (const std::string& s : warnings_) w.value(s);
+  if (arrays_)
+    for (const std::string& s : arrays_->warnings()) w.value(s);
   w.end_array();
   w.key("triton").null();
   w.end_object();

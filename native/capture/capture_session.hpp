@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "array_capture.hpp"
+#include "array_tracker.hpp"
 #include "blob_store.hpp"
 #include "config.hpp"
 #include "fsutil.hpp"
@@ -74,6 +76,10 @@ class CaptureSession {
   // How driver calls reached kerncap ("entry points" or "cupti"), for the provenance.
   void set_interception(std::string path) { interception_ = std::move(path); }
   void add_warning(const std::string& w) { warnings_.push_back(w); }
+  // The process's CUDA arrays and texture/surface objects: snapshotted, recreated in replay.
+  void set_arrays(const ArrayTracker* tracker) { array_tracker_ = tracker; }
+  // This capture's arrays and objects (null before the pre-state or without a tracker).
+  const ArrayCapture* arrays() const { return arrays_.get(); }
   void abort();
   const std::string& partial_dir() const { return partial_; }
 
@@ -134,6 +140,8 @@ class CaptureSession {
   uint64_t restored_bytes_ = 0;
   std::vector<std::string> warnings_;
   std::vector<std::string> log_;
+  const ArrayTracker* array_tracker_ = nullptr;
+  std::unique_ptr<ArrayCapture> arrays_;
 
   WriteBudget budget_;
   std::unique_ptr<BlobStore> blobs_;

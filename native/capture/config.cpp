@@ -235,8 +235,12 @@ Config Config::from_env() {
   parse_selector("KERNCAP_DEVICE", c.want_device, c.error);
   c.profile_by_nvtx = env("KERNCAP_PROFILE_NVTX") == "1";
   c.profile_buckets = env("KERNCAP_PROFILE_BUCKETS") == "1";
+  const std::string timing = env("KERNCAP_PROFILE_TIMING");
+  if (timing == "sampled") c.profile_sampled = true;
+  else if (!timing.empty() && timing != "exact") c.error = "KERNCAP_PROFILE_TIMING='" + timing + "' is not sampled or exact";
   c.command_json = env("KERNCAP_COMMAND");
   c.entry_requested = env("KERNCAP_INTERCEPT") == "entry";
+  c.bench_passthrough = env("KERNCAP_BENCH_PASSTHROUGH") == "1";
   const std::string fault = env("KERNCAP_FAULT_ENOSPC_AFTER");
   if (!fault.empty()) c.fault_enospc_after = std::strtoll(fault.c_str(), nullptr, 10);
   if (c.mode == Mode::Capture && c.kernel.empty()) c.error = "KERNCAP_MODE=capture needs KERNCAP_KERNEL";

@@ -54,12 +54,18 @@ struct Config {
   // profile mode: tag each launch (launch callbacks on) to rank time per NVTX path and per launch signature.
   bool profile_by_nvtx = false;         // KERNCAP_PROFILE_NVTX=1
   bool profile_buckets = false;         // KERNCAP_PROFILE_BUCKETS=1
+  // KERNCAP_PROFILE_TIMING=sampled: count every launch through the entry points and time a
+  // sample with CUDA events (sampled_profile.hpp); exact or unset: CUPTI activity records.
+  bool profile_sampled = false;
   std::string command_json;             // KERNCAP_COMMAND (a JSON list), may be empty
   int64_t fault_enospc_after = -1;      // KERNCAP_FAULT_ENOSPC_AFTER
   // KERNCAP_INTERCEPT=entry: watch driver calls through libkerncap_entry.so's wrapped
   // entry points (preloaded by the engine) instead of CUPTI callbacks. The engine always
   // sets the variable (entry unless told otherwise); unset here means CUPTI callbacks.
   bool entry_requested = false;
+  // KERNCAP_BENCH_PASSTHROUGH=1 (benches only): allow kerncap_bench_passthrough() to
+  // bypass the dispatcher; such a process never captures (its counts may miss launches).
+  bool bench_passthrough = false;
   std::string error;                    // non-empty: the configuration is unusable (why)
 
   static Config from_env();

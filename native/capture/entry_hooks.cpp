@@ -310,6 +310,25 @@ KC_EXPORT int kerncap_entry_attach(Dispatch d) {
   return t ? int(t->n) : 0;
 }
 
+// The paired measure's switch (bench/paired.py, bench/entry_cost.py). Exists only where
+// the injection library allowed it: it does so only in a process started with
+// KERNCAP_BENCH_PASSTHROUGH=1, which therefore never captures (inject.cpp claim_capture),
+// so a bypassed launch or allocation cannot make a capture wrong. The normal path pays
+// nothing for it: the wrappers already load g_dispatch, and pass-through is that
+// pointer set to null; a call in flight keeps the dispatcher it loaded for its exit.
+std::atomic<Dispatch> g_bench_dispatch{nullptr};
+
+KC_EXPORT void kerncap_entry_allow_bench(Dispatch d) { g_bench_dispatch.store(d, std::memory_order_release); }
+
+// 1: the wrappers jump straight to the driver; 0: through kerncap's dispatcher again.
+// Returns 0, or -1 where the switch was not allowed (nothing changes then).
+KC_EXPORT int kerncap_bench_passthrough(int on) {
+  Dispatch d = g_bench_dispatch.load(std::memory_order_acquire);
+  if (!d) return -1;
+  g_dispatch.store(on ? nullptr : d, std::memory_order_release);
+  return 0;
+}
+
 // How many wrappers the app was handed so far.
 KC_EXPORT uint64_t kerncap_entry_handed(void) { return g_handed.load(std::memory_order_relaxed); }
 

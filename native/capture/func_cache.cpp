@@ -53,12 +53,23 @@ void FuncCache::clear() {
   epoch_.fetch_add(1, std::memory_order_acq_rel);
 }
 
-std::vector<std::pair<std::string, uint64_t>> FuncCache::launch_counts(size_t limit) const {
+namespace {
+uint64_t launches_of(const FuncInfo& fi, const FuncCache::ExtraCounts* extra) {
+  uint64_t n = fi.launches.load(std::memory_order_relaxed);
+  if (extra) {
+    auto it = extra->find(&fi);
+    if (it != extra->end()) n += it->second;
+  }
+  return n;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, uint64_t>> FuncCache::launch_counts(size_t limit, const ExtraCounts* extra) const {
   std::map<std::string, uint64_t> merged;
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
     for (const auto& fi : all_) {
-      uint64_t n = fi->launches.load(std::memory_order_relaxed);
+      uint64_t n = launches_of(*fi, extra);
       if (n) merged[fi->demangled] += n;
     }
   }
@@ -70,11 +81,19 @@ std::vector<std::pair<std::string, uint64_t>> FuncCache::launch_counts(size_t li
   return out;
 }
 
-std::vector<std::string> FuncCache::refused_names() const {
+std::vector<const FuncInfo*> FuncCache::all() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::vector<const FuncInfo*> out;
+  out.reserve(all_.size());
+  for (const auto& fi : all_) out.push_back(fi.get());
+  return out;
+}
+
+std::vector<std::string> FuncCache::refused_names(const ExtraCounts* extra) const {
   std::vector<std::string> out;
   std::shared_lock<std::shared_mutex> lock(mu_);
   for (const auto& fi : all_)
-    if (fi->refused && fi->launches.load(std::memory_order_relaxed) &&
+    if (fi->refused && launches_of(*fi, extra) &&
         std::find(out.begin(), out.end(), fi->demangled) == out.end())
       out.push_back(fi->demangled);
   return out;

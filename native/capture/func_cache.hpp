@@ -30,6 +30,9 @@ struct FuncInfo {
   // ncclDevKernel*) wait for their peer ranks, so one of them cannot run alone.
   bool refused = false;
   std::atomic<uint64_t> launches{0};
+  // A launch of it returned successfully: its module is loaded (the sampled profile never
+  // holds a stream for a kernel's first launch, docs/interposer.md).
+  std::atomic<bool> loaded{false};
 };
 
 class FuncCache {
@@ -41,10 +44,15 @@ class FuncCache {
   void clear();
   // Changes whenever clear() runs: per-thread caches of get() are valid while it holds.
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  // Per-thread launch counts by FuncInfo (ThreadSlots::kernel_counts), added to each
+  // entry's own `launches`.
+  using ExtraCounts = std::unordered_map<const void*, uint64_t>;
   // Launch counts merged by demangled name, highest first, at most `limit`.
-  std::vector<std::pair<std::string, uint64_t>> launch_counts(size_t limit) const;
+  std::vector<std::pair<std::string, uint64_t>> launch_counts(size_t limit, const ExtraCounts* extra = nullptr) const;
+  // Every entry, live or retired (valid for the process's life).
+  std::vector<const FuncInfo*> all() const;
   // Demangled names of launched kernels that matched but were refused (FuncInfo::refused).
-  std::vector<std::string> refused_names() const;
+  std::vector<std::string> refused_names(const ExtraCounts* extra = nullptr) const;
 
  private:
   mutable std::shared_mutex mu_;

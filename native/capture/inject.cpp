@@ -36,6 +36,7 @@
 #include "launch_attribution.hpp"
 #include "launch_buckets.hpp"
 #include "launch_record.hpp"
+#include "array_tracker.hpp"
 #include "memory_tracker.hpp"
 #include "module_images.hpp"
 #include "module_registry.hpp"
@@ -44,6 +45,8 @@
 #include "proc_report.hpp"
 #include "profiler.hpp"
 #include "quiesce.hpp"
+#include "sampled_profile.hpp"
+#include "thread_slots.hpp"
 #include "watched_calls.hpp"
 
 #define KC_EXPORT extern "C" __attribute__((visibility("default")))
@@ -67,8 +70,10 @@ struct State {
   ProcReport report;
   FuncCache funcs;
   MemoryTracker mem;
+  ArrayTracker arrays;  // CUDA arrays, texture and surface objects
   ModuleRegistry modules;
-  QuiesceLock quiesce;
+  ThreadSlots slots;  // per-thread quiesce flags and launch counters
+  Quiesce quiesce;
   std::atomic<bool> armed{false};    // capture mode, target not reached yet: quiesce and count
   std::atomic<bool> claimed{false};  // this process tried to take the run's capture lock
   std::atomic<bool> owns_lock{false};  // ... and holds it: its (set's) captures land here
@@ -77,13 +82,14 @@ struct State {
   std::unique_ptr<NvtxRanges> nvtx;              // --nvtx, or profile --by-nvtx
   std::unique_ptr<LaunchBuckets> buckets;        // set captures, profile --buckets
   std::unique_ptr<LaunchAttribution> attribution;  // activity records -> their launch's tag
+  std::unique_ptr<SampledProfile> sampled;  // profile mode through the entry points (no CUPTI)
   std::atomic<uint64_t> nvtx_inside{0}, nvtx_outside{0};  // target launches in / outside the NVTX selection
   std::atomic<uint64_t> off_device{0};           // target launches on another device than --device
   std::atomic<uint64_t> target_devices{0};       // bit d: the target launched on device d
   std::atomic<uint64_t> captures_done{0};
   std::mutex set_mu;
   std::string set_kernel;                        // a set holds one kernel: the first one matched
-  std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> launches{0};  // launches of threads without a slot (ThreadSlots::claim failed)
   std::atomic<uint64_t> target_matches{0};
   // Stream captures in progress: counted from cuStreamBeginCapture*'s entry to
   // cuStreamEndCapture's exit, so while it is 0 no stream can be capturing and no launch
@@ -106,7 +112,9 @@ constexpr int kLazyIds = 8;      // modules lazily loaded by one launch (more: p
 constexpr int kFuncSlots = 8;    // recently launched handles, direct-mapped
 struct ThreadState {
   bool guard;         // kerncap itself is calling the driver: not the app's calls
-  int shared_depth;   // quiesce lock held shared by this thread
+  int shared_depth;   // nesting of enqueueing calls while armed (the outermost sets slot->inside)
+  ThreadSlot* slot;   // this thread's quiesce flag and launch counters (claimed on first use)
+  bool slot_tried;
   // The launch in flight (between its API entry and exit).
   bool in_launch;
   bool is_kernel;
@@ -132,6 +140,17 @@ struct ThreadState {
   uint64_t func_epoch;
   CUfunction func_key[kFuncSlots];
   FuncInfo* func_info[kFuncSlots];
+  ThreadSlot::Kernel* func_count[kFuncSlots];  // this thread's count of that kernel (null: the shared one)
+  // Sampled profile: the launch in flight, its timed pair (if any), the thread's random
+  // state, and a small cache of executable graph -> record (valid while graph_epoch matches).
+  FuncInfo* sampled_fi;
+  ProfGraph* sampled_graph;
+  LaunchSampler::Pending* pending;
+  uint64_t rng;
+  uint64_t graph_epoch;
+  CUgraphExec graph_key[4];
+  ProfGraph* graph_rec[4];
+  ThreadSlot::Kernel* graph_count[4];
 };
 thread_local ThreadState tl;  // zero-initialised, trivial: no guard, no destructor
 
@@ -161,7 +180,7 @@ std::string cupti_error(CUptiResult r, const char* call) {
 ProcCounters counters(State& s) {
   ProcCounters c;
   c.mode = mode_name(s.cfg.mode);
-  if (s.cfg.mode == Mode::Profile) {
+  if (s.cfg.mode == Mode::Profile && !s.sampled) {
     for (const KernelStats& k : profiler::stats()) {
       c.launches += k.calls;
       const std::string d = demangle(k.name);
@@ -172,10 +191,11 @@ ProcCounters counters(State& s) {
               [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
     if (c.kernels_seen.size() > 200) c.kernels_seen.resize(200);
   } else {
-    c.launches = s.launches.load();
-    c.kernels_seen = s.funcs.launch_counts(200);
+    c.launches = s.launches.load() + s.slots.launches();
+    const auto per_thread = s.slots.kernel_counts();
+    c.kernels_seen = s.funcs.launch_counts(200, &per_thread);
     c.target_matches = s.target_matches.load();
-    c.refused_kernels = s.funcs.refused_names();
+    c.refused_kernels = s.funcs.refused_names(&per_thread);
   }
   return c;
 }
@@ -214,6 +234,7 @@ std::string interception_json(const State& s) {
   w.begin_object().field("path", interception_name(s));
   w.field("entry_points_preloaded", handed != nullptr);
   if (handed) w.field("wrappers_handed", handed());
+  if (s.cfg.bench_passthrough) w.field("bench_passthrough", true);  // counts may miss bypassed calls
   if (s.entry_points) w.field("images_seen", uint64_t(s.images.size()));
   w.end_object();
   return w.str();
@@ -223,6 +244,7 @@ void write_proc(State& s) {
   if (s.cfg.out_dir.empty()) return;
   Guard guard;
   if (s.cfg.mode == Mode::Capture) s.report.set_section("interception", interception_json(s));
+  if (s.cfg.mode == Mode::Capture) s.report.set_section("arrays", s.arrays.report_json());
   if (s.nvtx) s.report.set_section("nvtx", s.nvtx->report_json(s.nvtx_inside.load(), s.nvtx_outside.load()));
   if (selection_requested(s.cfg)) s.report.set_section("selection", selection_json(s));
   s.report.write(s.cfg.out_dir, counters(s));
@@ -247,13 +269,29 @@ void write_buckets(State& s, bool final_report) {
   }
 }
 
+// This thread's slot (thread_slots.hpp), claimed on its first launch or enqueue.
+ThreadSlot* my_slot(State& s, ThreadState& t) {
+  if (!t.slot && !t.slot_tried) {
+    t.slot_tried = true;
+    t.slot = s.slots.claim();
+  }
+  return t.slot;
+}
+
+// The quiescing rule's reader side (quiesce.hpp): only the outermost enqueueing call of
+// a thread raises its flag (a thread without a slot, out of memory, uses a shared count).
 void quiesce_enter(State& s, ThreadState& t) {
-  if (s.armed.load(std::memory_order_acquire) && t.shared_depth++ == 0) s.quiesce.lock_shared();
+  if (!s.armed.load(std::memory_order_acquire) || t.shared_depth++ != 0) return;
+  if (ThreadSlot* slot = my_slot(s, t)) s.quiesce.enter(*slot);
+  else s.quiesce.enter_shared();
 }
 
 void quiesce_exit(State& s, ThreadState& t) {
-  if (t.shared_depth > 0 && --t.shared_depth == 0) s.quiesce.unlock_shared();
+  if (t.shared_depth <= 0 || --t.shared_depth != 0) return;
+  if (t.slot) s.quiesce.exit(*t.slot);
+  else s.quiesce.exit_shared();
 }
+
 
 CUresult result_of(const CUpti_CallbackData* cb) {
   return cb->functionReturnValue ? *static_cast<const CUresult*>(cb->functionReturnValue) : CUDA_ERROR_UNKNOWN;
@@ -276,6 +314,14 @@ void capture_failed(State& s, const char* kind, const std::string& message) {
 // This process's one capture attempt: true when it may capture (it created the
 // run's capture.lock); false when it tried before or another process of the app captures.
 bool claim_capture(State& s) {
+  if (s.cfg.bench_passthrough) {
+    // A bench process may have run calls past the dispatcher (kerncap_bench_passthrough):
+    // its counts and regions can miss some, so it never captures.
+    if (!s.claimed.exchange(true))
+      s.report.add_error("capture_failed", "KERNCAP_BENCH_PASSTHROUGH=1 is set: a process whose driver calls may "
+                                           "bypass kerncap (a bench switch) takes no capture; unset it to capture");
+    return false;
+  }
   if (s.owns_lock.load(std::memory_order_acquire)) return true;  // a set's later captures
   if (s.claimed.exchange(true)) return false;
   int fd = ::open(lock_path(s).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
@@ -326,6 +372,7 @@ void capture_over(State& s, const std::string& dir, uint64_t index, uint32_t buc
 void describe_launch(State& s, CaptureSession& session, uint32_t bucket) {
   session.set_job(s.job);
   session.set_interception(interception_name(s));
+  session.set_arrays(&s.arrays);
   if (s.nvtx) session.set_nvtx(s.nvtx->context());
   if (bucket != UINT32_MAX) session.set_bucket(bucket);
 }
@@ -347,15 +394,26 @@ std::string disk_message(const State& s, const IoError& e) {
          " or write the capture elsewhere.";
 }
 
+// The capture's writer side; false (the failure reported) when the threads cannot be held.
+bool hold_other_threads(State& s, ThreadState& t, const std::string& what, uint64_t index, uint32_t bucket) {
+  const std::string why = s.quiesce.lock(s.slots, t.slot);
+  if (why.empty()) return true;
+  capture_attempt_failed(s, "capture_failed", "capture of " + what + " (dispatch " + std::to_string(index) +
+                                                  ") failed before the launch: " + why,
+                         index, bucket);
+  return false;
+}
+
 bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_CallbackData* cb, uint64_t index,
                    uint32_t bucket) {
   if (!claim_capture(s)) return false;
-  s.quiesce.lock();  // waits until no other thread is inside an enqueueing call
+  // Waits until no other thread is inside an enqueueing call; new ones wait for unlock.
+  if (!hold_other_threads(s, tl, fi.demangled, index, bucket)) return false;
   Recovered recovered;
   if (s.entry_points) {
     try {
       recovered = recover_cubin(s, d.f, fi);
-    } catch (const std::exception& e) {  // the quiesce lock is held: never leave with it
+    } catch (const std::exception& e) {  // the other threads are held: never leave holding them
       recovered.error = std::string("reading the kernel's cubin failed: ") + e.what();
     }
     if (!recovered.error.empty()) {
@@ -460,22 +518,43 @@ bool in_stream_capture(State& s, CUstream stream, bool per_thread) {
   return stream_is_capturing(d, why);
 }
 
-FuncInfo* func_info(State& s, ThreadState& t, CUfunction f) {
+// The handle's FuncInfo, from this thread's direct-mapped cache; `count` (if asked) gets
+// this thread's launch counter of the kernel (null: count on the FuncInfo's shared one).
+FuncInfo* func_info(State& s, ThreadState& t, CUfunction f, ThreadSlot::Kernel** count = nullptr) {
   const uint64_t epoch = s.funcs.epoch();
   if (t.func_epoch != epoch) {
     std::fill(std::begin(t.func_key), std::end(t.func_key), nullptr);
     t.func_epoch = epoch;
   }
-  const size_t slot = (reinterpret_cast<uintptr_t>(f) >> 4) % kFuncSlots;
-  if (t.func_key[slot] == f) return t.func_info[slot];
-  FuncInfo* fi;
-  {
-    Guard guard;
-    fi = s.funcs.get(f, s.matcher.get());
+  // Fibonacci hashing: handles a few bytes apart (one module's functions) land in
+  // different slots, where `>> 4` put neighbours together and two alternating kernels
+  // missed on every launch.
+  const size_t slot = size_t((uint64_t(reinterpret_cast<uintptr_t>(f)) * 0x9E3779B97F4A7C15ull) >> 61);
+  static_assert(kFuncSlots == 8, "the hash above takes 3 bits");
+  if (t.func_key[slot] != f) {
+    FuncInfo* fi;
+    {
+      Guard guard;
+      fi = s.funcs.get(f, s.matcher.get());
+    }
+    t.func_key[slot] = f;
+    t.func_info[slot] = fi;
+    ThreadSlot* mine = my_slot(s, t);
+    t.func_count[slot] = mine ? mine->counter_for(fi) : nullptr;
   }
-  t.func_key[slot] = f;
-  t.func_info[slot] = fi;
-  return fi;
+  if (count) *count = t.func_count[slot];
+  return t.func_info[slot];
+}
+
+// One launch of `fi` by this thread, counted in its own slot (no shared cache line).
+// Returns this thread's launch number of the kernel (1-based; the process's when the
+// thread has no entry for it).
+uint64_t count_launch(State& s, ThreadState& t, FuncInfo& fi, ThreadSlot::Kernel* per_thread) {
+  if (t.slot) ThreadSlot::bump(t.slot->launches);
+  else s.launches.fetch_add(1, std::memory_order_relaxed);
+  if (!per_thread) return fi.launches.fetch_add(1, std::memory_order_relaxed) + 1;
+  ThreadSlot::bump(per_thread->count);
+  return per_thread->count.load(std::memory_order_relaxed);
 }
 
 // The device ordinal of the launching thread's current context (cached per thread
@@ -553,9 +632,9 @@ bool set_launch(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_C
 void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   LaunchDesc d;
   if (!decode_launch(cbid, cb->functionParams, d)) return;
-  s.launches.fetch_add(1, std::memory_order_relaxed);
-  FuncInfo* fi = func_info(s, t, d.f);
-  fi->launches.fetch_add(1, std::memory_order_relaxed);
+  ThreadSlot::Kernel* per_thread = nullptr;
+  FuncInfo* fi = func_info(s, t, d.f, &per_thread);
+  count_launch(s, t, *fi, per_thread);
 
   if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0) {
     std::string why;
@@ -736,6 +815,38 @@ void pair_loaded(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) 
 void refuse_graph_buckets(State& s, ExecModel* m, const std::vector<CUgraphNode>& extra, const std::string& why,
                           bool launched);
 
+// The executable graph, the graph and the flags of a successful cuGraphInstantiate*
+// call at its exit; false when the call says it made none.
+bool instantiate_args(CUpti_CallbackId cbid, const void* p, CUgraphExec*& exec, CUgraph& g, uint64_t& flags) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate: {
+      auto* q = static_cast<const cuGraphInstantiate_params*>(p);
+      exec = q->phGraphExec, g = q->hGraph;
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2: {
+      auto* q = static_cast<const cuGraphInstantiate_v2_params*>(p);
+      exec = q->phGraphExec, g = q->hGraph;
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags: {
+      auto* q = static_cast<const cuGraphInstantiateWithFlags_params*>(p);
+      exec = q->phGraphExec, g = q->hGraph, flags = q->flags;
+      break;
+    }
+    default: {  // cuGraphInstantiateWithParams(_ptsz): same layout
+      auto* q = static_cast<const cuGraphInstantiateWithParams_params*>(p);
+      exec = q->phGraphExec, g = q->hGraph;
+      if (q->instantiateParams) {
+        if (q->instantiateParams->result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) return false;
+        flags = q->instantiateParams->flags;
+      }
+      break;
+    }
+  }
+  return exec && *exec && g;
+}
+
 // Graph construction, instantiation and updates (API exit, successful calls, while armed).
 void track_graph(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, uint16_t roles) {
   const void* p = cb->functionParams;
@@ -755,33 +866,7 @@ void track_graph(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, 
     CUgraphExec* exec = nullptr;
     CUgraph g = nullptr;
     uint64_t flags = 0;
-    switch (cbid) {
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate: {
-        auto* q = static_cast<const cuGraphInstantiate_params*>(p);
-        exec = q->phGraphExec, g = q->hGraph;
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2: {
-        auto* q = static_cast<const cuGraphInstantiate_v2_params*>(p);
-        exec = q->phGraphExec, g = q->hGraph;
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags: {
-        auto* q = static_cast<const cuGraphInstantiateWithFlags_params*>(p);
-        exec = q->phGraphExec, g = q->hGraph, flags = q->flags;
-        break;
-      }
-      default: {  // cuGraphInstantiateWithParams(_ptsz): same layout
-        auto* q = static_cast<const cuGraphInstantiateWithParams_params*>(p);
-        exec = q->phGraphExec, g = q->hGraph;
-        if (q->instantiateParams) {
-          if (q->instantiateParams->result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) return;
-          flags = q->instantiateParams->flags;
-        }
-        break;
-      }
-    }
-    if (!exec || !*exec || !g) return;
+    if (!instantiate_args(cbid, p, exec, g, flags)) return;
     const std::string refused = s.graphs.on_instantiate(*exec, g, flags, matcher);
     if (!refused.empty()) {
       // The dispatch count would be wrong from here on: stop, and say why (a set names
@@ -947,7 +1032,7 @@ CUresult run_graph_copy(CUgraph g, CUstream stream, const std::string& what) {
 void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t index, CUstream stream,
                          bool per_thread, uint32_t bucket) {
   if (!claim_capture(s)) return;
-  s.quiesce.lock();
+  if (!hold_other_threads(s, tl, target.func->demangled, index, bucket)) return;
   Guard guard;
   std::vector<CUlaunchAttribute> attrs;
   std::string dir;
@@ -1131,6 +1216,191 @@ void graph_launch_exit(ThreadState& t) {
   t.graph_model = nullptr;
 }
 
+// ---------------------------------------------------------------------------------
+// The sampled profile (profile mode through the entry points, sampled_profile.hpp)
+
+CUstream launch_stream(CUstream stream, bool per_thread) {
+  return !stream && per_thread ? CU_STREAM_PER_THREAD : stream;
+}
+
+// Whether to time this launch (the n-th of its kernel or graph on this thread, or in the
+// process when `k` is null). Never while a stream capture runs anywhere in the process.
+bool time_launch(State& s, ThreadState& t, ThreadSlot::Kernel* k, uint64_t n, double* weight) {
+  if (s.active_captures.load(std::memory_order_acquire) > 0) return false;
+  return k ? LaunchSampler::due(k->schedule, n, t.rng, weight) : LaunchSampler::due_shared(n, t.rng, weight);
+}
+
+// Loads a kernel's code now (lazy loading loads it at its first launch), so that its
+// first launch can be timed behind a held stream. False: not loaded (not timed then).
+bool load_function(FuncInfo& fi, CUfunction f) {
+  Guard guard;
+  try {
+    CUfunction fn = f;
+    if (fi.is_kernel && KC_CU(cuKernelGetFunction)(&fn, reinterpret_cast<CUkernel>(f)) != CUDA_SUCCESS) return false;
+    if (KC_CU(cuFuncLoad)(fn) != CUDA_SUCCESS) return false;
+  } catch (const std::exception&) {  // a driver without cuFuncLoad (before CUDA 12.4)
+    return false;
+  }
+  fi.loaded.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+// A launch's exit: the end of its timed pair, if any; `ready` (the kernel's code is
+// loaded, the graph uploaded) is set once a launch of it returned successfully.
+void sampled_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb, std::atomic<bool>* ready) {
+  const bool ok = result_of(cb) == CUDA_SUCCESS;
+  if (t.pending) {
+    Guard guard;
+    s.sampled->sampler.end(t.pending, ok);
+    t.pending = nullptr;
+  }
+  if (ok && ready && !ready->load(std::memory_order_relaxed)) ready->store(true, std::memory_order_relaxed);
+}
+
+void sampled_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
+  if (!enter) {
+    sampled_exit(s, t, cb, t.sampled_fi ? &t.sampled_fi->loaded : nullptr);
+    t.sampled_fi = nullptr;
+    return;
+  }
+  t.pending = nullptr;
+  t.sampled_fi = nullptr;
+  LaunchDesc d;
+  if (!decode_launch(cbid, cb->functionParams, d)) return;
+  std::string why;
+  // Recorded into a graph, not run now: its kernel runs (and is timed) in the graph's launches.
+  if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why)) return;
+  ThreadSlot::Kernel* k = nullptr;
+  FuncInfo* fi = func_info(s, t, d.f, &k);
+  const uint64_t n = count_launch(s, t, *fi, k);
+  t.sampled_fi = fi;
+  double weight = 1.0;
+  // A cooperative launch needs the whole GPU and may wait for the context: never behind
+  // a held stream. Nor a kernel's first launch, which may load its module (and with it
+  // wait for the context), unless kerncap loaded the module first.
+  if (d.cooperative || !time_launch(s, t, k, n, &weight)) return;
+  if (!fi->loaded.load(std::memory_order_relaxed) && !load_function(*fi, d.f)) return;
+  Guard guard;
+  t.pending = s.sampled->sampler.begin(cb->context, launch_stream(d.stream, d.per_thread_default), fi, weight,
+                                      d.grid, d.block);
+}
+
+// The record of an executable graph and this thread's counter of it (a 4-entry cache).
+ProfGraph* graph_record(State& s, ThreadState& t, CUgraphExec exec, ThreadSlot::Kernel** count) {
+  const uint64_t epoch = s.sampled->epoch();
+  if (t.graph_epoch != epoch) {
+    std::fill(std::begin(t.graph_key), std::end(t.graph_key), nullptr);
+    t.graph_epoch = epoch;
+  }
+  const size_t slot = size_t((uint64_t(reinterpret_cast<uintptr_t>(exec)) * 0x9E3779B97F4A7C15ull) >> 62);
+  if (t.graph_key[slot] != exec) {
+    t.graph_key[slot] = exec;
+    t.graph_rec[slot] = s.sampled->graph(exec);
+    ThreadSlot* mine = my_slot(s, t);
+    t.graph_count[slot] = mine ? mine->counter_for(t.graph_rec[slot]) : nullptr;
+  }
+  *count = t.graph_count[slot];
+  return t.graph_rec[slot];
+}
+
+void sampled_graph_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
+  if (!enter) {
+    sampled_exit(s, t, cb, t.sampled_graph ? &t.sampled_graph->launched : nullptr);
+    t.sampled_graph = nullptr;
+    return;
+  }
+  t.pending = nullptr;
+  auto* p = static_cast<const cuGraphLaunch_params*>(cb->functionParams);  // _ptsz: same layout
+  ThreadSlot::Kernel* k = nullptr;
+  ProfGraph* g = graph_record(s, t, p->hGraph, &k);
+  uint64_t n;
+  if (k) {
+    ThreadSlot::bump(k->count);
+    n = k->count.load(std::memory_order_relaxed);
+  } else {
+    n = g->launches.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  t.sampled_graph = g;
+  double weight = 1.0;
+  if (!time_launch(s, t, k, n, &weight)) return;
+  const CUstream stream = launch_stream(p->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz);
+  Guard guard;
+  // A graph's first launch uploads it, which may wait: kerncap uploads it first, unheld.
+  if (!g->launched.load(std::memory_order_relaxed)) {
+    if (KC_CU(cuGraphUpload)(p->hGraph, stream) != CUDA_SUCCESS) return;
+    g->launched.store(true, std::memory_order_relaxed);
+  }
+  static const unsigned none[3] = {0, 0, 0};
+  t.pending = s.sampled->sampler.begin(cb->context, stream, g, weight, none, none);
+}
+
+// A context going away (cuCtxDestroy, the primary context's reset or last release):
+// its timed pairs are read first, while their events still exist.
+void sampled_context_call(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
+  const void* p = cb->functionParams;
+  Guard guard;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2:
+      if (enter) s.sampled->sampler.drop_context(static_cast<const cuCtxDestroy_v2_params*>(p)->ctx, true);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2: {
+      const CUdevice dev = static_cast<const cuDevicePrimaryCtxReset_v2_params*>(p)->dev;  // same layout
+      if (enter) {
+        t.primary_ctx = nullptr;
+        CUcontext cur = nullptr;
+        CUdevice cur_dev = -1;
+        if (KC_CU(cuCtxGetCurrent)(&cur) == CUDA_SUCCESS && cur && KC_CU(cuCtxGetDevice)(&cur_dev) == CUDA_SUCCESS &&
+            cur_dev == dev)
+          t.primary_ctx = cur;
+        if (t.primary_ctx) s.sampled->sampler.drop_context(t.primary_ctx, false);  // may be the last release
+        return;
+      }
+      if (!t.primary_ctx || result_of(cb) != CUDA_SUCCESS) return;
+      unsigned flags = 0;
+      int active = 1;
+      if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2 &&
+          KC_CU(cuDevicePrimaryCtxGetState)(dev, &flags, &active) != CUDA_SUCCESS)
+        active = 1;
+      if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2 || !active)
+        s.sampled->sampler.drop_context(t.primary_ctx, true);  // gone: nothing to read, only forget
+      t.primary_ctx = nullptr;
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+// Profile mode's dispatcher through the entry points: counting and timing, stream
+// captures (nothing is timed while one runs), graphs' names, module unloads, contexts.
+void sampled_call(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, uint16_t roles,
+                  bool enter) {
+  if (roles & kLaunch) return sampled_launch(s, t, cbid, cb, enter);
+  if (roles & kGraphLaunch) return sampled_graph_launch(s, t, cbid, cb, enter);
+  if (roles & kCaptureBegin) {
+    if (enter) s.active_captures.fetch_add(1, std::memory_order_acq_rel);
+    else if (result_of(cb) != CUDA_SUCCESS) s.active_captures.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  if (roles & kCaptureEnd) {
+    if (!enter) s.active_captures.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  if (roles & kEntryOnly) return sampled_context_call(s, t, cbid, cb, enter);
+  if (enter || result_of(cb) != CUDA_SUCCESS) return;
+  if (roles & kModuleUnload) {
+    s.funcs.clear();  // handles of the unloaded code may be reused for other kernels
+  } else if (roles & kGraphInstantiate) {
+    CUgraphExec* exec = nullptr;
+    CUgraph g = nullptr;
+    uint64_t flags = 0;
+    if (!instantiate_args(cbid, cb->functionParams, exec, g, flags)) return;
+    Guard guard;
+    s.sampled->instantiated(*exec, g, s.funcs);
+  }
+}
+
 // A kernel node entered a graph (explicitly, or recorded by stream capture): remember
 // graphs that hold the target, to say what happened when the dispatch is never reached.
 void on_graph_node_created(State& s, const CUpti_GraphData* gd) {
@@ -1233,6 +1503,7 @@ void entry_only_call(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* 
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2:
       if (enter) s.mem.drop_context(static_cast<const cuCtxDestroy_v2_params*>(p)->ctx);
+      if (enter) s.arrays.drop_context(static_cast<const cuCtxDestroy_v2_params*>(p)->ctx);
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2: {
@@ -1257,7 +1528,10 @@ void entry_only_call(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* 
             KC_CU(cuDevicePrimaryCtxGetState)(dev, &flags, &active) != CUDA_SUCCESS)
           active = 1;
       }
-      if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2 || !active) s.mem.drop_context(tl.primary_ctx);
+      if (cbid == CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2 || !active) {
+        s.mem.drop_context(tl.primary_ctx);
+        s.arrays.drop_context(tl.primary_ctx);
+      }
       tl.primary_ctx = nullptr;
       break;
     }
@@ -1371,7 +1645,8 @@ void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Call
   const uint16_t roles = call_roles(cbid);
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
   if (s.cfg.mode == Mode::Profile) {
-    if (enter && (roles & (kLaunch | kGraphLaunch))) profile_tag(s, t, cbid, cb, roles);
+    if (s.sampled) sampled_call(s, t, cbid, cb, roles, enter);
+    else if (enter && (roles & (kLaunch | kGraphLaunch))) profile_tag(s, t, cbid, cb, roles);
     return;
   }
   if (roles & kLaunch) {
@@ -1417,6 +1692,8 @@ void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Call
       if (s.entry_points) forget_image(s, cbid, cb);
     } else if (roles & (kAlloc | kHostMemory)) {
       track_memory(s, cbid, cb);
+    } else if (roles & kArray) {
+      s.arrays.on_call(cbid, cb->functionParams, cb->context);
     } else if ((roles & (kCaptureEnd | kGraphInstantiate | kGraphUpdate | kGraphBuild)) &&
                s.armed.load(std::memory_order_acquire)) {
       try {
@@ -1451,6 +1728,7 @@ void on_resource(State& s, CUpti_CallbackId cbid, const CUpti_ResourceData* rd) 
     }
     case CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING:
       s.mem.drop_context(rd->context);
+      s.arrays.drop_context(rd->context);
       break;
     case CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED:
       on_graph_node_created(s, static_cast<const CUpti_GraphData*>(rd->resourceDescriptor));
@@ -1503,6 +1781,19 @@ std::vector<std::pair<std::string, std::string>> profile_extras(State& s) {
 void at_exit() {
   State* s = g;
   if (!s || g_forked.load()) return;  // a fork child: its parent reports
+  if (s->active && s->sampled) {
+    Guard guard;
+    s->sampled->sampler.drain(5.0);  // every pair still pending, read (a GPU that hangs gets 5 s)
+    try {
+      write_file_atomic(path_join(s->cfg.out_dir, "profile-" + std::to_string(getpid()) + ".json"),
+                        s->sampled->to_json(int(getpid()), s->funcs, s->slots.kernel_counts()));
+    } catch (const std::exception& e) {
+      s->report.add_error("disk", std::string("profile not written: ") + e.what());
+    }
+    s->report.set_finalize_result("not used");  // no CUPTI in this process
+    write_proc(*s);
+    return;
+  }
   if (s->active && s->cfg.mode == Mode::Profile) {
     Guard guard;
     profiler::flush_and_stop();
@@ -1566,6 +1857,13 @@ void entry_dispatch(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   on_callback(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, cbid, cb);
 }
 
+// KERNCAP_BENCH_PASSTHROUGH=1: let kerncap_bench_passthrough (libkerncap_entry.so) switch
+// the dispatcher off and on (claim_capture refuses every capture of such a process).
+void allow_bench_switch() {
+  using Allow = void (*)(void (*)(CUpti_CallbackId, const CUpti_CallbackData*));
+  if (auto allow = reinterpret_cast<Allow>(dlsym(RTLD_DEFAULT, "kerncap_entry_allow_bench"))) allow(entry_dispatch);
+}
+
 bool attach_entry_points(State& s) {
   using Attach = int (*)(void (*)(CUpti_CallbackId, const CUpti_CallbackData*));
   auto attach = reinterpret_cast<Attach>(dlsym(RTLD_DEFAULT, "kerncap_entry_attach"));
@@ -1573,11 +1871,49 @@ bool attach_entry_points(State& s) {
   s.entry_points = true;
   s.active = true;
   s.armed.store(true, std::memory_order_release);
-  if (attach(entry_dispatch) > 0) return true;
+  if (attach(entry_dispatch) > 0) {
+    if (s.cfg.bench_passthrough) allow_bench_switch();
+    return true;
+  }
   attach(nullptr);  // libcuda not loaded: cannot be (we are inside its cuInit); stay safe
   s.entry_points = false;
   s.active = false;
   s.armed.store(false, std::memory_order_release);
+  return false;
+}
+
+// Profile mode's default (KERNCAP_PROFILE_TIMING=sampled): the entry points count every
+// launch and a sample is timed with events (sampled_profile.hpp). Without the entry
+// points, or with --nvtx / --by-nvtx / --buckets (they tag CUPTI's activity records),
+// profile mode reads CUPTI's records for every launch; proc-<pid>.json says which ran.
+bool attach_sampled_profile(State& s) {
+  if (!s.cfg.profile_sampled && !s.cfg.profile_tags()) {
+    s.report.set_section("profile_timing", "{\"used\": \"exact\"}");
+    return false;
+  }
+  using Attach = int (*)(void (*)(CUpti_CallbackId, const CUpti_CallbackData*));
+  auto attach = reinterpret_cast<Attach>(dlsym(RTLD_DEFAULT, "kerncap_entry_attach"));
+  const char* why = s.cfg.profile_tags() ? "--nvtx, --by-nvtx and --buckets need CUPTI's activity records"
+                    : !attach            ? "libkerncap_entry.so is not preloaded"
+                                         : nullptr;
+  if (!why) {
+    s.sampled = std::make_unique<SampledProfile>();
+    s.entry_points = true;
+    s.active = true;
+    if (attach(entry_dispatch) > 0) {
+      s.report.set_section("profile_timing", "{\"used\": \"sampled\"}");
+      return true;
+    }
+    attach(nullptr);
+    s.sampled.reset();
+    s.entry_points = false;
+    s.active = false;
+    why = "libcuda was not loaded when kerncap attached";
+  }
+  JsonWriter w;
+  w.begin_object().field("used", "exact").field("requested", s.cfg.profile_sampled ? "sampled" : "exact");
+  w.field("why", why).end_object();
+  s.report.set_section("profile_timing", w.str());
   return false;
 }
 
@@ -1668,6 +2004,7 @@ void initialize() {
   if (!select_this_process(s)) return;  // another process of the job captures
   init_call_roles();
   if (attach_entry_points(s)) return;  // no CUPTI until the capture (docs/interposer.md)
+  if (s.cfg.mode == Mode::Profile && attach_sampled_profile(s)) return;  // no CUPTI at all
   CUptiResult r = cuptiSubscribe(&s.subscriber, on_callback, nullptr);
   if (r != CUPTI_SUCCESS) {
     std::string msg = cupti_error(r, "cuptiSubscribe");

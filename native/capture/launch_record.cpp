@@ -1,5 +1,8 @@
 #include "launch_record.hpp"
 
+#include <cstring>
+#include <type_traits>
+
 #include <cupti.h>  // also brings the cbids and generated_cuda_meta.h (which has no include guard)
 
 #include <algorithm>
@@ -42,7 +45,12 @@ void from_ex(const P* p, LaunchDesc& d) {
 }  // namespace
 
 bool decode_launch(CUpti_CallbackId cbid, const void* params, LaunchDesc& d) {
-  d = LaunchDesc();
+  // Not `d = LaunchDesc()`: GCC built that as a stack temporary written in 16-byte
+  // stores and read back at other offsets, a store-forwarding stall on every launch
+  // (half of the armed dispatcher's samples under perf). LaunchDesc is all scalars.
+  static_assert(std::is_trivially_copyable<LaunchDesc>::value, "reset by memset");
+  std::memset(static_cast<void*>(&d), 0, sizeof d);
+  d.api = "";
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: {
       auto* p = static_cast<const cuLaunchKernel_params*>(params);

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "blob_store.hpp"
+#include "json_writer.hpp"
+#include "xxh64.hpp"
 
 namespace kc {
 
@@ -33,6 +35,16 @@ struct ChunkHash {
   uint64_t hash = 0;
   bool operator==(const ChunkHash& o) const { return stored == o.stored && (!stored || hash == o.hash); }
 };
+
+// A manifest chunk list: each chunk's blob name, null for an all-zero chunk.
+inline void write_hashes(JsonWriter& w, const std::vector<ChunkHash>& chunks) {
+  w.begin_array();
+  for (const ChunkHash& c : chunks) {
+    if (c.stored) w.value(xxh64_hex(c.hash));
+    else w.null();
+  }
+  w.end_array();
+}
 
 struct ItemSnapshot {
   std::vector<ChunkHash> chunks;

@@ -25,6 +25,7 @@ enum CallRole : uint16_t {
   // Entry-point interception only: CUPTI reports these as resource events instead.
   kContextDestroy = 1 << 12,  // a context may be destroyed: its regions go
   kKernelNodeAdd = 1 << 13,   // a kernel node entered a graph through the explicit API
+  kArray = 1 << 14,           // CUDA array / texture or surface object created or destroyed (array_tracker.hpp)
   kEntryOnly = kContextDestroy | kKernelNodeAdd,
 };
 

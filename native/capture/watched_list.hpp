@@ -86,6 +86,14 @@ CUresult kc_v1_cuStreamBeginCapture(CUstream);
   X(cuMemHostAlloc, cuMemHostAlloc, kHostMemory) X(cuMemAllocHost_v2, cuMemAllocHost_v2, kHostMemory) \
   X(cuMemHostRegister_v2, cuMemHostRegister_v2, kHostMemory) X(cuMemFreeHost, cuMemFreeHost, kHostMemory) \
   X(cuMemHostUnregister, cuMemHostUnregister, kHostMemory) \
+  /* CUDA arrays and texture/surface objects (array_tracker.hpp): snapshotted, recreated in replay. */ \
+  X(cuArrayCreate_v2, cuArrayCreate_v2, kEnqueue | kArray) X(cuArray3DCreate_v2, cuArray3DCreate_v2, kEnqueue | kArray) \
+  X(cuArrayDestroy, cuArrayDestroy, kEnqueue | kArray) \
+  X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, kEnqueue | kArray) \
+  X(cuMipmappedArrayGetLevel, cuMipmappedArrayGetLevel, kArray) \
+  X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, kEnqueue | kArray) \
+  X(cuTexObjectCreate, cuTexObjectCreate, kEnqueue | kArray) X(cuTexObjectDestroy, cuTexObjectDestroy, kEnqueue | kArray) \
+  X(cuSurfObjectCreate, cuSurfObjectCreate, kEnqueue | kArray) X(cuSurfObjectDestroy, cuSurfObjectDestroy, kEnqueue | kArray) \
   /* Module/library loads (paired with the cubins they load) and unloads. */ \
   X(cuModuleLoad, cuModuleLoad, kModuleLoad) X(cuModuleLoadData, cuModuleLoadData, kModuleLoad) \
   X(cuModuleLoadDataEx, cuModuleLoadDataEx, kModuleLoad) X(cuModuleLoadFatBinary, cuModuleLoadFatBinary, kModuleLoad) \

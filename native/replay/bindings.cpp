@@ -10,6 +10,10 @@
 namespace py = pybind11;
 using namespace kc::replay;
 
+namespace kc::replay {
+void bind_mismatch(py::module_& m);  // mismatch_bindings.cpp
+}
+
 namespace {
 
 PyObject* g_cuda_error = nullptr;    // owned for the life of the process
@@ -69,7 +73,63 @@ PYBIND11_MODULE(_replay, m) {
       .def_readwrite("base", &ItemSpec::base)
       .def_readwrite("size", &ItemSpec::size)
       .def_readwrite("pre", &ItemSpec::pre)
-      .def_readwrite("post", &ItemSpec::post);
+      .def_readwrite("post", &ItemSpec::post)
+      .def_readwrite("array", &ItemSpec::array);
+
+  // CUDA arrays and texture/surface objects (arrays.hpp).
+  py::class_<ArrayDescSpec>(m, "ArrayDescSpec")
+      .def(py::init<>())
+      .def_readwrite("format", &ArrayDescSpec::format)
+      .def_readwrite("channels", &ArrayDescSpec::channels)
+      .def_readwrite("flags", &ArrayDescSpec::flags)
+      .def_readwrite("width", &ArrayDescSpec::width)
+      .def_readwrite("height", &ArrayDescSpec::height)
+      .def_readwrite("depth", &ArrayDescSpec::depth);
+  py::class_<MipmapSpec>(m, "MipmapSpec")
+      .def(py::init<>())
+      .def_readwrite("label", &MipmapSpec::label)
+      .def_readwrite("desc", &MipmapSpec::desc)
+      .def_readwrite("levels", &MipmapSpec::levels);
+  py::class_<ArraySpec>(m, "ArraySpec")
+      .def(py::init<>())
+      .def_readwrite("label", &ArraySpec::label)
+      .def_readwrite("desc", &ArraySpec::desc)
+      .def_readwrite("mipmap", &ArraySpec::mipmap)
+      .def_readwrite("level", &ArraySpec::level);
+  py::class_<ObjectSpec>(m, "ObjectSpec")
+      .def(py::init<>())
+      .def_readwrite("label", &ObjectSpec::label)
+      .def_readwrite("surface", &ObjectSpec::surface)
+      .def_readwrite("resource", &ObjectSpec::resource)
+      .def_readwrite("why", &ObjectSpec::why)
+      .def_readwrite("array", &ObjectSpec::array)
+      .def_readwrite("mipmap", &ObjectSpec::mipmap)
+      .def_readwrite("address", &ObjectSpec::address)
+      .def_readwrite("size", &ObjectSpec::size)
+      .def_readwrite("width", &ObjectSpec::width)
+      .def_readwrite("height", &ObjectSpec::height)
+      .def_readwrite("pitch", &ObjectSpec::pitch)
+      .def_readwrite("format", &ObjectSpec::format)
+      .def_readwrite("channels", &ObjectSpec::channels)
+      .def_readwrite("resource_flags", &ObjectSpec::resource_flags)
+      .def_readwrite("address_mode", &ObjectSpec::address_mode)
+      .def_readwrite("filter_mode", &ObjectSpec::filter_mode)
+      .def_readwrite("flags", &ObjectSpec::flags)
+      .def_readwrite("max_anisotropy", &ObjectSpec::max_anisotropy)
+      .def_readwrite("mipmap_filter_mode", &ObjectSpec::mipmap_filter_mode)
+      .def_readwrite("mipmap_level_bias", &ObjectSpec::mipmap_level_bias)
+      .def_readwrite("min_mipmap_level_clamp", &ObjectSpec::min_mipmap_level_clamp)
+      .def_readwrite("max_mipmap_level_clamp", &ObjectSpec::max_mipmap_level_clamp)
+      .def_readwrite("border_color", &ObjectSpec::border_color)
+      .def_readwrite("has_view", &ObjectSpec::has_view)
+      .def_readwrite("view_format", &ObjectSpec::view_format)
+      .def_readwrite("view_width", &ObjectSpec::view_width)
+      .def_readwrite("view_height", &ObjectSpec::view_height)
+      .def_readwrite("view_depth", &ObjectSpec::view_depth)
+      .def_readwrite("first_mipmap_level", &ObjectSpec::first_mipmap_level)
+      .def_readwrite("last_mipmap_level", &ObjectSpec::last_mipmap_level)
+      .def_readwrite("first_layer", &ObjectSpec::first_layer)
+      .def_readwrite("last_layer", &ObjectSpec::last_layer);
 
   py::class_<LaunchSpec>(m, "LaunchSpec")
       .def(py::init<>())
@@ -81,7 +141,8 @@ PYBIND11_MODULE(_replay, m) {
       .def_readwrite("cooperative", &LaunchSpec::cooperative)
       .def_readwrite("extra_form", &LaunchSpec::extra_form)
       .def_readwrite("param_buffer", &LaunchSpec::param_buffer)
-      .def_readwrite("params", &LaunchSpec::params);
+      .def_readwrite("params", &LaunchSpec::params)
+      .def_readwrite("handles", &LaunchSpec::handles);
 
   py::class_<FillSpec>(m, "FillSpec")
       .def(py::init<>())
@@ -115,6 +176,7 @@ PYBIND11_MODULE(_replay, m) {
       .def("map", &Session::map, release())
       .def("load_state", &Session::load_state, py::arg("blob_dir"), py::arg("chunk_size"), py::arg("items"),
            py::arg("threads") = 4, release())
+      .def("load_arrays", &Session::load_arrays, py::arg("mipmaps"), py::arg("arrays"), py::arg("objects"), release())
       .def("load_program", &Session::load_program, py::arg("key"), py::arg("spec"), py::arg("image"),
            py::arg("label"), py::arg("global_names") = std::vector<std::string>{}, release())
       .def("select_program", &Session::select_program, py::arg("key"))
@@ -162,4 +224,5 @@ PYBIND11_MODULE(_replay, m) {
       .def("pci_bus_id", &Session::pci_bus_id)
       .def("notes", &Session::notes)
       .def("health", &Session::health, release());
+  bind_mismatch(m);  // where a variant differs (mismatch_bindings.cpp)
 }

@@ -23,6 +23,8 @@ struct LaunchSpec {
   bool extra_form = false;  // arguments passed via `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER)
   std::string param_buffer;
   std::vector<std::pair<size_t, size_t>> params;  // offset, size in param_buffer
+  // (offset in param_buffer, texture/surface object): the replay's handle goes there.
+  std::vector<std::pair<size_t, long>> handles;
 };
 
 // What cuLaunchKernelEx needs, built once from the spec.

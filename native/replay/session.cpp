@@ -141,12 +141,20 @@ void Session::load_state(const std::string& blob_dir, unsigned long long chunk_s
     Item item;
     item.spec = spec;
     item.target = spec.base;
+    if (spec.array >= 0) {  // a CUDA array: its staging buffer stands for it (arrays.hpp)
+      if (!arrays_) throw Error("input", spec.label + " is an array, but no arrays were loaded");
+      item.target = arrays_->staging(size_t(spec.array), spec.label);
+      if (arrays_->packed_size(size_t(spec.array)) != spec.size)
+        throw Error("capture", spec.label + " lists " + std::to_string(spec.size) + " bytes, its descriptor makes " +
+                                   std::to_string(arrays_->packed_size(size_t(spec.array))));
+    }
     item.pre = DeviceBuffer(spec.size, "resident pre-state of " + spec.label);
     KC_CHECK(cuMemsetD8, (item.pre.get(), 0, spec.size), "resident pre-state of " + spec.label);
     for (size_t i = 0; i < chunks; ++i) {
       const size_t off = i * chunk_size;
       if (spec.pre[i] != spec.post[i]) merge_into(item.written, off, std::min<size_t>(chunk_size, spec.size - off));
     }
+    if (spec.array >= 0) arrays_->set_written(size_t(spec.array), !item.written.empty());
     if (!item.written.empty()) {
       item.post = DeviceBuffer(spec.size, "resident post-state of " + spec.label);
       KC_CHECK(cuMemsetD8, (item.post.get(), 0, spec.size), "resident post-state of " + spec.label);
@@ -181,6 +189,12 @@ void Session::load_state(const std::string& blob_dir, unsigned long long chunk_s
   KC_CHECK(cuCtxSynchronize, (), "loading the resident state");
 }
 
+void Session::load_arrays(const std::vector<MipmapSpec>& mipmaps, const std::vector<ArraySpec>& arrays,
+                          const std::vector<ObjectSpec>& objects) {
+  if (!items_.empty() || arrays_) throw Error("input", "load_arrays must come once, before load_state");
+  arrays_ = std::make_unique<Arrays>(mipmaps, arrays, objects);
+}
+
 std::map<std::string, long long> Session::load_program(const std::string& key, LaunchSpec spec,
                                                        const std::string& image, const std::string& label,
                                                        const std::vector<std::string>& global_names) {
@@ -193,6 +207,10 @@ std::map<std::string, long long> Session::load_program(const std::string& key, L
       throw Error("input", "load_program got " + std::to_string(global_names.size()) + " global names for " +
                                std::to_string(globals.size()) + " module globals");
     for (size_t i = 0; i < globals.size(); ++i) globals[i].in_module = global_names[i];
+  }
+  if (!spec.handles.empty()) {  // the replay's texture/surface handles where the app's were
+    if (!arrays_) throw Error("capture", "the launch names texture objects, but none were loaded");
+    arrays_->patch(spec.param_buffer, spec.handles);
   }
   // Built completely before it replaces what the key held: a bad variant leaves the
   // session as it was.
@@ -247,6 +265,7 @@ void Session::restore_all() {
     if (const CUdeviceptr dst = target_of(item))  // 0: a module global the program does not define
       KC_CHECK(cuMemcpyDtoDAsync, (dst, item.pre.get(), item.spec.size, stream_->get()),
                "restoring " + item.spec.label);
+  if (arrays_) arrays_->push(stream_->get(), false);  // the staging buffers into the arrays
 }
 
 void Session::restore_written() {
@@ -257,6 +276,7 @@ void Session::restore_written() {
       KC_CHECK(cuMemcpyDtoDAsync, (dst + off, item.pre.get() + off, len, stream_->get()),
                "restoring the written part of " + item.spec.label);
   }
+  if (arrays_) arrays_->push(stream_->get(), true);  // arrays a surface wrote
 }
 
 void Session::launch() { current_->launch->launch(current_->kernel->function(), stream_->get()); }
@@ -312,6 +332,7 @@ void Session::fill(const std::vector<FillSpec>& fills) {
     filler_->fill(stream_->get(), f.dtype, dst + f.offset, f.count, p,
                   item.spec.label + " +" + std::to_string(f.offset));
   }
+  if (arrays_) arrays_->push(stream_->get(), false);  // perturbed staging buffers into their arrays
 }
 
 void Session::run() {
@@ -319,6 +340,10 @@ void Session::run() {
   launch();
   KC_CHECK(cuStreamSynchronize, (stream_->get()),
            "kernel " + current_->launch->spec().kernel_name + " of " + current_->label);
+  if (arrays_) {  // what the kernel left in the arrays (surface writes), for compare and read
+    arrays_->pull(stream_->get());
+    KC_CHECK(cuStreamSynchronize, (stream_->get()), "reading the CUDA arrays back after the kernel");
+  }
 }
 
 void Session::keep_reference(const std::vector<size_t>& indices) {
@@ -409,6 +434,26 @@ std::string Session::read(size_t index, unsigned long long offset, unsigned long
   return copy_to_host(actual_of(item) + offset, length, item.spec.label);
 }
 
+Session::ItemPointers Session::item_pointers(size_t index, const std::string& against) const {
+  require_kernel("item_pointers");
+  const Item& item = item_at(index, "item_pointers");
+  if (against != "captured" && against != "reference")
+    throw Error("input", "expected state " + against + ": expected \"captured\" or \"reference\"");
+  ItemPointers p;
+  p.actual = actual_of(item);
+  p.pre = item.pre.get();
+  p.expected = against == "reference" ? (item.has_ref ? item.ref.get() : item.pre.get())
+                                      : (item.post.get() ? item.post.get() : item.pre.get());
+  p.size = item.spec.size;
+  p.label = item.spec.label;
+  return p;
+}
+
+CUstream Session::stream() const {
+  if (!stream_) throw Error("input", "load_state must come before the replay stream is used");
+  return stream_->get();
+}
+
 std::vector<double> Session::time_empty(int iterations) {
   if (!stream_) throw Error("input", "load_state must come before time_empty");
   if (iterations < 1) throw Error("input", "iterations must be >= 1");
@@ -436,6 +481,7 @@ std::vector<std::string> Session::notes() const {
     out = current_->launch->notes();
     out.insert(out.end(), current_->kernel->notes().begin(), current_->kernel->notes().end());
   }
+  if (arrays_) out.insert(out.end(), arrays_->notes().begin(), arrays_->notes().end());
   return out;
 }
 

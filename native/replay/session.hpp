@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "arrays.hpp"
 #include "compare.hpp"
 #include "fill.hpp"
 #include "kernel.hpp"
@@ -44,6 +45,7 @@ struct ItemSpec {
   unsigned long long base = 0;
   unsigned long long size = 0;
   std::vector<std::optional<std::string>> pre, post;
+  long array = -1;  // >= 0: the contents of that CUDA array (load_arrays), base unused
 };
 
 struct CompareSpec {
@@ -86,6 +88,10 @@ class Session {
   void map(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges);
   void load_state(const std::string& blob_dir, unsigned long long chunk_size, const std::vector<ItemSpec>& items,
                   int threads);
+  // Recreates the capture's CUDA arrays and texture/surface objects (arrays.hpp); after
+  // map() (objects over linear memory need it mapped), before load_state().
+  void load_arrays(const std::vector<MipmapSpec>& mipmaps, const std::vector<ArraySpec>& arrays,
+                   const std::vector<ObjectSpec>& objects);
   // Loads a cubin under `key` with its launch (replacing what the key held; a failing
   // load leaves everything as it was). `global_names`: for each module global of the
   // state (in order), its name in this image (internal-linkage globals carry the
@@ -118,6 +124,16 @@ class Session {
   std::vector<CompareOut> compare(const std::vector<CompareSpec>& specs, const std::string& against);
   // `length` bytes of an item's replay memory from `offset` (tests, reports).
   std::string read(size_t item, unsigned long long offset, unsigned long long length);
+  // Where one item's states live for the selected program (mismatch.cpp): what it left
+  // there (as compare sees it), the expected state of compare(specs, against) and the
+  // resident pre-state. Call after the work on stream() is done.
+  struct ItemPointers {
+    CUdeviceptr actual = 0, expected = 0, pre = 0;
+    size_t size = 0;
+    std::string label;
+  };
+  ItemPointers item_pointers(size_t index, const std::string& against) const;
+  CUstream stream() const;
   // CUDA-event times (ms) of an empty kernel: the floor under any kernel's timing.
   std::vector<double> time_empty(int iterations);
   std::string pci_bus_id() const;
@@ -162,6 +178,7 @@ class Session {
   std::map<std::string, Program> programs_;
   Program* current_ = nullptr;  // a node of programs_ (stable under insertion)
   std::string current_key_;
+  std::unique_ptr<Arrays> arrays_;
   std::unique_ptr<Comparer> comparer_;
   std::unique_ptr<Filler> filler_;
   DeviceBuffer results_;

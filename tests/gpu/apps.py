@@ -141,3 +141,7 @@ def app_env(spec: AppSpec, workdir: Path, **extra: str) -> dict[str, str]:
     env["KC_TESTAPP_DONE"] = str(workdir / "done")
     env.update(extra)
     return env
+
+# Issue 30 (see the data): a 2-D output in 64 x 64 tiles; variants/tile2d_* plant bugs.
+TILE2D = AppSpec("tile2d", "tile2d", writes=("out",), reads=("colscale",), args=("1024", "1024"))
+TILE2D_BIG = AppSpec("tile2d", "tile2d", writes=("out",), reads=("colscale",), args=("32768", "32768"), timeout=600.0)

@@ -1,15 +1,21 @@
 """`kerncap profile`: run the app once and rank its kernels by total GPU time.
 
-The capture library aggregates per kernel inside each process (CUPTI activity records,
-so millions of dispatches cost one dict entry each) and writes `profile-<pid>.json`
-at exit; here the per-process tables are merged, ranked and saved. With --nvtx only
-launches inside matching NVTX ranges count; --by-nvtx adds time per (range path,
-kernel) and --buckets time per launch signature (docs/selection.md).
+The capture library aggregates per kernel inside each process and writes
+`profile-<pid>.json` at exit; here the per-process tables are merged, ranked and saved.
+By default ("sampled" timing) every launch is counted exactly through the interposed
+driver entry points and a sample of each kernel's launches is timed with CUDA events on
+its own stream: each total is an estimate with a 90 % interval and the number of launches
+timed (docs/interposer.md, "Sampled profile"). `exact` (--exact) reads CUPTI's activity
+record of every launch instead, at CUPTI's cost (~20 % per launch on a PyTorch loop,
+docs/facts.md §28). With --nvtx only launches inside matching NVTX ranges count;
+--by-nvtx adds time per (range path, kernel) and --buckets time per launch signature
+(docs/selection.md); those three need CUPTI's records and imply exact timing.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -29,13 +35,14 @@ from kerncap.capture.run import (
     check_command,
     command_text,
     cupti_subscriber_error,
+    preload_entry_points,
     read_reports,
     report_errors,
     run_app,
 )
 from kerncap.capture.selection import Selection, nvtx_environment
 from kerncap.core.fsio import fs_error, write_atomic
-from kerncap.core.native import inject_library
+from kerncap.core.native import entry_library, inject_library
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError
 from kerncap.reproducer import buckets as bucket_tables
@@ -43,6 +50,8 @@ from kerncap.reproducer.schemas import PROFILE
 
 PROFILE_FORMAT = "kerncap-profile"
 PROFILE_VERSION = 1
+TIMINGS = ("sampled", "exact")
+Z90 = 1.6449  # a two-sided 90 % interval of a normal estimate
 
 
 @dataclass
@@ -57,6 +66,12 @@ class KernelStat:
     grid: list[int]
     block: list[int]
     percent: float
+    # Sampled timing: launches timed, and the 90 % interval of total_ns (sampling error
+    # only, docs/interposer.md). None under exact timing. min/max are the timed ones'.
+    timed: int | None = None
+    total_lo_ns: int | None = None
+    total_hi_ns: int | None = None
+    graph: bool = False  # a row for a whole executable CUDA graph (sampled timing ranks graphs whole)
 
     @property
     def display_name(self) -> str:
@@ -82,6 +97,7 @@ class ProfileResult:
     nvtx: dict[str, str] | None = None          # --nvtx: {"pattern", "match"}
     nvtx_ranges: list[dict] = field(default_factory=list)  # --by-nvtx: nvtx_summary.RangeKernel rows
     buckets: list[dict] = field(default_factory=list)      # --buckets: buckets.Bucket rows
+    timing: str = "exact"  # "sampled" or "exact" (every process's)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -101,7 +117,7 @@ class ProfileResult:
         kernels = [KernelStat(**{key: v for key, v in stat.items() if key in names}) for stat in d["kernels"]]
         totals = {k: d[k] for k in ("total_ns", "dispatches", "processes")}
         optional = ("command", "created", "wall_seconds", "exit_status", "dropped_records", "warnings", "kerncap_version",
-                    "cupti_finalized", "nvtx", "nvtx_ranges", "buckets")
+                    "cupti_finalized", "nvtx", "nvtx_ranges", "buckets", "timing")
         return cls(kernels=kernels, **totals, **{k: d[k] for k in optional if k in d})
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -139,7 +155,9 @@ def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
     """Merge per-process tables into one ranking (by total time, descending).
 
     Returns the kernels and the number of dropped CUPTI records. Grid and block are
-    those of the process that spent the most time in the kernel.
+    those of the process that spent the most time in the kernel. Sampled reports carry
+    each total's variance (`total_var_ns2`): variances of processes add, and the merged
+    total gets a 90 % interval from it.
     """
     merged: dict[str, dict[str, Any]] = {}
     dropped = 0
@@ -151,6 +169,8 @@ def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
                 name = str(k["name"])
                 calls, total = int(k["calls"]), int(k["total_ns"])
                 lo, hi = int(k["min_ns"]), int(k["max_ns"])
+                timed = None if k.get("timed") is None else int(k["timed"])
+                var = float(k.get("total_var_ns2") or 0.0)
             except (KeyError, TypeError, ValueError) as exc:
                 raise KerncapError(
                     f"{where} in the run directory has a malformed kernel entry ({type(exc).__name__}: {exc})",
@@ -160,28 +180,36 @@ def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
             if m is None:
                 merged[name] = {
                     "demangled": k.get("demangled") or "", "calls": calls, "total_ns": total,
-                    "min_ns": lo, "max_ns": hi, "grid": list(k.get("grid") or [0, 0, 0]),
-                    "block": list(k.get("block") or [0, 0, 0]), "best_total": total,
+                    "min_ns": lo if timed is None or timed else None, "max_ns": hi,
+                    "grid": list(k.get("grid") or [0, 0, 0]), "block": list(k.get("block") or [0, 0, 0]),
+                    "best_total": total, "timed": timed, "var": var, "graph": bool(k.get("graph")),
                 }
                 continue
             m["calls"] += calls
             m["total_ns"] += total
-            m["min_ns"] = min(m["min_ns"], lo)
+            if timed is None or timed:
+                m["min_ns"] = lo if m["min_ns"] is None else min(m["min_ns"], lo)
             m["max_ns"] = max(m["max_ns"], hi)
+            if timed is not None:
+                m["timed"] = (m["timed"] or 0) + timed
+                m["var"] += var
             m["demangled"] = m["demangled"] or k.get("demangled") or ""
             if total > m["best_total"]:
                 m["best_total"] = total
                 m["grid"] = list(k.get("grid") or m["grid"])
                 m["block"] = list(k.get("block") or m["block"])
     grand = sum(m["total_ns"] for m in merged.values())
-    kernels = [
-        KernelStat(
+    kernels = []
+    for name, m in merged.items():
+        half = Z90 * math.sqrt(m["var"]) if m["timed"] is not None else None
+        kernels.append(KernelStat(
             name=name, demangled=m["demangled"], calls=m["calls"], total_ns=m["total_ns"],
-            avg_ns=m["total_ns"] / m["calls"] if m["calls"] else 0.0, min_ns=m["min_ns"], max_ns=m["max_ns"],
+            avg_ns=m["total_ns"] / m["calls"] if m["calls"] else 0.0, min_ns=m["min_ns"] or 0, max_ns=m["max_ns"],
             grid=m["grid"], block=m["block"], percent=100.0 * m["total_ns"] / grand if grand else 0.0,
-        )
-        for name, m in merged.items()
-    ]
+            timed=m["timed"], graph=m["graph"],
+            total_lo_ns=None if half is None else max(0, round(m["total_ns"] - half)),
+            total_hi_ns=None if half is None else round(m["total_ns"] + half),
+        ))
     kernels.sort(key=lambda s: (-s.total_ns, s.name))
     return kernels, dropped
 
@@ -201,13 +229,16 @@ def run_profile(
     nvtx_match: str = "substring",
     by_nvtx: bool = False,
     buckets: bool = False,
+    exact: bool = False,
 ) -> ProfileResult:
     """Run `command` once under the capture library in profile mode and rank its kernels.
 
     `env` adds to (or overrides) the current environment. `run_dir` keeps the
     per-process reports there; by default a temporary directory is used and removed.
     `nvtx`: only launches inside matching NVTX ranges count; `by_nvtx`: time per
-    (range path, kernel); `buckets`: time per launch signature of each kernel.
+    (range path, kernel); `buckets`: time per launch signature of each kernel. `exact`:
+    CUPTI's record of every launch instead of timing a sample (implied by the three
+    before, and used where libkerncap_entry.so was not built; `result.timing` says which).
     """
     command = list(command)
     base_env = {**os.environ, **(env or {})}
@@ -222,6 +253,10 @@ def run_profile(
     if nvtx is not None or by_nvtx:
         settings.update(nvtx_environment(inject_library()))
     inject_library()  # fail before anything is created if the capture library is missing
+    sampled = not (exact or nvtx is not None or by_nvtx or buckets) and entry_library() is not None
+    settings["KERNCAP_PROFILE_TIMING"] = "sampled" if sampled else "exact"
+    if sampled:
+        settings["LD_PRELOAD"] = preload_entry_points(base_env.get("LD_PRELOAD"))
     own_dir = run_dir is None
     rdir = Path(tempfile.mkdtemp(prefix="kerncap-profile-")) if own_dir else Path(run_dir)
     try:
@@ -252,6 +287,42 @@ def _add_tables(result: ProfileResult, profiles: list[dict], by_nvtx: bool, buck
         tables = [[bucket_tables.Bucket.from_native(b, demangled.get(str(b.get("kernel")), ""))
                    for b in p.get("buckets") or []] for p in profiles]
         result.buckets = [b.to_dict() for b in bucket_tables.merge(tables)]
+
+
+def sampling_warnings(kernels: list[KernelStat], profiles: list[dict], procs: list[dict]) -> list[str]:
+    """What a user must know about sampled times: a process that fell back to exact timing,
+    a sampler that failed, kernels launched but never timed, overlapping streams, graphs."""
+    out = []
+    for p in procs:
+        timing = p.get("profile_timing") or {}
+        if timing.get("requested") == "sampled" and timing.get("used") == "exact":
+            out.append(f"process {p.get('pid')}: timed every launch through CUPTI ({timing.get('why', '')})")
+    for prof in profiles:
+        s = prof.get("sampling") or {}
+        if s.get("errors"):
+            out.append(f"process {prof.get('pid')}: {s['errors']} timing error(s), launches there were counted but "
+                       f"not all timed (first: {s.get('first_error', '')}); --exact times every launch through CUPTI")
+        if s.get("unheld"):
+            out.append(f"process {prof.get('pid')}: launches were timed without holding their stream ({s['unheld']}): "
+                       "a launch on an idle stream then reads long by the CPU's launch latency; --exact times them")
+        if int(s.get("streams") or 0) > 1:
+            out.append(f"process {prof.get('pid')}: kernels were timed on {s['streams']} streams of one context; a "
+                       "timed launch that overlapped another stream's kernels includes time spent waiting for the "
+                       "GPU, so concurrent kernels may read long (docs/interposer.md); --exact times them apart")
+        lost = int(s.get("overdue") or 0) + int(s.get("unfinished") or 0)
+        timed = sum(int(k.get("timed") or 0) for k in prof.get("kernels") or [])
+        if lost > 0.01 * (timed + lost):  # a few (a thread preempted while it held its stream) change nothing
+            out.append(f"process {prof.get('pid')}: {lost} of {timed + lost} timed launches could not be read "
+                       "(held over 5 ms, or unfinished at exit) and were left out")
+    untimed = [k for k in kernels if k.timed == 0]
+    if untimed:
+        names = ", ".join(k.display_name for k in sorted(untimed, key=lambda k: -k.calls)[:3])
+        out.append(f"{len(untimed)} kernel(s) ran but none of their launches was timed: {names}; their time is unknown "
+                   "and shown as 0 (--exact times every launch)")
+    if any(k.graph for k in kernels):
+        out.append("CUDA graphs are timed as a whole (one row per executable graph); --exact splits their time by "
+                   "kernel")
+    return out
 
 
 def _build_result(
@@ -297,12 +368,16 @@ def _build_result(
         warnings.append(f"the app {outcome.describe_exit()}; the profile covers what ran until then")
     if dropped:
         warnings.append(f"{dropped} CUPTI activity records were dropped; totals are lower bounds")
-    finalize = [p.get("cupti_finalize") for p in procs]
-    for p, result in zip(procs, finalize):
-        if result not in (None, "ok", "unsubscribed"):
+    finalize = [p.get("cupti_finalize") for p in procs if p.get("cupti_finalize") != "not used"]
+    for p in procs:
+        result = p.get("cupti_finalize")
+        if result not in (None, "ok", "unsubscribed", "not used"):
             warnings.append(f"process {p.get('pid')}: CUPTI was not detached at exit ({result})")
+    warnings += sampling_warnings(kernels, profiles, procs)
     reporting = {int(p.get("pid", 0)) for p in profiles}
+    timings = {p.get("timing", "exact") for p in profiles}
     return ProfileResult(
+        timing="sampled" if timings == {"sampled"} else "exact",
         cupti_finalized=all(r == "ok" for r in finalize) if finalize and None not in finalize else None,
         nvtx=nvtx,
         kernels=kernels,

@@ -15,6 +15,18 @@ from kerncap.reproducer.buckets import Bucket, time_shares
 
 MIN_NAME = 12
 NUMBER_COLUMNS = ("calls", "total ms", "%", "avg µs", "min µs", "max µs", "grid", "block")
+# Sampled timing adds the 90 % interval of each total (as +-% of it) and the launches timed.
+SAMPLED_COLUMNS = ("calls", "total ms", "±%", "%", "timed", "avg µs", "min µs", "max µs", "grid", "block")
+
+
+def interval_cell(k) -> str:
+    """The half-width of a sampled total's 90 % interval, in % of the total."""
+    if k.timed is None or k.total_lo_ns is None or k.total_hi_ns is None:
+        return "-"
+    if not k.timed:
+        return "?"
+    half = (k.total_hi_ns - k.total_lo_ns) / 2
+    return f"{100 * half / k.total_ns:.1f}" if k.total_ns else "0.0"
 
 
 def terminal_width(default: int = 80) -> int:
@@ -26,12 +38,16 @@ def format_table(result: ProfileResult, *, top: int = 20, width: int | None = No
     """The table's lines; none is longer than `width` unless the numbers alone are."""
     width = terminal_width() if width is None else width
     shown = result.kernels if top <= 0 else result.kernels[:top]
-    rows = [
-        [str(rank), f"{k.calls:,}", f"{k.total_ns / 1e6:,.3f}", f"{k.percent:.1f}", f"{k.avg_ns / 1e3:,.2f}",
-         f"{k.min_ns / 1e3:,.2f}", f"{k.max_ns / 1e3:,.2f}", format_dim(k.grid), format_dim(k.block)]
-        for rank, k in enumerate(shown, 1)
-    ]
-    heads = ["#", *NUMBER_COLUMNS]
+    sampled = result.timing == "sampled"
+    rows = []
+    for rank, k in enumerate(shown, 1):
+        cells = [f"{k.calls:,}", f"{k.total_ns / 1e6:,.3f}", f"{k.percent:.1f}", f"{k.avg_ns / 1e3:,.2f}",
+                 f"{k.min_ns / 1e3:,.2f}", f"{k.max_ns / 1e3:,.2f}", format_dim(k.grid), format_dim(k.block)]
+        if sampled:
+            cells[2:2] = [interval_cell(k)]
+            cells[4:4] = [f"{k.timed or 0:,}"]
+        rows.append([str(rank), *cells])
+    heads = ["#", *(SAMPLED_COLUMNS if sampled else NUMBER_COLUMNS)]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
     # "#", two spaces, the name, two spaces, then number columns one space apart.
     numbers = sum(widths[1:]) + len(widths) - 2
@@ -43,7 +59,7 @@ def format_table(result: ProfileResult, *, top: int = 20, width: int | None = No
         nums = " ".join(c.rjust(w) for c, w in zip(cells, widths[1:]))
         return f"{first.rjust(widths[0])}  {name.ljust(name_width)}  {nums}".rstrip()
 
-    out = [line("#", "kernel", NUMBER_COLUMNS)]
+    out = [line("#", "kernel", heads[1:])]
     out += [line(r[0], n, r[1:]) for r, n in zip(rows, names)]
     return out
 
@@ -51,8 +67,13 @@ def format_table(result: ProfileResult, *, top: int = 20, width: int | None = No
 def summary_line(result: ProfileResult, shown: int) -> str:
     hidden = len(result.kernels) - shown
     more = f" ({hidden} more not shown; --top 0 shows all)" if hidden > 0 else ""
+    timing = ""
+    if result.timing == "sampled":
+        timed = sum(k.timed or 0 for k in result.kernels)
+        timing = (f"; sampled timing: {timed:,} launches timed, totals estimated (±: 90 % interval; --exact times "
+                  "every launch)")
     return (f"{len(result.kernels)} kernels, {result.dispatches:,} dispatches in {result.processes} process(es), "
-            f"{result.total_ns / 1e6:,.3f} ms of GPU time; the app ran {result.wall_seconds:.1f} s{more}")
+            f"{result.total_ns / 1e6:,.3f} ms of GPU time; the app ran {result.wall_seconds:.1f} s{timing}{more}")
 
 
 def _columns(heads: Sequence[str], rows: list[list[str]]) -> list[int]:

@@ -39,3 +39,14 @@ def confidence(text: str) -> float:
     if not 0.5 <= v < 1.0:
         raise argparse.ArgumentTypeError(f"must be in [0.5, 1), e.g. 0.99 (got {text})")
     return v
+
+
+def shape(text: str) -> tuple[int, ...]:
+    """A tensor shape, "1024,1024" or "-1,256" (kerncap.api.parse_shape)."""
+    from kerncap import api
+    from kerncap.errors import KerncapError
+
+    try:
+        return api.parse_shape(text)
+    except KerncapError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None

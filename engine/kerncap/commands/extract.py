@@ -106,6 +106,11 @@ def format_extract_summary(r: api.ExtractResult) -> str:
     ]
     if cap.globals:
         lines.append(f"globals     {len(cap.globals)} ({sum(g.written for g in cap.globals)} written)")
+    if cap.arrays or cap.texture_objects:
+        unrestorable = sum(not o.restorable for o in cap.texture_objects)
+        lines.append(f"arrays      {len(cap.arrays)} CUDA arrays ({sum(a.written for a in cap.arrays)} written), "
+                     f"{len(cap.texture_objects)} texture/surface objects"
+                     + (f", {unrestorable} not replayable (see the warnings)" if unrestorable else ""))
     where = api.launch_context(cap)
     if where:
         lines.append(f"where       {where}")

@@ -9,13 +9,20 @@ from pathlib import Path
 
 from kerncap import api
 from kerncap.commands import inspect_tools
-from kerncap.commands.arguments import non_negative_int
+from kerncap.commands.arguments import non_negative_int, shape
 from kerncap.commands.replay import check_cubin
 from kerncap.core import dtypes
 from kerncap.errors import UsageError
 
 O = api.options
 dtype_name, region_dtype = O.dtype_name, O.region_dtype
+
+
+def region_shape(text: str) -> tuple[int, tuple[int, ...]]:
+    rid, sep, dims = text.partition("=")
+    if not sep or not rid.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected REGION=SHAPE, e.g. 3=1024,1024 (got {text!r})")
+    return int(rid), shape(dims)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         + " ".join(dtypes.COMPARABLE))
     p.add_argument("--region-dtype", type=region_dtype, action="append", default=[], metavar="ID=T",
                    help="element type of one region (repeatable), e.g. --region-dtype 3=bfloat16")
+    p.add_argument("--region-shape", type=region_shape, action="append", default=[], metavar="ID=SHAPE",
+                   help="tensor shape of a region for the mismatch report's coordinates, e.g. 3=1024,1024")
     g = p.add_argument_group("perturbed inputs and determinism (docs/replay.md)")
     # --perturb given must be 1..1000 (a message from the request's own check); absent: none.
     g.add_argument("--perturb", type=int, metavar="K", help=O.PERTURB.help + " (none)")
@@ -91,4 +100,5 @@ def request_from(args: argparse.Namespace) -> api.ValidateRequest:
         O.check_perturb_count(args.perturb)  # `--perturb 0` is refused; absent means none
     return api.ValidateRequest(cubin=None if args.cubin is None else str(args.cubin), runs=args.runs,
                                perturb=args.perturb or 0, seed=args.seed, keep=tuple(args.keep), atol=args.atol,
-                               rtol=args.rtol, dtype=args.dtype, region_dtypes=dict(args.region_dtype)).checked()
+                               rtol=args.rtol, dtype=args.dtype, region_dtypes=dict(args.region_dtype),
+                               region_shapes=dict(args.region_shape)).checked()

@@ -125,3 +125,48 @@ def mismatches(dtype: str, actual: float | int, expected: float | int, atol: flo
     if math.isinf(actual) or math.isinf(expected):  # unequal infinities: no tolerance covers them
         return True
     return not (abs(actual - expected) <= atol + rtol * abs(expected))
+
+
+# -- numpy views of captured bytes (kerncap dump, the mismatch report) -----------------------
+
+# numpy has no bfloat16: its bits travel as uint16 and the sidecar says so.
+_NUMPY = {"float32": "<f4", "float16": "<f2", "bfloat16": "<u2", "float64": "<f8", "int32": "<i4",
+          "uint32": "<u4", "int64": "<i8", "int8": "i1", "uint8": "u1"}
+
+
+def lookup(name: str) -> str | None:
+    """Canonical name of any dtype of the table ("fp16", "torch.int64", "*i32" ...), or None."""
+    key = name.strip().lower().removeprefix("torch.").lstrip("*")
+    key = ALIASES.get(key, key)
+    return key if key in TABLE else None
+
+
+def numpy_dtype(dtype: str):
+    """The numpy dtype that holds `dtype`'s bytes unchanged (bfloat16: uint16)."""
+    import numpy as np
+
+    return np.dtype(_NUMPY[dtype])
+
+
+def as_float64(dtype: str, raw):
+    """A numpy array of `dtype` elements (or their bits, for bfloat16) as float64."""
+    import numpy as np
+
+    if dtype == "bfloat16":
+        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return raw.astype(np.float64)
+
+
+def mismatch_mask(dtype: str, actual, expected, atol: float, rtol: float):
+    """`mismatches` for numpy arrays of float64 (the GPU kernel's predicate, element-wise)."""
+    import numpy as np
+
+    a, e = actual, expected
+    if not is_float(dtype):
+        return a != e
+    with np.errstate(invalid="ignore", over="ignore"):
+        an, en = np.isnan(a), np.isnan(e)
+        unequal = (a != e) & ~an & ~en
+        inf = np.isinf(a) | np.isinf(e)
+        within = np.abs(a - e) <= atol + rtol * np.abs(e)
+        return (an != en) | (unequal & (inf | ~within))

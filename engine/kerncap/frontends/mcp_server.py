@@ -249,6 +249,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                       env: Annotated[dict[str, str] | None, Field(description="variables added to the app's "
                                                                               "environment")] = None,
                       timeout_s: Annotated[float, Field(gt=0, description="stop the app after this long")] = DEFAULT_APP_TIMEOUT_S,
+                      exact: Annotated[bool, Field(description="time every launch through CUPTI instead of a "
+                                                               "timed sample (slower launches)")] = False,
                       ) -> dict[str, Any]:
         """Run the app once under the capture library and rank its kernels by total GPU time
         (the data of `kerncap profile --json`); the profile is saved in the first root's
@@ -256,7 +258,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         workdir = R.path(cwd, "cwd") if cwd else R.dirs[0]
         tail = _Tail()
         result = await state.blocking(ctx, "profile", lambda: api.profile(command, cwd=workdir, env=env,
-                                                                          timeout=timeout_s, output=tail))
+                                                                          timeout=timeout_s, output=tail,
+                                                                          exact=exact))
         saved = api.Workspace(R.dirs[0] / "kerncap-workspace").new_profile_path()
         saved.parent.mkdir(parents=True, exist_ok=True)
         result.save(saved)
@@ -424,6 +427,43 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         report = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda s: s.validate(request)),
                                       reproducer=repro)
         return {"set": True, **report.to_dict()} if api.is_set(repro) else report.to_dict()
+
+    @server.tool()
+    @kerncap_tool
+    async def dump(ctx: Context, reproducer: Reproducer,
+                   output: Annotated[str, Field(description="directory for the .npy files (under a root)")],
+                   items: Annotated[list[str] | None, Field(description=(
+                       "REGION ids, arg:N, global:NAME; omitted: every item the kernel wrote"))] = None,
+                   states: Annotated[list[str] | None, Field(description=(
+                       "pre, post (captured), output (the cubin's on that input), expected; default pre, post (and "
+                       "output, expected with a cubin or perturbation)"))] = None,
+                   cubin: Cubin = None,
+                   perturbation: Annotated[int | None, Field(ge=1, le=api.MAX_PERTURBATIONS, description=(
+                       "run on perturbed input K (as validate numbers them) instead of the captured one"))] = None,
+                   seed: Annotated[int, Field(ge=0)] = 0,
+                   dtype: Annotated[str | None, Field(description="element type instead of the known one")] = None,
+                   shape: Annotated[list[int] | None, Field(description="tensor shape of the one item named "
+                                                                        "(-1 for one dimension)")] = None,
+                   ) -> dict[str, Any]:
+        """Write regions, arguments or module globals as .npy files with their dtype and
+        shape (Triton tensor metadata, the C++ parameter type, or dtype/shape) and a JSON
+        sidecar per item (offset, strides): the captured pre/post-state without a GPU, a
+        variant's output on the captured or a perturbed input through the reproducer's
+        resident replay server. numpy.load gives exactly the bytes validate compares.
+        Refused when larger than the free space; a faulting variant is not dumped."""
+        repro = R.reproducer(reproducer)
+        variant = R.cubin(repro, cubin)
+        out = R.path(output, "output")
+        chosen = states or (["pre", "post", "output", "expected"] if variant or perturbation else ["pre", "post"])
+        gpu = "output" in chosen or ("expected" in chosen and perturbation)
+        options = dict(cubin=variant, perturbation=perturbation, seed=seed, dtype=dtype,
+                       shape=tuple(shape) if shape else None, output=out)
+        if gpu:
+            result = await state.blocking(ctx, "dump", lambda: state.pool.run(repro, lambda s: api.dump(
+                repro, items or (), chosen, session=s, **options)), reproducer=repro)
+        else:
+            result = await state.blocking(ctx, "dump", lambda: api.dump(repro, items or (), chosen, **options))
+        return result.to_dict()
 
     @server.tool()
     @kerncap_tool

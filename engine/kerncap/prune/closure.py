@@ -3,7 +3,8 @@
 Roots are the regions that the launch names: the manifest's parameter annotations
 (`pointer`, `pointers`), every 8-byte-aligned value of the raw parameter buffer (a
 struct parameter may hold pointers the manifest did not annotate), the launch
-attribute values and the pre-state of the module globals. From there a worklist reads
+attribute values and the pre-state of the module globals, and the memory of texture objects over linear or
+pitched memory (the kernel reads it through the object's handle). From there a worklist reads
 the pre-state of every kept region and treats each 8-byte-aligned little-endian u64 as
 a candidate pointer: a value in [base, base + size) of a captured region adds that
 region, and so does its one-past-the-end value base + size unless another region
@@ -91,6 +92,10 @@ def compute_closure(capture: Capture) -> Closure:
     buffer = cap.param_buffer
     for index, offset in finder.hits(buffer):
         keep(index, _param_name(cap, offset))
+    for o in cap.texture_objects:
+        region = o.resource.get("region")
+        if o.resource.get("type") in ("linear", "pitch2d") and region in by_id:
+            keep(by_id[region], f"{o.kind} object {o.id}")
     for attr in cap.launch.get("attributes", []):
         for index, offset in finder.hits(bytes.fromhex(attr.get("value", ""))):
             keep(index, f"launch attribute {attr.get('id')}+{offset:#x}")
@@ -124,9 +129,10 @@ def compute_closure(capture: Capture) -> Closure:
 
 
 def stored_bytes(cap: Capture, regions: Iterable[Region]) -> int:
-    """Bytes of the distinct non-null chunks of `regions` and of every global."""
+    """Bytes of the distinct non-null chunks of `regions`, of every global and every CUDA
+    array (arrays are never dropped: objects reach them, not pointers)."""
     sizes: dict[str, int] = {}
-    for item in [*regions, *cap.globals]:
+    for item in [*regions, *cap.globals, *(a for a in cap.arrays if a.captured)]:
         for chunks in (item.pre, item.post):
             for i, h in enumerate(chunks):
                 if h is not None:

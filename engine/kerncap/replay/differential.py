@@ -59,6 +59,7 @@ class Options:
     rtol: float | None = None
     dtype: str | None = None
     runs: int = DEFAULT_RUNS  # runs of the captured kernel on the captured state
+    region_shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)  # for the mismatch reports
 
     @property
     def tolerance(self) -> bool:
@@ -263,7 +264,8 @@ def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Option
     classes, mode = _classes(capture, det, options, notes)
     inputs = []
     say("checking the captured input")
-    inputs.append(_check(rc, cubin, None, classes, mode, "captured", "captured input", det.unjudgeable))
+    inputs.append(_check(rc, cubin, None, classes, mode, "captured", "captured input", det.unjudgeable,
+                         options.region_shapes))
     plan_lines: list[str] = []
     if options.perturb:
         plan = plan or pt.plan(capture, options.keep, options.region_dtypes)
@@ -348,12 +350,12 @@ def _tolerance_dtypes(capture: Capture, options: Options, notes: list[str]) -> d
     return out
 
 
-def _check(rc, cubin, fills, classes, mode, against, label, unjudgeable: set[int]) -> InputVerdict:
+def _check(rc, cubin, fills, classes, mode, against, label, unjudgeable: set[int], shapes=None) -> InputVerdict:
     try:
         got = rc.request("check", cubin=cubin, fills=fills, tolerances=_wire(classes), against=against,
-                         failures_only=fills is not None)
+                         failures_only=fills is not None, report=True, shapes=_wire(shapes or {}))
     except KerncapError as exc:
-        if _is_fault(exc):
+        if is_fault(exc):
             return InputVerdict(label, "variant fault", mode, notes=[f"the variant faulted: {exc.message}"])
         raise
     checks = [RegionCheck.from_dict(c) for c in got["checks"]]
@@ -375,7 +377,7 @@ def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan, k: int, option
     try:
         ref = rc.request("reference", cubin=None, fills=fills, runs=runs, tolerances=_wire(measure))
     except KerncapError as exc:
-        if _is_fault(exc):
+        if is_fault(exc):
             return InputVerdict(label, "baseline fault", "-", notes=[
                 f"the captured kernel itself faults on this input ({exc.message}); it is not counted. If a region "
                 "drives its indexing, keep it: --keep REGION"])
@@ -387,7 +389,8 @@ def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan, k: int, option
     # The class comes from the spread on this very input: magnitudes differ from the capture's.
     classes, mode = _classes(capture, spreads, options, notes)
     unknown = spreads.unjudgeable
-    return _with_notes(_check(rc, cubin, fills, classes, mode, "reference", label, unknown), notes)
+    return _with_notes(_check(rc, cubin, fills, classes, mode, "reference", label, unknown, options.region_shapes),
+                       notes)
 
 
 def _effect(capture: Capture, plan: pt.PerturbPlan, first: list[RegionCheck]) -> str:
@@ -396,7 +399,7 @@ def _effect(capture: Capture, plan: pt.PerturbPlan, first: list[RegionCheck]) ->
     written = {r.id for r in capture.regions if r.written}
     redrawn_only = {s.span.region for s in plan.perturbed} - written
     changed = sum(c.mismatched_bytes for c in first
-                  if c.kind == "global" or (c.kind == "region" and c.id not in redrawn_only))
+                  if c.kind != "region" or c.id not in redrawn_only)
     if changed == 0:
         return "the captured kernel's outputs did not change on this input: it proves little"
     return f"the captured kernel's outputs differ from the captured ones in {human_bytes(changed, trim=True)}"
@@ -411,7 +414,7 @@ def _wire(classes: dict[int, tuple]) -> dict[str, list]:
     return {str(k): list(v) for k, v in classes.items()}
 
 
-def _is_fault(exc: KerncapError) -> bool:
+def is_fault(exc: KerncapError) -> bool:
     """A failing launch (the native run() names the kernel in its error), or a server
     that died under one. Other CUDA errors (out of memory, ...) are not the kernel's."""
     kind = getattr(exc, "kind", None)

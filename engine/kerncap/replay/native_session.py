@@ -29,7 +29,9 @@ from kerncap.replay.results import (
     ValidationResult,
     first_mismatches,
 )
+from kerncap.reproducer.arrays import CudaArray, replayed_arrays
 from kerncap.reproducer.format import Capture, Region
+from kerncap.reproducer.info import lacks
 
 log = logging.getLogger("kerncap.replay.server")
 
@@ -59,7 +61,9 @@ class NativeSession:
         self._check_fits()
         self.session.reserve([self._span_spec(s) for s in self.plan.spans])  # first, before any allocation
         self.session.map(self.plan.maps)
-        self.items = [r for r in cap.regions if r.size > 0] + [g for g in cap.globals if g.size > 0]
+        self._array_index = self._load_arrays()  # after map: objects over linear memory need it mapped
+        self.items = ([r for r in cap.regions if r.size > 0] + [g for g in cap.globals if g.size > 0]
+                      + [a for a in cap.arrays if a.id in self._array_index])
         self.session.load_state(str(cap.root / "blobs"), cap.chunk_size, [self._item_spec(i) for i in self.items],
                                 reader_threads)
         # program key -> (label, function attributes), least recently used first
@@ -95,12 +99,81 @@ class NativeSession:
 
     def _item_spec(self, item):
         s = self.core.ItemSpec()
-        is_global = not isinstance(item, Region)
-        s.label = f"global {item.name}" if is_global else f"region {item.id}"
+        is_global = not isinstance(item, (Region, CudaArray))
+        s.label = item_label(item)
         s.global_name = item.name if is_global else ""
-        s.base = 0 if is_global else item.base
+        s.base = item.base if isinstance(item, Region) else 0
         s.size = item.size
         s.pre, s.post = list(item.pre), list(item.post)
+        if isinstance(item, CudaArray):
+            s.array = self._array_index[item.id]
+        return s
+
+    # -- CUDA arrays and texture/surface objects (docs/replay.md) ----------------------------
+    def _load_arrays(self) -> dict[int, int]:
+        """Recreates the capture's arrays and objects; array id -> its index in the native
+        core. Only captured arrays exist in the replay (an object over another one is
+        not recreated: the capture said why)."""
+        cap = self.capture
+        if not cap.arrays and not cap.texture_objects:
+            return {}
+        arrays, mipmaps = replayed_arrays(cap.arrays, cap.mipmapped_arrays)
+        mipmap_index = {m.id: i for i, m in enumerate(mipmaps)}
+        array_index = {a.id: i for i, a in enumerate(arrays)}
+
+        def desc(x):
+            d = self.core.ArrayDescSpec()
+            d.format, d.channels, d.flags = x.format, x.channels, x.flags
+            d.width, d.height, d.depth = x.width, x.height, x.depth
+            return d
+
+        mspecs = []
+        for m in mipmaps:
+            s = self.core.MipmapSpec()
+            s.label, s.desc, s.levels = f"mipmapped array {m.id}", desc(m), m.levels
+            mspecs.append(s)
+        aspecs = []
+        for a in arrays:
+            s = self.core.ArraySpec()
+            s.label, s.desc = f"array {a.id} ({a.dims})", desc(a)
+            s.mipmap, s.level = (mipmap_index[a.mipmap], a.level) if a.mipmap is not None else (-1, 0)
+            aspecs.append(s)
+        ospecs = [self._object_spec(o, array_index, mipmap_index) for o in cap.texture_objects]
+        self.session.load_arrays(mspecs, aspecs, ospecs)
+        return array_index
+
+    def _object_spec(self, o, array_index: dict[int, int], mipmap_index: dict[int, int]):
+        s = self.core.ObjectSpec()
+        s.label, s.surface = o.label, o.kind == "surface"
+        r = o.resource
+        kind = r.get("type")
+        s.resource = kind if o.restorable else "none"
+        s.why = o.why
+        if o.restorable and kind == "array" and r.get("array") not in array_index:
+            s.resource, s.why = "none", f"its array {r.get('array')} was not captured"
+        if o.restorable and kind == "mipmapped_array" and r.get("mipmapped_array") not in mipmap_index:
+            s.resource, s.why = "none", f"its mipmapped array {r.get('mipmapped_array')} was not captured"
+        if s.resource == "none":
+            return s
+        s.array = array_index.get(r.get("array"), -1)
+        s.mipmap = mipmap_index.get(r.get("mipmapped_array"), -1)
+        s.address, s.size = r.get("address", 0), r.get("size", 0)
+        s.width, s.height, s.pitch = r.get("width", 0), r.get("height", 0), r.get("pitch", 0)
+        s.format, s.channels, s.resource_flags = r.get("format", 0), r.get("channels", 1), r.get("flags", 0)
+        t = o.texture
+        if t:
+            s.address_mode, s.filter_mode, s.flags = list(t["address_mode"]), t["filter_mode"], t["flags"]
+            s.max_anisotropy, s.mipmap_filter_mode = t["max_anisotropy"], t["mipmap_filter_mode"]
+            s.mipmap_level_bias = _f32(t["mipmap_level_bias"])
+            s.min_mipmap_level_clamp = _f32(t["min_mipmap_level_clamp"])
+            s.max_mipmap_level_clamp = _f32(t["max_mipmap_level_clamp"])
+            s.border_color = [_f32(v) for v in t["border_color"]]
+        v = o.view
+        if v:
+            s.has_view, s.view_format = True, v["format"]
+            s.view_width, s.view_height, s.view_depth = v["width"], v["height"], v["depth"]
+            s.first_mipmap_level, s.last_mipmap_level = v["first_mipmap_level"], v["last_mipmap_level"]
+            s.first_layer, s.last_layer = v["first_layer"], v["last_layer"]
         return s
 
     def _launch_spec(self, overrides: dict[str, Any] | None = None):
@@ -119,6 +192,8 @@ class NativeSession:
             s.extra_form = launch.get("param_form", "array") == "extra"
             s.param_buffer = cap.param_buffer
             s.params = [(p.offset, p.size) for p in cap.params]
+            objects = {o.id: i for i, o in enumerate(cap.texture_objects)}
+            s.handles = [(p.offset, objects[p.handle_object]) for p in cap.params if p.handle_object is not None]
         except (KeyError, TypeError, ValueError) as exc:
             raise CaptureFormatError(
                 f"{cap.root / 'manifest.json'}: launch description is malformed ({type(exc).__name__}: {exc})",
@@ -209,16 +284,19 @@ class NativeSession:
             "granularity": self.plan.granularity,
             "open_seconds": self.open_seconds,
             "kernel_attributes": self.kernel_attributes,
-            "notes": list(self.session.notes()),
+            "notes": self.notes(),
         }
+
+    def notes(self) -> list[str]:
+        """The native core's notes, and what an older capture does not hold."""
+        return list(self.session.notes()) + [f"this capture lacks {what}" for what in lacks(self.capture)]
 
     def replay(self, cubin: str | None, iterations: int, warmup: int, flush_l2: bool) -> ReplayResult:
         if iterations < 1 or warmup < 0:
             raise KerncapError(f"--iterations must be >= 1 and --warmup >= 0 (got {iterations}, {warmup})")
         self.load(cubin)
         times = list(self.session.time(iterations, warmup, flush_l2))
-        result = ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin,
-                                         notes=list(self.session.notes()))
+        result = ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin, notes=self.notes())
         result.device = self.device
         return result
 
@@ -227,12 +305,14 @@ class NativeSession:
         self.load(cubin)
         tolerance = atol is not None or rtol is not None or dtype is not None
         a, r = float(atol or 0.0), float(rtol or 0.0)
-        notes = list(self.session.notes())
+        notes = self.notes()
         region_dtypes = self.region_dtypes(dtype, dtypes or {}, notes) if tolerance else {}
         specs = []
         for item in self.items:
             spec = self.core.CompareSpec()
             spec.dtype = region_dtypes.get(item.id, "") if isinstance(item, Region) else ""
+            if isinstance(item, CudaArray) and tolerance:
+                spec.dtype = item.dtype or ""  # the array's format; byte-exact where kerncap has no dtype for it
             spec.atol, spec.rtol = a, r
             specs.append(spec)
         outs = self.session.validate(specs)
@@ -263,12 +343,12 @@ class NativeSession:
 
     @staticmethod
     def _check(item, dtype: str | None, out: dict, atol: float, rtol: float) -> RegionCheck:
-        is_region = isinstance(item, Region)
+        is_region, is_array = isinstance(item, Region), isinstance(item, CudaArray)
         check = RegionCheck(
-            kind="region" if is_region else "global",
-            id=item.id if is_region else None,
-            name=f"region {item.id}" if is_region else item.name,
-            base=item.base if is_region else item.address,
+            kind="region" if is_region else "array" if is_array else "global",
+            id=item.id if is_region or is_array else None,
+            name=f"region {item.id}" if is_region else f"array {item.id} ({item.dims})" if is_array else item.name,
+            base=item.base if is_region else 0 if is_array else item.address,
             size=item.size,
             dtype=dtype,
             mismatched_bytes=out["mismatched_bytes"],
@@ -280,3 +360,17 @@ class NativeSession:
         )
         check.unexpected_write = not item.written and not check.passed
         return check
+
+
+def item_label(item) -> str:
+    """How the native core and the server's answers name a replayed item."""
+    if isinstance(item, Region):
+        return f"region {item.id}"
+    if isinstance(item, CudaArray):
+        return f"array {item.id}"
+    return f"global {item.name}"
+
+
+def _f32(v) -> float:
+    """A float field of a texture descriptor (numbers, or "nan" / "inf" / "-inf")."""
+    return float(v)

@@ -143,8 +143,9 @@ def _region(capture: Capture, rid: int):
 # -- Triton ---------------------------------------------------------------------------------
 
 
-def triton_spans(capture: Capture, reproducer_dir: Path) -> list[TypedSpan]:
-    """Spans of a Triton reproducer's tensor arguments (source/triton.json)."""
+def triton_tensor_args(reproducer_dir: Path) -> list[dict]:
+    """The tensor arguments of a Triton reproducer's launch (source/triton.json), [] for
+    any other reproducer or an unreadable spec."""
     path = reproducer_dir / "source" / "triton.json"
     if not path.is_file():
         return []
@@ -152,10 +153,14 @@ def triton_spans(capture: Capture, reproducer_dir: Path) -> list[TypedSpan]:
         spec = json.loads(path.read_text())
     except (OSError, ValueError):
         return []
+    return [a for a in (spec.get("launch") or {}).get("args", [])
+            if isinstance(a, dict) and a.get("kind") == "tensor" and "data_ptr" in a]
+
+
+def triton_spans(capture: Capture, reproducer_dir: Path) -> list[TypedSpan]:
+    """Spans of a Triton reproducer's tensor arguments (source/triton.json)."""
     spans = []
-    for arg in (spec.get("launch") or {}).get("args", []):
-        if arg.get("kind") != "tensor" or "data_ptr" not in arg:
-            continue
+    for arg in triton_tensor_args(reproducer_dir):
         start = int(arg["data_ptr"])
         region = capture.region_of(start)
         if region is None:

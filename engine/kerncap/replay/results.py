@@ -68,10 +68,10 @@ class ReplayResult:
 
 @dataclass
 class RegionCheck:
-    kind: str  # "region" | "global"
-    id: int | None  # region id; None for globals
-    name: str  # "region 3" or the global's symbol
-    base: int  # captured address (globals: 0, they live where the module puts them)
+    kind: str  # "region" | "global" | "array" (a CUDA array's contents, packed)
+    id: int | None  # region or array id; None for globals
+    name: str  # "region 3", the global's symbol, "array 0 (512x512 float)"
+    base: int  # captured address (globals and arrays: 0, they live where the driver puts them)
     size: int
     dtype: str | None  # None: byte-exact
     mismatched_bytes: int
@@ -80,6 +80,8 @@ class RegionCheck:
     max_rel_err: float | None
     first_mismatches: list[tuple[int, Any, Any]]  # (byte offset, expected, actual)
     unexpected_write: bool  # the baseline left it unchanged, this run did not
+    report: dict[str, Any] | None = None  # where it differs: a MismatchMap's dict (kerncap.replay.mismatch)
+    report_error: str | None = None       # why there is no report (e.g. a --region-shape that does not fit)
 
     @property
     def passed(self) -> bool:
@@ -197,6 +199,8 @@ def _value(v: Any) -> str:
 def format_check(c: RegionCheck) -> str:
     # Regions are named "region N"; globals by their symbol, so the kind is said for them.
     head = f"global {c.name:<24} {human_bytes(c.size, trim=True):>10}"
+    if c.kind == "array":
+        head = f"{c.name:<31} {human_bytes(c.size, trim=True):>10}"
     if c.kind == "region":
         head = f"{c.name:<10} 0x{c.base:012x} {human_bytes(c.size, trim=True):>10}"
     if c.passed:
@@ -209,16 +213,25 @@ def format_check(c: RegionCheck) -> str:
     if c.unexpected_write:
         what = "unexpected write: " + what + " in memory the captured kernel did not write"
     firsts = ", ".join(f"+0x{o:x}: expected {_value(e)} got {_value(a)}" for o, e, a in c.first_mismatches[:4])
-    return f"  FAIL  {head}  {what}" + (f"\n          first: {firsts}" if firsts else "")
+    text = f"  FAIL  {head}  {what}" + (f"\n          first: {firsts}" if firsts else "")
+    if c.report is not None:
+        from kerncap.replay.mismatch import MismatchMap, format_map
+
+        text += "\n" + "\n".join(format_map(MismatchMap.from_dict(c.report)))
+    elif c.report_error:
+        text += f"\n          no mismatch report: {c.report_error}"
+    return text
 
 
 def format_validation(v: ValidationResult) -> str:
     mode = "byte-exact" if v.mode == "exact" else f"tolerance atol={v.atol:g} rtol={v.rtol:g}"
     n_regions = sum(1 for r in v.regions if r.kind == "region")
-    n_globals = len(v.regions) - n_regions
+    n_arrays = sum(1 for r in v.regions if r.kind == "array")
+    n_globals = len(v.regions) - n_regions - n_arrays
     verdict = "PASS" if v.passed else f"FAIL ({len(v.failures)} of {len(v.regions)} differ)"
     on = f" on {describe_device(v.device)}" if v.device else ""
-    lines = [f"{v.cubin or 'captured cubin'}{on}: {verdict}  [{mode}; {n_regions} regions, {n_globals} globals]"]
+    arrays = f", {n_arrays} CUDA array{'s' if n_arrays != 1 else ''}" if n_arrays else ""
+    lines = [f"{v.cubin or 'captured cubin'}{on}: {verdict}  [{mode}; {n_regions} regions, {n_globals} globals{arrays}]"]
     lines += [format_check(c) for c in v.regions]
     lines += [f"note: {n}" for n in v.notes]
     return "\n".join(lines)

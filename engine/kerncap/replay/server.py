@@ -19,7 +19,7 @@ from typing import Any, Callable, TextIO
 
 from kerncap.core.child import protocol_channel
 from kerncap.errors import CaptureFormatError, KerncapError, NativeUnavailable
-from kerncap.replay import session_ops, va_guards
+from kerncap.replay import mismatch_ops, session_ops, va_guards
 from kerncap.replay.native_session import NativeSession
 from kerncap.replay.protocol import HINTS, decode, encode
 
@@ -53,9 +53,12 @@ class Server:
             "validate": self.op_validate,
             # repeated, perturbed and interleaved runs (kerncap.replay.session_ops)
             "reference": lambda req: session_ops.op_reference(self.opened(), req),
-            "check": lambda req: session_ops.op_check(self.opened(), req),
+            "check": lambda req: mismatch_ops.op_check(self.opened(), req),  # session_ops.op_check + reports
             "time_compare": lambda req: session_ops.op_time_compare(self.opened(), req),
             "_debug_read": lambda req: session_ops.op_read(self.opened(), req),
+            # where a variant differs, and its bytes (kerncap.replay.mismatch_ops)
+            "mismatch_map": lambda req: mismatch_ops.op_mismatch_map(self.opened(), req),
+            "dump": lambda req: mismatch_ops.op_dump(self.opened(), req),
             "shutdown": lambda req: {},
             "_debug_block_host": self.op_debug_block_host,
         }

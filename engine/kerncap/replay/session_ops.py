@@ -17,7 +17,7 @@ from typing import Any
 from kerncap.reproducer.format import Region
 from kerncap.errors import KerncapError
 from kerncap.replay.clocks import ClockSampler
-from kerncap.replay.native_session import MAX_PROGRAMS
+from kerncap.replay.native_session import MAX_PROGRAMS, item_label
 from kerncap.replay.significance import rounds_needed
 
 FLOOR_ITERATIONS = 50
@@ -182,4 +182,4 @@ def _sampler(ns) -> ClockSampler:
 
 
 def _label(item) -> str:
-    return f"region {item.id}" if isinstance(item, Region) else f"global {item.name}"
+    return item_label(item)

@@ -18,6 +18,8 @@ import xxhash
 
 from kerncap.core.schema import check
 from kerncap.errors import CaptureFormatError
+from kerncap.reproducer import arrays as arrays_mod
+from kerncap.reproducer.arrays import CudaArray, MipmappedArray, TextureObject
 from kerncap.reproducer.schemas import MANIFEST
 from kerncap.reproducer.store import store_of
 
@@ -86,6 +88,8 @@ class Param:
     value: bytes
     region: int | None = None
     region_offset: int | None = None
+    handle_object: int | None = None  # the texture/surface object whose handle it holds
+    handle_match: str | None = None   # "signature" | "value": how kerncap knew
 
 
 def reproducer_dir(path: str | Path) -> Path:
@@ -102,6 +106,9 @@ class Capture:
     regions: list[Region] = field(default_factory=list)
     globals: list[Global] = field(default_factory=list)
     params: list[Param] = field(default_factory=list)
+    arrays: list[CudaArray] = field(default_factory=list)
+    mipmapped_arrays: list[MipmappedArray] = field(default_factory=list)
+    texture_objects: list[TextureObject] = field(default_factory=list)
 
     @property
     def reproducer_dir(self) -> Path:
@@ -166,9 +173,11 @@ class Capture:
                 Param(
                     index=p["index"], offset=p["offset"], size=p["size"], value=bytes.fromhex(p["value"]),
                     region=(p.get("pointer") or {}).get("region"), region_offset=(p.get("pointer") or {}).get("offset"),
+                    handle_object=(p.get("handle") or {}).get("object"), handle_match=(p.get("handle") or {}).get("match"),
                 )
                 for p in m.get("params", [])
             ]
+            self.arrays, self.mipmapped_arrays, self.texture_objects = arrays_mod.parse(m)
         except (KeyError, TypeError, ValueError) as exc:
             raise CaptureFormatError(
                 f"{self.root / 'manifest.json'} is malformed ({type(exc).__name__}: {exc})", "extract again"
@@ -194,6 +203,8 @@ class Capture:
                 raise CaptureFormatError(f"{where}: field regions: region {r.id} at {r.base:#x} overlaps another "
                                          "or runs past the 64-bit address space", "the capture is damaged; extract again")
             end = r.end
+        arrays_mod.check_layout(where, self.chunk_count, self.arrays, self.mipmapped_arrays, self.texture_objects,
+                                {r.id: r for r in self.regions}, self.params)
 
     # -- accessors -----------------------------------------------------------------
     @property
@@ -215,6 +226,11 @@ class Capture:
     @property
     def warnings(self) -> list[str]:
         return list(self.manifest.get("warnings", []))
+
+    @property
+    def payload_items(self) -> list:
+        """Everything with pre/post chunks: regions, module globals, captured CUDA arrays."""
+        return [*self.regions, *self.globals, *(a for a in self.arrays if a.captured)]
 
     @property
     def param_buffer(self) -> bytes:
@@ -274,7 +290,7 @@ class Capture:
 
     def iter_blobs(self) -> Iterator[str]:
         seen: set[str] = set()
-        for item in [*self.regions, *self.globals]:
+        for item in self.payload_items:
             for h in [*item.pre, *item.post]:
                 if h is not None and h not in seen:
                     seen.add(h)
@@ -282,7 +298,7 @@ class Capture:
 
     def verify(self) -> None:
         """Check every payload (size and hash) and the cubin's presence."""
-        for item in [*self.regions, *self.globals]:
+        for item in self.payload_items:
             for chunks in (item.pre, item.post):
                 for i, h in enumerate(chunks):
                     self.read_chunk(h, self.chunk_length(item.size, i))
@@ -299,9 +315,9 @@ class Capture:
 
 
 def capture_chunks(cap: Capture) -> Iterator[tuple[str, int]]:
-    """(hash, length) of every distinct stored chunk of a capture, regions then globals."""
+    """(hash, length) of every distinct stored chunk of a capture: regions, globals, arrays."""
     seen: set[str] = set()
-    for item in [*cap.regions, *cap.globals]:
+    for item in cap.payload_items:
         for chunks in (item.pre, item.post):
             for i, h in enumerate(chunks):
                 if h is not None and h not in seen:

@@ -9,6 +9,7 @@ from typing import Any
 from kerncap.core.stack import recorded_stack, stack_lines
 from kerncap.core.units import dim_tuple, driver_version_text, human_bytes, text_table
 from kerncap.errors import KerncapError
+from kerncap.reproducer.arrays import OLDER_CAPTURE
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.prune_report import PruneReport
@@ -31,6 +32,8 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
             r = regions.get(p.region)
             entry["pointer"] = {"region": p.region, "offset": p.region_offset,
                                 "base": r.base if r else None}
+        if p.handle_object is not None:
+            entry["handle"] = {"object": p.handle_object, "match": p.handle_match}
         params.append(entry)
 
     blob_sizes: dict[str, int] = {}
@@ -84,6 +87,17 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
             {"name": g.name, "section": g.section, "size": g.size, "address": g.address, "written": g.written}
             for g in cap.globals
         ],
+        "arrays": [
+            {"id": a.id, "dims": a.dims, "size": a.size, "api": a.api, "surface": a.surface, "written": a.written,
+             "captured": a.captured, "why": a.why, "stored_bytes": stored(a.pre, a.post)}
+            for a in cap.arrays
+        ],
+        "texture_objects": [
+            {"id": o.id, "kind": o.kind, "handle": o.handle, "resource": o.resource_text, "params": o.params,
+             "restorable": o.restorable, "why": o.why, "found_in": o.found_in}
+            for o in cap.texture_objects
+        ],
+        "lacks": lacks(cap),
         "provenance": {
             "tool_version": prov.get("tool_version"),
             "gpu": prov.get("gpu", {}),
@@ -106,6 +120,14 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
         "reproducer": reproducer,
         "stack": recorded_stack(reproducer if isinstance(reproducer, dict) else None, prov),
     }
+
+
+def lacks(cap: Capture) -> list[str]:
+    """What a capture from an older kerncap does not hold (it still opens and replays what it has)."""
+    out = []
+    if "arrays" not in cap.manifest:
+        out.append(OLDER_CAPTURE)
+    return out
 
 
 # -- text -----------------------------------------------------------------------------------
@@ -199,6 +221,9 @@ def format_summary(s: dict[str, Any]) -> str:
     for p in s["params"]:
         ptr = p.get("pointer")
         target = f"region {ptr['region']} + {ptr['offset'] or 0:#x}" if ptr else ""
+        handle = p.get("handle")
+        if handle:
+            target = f"texture object {handle['object']}" + (" (by value)" if handle.get("match") == "value" else "")
         hexval = p["hex"] if len(p["hex"]) <= 34 else p["hex"][:32] + "…"
         rows.append([str(p["index"]), str(p["offset"]), str(p["size"]), hexval, target])
     out += text_table(["#", "offset", "size", "bytes (hex)", "points to"], rows, right={0, 1, 2})
@@ -224,6 +249,7 @@ def format_summary(s: dict[str, Any]) -> str:
         rows = [[g["name"], g["section"], str(g["size"]), "yes" if g["written"] else ""] for g in s["globals"]]
         out += text_table(["name", "section", "size", "written"], rows, right={2})
         out.append("")
+    out += arrays_text(s)
 
     sizes = s["sizes"]
     ratio = f" ({sizes['logical'] / sizes['stored']:.1f}x smaller)" if 0 < sizes["stored"] < sizes["logical"] else ""
@@ -268,4 +294,26 @@ def format_summary(s: dict[str, Any]) -> str:
         out.append(f"note        {note}")
     for w in s["warnings"]:
         out.append(f"WARNING     {w}")
+    for w in s.get("lacks") or []:
+        out.append(f"LACKS       {w}")
     return "\n".join(out)
+
+
+def arrays_text(s: dict[str, Any]) -> list[str]:
+    """The CUDA arrays and texture/surface objects of a summary, as `info` prints them."""
+    out: list[str] = []
+    if s.get("arrays"):
+        out.append(f"CUDA arrays ({len(s['arrays'])})")
+        rows = [[str(a["id"]), a["dims"], human_bytes(a["size"]), a["api"], "yes" if a["written"] else "",
+                 human_bytes(a["stored_bytes"]) if a["captured"] else f"not captured: {a['why']}"]
+                for a in s["arrays"]]
+        out += text_table(["id", "array", "size", "api", "written", "stored"], rows, right={0, 2})
+        out.append("")
+    if s.get("texture_objects"):
+        out.append(f"texture and surface objects ({len(s['texture_objects'])})")
+        rows = [[str(o["id"]), o["kind"], str(o["handle"]), o["resource"],
+                 ", ".join(f"#{p}" for p in o["params"]) or "-",
+                 "yes" if o["restorable"] else f"no: {o['why']}"] for o in s["texture_objects"]]
+        out += text_table(["id", "kind", "handle", "resource", "argument", "replayable"], rows, right={0, 2})
+        out.append("")
+    return out

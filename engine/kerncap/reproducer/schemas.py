@@ -30,11 +30,63 @@ GLOBAL = Obj({
     "written?": Bool(), "pre": CHUNKS, "post": CHUNKS,
 })
 POINTER = Obj({"region": Int(min=0, max=U64), "offset?": Opt(Int(min=0, max=U64))})
+
+# CUDA arrays and texture/surface objects (docs/capture-format.md, "Arrays and texture
+# objects"). Bounds: CUDA arrays are at most 2^17 elements wide and 2^14 layers deep;
+# the descriptor enums are small.
+MAX_ARRAYS = 1 << 16
+MAX_ARRAY_DIM = 1 << 20
+ARRAY_DESC = {
+    "format": Int(min=0, max=0xFF), "format_name?": Str(max_len=64), "channels": Int(min=1, max=4),
+    "width": Int(min=1, max=MAX_ARRAY_DIM), "height": Int(min=0, max=MAX_ARRAY_DIM),
+    "depth": Int(min=0, max=MAX_ARRAY_DIM), "flags": Int(min=0, max=0xFFFF),
+}
+ARRAY = Obj({
+    "id": Int(min=0, max=MAX_ARRAYS), "handle?": Int(min=0, max=U64), "api?": Str(), **ARRAY_DESC,
+    "size": Int(min=0, max=MAX_REGION_BYTES), "surface?": Bool(),
+    "mipmap?": Opt(Obj({"id": Int(min=0, max=MAX_ARRAYS), "level": Int(min=0, max=31)})),
+    "captured": Bool(), "why?": Str(), "written?": Bool(), "zero_fraction?": Num(min=0.0, max=1.0),
+    "pre": CHUNKS, "post": CHUNKS,
+})
+MIPMAPPED_ARRAY = Obj({
+    "id": Int(min=0, max=MAX_ARRAYS), "handle?": Int(min=0, max=U64), **ARRAY_DESC, "levels": Int(min=1, max=32),
+    "level_arrays?": List(Int(min=0, max=MAX_ARRAYS), max_len=32),
+})
+F32 = OneOf(Num(min=-3.5e38, max=3.5e38), Str(choices=("nan", "inf", "-inf")))  # float_json in array_tracker.cpp
+ENUM = Int(min=0, max=0xFF)
+TEXTURE_DESC = Obj({
+    "address_mode": List(ENUM, min_len=3, max_len=3), "filter_mode": ENUM, "flags": Int(min=0, max=0xFFFF),
+    "max_anisotropy": Int(min=0, max=16), "mipmap_filter_mode": ENUM, "mipmap_level_bias": F32,
+    "min_mipmap_level_clamp": F32, "max_mipmap_level_clamp": F32, "border_color": List(F32, min_len=4, max_len=4),
+})
+VIEW_DESC = Obj({
+    "format": ENUM, "width": Int(min=0, max=MAX_ARRAY_DIM), "height": Int(min=0, max=MAX_ARRAY_DIM),
+    "depth": Int(min=0, max=MAX_ARRAY_DIM), **{k: Int(min=0, max=1 << 14) for k in (
+        "first_mipmap_level", "last_mipmap_level", "first_layer", "last_layer")},
+})
+RESOURCE = Obj({
+    "type": Str(choices=("array", "mipmapped_array", "linear", "pitch2d", "unknown")),
+    "array?": Int(min=0, max=MAX_ARRAYS), "mipmapped_array?": Int(min=0, max=MAX_ARRAYS),
+    "address?": Int(min=0, max=U64), "format?": Int(min=0, max=0xFF), "channels?": Int(min=1, max=4),
+    "size?": Int(min=0, max=MAX_REGION_BYTES), "width?": Int(min=0, max=1 << 31), "height?": Int(min=0, max=1 << 31),
+    "pitch?": Int(min=0, max=1 << 31), "region?": Int(min=0, max=U64), "res_type?": Int(), "flags?": Int(min=0, max=0xFFFF),
+})
+TEXTURE_OBJECT = Obj({
+    "id": Int(min=0, max=MAX_ARRAYS), "kind": Str(choices=("texture", "surface")), "handle": Int(min=0, max=U64),
+    "resource": RESOURCE, "texture?": TEXTURE_DESC, "view?": VIEW_DESC,
+    "params?": List(Int(min=0, max=MAX_PARAMS), max_len=MAX_PARAMS), "restorable": Bool(), "why?": Str(),
+    "found_in?": List(Str(), max_len=64),
+})
+HANDLE = Obj({"object": Int(min=0, max=MAX_ARRAYS), "kind?": Str(choices=("texture", "surface")),
+              "match?": Str(choices=("signature", "value")),
+              "candidates?": List(Int(min=0, max=MAX_ARRAYS), max_len=MAX_ARRAYS)})
+
 PARAM = Obj({
     "index": Int(min=0, max=MAX_PARAMS), "offset": Int(min=0, max=MAX_PARAM_BYTES),
     "size": Int(min=0, max=MAX_PARAM_BYTES), "value": HEX, "pointer?": Opt(POINTER),
     "pointers?": List(Obj({"at": Int(min=0, max=MAX_PARAM_BYTES), "region": Int(min=0, max=U64),
                            "offset?": Opt(Int(min=0, max=U64))})),
+    "handle?": HANDLE,
 })
 
 COMMAND = OneOf(List(Str()), Str())
@@ -85,6 +137,10 @@ MANIFEST = Obj({
     "regions?": List(REGION, max_len=MAX_REGIONS),
     "host_regions?": List(ANY, max_len=MAX_REGIONS),
     "globals?": List(GLOBAL, max_len=1 << 16),
+    "arrays?": List(ARRAY, max_len=MAX_ARRAYS),
+    "mipmapped_arrays?": List(MIPMAPPED_ARRAY, max_len=MAX_ARRAYS),
+    "texture_objects?": List(TEXTURE_OBJECT, max_len=MAX_ARRAYS),
+    "texture_instructions?": Str(choices=("unknown", "none", "texture", "surface", "texture and surface")),
     "warnings?": List(Str()),
     "pruned?": Opt(PRUNED),
 })
@@ -161,8 +217,11 @@ PROFILE = Obj({
     "kernels": List(Obj({
         "name": Str(), "demangled": Str(), "calls": Int(min=0), "total_ns": Int(min=0), "avg_ns": Num(min=0),
         "min_ns": Int(min=0), "max_ns": Int(min=0), "grid": DIM, "block": DIM, "percent": Num(min=0),
+        # sampled timing (docs/interposer.md "Sampled profile"): launches timed, 90 % interval
+        "timed?": Opt(Int(min=0)), "total_lo_ns?": Opt(Int(min=0)), "total_hi_ns?": Opt(Int(min=0)), "graph?": Bool(),
     })),
     "total_ns": Int(min=0), "dispatches": Int(min=0), "processes": Int(min=0),
+    "timing?": Str(choices=("sampled", "exact")),
     "command?": List(Str()), "created?": Str(), "wall_seconds?": Num(), "exit_status?": Opt(Int()),
     "dropped_records?": Int(min=0), "warnings?": List(Str()), "kerncap_version?": Str(),
     "cupti_finalized?": Opt(Bool()),

@@ -195,6 +195,7 @@ class ValidateRequest:
     rtol: float | None = RTOL.default
     dtype: str | None = None
     region_dtypes: dict[int, str] = field(default_factory=dict)
+    region_shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)  # coordinates of the mismatch reports
 
     def checked(self) -> ValidateRequest:
         """The request with its policy applied: bounds, `keep` only with perturbations,
@@ -210,7 +211,8 @@ class ValidateRequest:
         region = {int(k): dtypes.normalize(v) for k, v in self.region_dtypes.items()}
         if region and dtype is None and self.atol is None and self.rtol is None:
             dtype = "float32"
-        return replace(self, dtype=dtype, region_dtypes=region, keep=tuple(int(k) for k in self.keep))
+        return replace(self, dtype=dtype, region_dtypes=region, keep=tuple(int(k) for k in self.keep),
+                       region_shapes={int(k): tuple(int(x) for x in v) for k, v in self.region_shapes.items()})
 
     @property
     def tolerance(self) -> bool:

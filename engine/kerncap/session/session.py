@@ -29,6 +29,8 @@ from kerncap.core.units import interval_text, speedup_text
 from kerncap.errors import GpuUnavailable, KerncapError, NativeUnavailable
 from kerncap.recompile import recompile as recompile_kernel
 from kerncap.replay import client as replay_client
+from kerncap.replay import dump as dump_tool
+from kerncap.replay import mismatch_request
 from kerncap.replay import ncu as ncu_tool
 from kerncap.replay import perturb
 from kerncap.replay import sanitize as sanitize_tool
@@ -279,6 +281,17 @@ class Session(Opened):
                                                    min_seconds=r.min_seconds, max_seconds=r.max_seconds,
                                                    confidence=r.confidence)
 
+    # -- where a variant differs: mismatch maps and dumps on the resident server ----------------
+    def mismatch_maps(self, **options: Any) -> list:
+        """kerncap.replay.mismatch_request.request_maps on this session's replay server."""
+        with self._lock:
+            return mismatch_request.request_maps(self._resident(), self.capture, **options)
+
+    def dump(self, items, states, **options: Any):
+        """kerncap.replay.dump.dump, its GPU states run on this session's replay server."""
+        with self._lock:
+            return dump_tool.dump(self.root, items, states, client=self._resident(), **options)
+
     # -- inspect: Nsight Compute and compute-sanitizer (each in a replay server of its own) ----
     def ncu(self, cubin: str | Path | None = None, *, reuse: bool = False, **options: Any) -> ncu_tool.NcuResult:
         if not reuse:
@@ -419,7 +432,7 @@ class Session(Opened):
 
 def trust_options(r: ValidateRequest) -> TrustOptions:
     return TrustOptions(perturb=r.perturb, seed=r.seed, keep=tuple(r.keep), region_dtypes=dict(r.region_dtypes),
-                        atol=r.atol, rtol=r.rtol, dtype=r.dtype, runs=r.runs)
+                        atol=r.atol, rtol=r.rtol, dtype=r.dtype, runs=r.runs, region_shapes=dict(r.region_shapes))
 
 
 def speedup_phrase(v: Variant) -> str:

@@ -1,0 +1,168 @@
+"""The paired measure (issue 31): what kerncap's armed dispatcher costs one launch, in
+nanoseconds with a bootstrap interval, measured inside one process so that both halves
+of every pair see the same CPU state (the H200 machines switch speed states within
+seconds, docs/facts.md §28: whole-process timing cannot resolve 2 %).
+
+Each app runs under `extract` armed for a kernel that never launches (the graph row:
+for the graph's own kernel, at a dispatch past the end), with KERNCAP_BENCH_PASSTHROUGH=1
+(such a process never captures). It launches in blocks of a few thousand; between
+blocks it flips kerncap_bench_passthrough in ABBA order: kerncap's full armed path (a)
+or the entry-point wrapper jumping straight to the driver (p). Each a-p-p-a group gives
+one estimate of a - p per launch in which a linear drift cancels (bench/common.py
+paired_cost); a row pools the groups of --repeat processes: median [90 % bootstrap
+interval over the groups]. Costs are CPU ns of the launching threads per launch.
+  cudart     testapps/cuda/launch_paired kernel T: <<<>>> launches of an empty kernel
+             from T threads (--threads), each on its own stream
+  graph      launch_paired graph 1: cudaGraphLaunch of a one-node graph
+  torch      testapps/python/paired_launches.py --kind torch: x.add_(1.0)
+  triton     paired_launches.py --kind triton: a one-block Triton kernel
+  preloaded  libkerncap_entry.so preloaded but not attached (what every process the app
+             starts pays) against no library: launch_paired kernel 1 in --repeat
+             interleaved processes each way; difference of medians [interval]
+Goals, met only when the whole interval is under them: cudart 1 thread <= 40 ns; 16
+threads <= 1.5x the 1-thread cost (ratio of the medians, groups resampled on both sides).
+
+  python3 bench/paired.py [--repeat 3] [--threads 1,2,8,16] [--rows cudart,graph,torch,triton,preloaded]
+                          [--blocks 64] [--per-block 4096] [--build-dir D] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import (PYAPPS, bootstrap, build_testapps, diff_interval, median, median_interval, paired_cost,
+                    parse_blocks, print_table, verdict, write_json)
+
+GOAL_NS = 40.0
+GOAL_SCALING = 1.5
+ROWS = ("cudart", "graph", "torch", "triton", "preloaded")
+
+
+def row_command(row: str, threads: int, args, build_dir: Path) -> tuple[list[str], int]:
+    """The app's command for a row and the launches of one block (all threads)."""
+    if row in ("cudart", "graph", "preloaded"):
+        kind = "graph" if row == "graph" else "kernel"
+        return ([str(build_dir / "launch_paired"), kind, str(threads), str(args.blocks), str(args.per_block)],
+                threads * args.per_block)
+    per_block = args.per_block // 2 if row == "torch" else args.per_block // 8  # a Python launch costs more
+    return ([sys.executable, str(PYAPPS / "paired_launches.py"), "--kind", row, "--blocks", str(args.blocks),
+             "--per-block", str(per_block)], per_block)
+
+
+def armed_run(row: str, command: list[str], workdir: Path, n: int) -> str:
+    """The app's stdout, run under extract armed for a kernel it never dispatches."""
+    from kerncap.capture.extract import extract
+    from kerncap.errors import KerncapError
+
+    out: list[bytes] = []
+    env = {**os.environ, "KERNCAP_BENCH_PASSTHROUGH": "1", "KERNCAP_INTERCEPT": "entry"}
+    target, dispatch = ("kc_paired_tiny", 10**12) if row == "graph" else ("kc_never", 0)
+    try:
+        extract(target, command, output=workdir / f"never-{row}-{n}", dispatch=dispatch, keep_running=True, env=env,
+                output_sink=lambda stream, data: out.append(data) if stream == "stdout" else None)
+    except KerncapError as exc:
+        if "never ran" not in exc.message and "ran only" not in exc.message:
+            raise
+    else:
+        sys.exit(f"{row}: {target} was captured?")
+    text = b"".join(out).decode(errors="replace")
+    if "switch=paired" not in text:
+        sys.exit(f"{row}: the bench switch was not available in the app:\n{text[-2000:]}")
+    return text
+
+
+def plain_cpu_per_launch(command: list[str], per_block: int, preload: bool) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNCAP_", "CUDA_INJECTION64"))}
+    if preload:
+        from kerncap.core.native import entry_library
+
+        env["LD_PRELOAD"] = str(entry_library())
+    p = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        sys.exit(f"{command[0]} exited with status {p.returncode}:\n{p.stderr[-2000:]}")
+    blocks = parse_blocks(p.stdout)[4:]  # past the first group, as paired_cost
+    return sum(v for _, v in blocks) / (per_block * len(blocks))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3, help="processes per row")
+    parser.add_argument("--threads", default="1,2,8,16", help="thread counts of the cudart row")
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--blocks", type=int, default=64, help="blocks per process (a multiple of 4)")
+    parser.add_argument("--per-block", type=int, default=4096, help="launches per thread and block (cudart, graph)")
+    parser.add_argument("--build-dir", type=Path, default=Path(tempfile.gettempdir()) / "kerncap-testapps")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    rows = [r for r in args.rows.split(",") if r]
+    if set(rows) - set(ROWS) or args.blocks % 4:
+        parser.error(f"--rows from {', '.join(ROWS)}; --blocks a multiple of 4")
+    build_dir = build_testapps(args.build_dir)
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="kerncap-bench-paired-") as tmp:
+        work = Path(tmp)
+        for row in rows:
+            if row == "preloaded":
+                command, per_block = row_command(row, 1, args, build_dir)
+                runs: dict[str, list[float]] = {"none": [], "preloaded": []}
+                for _ in range(args.repeat):  # interleaved
+                    runs["none"].append(plain_cpu_per_launch(command, per_block, False))
+                    runs["preloaded"].append(plain_cpu_per_launch(command, per_block, True))
+                results[row] = {"cpu_ns_per_launch": runs}
+                continue
+            for threads in ([int(t) for t in args.threads.split(",")] if row == "cudart" else [1]):
+                command, per_block = row_command(row, threads, args, build_dir)
+                procs = [paired_cost(parse_blocks(armed_run(row, command, work, i)), per_block)
+                         for i in range(args.repeat)]
+                results[f"{row} x{threads}" if row == "cudart" else row] = {
+                    "threads": threads, "per_block": per_block, "processes": procs,
+                    "estimates": [e for p in procs for e in p["estimates"]]}
+    report(results, args)
+    write_json(args.json, {"bench": "paired", "repeat": args.repeat, "blocks": args.blocks,
+                           "per_block": args.per_block, "results": results})
+
+
+def report(results: dict[str, dict], args) -> None:
+    print(f"kerncap's armed dispatcher per launch, paired in one process (ABBA blocks, {args.repeat} process(es) per "
+          "row): CPU ns of the launching threads, median [90 % bootstrap interval over the a-p-p-a groups]")
+    rows = []
+    one = results.get("cudart x1")
+    for name, r in results.items():
+        if name == "preloaded":
+            continue
+        est = r["estimates"]
+        lo, hi = median_interval(est)
+        through = median([p["passthrough_per_launch"] for p in r["processes"]])
+        goal, met = "", ""
+        if name == "cudart x1":
+            goal, met = f"<= {GOAL_NS:.0f} ns", verdict(hi <= GOAL_NS)
+        scale = ""
+        if one is not None and name.startswith("cudart x") and name != "cudart x1":
+            ratio = median(est) / median(one["estimates"])
+            slo, shi = bootstrap(lambda a, b: statistics.median(a) / statistics.median(b), est, one["estimates"])
+            scale = f"{ratio:.2f}x [{slo:.2f}-{shi:.2f}]"
+            if r["threads"] == 16:
+                goal, met = f"<= {GOAL_SCALING:.1f}x", verdict(shi <= GOAL_SCALING)
+        rows.append([name, f"{median(est):.1f} [{lo:.1f}-{hi:.1f}]", f"{through:.0f}",
+                     f"{100 * median(est) / through:.1f} %", str(len(est)), scale, goal, met])
+    if rows:
+        print_table(["row", "armed - pass-through ns", "pass-through ns", "share", "groups", "vs 1 thread", "goal",
+                     ""], rows)
+    if "preloaded" in results:
+        runs = results["preloaded"]["cpu_ns_per_launch"]
+        lo, hi = diff_interval(runs["preloaded"], runs["none"])
+        spread = max(runs["none"]) / min(runs["none"]) - 1
+        print(f"\npreloaded but not attached vs no library (launch_paired kernel 1, {len(runs['none'])} interleaved "
+              f"processes each; whole-process medians, run-to-run spread of the baseline {100 * spread:.1f} %):")
+        print(f"  {median(runs['none']):.1f} ns -> {median(runs['preloaded']):.1f} ns per launch: "
+              f"{median(runs['preloaded']) - median(runs['none']):+.1f} ns [{lo:+.1f} to {hi:+.1f}]")
+
+
+if __name__ == "__main__":
+    main()

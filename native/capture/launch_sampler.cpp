@@ -1,0 +1,457 @@
+#include "launch_sampler.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "driver.hpp"
+#include "json_writer.hpp"
+
+namespace kc {
+namespace {
+
+constexpr uint32_t kWords = 1024;            // holds (samples awaiting their read) per context
+constexpr uint64_t kOverdueNs = 5'000'000;   // a hold the watchdog releases: 5 ms
+constexpr int kCalibrationPairs = 16;
+
+uint64_t now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+uint64_t next_random(uint64_t& x) {  // xorshift64*
+  if (!x) x = 0x9E3779B97F4A7C15ull ^ now_ns();
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+// kerncap's own calls never count as "potentially unsafe" for a global-mode capture
+// another thread of the app may be running.
+struct RelaxedCapture {
+  CUstreamCaptureMode prev = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool ok;
+  RelaxedCapture() { ok = KC_CU(cuThreadExchangeStreamCaptureMode)(&prev) == CUDA_SUCCESS; }
+  ~RelaxedCapture() {
+    if (ok) KC_CU(cuThreadExchangeStreamCaptureMode)(&prev);
+  }
+};
+
+// The context current for the calls made while this lives (the exit drain, a context
+// being destroyed): pushed, then popped.
+struct CurrentContext {
+  bool pushed;
+  explicit CurrentContext(CUcontext ctx) { pushed = KC_CU(cuCtxPushCurrent)(ctx) == CUDA_SUCCESS; }
+  ~CurrentContext() {
+    CUcontext popped;
+    if (pushed) KC_CU(cuCtxPopCurrent)(&popped);
+  }
+};
+
+}  // namespace
+
+void SampleStats::add(double t, double w) {
+  ++timed;
+  sw += w;
+  swt += w * t;
+  sw2 += w * w;
+  sw2t += w * w * t;
+  sw2t2 += w * w * t * t;
+  const uint64_t ns = uint64_t(t + 0.5);
+  min_ns = std::min(min_ns, ns);
+  max_ns = std::max(max_ns, ns);
+}
+
+double SampleStats::total(uint64_t calls) const { return sw > 0 ? double(calls) * swt / sw : 0.0; }
+
+double SampleStats::total_variance(uint64_t calls) const {
+  if (sw <= 0 || timed < 2) return 0.0;
+  const double mean = swt / sw;
+  // Hajek's estimator of the mean, linearised: sum w^2 (t - mean)^2 / (sum w)^2.
+  const double ss = std::max(0.0, sw2t2 - 2 * mean * sw2t + mean * mean * sw2);
+  return double(calls) * double(calls) * ss / (sw * sw);
+}
+
+struct LaunchSampler::Pending {
+  Context* ctx = nullptr;
+  CUevent e0 = nullptr, e1 = nullptr;
+  CUstream stream = nullptr;  // the launch's (CU_STREAM_PER_THREAD for a _ptsz call's null stream)
+  uint32_t word = 0;
+  const void* key = nullptr;
+  double weight = 1.0;
+  bool ok = false;
+  unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+};
+
+struct LaunchSampler::Context {
+  CUcontext ctx = nullptr;
+  bool gone = false;      // destroyed: a new context may reuse the handle
+  bool disabled = false;  // a driver call failed here: its launches are counted, not timed
+  std::mutex mu;          // everything below
+  std::vector<CUevent> events;
+  size_t events_made = 0;
+  std::deque<Pending*> queue;  // ended, in order, awaiting their read
+  std::vector<Pending*> spare;
+  std::atomic<uint32_t>* words = nullptr;  // host memory the GPU reads (cuMemHostAlloc, DEVICEMAP)
+  CUdeviceptr words_dev = 0;
+  std::vector<uint32_t> free_words;
+  std::atomic<uint64_t> held_since[kWords] = {};  // watchdog: when the hold began, 0 when none
+  std::atomic<bool> overdue[kWords] = {};         // the watchdog released it: drop the sample
+  bool calibrated = false;
+  std::atomic<bool> hold{true};  // false once cuStreamWaitValue32 failed here: unheld pairs from then on
+  double bracket_ns = 0;
+  std::vector<CUstream> streams;  // streams with timed launches
+};
+
+LaunchSampler::LaunchSampler() {
+  const char* v = std::getenv("KERNCAP_PROFILE_BRACKET");
+  const std::string mode = v ? v : "";
+  if (mode == "none") {
+    bracket_mode_ = "none";
+  } else if (!mode.empty() && mode != "auto") {
+    char* end = nullptr;
+    const double ns = std::strtod(mode.c_str(), &end);
+    if (end && !*end && ns >= 0) {
+      bracket_mode_ = "fixed";
+      bracket_fixed_ns_ = ns;
+    }
+  }
+}
+
+bool LaunchSampler::due(SampleSchedule& s, uint64_t n, uint64_t& rng, double* weight) {
+  if (n < s.next) return false;
+  *weight = s.weight;
+  const double p = std::min(1.0, kAlwaysTimed / double(n));
+  uint64_t gap = 1;
+  if (p < 1.0) {
+    // Geometric(p): 1 + floor(ln U / ln(1 - p)), U uniform in (0, 1].
+    const double u = (double(next_random(rng) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    gap = 1 + uint64_t(std::floor(std::log(u) / std::log1p(-p)));
+  }
+  s.next = n + gap;
+  s.weight = 1.0 / p;
+  return true;
+}
+
+bool LaunchSampler::due_shared(uint64_t n, uint64_t& rng, double* weight) {
+  const double p = std::min(1.0, kAlwaysTimed / double(n));
+  if (p < 1.0 && double(next_random(rng) >> 11) * (1.0 / 9007199254740992.0) >= p) return false;
+  *weight = 1.0 / p;
+  return true;
+}
+
+LaunchSampler::Context* LaunchSampler::context_for(CUcontext ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Context* c : contexts_)
+    if (c->ctx == ctx && !c->gone) return c;
+  auto* c = new Context;
+  c->ctx = ctx;
+  contexts_.push_back(c);
+  return c;
+}
+
+void LaunchSampler::calibrate(Context& c) {
+  c.calibrated = true;
+  if (bracket_mode_ != "auto") {
+    c.bracket_ns = bracket_mode_ == "fixed" ? bracket_fixed_ns_ : 0.0;
+    return;
+  }
+  // What a held pair with nothing between costs, on a stream of kerncap's own: what every
+  // sample's pair adds to the kernel it brackets, at least.
+  CUstream own = nullptr;
+  if (KC_CU(cuStreamCreate)(&own, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return;
+  std::vector<CUevent> ev;
+  bool ok = true;
+  for (int i = 0; i < 2 * kCalibrationPairs && ok; ++i) {
+    CUevent e = nullptr;
+    ok = KC_CU(cuEventCreate)(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+    if (ok) ev.push_back(e);
+  }
+  std::vector<double> ns;
+  const uint32_t w = c.free_words.empty() ? kWords : c.free_words.back();
+  for (int i = 0; i < kCalibrationPairs && ok && w < kWords; ++i) {
+    c.words[w].store(0, std::memory_order_release);
+    ok = KC_CU(cuStreamWaitValue32)(own, c.words_dev + 4 * w, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS &&
+         KC_CU(cuEventRecord)(ev[2 * i], own) == CUDA_SUCCESS && KC_CU(cuEventRecord)(ev[2 * i + 1], own) == CUDA_SUCCESS;
+    c.words[w].store(1, std::memory_order_release);
+    if (ok) ok = KC_CU(cuStreamSynchronize)(own) == CUDA_SUCCESS;
+    float ms = 0;
+    if (ok && KC_CU(cuEventElapsedTime)(&ms, ev[2 * i], ev[2 * i + 1]) == CUDA_SUCCESS) ns.push_back(double(ms) * 1e6);
+  }
+  if (!ns.empty()) {
+    std::sort(ns.begin(), ns.end());
+    c.bracket_ns = ns[ns.size() / 2];
+  }
+  for (CUevent e : ev) KC_CU(cuEventDestroy)(e);
+  KC_CU(cuStreamDestroy)(own);
+}
+
+LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, const void* key, double weight,
+                                             const unsigned grid[3], const unsigned block[3]) {
+  if (!ctx) return nullptr;
+  Context* c = context_for(ctx);
+  start_watchdog();
+  Pending* p = nullptr;
+  RelaxedCapture relaxed;
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->disabled) return nullptr;
+    if (!c->words) {
+      void* host = nullptr;
+      const CUresult r = KC_CU(cuMemHostAlloc)(&host, kWords * sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP);
+      if (r != CUDA_SUCCESS || KC_CU(cuMemHostGetDevicePointer)(&c->words_dev, host, 0) != CUDA_SUCCESS) {
+        c->disabled = true;
+        std::lock_guard<std::mutex> g(mu_);
+        ++errors_;
+        if (first_error_.empty()) first_error_ = "cuMemHostAlloc / cuMemHostGetDevicePointer for the hold words: " + cu_error_string(r);
+        return nullptr;
+      }
+      c->words = static_cast<std::atomic<uint32_t>*>(host);
+      for (uint32_t i = 0; i < kWords; ++i) c->words[i].store(1, std::memory_order_relaxed);
+      for (uint32_t i = kWords; i-- > 0;) c->free_words.push_back(i);
+    }
+    if (!c->calibrated) calibrate(*c);
+    poll(*c, 4, false);  // read a few finished pairs back: the pool stays small
+    if (c->free_words.empty() || (c->events.size() < 2 && c->events_made + 2 > 2 * size_t(kWords))) {
+      std::lock_guard<std::mutex> g(mu_);
+      ++no_event_;
+      return nullptr;
+    }
+    while (c->events.size() < 2) {
+      CUevent e = nullptr;
+      const CUresult r = KC_CU(cuEventCreate)(&e, CU_EVENT_DEFAULT);
+      if (r != CUDA_SUCCESS) {
+        std::lock_guard<std::mutex> g(mu_);
+        ++errors_;
+        if (first_error_.empty()) first_error_ = "cuEventCreate: " + cu_error_string(r);
+        return nullptr;
+      }
+      c->events.push_back(e);
+      ++c->events_made;
+    }
+    if (c->spare.empty()) {
+      p = new Pending;
+    } else {
+      p = c->spare.back();
+      c->spare.pop_back();
+    }
+    p->ctx = c;
+    p->e1 = c->events.back();
+    c->events.pop_back();
+    p->e0 = c->events.back();
+    c->events.pop_back();
+    p->word = c->free_words.back();
+    c->free_words.pop_back();
+    if (std::find(c->streams.begin(), c->streams.end(), stream) == c->streams.end() && c->streams.size() < 64)
+      c->streams.push_back(stream);
+  }
+  p->key = key;
+  p->stream = stream;
+  p->weight = weight;
+  std::memcpy(p->grid, grid, sizeof p->grid);
+  std::memcpy(p->block, block, sizeof p->block);
+  c->overdue[p->word].store(false, std::memory_order_relaxed);
+  c->words[p->word].store(0, std::memory_order_release);
+  c->held_since[p->word].store(now_ns(), std::memory_order_release);
+  if (c->hold.load(std::memory_order_relaxed)) {
+    const CUresult w = KC_CU(cuStreamWaitValue32)(stream, c->words_dev + 4 * p->word, 1, CU_STREAM_WAIT_VALUE_GEQ);
+    if (w != CUDA_SUCCESS) {
+      // Stream memory operations unavailable here: time unheld pairs (they include the
+      // CPU's launch latency when the stream was idle; the profile says so).
+      c->hold.store(false, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> g(mu_);
+      if (unheld_.empty()) unheld_ = "cuStreamWaitValue32: " + cu_error_string(w);
+    }
+  }
+  const CUresult r = KC_CU(cuEventRecord)(p->e0, stream);
+  if (r == CUDA_SUCCESS) return p;
+  // Nothing is left held; this context's launches are counted from now on, not timed.
+  c->words[p->word].store(1, std::memory_order_release);
+  c->held_since[p->word].store(0, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(c->mu);
+  c->disabled = true;
+  c->events.push_back(p->e0);
+  c->events.push_back(p->e1);
+  c->spare.push_back(p);  // its word stays out of the pool: the GPU may not have passed the wait
+  std::lock_guard<std::mutex> g(mu_);
+  ++errors_;
+  if (first_error_.empty()) first_error_ = "cuEventRecord on the launch's stream: " + cu_error_string(r);
+  return nullptr;
+}
+
+void LaunchSampler::end(Pending* p, bool ok) {
+  Context* c = p->ctx;
+  CUresult r;
+  {
+    RelaxedCapture relaxed;
+    r = KC_CU(cuEventRecord)(p->e1, p->stream);
+  }
+  c->words[p->word].store(1, std::memory_order_release);
+  c->held_since[p->word].store(0, std::memory_order_release);
+  p->ok = ok;
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (r == CUDA_SUCCESS) {
+    c->queue.push_back(p);
+    return;
+  }
+  // No end event: the pair cannot be read. Its word stays out of the pool (the GPU may
+  // not have passed the wait yet); the events are reusable (re-recording one is fine).
+  c->events.push_back(p->e0);
+  c->events.push_back(p->e1);
+  c->spare.push_back(p);
+  std::lock_guard<std::mutex> g(mu_);
+  ++errors_;
+  if (first_error_.empty()) first_error_ = "cuEventRecord after the launch: " + cu_error_string(r);
+}
+
+void LaunchSampler::poll(Context& c, size_t max_reads, bool wait) {
+  const uint64_t deadline = now_ns() + 1'000'000'000ull;
+  for (size_t n = 0; n < max_reads && !c.queue.empty();) {
+    Pending* p = c.queue.front();
+    CUresult r = KC_CU(cuEventQuery)(p->e1);
+    if (r == CUDA_ERROR_NOT_READY) {
+      if (!wait || now_ns() > deadline) return;
+      const timespec ts{0, 100 * 1000};
+      nanosleep(&ts, nullptr);
+      continue;
+    }
+    c.queue.pop_front();
+    ++n;
+    float ms = 0;
+    if (r == CUDA_SUCCESS) r = KC_CU(cuEventElapsedTime)(&ms, p->e0, p->e1);
+    const bool overdue = c.overdue[p->word].load(std::memory_order_acquire);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (r != CUDA_SUCCESS) {
+        ++errors_;
+        if (first_error_.empty()) first_error_ = "reading a timed launch's events: " + cu_error_string(r);
+      } else if (overdue) {
+        ++overdue_;
+      } else if (!p->ok) {
+        ++failed_launches_;
+      } else {
+        SampleStats& s = stats_[p->key];
+        s.add(std::max(0.0, double(ms) * 1e6 - c.bracket_ns), p->weight);
+        std::memcpy(s.grid, p->grid, sizeof s.grid);
+        std::memcpy(s.block, p->block, sizeof s.block);
+      }
+    }
+    c.events.push_back(p->e0);
+    c.events.push_back(p->e1);
+    c.free_words.push_back(p->word);
+    c.spare.push_back(p);
+  }
+}
+
+void LaunchSampler::drop_context(CUcontext ctx, bool forget) {
+  Context* c = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Context* x : contexts_)
+      if (x->ctx == ctx && !x->gone) c = x;
+  }
+  if (!c) return;
+  std::lock_guard<std::mutex> lock(c->mu);
+  {
+    CurrentContext current(ctx);
+    RelaxedCapture relaxed;
+    poll(*c, SIZE_MAX, true);
+  }
+  if (!forget) return;
+  std::lock_guard<std::mutex> g(mu_);
+  unfinished_ += c->queue.size();
+  c->queue.clear();
+  c->gone = true;  // its events and hold words go with the context
+  c->disabled = true;
+}
+
+void LaunchSampler::drain(double seconds) {
+  std::vector<Context*> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all = contexts_;
+  }
+  const uint64_t deadline = now_ns() + uint64_t(seconds * 1e9);
+  for (Context* c : all) {
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->gone || c->queue.empty()) continue;
+    CurrentContext current(c->ctx);
+    RelaxedCapture relaxed;
+    while (!c->queue.empty() && now_ns() < deadline) poll(*c, SIZE_MAX, true);
+    std::lock_guard<std::mutex> g(mu_);
+    unfinished_ += c->queue.size();
+  }
+}
+
+void LaunchSampler::start_watchdog() {
+  if (watchdog_started_.exchange(true)) return;
+  try {
+    std::thread(&LaunchSampler::watchdog, this).detach();
+  } catch (const std::exception&) {
+    // No thread: a launch blocked behind its own hold would wait for ever. Never hold.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Context* c : contexts_) c->disabled = true;
+    ++errors_;
+    if (first_error_.empty()) first_error_ = "the sampled profile's watchdog thread could not start";
+  }
+}
+
+// Releases holds older than kOverdueNs. Makes no driver call: it must run even when every
+// other thread waits inside the driver.
+void LaunchSampler::watchdog(LaunchSampler* self) {
+  std::vector<Context*> all;
+  for (;;) {
+    const timespec ts{0, 1'000'000};
+    nanosleep(&ts, nullptr);
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      if (all.size() != self->contexts_.size()) all = self->contexts_;
+    }
+    const uint64_t now = now_ns();
+    for (Context* c : all) {
+      if (!c->words) continue;
+      for (uint32_t i = 0; i < kWords; ++i) {
+        const uint64_t since = c->held_since[i].load(std::memory_order_acquire);
+        if (!since || now - since < kOverdueNs) continue;
+        c->overdue[i].store(true, std::memory_order_release);
+        c->words[i].store(1, std::memory_order_release);
+        c->held_since[i].store(0, std::memory_order_release);
+      }
+    }
+  }
+}
+
+std::unordered_map<const void*, SampleStats> LaunchSampler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::string LaunchSampler::summary_json() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  JsonWriter w;
+  w.begin_object().field("bracket", bracket_mode_);
+  double bracket = 0;
+  size_t streams = 0, contexts = 0;
+  for (const Context* c : contexts_) {
+    if (!c->calibrated) continue;
+    ++contexts;
+    bracket = std::max(bracket, c->bracket_ns);
+    streams = std::max(streams, c->streams.size());
+  }
+  w.field("bracket_ns", bracket).field("contexts", uint64_t(contexts)).field("streams", uint64_t(streams));
+  w.field("errors", errors_).field("first_error", first_error_).field("no_event", no_event_);
+  w.field("overdue", overdue_).field("unfinished", unfinished_).field("failed_launches", failed_launches_);
+  w.field("unheld", unheld_);
+  w.end_object();
+  return w.str();
+}
+
+}  // namespace kc

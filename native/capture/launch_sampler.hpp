@@ -1,0 +1,110 @@
+// profile mode without CUPTI (the default; `profile --exact` keeps CUPTI's activity
+// records, profiler.hpp): every launch is counted through the entry points, and a
+// sample of each kernel's launches is timed with a pair of CUDA events recorded on the
+// launch's own stream around it (docs/interposer.md, "Sampled profile").
+//
+// A sampled launch, on the app's thread:
+//   host word = 0; cuStreamWaitValue32(stream, word >= 1)   the stream is held ...
+//   cuEventRecord(e0, stream)
+//   <the app's launch>
+//   cuEventRecord(e1, stream); host word = 1                ... until the launch is in
+// so e0 fires when the kernel is already queued behind it: on an idle stream an
+// unheld e0 would fire at once and the pair would time the CPU's launch latency too.
+// A watchdog thread (no driver calls) releases a hold left for more than 5 ms (a
+// launch blocked in the driver on something that needs the GPU: never a deadlock, the
+// sample is dropped). Before a kernel's first launch is held its code is loaded
+// (cuFuncLoad; lazy loading would load it inside the launch, which may wait for the
+// context), and a graph is uploaded before its first held launch; cooperative launches
+// are never held.
+//
+// Samples are read back lazily: before a new sample a thread polls a few of its
+// context's oldest pending pairs (cuEventQuery, never blocking); at exit every context
+// is drained. Never while any stream capture is in progress in the process (nothing is
+// recorded into a capturing stream, and kerncap's calls run in relaxed capture mode).
+//
+// Sampling: a thread times its launches of a kernel with probability p = min(1, K/n) at
+// its n-th launch (geometric gaps, so nothing periodic in the app aliases with it);
+// each kernel's total is the Hajek estimate calls x (sum w t / sum w), w = 1/p, with its
+// variance, so a sample skipped for any reason above does not bias it.
+#pragma once
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "thread_slots.hpp"  // SampleSchedule
+
+namespace kc {
+
+// What one kernel (or graph) accumulated from its timed launches.
+struct SampleStats {
+  uint64_t timed = 0;
+  double sw = 0, swt = 0, sw2 = 0, sw2t = 0, sw2t2 = 0;  // sums of w, w t, w^2, w^2 t, w^2 t^2 (t in ns)
+  uint64_t min_ns = UINT64_MAX, max_ns = 0;
+  unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};  // of the last timed launch
+  void add(double t_ns, double w);
+  // The total over `calls` launches and its variance (Hajek), 0 without a timed launch.
+  double total(uint64_t calls) const;
+  double total_variance(uint64_t calls) const;
+};
+
+class LaunchSampler {
+ public:
+  // One held, bracketed launch in flight (between its API entry and exit).
+  struct Pending;
+
+  // Reads KERNCAP_PROFILE_BRACKET (auto | none | a number of ns).
+  LaunchSampler();
+  LaunchSampler(const LaunchSampler&) = delete;
+  LaunchSampler& operator=(const LaunchSampler&) = delete;
+
+  // Should this launch be timed? `n` is this thread's launch number of the kernel (after
+  // counting it); advances the schedule when it says yes. `rng` is the thread's state.
+  static bool due(SampleSchedule& s, uint64_t n, uint64_t& rng, double* weight);
+  // The same without per-thread state (a kernel beyond the thread's slot table): `n` is
+  // the process's launch number; an independent draw with p = min(1, K/n) per launch.
+  static bool due_shared(uint64_t n, uint64_t& rng, double* weight);
+  static constexpr double kAlwaysTimed = 32.0;  // K: a kernel's first 32 launches on a thread are all timed
+
+  // At the launch's API entry: holds `stream` and records e0. Null when nothing was
+  // recorded (no context, the pool exhausted, a driver call failed: counted).
+  Pending* begin(CUcontext ctx, CUstream stream, const void* key, double weight, const unsigned grid[3],
+                 const unsigned block[3]);
+  // At its API exit: records e1 and releases the stream. `ok`: the launch succeeded.
+  void end(Pending* p, bool ok);
+
+  // The context may be about to be destroyed: read what it has; `forget`: it is, so a
+  // later context with the same handle starts afresh (its events die with this one).
+  void drop_context(CUcontext ctx, bool forget);
+  // At exit: read every pending pair (up to `seconds`), free nothing (the app's
+  // teardown may still run).
+  void drain(double seconds);
+
+  // Per key (a FuncInfo or a graph's record): what was timed.
+  std::unordered_map<const void*, SampleStats> stats() const;
+  std::string summary_json() const;  // bracket, errors, dropped samples, streams seen
+
+ private:
+  struct Context;
+  Context* context_for(CUcontext ctx);
+  void poll(Context& c, size_t max_reads, bool wait);
+  void calibrate(Context& c);
+  void start_watchdog();
+  static void watchdog(LaunchSampler* self);
+
+  mutable std::mutex mu_;  // contexts_, stats_ and the counters below
+  std::vector<Context*> contexts_;  // never freed: the watchdog reads their hold words
+  std::unordered_map<const void*, SampleStats> stats_;
+  std::string bracket_mode_ = "auto";
+  double bracket_fixed_ns_ = 0;
+  uint64_t errors_ = 0, no_event_ = 0, overdue_ = 0, unfinished_ = 0, failed_launches_ = 0;
+  std::string first_error_;
+  std::string unheld_;  // why some context times unheld pairs (empty: every pair was held)
+  std::atomic<bool> watchdog_started_{false};
+};
+
+}  // namespace kc

@@ -1,0 +1,84 @@
+// One slot per thread that calls the driver through kerncap: the quiesce flag
+// (quiesce.hpp) and the thread's launch counters, each written only by its thread.
+//
+// Why per thread: a flag or counter shared by every launching thread is a cache line
+// that bounces between cores on every launch (two threads launching at once cost
+// +255 ns per launch with a shared reader-writer lock and shared counters, docs/facts.md
+// §25). A slot lives in its own cache lines; its thread updates it with plain loads and
+// stores; the rare readers (a capture, the exit report) sum over every slot.
+//
+// Slots are never freed (a capturing thread or a report may be reading one while its
+// thread exits) and are reused: a thread's slot is released at its exit (a pthread key
+// destructor) and claimed by the next new thread. Counters carry over on reuse, which
+// is what a process-wide sum wants.
+#pragma once
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <unordered_map>
+
+namespace kc {
+
+// Per (thread, kernel) state of the sampled profile (launch_sampler.hpp), owned by the thread.
+struct SampleSchedule {
+  uint64_t next = 1;    // this thread's launch number (1-based) of the kernel to time next
+  double weight = 1.0;  // 1/p of the gap that ends there
+};
+
+struct alignas(64) ThreadSlot {
+  // Inside an enqueueing call (outermost) while a capture may come: read by the
+  // capturing thread (quiesce.hpp). Alone in the first cache line, with the fields the
+  // owner writes only when it claims the slot.
+  std::atomic<uint32_t> inside{0};
+  std::atomic<bool> owned{false};
+  ThreadSlot* next = nullptr;  // the registry's list; set before the slot is published
+
+  // Launch counters: written by the owner only, so a relaxed load + store (no locked
+  // instruction); readers sum them. Per-kernel ones are keyed by an address that stays
+  // valid for the process's life (FuncInfo entries are retired, never freed).
+  // Enough for the distinct kernels one thread of a large model launches; beyond, a
+  // kernel is counted on its shared counter (and sampled from there).
+  static constexpr int kKernels = 512;
+  struct Kernel {
+    std::atomic<const void*> key{nullptr};
+    std::atomic<uint64_t> count{0};
+    SampleSchedule schedule;  // owner only
+  };
+  alignas(64) std::atomic<uint64_t> launches{0};
+  Kernel kernels[kKernels];
+
+  static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  // This thread's entry for `key` (inserted on first use); null when the table is full.
+  Kernel* counter_for(const void* key);
+};
+
+class ThreadSlots {
+ public:
+  ThreadSlots();
+  ThreadSlots(const ThreadSlots&) = delete;
+  ThreadSlots& operator=(const ThreadSlots&) = delete;
+
+  // The calling thread's slot: a free one is reused, else a new one is published.
+  // Null only when memory is exhausted (callers fall back to shared counters). Call
+  // once per thread and keep the pointer (ThreadState): this is the slow path.
+  ThreadSlot* claim();
+
+  // The first slot of the list; each slot's `next` leads to the older ones. A slot
+  // published after this load is not in the list: quiesce.hpp says why that is safe.
+  ThreadSlot* head() const { return head_.load(std::memory_order_seq_cst); }
+
+  // Sums over every slot: launches, and per-kernel counts by key.
+  uint64_t launches() const;
+  std::unordered_map<const void*, uint64_t> kernel_counts() const;
+
+ private:
+  static void release(void* slot);
+  std::atomic<ThreadSlot*> head_{nullptr};
+  pthread_key_t key_{};
+  bool have_key_ = false;
+};
+
+}  // namespace kc

@@ -1,0 +1,107 @@
+"""The paired measure's analysis without a GPU (bench/common.py paired_cost, bench/paired.py):
+on a faked machine that switches between a fast and a slow CPU state within a run, as the
+H200 machines do (docs/facts.md §28), the a-p-p-a groups recover the dispatcher's true cost
+per launch where whole-process medians cannot; the rows and goals print as they should.
+The switch itself and the same analysis over the stand-in driver: tests/test_entry_hooks.py."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+
+from bench_module import load_bench
+
+
+@pytest.fixture(scope="module")
+def common():
+    return load_bench("common")
+
+
+def fake_blocks(common, *, cost: float, base: float, per_block: int, n_blocks: int, seed: int,
+                slow_from: int | None = None, noise: float = 0.01) -> list[tuple[str, float]]:
+    """Block times (ns) of one process: pass-through `base` ns per launch, armed `base + cost`;
+    from block `slow_from` on the whole machine runs 1.4x slower, and every block drifts a
+    little (the machine warming up)."""
+    rng = random.Random(seed)
+    out = []
+    for i, mode in enumerate(common.abba_order(n_blocks)):
+        speed = 1.4 if slow_from is not None and i >= slow_from else 1.0
+        speed *= 1 + 0.001 * i
+        per_launch = (base + (cost if mode == "a" else 0.0)) * speed
+        out.append((mode, per_launch * per_block * rng.uniform(1 - noise, 1 + noise)))
+    return out
+
+
+def test_paired_groups_see_through_a_speed_state_change(common):
+    blocks = fake_blocks(common, cost=35.0, base=2500.0, per_block=4096, n_blocks=64, seed=3, slow_from=30)
+    got = common.paired_cost(blocks, 4096)
+    assert got["groups"] == 15  # 16 groups, the first dropped as warm-up
+    lo, hi = got["interval"]
+    # The state change scales the cost too (1.4x slower), so the truth lies between 35 and 49 ns;
+    # block noise is +-1 % of 2500 ns, so one group is +-25 ns: the median of 15 lands near.
+    assert 20 < got["per_launch"] < 60 and lo < got["per_launch"] < hi
+    # Two whole processes, one armed in the fast state and one not in the slow state,
+    # would have measured a 1000 ns "saving": the state, not kerncap.
+    fast_armed = common.median([v / 4096 for m, v in blocks[:30] if m == "a"])
+    slow_plain = common.median([v / 4096 for m, v in blocks[30:] if m == "p"])
+    assert fast_armed - slow_plain < -900
+
+
+def test_paired_cost_cancels_drift_exactly_without_noise(common):
+    blocks = fake_blocks(common, cost=12.0, base=1000.0, per_block=1000, n_blocks=40, seed=1, noise=0.0)
+    got = common.paired_cost(blocks, 1000, skip=0)
+    # A linear drift of 0.1 % per block: a-p and a-p (reversed) cancel it to first order.
+    assert got["per_launch"] == pytest.approx(12.0 * (1 + 0.001 * 19.5), rel=0.02)
+    assert got["ratio"] == pytest.approx(1.012, abs=0.001)
+
+
+def test_paired_cost_refuses_blocks_out_of_order(common):
+    with pytest.raises(ValueError, match="ABBA"):
+        common.paired_cost([("a", 1.0), ("a", 1.0), ("p", 1.0), ("p", 1.0)], 1)
+    with pytest.raises(ValueError, match="no complete"):
+        common.paired_cost([("a", 1.0), ("p", 1.0), ("p", 1.0), ("a", 1.0)], 1)  # skip=1 leaves none
+    text = "switch=paired\nblock=0 mode=a wall_ns=10 cpu_ns=7\nblock=1 mode=p wall_ns=9 cpu_ns=6\nother line\n"
+    assert common.parse_blocks(text) == [("a", 7.0), ("p", 6.0)]
+    assert common.parse_blocks(text, "wall_ns") == [("a", 10.0), ("p", 9.0)]
+
+
+def test_paired_bench_rows_and_goals(common, monkeypatch, tmp_path, capsys):
+    """bench/paired.py end to end with its app runs faked: 30 ns single-thread, 16 threads
+    at 1.1x (both goals met), 8 threads at 1.8x (no goal there), the preloaded row a few ns."""
+    paired = load_bench("paired")
+    cost = {1: 30.0, 2: 32.0, 8: 54.0, 16: 33.0}
+    calls = {"n": 0}
+
+    def fake_armed(row, command, workdir, n):
+        calls["n"] += 1
+        threads = int(command[2]) if row in ("cudart", "graph") else 1
+        c = cost[threads] if row == "cudart" else {"graph": 80.0, "torch": 120.0, "triton": 400.0}[row]
+        per_block = int(command[4]) * threads if row in ("cudart", "graph") else int(command[-1])
+        blocks = fake_blocks(common, cost=c, base=2000.0, per_block=per_block, n_blocks=32, seed=calls["n"],
+                             slow_from=16 if n == 1 else None, noise=0.002)
+        return "switch=paired\n" + "\n".join(f"block={i} mode={m} wall_ns={v:.0f} cpu_ns={v:.0f}"
+                                             for i, (m, v) in enumerate(blocks))
+
+    rng = random.Random(5)
+    monkeypatch.setattr(paired, "armed_run", fake_armed)
+    monkeypatch.setattr(paired, "plain_cpu_per_launch",
+                        lambda command, per_block, preload: 2000.0 * rng.uniform(0.9, 1.1) + (2.5 if preload else 0))
+    monkeypatch.setattr(paired, "build_testapps", lambda d: d)
+    out = tmp_path / "p.json"
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--repeat", "2", "--blocks", "32", "--per-block", "1024",
+                                      "--json", str(out)])
+    paired.main()
+    printed = capsys.readouterr().out
+    lines = {line.split()[0] + (" " + line.split()[1] if line.startswith("cudart") else ""): line
+             for line in printed.splitlines() if line and line.split()[0] in ("cudart", "graph", "torch", "triton")}
+    assert "<= 40 ns" in lines["cudart x1"] and lines["cudart x1"].rstrip().endswith("ok")
+    assert "<= 1.5x" in lines["cudart x16"] and lines["cudart x16"].rstrip().endswith("ok")
+    assert "1.8" in lines["cudart x8"]  # 54 / 30, shown, no goal on 8 threads
+    assert lines["graph"].split()[1].startswith("8")  # ~80 ns
+    assert "preloaded but not attached vs no library" in printed
+    saved = json.loads(out.read_text())["results"]
+    assert saved["cudart x1"]["estimates"] and len(saved["cudart x1"]["processes"]) == 2
+    assert set(saved["preloaded"]["cpu_ns_per_launch"]) == {"none", "preloaded"}

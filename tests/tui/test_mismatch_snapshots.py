@@ -1,0 +1,79 @@
+"""The Mismatch pane (kerncap_tui.widgets.mismatch_pane) on planted bugs: snapshots of
+the heatmap, the scale, the histograms and the cursor's details. The maps come from
+the bundled demo's captured output (smooth, 256 x 256 float32) with a bug planted in
+a copy (synthetic variant outputs, tests/test_mismatch.py), computed by the numpy
+reference the GPU suite checks the GPU's maps against."""
+
+from __future__ import annotations
+
+import pytest
+from textual.app import App, ComposeResult
+
+from kerncap import api
+from kerncap_tui.widgets.mismatch_pane import MismatchHeatmap, MismatchPane, MismatchRequest
+
+from test_app import sync  # noqa: E402  (tests/tui is on sys.path)
+from test_mismatch import demo_states, planted  # noqa: E402  (tests/ is on sys.path)
+
+
+def planted_map(kind: str) -> api.MismatchMap:
+    _cap, pre, post = demo_states()
+    return api.mismatch_map_arrays("region 1", planted(kind), post, pre, dtype="float32", grid=(64, 128),
+                                   actual_label=f"synthetic {kind}", expected_label="captured post-state")
+
+
+class PaneApp(App):
+    def __init__(self, maps) -> None:
+        super().__init__()
+        self.maps = maps
+        self.posted: list = []
+
+    def compose(self) -> ComposeResult:
+        yield MismatchPane(id="mismatch-pane")
+
+    def on_mount(self) -> None:
+        self.query_one(MismatchPane).show(self.maps, MismatchRequest(cubin="v1.cubin", label="v1"))
+
+    def on_mismatch_pane_write_arrays(self, message) -> None:
+        self.posted.append(message)
+
+    def on_mismatch_pane_requested(self, message) -> None:
+        self.posted.append(message)
+
+
+@pytest.mark.parametrize("kind", ["last_tile", "row_scale", "nan_div"])
+def test_mismatch_pane_snapshot(snap_compare, kind):
+    async def run_before(pilot):
+        await pilot.pause()
+        await pilot.press("f")  # the cursor on the first mismatch, its values below the map
+        await pilot.pause()
+
+    assert snap_compare(PaneApp([planted_map(kind)]), terminal_size=(100, 34), run_before=run_before)
+
+
+@sync
+async def test_cursor_first_mismatch_write_and_shape():
+    app = PaneApp([planted_map("row_scale"), planted_map("nan_div")])
+    async with app.run_test(size=(100, 34)) as pilot:
+        await pilot.pause()
+        await pilot.press("f")
+        await pilot.pause()
+        text = str(app.query_one("#mismatch-cursor").render())
+        assert "rows 64–" in text and "worst [" in text and "expected" in text and "got" in text
+        heat = app.query_one(MismatchHeatmap)
+        (r0, r1), _cols = heat.pixel_span(*heat.cursor)
+        assert r0 <= 64 < r1
+        await pilot.press("right", "right")
+        await pilot.pause()
+        assert heat.cursor[1] == 2
+        await pilot.press("w")
+        await pilot.pause()
+        assert app.posted and app.posted[-1].item == "region 1"
+        await pilot.press("r")  # the next failing region's map
+        await pilot.pause()
+        assert "every 64th column" in str(app.query_one("#mismatch-title").render())
+        await pilot.press("s")
+        await pilot.press(*"256,256", "enter")
+        await pilot.pause()
+        req = app.posted[-1].request
+        assert req.shape == (256, 256) and req.items == ("1",)
