@@ -258,3 +258,25 @@ def test_the_mcp_validate_defaults_are_the_clis():
     used 3, and to answer another type when perturb was 0."""
     assert api.options.RUNS.default == 3 == api.ValidateRequest().runs == api.BuildRequest().runs
     assert api.MeasureOptions().runs == 3  # kerncap check / sweep too
+
+
+def test_validate_set_with_a_variant_restores_each_member_once(fake_set, tmp_path, monkeypatch, capsys):
+    """`kerncap validate SET --cubin V` validated every member, then timed them in new
+    replay servers (each member restored twice); now one server per member does both."""
+    sim.install(monkeypatch)
+    monkeypatch.setattr(sim, "KERNELS", dict(KERNELS))
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", sim.InProcessClient)
+    opened: list[str] = []
+    real_start = sim.InProcessClient._start
+
+    def counting_start(self):
+        opened.append(self.capture_dir.name)
+        return real_start(self)
+
+    monkeypatch.setattr(sim.InProcessClient, "_start", counting_start)
+    root = fake_set(tmp_path / "set").set_dir
+    (tmp_path / "same.cubin").write_bytes(b"same.cubin")
+    status, doc = cli_json(capsys, "validate", str(root), "--cubin", str(tmp_path / "same.cubin"))
+    assert status == 0 and doc["verdict"] == "pass" and doc["set_timing"]["weighted_speedup"] is not None
+    assert sorted(opened) == ["0", "1"], opened  # members/0 and members/1, one replay server each
+    assert [m["validation"]["verdict"] for m in doc["set_timing"]["members"]] == ["pass", "pass"]

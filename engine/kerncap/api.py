@@ -55,7 +55,6 @@ from kerncap.replay.sanitize import SanitizeResult
 from kerncap.replay.tools import Cancellation, Cancelled
 from kerncap.replay import dump as _dump
 from kerncap.replay import mismatch as _mismatch
-from kerncap.replay import mismatch_request as _mismatch_request
 from kerncap.replay import tensor_view as _tensor_view
 from kerncap.replay.results import (
     RegionCheck,
