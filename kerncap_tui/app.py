@@ -2,6 +2,12 @@
 history and build log over one reproducer, with a live loop (save → recompile →
 replay → validate → history).
 
+The loop itself is the engine's: the app holds one kerncap.api session (the resident
+replay server, the compile worker, the variant history) and calls `session.build()` on a
+save, as `kerncap build` and MCP's build tool do. The panes react to messages about the
+open session (SessionOpened, BuildFinished, ToolFinished: kerncap_tui.messages), which
+the app sends to each of them (`tell_panes`).
+
 Threads: the watchdog observer posts SourceChanged; builds, extraction, git and
 capture reads run in thread workers; the event loop only updates widgets."""
 
@@ -19,36 +25,45 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Footer, Header, RichLog, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from kerncap import api
 from kerncap.errors import KerncapError
-from kerncap_tui import demo, engine, panes, theming
+from kerncap_tui import demo, panes, theming
 from kerncap_tui.commands import KerncapCommands
-from kerncap_tui.history import History, Variant, source_fingerprint
 from kerncap_tui.inspect_actions import InspectActions
 from kerncap_tui.mismatch_actions import MismatchActions
 from kerncap_tui.messages import (
+    BuildFinished,
     BuildLog,
     ExtractRequested,
-    HistoryChanged,
+    SessionOpened,
     SourceChanged,
 )
 from kerncap_tui.screens.diff_screen import DiffScreen
 from kerncap_tui.screens.extract_screen import ExtractScreen
 from kerncap_tui.watcher import SourceWatcher
-from kerncap_tui.widgets.history_pane import HistoryPane, speedup_phrase
+from kerncap_tui.widgets.history_pane import speedup_phrase
 from kerncap_tui.widgets.live_history import STEP as SPLIT_STEP
-from kerncap_tui.widgets.live_history import LiveHistory
 from kerncap_tui.widgets.memory_pane import MemoryPane
 from kerncap_tui.widgets.profile_pane import ProfilePane
 from kerncap_tui.widgets.source_pane import SourcePane
 from kerncap_tui.widgets.tool_progress import ToolProgress
 
 DEBOUNCE_S = 0.3
-PROFILE_FILE = "profile.json"
+# Progress levels of a build (kerncap.session) -> the log's styles.
+LOG_STYLES = {"": "", "detail": "dim", "warning": "yellow", "pass": "bold", "fail": "bold red"}
+
+
+class BuildFinishedHere(Message):
+    """From the build worker to the app: a row was recorded (result None: the baseline)."""
+
+    def __init__(self, result) -> None:
+        super().__init__()
+        self.result = result
 
 
 class KerncapApp(InspectActions, MismatchActions, App[int]):
@@ -77,10 +92,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.demo = demo
         self.capture = None
         self.set = None  # a reproducer set (kerncap_tui.set_mode), else None
-        self.profile = None
-        self.history: History | None = None
-        self.replay: engine.ResidentReplay | None = None
-        self.compiler: engine.ResidentCompiler | None = None
+        self.session: api.Session | api.SetSession | None = None
         self.watcher: SourceWatcher | None = None
         self._debounce: Timer | None = None
         self.theme_names: list[str] = []
@@ -126,45 +138,66 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.theme = os.environ.get("KERNCAP_THEME", theming.DEFAULT_THEME)
 
     # -- opening a reproducer / workspace ------------------------------------------------
+    @property
+    def history(self) -> api.History | None:
+        """The open session's variant history (None when it cannot be read)."""
+        if self.session is None:
+            return None
+        try:
+            return self.session.history
+        except KerncapError:
+            return None
+
+    @property
+    def profile(self):
+        return self.query_one(ProfilePane).profile
+
+    def tell_panes(self, make) -> None:
+        """Send a message about the open session (kerncap_tui.messages) to every pane."""
+        for pane in self.query(".session-pane"):
+            pane.post_message(make())
+
     def open_reproducer(self, root: Path) -> None:
         self.shutdown_engine()
         self.root = Path(root)
-        self.replay = engine.ResidentReplay(self.root)
-        self.start_compiler()
         self.sub_title = "demo" if self.demo else str(self.root)
         self.log_line(f"opened {'the bundled demo' if self.demo else self.root}")
         self.capture = None
-        capture_root = self._open_set()  # a set shows its first member's memory
-        if (capture_root / "capture").is_dir() or (capture_root / "manifest.json").is_file():
+        self.set = None
+        self.inspect = {}
+        try:
+            self.session = api.open_session(self.root)
+        except KerncapError as exc:
+            self.session = None
+            self.report_error("set" if api.is_set(self.root) else "open", exc)
+        if self.session is not None:
+            self.start_compiler()
+        self._show_set()
+        if self.session is not None and (self.session.is_set or (self.root / "capture").is_dir()
+                                         or (self.root / "manifest.json").is_file()):
             try:
-                self.capture = api.open_capture(capture_root)
+                self.capture = self.session.capture  # a set shows its first member's memory
             except KerncapError as exc:
                 self.report_error("capture", exc)
         if self.capture is not None:
             k, launch = self.capture.kernel, self.capture.launch
             self.sub_title = k.get("demangled") or k.get("name", "?")
-            self.query_one(MemoryPane).show(self.capture)
             self.log_line(f"kernel {k.get('name')} grid {launch.get('grid')} block {launch.get('block')} "
                           f"· {len(self.capture.regions)} regions, {len(self.capture.globals)} globals")
             for w in self.capture.warnings:
                 self.log_line(f"capture warning: {w}")
-        self.query_one(SourcePane).show(self.source_dir)
-        self.open_kernel_source()
-        profile_pane = self.query_one(ProfilePane)
-        profile_pane.captured = {n for n in (self.capture.kernel.get("name"), self.capture.kernel.get("demangled"))
-                                 if n} if self.capture is not None else set()
-        self.history = History(root=self.root)
-        try:
-            self.history = History.load(self.root)
-        except KerncapError as exc:
-            self.report_error("history", exc)
-        self.inspect = {}
-        self.show_history()
+        history = None
+        if self.session is not None:
+            try:
+                history = self.session.history
+            except KerncapError as exc:
+                self.report_error("history", exc)
+        self.tell_panes(lambda: SessionOpened(self.session, self.root, self.capture, history))
         self.fit_split()
         self.load_inspect()
-        self.load_profile()
-        if self.source_dir is not None:
+        if self.source_dir is not None and history is not None:
             self.prepare_history()
+        if self.source_dir is not None:
             self.watcher = SourceWatcher(self.source_dir, self.post_message)
             try:
                 self.watcher.start()
@@ -173,33 +206,26 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
                                                         "press b to build by hand"))
 
     def start_compiler(self) -> None:
+        """A Triton reproducer's compile worker starts warming up now, before the first save."""
         try:
-            self.compiler = engine.ResidentCompiler(self.root)
-            self.compiler.warm()
+            self.session.warm()
         except KerncapError as exc:
-            self.compiler = None
             self.report_error("compiler", exc)
 
-    def _open_set(self) -> Path:
-        """Opens a reproducer set at self.root (its members replace the profile list);
-        returns where the capture to show lives."""
+    def _show_set(self) -> None:
+        """A reproducer set's members replace the profile list."""
         from kerncap_tui import set_mode
 
         for old in self.query(set_mode.SetMembersPane):
             old.remove()
         self.query_one(ProfilePane).display = True
-        try:
-            self.set = engine.open_set(self.root)
-        except KerncapError as exc:
-            self.set = None
-            self.report_error("set", exc)
-        if self.set is None:
-            return self.root
+        if self.session is None or not self.session.is_set:
+            return
+        self.set = self.session.set
         self.query_one(ProfilePane).display = False
-        self.query_one("#profile", TabPane).mount(set_mode.SetMembersPane(self.set))
+        self.query_one("#profile", TabPane).mount(set_mode.SetMembersPane(self.set, classes="session-pane"))
         self.log_line(f"reproducer set of {len(self.set.members)} member(s): "
                       + ", ".join(f"#{m.index} {100 * m.weight:.0f}%" for m in self.set.members))
-        return self.set.members[0].path
 
     def show_member(self, member) -> None:
         try:
@@ -210,62 +236,16 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.query_one(MemoryPane).show(self.capture)
         self.action_tab("memory")
 
-    def show_set_run(self, run) -> None:
-        from kerncap_tui.set_mode import SetMembersPane
-
-        for pane in self.query(SetMembersPane):
-            pane.show_results(run)
-
-    def show_history(self) -> None:
-        pane = self.query_one(HistoryPane)
-        pane.show(self.history, self.inspect)
-        self.query_one(LiveHistory).show(self.history)
-        if self.set is not None:
-            from kerncap_tui.set_mode import annotate_history
-
-            annotate_history(pane, self.history)
-
     @property
     def source_dir(self) -> Path | None:
         d = self.root / "source"
         return d if d.is_dir() else None
 
-    def profile_path(self) -> Path | None:
-        """The reproducer's own profile.json, else the newest profile of a workspace."""
-        own = self.root / PROFILE_FILE
-        if own.is_file():
-            return own
-        saved = api.Workspace(self.root).profiles()
-        return saved[0] if saved else None
-
-    @work(thread=True, exclusive=True, group="profile")
-    def load_profile(self) -> None:
-        pane = self.query_one(ProfilePane)
-        path = self.profile_path()
-        if path is None:
-            try:
-                launches = api.app_launches(self.root)
-            except KerncapError as exc:
-                launches = None
-                self.call_from_thread(self.report_error, "profile", exc)
-            if launches is not None:
-                self.call_from_thread(pane.show_launches, launches)
-                return
-            self.call_from_thread(pane.show_message, f"no profile in {self.root}: `kerncap profile -- CMD` writes one")
-            return
-        try:
-            self.profile = api.load_profile(path)
-        except KerncapError as exc:
-            self.call_from_thread(pane.show_message, exc.message)
-            self.call_from_thread(self.report_error, "profile", exc)
-            return
-        self.call_from_thread(pane.show, self.profile.kernels)
-
     @work(thread=True, exclusive=True, group="git")
     def prepare_history(self) -> None:
         """git init + commit of source/ as extracted, before the first edit can land."""
         try:
-            self.history.initial_commit()
+            self.session.prepare_history()
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "history", exc)
 
@@ -279,95 +259,55 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         if self.source_dir is None:
             self.notify("this reproducer has no source/ to build", severity="warning", title="build")
             return
+        if self.session is None:
+            self.notify(f"{self.root} could not be opened: see the log (5)", severity="warning", title="build")
+            return
         self.run_worker(self._build, thread=True, exclusive=True, group="build", name="build")
 
     def action_baseline(self) -> None:
+        if self.session is None:
+            return
         self.run_worker(self._time_baseline, thread=True, exclusive=True, group="build", name="baseline")
+
+    def _progress(self, text: str, level: str = "") -> None:
+        self.post_message(BuildLog(text, LOG_STYLES.get(level, "")))
 
     def _time_baseline(self) -> None:
         try:
-            if self.set is not None:
-                from kerncap_tui import set_mode
-
-                set_mode.record_baseline(self)
-                return
-            self._record_baseline()
+            v = self.session.baseline(progress=self._progress)
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "baseline", exc)
-
-    def _record_baseline(self) -> Variant:
-        self.post_message(BuildLog("replaying the captured cubin (baseline) …"))
-        out = self.replay.run(None)
-        v = self.history.record(baseline=True, median_ms=out.median_ms, min_ms=out.min_ms,
-                                spread_pct=out.spread_pct, validation=out.validation, note=out.detail,
-                                validation_detail=out.validation_detail)
-        self.post_message(BuildLog(f"baseline: {out.median_ms:.4f} ms (±{out.spread_pct:.1f}%), validation "
-                                   f"{out.validation} {out.validation_detail}".rstrip()))
-        self.post_message(HistoryChanged())
-        return v
+            return
+        # A set's members table shows the baseline's run too.
+        self.post_message(BuildFinishedHere(api.BuildResult("recorded", variant=v, baseline=v,
+                                                            set_run=getattr(self.session, "last_run", None))))
 
     def _build(self) -> None:
-        """recompile → (baseline once) → replay → validate → record. A newer save cancels
-        this worker; checks between steps drop a superseded result."""
+        """The engine's build (kerncap.session: recompile → (baseline once) → interleaved
+        timing → validation → History row). A newer save cancels this worker; the session
+        asks between steps and drops a superseded result."""
         worker = get_current_worker()
-        started = time.monotonic()
         try:
-            if self.set is not None:
-                from kerncap_tui import set_mode
-
-                set_mode.build(self, worker)
-                return
-            fingerprint = source_fingerprint(self.source_dir)
-            same = self.history.built_from(fingerprint)
-            if same is not None:  # a save without a change, or a second `b`: nothing new to build
-                self.post_message(BuildLog(f"source/ is unchanged since {same.label} ({same.validation}): "
-                                           "no new variant", "dim"))
-                return
-            self.post_message(BuildLog("recompiling …"))
-            rc = self.compiler.recompile() if self.compiler is not None else api.recompile(self.root)
-            log = rc.log.strip()
-            if log:
-                self.post_message(BuildLog(log, "dim"))
-            if rc.summary:
-                self.post_message(BuildLog(rc.summary, "dim"))
-            for note in rc.notes:  # e.g. the reduced compile fell back to the whole file
-                self.post_message(BuildLog(note, "yellow"))
-            self.post_message(BuildLog(f"compiled {Path(rc.cubin).name} in {rc.seconds:.2f} s"
-                                       + (f" ({rc.mode}: {rc.phase_line()})" if rc.phases else "")))
-            if worker.is_cancelled:
-                self.post_message(BuildLog("superseded by a newer save", "dim"))
-                return
-            if self.history.baseline is None:
-                self._record_baseline()
-            out = self.replay.run(Path(rc.cubin))
-            if worker.is_cancelled:
-                self.post_message(BuildLog("superseded by a newer save", "dim"))
-                return
-            cubin = Path(rc.cubin)
-            rel = str(cubin.relative_to(self.root)) if cubin.is_relative_to(self.root) else str(cubin)
-            v = self.history.record(median_ms=out.median_ms, min_ms=out.min_ms, spread_pct=out.spread_pct,
-                                    validation=out.validation, cubin=rel, build_seconds=rc.seconds, note=out.detail,
-                                    source_hash=fingerprint, validation_detail=out.validation_detail,
-                                    speedup=out.speedup, speedup_low=out.speedup_low,
-                                    speedup_high=out.speedup_high, confidence=out.confidence,
-                                    significant=out.significant)
-            self.post_message(BuildLog(
-                f"{v.label}: {out.median_ms:.4f} ms, {speedup_phrase(v)}"
-                + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
-                + f" ({time.monotonic() - started:.1f} s)",
-                "bold" if out.validation == "pass" else "bold red",
-            ))
-            self.post_message(HistoryChanged())
+            result = self.session.build(progress=self._progress, cancelled=lambda: worker.is_cancelled)
+        except api.ReplayNotRun as exc:
+            # It compiled; the replay could not run here (no GPU, no replay core): say that.
+            self.call_from_thread(self.report_replay_not_run, exc)
+            return
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "build", exc)
+            return
+        if result.status == "recorded":
+            self.post_message(BuildFinishedHere(result))
 
     def on_build_log(self, message: BuildLog) -> None:
         self.log_line(message.text, message.style)
 
-    def on_history_changed(self, message: HistoryChanged) -> None:
-        self.show_history()
+    def on_build_finished_here(self, message: BuildFinishedHere) -> None:
+        """A build (or a baseline) recorded a row: every pane hears of it."""
+        history = self.history
+        self.tell_panes(lambda: BuildFinished(message.result, history, self.inspect))
         self.load_inspect()
-        latest = self.history.variants[-1] if self.history.variants else None
+        latest = history.variants[-1] if history and history.variants else None
         if latest is not None:
             self.notify(f"{latest.label}: {latest.median_ms:.4f} ms"
                         + (f" ({speedup_phrase(latest)})" if latest.id else "")
@@ -376,18 +316,18 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
 
     # -- history actions -------------------------------------------------------------------
     @work(thread=True, group="git")
-    def show_diff(self, a: Variant, b: Variant) -> None:
+    def show_diff(self, a: api.Variant, b: api.Variant) -> None:
         try:
-            text = self.history.diff(a, b)
+            text = self.session.diff(a, b)
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "diff", exc)
             return
         self.call_from_thread(self.push_screen, DiffScreen(f"source/ {a.label} → {b.label}   (esc: close)", text))
 
     @work(thread=True, group="git")
-    def restore_variant(self, v: Variant) -> None:
+    def restore_variant(self, v: api.Variant) -> None:
         try:
-            self.history.restore(v)
+            self.session.restore(v)
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "restore", exc)
             return
@@ -448,10 +388,16 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         """A notification the user can act on, and the full text in the log; never a traceback."""
         self.log_line(f"{where}: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else ""), "red")
         first = exc.message.splitlines()[0] if exc.message else where
-        if engine.needs_gpu(exc):
+        if api.needs_gpu(exc):
             self.notify(f"{first}\n{exc.hint or ''}", title=f"{where} needs a GPU", severity="warning", timeout=8)
         else:
             self.notify(f"{first}\n{exc.hint or 'see the log (5)'}", title=f"{where} failed", severity="error", timeout=8)
+
+    def report_replay_not_run(self, exc: api.ReplayNotRun) -> None:
+        """The build compiled, then the replay could not run: not a failed build."""
+        self.log_line(exc.message + (f"\n  hint: {exc.hint}" if exc.hint else ""), "yellow")
+        self.notify(f"{exc.message.splitlines()[0]}\n{exc.hint or ''}", title="replay could not run",
+                    severity="warning", timeout=8)
 
     # -- shutdown ---------------------------------------------------------------------------
     def shutdown_engine(self) -> None:
@@ -464,18 +410,13 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None
-        if self.replay is not None:
+        session, self.session = self.session, None
+        if session is not None:
             try:
-                self.replay.close()
+                session.kill()  # on hangup the server must go now, even mid-replay
+                session.close()
             except Exception as exc:  # the server may already be gone; shutting down regardless
-                print(f"kerncap-tui: closing the replay server failed: {exc}", file=sys.stderr)
-            self.replay = None
-        if self.compiler is not None:
-            try:
-                self.compiler.close()
-            except Exception as exc:  # shutting down regardless
-                print(f"kerncap-tui: closing the compile worker failed: {exc}", file=sys.stderr)
-            self.compiler = None
+                print(f"kerncap-tui: closing the session failed: {exc}", file=sys.stderr)
 
     def _terminal_gone(self, sig: int) -> None:
         """SIGHUP (SSH dropped) / SIGTERM: release the GPU process and the observer first,
@@ -502,7 +443,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-mouse", action="store_true", help="do not capture the mouse (plain terminal selection over SSH)")
 
 
-def run(directory: Path | None, no_mouse: bool = False) -> int:
+def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui") -> int:
+    """Open the workbench; `prog` names the command the user typed in messages."""
     try:
         if directory is None:
             root, is_demo = demo.materialize(), True
@@ -511,7 +453,7 @@ def run(directory: Path | None, no_mouse: bool = False) -> int:
             if not root.is_dir():
                 raise KerncapError(f"{root} is not a directory", "give a reproducer from `kerncap extract --output`")
     except KerncapError as exc:
-        print(f"kerncap-tui: error: {exc.message}", file=sys.stderr)
+        print(f"{prog}: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return exc.exit_code

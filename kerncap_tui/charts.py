@@ -1,9 +1,12 @@
 """Timing bars from Unicode blocks (wide enough to compare variants at 80 columns, plain
-text so they survive NO_COLOR and snapshot tests) and the speedup cells of History."""
+text so they survive NO_COLOR and snapshot tests) and the speedup cells of History (the
+numbers themselves: kerncap.core.units)."""
 
 from __future__ import annotations
 
 from rich.text import Text
+
+from kerncap.core.units import interval_text, speedup_text
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -16,15 +19,6 @@ def bar(value: float | None, scale: float, width: int) -> str:
     full, rest = divmod(eighths, 8)
     text = "█" * full + (_EIGHTHS[rest] if rest else "")
     return text.ljust(width)
-
-
-def speedup_text(s: float | None) -> str:
-    return "—" if s is None else f"{s:.2f}×"
-
-
-def interval_text(low: float | None, high: float | None) -> str:
-    """"1.21–1.35": a speedup's confidence interval."""
-    return "" if low is None or high is None else f"{low:.2f}–{high:.2f}"
 
 
 def speedup_cells(history, v) -> tuple[Text, Text]:

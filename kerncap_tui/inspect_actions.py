@@ -4,8 +4,9 @@ History, the metrics diff, the live split beside the Source editor, and opening 
 Source pane at the captured kernel's definition.
 
 A mixin of KerncapApp (kerncap_tui.app), kept apart so the app module stays about the
-live loop. Tool runs use their own replay server under the tool; the resident replay
-server of the live loop is untouched, so a build can run meanwhile."""
+live loop. Tool runs are the session's (`session.ncu`, `session.sanitize`: their own
+replay server under the tool); the resident replay server of the live loop is
+untouched, so a build can run meanwhile. When one ends, the panes get ToolFinished."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from textual import work
 from kerncap import api
 from kerncap.errors import KerncapError
 from kerncap_tui import variant_inspect as VI
+from kerncap_tui.messages import ToolFinished
 
 # Seconds a tool run may take before it is killed (KERNCAP_TOOL_TIMEOUT overrides).
 TOOL_TIMEOUT_S = 600.0
@@ -27,6 +29,9 @@ class InspectActions:
 
     _tool_cancel = None
     inspect: dict = {}
+    _tool_ended = None  # the last tool run's variant, name and outcome (for ToolFinished)
+    _tool_name = ""
+    _tool_ok = None
 
     @property
     def tool_timeout(self) -> float:
@@ -49,7 +54,7 @@ class InspectActions:
         if history is not self.history:
             return  # another reproducer was opened meanwhile
         self.inspect = found
-        self.show_history()
+        self.tell_panes(lambda: ToolFinished(self._tool_ended, self._tool_name, self._tool_ok, history, found))
 
     # -- running a tool ---------------------------------------------------------------------
     def run_ncu(self, variant) -> None:
@@ -65,7 +70,7 @@ class InspectActions:
             self.notify("a tool is already running; c in History cancels it", title="tools", severity="warning")
             return
         cubin = VI.cubin_of(self.root, variant)
-        if cubin is not None and not cubin.is_file():
+        if cubin is not None and not _is_file(cubin):
             self.notify(f"{variant.label}'s cubin {variant.cubin} is gone (variants/ is not versioned); "
                         "restore and rebuild it first", title="tools", severity="warning")
             return
@@ -81,19 +86,21 @@ class InspectActions:
             self.call_from_thread(self._tool_step, text)
 
         try:
+            session = self.session
+            if session is None:
+                raise KerncapError(f"{self.root} is not open", "open a reproducer first")
             if tool == "ncu":
-                r = api.ncu(self.root, cubin, timeout=self.tool_timeout, cancel=cancel, progress=progress)
+                r = session.ncu(cubin, timeout=self.tool_timeout, cancel=cancel, progress=progress)
                 summary = (f"{variant.label}: ncu {api.format_metric('duration_ns', r.metrics.get('duration_ns'))}, "
                            f"DRAM {api.format_metric('dram_read_bytes', r.metrics.get('dram_read_bytes'))} read")
                 text, ok = api.format_ncu(r), True
             else:
-                r = api.sanitize(self.root, cubin, tool=tool, timeout=self.tool_timeout, cancel=cancel,
-                                 progress=progress)
+                r = session.sanitize(cubin, tool=tool, timeout=self.tool_timeout, cancel=cancel, progress=progress)
                 text, ok = api.format_sanitize(r), r.clean
                 summary = text.splitlines()[0].replace(f"{tool} on ", f"{tool}: ", 1)
-            self.call_from_thread(self._tool_done, what, summary, text, ok)
+            self.call_from_thread(self._tool_done, variant, tool, what, summary, text, ok)
         except api.Cancelled as exc:
-            self.call_from_thread(self._tool_done, what, exc.message, exc.message, None)
+            self.call_from_thread(self._tool_done, variant, tool, what, exc.message, exc.message, None)
         except KerncapError as exc:
             self.call_from_thread(self._tool_failed, what, exc)
         except Exception as exc:  # a bug must not leave the progress line (and the lock) behind
@@ -112,7 +119,8 @@ class InspectActions:
         self.query_one(ToolProgress).stop()
         self.load_inspect()
 
-    def _tool_done(self, what: str, summary: str, text: str, ok: bool | None) -> None:
+    def _tool_done(self, variant, tool: str, what: str, summary: str, text: str, ok: bool | None) -> None:
+        self._tool_ended, self._tool_name, self._tool_ok = variant, tool, ok
         self._tool_finished()
         self.log_line(text, "" if ok is not False else "red")
         severity = "information" if ok else ("warning" if ok is None else "error")
@@ -158,18 +166,9 @@ class InspectActions:
         for live in self.query(LiveHistory):
             live.fit(self.size.width)
 
-    # -- Source pane at the kernel ---------------------------------------------------------------
-    @work(thread=True, exclusive=True, group="source-locate")
-    def open_kernel_source(self) -> None:
-        """Finds the captured kernel's definition in source/ and shows it in the editor."""
-        from kerncap_tui.widgets.source_pane import SourcePane
 
-        capture = self.capture
-        if capture is None:
-            return
-        try:
-            site = api.kernel_site(self.root, capture.kernel)
-        except (OSError, KerncapError):
-            return
-        if site is not None:
-            self.call_from_thread(self.query_one(SourcePane).open_at, site.path, site.line)
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a recorded name the file system cannot hold (history.json travels)
+        return False

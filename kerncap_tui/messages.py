@@ -1,4 +1,7 @@
-"""Messages posted to the app from threads (watchdog) and workers (builds, extraction)."""
+"""Messages posted to the app from threads (watchdog) and workers (builds, extraction),
+and the messages about the open session the app sends to every pane (KerncapApp.tell_panes:
+each pane that has the CSS class `session-pane` gets its own copy). A new pane reacts
+to these instead of being fed by the app."""
 
 from __future__ import annotations
 
@@ -24,8 +27,45 @@ class BuildLog(Message):
         self.style = style
 
 
-class HistoryChanged(Message):
-    """A variant (or the baseline) was recorded."""
+class SessionMessage(Message, bubble=False):
+    """About the open session (kerncap.api.Session), to one pane; it does not bubble."""
+
+
+class SessionOpened(SessionMessage):
+    """A reproducer (or set) was opened: `session` (None when it could not be opened),
+    its `root`, the `capture` to show (a set's first member's) and its `history`."""
+
+    def __init__(self, session, root: Path, capture, history) -> None:
+        super().__init__()
+        self.session = session
+        self.root = root
+        self.capture = capture
+        self.history = history
+
+
+class BuildFinished(SessionMessage):
+    """A build or a baseline recorded a History row (`result`: the api.BuildResult, None for
+    a baseline or a refresh), or the stored tool results changed: show `history` with
+    `inspect` (variant id -> its ncu / sanitizer results)."""
+
+    def __init__(self, result, history, inspect: dict) -> None:
+        super().__init__()
+        self.result = result
+        self.history = history
+        self.inspect = inspect
+
+
+class ToolFinished(SessionMessage):
+    """An Nsight Compute or compute-sanitizer run on `variant` ended (`ok`: True clean /
+    measured, False found errors, None cancelled); `inspect` holds every stored result."""
+
+    def __init__(self, variant, tool: str, ok: bool | None, history, inspect: dict) -> None:
+        super().__init__()
+        self.variant = variant
+        self.tool = tool
+        self.ok = ok
+        self.history = history
+        self.inspect = inspect
 
 
 class ExtractRequested(Message):
@@ -33,8 +73,3 @@ class ExtractRequested(Message):
         super().__init__()
         self.kernel = kernel
 
-
-class OpenReproducer(Message):
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = path

@@ -3,7 +3,7 @@ maps of the variant selected in History — against the captured post-state, or 
 the variant marked with space (two variants compared) — computed on the GPU by the
 resident replay server in a thread worker, and `w`'s arrays written with kerncap.api.dump.
 
-A mixin of KerncapApp (kerncap_tui.app); needs self.root, self.replay, report_error."""
+A mixin of KerncapApp (kerncap_tui.app); needs self.root, self.session, report_error."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ from kerncap_tui.widgets.mismatch_pane import MismatchPane, MismatchRequest
 
 
 class MismatchActions:
+    def _open_session(self):
+        session = self.session
+        if session is None or getattr(session, "is_set", False):
+            raise KerncapError(f"{self.root} is not one open reproducer",
+                               "open a reproducer (a set's members: open one of them) to map where it differs")
+        return session
+
     def _cubin_of(self, variant) -> str | None:
         return None if variant is None or variant.cubin is None else str(self.root / variant.cubin)
 
@@ -46,10 +53,10 @@ class MismatchActions:
         self.call_from_thread(pane.show_message, f"mapping {request.label} against {request.against_label} "
                                                  "on the GPU …")
         try:
-            capture = self.replay.capture()
-            maps = self.replay.call(lambda rc: api.mismatch_maps(
-                rc, capture, cubin=request.cubin, against=request.against, perturbation=request.perturbation,
-                items=request.items, shape=request.shape, views=request.views, grid=request.grid))
+            session = self._open_session()
+            maps = api.mismatch_maps(session, cubin=request.cubin, against=request.against,
+                                     perturbation=request.perturbation, items=request.items, shape=request.shape,
+                                     views=request.views, grid=request.grid)
         except KerncapError as exc:
             self.call_from_thread(pane.show_message, f"{request.label}: {exc.message}")
             self.call_from_thread(self.report_error, "mismatch", exc)
@@ -68,9 +75,9 @@ class MismatchActions:
         against = "captured" if request.against is None else Path(request.against).stem
         out = self.root / "dumps" / f"{Path(request.cubin).stem if request.cubin else 'captured'}-vs-{against}"
         try:
-            result = self.replay.call(lambda rc: api.dump(
-                self.root, [name], ["pre", "post", "output", "expected"], cubin=request.cubin,
-                perturbation=request.perturbation, shape=request.shape, output=out, client=rc))
+            result = api.dump(self.root, [name], ["pre", "post", "output", "expected"], cubin=request.cubin,
+                              perturbation=request.perturbation, shape=request.shape, output=out,
+                              session=self._open_session())
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "write arrays", exc)
             return

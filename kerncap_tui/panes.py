@@ -1,6 +1,8 @@
 """The workbench's panes, one entry each: a new pane is one more `Pane` in PANES (its
 tab, its number key `1`…, its palette entries and the widget focused on arrival all
-derive from it)."""
+derive from it). A pane learns about the open session from messages (kerncap_tui.messages:
+SessionOpened, BuildFinished, ToolFinished), which the app sends to every widget of the
+CSS class `session-pane` (DEFAULT_CLASSES = "session-pane" in the widget)."""
 
 from __future__ import annotations
 

@@ -7,20 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kerncap import api
 from kerncap_tui.messages import SourceChanged
 
-# editor droppings that are not sources: vim swap/backup/probe files, emacs locks, temp renames
-_IGNORED_SUFFIXES = (".swp", ".swx", ".swo", "~", ".tmp", ".orig")
-_IGNORED_NAMES = {"4913", "build.json.lock"}
 
-
-def is_source_event(path: str) -> bool:
-    p = Path(path)
-    return not (
-        p.name in _IGNORED_NAMES
-        or p.name.endswith(_IGNORED_SUFFIXES)
-        or p.name.startswith(".")
-    )
+def is_source_event(path: str, source_dir: Path | None = None) -> bool:
+    """A write to one of the sources (kerncap.api.is_source_file), not an editor's dropping."""
+    return api.is_source_file(path, source_dir)
 
 
 class SourceWatcher:
@@ -34,13 +27,14 @@ class SourceWatcher:
         from watchdog.observers import Observer
 
         post = self._post
+        source_dir = self.source_dir
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event) -> None:
                 if event.is_directory or event.event_type not in ("modified", "created", "moved", "closed"):
                     return
                 path = getattr(event, "dest_path", "") or event.src_path
-                if is_source_event(path):
+                if is_source_event(path, source_dir):
                     post(SourceChanged(Path(path)))
 
         self._observer = Observer()

@@ -57,10 +57,14 @@ SET_APP = textwrap.dedent(
         return b
     table = [bucket(0, 16, 4096, 30, 3000000, captured_dispatch=3), bucket(1, 64, 16384, 2, 1000000, captured_dispatch=17),
              bucket(2, 32, 8192, 0, 0, refused="executable graph #1: the target kernel runs inside the body of a conditional")]
-    open(os.path.join(out, "buckets-%d.json" % os.getpid()), "w").write(json.dumps(
-        {"pid": os.getpid(), "kernel": spec["kernel"], "final": False, "dispatches_counted": 18, "buckets": table}))
-    open(os.path.join(out, "proc-%d.json" % os.getpid()), "w").write(json.dumps(
-        {"pid": os.getpid(), "errors": [], "captured": True, "target_matches": 18}))
+    def publish(name, doc):  # as the capture library does: whole or not at all (kerncap may stop us any time)
+        tmp = os.path.join(out, "." + name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(doc))
+        os.replace(tmp, os.path.join(out, name))
+    publish("buckets-%d.json" % os.getpid(),
+            {"pid": os.getpid(), "kernel": spec["kernel"], "final": False, "dispatches_counted": 18, "buckets": table})
+    publish("proc-%d.json" % os.getpid(), {"pid": os.getpid(), "errors": [], "captured": True, "target_matches": 18})
     time.sleep(30)
     '''
 )

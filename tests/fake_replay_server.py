@@ -5,7 +5,9 @@ behaviour comes from the environment:
 
   FAKE_PIDS=DIR          write DIR/<pid> while running (tests look for orphans)
   FAKE_MEDIANS=JSON      {"substring of the cubin path" | "captured": median ms}; default 0.01
-  FAKE_FAIL=S            validation fails for cubins whose path contains S
+  FAKE_FAIL=S            validation fails for cubins whose path contains S (validate, and check:
+                         the session's validation, after `reference` found the captured kernel
+                         deterministic)
   FAKE_HANG=S            replay of a cubin whose path contains S sleeps 120 s
   FAKE_SLOW=SECONDS      every replay, validate and time_compare takes this long
   FAKE_NO_GPU=1          open fails as without a GPU
@@ -68,6 +70,20 @@ for line in sys.stdin:
         send({"id": rid, "ok": True, "result": {
             "passed": not fail, "mode": "exact" if exact else "tolerance", "atol": req.get("atol"),
             "rtol": req.get("rtol"), "cubin": cubin, "notes": [], "regions": [region]}})
+    elif op == "reference":  # kerncap.replay.session_ops.op_reference: replay matches the capture, every run alike
+        time.sleep(slow)
+        send({"id": rid, "ok": True, "result": {"first": [], "spread": [[] for _ in range(int(req.get("runs", 1)) - 1)],
+                                                "references": [], "perturbed_items": []}})
+    elif op == "check":  # kerncap.replay.session_ops.op_check
+        time.sleep(slow)
+        fail = bool(os.environ.get("FAKE_FAIL") and cubin and os.environ["FAKE_FAIL"] in cubin)
+        t = (req.get("tolerances") or {}).get("0")
+        region = {"kind": "region", "id": 0, "name": "region 0", "base": 0x7F0000000000, "size": 4096,
+                  "dtype": t[0] if t else None, "mismatched_bytes": 16 if fail else 0,
+                  "mismatched_elements": (4 if fail else 0) if t else None, "max_abs_err": None, "max_rel_err": None,
+                  "first_mismatches": [[0, 1, 2]] if fail else [], "unexpected_write": False}
+        checks = [region] if (fail or not req.get("failures_only")) else []
+        send({"id": rid, "ok": True, "result": {"checks": checks, "notes": []}})
     elif op == "time_compare":  # kerncap.replay.session_ops.op_time_compare's answer
         time.sleep(slow)
         cubins = [None] + list(req.get("cubins") or [])

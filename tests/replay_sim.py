@@ -26,9 +26,6 @@ from kerncap.replay.perturb import decode, reference_fill
 from kerncap.replay import protocol
 from kerncap.replay.client import ReplayClient
 
-NP = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "int32": np.int32, "int8": np.int8,
-      "uint8": np.uint8}
-
 
 class CudaError(RuntimeError):
     pass
@@ -361,8 +358,7 @@ def axpy_reproducer(tmp_path: Path, monkeypatch, kernels: dict[str, Callable]) -
 
     install(monkeypatch)
     monkeypatch.setattr(sys.modules[__name__], "KERNELS", dict(kernels))
-    monkeypatch.setattr("kerncap.replay.client.ReplayClient", InProcessClient)
-    monkeypatch.setattr("kerncap.api.ReplayClient", InProcessClient)  # what the API opens
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", InProcessClient)  # what every session opens
     repro = tmp_path / "axpy"
     shutil.copytree(AXPY, repro)
     for name in kernels:

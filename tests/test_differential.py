@@ -222,17 +222,18 @@ def test_perturbation_count_must_be_sensible(k):
 
 
 
-def test_workbench_records_what_the_validation_covered_and_the_interval(reproducer, monkeypatch):
-    from kerncap_tui import engine
+def test_a_build_records_what_the_validation_covered_and_the_interval(reproducer, monkeypatch):
+    """What a History row holds (Session.measure, the step of every front end's build):
+    the verdict, what it covered and the speedup's interval."""
+    from kerncap.session.options import BuildRequest
+    from kerncap.session.session import Session
 
-    replay = engine.ResidentReplay(reproducer)
-    try:
-        base = replay.run(None)
+    request = BuildRequest()
+    with Session(reproducer) as s:
+        base = s.measure(None, request)
         assert base.validation == "pass" and base.validation_detail == "exact" and base.speedup is None
-        good = replay.run(reproducer.parent / "same.cubin")
-        assert good.validation == "pass" and good.validation_detail == f"exact · p{engine.PERTURBATIONS}"
+        good = s.measure(reproducer.parent / "same.cubin", request)
+        assert good.validation == "pass" and good.validation_detail == f"exact · p{request.perturb}"
         assert good.speedup_low <= 1.0 <= good.speedup_high and good.significant is False
-        bad = replay.run(reproducer.parent / "abs.cubin")
+        bad = s.measure(reproducer.parent / "abs.cubin", request)
         assert bad.validation == "fail" and "perturbation 2 (widened): fail (region 1)" in bad.detail
-    finally:
-        replay.close()

@@ -69,3 +69,27 @@ def test_driver_version_text():
     assert driver_version_text(13000) == "13.0"
     assert driver_version_text(12080) == "12.8"
     assert driver_version_text(None) == "?"
+
+
+def test_info_set_info_and_list_are_typed_with_the_json_unchanged(fake_set, tmp_path):
+    """api.info/set_info/list_reproducers return typed results whose JSON is what --json
+    printed before (a dict: the documented shape), with the fields as attributes."""
+    import json
+
+    from kerncap import api
+    from kerncap.reproducer.info import summarize
+    from kerncap.reproducer.listing import list_captures
+    from kerncap.reproducer.set_info import summarize_set
+
+    axpy = Path(__file__).resolve().parent / "fixtures" / "captures" / "axpy_small"
+    info = api.info(axpy)
+    assert isinstance(info, api.ReproducerInfo) and info.kernel["name"] == "_Z12axpy_inplacefPKfPfi"
+    assert info.payloads_ok and info.regions == info["regions"]
+    assert json.loads(json.dumps(info)) == json.loads(json.dumps(summarize(axpy)))
+    s = fake_set(tmp_path / "set").set_dir
+    si = api.set_info(s)
+    assert isinstance(si, api.SetInfo) and [m["dispatch"] for m in si.members] == [3, 17] and si.payloads_ok
+    assert si.to_dict() == summarize_set(api.open_set(s))
+    [row, *_] = api.list_reproducers(tmp_path / "none", [axpy])
+    assert isinstance(row, api.ReproducerRow) and row.path == str(axpy) and row.error is None
+    assert [dict(r) for r in api.list_reproducers(tmp_path / "none", [axpy])] == list_captures(tmp_path / "none", [axpy])

@@ -405,7 +405,6 @@ def test_validate_tool_checks_perturbed_inputs_on_the_resident_server(tmp_path, 
     import replay_sim as sim
 
     repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy, "abs.cubin": sim.axpy_abs})
-    monkeypatch.setattr("kerncap.replay.pool.ReplayClient", sim.InProcessClient)
     server = build_server([tmp_path])
     plain, perturbed = call(server, ("validate", {"reproducer": str(repro), "cubin": str(tmp_path / "abs.cubin")}),
                             ("validate", {"reproducer": str(repro), "cubin": str(tmp_path / "abs.cubin"),

@@ -159,8 +159,8 @@ def test_validate_byte_count_is_reproduced_by_the_dump(tmp_path, monkeypatch):
     out = api.dump(repro, ["1"], ["output", "expected"], cubin=tmp_path / "last.cubin", output=tmp_path / "d")
     a = {x.state: np.load(x.path) for x in out.arrays}
     assert int(np.count_nonzero(a["output"].view(np.uint8) != a["expected"].view(np.uint8))) == check.mismatched_bytes
-    maps = api.mismatch_maps(sim.InProcessClient(repro), api.open_capture(repro), cubin=tmp_path / "last.cubin",
-                             items=["1"], shape=(64, 64), grid=(8, 8))
+    with api.open_session(repro) as session:
+        maps = api.mismatch_maps(session, cubin=tmp_path / "last.cubin", items=["1"], shape=(64, 64), grid=(8, 8))
     assert maps[0].summary() == check.report["summary"]
 
 
@@ -222,7 +222,8 @@ def test_faulting_variant_is_not_dumped(tmp_path, monkeypatch):
     assert "faulted on the captured input" in err.value.message and "ILLEGAL_ADDRESS" in err.value.message
     assert list((tmp_path / "d").iterdir()) == []
     with pytest.raises(KerncapError) as err:
-        api.mismatch_maps(sim.InProcessClient(repro), api.open_capture(repro), cubin=tmp_path / "f.cubin")
+        with api.open_session(repro) as session:
+            api.mismatch_maps(session, cubin=tmp_path / "f.cubin")
     assert "faulted" in err.value.message
 
 

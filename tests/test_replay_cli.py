@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import replay_sim as sim
 
-from kerncap import api, cli
+from kerncap import cli
 from kerncap.replay import client as client_mod
 from kerncap.replay.results import ReplayResult
 
@@ -15,13 +15,16 @@ from kerncap.replay.results import ReplayResult
 class FakeClient:
     calls: list = []
 
-    def __init__(self, path, device=0):
+    def __init__(self, path, device=0, **_ignored):
         FakeClient.calls.append(("open", str(path), device))
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
         FakeClient.calls.append(("close",))
 
     def replay(self, **kw):
@@ -34,8 +37,7 @@ class FakeClient:
 @pytest.fixture(autouse=True)
 def fake_client(monkeypatch):
     FakeClient.calls = []
-    monkeypatch.setattr(client_mod, "ReplayClient", FakeClient)
-    monkeypatch.setattr(api, "ReplayClient", FakeClient)
+    monkeypatch.setattr(client_mod, "ReplayClient", FakeClient)  # what every session opens
 
 
 def test_replay_defaults_and_text(tmp_path, capsys):
@@ -51,7 +53,7 @@ def test_replay_options_and_json(tmp_path, capsys):
     assert cli.main(["replay", str(tmp_path), "--cubin", str(cubin), "-n", "3", "--warmup", "0", "--flush-l2",
                      "--device", "1", "--json"]) == 0
     assert FakeClient.calls[0] == ("open", str(tmp_path), 1)
-    assert FakeClient.calls[1][1] == {"cubin": cubin, "iterations": 3, "warmup": 0, "flush_l2": True}
+    assert FakeClient.calls[1][1] == {"cubin": str(cubin), "iterations": 3, "warmup": 0, "flush_l2": True}
     doc = json.loads(capsys.readouterr().out)
     assert doc["times_ms"] == [0.5, 0.6, 0.4] and doc["flush_l2"] is True
 

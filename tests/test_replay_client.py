@@ -80,8 +80,8 @@ def test_replay_roundtrip_and_clean_shutdown(server_cmd, tmp_path):
         assert rc.info["capture"] == str(tmp_path)
         r = rc.replay(iterations=3, warmup=1)
         assert r.median_ms == 2.0 and r.warmup == 1 and r.cubin is None
-        proc = rc._proc
-    assert proc.wait(timeout=10) == 0 and rc._proc is None
+        proc = rc._child.proc
+    assert proc.wait(timeout=10) == 0 and rc._child is None
 
 
 def test_cubin_paths_are_sent_absolute(server_cmd, tmp_path, monkeypatch):
@@ -170,5 +170,5 @@ def test_open_gives_up_after_three_servers_and_says_so(server_cmd, tmp_path, mon
     rc = ReplayClient(tmp_path, server_cmd=server_cmd)
     with pytest.raises(AddressUnavailable, match=r"placed it at 0x7f80 instead\. \(tried 3 fresh replay servers\)") as err:
         rc.start()
-    assert "retry" in err.value.hint and rc._proc is None
+    assert "retry" in err.value.hint and rc._child is None
     assert (tmp_path / "opens").read_text() == "3"

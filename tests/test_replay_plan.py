@@ -1,4 +1,4 @@
-"""Address-space planner (DESIGN fact 6): spans >= 64 MiB, 32 MiB-aligned, covering
+"""Address-space planner (docs/replay.md, "Opening a capture"): spans >= 64 MiB, 32 MiB-aligned, covering
 every region; mapped page ranges granularity-aligned, merged, inside the spans."""
 
 from dataclasses import dataclass

@@ -103,13 +103,13 @@ def test_source_sync_keeps_each_members_own_launch_files(fake_set, tmp_path):
         assert json.loads((m.path / "source" / "triton.json").read_text()) == {"member": m.index}
 
 
-def test_run_set_reports_each_member_even_when_replay_is_unavailable(fake_set, tmp_path, monkeypatch):
+def test_replay_set_reports_each_member_even_when_replay_is_unavailable(fake_set, tmp_path, monkeypatch):
     """Without the replay core (this CPU machine), every member says so; none is skipped."""
-    from kerncap.replay.set_run import format_set_run, run_set
+    from kerncap.api import format_set_run, replay_set
     from kerncap.reproducer.sets import ReproducerSet
 
     s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
-    run = run_set(s, validate=True)
+    run = replay_set(s, validate=True)
     assert not run.passed and [r.member.index for r in run.runs] == [0, 1]
     assert all(r.error for r in run.runs)
     assert "not passed: member(s) 0, 1" in format_set_run(run)

@@ -54,7 +54,7 @@ def test_interval_text_and_determinism():
     b = [[1.0, 1.1, 0.9]] * 6
     v = [[0.5, 0.55, 0.45]] * 6
     iv = sig.bootstrap_speedup(b, v)
-    assert iv.speedup == pytest.approx(2.0) and iv.text() == "2.00× [2.00, 2.00] faster"
+    assert iv.speedup == pytest.approx(2.0) and iv.text() == "2.00× [2.00–2.00] faster"
     assert sig.bootstrap_speedup(b, v) == iv  # fixed seed: same measurements, same interval
     same = sig.bootstrap_speedup(b, b)
     assert not same.significant and same.verdict == "within noise"
@@ -152,7 +152,7 @@ def test_replay_compare_min_time_adds_rounds_and_json(axpy_repro, capsys):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--rounds", "3"], "--rounds 3 is too few"),
+    (["--rounds", "3"], "argument --rounds: must be >= 5 (got 3)"),
     (["--cubin", "X"], "--cubin and --compare do not go together"),
 ])
 def test_replay_compare_bad_arguments(axpy_repro, args, needle, capsys):

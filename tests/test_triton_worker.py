@@ -99,21 +99,24 @@ def test_worker_that_died_is_started_again(reproducer):  # noqa: F811
     assert worker._proc is None
 
 
-def test_workbench_compiles_triton_in_the_worker_and_cuda_in_process(reproducer, tmp_path):  # noqa: F811
-    from kerncap_tui.engine import ResidentCompiler
+def test_a_session_compiles_triton_in_the_worker_and_cuda_in_process(reproducer, tmp_path):  # noqa: F811
+    """The session every front end opens (the workbench's, MCP's pool) keeps the resident
+    compile worker of a Triton reproducer; a CUDA C++ one compiles in its own thread."""
+    from kerncap.session.session import Session
 
     root, _capture, sources = reproducer
     (root / "reproducer.json").write_text(json.dumps({"sources": sources}))
-    compiler = ResidentCompiler(root)
+    session = Session(root)
     try:
-        compiler.warm()
-        assert compiler._worker is not None and compiler._worker._proc is not None
-        result = compiler.recompile()
+        session.warm()
+        assert session._compiler is not None and session._compiler._proc is not None
+        result = session.recompile()
         assert result.mode == "triton" and result.cubin.is_file()
     finally:
-        compiler.close()
+        session.close()
+    assert session._compiler._proc is None
     demo = Path(__file__).resolve().parents[1] / "kerncap_tui" / "demo" / "reproducer"
-    assert ResidentCompiler(demo)._worker is None  # CUDA C++: nvcc's steps run from the build thread
+    assert Session(demo)._compiler is None  # CUDA C++: nvcc's steps run from the build thread
 
 
 def test_worker_that_hangs_is_killed_with_a_message(reproducer, monkeypatch):  # noqa: F811

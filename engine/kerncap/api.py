@@ -47,17 +47,14 @@ from kerncap.replay import sanitize as _sanitize
 from kerncap.replay import perturb as _perturb
 from kerncap.replay import set_run as _set_run
 from kerncap.replay import significance as _significance
-from kerncap.replay.client import ReplayClient
 from kerncap.replay.differential import DEFAULT_RUNS, TrustReport
 from kerncap.replay.ncu import KEY_METRICS, Metric, NcuResult
-from kerncap.replay.perturb import MAX_PERTURBATIONS, PerturbPlan
+from kerncap.replay.perturb import MAX_PERTURBATIONS
 from kerncap.replay.significance import DEFAULT_CONFIDENCE, MIN_ROUNDS, TimingComparison
-from kerncap.replay.pool import ReplayPool
 from kerncap.replay.sanitize import SanitizeResult
 from kerncap.replay.tools import Cancellation, Cancelled
 from kerncap.replay import dump as _dump
 from kerncap.replay import mismatch as _mismatch
-from kerncap.replay import mismatch_request as _mismatch_request
 from kerncap.replay import tensor_view as _tensor_view
 from kerncap.replay.results import (
     RegionCheck,
@@ -75,23 +72,28 @@ from kerncap.reproducer import sets as _sets
 from kerncap.reproducer import stored as _stored
 from kerncap.reproducer.editable import SourceFile
 from kerncap.reproducer.format import Capture
+from kerncap.reproducer.history import History, Variant
 from kerncap.reproducer.launches import AppLaunches
 from kerncap.reproducer.pack import PackResult
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.store import Store
 from kerncap.reproducer.stored import HydrateResult, StoreResult
+from kerncap.reproducer.summaries import ReproducerInfo, ReproducerRow, SetInfo
 from kerncap.reproducer.sets import Member, ReproducerSet
 from kerncap.reproducer.variants import RecompileResult
 from kerncap.recompile import set_variant as _set_variant
 from kerncap.recompile.set_variant import SetVariant
 from kerncap.replay.set_run import MemberRun, SetRun
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
+from kerncap.session import opening as _opening
+from kerncap.session import options as _options
+from kerncap.session import pool as _pool
+from kerncap.session import session as _session
+from kerncap.session import sets as _session_sets
 from kerncap.sources import locate as _locate
 from kerncap.sources.discover import Discovery
 from kerncap.sources.locate import KernelSite
 from kerncap.triton import configs as _configs
-from kerncap.triton import worker as _triton_worker
-from kerncap.triton.worker import CompileWorker
 from kerncap.triton import pinned as _pinned
 
 __all__ = [
@@ -101,20 +103,24 @@ __all__ = [
     # the reproducer and its storage
     "DEFAULT_WORKSPACE", "Capture", "HydrateResult", "PackResult", "StoreResult", "Workspace", "format_info",
     "hydrate", "info", "list_reproducers", "open_capture", "pack", "store", "unpack", "AppLaunches", "app_launches",
+    "History", "Variant", "ReproducerInfo", "ReproducerRow", "SetInfo",
     # sources, recompile, replay, prune
-    "AutotuneConfigs", "CompileWorker", "Discovery", "KernelSite", "PruneReport", "compile_worker", "kernel_site", "RecompileResult", "RegionCheck", "ReplayClient",
+    "AutotuneConfigs", "Discovery", "KernelSite", "PruneReport", "kernel_site", "RecompileResult", "RegionCheck",
     "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",
     "format_validation", "prune", "recompile", "replay", "validate",
     # validation you can trust: determinism, perturbed inputs, interleaved timing with intervals
-    "DEFAULT_CONFIDENCE", "DEFAULT_RUNS", "MAX_PERTURBATIONS", "MIN_ROUNDS", "PerturbPlan", "TimingComparison", "TrustOptions",
-    "TrustReport", "compare", "compare_variants", "format_comparison", "format_trust_report", "perturb_plan",
-    "validate_inputs", "validate_resident",
+    "DEFAULT_CONFIDENCE", "DEFAULT_RUNS", "MAX_PERTURBATIONS", "MIN_ROUNDS", "TimingComparison", "TrustOptions",
+    "TrustReport", "compare_variants", "format_comparison", "format_trust_report", "validate_inputs",
+    "validate_request",
+    # the open reproducer: one session per reproducer, the edit loop and its requests (issue 28)
+    "BuildRequest", "BuildResult", "CompareRequest", "ReplayNotRun", "ReplayRequest", "Session", "SessionPool",
+    "SetSession", "ValidateRequest", "build", "needs_gpu", "open_session", "options", "speedup_phrase",
     # Nsight Compute and compute-sanitizer on one replayed launch
     "NCU_SECTIONS", "SANITIZE_TOOLS", "KEY_METRICS", "Cancellation", "Cancelled", "Metric", "NcuResult",
     "SanitizeResult", "format_metric", "format_metric_change", "format_ncu", "format_ncu_compare",
     "format_sanitize", "ncu", "sanitize", "stored_ncu", "stored_sanitize",
-    # resident replay, editable sources, stacks (MCP server)
-    "ReplayPool", "SourceFile", "list_sources", "read_source", "running_stack",
+    # editable sources, stacks (MCP server)
+    "SourceFile", "is_source_file", "list_sources", "read_source", "running_stack", "source_fingerprint",
     "stack_differences", "write_source",
     # which launches count, reproducer sets (docs/selection.md)
     "NVTX_MATCH_MODES", "Member", "MemberRun", "ReproducerSet", "Selection", "SetExtractResult", "SetRun", "SetVariant",
@@ -245,11 +251,12 @@ def open_capture(path: PathLike) -> Capture:
     return Capture.open(path)
 
 
-def info(path: PathLike, *, verify: bool = False) -> dict[str, Any]:
-    """Everything `kerncap info` shows about a reproducer, as JSON-able data (kernel,
-    launch, params, regions, globals, provenance, sizes, reproducer.json, and "payloads":
-    whether every chunk and the cubin is there with its size; `verify` checks hashes)."""
-    return _info.summarize(path, verify=verify)
+def info(path: PathLike, *, verify: bool = False) -> ReproducerInfo:
+    """Everything `kerncap info` shows about a reproducer: a ReproducerInfo, whose JSON is
+    what `--json` prints (kernel, launch, params, regions, globals, provenance, sizes,
+    reproducer.json, and "payloads": whether every chunk and the cubin is there with its
+    size; `verify` checks hashes)."""
+    return ReproducerInfo(_info.summarize(path, verify=verify))
 
 
 def format_info(summary: dict[str, Any]) -> str:
@@ -264,13 +271,13 @@ def app_launches(reproducer: PathLike) -> AppLaunches | None:
 
 
 def list_reproducers(workspace: PathLike = DEFAULT_WORKSPACE, extra: Sequence[PathLike] = (), *,
-                     verify: bool = False) -> list[dict[str, Any]]:
+                     verify: bool = False) -> list[ReproducerRow]:
     """One row per reproducer under `workspace`/reproducers/ and under each of `extra`,
     newest first (keys: path, kernel, mangled, command, time, logical, stored, in_store,
     validation, variants, payloads, error). A reproducer that cannot be read has its
     `error`; one with missing or damaged payloads says so in `payloads` ("ok" when
     complete; `verify` checks hashes too)."""
-    return _listing.list_captures(workspace, extra, verify=verify)
+    return [ReproducerRow(r) for r in _listing.list_captures(workspace, extra, verify=verify)]
 
 
 # -- reproducer sets: several dispatches of one kernel (issue 13, docs/selection.md) -----------
@@ -288,12 +295,12 @@ def open_set(path: PathLike) -> ReproducerSet:
     return ReproducerSet.open(path)
 
 
-def set_info(path: PathLike, *, verify: bool = False) -> dict[str, Any]:
+def set_info(path: PathLike, *, verify: bool = False) -> SetInfo:
     """Everything `kerncap info SET` shows, as JSON-able data: kernel, members (weight,
     dispatch, launches, signature, grid, block, NVTX path, job, "payloads": "ok" or what
     is wrong; `verify` checks hashes), buckets not captured, the members' coverage of
     the kernel's in-app time; "payloads_ok" when every member is complete."""
-    return _set_info.summarize_set(ReproducerSet.open(path), verify=verify)
+    return SetInfo(_set_info.summarize_set(ReproducerSet.open(path), verify=verify))
 
 
 def format_set_info(summary: dict[str, Any]) -> str:
@@ -360,14 +367,6 @@ def kernel_site(reproducer: PathLike, kernel: dict[str, Any]) -> KernelSite | No
     return _locate.locate_kernel(Path(reproducer), kernel)
 
 
-def compile_worker(reproducer: PathLike) -> CompileWorker | None:
-    """For a Triton reproducer, a resident compile worker (a process that imports Triton
-    and the kernel module's imports once and stays warm; `.start()` begins the warm-up,
-    `.recompile(config)` returns a RecompileResult like `recompile`, `.close()`); None
-    for a CUDA C++ reproducer (nvcc's steps are processes anyway)."""
-    return CompileWorker(Path(reproducer)) if _triton_worker.is_triton_reproducer(Path(reproducer)) else None
-
-
 @dataclass
 class AutotuneConfigs:
     """The autotune configs a Triton capture recorded (`recompile --list-configs`)."""
@@ -385,16 +384,66 @@ def autotune_configs(reproducer: PathLike) -> AutotuneConfigs:
                            captured_grid=list(spec["launch"]["grid"]))
 
 
+# -- the open reproducer: a session, and the edit loop (issue 28, docs/architecture.md) ---------
+
+Session = _session.Session
+SetSession = _session_sets.SetSession
+SessionPool = _pool.SessionPool
+BuildResult = _session.BuildResult
+ReplayNotRun = _session.ReplayNotRun
+options = _options  # the declarations of every option and default (argparse and MCP render them)
+ValidateRequest = _options.ValidateRequest
+CompareRequest = _options.CompareRequest
+ReplayRequest = _options.ReplayRequest
+BuildRequest = _options.BuildRequest
+
+
+def open_session(reproducer: PathLike, *, device: int = 0, replay_timeout: float | None = None,
+                 compile_worker: bool = True, server_cmd: Sequence[str] | None = None) -> Session | SetSession:
+    """The reproducer (or reproducer set) at `reproducer`, open: its replay server starts
+    on the first request and stays resident, a Triton reproducer's compile worker starts
+    warming up with `.warm()`; `.build()`, `.baseline()`, `.validate()`, `.compare()`,
+    `.replay()`, `.ncu()`, `.sanitize()` are the edit loop and record into its
+    `.history`. A context manager; `.close()` ends its processes. `replay_timeout`:
+    seconds one replay request may take (the server is then killed); `server_cmd`
+    replaces the replay server (tests)."""
+    return _opening.open_session(reproducer, device=device, timeout=replay_timeout, compile_worker=compile_worker,
+                                 server_cmd=list(server_cmd) if server_cmd else None)
+
+
+def speedup_phrase(variant: Variant) -> str:
+    """A History row's speedup in one phrase: "1.32× [1.21–1.35]", "within noise (1.02×,
+    0.97–1.08)", "1.06× (no interval)", "not compared"."""
+    return _session.speedup_phrase(variant)
+
+
+def needs_gpu(exc: BaseException) -> bool:
+    """Whether an error means "no GPU / no replay core here" rather than a failure."""
+    return _session.needs_gpu(exc)
+
+
+def build(reproducer: PathLike, request: BuildRequest | None = None, *, device: int = 0,
+          progress: Callable[[str, str], None] | None = None) -> BuildResult:
+    """`kerncap build`: recompile the edited source, time the new cubin interleaved with
+    the captured one, validate it and record a History row (a session of its own; the
+    workbench and MCP's `build` call the same `Session.build`). ReplayNotRun when it
+    compiled but no replay could run here."""
+    with open_session(reproducer, device=device, compile_worker=False) as s:
+        return s.build(request or BuildRequest(), **({"progress": progress} if progress else {}))
+
+
 # -- replay -----------------------------------------------------------------------------------
 
 
-def replay(reproducer: PathLike, *, cubin: PathLike | None = None, iterations: int = 20, warmup: int = 3,
-           flush_l2: bool = False, device: int = 0) -> ReplayResult:
+def replay(reproducer: PathLike, *, cubin: PathLike | None = None, iterations: int = _options.REPLAY_ITERATIONS.default,
+           warmup: int = _options.REPLAY_WARMUP.default, flush_l2: bool = False, device: int = 0) -> ReplayResult:
     """Replay the captured kernel (or the variant `cubin`) at the captured addresses and
     time it: `warmup` untimed launches, then `iterations` timed ones. Needs the GPU; for
-    many requests on one reproducer keep a `ReplayClient` open instead."""
-    with ReplayClient(reproducer, device=device) as rc:
-        return rc.replay(cubin=cubin, iterations=iterations, warmup=warmup, flush_l2=flush_l2)
+    many requests on one reproducer keep a session open (`open_session`) instead."""
+    request = ReplayRequest(cubin=None if cubin is None else str(cubin), iterations=iterations, warmup=warmup,
+                            flush_l2=flush_l2)
+    with _session.Session(reproducer, device=device, compile_worker=False) as s:
+        return s.replay(request)
 
 
 def validate(reproducer: PathLike, *, cubin: PathLike | None = None, atol: float | None = None,
@@ -403,13 +452,15 @@ def validate(reproducer: PathLike, *, cubin: PathLike | None = None, atol: float
     """Run the kernel (or `cubin`) once on the captured pre-state and compare every region
     and module global with the captured post-state: byte-exact, or element-wise within
     atol + rtol*|expected| when a tolerance or dtype is given (`dtypes`: region id ->
-    dtype). `result.passed` is the verdict."""
-    with ReplayClient(reproducer, device=device) as rc:
-        return rc.validate(cubin=cubin, atol=atol, rtol=rtol, dtype=dtype, dtypes=dtypes)
+    dtype). `result.passed` is the verdict. (`validate_inputs` is what `kerncap validate`
+    runs: determinism and perturbed inputs too.)"""
+    with _session.Session(reproducer, device=device, compile_worker=False) as s:
+        return s.validate_once(cubin, atol=atol, rtol=rtol, dtype=dtype, dtypes=dtypes)
 
 
 def replay_set(reproducer_set: PathLike | ReproducerSet, *, cubin: PathLike | None = None, replay: bool = True,
-               validate: bool = False, options: TrustOptions | None = None, iterations: int = 20, warmup: int = 3,
+               validate: bool = False, options: TrustOptions | None = None,
+               iterations: int = _options.REPLAY_ITERATIONS.default, warmup: int = _options.REPLAY_WARMUP.default,
                flush_l2: bool = False, device: int = 0,
                progress: Callable[[Member, MemberRun], None] | None = None) -> SetRun:
     """Every member of a reproducer set, one replay server each: with `replay`, the
@@ -419,9 +470,14 @@ def replay_set(reproducer_set: PathLike | ReproducerSet, *, cubin: PathLike | No
     variant, `run.workload` is the speedup on the workload (members weighted by their
     share of in-app time) and its worst member. A member that fails is reported in its
     `error`; the others still run. `progress(member, run)` follows the members."""
-    s = reproducer_set if isinstance(reproducer_set, ReproducerSet) else ReproducerSet.open(reproducer_set)
-    return _set_run.run_set(s, variant=cubin, replay=replay, validate=validate, options=options,
-                            iterations=iterations, warmup=warmup, flush_l2=flush_l2, device=device, progress=progress)
+    root = reproducer_set.root if isinstance(reproducer_set, ReproducerSet) else reproducer_set
+    o = options or TrustOptions()
+    request = ValidateRequest(runs=o.runs, perturb=o.perturb, seed=o.seed, keep=tuple(o.keep), atol=o.atol,
+                              rtol=o.rtol, dtype=o.dtype, region_dtypes=dict(o.region_dtypes))
+    with SetSession(root, device=device) as s:
+        return s.run_members(cubin, validate=request if validate else None,
+                             replay=ReplayRequest(iterations=iterations, warmup=warmup, flush_l2=flush_l2)
+                             if replay else None, progress=progress)
 
 
 def format_set_run(run: SetRun) -> str:
@@ -433,20 +489,6 @@ def format_set_run(run: SetRun) -> str:
 # -- validation you can trust, comparisons with intervals (issue 14, docs/replay.md) ------------
 
 TrustOptions = _differential.Options
-
-
-def _trust_options(perturb: int | None, seed: int, keep: Sequence[int], runs: int, atol: float | None,
-                   rtol: float | None, dtype: str | None, dtypes: dict[int, str] | None,
-                   shapes: dict[int, Sequence[int]] | None = None) -> TrustOptions:
-    if perturb is not None:
-        _perturb.check_count(perturb)
-    elif keep:
-        raise UsageError("--keep needs --perturb K", "e.g. --perturb 8 --keep 3")
-    if runs < 1:
-        raise UsageError(f"--runs {runs}: the captured kernel must run at least once", "e.g. --runs 3")
-    return TrustOptions(perturb=perturb or 0, seed=seed, keep=tuple(keep), region_dtypes=dict(dtypes or {}),
-                        atol=atol, rtol=rtol, dtype=dtype, runs=runs,
-                        region_shapes={int(k): tuple(v) for k, v in (shapes or {}).items()})
 
 
 def validate_inputs(reproducers: Sequence[PathLike], *, cubin: PathLike | None = None, perturb: int | None = None,
@@ -462,29 +504,21 @@ def validate_inputs(reproducers: Sequence[PathLike], *, cubin: PathLike | None =
     kernel. `report.verdict`: pass | fail | inconclusive; `report.exit_status` 0/1/3.
     A reproducer set among `reproducers` counts as its members; its `cubin` may be a
     set variant (variants/<n>.json from `recompile_set`: each member's own build).
-    Every failing region's check carries a mismatch report (`check.report`, a
-    MismatchMap dict; `shapes`: region id -> tensor shape for its coordinates)."""
-    options = _trust_options(perturb, seed, keep, runs, atol, rtol, dtype, dtypes, shapes)
-    dirs, cubins = _sets.expand(list(reproducers), cubin)
-    return _differential.validate_reproducers(dirs, None if cubins is not None else cubin, options, device=device,
-                                              progress=progress, cubins=cubins)
+    Per-region dtypes alone ask for an element-wise comparison (ValidateRequest). Every
+    failing region's check carries a mismatch report (`check.report`, a MismatchMap dict;
+    `shapes`: region id -> tensor shape for its coordinates)."""
+    if perturb is not None:
+        _perturb.check_count(perturb)
+    request = ValidateRequest(cubin=None if cubin is None else str(cubin), runs=runs, perturb=perturb or 0, seed=seed,
+                              keep=tuple(keep), atol=atol, rtol=rtol, dtype=dtype, region_dtypes=dict(dtypes or {}),
+                              region_shapes={int(k): tuple(v) for k, v in (shapes or {}).items()})
+    return validate_request(reproducers, request, device=device, progress=progress)
 
 
-def perturb_plan(capture: Capture, *, keep: Sequence[int] = (), dtypes: dict[int, str] | None = None) -> PerturbPlan:
-    """Which spans of a capture perturbed validation redraws and which it keeps, and why
-    (it samples the payloads: compute it once per reproducer)."""
-    return _perturb.plan(capture, tuple(keep), dtypes)
-
-
-def validate_resident(client: ReplayClient, capture: Capture, *, cubin: PathLike | None = None,
-                      options: TrustOptions | None = None, plan: PerturbPlan | None = None) -> TrustReport:
-    """`validate_inputs` for one reproducer on an open ReplayClient (a resident server of
-    the workbench or the MCP server); `plan`: from `perturb_plan`, reused across calls."""
-    options = options or TrustOptions()
-    if options.perturb:
-        _perturb.check_count(options.perturb)
-    one = _differential.validate_one(client, capture, cubin, options, plan=plan)
-    return TrustReport(None if cubin is None else str(cubin), options.perturb, options.seed, [one])
+def validate_request(reproducers: Sequence[PathLike], request: ValidateRequest, *, device: int = 0,
+                     progress: Callable[[str], None] | None = None) -> TrustReport:
+    """`validate_inputs` for a ValidateRequest (what the CLI and MCP send)."""
+    return _session_sets.validate_paths(reproducers, request, device=device, progress=progress)
 
 
 def format_trust_report(report: TrustReport) -> str:
@@ -492,34 +526,23 @@ def format_trust_report(report: TrustReport) -> str:
     return _differential.format_report(report)
 
 
-def _check_rounds(rounds: int) -> None:
-    if rounds < MIN_ROUNDS:
-        raise UsageError(f"--rounds {rounds} is too few for a confidence interval",
-                         f"use at least {MIN_ROUNDS} (30 by default)")
-
-
-def compare(client: ReplayClient, cubins: Sequence[PathLike], *, rounds: int = 30, iterations: int = 10,
-            warmup: int = 2, flush_l2: bool = False, min_seconds: float = 0.0, max_seconds: float = 300.0,
-            confidence: float | None = None) -> TimingComparison:
-    """Time the captured cubin and the variants `cubins` interleaved on an open
-    ReplayClient: `rounds` rounds (more until each has `min_seconds` of kernel time, at
-    most `max_seconds`), each timing every program `iterations` times in a rotating
-    order; each variant's speedup over the captured cubin with a bootstrap interval over
-    rounds (`confidence`, default 0.99), "within noise" when it contains 1.0."""
-    _check_rounds(rounds)
-    return client.compare_timing([Path(c) for c in cubins], rounds=rounds, iterations=iterations, warmup=warmup,
-                                 flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds,
-                                 confidence=confidence)
-
-
-def compare_variants(reproducer: PathLike, cubins: Sequence[PathLike], *, device: int = 0, rounds: int = 30,
-                     iterations: int = 10, warmup: int = 2, flush_l2: bool = False, min_seconds: float = 0.0,
-                     max_seconds: float = 300.0, confidence: float | None = None) -> TimingComparison:
-    """`compare` in a replay server of its own (`kerncap replay --compare`)."""
-    _check_rounds(rounds)
-    with ReplayClient(reproducer, device=device) as rc:
-        return compare(rc, cubins, rounds=rounds, iterations=iterations, warmup=warmup, flush_l2=flush_l2,
-                       min_seconds=min_seconds, max_seconds=max_seconds, confidence=confidence)
+def compare_variants(reproducer: PathLike, cubins: Sequence[PathLike], *, device: int = 0,
+                     rounds: int = _options.ROUNDS.default, iterations: int = _options.COMPARE_ITERATIONS.default,
+                     warmup: int = _options.COMPARE_WARMUP.default, flush_l2: bool = False,
+                     min_seconds: float = _options.MIN_TIME.default, max_seconds: float = _options.MAX_TIME.default,
+                     confidence: float | None = None) -> TimingComparison:
+    """Time the captured cubin and the variants `cubins` interleaved (`kerncap replay
+    --compare`, in a replay server of its own): `rounds` rounds (more until each has
+    `min_seconds` of kernel time, at most `max_seconds`), each timing every program
+    `iterations` times in a rotating order; each variant's speedup over the captured
+    cubin with a bootstrap interval over rounds (`confidence`, default 0.99), "within
+    noise" when it contains 1.0."""
+    request = CompareRequest(cubins=tuple(str(c) for c in cubins), rounds=rounds, iterations=iterations, warmup=warmup,
+                             flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds,
+                             confidence=confidence or DEFAULT_CONFIDENCE)
+    request.checked()
+    with _session.Session(reproducer, device=device, compile_worker=False) as s:
+        return s.compare(request)
 
 
 def format_comparison(comparison: TimingComparison) -> str:
@@ -620,6 +643,18 @@ def list_sources(reproducer: PathLike) -> list[SourceFile]:
     """The files under `<reproducer>/source/` that `recompile` builds from, each with its
     size and whether it is editable (kerncap's build records are listed, not editable)."""
     return _editable.list_sources(reproducer)
+
+
+def is_source_file(path: PathLike, source_dir: PathLike | None = None) -> bool:
+    """Whether `path` (under `source_dir`, a reproducer's source/, when given) is one of
+    its sources rather than a hidden file or an editor's dropping (swap, backup, lock)."""
+    return _editable.is_source_file(path, source_dir)
+
+
+def source_fingerprint(source_dir: PathLike) -> str:
+    """A hash of the sources under `source_dir` (paths and bytes): equal fingerprints
+    mean an unchanged source."""
+    return _editable.source_fingerprint(source_dir)
 
 
 def read_source(reproducer: PathLike, name: str) -> str:
@@ -745,7 +780,7 @@ def item_layouts(reproducer: PathLike | Capture, items: Sequence[str] = (), *, d
 
 def dump(reproducer: PathLike, items: Sequence[str] = (), states: Sequence[str] = ("pre", "post"), *,
          cubin: PathLike | None = None, perturbation: int | None = None, seed: int = 0, dtype: str | None = None,
-         shape: Sequence[int] | None = None, output: PathLike | None = None, client: ReplayClient | None = None,
+         shape: Sequence[int] | None = None, output: PathLike | None = None, session: Session | None = None,
          device: int = 0) -> DumpResult:
     """Write items as .npy files numpy loads with their dtype and shape, plus a JSON
     sidecar per item (offset, strides, where the layout came from). `states`: "pre",
@@ -753,9 +788,13 @@ def dump(reproducer: PathLike, items: Sequence[str] = (), states: Sequence[str] 
     leaves there on the captured input or on `perturbation` K of `seed`: needs the GPU)
     and "expected" (what validate compares it with). `output`: the directory (default
     <reproducer>/dumps/<cubin>). Refused up front when larger than the free space; a
-    variant that faults is not dumped (KerncapError naming the fault)."""
-    return _dump.dump(reproducer, items, states, cubin=cubin, perturbation=perturbation, seed=seed, dtype=dtype,
-                      shape=tuple(shape) if shape is not None else None, output=output, client=client, device=device)
+    variant that faults is not dumped (KerncapError naming the fault). `session`: run on
+    that open session's resident replay server (else one of its own on `device`)."""
+    options = dict(cubin=cubin, perturbation=perturbation, seed=seed, dtype=dtype,
+                   shape=tuple(shape) if shape is not None else None, output=output)
+    if session is not None:
+        return session.dump(items, states, **options)
+    return _dump.dump(reproducer, items, states, device=device, **options)
 
 
 def format_dump(result: DumpResult) -> str:
@@ -763,21 +802,20 @@ def format_dump(result: DumpResult) -> str:
     return _dump.format_result(result)
 
 
-def mismatch_maps(client: ReplayClient, capture: Capture, *, cubin: PathLike | None = None,
+def mismatch_maps(session: Session, *, cubin: PathLike | None = None,
                   against: PathLike | None = None, perturbation: int | None = None, seed: int = 0,
                   items: Sequence[str] = (), dtype: str | None = None, shape: Sequence[int] | None = None,
                   views: dict[str, TensorView] | None = None, grid: tuple[int, int] = (256, 256),
                   atol: float | None = None, rtol: float | None = None) -> list[MismatchMap]:
     """Where `cubin` (None: the captured cubin) differs, item by item, computed on the
-    GPU by an open ReplayClient: on the captured input against the captured post-state,
+    GPU by an open session's replay server: on the captured input against the captured post-state,
     or on `perturbation` K (1-based, `seed`) against the captured cubin's output there;
     `against` another variant's cubin compares two variants' outputs. `grid`: cells of
     the heatmap (rows, cols; at most 1024 each); `views`: item name -> a TensorView
     (e.g. `view.window(...)` to zoom). A run that faults raises KerncapError naming it."""
-    return _mismatch_request.request_maps(client, capture, cubin=cubin, against=against, perturbation=perturbation,
-                                          seed=seed, items=items, dtype=dtype,
-                                          shape=tuple(shape) if shape is not None else None, views=views, grid=grid,
-                                          atol=atol, rtol=rtol)
+    return session.mismatch_maps(cubin=cubin, against=against, perturbation=perturbation, seed=seed, items=items,
+                                 dtype=dtype, shape=tuple(shape) if shape is not None else None, views=views,
+                                 grid=grid, atol=atol, rtol=rtol)
 
 
 def mismatch_map_arrays(name: str, actual: Any, expected: Any, pre: Any = None, *, dtype: str | None,

@@ -17,6 +17,7 @@ import sys
 
 from kerncap import __version__
 from kerncap.commands import (
+    build,
     check,
     dump,
     extract,
@@ -38,8 +39,8 @@ from kerncap.commands import list as list_command
 from kerncap.errors import EXIT_CANNOT_RUN, KerncapError, UsageError
 
 # The order of `kerncap --help`.
-COMMANDS = (profile, extract, replay, validate, dump, recompile, sources, info, list_command, pack, unpack, prune, store,
-            tui, check, sweep, mcp)
+COMMANDS = (profile, extract, replay, validate, dump, recompile, build, sources, info, list_command, pack, unpack,
+            prune, store, tui, check, sweep, mcp)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -12,7 +12,9 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from kerncap_tui import variant_inspect as VI
-from kerncap_tui.charts import bar, interval_text, speedup_cells, speedup_text
+from kerncap.core.units import interval_text, speedup_text
+from kerncap_tui import messages
+from kerncap_tui.charts import bar, speedup_cells
 from kerncap_tui.widgets.history_plot import HistoryPlot
 
 BAR_WIDTH = 16
@@ -23,15 +25,10 @@ VALIDATION_STYLE = {"pass": ("✓ pass", "green"), "fail": ("✗ FAIL", "bold re
 
 def speedup_phrase(v) -> str:
     """One phrase for the log and notifications: "1.32× [1.21–1.35]", "within noise
-    (0.97–1.08)", "1.06× (no interval)"."""
-    if v.speedup is None:
-        return "not compared"
-    span = interval_text(v.speedup_low, v.speedup_high)
-    if v.speedup_low is None:
-        return f"{speedup_text(v.speedup)} (no interval)"
-    if not v.significant:
-        return f"within noise ({speedup_text(v.speedup)}, {span})"
-    return f"{speedup_text(v.speedup)} [{span}]"
+    (0.97–1.08)", "1.06× (no interval)" (the engine's: kerncap.api.speedup_phrase)."""
+    from kerncap import api
+
+    return api.speedup_phrase(v)
 
 
 def validation_cell(v) -> Text:
@@ -42,6 +39,7 @@ def validation_cell(v) -> Text:
 
 
 class HistoryPane(Vertical):
+    DEFAULT_CLASSES = "session-pane"  # told of the open session (kerncap_tui.messages)
     BINDINGS = [
         Binding("space", "mark", "Mark", id="history.mark"),
         Binding("d", "diff", "Diff", id="history.diff"),
@@ -60,6 +58,19 @@ class HistoryPane(Vertical):
         self.marked: int | None = None
         self.inspect: dict[int, VI.VariantInspect] = {}
         self._extra: tuple[str, ...] = ()
+        self.is_set = False
+
+    # -- the open session ------------------------------------------------------------------
+    def on_session_opened(self, message: messages.SessionOpened) -> None:
+        self.is_set = bool(getattr(message.session, "is_set", False))
+        self.marked = None
+        self.show(message.history, {})
+
+    def on_build_finished(self, message: messages.BuildFinished) -> None:
+        self.show(message.history, message.inspect)
+
+    def on_tool_finished(self, message: messages.ToolFinished) -> None:
+        self.show(message.history, message.inspect)
 
     def compose(self) -> ComposeResult:
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
@@ -124,8 +135,13 @@ class HistoryPane(Vertical):
                 summary += " · none significantly faster"
             if any(v.id and not history.has_interval(v) for v in variants):
                 summary += " · (…): no interval"
-        self.query_one("#history-status", Static).update(
-            summary + " · space mark · d diff · m metrics diff · n ncu · k sanitize · ctrl+r restore")
+        status = self.query_one("#history-status", Static)
+        status.update(summary + " · space mark · d diff · m metrics diff · n ncu · k sanitize · ctrl+r restore")
+        latest = variants[-1] if variants else None
+        if self.is_set and latest is not None and latest.id and latest.note:
+            # A set's row: its weighted speedup and worst member, on a line of its own.
+            status.styles.height = "auto"
+            status.update(f"{latest.label}: {latest.note}\n{status.content}")
         self.query_one(HistoryPlot).show(variants)
 
     def selected(self):

@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Label
 
+from kerncap_tui import messages
 from kerncap_tui.charts import speedup_cells
 from kerncap_tui.widgets.history_plot import HistoryPlot
 
@@ -22,6 +23,7 @@ VALID = {"pass": ("✓", "green"), "fail": ("✗", "bold red"), "inconclusive": 
 
 
 class LiveHistory(Vertical):
+    DEFAULT_CLASSES = "session-pane"  # told of the open session (kerncap_tui.messages)
     DEFAULT_CSS = """
     LiveHistory { width: 48; border-left: vkey $panel; }
     LiveHistory #live-title { height: 1; background: $panel; width: 1fr; padding: 0 1; }
@@ -41,6 +43,12 @@ class LiveHistory(Vertical):
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns("variant", "median ms", "speedup", "ok")
+
+    def on_session_opened(self, message: messages.SessionOpened) -> None:
+        self.show(message.history)
+
+    def on_build_finished(self, message: messages.BuildFinished) -> None:
+        self.show(message.history)
 
     def show(self, history) -> None:
         t = self.query_one(DataTable)

@@ -14,11 +14,13 @@ from textual.widgets import DataTable, Label, Select, Static
 
 from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError
+from kerncap_tui import messages
 from kerncap_tui import regions as R
 from kerncap_tui.widgets.memory_map import MemoryMap
 
 
 class MemoryPane(Vertical):
+    DEFAULT_CLASSES = "session-pane"  # told of the open session (kerncap_tui.messages)
     BINDINGS = [
         Binding("t", "next_dtype", "Dtype", id="memory.dtype"),
         Binding("plus,equals_sign", "zoom_in", "Zoom in", id="memory.zoom-in"),
@@ -49,6 +51,10 @@ class MemoryPane(Vertical):
         v = self.query_one("#value-table", DataTable)
         for label in ("#", "offset", "pre", "post", "post − pre"):
             v.add_column(label, key=label)
+
+    def on_session_opened(self, message: messages.SessionOpened) -> None:
+        if message.capture is not None:
+            self.show(message.capture)
 
     def show(self, capture) -> None:
         self.capture = capture

@@ -290,11 +290,27 @@ class MismatchPane(Vertical):
             super().__init__()
             self.request, self.item = request, item
 
+    DEFAULT_CLASSES = "session-pane"  # told of the open session (kerncap_tui.messages)
+
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.maps: list[api.MismatchMap] = []
         self.index = 0
         self.request: MismatchRequest | None = None
+
+    # -- the open session ------------------------------------------------------------------
+    def on_session_opened(self, _message) -> None:
+        """Another reproducer: the maps of the last one mean nothing here."""
+        self.request = None
+        if self.is_mounted:
+            self.show_message("select a variant in History (4), then v here: where its output differs")
+
+    def on_build_finished(self, message) -> None:
+        """A build recorded a variant that did not validate: say where to look."""
+        v = getattr(getattr(message, "result", None), "variant", None)
+        if v is not None and v.id and v.validation in ("fail", "inconclusive") and not self.maps:
+            self.query_one("#mismatch-title", Label).update(
+                f"{v.label} did not validate ({v.validation}): select it in History (4), then v here")
 
     def compose(self) -> ComposeResult:
         yield Label("select a variant in History (4), then v here: where its output differs", id="mismatch-title")

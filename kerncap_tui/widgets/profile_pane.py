@@ -5,15 +5,22 @@ reproducer without a profile shows the app's launch counts up to the capture ins
 
 from __future__ import annotations
 
-from rich.text import Text
+from pathlib import Path
 
+from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static
 
+from kerncap import api
 from kerncap.core.units import format_dim
+from kerncap.errors import KerncapError
+from kerncap_tui import messages
 from kerncap_tui.messages import ExtractRequested
+
+PROFILE_FILE = "profile.json"
 
 
 def _ms(ns: float) -> str:
@@ -41,6 +48,7 @@ CAPTURED_STYLE = "bold reverse"
 
 
 class ProfilePane(Vertical):
+    DEFAULT_CLASSES = "session-pane"  # told of the open session (kerncap_tui.messages)
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter", id="profile.filter"),
         Binding("s", "sort_next", "Sort", id="profile.sort"),
@@ -56,6 +64,48 @@ class ProfilePane(Vertical):
         self.columns = COLUMNS
         self.captured: set[str] = set()  # names (mangled and demangled) of the captured kernel
         self.note = ""
+        self.profile = None  # the loaded api.ProfileResult (its command prefills extraction)
+
+    # -- the open session ------------------------------------------------------------------
+    def on_session_opened(self, message: messages.SessionOpened) -> None:
+        k = message.capture.kernel if message.capture is not None else {}
+        self.captured = {n for n in (k.get("name"), k.get("demangled")) if n}
+        self.profile = None
+        self.load(message.root)
+
+    @staticmethod
+    def profile_path(root: Path) -> Path | None:
+        """The reproducer's own profile.json, else the newest profile of a workspace."""
+        own = root / PROFILE_FILE
+        if own.is_file():
+            return own
+        saved = api.Workspace(root).profiles()
+        return saved[0] if saved else None
+
+    @work(thread=True, exclusive=True, group="profile")
+    def load(self, root: Path) -> None:
+        """The profile (or, without one, the capture run's launch counts) of `root`."""
+        call = self.app.call_from_thread
+        path = self.profile_path(root)
+        if path is None:
+            try:
+                launches = api.app_launches(root)
+            except KerncapError as exc:
+                launches = None
+                call(self.app.report_error, "profile", exc)
+            if launches is not None:
+                call(self.show_launches, launches)
+                return
+            call(self.show_message, f"no profile in {root}: `kerncap profile -- CMD` writes one")
+            return
+        try:
+            profile = api.load_profile(path)
+        except KerncapError as exc:
+            call(self.show_message, exc.message)
+            call(self.app.report_error, "profile", exc)
+            return
+        self.profile = profile
+        call(self.show, profile.kernels)
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="/ filter kernels (substring)", id="profile-filter", compact=True)

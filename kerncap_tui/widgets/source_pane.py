@@ -8,11 +8,15 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DirectoryTree, Label, TextArea
 
+from kerncap import api
+from kerncap.errors import KerncapError
+from kerncap_tui import messages
 from kerncap_tui.highlight import language_for, register_cpp
 
 
@@ -22,6 +26,7 @@ class SourceTree(DirectoryTree):
 
 
 class SourcePane(Horizontal):
+    DEFAULT_CLASSES = "session-pane"  # told of the open session (kerncap_tui.messages)
     BINDINGS = [
         Binding("ctrl+s", "save", "Save", id="source.save", priority=True),
         Binding("ctrl+o", "open_editor", "$EDITOR", id="source.editor"),
@@ -39,6 +44,22 @@ class SourcePane(Horizontal):
             editor = TextArea.code_editor("", id="editor", soft_wrap=False, theme="css")
             self.has_cpp = register_cpp(editor)
             yield editor
+
+    def on_session_opened(self, message: messages.SessionOpened) -> None:
+        source = message.root / "source"
+        self.show(source if source.is_dir() else None)
+        if message.capture is not None:
+            self.open_kernel_source(message.root, message.capture.kernel)
+
+    @work(thread=True, exclusive=True, group="source-locate")
+    def open_kernel_source(self, root: Path, kernel: dict) -> None:
+        """Finds the captured kernel's definition in source/ and shows it in the editor."""
+        try:
+            site = api.kernel_site(root, kernel)
+        except (OSError, KerncapError):
+            return
+        if site is not None:
+            self.app.call_from_thread(self.open_at, site.path, site.line)
 
     def show(self, source_dir: Path | None) -> None:
         self.source_dir = source_dir

@@ -28,18 +28,15 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO_N = str(1 << 16)
 
 
-def record(history, replay, repro: Path, cubin: Path | None, note: str, build_seconds: float | None = None):
-    """As the workbench records a build: a variant is timed interleaved with the captured
-    cubin (speedup with its interval) and validated on perturbed inputs too."""
-    out = replay.run(cubin)
-    fields = dict(median_ms=out.median_ms, min_ms=out.min_ms, spread_pct=out.spread_pct,
-                  validation=out.validation, validation_detail=out.validation_detail, build_seconds=build_seconds,
-                  note=note)
+def record(history, session, repro: Path, cubin: Path | None, note: str, build_seconds: float | None = None):
+    """As every build records one (kerncap.session): a variant is timed interleaved with the
+    captured cubin (speedup with its interval) and validated on perturbed inputs too."""
+    from kerncap.api import BuildRequest
+
+    fields = {**session.measure(cubin, BuildRequest()).fields(), "note": note, "build_seconds": build_seconds}
     if cubin is None:
         return history.record(baseline=True, **fields)
-    return history.record(cubin=str(cubin.relative_to(repro)), speedup=out.speedup, speedup_low=out.speedup_low,
-                          speedup_high=out.speedup_high, confidence=out.confidence, significant=out.significant,
-                          **fields)
+    return history.record(cubin=str(cubin.relative_to(repro)), **fields)
 
 
 def inspect_variants(repro: Path, history) -> None:
@@ -67,8 +64,7 @@ def main() -> int:
     from kerncap.capture.extract import extract
     from kerncap.capture.profile import run_profile
     from kerncap.recompile.cuda import recompile
-    from kerncap_tui.engine import ResidentReplay
-    from kerncap_tui.history import History
+    from kerncap.api import History, Session
 
     stage = Path(tempfile.mkdtemp(prefix="kc-demo-"))
     smooth = [str(args.build / "smooth"), DEMO_N]
@@ -80,7 +76,7 @@ def main() -> int:
     history = History.load(repro)
     header = kernel_header(repro)
     original = header.read_text()
-    rc = ResidentReplay(repro)
+    rc = Session(repro, compile_worker=False)
     try:
         print("baseline", record(history, rc, repro, None, "captured cubin"))
         t0 = time.perf_counter(); cubin = recompile(repro).cubin

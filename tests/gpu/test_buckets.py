@@ -65,12 +65,12 @@ def test_one_extract_run_yields_every_bucket(bucket_set):
 def test_weighted_speedup_follows_the_weights(bucket_set, variant_cubins):
     """A variant faster only on the rare bucket gets a smaller weighted speedup than one
     faster only on the common bucket, as the weights predict."""
-    from kerncap.replay.set_run import format_set_run, run_set
+    from kerncap.api import format_set_run, replay_set
 
     s = bucket_set.set
     runs = {}
     for name in ("bucket_fast_rare", "bucket_fast_common"):
-        runs[name] = run = run_set(s, variant=variant_cubins / f"{name}.cubin", validate=True, iterations=30)
+        runs[name] = run = replay_set(s, cubin=variant_cubins / f"{name}.cubin", validate=True, iterations=30)
         print("\n" + format_set_run(run))
         assert run.passed, "every member must validate byte-exact with the variant"
     rare, common = runs["bucket_fast_rare"], runs["bucket_fast_common"]
@@ -90,13 +90,13 @@ def test_weighted_speedup_follows_the_weights(bucket_set, variant_cubins):
 
 def test_recompile_builds_one_variant_every_member_uses(bucket_set):
     from kerncap.recompile.set_variant import recompile_set
-    from kerncap.replay.set_run import run_set
+    from kerncap.api import replay_set
 
     s = bucket_set.set
     v = recompile_set(s)
     print(f"\n{v.path}: {v.builds} build(s) in {v.seconds:.2f} s for {len(v.cubins)} members")
     assert v.builds == 1 and len(set(v.cubins.values())) == 1
-    run = run_set(s, variant=v.path, validate=True, iterations=5)
+    run = replay_set(s, cubin=v.path, validate=True, iterations=5)
     assert run.passed and run.workload is not None
 
 
@@ -110,9 +110,9 @@ def test_dispatch_list_captures_those_dispatches_in_one_run(testapps_build, tmp_
     assert [m.dispatch for m in s.members] == [0, 5, 30]
     assert [m.bucket.grid[0] for m in s.members] == [COMMON, COMMON, 1024]
     assert s.members[0].weight == s.members[1].weight  # one bucket, two members: its weight split
-    from kerncap.replay.set_run import run_set
+    from kerncap.api import replay_set
 
-    assert run_set(s, replay=False, validate=True).passed
+    assert replay_set(s, replay=False, validate=True).passed
 
 
 def test_a_bucket_that_ran_only_in_a_refused_context_is_named(testapps_build, tmp_path):

@@ -45,10 +45,11 @@ def tile2d(testapps_build, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(tile2d):
+    """The reproducer's open session (its replay server resident for the module)."""
     from kerncap import api
 
-    with api.ReplayClient(tile2d) as rc:
-        yield rc
+    with api.open_session(tile2d) as session:
+        yield session
 
 
 def failing_region(report):
@@ -65,8 +66,7 @@ def test_planted_bug_named_dumped_and_mapped_alike(variant, tile2d, client, vari
     cubin = variant_cubins / f"{variant}.cubin"
     capture = api.open_capture(tile2d)
     out_region = capture.params[0].region
-    report = api.validate_resident(client, capture, cubin=cubin,
-                                   options=api.TrustOptions(runs=1, region_shapes={out_region: (1024, 1024)}))
+    report = client.validate(api.ValidateRequest(cubin=str(cubin), runs=1, region_shapes={out_region: (1024, 1024)}))
     assert report.verdict == "fail"
     check = failing_region(report)
     assert check.report is not None, check.report_error
@@ -79,7 +79,7 @@ def test_planted_bug_named_dumped_and_mapped_alike(variant, tile2d, client, vari
 
     # The arrays: byte for byte what validate compared.
     out = api.dump(tile2d, ["arg:0"], ["pre", "output", "expected"], cubin=cubin, shape=(1024, 1024),
-                   output=tmp_path / "dump", client=client)
+                   output=tmp_path / "dump", session=client)
     arrays = {a.state: np.load(a.path, mmap_mode="r") for a in out.arrays}
     assert arrays["output"].shape == (1024, 1024) and arrays["output"].dtype == np.float32
     differ = int(np.count_nonzero(arrays["output"].view(np.uint8) != arrays["expected"].view(np.uint8)))
@@ -88,7 +88,7 @@ def test_planted_bug_named_dumped_and_mapped_alike(variant, tile2d, client, vari
     assert sidecar["dtype"] == "float32" and sidecar["tensor"]["shape"] == [1024, 1024]
 
     # The GPU's map equals numpy's on the dumped arrays.
-    gpu, = api.mismatch_maps(client, capture, cubin=cubin, items=["arg:0"], shape=(1024, 1024), grid=(64, 128))
+    gpu, = api.mismatch_maps(client, cubin=cubin, items=["arg:0"], shape=(1024, 1024), grid=(64, 128))
     cpu = api.mismatch_map_arrays(gpu.name, np.asarray(arrays["output"]), np.asarray(arrays["expected"]),
                                   np.asarray(arrays["pre"]), dtype="float32", view=gpu.view, grid=(64, 128))
     assert_same_map(gpu, cpu)
@@ -118,10 +118,9 @@ def test_tolerance_map_matches_numpy(tile2d, client, variant_cubins, tmp_path):
     from kerncap import api
 
     cubin = variant_cubins / "tile2d_row_scale.cubin"
-    capture = api.open_capture(tile2d)
-    gpu, = api.mismatch_maps(client, capture, cubin=cubin, items=["arg:0"], grid=(32, 32), atol=100.0, rtol=0.5)
+    gpu, = api.mismatch_maps(client, cubin=cubin, items=["arg:0"], grid=(32, 32), atol=100.0, rtol=0.5)
     out = api.dump(tile2d, ["arg:0"], ["pre", "output", "expected"], cubin=cubin, output=tmp_path / "d",
-                   client=client)
+                   session=client)
     a = {x.state: np.load(x.path) for x in out.arrays}
     cpu = api.mismatch_map_arrays(gpu.name, a["output"], a["expected"], a["pre"], dtype="float32", view=gpu.view,
                                   grid=(32, 32), atol=100.0, rtol=0.5)
@@ -132,8 +131,7 @@ def test_tolerance_map_matches_numpy(tile2d, client, variant_cubins, tmp_path):
 def test_two_variants_compared(tile2d, client, variant_cubins, capsys):
     from kerncap import api
 
-    capture = api.open_capture(tile2d)
-    m, = api.mismatch_maps(client, capture, cubin=variant_cubins / "tile2d_row_scale.cubin",
+    m, = api.mismatch_maps(client, cubin=variant_cubins / "tile2d_row_scale.cubin",
                            against=variant_cubins / "tile2d_last_tile.cubin", items=["arg:0"], shape=(1024, 1024))
     say(capsys, f"row_scale vs last_tile: {m.summary()}")
     assert "rows 256–319, row 1,023" in m.summary()
@@ -144,7 +142,7 @@ def test_perturbed_output_of_the_captured_cubin(tile2d, client, tmp_path):
     from kerncap import api
 
     out = api.dump(tile2d, ["arg:0"], ["output", "expected"], perturbation=1, seed=0, output=tmp_path / "p",
-                   client=client)
+                   session=client)
     a = {x.state: np.load(x.path) for x in out.arrays}
     post = np.load(api.dump(tile2d, ["arg:0"], ["post"], output=tmp_path / "post").arrays[0].path)
     assert np.array_equal(a["output"].view(np.uint8), a["expected"].view(np.uint8))

@@ -253,7 +253,7 @@ async def run_workbench(repro: Path, steps) -> None:
     finally:
         app.shutdown_engine()  # idempotent; on_unmount has already done it unless the app died early
     assert not app.is_running
-    assert app.replay is None and app.watcher is None
+    assert app.session is None and app.watcher is None  # the session's replay server and worker closed
     seen = bench.servers_seen if bench else set()
     deadline = time.monotonic() + 2  # close() waits for the server; allow only for reaping
     while True:
@@ -339,8 +339,7 @@ async def test_faulting_variant_is_reported_and_the_loop_survives(repro):
         # The fault ended the replay server (sticky error); the next save starts a new one.
         v = await wb.good_save(lambda: header.write_text(fast), "fix after the fault", bound=False)
         assert v.validation == "pass"
-        client = getattr(app.replay, "_client", None)
-        print(f"replay servers started: {getattr(client, 'starts', '?')}; seen: {sorted(wb.servers_seen)}")
+        print(f"replay servers started: {app.session.replay_starts}; seen: {sorted(wb.servers_seen)}")
         wb.assert_alive()
 
     await run_workbench(repro, steps)

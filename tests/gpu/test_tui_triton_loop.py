@@ -44,9 +44,9 @@ async def test_triton_save_to_validated_row_within_two_seconds(flash_repro):
         edited = edited.replace(old, new)
 
     async def steps(wb: Workbench) -> None:
-        worker = wb.app.compiler._worker
-        assert worker is not None, "a Triton reproducer compiles in the resident worker"
-        warm = await asyncio.to_thread(worker.wait_ready)  # as a user who edits after the workbench opened
+        session = wb.app.session
+        assert session._compiler is not None, "a Triton reproducer compiles in the session's resident worker"
+        warm = await asyncio.to_thread(session.wait_warm)  # as a user who edits after the workbench opened
         assert warm["ok"], warm
         v = await wb.good_save(lambda: kernel.write_text(edited), "Q-hoisting edit (Triton)", bound=False)
         elapsed = wb.last_elapsed

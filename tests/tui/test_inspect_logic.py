@@ -8,7 +8,7 @@ import json
 from kerncap.reproducer.format import Capture
 from kerncap_tui import regions as R
 from kerncap_tui import variant_inspect as VI
-from kerncap_tui.history import History, Variant
+from kerncap.api import History, Variant
 from kerncap_tui.regions import MapRow
 from kerncap.sources.locate import locate_kernel
 from kerncap_tui.widgets.history_plot import plot_lines

@@ -11,7 +11,7 @@ from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError
 
 from kerncap_tui import charts, regions, theming
-from kerncap_tui.history import History
+from kerncap.api import History
 from kerncap_tui.watcher import is_source_event
 
 
@@ -48,7 +48,7 @@ def test_history_commits_diffs_and_restores(tmp_path):
     v1 = h.record(median_ms=1.0, validation="pass", cubin="variants/1.cubin")
     assert h.speedup(v1) == pytest.approx(2.0)
     msg = h.repo().commit(v1.commit).message
-    assert "Kerncap-Median-Ms: 1.0" in msg and "Kerncap-Validation: pass" in msg and "2.00x" in msg
+    assert "Kerncap-Median-Ms: 1.0" in msg and "Kerncap-Validation: pass" in msg and "2.00×" in msg
     assert "-// v0" in h.diff(base, v1) and "+// v1" in h.diff(base, v1)
     h.restore(base)
     assert (src / "k.cu").read_text() == "// v0\n"
@@ -105,15 +105,39 @@ def test_history_unreadable_names_the_file(tmp_path):
 
 def test_watcher_ignores_editor_droppings():
     assert is_source_event("/r/source/k.cu")
-    for name in (".k.cu.swp", "k.cu~", "4913", ".#k.cu", ".hidden"):
+    for name in (".k.cu.swp", "k.cu~", "4913", ".#k.cu", ".hidden", "k.cu.swo", "k.cu.tmp", "k.cu.orig"):
         assert not is_source_event(f"/r/source/{name}")
+    assert not is_source_event("/r/source/.git/k.cu", __import__("pathlib").Path("/r/source"))
+
+
+def test_one_definition_of_the_sources(tmp_path):
+    """Listing (MCP's list_sources), the history's fingerprint and the watcher agree on
+    what a source is: an editor's droppings change none of them."""
+    from kerncap import api
+
+    src = tmp_path / "source"
+    (src / ".cache").mkdir(parents=True)
+    (src / "k.cu").write_text("// kernel\n")
+    before = api.source_fingerprint(src)
+    droppings = [".k.cu.swp", "k.cu.swo", "k.cu~", "4913", "k.cu.tmp", "k.cu.orig", "build.json.lock",
+                 ".cache/k.cu"]
+    for name in droppings:
+        (src / name).write_text("not a source\n")
+        assert not is_source_event(str(src / name), src), name
+    assert api.source_fingerprint(src) == before
+    assert [f.path for f in api.list_sources(tmp_path)] == ["k.cu"]
+    (src / "k.cu").write_text("// edited\n")
+    assert api.source_fingerprint(src) != before and is_source_event(str(src / "k.cu"), src)
 
 
 def test_bar():
     assert charts.bar(1.0, 1.0, 4) == "████"
     assert charts.bar(0.5, 1.0, 4) == "██  "
     assert charts.bar(None, 1.0, 3) == "   "
-    assert charts.speedup_text(1.234) == "1.23×"
+    from kerncap.core.units import interval_text, speedup_text
+
+    assert speedup_text(1.234) == "1.23×" and speedup_text(1.2345, 3) == "1.234×" and speedup_text(None) == "—"
+    assert interval_text(1.2, 1.35) == "1.20–1.35" and interval_text(None, 1.0) == ""
 
 
 def test_house_themes_and_user_theme_errors(tmp_path, monkeypatch):

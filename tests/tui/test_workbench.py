@@ -6,6 +6,9 @@ scratch copy, unchanged sources."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+
+import pytest
 
 from textual.widgets import TabbedContent
 
@@ -102,14 +105,19 @@ def test_the_demo_copy_is_removed_on_exit(monkeypatch, tmp_path):
     assert not stale.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_an_unchanged_source_makes_no_new_variant(make_app, settle, monkeypatch):
+def _log(app) -> str:
     from textual.widgets import RichLog
 
-    from kerncap import api
-    from kerncap_tui.history import source_fingerprint
+    return "\n".join(str(line.text) for line in app.query_one("#log", RichLog).lines)
+
+
+def test_an_unchanged_source_makes_no_new_variant(make_app, settle, monkeypatch):
+    """A source/ equal to what a recorded variant was built from compiles nothing."""
+    from kerncap.api import source_fingerprint
+    from kerncap.session import session as session_module
 
     compiles = []
-    monkeypatch.setattr(api, "recompile", lambda *a, **k: compiles.append(a))
+    monkeypatch.setattr(session_module, "recompile_kernel", lambda *a, **k: compiles.append(a))
 
     async def run():
         app = make_app()
@@ -123,9 +131,53 @@ def test_an_unchanged_source_makes_no_new_variant(make_app, settle, monkeypatch)
             assert compiles == [] and len(app.history.variants) == before + 1
             await pilot.press("5")  # RichLog renders what it holds once it is shown
             await pilot.pause()
-            log = "\n".join(str(line.text) for line in app.query_one("#log", RichLog).lines)
-            assert "source/ is unchanged since v" in log and "no new variant" in log
+            assert "source/ is unchanged since v" in _log(app) and "no new variant" in _log(app)
             (app.source_dir / "smooth" / "smooth_kernel.cuh").write_text("// edited\n", encoding="utf-8")
             assert source_fingerprint(app.source_dir) != fingerprint
 
     asyncio.run(run())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the build compiles for real)")
+def test_b_twice_without_a_gpu_compiles_once_and_says_the_replay_could_not_run(make_app, settle, demo_root):
+    """Issue 26: without a GPU, `b` compiled, then said "build failed", and every further
+    `b` on the unchanged source left another variants/N.cubin. Now the first `b` compiles
+    for real (nvcc) and says the replay could not run; the second reuses that cubin: no
+    new variant file, no History row. (Mutation: dropping the session's memo of unrecorded
+    builds, Session._built, makes the second `b` leave variants/5.cubin: this test fails.)"""
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            variants = demo_root / "variants"
+            before, rows = sorted(p.name for p in variants.glob("*.cubin")), len(app.history.variants)
+            await pilot.press("b")
+            await settle(pilot)
+            first = sorted(p.name for p in variants.glob("*.cubin"))
+            assert len(first) == len(before) + 1, (before, first)  # it really compiled
+            titles = [n.title for n in app._notifications]
+            assert "replay could not run" in titles and "build failed" not in titles, titles
+            await pilot.press("b")
+            await settle(pilot)
+            assert sorted(p.name for p in variants.glob("*.cubin")) == first  # no new variant file
+            assert len(app.history.variants) == rows  # and no History row
+            await pilot.press("5")
+            await pilot.pause()
+            log = _log(app)
+            assert log.count("recompiling") == 1 and "replaying it" in log, log
+            assert "but the replay could not run" in log
+
+    asyncio.run(run())
+
+
+def test_kerncap_tui_names_the_command_the_user_typed(tmp_path, capsys):
+    """`kerncap tui /nonexistent` said "kerncap-tui: error"; each name is its own."""
+    from kerncap.cli import main as kerncap
+    from kerncap_tui.app import main as kerncap_tui
+
+    assert kerncap(["tui", str(tmp_path / "nope")]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("kerncap tui: error: ") and "nope is not a directory" in err
+    assert kerncap_tui([str(tmp_path / "nope")]) == 3
+    assert capsys.readouterr().err.startswith("kerncap-tui: error: ")

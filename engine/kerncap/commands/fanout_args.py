@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 
 from kerncap import api
-from kerncap.commands.arguments import non_negative_float, non_negative_int, positive_int
-from kerncap.commands.validate import dtype_name, region_dtype
+from kerncap.commands.arguments import positive_int
+
+O = api.options
 
 
 def gpu_list(text: str) -> list[str]:
@@ -15,13 +16,6 @@ def gpu_list(text: str) -> list[str]:
     if not gpus:
         raise argparse.ArgumentTypeError(f"expected GPUs like 0,1 (got {text!r})")
     return gpus
-
-
-def perturb_count(text: str) -> int:
-    v = int(text)
-    if not 1 <= v <= api.MAX_PERTURBATIONS:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {api.MAX_PERTURBATIONS} (got {v})")
-    return v
 
 
 def add(p: argparse.ArgumentParser) -> None:
@@ -40,28 +34,21 @@ def add(p: argparse.ArgumentParser) -> None:
                    help="send the reproducers' files with the jobs (default with --scheduler) instead of relying on "
                         "the same path on every worker")
     m = p.add_argument_group("validation and timing")
-    m.add_argument("--iterations", "-n", type=positive_int, default=50, metavar="N", help="timed launches (50)")
-    m.add_argument("--warmup", "-w", type=non_negative_int, default=5, metavar="W", help="untimed launches first (5)")
-    m.add_argument("--flush-l2", action="store_true", help="evict L2 before every launch")
-    m.add_argument("--atol", type=non_negative_float, metavar="A", help="absolute tolerance (default byte-exact)")
-    m.add_argument("--rtol", type=non_negative_float, metavar="R", help="relative tolerance")
-    m.add_argument("--dtype", type=dtype_name, metavar="T", help="element type of regions of unknown type")
-    m.add_argument("--region-dtype", type=region_dtype, action="append", default=[], metavar="ID=T",
+    O.add_options(m, (O.FLEET_ITERATIONS, O.FLEET_WARMUP, O.FLUSH_L2, O.ATOL, O.RTOL))
+    m.add_argument("--dtype", type=O.dtype_name, metavar="T", help="element type of regions of unknown type")
+    m.add_argument("--region-dtype", type=O.region_dtype, action="append", default=[], metavar="ID=T",
                    help="element type of one region (repeatable)")
-    m.add_argument("--perturb", type=perturb_count, default=0, metavar="K",
-                   help="also validate each variant on K perturbed inputs against the captured kernel (docs/replay.md)")
-    m.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="seed of the perturbations (0)")
-    m.add_argument("--runs", type=positive_int, default=1, metavar="N",
-                   help="replays of the captured kernel that detect nondeterminism first (1: no check)")
-    m.add_argument("--replay-timeout", type=float, default=600.0, metavar="S",
-                   help="seconds one validation or timing may take before its replay server is killed (600)")
+    O.add_options(m, (O.FLEET_PERTURB, O.SEED, O.RUNS, O.REPLAY_TIMEOUT))
 
 
 def options(args: argparse.Namespace) -> api.MeasureOptions:
-    per_region = dict(args.region_dtype)
-    dtype = args.dtype
-    if per_region and dtype is None and args.atol is None and args.rtol is None:
-        dtype = "float32"
+    """How each variant is validated and timed; the tolerance rules are the session's own
+    (api.ValidateRequest.checked: per-region dtypes alone compare element-wise)."""
+    if args.perturb:
+        O.check_perturb_count(args.perturb)
+    checked = api.ValidateRequest(atol=args.atol, rtol=args.rtol, dtype=args.dtype,
+                                  region_dtypes=dict(args.region_dtype)).checked()
+    per_region, dtype = checked.region_dtypes, checked.dtype
     return api.MeasureOptions(iterations=args.iterations, warmup=args.warmup, flush_l2=args.flush_l2, atol=args.atol,
                               rtol=args.rtol, dtype=dtype, dtypes=per_region, perturb=args.perturb, seed=args.seed,
                               runs=args.runs, replay_timeout=args.replay_timeout)

@@ -17,4 +17,4 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: Textual is loaded only when the workbench opens, not for every command.
     from kerncap_tui.app import run as run_tui
 
-    return run_tui(Path(args.dir) if args.dir else None, no_mouse=args.no_mouse)
+    return run_tui(Path(args.dir) if args.dir else None, no_mouse=args.no_mouse, prog="kerncap tui")

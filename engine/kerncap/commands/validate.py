@@ -9,24 +9,13 @@ from pathlib import Path
 
 from kerncap import api
 from kerncap.commands import inspect_tools
-from kerncap.commands.arguments import non_negative_float, non_negative_int, positive_int, shape
+from kerncap.commands.arguments import non_negative_int, shape
 from kerncap.commands.replay import check_cubin
 from kerncap.core import dtypes
-from kerncap.errors import KerncapError, UsageError
+from kerncap.errors import UsageError
 
-
-def dtype_name(text: str) -> str:
-    try:
-        return dtypes.normalize(text)
-    except KerncapError as exc:
-        raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None
-
-
-def region_dtype(text: str) -> tuple[int, str]:
-    rid, sep, name = text.partition("=")
-    if not sep or not rid.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"expected REGION=DTYPE, e.g. 3=float16 (got {text!r})")
-    return int(rid), dtype_name(name)
+O = api.options
+dtype_name, region_dtype = O.dtype_name, O.region_dtype
 
 
 def region_shape(text: str) -> tuple[int, tuple[int, ...]]:
@@ -56,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cubin", type=Path, metavar="F",
                    help="variant cubin to check instead of the captured one (a set: a cubin or variants/<n>.json; "
                         "then every member is also timed and the weighted speedup reported)")
-    p.add_argument("--atol", type=non_negative_float, metavar="A", help="absolute tolerance (tolerance mode)")
-    p.add_argument("--rtol", type=non_negative_float, metavar="R", help="relative tolerance (tolerance mode)")
+    O.ATOL.add_to(p)
+    O.RTOL.add_to(p)
     p.add_argument("--dtype", type=dtype_name, metavar="T",
                    help="element type of regions with no known dtype (tolerance mode; default float32): "
                         + " ".join(dtypes.COMPARABLE))
@@ -66,15 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--region-shape", type=region_shape, action="append", default=[], metavar="ID=SHAPE",
                    help="tensor shape of a region for the mismatch report's coordinates, e.g. 3=1024,1024")
     g = p.add_argument_group("perturbed inputs and determinism (docs/replay.md)")
-    g.add_argument("--perturb", type=int, metavar="K",
-                   help="also validate on K perturbed copies of the captured input (numeric regions of known dtype "
-                        "redrawn; indices, pointers and unknown regions kept)")
-    g.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="seed of the perturbations (0)")
+    # --perturb given must be 1..1000 (a message from the request's own check); absent: none.
+    g.add_argument("--perturb", type=int, metavar="K", help=O.PERTURB.help + " (none)")
+    O.SEED.add_to(g)
     g.add_argument("--keep", type=non_negative_int, action="append", default=[], metavar="REGION",
                    help="never perturb this region (repeatable)")
-    g.add_argument("--runs", type=positive_int, default=api.DEFAULT_RUNS, metavar="N",
-                   help=f"replays of the captured kernel to detect nondeterminism ({api.DEFAULT_RUNS}; 1 skips the "
-                        "check)")
+    O.RUNS.add_to(g)
     p.add_argument("--device", type=non_negative_int, default=0,
                    help="GPU ordinal (0): any GPU of the capture's architecture; the report says which ran")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -91,16 +77,14 @@ def handle(args: argparse.Namespace) -> int:
                              f"pass one member, e.g. {args.paths[0] / 'members' / '0'}")
         return inspect_tools.handle_sanitize(args)
     inspect_tools.check_tool_flags(args, "--sanitize")
-    per_region = dict(args.region_dtype)
-    dtype = args.dtype
-    if per_region and dtype is None and args.atol is None and args.rtol is None:
-        dtype = "float32"  # per-region dtypes ask for an element-wise comparison
-    report = api.validate_inputs(args.paths, cubin=args.cubin, perturb=args.perturb, seed=args.seed,
-                                 keep=args.keep, runs=args.runs, atol=args.atol, rtol=args.rtol, dtype=dtype,
-                                 dtypes=per_region, device=args.device, shapes=dict(args.region_shape))
-    # A set's variant is also timed on every member: its speedup on the workload.
-    timing = api.replay_set(args.paths[0], cubin=args.cubin, device=args.device) \
-        if one_set and args.cubin is not None and report.verdict != "fail" else None
+    request = request_from(args)
+    if one_set and args.cubin is not None:
+        # A set's variant is also timed on every member (its speedup on the workload), in
+        # the same replay server that validated it: each member is restored once.
+        with api.open_session(args.paths[0], device=args.device) as s:
+            report, timing = s.validate_and_time(request)
+    else:
+        report, timing = api.validate_request(args.paths, request, device=args.device), None
     if args.json:
         print(json.dumps({**report.to_dict(), "set_timing": timing.to_dict() if timing else None}, indent=1))
     else:
@@ -108,3 +92,13 @@ def handle(args: argparse.Namespace) -> int:
         if timing is not None:
             print(api.format_set_run(timing))
     return report.exit_status
+
+
+def request_from(args: argparse.Namespace) -> api.ValidateRequest:
+    """The ValidateRequest of the command line (MCP's validate builds the same one)."""
+    if args.perturb is not None:
+        O.check_perturb_count(args.perturb)  # `--perturb 0` is refused; absent means none
+    return api.ValidateRequest(cubin=None if args.cubin is None else str(args.cubin), runs=args.runs,
+                               perturb=args.perturb or 0, seed=args.seed, keep=tuple(args.keep), atol=args.atol,
+                               rtol=args.rtol, dtype=args.dtype, region_dtypes=dict(args.region_dtype),
+                               region_shapes=dict(args.region_shape)).checked()

@@ -1,7 +1,10 @@
-"""The one table of element types: names and aliases, sizes, decoding on the host.
+"""The one table of element types: names and aliases, sizes, value ranges, the C++
+spellings that denote them, numpy's names, decoding on the host.
 
 Tolerance validation compares on the GPU (native/replay/compare.cpp knows the types
-marked `compare`); the workbench's memory view decodes any of them for display."""
+marked `compare`) and perturbed validation fills on it (native/replay/fill.cpp, the same
+types); tests/test_dtypes.py checks both native tables against this one. The workbench's
+memory view decodes any of them for display."""
 
 from __future__ import annotations
 
@@ -18,24 +21,40 @@ class Dtype:
     code: str        # struct code ('' for bfloat16: decoded by hand, the top half of a float32)
     size: int
     is_float: bool
-    compare: bool    # the GPU comparison of `kerncap validate --atol/--rtol` supports it
+    compare: bool    # the GPU comparison (and fill) of validation supports it
+    lo: float        # the most negative finite value
+    hi: float        # the largest finite value
+    numpy: str = ""  # numpy's name ('' for bfloat16: numpy has none)
+    cxx: tuple[str, ...] = ()  # C++ spellings of a kernel parameter's element type (typed_spans)
 
 
 _TABLE = [  # display order (the workbench cycles through it)
-    Dtype("float32", "f", 4, True, True),
-    Dtype("float16", "e", 2, True, True),
-    Dtype("bfloat16", "", 2, True, True),
-    Dtype("float64", "d", 8, True, True),
-    Dtype("int32", "i", 4, False, True),
-    Dtype("uint32", "I", 4, False, False),
-    Dtype("int64", "q", 8, False, False),
-    Dtype("int8", "b", 1, False, True),
-    Dtype("uint8", "B", 1, False, True),
+    Dtype("float32", "f", 4, True, True, -3.4028234663852886e38, 3.4028234663852886e38, "float32", ("float",)),
+    Dtype("float16", "e", 2, True, True, -65504.0, 65504.0, "float16", ("__half", "half", "__nv_half")),
+    Dtype("bfloat16", "", 2, True, True, -3.3895313892515355e38, 3.3895313892515355e38, "",
+          ("__nv_bfloat16", "nv_bfloat16")),
+    Dtype("float64", "d", 8, True, True, -1.7976931348623157e308, 1.7976931348623157e308, "float64", ("double",)),
+    Dtype("int32", "i", 4, False, True, -2147483648, 2147483647, "int32", ("int", "int32_t")),
+    Dtype("uint32", "I", 4, False, False, 0, 4294967295, "uint32"),
+    Dtype("int64", "q", 8, False, False, -(1 << 63), (1 << 63) - 1, "int64"),
+    Dtype("int8", "b", 1, False, True, -128, 127, "int8", ("signed char", "char", "int8_t")),
+    Dtype("uint8", "B", 1, False, True, 0, 255, "uint8", ("unsigned char", "bool", "uint8_t")),
 ]
 TABLE: dict[str, Dtype] = {d.name: d for d in _TABLE}
 # The element types tolerance validation accepts, as the CLI lists them.
 COMPARABLE: tuple[str, ...] = ("float64", "float32", "float16", "bfloat16", "int32", "int8", "uint8")
 assert set(COMPARABLE) == {d.name for d in _TABLE if d.compare}
+
+# C++ integer spellings that name no type validation can compare or fill: their spans
+# are integers (never perturbed) of no known dtype.
+CXX_OTHER_INTEGERS = ("unsigned int", "short", "unsigned short", "long", "unsigned long", "long long",
+                      "unsigned long long", "int64_t", "uint32_t", "uint64_t", "size_t")
+# C++ spelling -> (role, dtype): "float" or "integer", and the comparable dtype or None.
+CXX_TYPES: dict[str, tuple[str, str | None]] = {
+    **{c: ("float" if d.is_float else "integer", d.name) for d in _TABLE if d.compare for c in d.cxx},
+    **{c: ("integer", None) for c in CXX_OTHER_INTEGERS},
+}
+assert all(not d.cxx or d.compare for d in _TABLE)
 
 ALIASES = {
     "f64": "float64", "fp64": "float64", "double": "float64",
@@ -67,6 +86,22 @@ def itemsize(dtype: str) -> int:
 
 def is_float(dtype: str) -> bool:
     return TABLE[dtype].is_float
+
+
+def value_range(dtype: str) -> tuple[float, float]:
+    """The finite values of `dtype`: (most negative, largest)."""
+    d = TABLE[dtype]
+    return d.lo, d.hi
+
+
+def numpy_type(dtype: str):
+    """numpy's type for `dtype` (bfloat16 has none: decode it by hand)."""
+    import numpy as np
+
+    name = TABLE[dtype].numpy
+    if not name:
+        raise KerncapError(f"numpy has no {dtype}", "decode it from the top halves of float32 values")
+    return np.dtype(name).type
 
 
 def decode(dtype: str, raw: bytes) -> list[float | int]:

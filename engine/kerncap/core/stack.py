@@ -8,7 +8,7 @@ because a timing or a verdict from another driver, GPU or compiler is not the sa
 measurement.
 
 Package versions come from the installed distributions' metadata (nothing is
-imported: importing torch costs seconds). GPU facts come from NVML (`pynvml`, from the
+imported: importing torch costs seconds). GPU facts come from NVML (kerncap.core.nvml: `pynvml`, from the
 nvidia-ml-py wheel) when it is importable, else from `nvidia-smi`; without either they
 are None, never guessed.
 """
@@ -28,6 +28,7 @@ from importlib import metadata
 from typing import Any
 
 from kerncap import __version__
+from kerncap.core import nvml
 
 # Distributions whose versions change what a kernel computes or how fast it runs.
 PACKAGES = ("torch", "triton", "numpy")
@@ -104,43 +105,17 @@ def _visible_index() -> int:
 
 def _nvml_facts(uuid: str | None, index: int | None) -> dict[str, Any] | None:
     try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
+        device = nvml.open_device(uuid=uuid, index=None if uuid else (_visible_index() if index is None else index))
+    except nvml.NvmlUnavailable:
         return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        if uuid:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(_visible_index() if index is None else index)
-
-        def ask(fn, *args):
-            try:
-                value = fn(handle, *args) if handle is not None else fn(*args)
-                return value.decode() if isinstance(value, bytes) else value
-            except Exception:
-                return None
-
-        sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
-        clocks = {"sm_mhz": ask(pynvml.nvmlDeviceGetClockInfo, sm), "mem_mhz": ask(pynvml.nvmlDeviceGetClockInfo, mem),
-                  "max_sm_mhz": ask(pynvml.nvmlDeviceGetMaxClockInfo, sm),
-                  "max_mem_mhz": ask(pynvml.nvmlDeviceGetMaxClockInfo, mem),
-                  "app_sm_mhz": ask(pynvml.nvmlDeviceGetApplicationsClock, sm)}
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-        return {"name": ask(pynvml.nvmlDeviceGetName), "uuid": ask(pynvml.nvmlDeviceGetUUID),
-                "driver": driver.decode() if isinstance(driver, bytes) else driver, "cuda_driver": cuda,
+    with device:
+        sm, mem = device.constant("NVML_CLOCK_SM"), device.constant("NVML_CLOCK_MEM")
+        clocks = {"sm_mhz": device.ask("GetClockInfo", sm), "mem_mhz": device.ask("GetClockInfo", mem),
+                  "max_sm_mhz": device.ask("GetMaxClockInfo", sm), "max_mem_mhz": device.ask("GetMaxClockInfo", mem),
+                  "app_sm_mhz": device.ask("GetApplicationsClock", sm)}
+        return {"name": device.ask("GetName"), "uuid": device.ask("GetUUID"),
+                "driver": device.system("GetDriverVersion"), "cuda_driver": device.system("GetCudaDriverVersion"),
                 "clocks": clocks, "source": "nvml"}
-    except Exception:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def _smi_facts(uuid: str | None, index: int | None) -> dict[str, Any] | None:

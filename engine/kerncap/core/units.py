@@ -1,5 +1,6 @@
 """Units and formatting shared by the CLI, the workbench and the engine's reports:
-byte counts, launch dimensions, kernel names, driver versions and plain-text tables.
+byte counts, launch dimensions, kernel names, speedups, driver versions and plain-text
+tables.
 One place, so every front end prints a size or a name the same way."""
 
 from __future__ import annotations
@@ -103,6 +104,16 @@ def cut_end(text: str | None, width: int) -> str:
     """`text` cut to `width` characters with a trailing ellipsis; '?' for nothing."""
     text = text or "?"
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def speedup_text(s: float | None, digits: int = 2) -> str:
+    """A speedup (baseline time / variant time): 1.234 -> '1.23×'; None -> '—'."""
+    return "—" if s is None else f"{s:.{digits}f}×"
+
+
+def interval_text(low: float | None, high: float | None, digits: int = 2) -> str:
+    """A speedup's confidence interval: '1.21–1.35'; '' when there is none."""
+    return "" if low is None or high is None else f"{low:.{digits}f}–{high:.{digits}f}"
 
 
 def driver_version_text(v: int | None) -> str:

@@ -29,7 +29,7 @@ from kerncap.fleet.fanout import Fanout, Job, JobResult
 from kerncap.fleet.ship import make_bundle
 from kerncap.fleet.tasks import ERROR, FAIL, MeasureOptions, Outcome, Step, check_reproducer
 from kerncap.reproducer.format import Capture
-from kerncap.reproducer.recorded import best_variant
+from kerncap.reproducer.history import best_variant
 
 MAX_DEPTH = 4
 PASS, REGRESSED = "pass", "regressed"

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kerncap.core.units import speedup_text
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_OK, KerncapError, UsageError
 from kerncap.fleet import junit
 from kerncap.fleet.fanout import Fanout, Job, JobResult
@@ -194,7 +195,7 @@ def junit_cases(report: SweepReport) -> list[junit.JUnitCase]:
         lines = []
         if e.timing:
             lines.append(f"median {e.timing['median_ms'] * 1000:.3f} us"
-                         + (f", {e.speedup:.3f}x vs captured" if e.speedup else ""))
+                         + (f", {speedup_text(e.speedup, 3)} vs captured" if e.speedup else ""))
         status = {"pass": "pass", FAIL: "fail", ERROR: "error"}[e.status]
         detail = e.message + (f"\nhint: {e.hint}" if e.hint else "")
         out.append(junit.JUnitCase(classname=f"sweep.{Path(report.reproducer).name}", name=e.label,
@@ -211,7 +212,7 @@ def format_report(report: SweepReport) -> str:
                      (e.validation or {}).get("mode", "") if e.validation else "",
                      f"{e.compile_s:.2f}" if e.compile_s is not None else "",
                      f"{e.timing['median_ms'] * 1000:.2f}" if e.timing else "-",
-                     f"{e.speedup:.3f}x" if e.speedup else "", e.worker or ""])
+                     speedup_text(e.speedup, 3) if e.speedup else "", e.worker or ""])
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
 
     def line(cells: list[str]) -> str:
@@ -226,7 +227,7 @@ def format_report(report: SweepReport) -> str:
     best = report.best
     n_pass = sum(1 for e in report.variants if e.status == "pass")
     lines.append(f"{len(report.variants)} variant(s): {n_pass} passed; best: "
-                 + (f"{best.label} ({best.speedup:.3f}x vs captured)" if best and best.speedup else
+                 + (f"{best.label} ({speedup_text(best.speedup, 3)} vs captured)" if best and best.speedup else
                     best.label if best else "none"))
     lines.append(f"{len(report.entries)} entries in {report.seconds:.1f} s ({report.throughput:.2f}/s) on "
                  f"{report.fanout}")

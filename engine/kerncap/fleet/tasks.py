@@ -6,8 +6,8 @@ results (a Dask worker or a pool process receives them), and never raises for
 something the user can fix: a KerncapError becomes a failed `Step` with its message
 and hint, so nothing depends on exceptions surviving the trip between processes.
 
-A GPU worker keeps one resident replay server per reproducer (kerncap.replay.pool) for
-its lifetime, so a sweep's variants after the first cost only their kernel. Workers
+A GPU worker keeps one open session per reproducer (kerncap.session.pool) for its
+lifetime, and validates and times through it as every other front end does, so a sweep's variants after the first cost only their kernel. Workers
 are pinned to their GPU with CUDA_VISIBLE_DEVICES and replay on ordinal 0 of what they
 see; the serial path (no fan-out) uses the ordinal it is given.
 """
@@ -23,16 +23,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kerncap.core.fsio import make_dirs, write_atomic
 from kerncap.core.stack import running_stack
 from kerncap.errors import KerncapError
 from kerncap.fleet.ship import Bundle, materialize
 from kerncap.recompile import recompile
-from kerncap.replay.differential import Options as TrustOptions
-from kerncap.replay.differential import TrustReport, validate_one
-from kerncap.replay.perturb import plan as perturb_plan
-from kerncap.replay.pool import ReplayPool
-from kerncap.replay.results import ValidationResult
+from kerncap.replay.differential import TrustReport
 from kerncap.reproducer.format import Capture
+from kerncap.session import options as opt
+from kerncap.session.options import ReplayRequest, ValidateRequest
+from kerncap.session.pool import SessionPool
 
 OK, FAIL, ERROR, SKIPPED = "ok", "fail", "error", "skipped"
 
@@ -52,9 +52,9 @@ class MeasureOptions:
     """How each variant is validated and timed."""
     validate: bool = True
     time: bool = True
-    iterations: int = 50
-    warmup: int = 5
-    flush_l2: bool = False
+    iterations: int = opt.FLEET_ITERATIONS.default
+    warmup: int = opt.FLEET_WARMUP.default
+    flush_l2: bool = opt.FLUSH_L2.default
     atol: float | None = None
     rtol: float | None = None
     dtype: str | None = None
@@ -62,13 +62,13 @@ class MeasureOptions:
     # Validation you can trust (docs/replay.md): with perturb K > 0 the variant must also
     # agree with the captured kernel on K perturbed inputs (seed, regions in keep never
     # redrawn); runs > 1 first replays the captured kernel that often to detect
-    # nondeterminism. The defaults check the captured input once.
-    perturb: int = 0
-    seed: int = 0
+    # nondeterminism. The defaults are validate's (kerncap.session.options).
+    perturb: int = opt.PERTURB.default
+    seed: int = opt.SEED.default
     keep: tuple[int, ...] = ()
-    runs: int = 1
+    runs: int = opt.RUNS.default
     device: int = 0            # GPU ordinal as the worker sees it
-    replay_timeout: float | None = 600.0  # seconds per request; a hung variant is killed
+    replay_timeout: float | None = opt.REPLAY_TIMEOUT.default  # seconds per request; a hung variant is killed
     server_cmd: list[str] | None = None   # the replay server command (tests use a stand-in)
 
 
@@ -104,20 +104,20 @@ class Outcome:
 # -- worker state ------------------------------------------------------------------------------
 
 _state_lock = threading.Lock()
-_pool: ReplayPool | None = None
+_pool: SessionPool | None = None
 _stack: dict[str, Any] | None = None
 
 
-def worker_pool(options: MeasureOptions) -> ReplayPool:
-    """This process's resident replay servers (created on first use, closed at exit)."""
+def worker_pool(options: MeasureOptions) -> SessionPool:
+    """This process's open sessions (created on first use, closed at exit)."""
     global _pool
     with _state_lock:
         wanted = (options.device, options.replay_timeout, options.server_cmd)
         if _pool is None or (_pool.device, _pool.timeout, _pool.server_cmd) != wanted:
             if _pool is not None:
                 _pool.close_all()
-            _pool = ReplayPool(device=options.device, max_resident=2, timeout=options.replay_timeout,
-                               server_cmd=options.server_cmd)
+            _pool = SessionPool(device=options.device, max_resident=2, timeout=options.replay_timeout,
+                                server_cmd=options.server_cmd)
             atexit.register(_pool.close_all)
         return _pool
 
@@ -154,14 +154,6 @@ def _step(name: str, gpu: bool, fn, *args):
                     "check the reproducer's files and permissions"), None
 
 
-def validation_summary(v: ValidationResult) -> dict[str, Any]:
-    """The verdict without the per-region table: what a corpus report needs."""
-    failing = [{"name": r.name, "mismatched_bytes": r.mismatched_bytes, "mismatched_elements": r.mismatched_elements,
-                "unexpected_write": r.unexpected_write} for r in v.failures]
-    return {"passed": v.passed, "mode": v.mode, "atol": v.atol, "rtol": v.rtol, "checked": len(v.regions),
-            "failing": failing, "notes": list(v.notes)}
-
-
 def resolve(reproducer: str | Bundle) -> str:
     """A reproducer path on this worker: the path itself, or a shipped bundle materialized
     in the worker's cache (and hydrated from its store when its payloads are there)."""
@@ -183,18 +175,16 @@ def measure(reproducer: str | Bundle, label: str, cubin: str | None, options: Me
     pool = worker_pool(options)
     out.stack = worker_stack(options)
     if options.validate:
-        if options.perturb or options.runs > 1:
-            step = _validate_trusted(pool, path, cubin_path, options, out)
-        else:
-            step = _validate_once(pool, path, cubin_path, options, out)
+        step = _validate(pool, path, cubin_path, options, out)
         out.steps.append(step)
         if step.status != OK:
             if options.time:
                 out.steps.append(Step("time", True, SKIPPED, message="not timed: validation did not pass"))
             return out
     if options.time:
-        step, r = _step("time", True, pool.run, path, lambda rc: rc.replay(
-            cubin=cubin_path, iterations=options.iterations, warmup=options.warmup, flush_l2=options.flush_l2))
+        request = ReplayRequest(cubin=cubin_path, iterations=options.iterations, warmup=options.warmup,
+                                flush_l2=options.flush_l2)
+        step, r = _step("time", True, pool.run, path, lambda s: s.replay(request))
         if r is not None:
             out.timing = {"median_ms": r.median_ms, "min_ms": r.min_ms, "max_ms": r.max_ms,
                           "spread_pct": r.spread_pct, "iterations": r.iterations, "warmup": r.warmup,
@@ -203,43 +193,42 @@ def measure(reproducer: str | Bundle, label: str, cubin: str | None, options: Me
     return out
 
 
-def _validate_once(pool: ReplayPool, path: str, cubin: str | None, options: MeasureOptions, out: Outcome) -> Step:
-    step, v = _step("validate", True, pool.run, path, lambda rc: rc.validate(
-        cubin=cubin, atol=options.atol, rtol=options.rtol, dtype=options.dtype, dtypes=options.dtypes))
-    if v is not None:
-        out.validation = validation_summary(v)
-        if not v.passed:
-            step.status = FAIL
-            step.message = (f"{len(v.failures)} of {len(v.regions)} regions/globals differ from the captured "
-                            f"post-state ({'byte-exact' if v.mode == 'exact' else 'tolerance'})")
-    return step
+def validate_request(options: MeasureOptions, cubin: str | None) -> ValidateRequest:
+    return ValidateRequest(cubin=cubin, runs=options.runs, perturb=options.perturb, seed=options.seed,
+                           keep=tuple(options.keep), atol=options.atol, rtol=options.rtol, dtype=options.dtype,
+                           region_dtypes=dict(options.dtypes))
 
 
-def _validate_trusted(pool: ReplayPool, path: str, cubin: str | None, options: MeasureOptions, out: Outcome) -> Step:
-    """Determinism runs and perturbed inputs (kerncap.replay.differential)."""
-    trust = TrustOptions(perturb=options.perturb, seed=options.seed, keep=tuple(options.keep),
-                         region_dtypes=dict(options.dtypes), atol=options.atol, rtol=options.rtol,
-                         dtype=options.dtype, runs=options.runs)
-
-    def run(rc):
-        capture = Capture.open(path)
-        plan = perturb_plan(capture, trust.keep, trust.region_dtypes) if trust.perturb else None
-        return TrustReport(cubin, trust.perturb, trust.seed, [validate_one(rc, capture, cubin, trust, plan=plan)])
-
-    step, report = _step("validate", True, pool.run, path, run)
+def _validate(pool: SessionPool, path: str, cubin: str | None, options: MeasureOptions, out: Outcome) -> Step:
+    """The session's validation (kerncap.replay.differential: determinism, the captured
+    input, perturbed inputs), as `kerncap validate` runs it."""
+    request = validate_request(options, cubin)
+    step, report = _step("validate", True, pool.run, path, lambda s: s.validate(request))
     if report is not None:
         out.validation = trust_summary(report)
         if report.verdict == "fail":
-            step.status, step.message = FAIL, report.summary()
+            step.status, step.message = FAIL, report.summary() + _what_differs(report)
         elif report.verdict == "inconclusive":
             step.status, step.message = ERROR, report.summary()
             step.hint = "see `kerncap validate DIR --perturb K` for what could not be judged"
     return step
 
 
+def _what_differs(report: TrustReport) -> str:
+    """"; 2 of 5 regions/globals differ from the captured post-state (byte-exact)"."""
+    bad = next((i for i in report.inputs if i.status in ("fail", "variant fault")), None)
+    if bad is None:
+        return ""
+    if bad.status == "variant fault":
+        return f"; the variant faulted on the {bad.input}"
+    against = "the captured post-state" if bad.input == "captured input" else f"the captured kernel's ({bad.input})"
+    checked = len(report.reproducers[0].inputs[0].checks) if report.reproducers and report.reproducers[0].inputs else 0
+    return f"; {len(bad.failures)} of {checked} regions/globals differ from {against} ({bad.mode})"
+
+
 def trust_summary(report: TrustReport) -> dict[str, Any]:
-    """validation_summary for a verdict over several inputs: what it covered and, per
-    input that did not pass, its failing regions."""
+    """The verdict without the per-region tables: what it covered and, per input that did
+    not pass, its failing regions (what a corpus report needs)."""
     first = report.inputs[0] if report.inputs else None
     failing = [{"input": i.input, "status": i.status, "regions": [
         {"name": c.name, "mismatched_bytes": c.mismatched_bytes, "mismatched_elements": c.mismatched_elements,
@@ -257,10 +246,8 @@ def _open(reproducer: str | Bundle, files: dict[str, bytes]) -> str:
     for name, data in files.items():
         target = variants / Path(name).name
         if not target.is_file() or target.read_bytes() != data:
-            variants.mkdir(exist_ok=True)
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
+            make_dirs(variants)
+            write_atomic(target, data)
     return path
 
 

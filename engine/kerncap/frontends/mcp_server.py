@@ -8,8 +8,11 @@ text is the message and the hint, with the CLI's JSON error as structured conten
 
 Every path a tool takes must lie under one of the directories the server was started
 with (`--root DIR`, repeatable; relative paths are taken from the first). The server
-keeps one resident replay server per reproducer (kerncap.api.ReplayPool), so an
-agent's edit → recompile → validate → time loop pays the capture's restore once. When
+keeps one open session per reproducer (kerncap.api.SessionPool: its resident replay
+server and, for Triton, its warm compile worker), so an agent's edit → build → validate
+→ time loop pays the capture's restore once, and `build` records its variants in the
+reproducer's history where the workbench and `kerncap check` see them. Every option's
+type, bounds and default come from kerncap.api.options, as the CLI's do. When
 the client goes away — the stdio stream closes, a request is cancelled, the process is
 terminated — the replay servers are killed, also in the middle of a request.
 """
@@ -44,15 +47,39 @@ DEFAULT_APP_TIMEOUT_S = 900.0
 
 INSTRUCTIONS = """kerncap pulls one GPU kernel dispatch out of a CUDA application into a reproducer directory
 that replays it at its original addresses. Loop: `info` a reproducer, `list_sources`, `read_source`,
-`write_source` an edit, `recompile` (Triton: optional `config` pins), `validate` the new cubin (byte-exact unless
-atol/rtol; `perturb` K also on K perturbed inputs), `compare` its timing with the captured cubin
-(a speedup with its confidence interval), `ncu` for Nsight Compute's metrics of a launch. `profile` and `extract` run the application itself.
+`write_source` an edit, then `build` (recompile, time against the captured cubin with a confidence interval,
+validate, and record the variant in the reproducer's history, as the workbench does), or the steps one by one:
+`recompile` (Triton: optional `config` pins), `validate` the new cubin (byte-exact unless atol/rtol; `perturb` K
+also on K perturbed inputs), `compare` its timing with the captured cubin; `ncu` for Nsight Compute's metrics. `profile` and `extract` run the application itself.
 Paths must lie under the server's roots; relative paths are taken from the first root."""
 
 # Argument types shared by the tools (module level: the SDK evaluates the annotations here).
 Reproducer = Annotated[str, Field(description="a reproducer directory (absolute, or relative to the first root)")]
 Cubin = Annotated[str | None, Field(description="a variant cubin, relative to the reproducer (e.g. variants/1.cubin) "
                                                 "or absolute; omit for the captured cubin")]
+O = api.options  # one declaration per option and default, shared with the CLI
+Runs = O.RUNS.annotated()
+Perturb = O.PERTURB.annotated()
+Seed = O.SEED.annotated()
+Atol = O.ATOL.annotated()
+Rtol = O.RTOL.annotated()
+ReplayIterations = O.REPLAY_ITERATIONS.annotated()
+ReplayWarmup = O.REPLAY_WARMUP.annotated()
+FlushL2 = O.FLUSH_L2.annotated("evict L2 before each launch")
+Rounds = O.ROUNDS.annotated("interleaved rounds")
+CompareIterations = O.COMPARE_ITERATIONS.annotated("per program and round")
+CompareWarmup = O.COMPARE_WARMUP.annotated("per program and round")
+MinTime = O.MIN_TIME.annotated("add rounds until every program has this much measured kernel time")
+MaxTime = O.MAX_TIME.annotated("stop adding rounds after this long")
+Confidence = O.CONFIDENCE.annotated("of the intervals")
+BuildRounds = O.BUILD_ROUNDS.annotated()
+BuildIterations = O.BUILD_ITERATIONS.annotated()
+BuildPerturb = O.BUILD_PERTURB.annotated()
+Mode = Annotated[Literal["auto", "reduced", "full"], Field(description=(
+    "CUDA C++: auto compiles only what the captured kernel needs and falls back to the whole translation unit; "
+    "reduced never falls back; full compiles the whole unit"))]
+Config = Annotated[str | None, Field(description="Triton only: options or an autotune config to pin, e.g. "
+                                                 "\"num_warps=4,BLOCK=64\"")]
 
 
 class Roots:
@@ -138,12 +165,14 @@ class _Tail:
 
 
 class KerncapMCP:
-    """The server's state: its roots and its resident replay servers."""
+    """The server's state: its roots and its open sessions."""
 
     def __init__(self, roots: Sequence[str | os.PathLike], *, max_resident: int = 4,
                  replay_timeout: float | None = None, replay_server_cmd: Sequence[str] | None = None):
         self.roots = Roots(roots)
-        self.pool = api.ReplayPool(max_resident=max_resident, timeout=replay_timeout, server_cmd=replay_server_cmd)
+        self._pool_options = dict(max_resident=max_resident, timeout=replay_timeout, server_cmd=replay_server_cmd,
+                                  compile_workers=True)
+        self.pool = api.SessionPool(**self._pool_options)
 
     async def blocking(self, ctx: Context | None, label: str, fn: Callable[[], T], *,
                        reproducer: Path | None = None, on_cancel: Callable[[], None] | None = None) -> T:
@@ -185,7 +214,10 @@ class KerncapMCP:
         return result
 
     def shutdown(self) -> None:
-        self.pool.kill_all()
+        """The client went away: every replay server and compile worker is killed (a client
+        that connects again, over the in-memory transport, gets a fresh pool)."""
+        pool, self.pool = self.pool, api.SessionPool(**self._pool_options)
+        pool.kill_all()
 
 
 def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, replay_timeout: float | None = None,
@@ -272,7 +304,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
             build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune, intercept=intercept))
         return {"reproducer": str(result.reproducer_dir), "seconds": result.seconds, "sources": result.sources,
                 "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,
-                "info": api.info(result.reproducer_dir), "app_output_tail": tail.lines}
+                "info": api.info(result.reproducer_dir).to_dict(), "app_output_tail": tail.lines}
 
     # -- reproducers and their sources --------------------------------------------------------
 
@@ -281,7 +313,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     async def list_reproducers() -> dict[str, Any]:
         """Every reproducer under the server's roots (as `kerncap list --json`)."""
         rows = api.list_reproducers(R.dirs[0] / "kerncap-workspace", extra=[*R.dirs, *(d / "reproducers" for d in R.dirs)])
-        return {"roots": [str(d) for d in R.dirs], "reproducers": rows}
+        return {"roots": [str(d) for d in R.dirs], "reproducers": [r.to_dict() for r in rows]}
 
     @server.tool()
     @kerncap_tool
@@ -292,8 +324,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         dispatches, signatures, and the buckets not captured (`"set": true`)."""
         repro = R.reproducer(reproducer, allow_set=True)
         if api.is_set(repro):
-            return {"set": True, **api.set_info(repro)}
-        return api.info(repro)
+            return {"set": True, **api.set_info(repro).to_dict()}
+        return api.info(repro).to_dict()
 
     @server.tool()
     @kerncap_tool
@@ -324,23 +356,36 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
 
     @server.tool()
     @kerncap_tool
-    async def recompile(ctx: Context, reproducer: Reproducer,
-                        config: Annotated[str | None, Field(description="Triton only: options or an autotune config "
-                                                                        "to pin, e.g. \"num_warps=4,BLOCK=64\"")] = None,
-                        mode: Annotated[Literal["auto", "reduced", "full"], Field(description=(
-                            "CUDA C++: auto compiles only what the captured kernel needs and falls back to the "
-                            "whole translation unit; reduced never falls back; full compiles the whole unit"))]
-                        = "auto",
+    async def recompile(ctx: Context, reproducer: Reproducer, config: Config = None, mode: Mode = "auto",
                         ) -> dict[str, Any]:
         """Rebuild only the captured kernel from the edited sources into variants/ (as
         `kerncap recompile --json`): CUDA C++ with the recorded nvcc flags, Triton in-process;
         `mode`, `phases` (seconds per compile phase) and `notes` (e.g. why the whole unit
         was compiled) say what ran."""
         repro = R.reproducer(reproducer)
-        result = await state.blocking(ctx, "recompile", lambda: api.recompile(repro, config, mode=mode))
-        return {"cubin": str(result.cubin), "seconds": round(result.seconds, 3), "command": result.command,
-                "log": result.log, "mode": result.mode, "phases": result.phases, "notes": result.notes,
-                "summary": result.summary}
+        result = await state.blocking(ctx, "recompile", lambda: state.pool.run(
+            repro, lambda s: s.recompile(config, mode=mode)))
+        return recompile_json(result)
+
+    @server.tool()
+    @kerncap_tool
+    async def build(ctx: Context, reproducer: Reproducer, config: Config = None, mode: Mode = "auto",
+                    rounds: BuildRounds = O.BUILD_ROUNDS.default, iterations: BuildIterations = O.BUILD_ITERATIONS.default,
+                    perturb: BuildPerturb = O.BUILD_PERTURB.default, runs: Runs = O.RUNS.default,
+                    ) -> dict[str, Any]:
+        """The workbench's build, for an agent (as `kerncap build --json`): recompile the
+        edited sources, time the new cubin interleaved with the captured one (speedup with
+        its confidence interval), validate it (determinism, the captured input, `perturb`
+        perturbed inputs) and record it in the reproducer's variant history, where the
+        workbench's History and `kerncap check` see it. `status`: recorded, or unchanged
+        (the source equals a recorded variant's: nothing built); `variant` is the row."""
+        repro = R.reproducer(reproducer, allow_set=True)
+        request = api.BuildRequest(config=config, mode=mode, rounds=rounds, iterations=iterations, perturb=perturb,
+                                   runs=runs)
+        log: list[str] = []
+        result = await state.blocking(ctx, "build", lambda: state.pool.run(repro, lambda s: s.build(
+            request, progress=lambda text, _level="": log.append(text))), reproducer=repro)
+        return {**result.to_dict(), "log": log}
 
     @server.tool()
     @kerncap_tool
@@ -356,50 +401,32 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
 
     @server.tool()
     @kerncap_tool
-    async def validate(ctx: Context, reproducer: Reproducer, cubin: Cubin = None,
-                       atol: Annotated[float | None, Field(ge=0, description="absolute tolerance")] = None,
-                       rtol: Annotated[float | None, Field(ge=0, description="relative tolerance")] = None,
+    async def validate(ctx: Context, reproducer: Reproducer, cubin: Cubin = None, atol: Atol = None, rtol: Rtol = None,
                        dtype: Annotated[str | None, Field(description="element type of regions of unknown type "
                                                                       "(tolerance mode)")] = None,
                        region_dtypes: Annotated[dict[int, str] | None, Field(description="region id -> element type")] = None,
-                       perturb: Annotated[int, Field(ge=0, le=api.MAX_PERTURBATIONS, description=(
-                           "also run the captured kernel and the variant on this many perturbed copies of the "
-                           "captured input; they must agree (0: the captured input only)"))] = 0,
-                       seed: Annotated[int, Field(ge=0, description="seed of the perturbations")] = 0,
+                       perturb: Perturb = O.PERTURB.default, seed: Seed = O.SEED.default,
                        keep: Annotated[list[int] | None, Field(description="region ids never perturbed")] = None,
-                       runs: Annotated[int, Field(ge=1, le=100, description=(
-                           "replays of the captured kernel that decide whether it is deterministic (1 skips the "
-                           "check)"))] = 1,
+                       runs: Runs = O.RUNS.default,
                        ) -> dict[str, Any]:
-        """Run the kernel (or the variant) on the captured pre-state and compare every
-        region and global with the captured post-state: byte-exact unless a tolerance or
-        dtype is given (as `kerncap validate --json`; `passed` is the verdict). With
-        `perturb` K it also runs on K perturbed inputs against the captured kernel, and
-        `verdict` (pass | fail | inconclusive) and `summary` say what the verdict covers.
-        Uses the reproducer's resident replay server. A reproducer set counts as its
-        members (each checked in a replay server of its own; `cubin` may be a set variant,
+        """Validation you can trust, as `kerncap validate --json` (the same request, the same
+        result): `runs` replays of the captured kernel decide whether it is deterministic,
+        then the kernel (or the variant) runs on the captured pre-state and every region and
+        global is compared with the captured post-state, byte-exact unless a tolerance or
+        dtype is given; with `perturb` K also on K perturbed inputs against the captured
+        kernel. `verdict` (pass | fail | inconclusive), `passed` and `summary` say what the
+        verdict covers; `regions` lists every region of the captured input. Uses the
+        reproducer's resident replay server. A reproducer set counts as its members (each
+        checked in a replay server of its own; `cubin` may be a set variant,
         variants/<n>.json): one verdict over all their inputs."""
         repro = R.reproducer(reproducer, allow_set=True)
         variant = R.cubin(repro, cubin)
-        if region_dtypes and dtype is None and atol is None and rtol is None:
-            dtype = "float32"  # per-region dtypes ask for an element-wise comparison, as the CLI does
-        if api.is_set(repro):
-            report = await state.blocking(ctx, "validate", lambda: api.validate_inputs(
-                [repro], cubin=variant, perturb=perturb or None, seed=seed, keep=keep or (), runs=runs, atol=atol,
-                rtol=rtol, dtype=dtype, dtypes=region_dtypes))
-            return {"set": True, **report.to_dict()}
-        if not perturb and runs == 1:
-            result = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda rc: rc.validate(
-                cubin=variant, atol=atol, rtol=rtol, dtype=dtype, dtypes=region_dtypes)), reproducer=repro)
-            return result.to_dict()
-        keep = keep or []
-        options = api.TrustOptions(perturb=perturb, seed=seed, keep=tuple(keep), region_dtypes=dict(region_dtypes or {}),
-                                   atol=atol, rtol=rtol, dtype=dtype, runs=runs)
-        capture = api.open_capture(repro)
-        plan = api.perturb_plan(capture, keep=keep, dtypes=region_dtypes) if perturb else None
-        report = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda rc: api.validate_resident(
-            rc, capture, cubin=variant, options=options, plan=plan)), reproducer=repro)
-        return report.to_dict()
+        request = api.ValidateRequest(cubin=None if variant is None else str(variant), runs=runs, perturb=perturb,
+                                      seed=seed, keep=tuple(keep or ()), atol=atol, rtol=rtol, dtype=dtype,
+                                      region_dtypes=dict(region_dtypes or {})).checked()
+        report = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda s: s.validate(request)),
+                                      reproducer=repro)
+        return {"set": True, **report.to_dict()} if api.is_set(repro) else report.to_dict()
 
     @server.tool()
     @kerncap_tool
@@ -432,8 +459,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         options = dict(cubin=variant, perturbation=perturbation, seed=seed, dtype=dtype,
                        shape=tuple(shape) if shape else None, output=out)
         if gpu:
-            result = await state.blocking(ctx, "dump", lambda: state.pool.run(repro, lambda rc: api.dump(
-                repro, items or (), chosen, client=rc, **options)), reproducer=repro)
+            result = await state.blocking(ctx, "dump", lambda: state.pool.run(repro, lambda s: api.dump(
+                repro, items or (), chosen, session=s, **options)), reproducer=repro)
         else:
             result = await state.blocking(ctx, "dump", lambda: api.dump(repro, items or (), chosen, **options))
         return result.to_dict()
@@ -441,16 +468,17 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     @server.tool()
     @kerncap_tool
     async def replay(ctx: Context, reproducer: Reproducer, cubin: Cubin = None,
-                     iterations: Annotated[int, Field(ge=1, le=100000)] = 20,
-                     warmup: Annotated[int, Field(ge=0, le=10000)] = 3,
-                     flush_l2: Annotated[bool, Field(description="evict L2 before each launch")] = False,
+                     iterations: ReplayIterations = O.REPLAY_ITERATIONS.default,
+                     warmup: ReplayWarmup = O.REPLAY_WARMUP.default, flush_l2: FlushL2 = O.FLUSH_L2.default,
                      ) -> dict[str, Any]:
         """Time the kernel (or the variant) at the captured addresses: per-launch times,
         median, min, spread (as `kerncap replay --json`)."""
         repro = R.reproducer(reproducer)
         variant = R.cubin(repro, cubin)
-        result = await state.blocking(ctx, "replay", lambda: state.pool.run(repro, lambda rc: rc.replay(
-            cubin=variant, iterations=iterations, warmup=warmup, flush_l2=flush_l2)), reproducer=repro)
+        request = api.ReplayRequest(cubin=None if variant is None else str(variant), iterations=iterations,
+                                    warmup=warmup, flush_l2=flush_l2)
+        result = await state.blocking(ctx, "replay", lambda: state.pool.run(repro, lambda s: s.replay(request)),
+                                      reproducer=repro)
         return result.to_dict()
 
     @server.tool()
@@ -458,14 +486,10 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     async def compare(ctx: Context, reproducer: Reproducer,
                       cubins: Annotated[list[str], Field(min_length=1, description="variant cubins to time against "
                                                                                   "the captured one")],
-                      iterations: Annotated[int, Field(ge=1, le=100000, description="per program and round")] = 10,
-                      rounds: Annotated[int, Field(ge=api.MIN_ROUNDS, le=100000, description="interleaved rounds")] = 30,
-                      warmup: Annotated[int, Field(ge=0, le=10000, description="per program and round")] = 2,
-                      flush_l2: Annotated[bool, Field(description="evict L2 before each launch")] = False,
-                      min_time_s: Annotated[float, Field(ge=0, description=(
-                          "add rounds until every program has this much measured kernel time"))] = 0.0,
-                      max_time_s: Annotated[float, Field(gt=0, description="stop adding rounds after this long")] = 300.0,
-                      confidence: Annotated[float, Field(ge=0.5, lt=1.0, description="of the intervals")] = 0.99,
+                      iterations: CompareIterations = O.COMPARE_ITERATIONS.default,
+                      rounds: Rounds = O.ROUNDS.default, warmup: CompareWarmup = O.COMPARE_WARMUP.default,
+                      flush_l2: FlushL2 = O.FLUSH_L2.default, min_time_s: MinTime = O.MIN_TIME.default,
+                      max_time_s: MaxTime = O.MAX_TIME.default, confidence: Confidence = O.CONFIDENCE.default,
                       ) -> dict[str, Any]:
         """Time the captured cubin and each variant interleaved on the resident replay
         server (as `kerncap replay --compare --json`): per program the round timings,
@@ -474,9 +498,11 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         within noise); the launch floor, the SM clock and warnings."""
         repro = R.reproducer(reproducer)
         variants = [R.cubin(repro, c) for c in cubins]
-        result = await state.blocking(ctx, "compare", lambda: state.pool.run(repro, lambda rc: api.compare(
-            rc, variants, iterations=iterations, rounds=rounds, warmup=warmup, flush_l2=flush_l2,
-            min_seconds=min_time_s, max_seconds=max_time_s, confidence=confidence)), reproducer=repro)
+        request = api.CompareRequest(cubins=tuple(str(v) for v in variants), iterations=iterations, rounds=rounds,
+                                     warmup=warmup, flush_l2=flush_l2, min_seconds=min_time_s, max_seconds=max_time_s,
+                                     confidence=confidence)
+        result = await state.blocking(ctx, "compare", lambda: state.pool.run(repro, lambda s: s.compare(request)),
+                                      reproducer=repro)
         return result.to_dict()
 
     @server.tool()
@@ -502,20 +528,27 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         repro = R.reproducer(reproducer)
         variant = R.cubin(repro, cubin)
         cancel = api.Cancellation()
-        result = await state.blocking(ctx, "ncu", lambda: api.ncu(
-            repro, variant, sections=sections, ncu_set=ncu_set, warmup=warmup, flush_l2=flush_l2, reuse=reuse,
-            timeout=timeout_s, cancel=cancel), on_cancel=cancel.cancel)
+        result = await state.blocking(ctx, "ncu", lambda: state.pool.run(repro, lambda s: s.ncu(
+            variant, sections=sections, ncu_set=ncu_set, warmup=warmup, flush_l2=flush_l2, reuse=reuse,
+            timeout=timeout_s, cancel=cancel)), on_cancel=cancel.cancel)
         return result.to_dict()
 
     @server.tool()
     @kerncap_tool
     async def release(reproducer: Reproducer) -> dict[str, Any]:
-        """Shut down the reproducer's resident replay server (it frees its GPU memory; the
-        next validate or replay starts a new one)."""
+        """Close the reproducer's session: its resident replay server (it frees its GPU
+        memory; the next validate or replay starts a new one) and compile worker."""
         repro = R.reproducer(reproducer)
         return {"reproducer": str(repro), "released": state.pool.close(repro)}
 
     return server
+
+
+def recompile_json(result: api.RecompileResult) -> dict[str, Any]:
+    """What `recompile` returns (as `kerncap recompile --json` prints)."""
+    return {"cubin": str(result.cubin), "seconds": round(result.seconds, 3), "command": result.command,
+            "log": result.log, "mode": result.mode, "phases": result.phases, "notes": result.notes,
+            "summary": result.summary}
 
 
 def serve(roots: Sequence[str | os.PathLike], *, http: str | None = None, max_resident: int = 4,

@@ -14,22 +14,19 @@ from __future__ import annotations
 
 import collections
 import os
-import queue
-import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Sequence
 
 import kerncap
+from kerncap.core.child import ChildGone, ChildTimeout, JsonLinesChild
 from kerncap.errors import AddressUnavailable, KerncapError
-from kerncap.replay.protocol import decode, encode, error_to_exception
+from kerncap.replay.protocol import error_to_exception
 from kerncap.replay.results import ReplayResult, ValidationResult
 from kerncap.reproducer.stored import MARKER, hydrate
 
 STDERR_TAIL_LINES = 40
-STDERR_DRAIN_S = 5.0  # how long a dead server's stderr may take to reach EOF (a child may hold it)
 # Fresh servers to try when the captured address range is taken in one (see start()).
 ADDRESS_ATTEMPTS = 3
 
@@ -66,10 +63,8 @@ class ReplayClient:
         self.before_open = list(before_open)
         self.info: dict[str, Any] | None = None  # what `open` reported
         self.starts = 0  # servers started so far (restarts = starts - 1)
-        self._proc: subprocess.Popen | None = None
-        self._lines: queue.Queue[str | None] | None = None
+        self._child: JsonLinesChild | None = None
         self._log: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        self._stderr_reader: threading.Thread | None = None
         self._next_id = 0
         self._lock = threading.RLock()
 
@@ -83,7 +78,7 @@ class ReplayClient:
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._child is not None and self._child.alive
 
     def start(self) -> dict[str, Any]:
         """Starts a server (if none is running) and opens the capture in it."""
@@ -119,33 +114,25 @@ class ReplayClient:
         """Asks the server to shut down; kills it after `wait` seconds (a wrapper such as
         ncu may need longer: it writes its report when the server exits)."""
         with self._lock:
-            proc, self._proc = self._proc, None
+            child, self._child = self._child, None
             self.info = None
-            if proc is None:
-                return
-            if proc.poll() is None:
-                try:
-                    proc.stdin.write(encode({"id": -1, "op": "shutdown"}))
-                    proc.stdin.flush()
-                    proc.stdin.close()
-                    proc.wait(timeout=wait)
-                except (OSError, ValueError, subprocess.TimeoutExpired):
-                    _kill_group(proc)
+            if child is not None:
+                child.close({"id": -1, "op": "shutdown"}, wait)
 
     def kill(self) -> None:
         """Kill the server (and a tool wrapping it: its process group) now, from any
         thread, without waiting for a request in flight: it then fails as "replay server
         died" and the next request starts a fresh server. No lock: this is how a front end
         whose client went away ends a replay mid-request."""
-        proc = self._proc
-        if proc is not None:
-            _kill_group(proc)
+        child = self._child
+        if child is not None:
+            child.kill()
 
     @property
     def server_pid(self) -> int | None:
         """The process id of the running server, if one runs."""
-        proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
+        child = self._child
+        return child.pid if child is not None and child.alive else None
 
     def _spawn(self) -> None:
         self.close()
@@ -154,35 +141,15 @@ class ReplayClient:
         package_parent = str(Path(kerncap.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
         try:
-            # Its own process group: a wrapper (ncu, compute-sanitizer) and the server it
-            # starts are killed together (_kill_group).
-            proc = subprocess.Popen(self.server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=env, text=True, bufsize=1,
-                                    start_new_session=True)
+            child = JsonLinesChild(self.server_cmd, env=env, tail_lines=STDERR_TAIL_LINES, echo_stderr=self.echo_log)
         except OSError as exc:
             raise KerncapError(f"cannot start the replay server {self.server_cmd[0]}: {exc.strerror}",
                                "check the Python installation") from None
         self.starts += 1
-        self._proc = proc
-        # Each server gets its own log: a reader still draining an old server's stderr
+        self._child = child
+        # Each server has its own log: a reader still draining an old server's stderr
         # cannot mix its lines into the new one's.
-        self._log = log = collections.deque(maxlen=STDERR_TAIL_LINES)
-        self._lines = lines = queue.Queue()
-        threading.Thread(target=self._pump_stdout, args=(proc, lines), daemon=True).start()
-        self._stderr_reader = threading.Thread(target=self._pump_stderr, args=(proc, log), daemon=True)
-        self._stderr_reader.start()
-
-    @staticmethod
-    def _pump_stdout(proc: subprocess.Popen, lines: queue.Queue) -> None:
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)  # EOF: the server is gone
-
-    def _pump_stderr(self, proc: subprocess.Popen, log: collections.deque) -> None:
-        for line in proc.stderr:
-            log.append(line.rstrip("\n"))
-            if self.echo_log:
-                sys.stderr.write(line)
+        self._log = child.log
 
     @property
     def server_log(self) -> list[str]:
@@ -198,35 +165,25 @@ class ReplayClient:
             return self._send({"op": op, **args})
 
     def _send(self, req: dict[str, Any]) -> Any:
-        proc, lines = self._proc, self._lines
-        assert proc is not None and lines is not None
+        child = self._child
+        assert child is not None
         self._next_id += 1
         req["id"] = rid = self._next_id
         op = req["op"]
         try:
-            proc.stdin.write(encode(req))
-            proc.stdin.flush()
-        except (OSError, ValueError):
+            child.send(req)
+            while True:
+                resp = child.receive(self.timeout)
+                if resp.get("id") == rid:
+                    break
+        except ChildTimeout:
+            self._child, self.info = None, None
+            raise ServerTimeout(
+                f"replay server did not answer {op} within {self.timeout:g} s; killed it",
+                "the kernel may hang (an endless loop in a variant?); raise the timeout if it is just slow",
+            ) from None
+        except ChildGone:
             raise self._died(op) from None
-        while True:
-            try:
-                line = lines.get(timeout=self.timeout)
-            except queue.Empty:
-                _kill_group(proc)
-                self._proc, self.info = None, None
-                raise ServerTimeout(
-                    f"replay server did not answer {op} within {self.timeout:g} s; killed it",
-                    "the kernel may hang (an endless loop in a variant?); raise the timeout if it is just slow",
-                ) from None
-            if line is None:
-                raise self._died(op)
-            try:
-                resp = decode(line)
-            except ValueError:
-                self._log.append(f"(unexpected output) {line.rstrip()}")
-                continue
-            if resp.get("id") == rid:
-                break
         if resp.get("ok"):
             return resp.get("result")
         if resp.get("fatal"):
@@ -235,25 +192,17 @@ class ReplayClient:
 
     def _reap(self) -> None:
         """The server said it is exiting: wait for it and forget it."""
-        proc, self._proc, self.info = self._proc, None, None
-        if proc is not None:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
+        child, self._child, self.info = self._child, None, None
+        if child is not None:
+            child.reap(30)
 
     def _died(self, op: str) -> KerncapError:
-        proc, reader = self._proc, self._stderr_reader
+        child = self._child
         self._reap()
-        if reader is not None:
-            # The server has exited; its last words may still be in the pipe. Without this
-            # join the message was built before the reader got them (a test failed 1 in 3).
-            reader.join(timeout=STDERR_DRAIN_S)
-        status = proc.returncode if proc is not None else None
-        how = f"killed by signal {-status}" if status is not None and status < 0 else f"exit status {status}"
+        status = child.proc.returncode if child is not None else None
         tail = "\n".join(self._log) or "(no output)"
         exc = KerncapError(
-            f"replay server died during {op} ({how}); its last output:\n{tail}",
+            f"replay server died during {op} ({ChildGone(status).how()}); its last output:\n{tail}",
             "the next request starts a fresh server; if it dies again, the capture or the variant crashes it",
         )
         exc.kind = "died"
@@ -286,18 +235,6 @@ class ReplayClient:
     def load_variant(self, cubin: str | Path) -> dict[str, int]:
         """Loads a variant (checks it fits the capture) and returns its function attributes."""
         return self.request("load_variant", cubin=_path(cubin))
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL to the server's process group (it leads one), then reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # unkillable (D state): nothing more to do here
-        pass
 
 
 def _path(cubin: str | Path | None) -> str | None:

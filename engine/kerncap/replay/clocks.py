@@ -1,4 +1,4 @@
-"""The SM clock during a timing comparison, from NVML (nvidia-ml-py's `pynvml`, optional).
+"""The SM clock during a timing comparison, from NVML (kerncap.core.nvml, optional).
 
 Runs inside the replay server. The device is found by its PCI bus id (CUDA ordinals and
 NVML indices differ under CUDA_VISIBLE_DEVICES). When pynvml is missing or NVML does
@@ -8,6 +8,8 @@ not answer, the report says so instead of guessing.
 from __future__ import annotations
 
 from typing import Any
+
+from kerncap.core import nvml
 
 # clock event ("throttle") reasons that slow a measurement down; idle, application clock
 # settings, sync boost and display clocks are left out.
@@ -26,37 +28,34 @@ class ClockSampler:
         self.reasons: set[str] = set()
         self.max_mhz: int | None = None
         self.reason = ""
-        self._nvml = None
-        self._handle = None
+        self._device: nvml.Device | None = None
         try:
-            import pynvml
-        except ImportError:
-            self.reason = "nvidia-ml-py (pynvml) is not installed; pip install nvidia-ml-py"
+            device = nvml.open_device(pci_bus_id=pci_bus_id)
+        except nvml.NvmlUnavailable as exc:
+            self.reason = str(exc)
             return
         try:
-            pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
-            self.max_mhz = int(pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM))
-            self._nvml = pynvml
-        except Exception as exc:  # noqa: BLE001 - NVMLError and missing symbols alike
+            self.max_mhz = int(device.call("GetMaxClockInfo", device.constant("NVML_CLOCK_SM")))
+        except (nvml.NvmlUnavailable, AttributeError, TypeError, ValueError) as exc:
+            device.close()
             self.reason = f"NVML did not answer for GPU {pci_bus_id}: {exc}"
-            self._handle = None
+            return
+        self._device = device
 
     @property
     def available(self) -> bool:
-        return self._nvml is not None
+        return self._device is not None
 
     def sample(self) -> None:
-        if not self.available:
+        d = self._device
+        if d is None:
             return
-        nv = self._nvml
         try:
-            self.samples.append(int(nv.nvmlDeviceGetClockInfo(self._handle, nv.NVML_CLOCK_SM)))
-            get = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-            mask = int(get(self._handle))
-        except Exception as exc:  # noqa: BLE001
-            self.reason = f"NVML stopped answering: {exc}"
-            self._nvml = None
+            self.samples.append(int(d.call("GetClockInfo", d.constant("NVML_CLOCK_SM"))))
+            mask = d.clock_event_reasons()
+        except nvml.NvmlUnavailable as exc:
+            self.reason = str(exc)
+            self.close()
             return
         self.reasons.update(name for bit, name in THROTTLE_REASONS.items() if mask & bit)
 
@@ -65,9 +64,6 @@ class ClockSampler:
                 "max_mhz": self.max_mhz, "throttle": sorted(self.reasons), "unavailable_reason": self.reason}
 
     def close(self) -> None:
-        if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - shutting down is best effort
-                pass
-            self._nvml = None
+        device, self._device = self._device, None
+        if device is not None:
+            device.close()

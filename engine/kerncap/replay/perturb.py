@@ -41,9 +41,6 @@ MAX_PERTURBATIONS = 1000
 SAMPLE_CHUNKS = 4  # chunks of a span's pre-state read for its statistics (4 MiB each)
 # A span is taken to hold addresses when this many 8-byte words point into captured regions.
 ADDRESS_WORDS = 4
-FLOAT_LIMITS = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
-                "float64": 1.7976931348623157e308}
-INT_LIMITS = {"int32": (-2147483648, 2147483647), "int8": (-128, 127), "uint8": (0, 255)}
 MODES = ("like the capture", "widened")
 
 
@@ -212,9 +209,7 @@ def decode(raw: bytes, dtype: str):
     if dtype == "bfloat16":
         u = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
         return u.view(np.float32).astype(np.float64)
-    np_type = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "int32": np.int32,
-               "int8": np.int8, "uint8": np.uint8}[dtype]
-    return np.frombuffer(raw, dtype=np_type).astype(np.float64)
+    return np.frombuffer(raw, dtype=dt.numpy_type(dtype)).astype(np.float64)
 
 
 def compute_stats(sample: bytes, dtype: str) -> Stats:
@@ -251,14 +246,13 @@ def draw_params(stats: Stats, dtype: str, k: int) -> dict[str, float]:
         rms = math.sqrt(mean * mean + std * std) or 1.0
         bound = max(abs(lo), abs(hi), 3 * rms)
         mean, std, lo, hi, zeros = 0.0, rms, -bound, bound, 0.0
-    if dtype in INT_LIMITS:
-        tmin, tmax = INT_LIMITS[dtype]
+    tmin, tmax = dt.value_range(dtype)
+    if not dt.is_float(dtype):
         lo, hi = float(max(math.ceil(lo), tmin)), float(min(math.floor(hi), tmax))
         if hi < lo:
             lo = hi = float(min(max(round(mean), tmin), tmax))
     else:
-        limit = FLOAT_LIMITS[dtype]
-        lo, hi = max(lo, -limit), min(hi, limit)
+        lo, hi = max(lo, tmin), min(hi, tmax)
     return {"mean": mean, "stddev": std, "lo": lo, "hi": hi, "p_zero": zeros}
 
 
@@ -305,4 +299,4 @@ def reference_fill(count: int, dtype: str, seed: int, mean: float, stddev: float
         rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
         return rounded.astype(np.uint16).tobytes()
     ints = np.rint(v)
-    return ints.astype({"int32": np.int32, "int8": np.int8, "uint8": np.uint8}[dtype]).tobytes()
+    return ints.astype(dt.numpy_type(dtype)).tobytes()

@@ -1,5 +1,6 @@
 """Address-space plan: which virtual ranges to reserve and which pages to map so that
-every captured region sits at its original address (DESIGN fact 6).
+every captured region sits at its original address (docs/replay.md, "Opening a capture";
+measured on the H200: docs/facts.md §8).
 
 The driver honours a requested address only for reservations of at least ~64 MB that
 start on a 32 MB boundary. So regions are grouped into *spans* (regions whose 32 MB

@@ -1,4 +1,4 @@
-"""The replay server's wire protocol: one JSON object per line.
+"""The replay server's wire protocol: one JSON object per line (kerncap.core.child).
 
 Request:  {"id": 1, "op": "open" | "replay" | "validate" | "load_variant" | "info" | "shutdown"
                      | "reference" | "check" | "time_compare", ...}   (the last three: session_ops.py)
@@ -15,9 +15,9 @@ the client starts a fresh one for the next request.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from kerncap.core.child import decode, encode  # noqa: F401 - the one JSON-lines framing
 from kerncap.errors import (
     AddressUnavailable,
     CaptureFormatError,
@@ -39,17 +39,6 @@ HINTS = {
     "cuda": "the kernel faulted or the driver failed; for a variant, check its indexing with compute-sanitizer",
     "internal": "this is a kerncap bug; please report it with the server log above",
 }
-
-
-def encode(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, separators=(",", ":")) + "\n"
-
-
-def decode(line: str) -> dict[str, Any]:
-    obj = json.loads(line)
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
-    return obj
 
 
 def error_to_exception(resp: dict[str, Any]) -> KerncapError:

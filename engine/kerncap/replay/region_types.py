@@ -26,16 +26,6 @@ from kerncap.errors import KerncapError
 from kerncap.core import dtypes as dt
 from kerncap.triton import region_dtypes
 
-FLOAT_TYPES = {
-    "float": "float32", "double": "float64", "__half": "float16", "half": "float16",
-    "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", "__nv_half": "float16",
-}
-INTEGER_TYPES = {
-    "int": "int32", "signed char": "int8", "unsigned char": "uint8", "char": "int8", "bool": "uint8",
-    "unsigned int": None, "short": None, "unsigned short": None, "long": None, "unsigned long": None,
-    "long long": None, "unsigned long long": None, "int8_t": "int8", "uint8_t": "uint8", "int32_t": "int32",
-    "int64_t": None, "uint32_t": None, "uint64_t": None, "size_t": None,
-}
 QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict)\b")
 
 
@@ -44,7 +34,7 @@ class TypedSpan:
     region: int
     offset: int  # bytes from the region's base
     length: int  # bytes
-    dtype: str | None  # canonical dtypes.DTYPES name; None when not one of those
+    dtype: str | None  # a comparable kerncap.core.dtypes name; None when not one of those
     role: str  # "float" | "integer" | "pointers" | "unknown"
     source: str  # where the type comes from, for the report
     explicit: bool = False  # --region-dtype
@@ -104,10 +94,9 @@ def classify_cxx_type(text: str) -> tuple[int, str, str | None]:
     base = base.removeprefix("struct ").removeprefix("class ")
     if depth >= 2:
         return depth, "pointers", None
-    if base in FLOAT_TYPES:
-        return depth, "float", FLOAT_TYPES[base]
-    if base in INTEGER_TYPES:
-        return depth, "integer", INTEGER_TYPES[base]
+    if base in dt.CXX_TYPES:  # the C++ spellings of kerncap.core.dtypes
+        role, dtype = dt.CXX_TYPES[base]
+        return depth, role, dtype
     return depth, "unknown", None
 
 

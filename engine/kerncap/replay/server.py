@@ -17,6 +17,7 @@ import sys
 import traceback
 from typing import Any, Callable, TextIO
 
+from kerncap.core.child import protocol_channel
 from kerncap.errors import CaptureFormatError, KerncapError, NativeUnavailable
 from kerncap.replay import mismatch_ops, session_ops, va_guards
 from kerncap.replay.native_session import NativeSession
@@ -84,7 +85,8 @@ class Server:
 
     def op_debug_block_host(self, req: dict[str, Any]) -> dict[str, Any]:
         """Test hook: map [base, base+size) PROT_NONE on the host before `open`, so that the
-        span reservation there fails (DESIGN fact 6) and its error path can be checked."""
+        span reservation there fails (the driver then places it elsewhere: docs/replay.md) and its
+        error path can be checked."""
         if self.session is not None:
             raise KerncapError("_debug_block_host must come before open")
         libc = ctypes.CDLL(None, use_errno=True)
@@ -170,11 +172,8 @@ class Server:
 
 
 def main() -> None:
-    # The protocol gets a private copy of stdout; fd 1 then points at stderr so that
-    # stray prints (from Python or from native code) cannot corrupt the channel.
-    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    # Stray prints (from Python or from native code) go to stderr, not into the channel.
+    out = protocol_channel()
     logging.basicConfig(level=os.environ.get("KERNCAP_REPLAY_LOG", "INFO"), stream=sys.stderr,
                         format="kerncap-replay[%(process)d]: %(message)s")
     # Before anything initialises CUDA (a tool wrapping this process reserves inside cuInit).

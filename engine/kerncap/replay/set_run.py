@@ -1,24 +1,19 @@
-"""Running every member of a reproducer set (kerncap.reproducer.sets): replay (the
-captured cubin and a variant) and validate (kerncap.replay.differential) per member, and
-the variant's speedup on the workload, each member weighted by its share of the
-kernel's in-app time."""
+"""What running every member of a reproducer set gives (kerncap.session.sets runs them):
+per member the replays (the captured cubin and a variant) and the validation
+(kerncap.replay.differential), and the variant's speedup on the workload, each member
+weighted by its share of the kernel's in-app time; and its text."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kerncap.core.units import short_kernel_name
-from kerncap.errors import KerncapError
-from kerncap.replay.client import ReplayClient
+from kerncap.core.units import short_kernel_name, speedup_text
 from kerncap.replay.devices import describe as describe_device
-from kerncap.replay.differential import Options, TrustReport, validate_one
+from kerncap.replay.differential import TrustReport
 from kerncap.replay.results import format_ms, time_unit
-from kerncap.reproducer.buckets import WorkloadSpeedup, weighted_speedup
-from kerncap.reproducer.format import Capture
-from kerncap.reproducer.sets import Member, ReproducerSet, hydrate_set, member_cubins
+from kerncap.reproducer.buckets import WorkloadSpeedup
+from kerncap.reproducer.sets import Member, ReproducerSet
 
 
 @dataclass
@@ -75,46 +70,6 @@ class SetRun:
         }
 
 
-def run_set(
-    s: ReproducerSet, *, variant: str | os.PathLike | None = None, replay: bool = True, validate: bool = False,
-    options: Options | None = None, iterations: int = 20, warmup: int = 3, flush_l2: bool = False,
-    device: int = 0, progress: Callable[[Member, MemberRun], None] | None = None,
-) -> SetRun:
-    """Replays (baseline, and the variant when given) and/or validates every member, one
-    replay server per member; validation is kerncap.replay.differential's (determinism,
-    the captured input, `options.perturb` perturbed ones). A member that fails is
-    reported, the others still run. `progress(member, run)` is called as members finish
-    (the workbench's log)."""
-    cubins = member_cubins(s, variant)
-    options = options or Options()
-    hydrate_set(s)
-    runs: list[MemberRun] = []
-    device_info = None
-    for m, cubin in zip(s.members, cubins):
-        run = MemberRun(m)
-        try:
-            with ReplayClient(m.path, device=device) as rc:
-                if validate:
-                    one = validate_one(rc, Capture.open(m.path), cubin, options)
-                    run.validation = TrustReport(None if cubin is None else str(cubin), options.perturb, options.seed,
-                                                 [one])
-                if replay:
-                    run.baseline = rc.replay(iterations=iterations, warmup=warmup, flush_l2=flush_l2)
-                    if cubin is not None:
-                        run.variant = rc.replay(cubin=cubin, iterations=iterations, warmup=warmup, flush_l2=flush_l2)
-                device_info = device_info or (rc.info or {}).get("device")
-        except KerncapError as exc:
-            run.error = exc.message + (f" ({exc.hint})" if exc.hint else "")
-        runs.append(run)
-        if progress:
-            progress(m, run)
-    result = SetRun(s, runs, str(variant) if variant is not None else None, device=device_info)
-    speedups = [r.speedup for r in runs]
-    if variant is not None and replay and all(x is not None for x in speedups):
-        result.workload = weighted_speedup(s.weights(), speedups)
-    return result
-
-
 def format_set_run(run: SetRun) -> str:
     s = run.set
     lines = [f"{s.demangled}: {len(run.runs)} member(s)"
@@ -134,13 +89,13 @@ def format_set_run(run: SetRun) -> str:
         if r.baseline is not None:
             parts.append(f"baseline {format_ms(r.baseline.median_ms, unit)}")
         if r.variant is not None:
-            parts.append(f"variant {format_ms(r.variant.median_ms, unit)} ({r.speedup:.2f}x)")
+            parts.append(f"variant {format_ms(r.variant.median_ms, unit)} ({speedup_text(r.speedup)})")
         lines.append(f"{head}  {'  '.join(parts)}  {short_kernel_name(m.signature, 60)}")
     if run.workload:
         worst = run.runs[run.workload.worst_member].member
-        lines.append(f"weighted speedup {run.workload.weighted:.3f}x over the workload (weights: each member's "
+        lines.append(f"weighted speedup {speedup_text(run.workload.weighted, 3)} over the workload (weights: each member's "
                      f"share of in-app time); worst member #{worst.index} "
-                     f"{run.workload.speedups[run.workload.worst_member]:.2f}x ({worst.signature})")
+                     f"{speedup_text(run.workload.speedups[run.workload.worst_member])} ({worst.signature})")
     trust = run.trust
     if trust is not None:
         lines.append(trust.summary())

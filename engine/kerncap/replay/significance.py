@@ -22,6 +22,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from kerncap.core.units import interval_text, speedup_text
 from kerncap.errors import KerncapError
 from kerncap.replay.results import format_ms, percentile, time_unit
 
@@ -56,8 +57,8 @@ class Interval:
         return "faster" if self.low > 1.0 else "slower"
 
     def text(self) -> str:
-        """"1.32× [1.21, 1.35] faster" / "1.02× [0.97, 1.08] within noise"."""
-        return f"{self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}] {self.verdict}"
+        """"1.32× [1.21–1.35] faster" / "1.02× [0.97–1.08] within noise"."""
+        return f"{speedup_text(self.speedup)} [{interval_text(self.low, self.high)}] {self.verdict}"
 
 
 def bootstrap_speedup(baseline: Sequence[Sequence[float]], variant: Sequence[Sequence[float]],

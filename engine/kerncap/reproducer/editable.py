@@ -5,6 +5,7 @@ MCP server): every path stays inside source/, writes are atomic, text only."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -16,6 +17,12 @@ SOURCE_DIR = "source"
 MAX_SOURCE_BYTES = 4 << 20
 # Records kerncap writes beside the sources: listed, but not to be edited by hand.
 RECORDS = {"build.json", "triton.json"}
+# What is not a source although it lies under source/: hidden files and directories, and
+# editors' droppings (vim swap, backup and write-probe files, emacs locks, temp renames,
+# patch leftovers) and kerncap's own lock. The one definition: listing, the history's
+# fingerprint and the workbench's watcher all ask is_source_file.
+IGNORED_SUFFIXES = (".swp", ".swx", ".swo", "~", ".tmp", ".orig")
+IGNORED_NAMES = frozenset({"4913", "build.json.lock"})
 
 
 @dataclass(frozen=True)
@@ -33,11 +40,39 @@ def source_root(reproducer: str | os.PathLike) -> Path:
     return root
 
 
+def is_source_file(path: str | os.PathLike, root: str | os.PathLike | None = None) -> bool:
+    """Whether the file `path` is one of the sources; with `root` (the source/ directory)
+    a hidden directory between the two counts too."""
+    p = Path(path)
+    if root is not None and p.is_relative_to(root):
+        p = p.relative_to(root)
+    parts = p.parts if root is not None else (p.name,)
+    return bool(p.name) and not (any(part.startswith(".") for part in parts) or p.name in IGNORED_NAMES
+                                 or p.name.endswith(IGNORED_SUFFIXES))
+
+
+def source_fingerprint(source_dir: str | os.PathLike) -> str:
+    """A hash of every source file under `source_dir` (paths and bytes): equal
+    fingerprints mean an unchanged source."""
+    source_dir = Path(source_dir)
+    digest = hashlib.sha256()
+    for path in sorted(source_dir.rglob("*")):
+        if not is_source_file(path, source_dir):
+            continue
+        try:
+            data = path.read_bytes() if path.is_file() else None
+        except OSError:  # removed or replaced while we looked (an editor saving): not part of this state
+            continue
+        if data is not None:
+            digest.update(str(path.relative_to(source_dir)).encode() + b"\0" + data + b"\0")
+    return digest.hexdigest()
+
+
 def list_sources(reproducer: str | os.PathLike) -> list[SourceFile]:
     root = source_root(reproducer)
     out = []
     for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink() and not any(p.startswith(".") for p in path.relative_to(root).parts):
+        if path.is_file() and not path.is_symlink() and is_source_file(path, root):
             rel = path.relative_to(root).as_posix()
             out.append(SourceFile(rel, path.stat().st_size, editable=Path(rel).name not in RECORDS))
     return out

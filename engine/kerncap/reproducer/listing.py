@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from kerncap.core.fsio import find_leftovers, is_leftover_name
 from kerncap.core.units import short_kernel_name
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
+from kerncap.reproducer.history import summary as history_summary
 from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.sets import is_set
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
@@ -95,18 +95,5 @@ def describe_reproducer(repro: Path, *, verify: bool = False) -> dict[str, Any]:
         row["error"] = f"{repro}: {exc}"
     except Exception as exc:  # one broken reproducer must not hide the others' rows
         row["error"] = f"{type(exc).__name__}: {exc} (a kerncap bug: please report it)"
-    row.update(_validation(repro))
+    row.update(history_summary(repro))  # the baseline's verdict in history.json, if any
     return row
-
-
-def _validation(repro: Path) -> dict[str, Any]:
-    """The baseline's validation from <repro>/history.json (written by the workbench), if any."""
-    path = repro / "history.json"
-    if not path.is_file():
-        return {}
-    try:
-        variants = json.loads(path.read_text()).get("variants") or []
-        baseline = next((v for v in variants if v.get("id") == 0), None)
-        return {"validation": baseline.get("validation") if baseline else None, "variants": len(variants)}
-    except (OSError, ValueError, AttributeError, TypeError):
-        return {"validation": f"unreadable {path.name}"}

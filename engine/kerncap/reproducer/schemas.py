@@ -270,3 +270,19 @@ SET_VARIANT_JSON = Obj({
     "format?": Str(choices=("kerncap-set-variant",)), "config?": Opt(Str()), "created?": Str(),
     "cubins": Map(Str(pattern=r".+", max_len=4096), max_len=1 << 16),
 })
+
+# history.json: the variant history (kerncap.reproducer.history), written by every front
+# end's build (kerncap.session); it travels with the reproducer.
+VALIDATIONS = ("pass", "fail", "inconclusive", "error", "skipped")
+_MS = Opt(Num(min=0.0, max=1e9))
+_RATIO = Opt(Num(min=0.0, max=1e9))
+HISTORY_VARIANT = Obj({
+    "id": Int(min=0, max=1 << 31), "time": Str(max_len=64), "median_ms": _MS, "min_ms?": _MS,
+    "spread_pct?": Opt(Num(min=0.0, max=1e9)), "validation?": Str(choices=VALIDATIONS),
+    "commit?": Opt(Str(pattern=r"[0-9a-f]{4,64}")), "cubin?": Opt(Str(pattern=r"[^\x00]+", max_len=4096)),
+    "build_seconds?": Opt(Num(min=0.0, max=1e9)), "note?": Str(max_len=1 << 16),
+    "source_hash?": Opt(Str(pattern=r"[0-9a-f]{64}")), "validation_detail?": Str(max_len=256),
+    "speedup?": _RATIO, "speedup_low?": _RATIO, "speedup_high?": _RATIO,
+    "confidence?": Opt(Num(min=0.0, max=1.0)), "significant?": Opt(Bool()),
+})
+HISTORY_JSON = Obj({"version": Int(min=1, max=1), "variants": List(HISTORY_VARIANT, max_len=1 << 20)})

@@ -15,23 +15,22 @@ at import takes only the worker down; the next request starts a new one.
     result = w.recompile()                        # kerncap.recompile.RecompileResult
     w.close()
 
-Protocol: one JSON object per line. The child writes {"event": "ready", ...} after the
-warm-up, then one reply per request ({"op": "recompile", "config": ...} or
-{"op": "quit"}): {"ok": true, "result": {...}} or {"ok": false, "message", "hint"}.
+Protocol: JSON lines (kerncap.core.child, as the replay server's). The child writes
+{"event": "ready", ...} after the warm-up, then one reply per request ({"op":
+"recompile", "config": ...} or {"op": "quit"}): {"ok": true, "result": {...}} or
+{"ok": false, "message", "hint"}. The worker leads its own process group: killing it
+(a hang, closing the workbench) also kills what a kernel module started.
 """
 
 from __future__ import annotations
 
-import collections
-import json
 import os
-import select
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from kerncap.core.child import ChildGone, ChildTimeout, JsonLinesChild, decode, encode, protocol_channel
 from kerncap.errors import KerncapError
 from kerncap.reproducer.record import sources_kind
 from kerncap.reproducer.variants import RecompileResult
@@ -53,10 +52,13 @@ class CompileWorker:
         self.reproducer = Path(reproducer).resolve()
         self.python = python
         self.warmup: dict | None = None  # the "ready" event: {"ok", "seconds", "message"?}
-        self._proc: subprocess.Popen | None = None
+        self._child: JsonLinesChild | None = None
         self._lock = threading.Lock()
-        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-        self._pending = b""  # bytes of the child's stdout after the last full line
+
+    @property
+    def _proc(self):
+        """The worker process (Popen), if one was started."""
+        return self._child.proc if self._child is not None else None
 
     # -- lifetime ------------------------------------------------------------------------
     def start(self) -> None:
@@ -65,7 +67,7 @@ class CompileWorker:
             self._spawn()
 
     def _spawn(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
+        if self._child is not None and self._child.alive:
             return
         import kerncap
 
@@ -74,33 +76,17 @@ class CompileWorker:
         env["PYTHONPATH"] = engine + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"
         self.warmup = None
-        self._stderr.clear()
-        self._pending = b""
         try:
-            # unbuffered bytes: replies are read with a timeout (select), not through a text buffer
-            self._proc = subprocess.Popen([self.python, "-m", "kerncap.triton.worker", str(self.reproducer)],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          env=env, bufsize=0)
+            self._child = JsonLinesChild([self.python, "-m", "kerncap.triton.worker", str(self.reproducer)], env=env,
+                                         tail_lines=STDERR_LINES)
         except OSError as exc:
             raise KerncapError(f"cannot start the Triton compile worker ({self.python}): {exc.strerror}",
                                "check the Python environment") from None
-        threading.Thread(target=self._drain, args=(self._proc,), daemon=True, name="kerncap-compile-stderr").start()
-
-    def _drain(self, proc: subprocess.Popen) -> None:
-        for line in proc.stderr:
-            self._stderr.append(line.decode(errors="replace").rstrip("\n"))
 
     def close(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            if proc.poll() is None:
-                proc.stdin.write((json.dumps({"op": "quit"}) + "\n").encode())
-                proc.wait(timeout=5)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
+        child, self._child = self._child, None
+        if child is not None:
+            child.close({"op": "quit"}, wait=5)
 
     def __enter__(self) -> "CompileWorker":
         self.start()
@@ -125,7 +111,10 @@ class CompileWorker:
             self._spawn()
             if self.warmup is None:
                 self.warmup = self._read(WARMUP_TIMEOUT_S, "warming up")  # the ready event
-            self._send({"op": "recompile", "config": config})
+            try:
+                self._child.send({"op": "recompile", "config": config})
+            except ChildGone:
+                raise self._died() from None
             reply = self._read(REQUEST_TIMEOUT_S, "recompiling")
         if not reply.get("ok"):
             raise KerncapError(reply.get("message", "the Triton compile worker failed"), reply.get("hint"))
@@ -134,40 +123,25 @@ class CompileWorker:
                                mode=r.get("mode", "triton"), phases=r.get("phases", {}), notes=r.get("notes", []),
                                summary=r.get("summary", ""))
 
-    def _send(self, message: dict) -> None:
+    def _read(self, timeout: float, doing: str) -> dict:
+        """The child's next message; kills it when nothing comes within `timeout`."""
         try:
-            self._proc.stdin.write((json.dumps(message) + "\n").encode())
-        except (OSError, ValueError):
+            return self._child.receive(timeout)
+        except ChildTimeout:
+            self._child = None  # killed (its process group): the next request starts a new worker
+            raise KerncapError(f"the Triton compile worker did not answer within {timeout:.0f} s ({doing})",
+                               "save again to start a new one; `kerncap recompile DIR` shows what hangs") from None
+        except ChildGone:
             raise self._died() from None
 
-    def _read(self, timeout: float, doing: str) -> dict:
-        """The child's next line, as JSON; kills it when nothing comes within `timeout`."""
-        fd = self._proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._pending:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([fd], [], [], max(0.0, left))
-            if not ready:
-                self._proc.kill()
-                self._proc.wait()
-                self._proc = None  # the next request starts a new worker
-                raise KerncapError(f"the Triton compile worker did not answer within {timeout:.0f} s ({doing})",
-                                   "save again to start a new one; `kerncap recompile DIR` shows what hangs")
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise self._died()
-            self._pending += chunk
-        line, self._pending = self._pending.split(b"\n", 1)
-        try:
-            return json.loads(line)
-        except ValueError:
-            raise KerncapError(f"the Triton compile worker wrote {line.strip()[:200]!r}") from None
-
     def _died(self) -> KerncapError:
-        proc = self._proc
-        code = proc.wait() if proc is not None else None
-        self._proc = None
-        tail = "\n".join(list(self._stderr)[-20:])
+        child, self._child = self._child, None
+        code = None
+        tail = ""
+        if child is not None:
+            child.reap(5)
+            code = child.proc.returncode
+            tail = "\n".join(list(child.log)[-20:])
         return KerncapError(f"the Triton compile worker exited (status {code})" + (f":\n{tail}" if tail else ""),
                             "save again to start a new one; `kerncap recompile DIR` shows the error directly")
 
@@ -190,12 +164,10 @@ def _warm(root: Path) -> dict:
 
 
 def serve(root: Path) -> int:
-    channel = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # whatever the kernel module prints goes to stderr, not into the protocol
-    sys.stdout = sys.stderr
+    channel = protocol_channel()  # whatever the kernel module prints goes to stderr, not into the protocol
 
     def send(message: dict) -> None:
-        channel.write(json.dumps(message) + "\n")
+        channel.write(encode(message))
         channel.flush()
 
     send({"event": "ready", **_warm(root)})
@@ -203,7 +175,7 @@ def serve(root: Path) -> int:
 
     for line in sys.stdin:
         try:
-            request = json.loads(line)
+            request = decode(line)
         except ValueError:
             send({"ok": False, "message": f"bad request {line.strip()[:200]!r}"})
             continue

@@ -32,22 +32,6 @@ class Spelling:
     reason: str = ""  # why no instantiation could be spelled (a template kernel)
 
 
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    out, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        if c in "<([":
-            depth += 1
-        elif c in ">)]":
-            depth -= 1
-        elif c == sep and depth == 0:
-            out.append(text[start:i].strip())
-            start = i + 1
-    tail = text[start:].strip()
-    if tail or out:
-        out.append(tail)
-    return out
-
-
 def _matching(text: str, close: int, open_: str, close_ch: str) -> int | None:
     depth = 0
     for i in range(close, -1, -1):

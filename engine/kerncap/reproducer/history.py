@@ -1,22 +1,37 @@
-"""Variant history: every build is a git commit of `source/` in the reproducer's own
-repository, its timing and validation in the commit trailer, mirrored in
-`<dir>/history.json` so the workbench loads without walking git."""
+"""A reproducer's variant history: every build is a git commit of `source/` in the
+reproducer's own repository, its timing and validation in the commit trailer, mirrored
+in `<dir>/history.json` (kerncap.reproducer.schemas.HISTORY_JSON) so it loads without
+walking git. The workbench, `kerncap build`, MCP's `build` (kerncap.session) write it;
+`kerncap check` re-validates its best variant and `kerncap list` shows its baseline's
+verdict. It travels with packed and shared reproducers, so it is read as untrusted:
+schema-checked, and a cubin it names outside the reproducer is never followed."""
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
 import os
+import shutil
 import threading
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from kerncap.errors import KerncapError
+from kerncap.core.fsio import write_atomic
+from kerncap.core.schema import check
+from kerncap.core.units import speedup_text
+from kerncap.errors import CaptureFormatError, KerncapError
+from kerncap.reproducer.editable import source_fingerprint  # noqa: F401 - what Variant.source_hash holds
+from kerncap.reproducer.format import read_json
+from kerncap.reproducer.schemas import HISTORY_JSON, VALIDATIONS
 
 HISTORY_FILE = "history.json"
 HISTORY_VERSION = 1
+MAX_HISTORY_BYTES = 64 << 20
 GITIGNORE = "# kerncap: payloads and build outputs stay out of the variant history\ncapture/blobs/\nvariants/\nbuild/\n"
+_UNREADABLE_HINT = ("the git log of the reproducer still holds every variant; move the file away to start a new "
+                    "history")
 
 
 @dataclass
@@ -26,7 +41,7 @@ class Variant:
     median_ms: float | None
     min_ms: float | None = None
     spread_pct: float | None = None
-    validation: str = "skipped"  # pass | fail | inconclusive | error | skipped
+    validation: str = "skipped"  # one of VALIDATIONS: pass | fail | inconclusive | error | skipped
     commit: str | None = None
     cubin: str | None = None     # relative to the reproducer; None: the captured cubin
     build_seconds: float | None = None
@@ -47,6 +62,12 @@ class Variant:
     def label(self) -> str:
         return "baseline" if self.id == 0 else f"v{self.id}"
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Variant)}
+
 
 @dataclass
 class History:
@@ -57,26 +78,27 @@ class History:
     # -- loading / saving -------------------------------------------------------------
     @classmethod
     def load(cls, root: str | Path) -> "History":
+        """The history of the reproducer at `root` (empty when it has none);
+        CaptureFormatError naming the file and the field when history.json is damaged."""
         root = Path(root)
         path = root / HISTORY_FILE
         hist = cls(root=root)
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return hist
-        try:
-            data = json.loads(path.read_text())
-            hist.variants = [Variant(**v) for v in data.get("variants", [])]
-        except (OSError, ValueError, TypeError) as exc:
-            raise KerncapError(
-                f"{path} is unreadable ({exc})",
-                "the git log of the reproducer still holds every variant; move the file away to start a new history",
-            ) from None
+        data = read_json(path, MAX_HISTORY_BYTES, _UNREADABLE_HINT, _UNREADABLE_HINT)
+        check(data, HISTORY_JSON, path, _UNREADABLE_HINT)
+        # Fields a newer kerncap added are kept out of the dataclass, not refused.
+        hist.variants = sorted((Variant(**{k: v for k, v in entry.items() if k in _FIELDS})
+                                for entry in data["variants"]), key=lambda v: v.id)
+        ids = [v.id for v in hist.variants]
+        if len(set(ids)) != len(ids):
+            raise CaptureFormatError(f"{path}: two variants have the same id", _UNREADABLE_HINT)
         return hist
 
     def _save(self) -> None:
         path = self.root / HISTORY_FILE
-        tmp = path.with_name(f".{HISTORY_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"version": HISTORY_VERSION, "variants": [asdict(v) for v in self.variants]}, indent=1))
-        os.replace(tmp, path)
+        doc = {"version": HISTORY_VERSION, "variants": [v.to_dict() for v in self.variants]}
+        write_atomic(path, json.dumps(doc, indent=1) + "\n", what=f"record the variant history in {path}")
 
     @property
     def baseline(self) -> Variant | None:
@@ -117,19 +139,26 @@ class History:
     # -- git --------------------------------------------------------------------------
     def repo(self):
         """The reproducer's own git repository, created on first use."""
+        if shutil.which("git") is None:
+            raise KerncapError("git is not installed: the variant history is a git repository of the reproducer",
+                               "install git (e.g. apt-get install git); builds still run without it")
         try:
             import git
         except ImportError as exc:
             raise KerncapError(f"GitPython is not installed ({exc})", "pip install gitpython") from None
+        creating = not (self.root / ".git").exists()
+        if creating and not os.access(self.root, os.W_OK):
+            raise _unwritable(self.root, "create the variant history's git repository in")
         try:
-            if (self.root / ".git").exists():
-                return git.Repo(self.root)
-            repo = git.Repo.init(self.root)
+            repo = git.Repo(self.root) if not creating else git.Repo.init(self.root)
         except git.GitError as exc:
-            raise KerncapError(f"cannot open the git repository of {self.root} ({exc})", "is git installed?") from None
+            if _read_only(exc):
+                raise _unwritable(self.root, "create the variant history's git repository in") from None
+            raise KerncapError(f"cannot open the git repository of {self.root} ({_first_line(exc)})",
+                               f"check it with `git -C {self.root} status`") from None
         ignore = self.root / ".gitignore"
         if not ignore.exists():
-            ignore.write_text(GITIGNORE)
+            write_atomic(ignore, GITIGNORE, what=f"write {ignore}")
         return repo
 
     def _commit_source(self, message: str) -> str:
@@ -144,7 +173,10 @@ class History:
             actor = git.Actor("kerncap", "kerncap@localhost")
             return repo.index.commit(message, author=actor, committer=actor).hexsha
         except git.GitError as exc:
-            raise KerncapError(f"git commit of {source} failed ({exc})", "check the repository with `git status`") from None
+            if _read_only(exc):
+                raise _unwritable(self.root, "commit source/ to the variant history in") from None
+            raise KerncapError(f"git commit of {source} failed ({_first_line(exc)})",
+                               "check the repository with `git status`") from None
 
     def initial_commit(self) -> str:
         """The commit holding source/ as extracted: made on first open, before any edit,
@@ -163,6 +195,8 @@ class History:
     def record(self, baseline: bool = False, **fields) -> Variant:
         """Append a variant and mirror it to history.json. A variant commits source/ with its
         timing in the trailer; the baseline (the captured cubin) points at the initial commit."""
+        if fields.get("validation", "skipped") not in VALIDATIONS:
+            raise ValueError(f"validation {fields['validation']!r} is none of {VALIDATIONS}")
         first = self.initial_commit() if baseline else None
         with self._lock:
             vid = 0 if baseline else max((v.id for v in self.variants), default=0) + 1
@@ -180,7 +214,7 @@ class History:
         timing = f"{v.median_ms:.4f} ms" if v.median_ms is not None else "not timed"
         ratio = ""
         if s and v.id:
-            ratio = f" ({s:.2f}x vs baseline" + ("" if not self.has_interval(v) or v.significant
+            ratio = f" ({speedup_text(s)} vs baseline" + ("" if not self.has_interval(v) or v.significant
                                                  else ", within noise") + ")"
         head = f"kerncap {v.label}: {timing}" + ratio + f", validation {v.validation}"
         trailers = [
@@ -227,18 +261,53 @@ class History:
             raise KerncapError(f"restoring {v.label} into {self.root / 'source'} failed ({exc})", "check `git status` in the reproducer") from None
 
 
-def source_fingerprint(source_dir: Path) -> str:
-    """A hash of every file under source/ (paths and bytes; editor swap and hidden files
-    left out): equal fingerprints mean an unchanged source."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(source_dir).rglob("*")):
-        rel = path.relative_to(source_dir)
-        if any(part.startswith(".") for part in rel.parts) or path.name.endswith(("~", ".swp", ".swx")):
-            continue
-        try:
-            data = path.read_bytes() if path.is_file() else None
-        except OSError:  # removed or replaced while we looked (an editor saving): not part of this state
-            continue
-        if data is not None:
-            digest.update(str(rel).encode() + b"\0" + data + b"\0")
-    return digest.hexdigest()
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(getattr(exc, "stderr", "") or exc).strip()
+    return text.splitlines()[-1].strip() if text else type(exc).__name__
+
+
+def _read_only(exc: Exception) -> bool:
+    text = f"{exc} {getattr(exc, 'stderr', '')}"
+    return any(s in text for s in ("Read-only file system", "Permission denied", "Operation not permitted"))
+
+
+def _unwritable(root: Path, doing: str) -> KerncapError:
+    return KerncapError(f"cannot {doing} {root}: the directory is read-only (or not yours)",
+                        "copy the reproducer somewhere writable to keep its variant history "
+                        f"(cp -r {root} ~/); builds are still timed and validated, just not recorded")
+
+
+def best_variant(reproducer: str | Path) -> Variant | None:
+    """The fastest recorded variant (not the captured cubin) that passed validation and
+    whose cubin is still inside the reproducer; None when there is none."""
+    root = Path(reproducer)
+    passing = [v for v in History.load(root).variants
+               if v.id != 0 and v.validation == "pass" and v.median_ms is not None and _inside(root, v.cubin)]
+    return min(passing, key=lambda v: (v.median_ms, v.id), default=None)
+
+
+def _inside(root: Path, cubin: str | None) -> bool:
+    """A recorded cubin that exists inside the reproducer (history.json travels with
+    shared reproducers: a path out of it is not followed)."""
+    if not cubin:
+        return False
+    try:
+        path = (root / cubin).resolve()
+        return path.is_relative_to(root.resolve()) and path.is_file()
+    except OSError:  # a name too long for the file system, a loop of links: not a cubin of ours
+        return False
+
+
+def summary(reproducer: str | Path) -> dict[str, Any]:
+    """For `kerncap list`: the baseline's validation and the number of variants ({} for
+    a reproducer without a history; "unreadable history.json" when it is damaged)."""
+    root = Path(reproducer)
+    if not (root / HISTORY_FILE).exists():
+        return {}
+    try:
+        h = History.load(root)
+    except KerncapError:
+        return {"validation": f"unreadable {HISTORY_FILE}"}
+    return {"validation": h.baseline.validation if h.baseline else None, "variants": len(h.variants)}

@@ -1,0 +1,460 @@
+"""One open reproducer: its resident replay server and compile worker, its variant history,
+and the edit loop over them.
+
+    with Session(path) as s:
+        s.baseline()                        # the captured cubin, timed and validated: History row 0
+        result = s.build()                  # recompile -> interleaved timing -> validation -> History row
+        report = s.validate(ValidateRequest(cubin="variants/3.cubin", perturb=8))
+
+The replay server process (kerncap.replay.client) owns the CUDA context and the VA
+reservations, which are expensive to redo per request, so it stays open for the
+session; a Triton reproducer also gets its resident compile worker (kerncap.triton.worker),
+started and warming up when the session opens. Requests are serialized per session (a
+cancelled build may still be finishing when the next starts); `kill()` ends the replay
+server from any thread, also mid-request. The workbench holds one session, the MCP
+server and the fan-out's GPU workers a pool of them (kerncap.session.pool), the CLI one
+per command: every front end's build, validation and record is this code.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kerncap.core.units import interval_text, speedup_text
+from kerncap.errors import GpuUnavailable, KerncapError, NativeUnavailable
+from kerncap.recompile import recompile as recompile_kernel
+from kerncap.replay import client as replay_client
+from kerncap.replay import dump as dump_tool
+from kerncap.replay import mismatch_request
+from kerncap.replay import ncu as ncu_tool
+from kerncap.replay import perturb
+from kerncap.replay import sanitize as sanitize_tool
+from kerncap.replay.differential import Options as TrustOptions
+from kerncap.replay.differential import TrustReport, validate_one
+from kerncap.replay.results import ReplayResult, ValidationResult
+from kerncap.replay.significance import TimingComparison
+from kerncap.reproducer.editable import source_fingerprint
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.history import History, Variant
+from kerncap.reproducer.variants import RecompileResult
+from kerncap.session.options import BuildRequest, CompareRequest, ReplayRequest, ValidateRequest
+from kerncap.triton.worker import CompileWorker, is_triton_reproducer
+
+# What a progress line is: "" plain, "detail" (compiler output), "warning", "pass", "fail".
+Progress = Callable[[str, str], None]
+
+
+def _quiet(_text: str, _level: str = "") -> None:
+    pass
+
+
+def needs_gpu(exc: BaseException) -> bool:
+    """True when a failure means "no GPU / no replay core here" rather than a fault."""
+    return isinstance(exc, (NativeUnavailable, GpuUnavailable))
+
+
+class ReplayNotRun(KerncapError):
+    """A build compiled its variant, but the replay could not run (no GPU, no replay core):
+    nothing was timed, validated or recorded. `.built` is the new cubin (or set variant)."""
+
+    def __init__(self, built: Path, seconds: float, cause: KerncapError) -> None:
+        super().__init__(f"compiled {Path(built).name} in {seconds:.2f} s, but the replay could not run: "
+                         f"{cause.message}", cause.hint, exit_code=cause.exit_code)
+        self.built = Path(built)
+        self.cause = cause
+
+
+@dataclass
+class Measured:
+    """A cubin timed interleaved with the captured one and validated: what a History row holds."""
+
+    median_ms: float | None
+    min_ms: float | None
+    spread_pct: float | None
+    validation: str = "skipped"   # pass | fail | inconclusive | error | skipped
+    detail: str = ""              # one line for the log
+    validation_detail: str = ""   # "exact · p4" (TrustReport.short)
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    confidence: float | None = None
+    significant: bool | None = None
+    report: TrustReport | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The History row's fields."""
+        return dict(median_ms=self.median_ms, min_ms=self.min_ms, spread_pct=self.spread_pct,
+                    validation=self.validation, note=self.detail, validation_detail=self.validation_detail,
+                    speedup=self.speedup, speedup_low=self.speedup_low, speedup_high=self.speedup_high,
+                    confidence=self.confidence, significant=self.significant)
+
+
+@dataclass
+class BuildResult:
+    """What one build did. `status`: "recorded" (a new History row, `variant`),
+    "unchanged" (source/ equals what `variant` was built from: nothing compiled) or
+    "superseded" (cancelled by a newer save: nothing recorded)."""
+
+    status: str
+    variant: Variant | None = None
+    compiled: RecompileResult | None = None
+    baseline: Variant | None = None   # recorded first by this build (the history had none)
+    reused: bool = False              # the cubin built earlier from this very source (not compiled again)
+    seconds: float = 0.0
+    set_run: Any = None               # a set's build: its SetRun (kerncap.replay.set_run)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.compiled
+        return {"status": self.status, "variant": self.variant.to_dict() if self.variant else None,
+                "baseline": self.baseline.to_dict() if self.baseline else None, "reused": self.reused,
+                "seconds": round(self.seconds, 3),
+                "compiled": None if c is None else {"cubin": str(c.cubin), "seconds": round(c.seconds, 3),
+                                                    "mode": c.mode, "phases": c.phases, "notes": c.notes}}
+
+
+class Opened:
+    """What every open reproducer (or set) has: its root, its variant history, source/."""
+
+    root: Path
+    _history: History | None = None
+
+    @property
+    def history(self) -> History:
+        """The variant history (loaded on first use; CaptureFormatError when damaged)."""
+        if self._history is None:
+            self._history = History.load(self.root)
+        return self._history
+
+    def reload_history(self) -> History:
+        self._history = None
+        return self.history
+
+    @property
+    def source_dir(self) -> Path | None:
+        d = self.root / "source"
+        return d if d.is_dir() else None
+
+    def prepare_history(self) -> str:
+        """The commit of source/ as extracted, made before the first edit can land."""
+        return self.history.initial_commit()
+
+    def diff(self, a: Variant, b: Variant) -> str:
+        return self.history.diff(a, b)
+
+    def restore(self, v: Variant) -> None:
+        self.history.restore(v)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def baseline(self, request, *, progress: Progress = _quiet) -> Variant:
+        raise NotImplementedError
+
+    def _after_baseline(self, request, progress: Progress, built: Path, seconds: float, measure: Callable[[], Any]):
+        """(the baseline, recorded first when the history has none, else None; measure()).
+        A replay that cannot run here (no GPU, no replay core) is ReplayNotRun: `built`
+        compiled, nothing was timed or recorded."""
+        try:
+            base = self.baseline(request, progress=progress) if self.history.baseline is None else None
+            return base, measure()
+        except KerncapError as exc:
+            if needs_gpu(exc):
+                raise ReplayNotRun(built, seconds, exc) from None
+            raise
+
+    @staticmethod
+    def _superseded(progress: Progress, started: float, **fields: Any) -> BuildResult:
+        progress("superseded by a newer save", "detail")
+        return BuildResult("superseded", seconds=time.monotonic() - started, **fields)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Session(Opened):
+    """One reproducer, open. `device`: the GPU ordinal its replay server uses; `timeout`:
+    seconds one replay request may take (the server is killed after; None: no limit);
+    `server_cmd`: the replay server command (tests use a stand-in); `compile_worker`:
+    keep a resident Triton compile worker (False: compile in this process)."""
+
+    is_set = False
+
+    def __init__(self, root: str | Path, *, device: int = 0, timeout: float | None = None,
+                 server_cmd: list[str] | None = None, compile_worker: bool = True) -> None:
+        self.root = Path(root)
+        if self.root.name == "capture" and (self.root / "manifest.json").is_file():
+            self.root = self.root.parent
+        self.device = device
+        self.timeout = timeout
+        self.server_cmd = list(server_cmd) if server_cmd else None
+        self._client: Any = None
+        self._lock = threading.RLock()
+        self._capture: Capture | None = None
+        self._history: History | None = None
+        self._plans: dict[tuple, perturb.PerturbPlan] = {}
+        self._built: dict[str, RecompileResult] = {}  # source fingerprint -> a build not recorded yet
+        self._compiler = CompileWorker(self.root) if compile_worker and is_triton_reproducer(self.root) else None
+        self.closed = False
+
+    # -- what it holds ------------------------------------------------------------------------
+    @property
+    def capture(self) -> Capture:
+        if self._capture is None:
+            self._capture = Capture.open(self.root)
+        return self._capture
+
+    @property
+    def compiler_warmup(self) -> dict | None:
+        """The Triton compile worker's warm-up outcome once it is over (None: not yet, or CUDA C++)."""
+        return self._compiler.warmup if self._compiler is not None else None
+
+    def warm(self) -> None:
+        """Start what a first build needs (the Triton compile worker's warm-up); returns at once."""
+        if self._compiler is not None:
+            self._compiler.start()
+
+    def wait_warm(self) -> dict | None:
+        return self._compiler.wait_ready() if self._compiler is not None else None
+
+    def _resident(self):
+        """The replay server of this session, started on first use."""
+        if self._client is None:
+            # Looked up at call time: a test's stand-in for the replay core replaces it here too.
+            self._client = replay_client.ReplayClient(self.root, device=self.device, timeout=self.timeout,
+                                                      server_cmd=self.server_cmd)
+        return self._client
+
+    @property
+    def replay_starts(self) -> int:
+        """Replay servers started so far (a sticky fault ends one; the next request starts another)."""
+        return getattr(self._client, "starts", 0) if self._client is not None else 0
+
+    # -- replay, validate, compare --------------------------------------------------------------
+    def replay(self, request: ReplayRequest = ReplayRequest()) -> ReplayResult:
+        """Time the captured kernel (or request.cubin) at the captured addresses."""
+        r = request.checked()
+        with self._lock:
+            return self._resident().replay(cubin=r.cubin, iterations=r.iterations, warmup=r.warmup,
+                                           flush_l2=r.flush_l2)
+
+    def validate(self, request: ValidateRequest = ValidateRequest(), *,
+                 progress: Callable[[str], None] | None = None) -> TrustReport:
+        """Validation you can trust (kerncap.replay.differential): determinism of the
+        captured kernel, the captured input, request.perturb perturbed inputs."""
+        r = request.checked()
+        options = trust_options(r)
+        with self._lock:
+            plan = self._plan(r) if r.perturb else None
+            one = validate_one(self._resident(), self.capture, r.cubin, options, plan=plan, progress=progress)
+        return TrustReport(r.cubin, r.perturb, r.seed, [one])
+
+    def _plan(self, r: ValidateRequest) -> perturb.PerturbPlan:
+        """Planned once per session and request shape: it samples the captured payloads."""
+        key = (tuple(r.keep), tuple(sorted(r.region_dtypes.items())))
+        if key not in self._plans:
+            self._plans[key] = perturb.plan(self.capture, r.keep, r.region_dtypes)
+        return self._plans[key]
+
+    def validate_once(self, cubin: str | Path | None = None, *, atol: float | None = None,
+                      rtol: float | None = None, dtype: str | None = None,
+                      dtypes: dict[int, str] | None = None) -> ValidationResult:
+        """One run of the kernel (or `cubin`) compared with the captured post-state (no
+        determinism runs, no perturbed inputs): `api.validate`."""
+        with self._lock:
+            return self._resident().validate(cubin=cubin, atol=atol, rtol=rtol, dtype=dtype, dtypes=dtypes)
+
+    def compare(self, request: CompareRequest) -> TimingComparison:
+        """The captured cubin and request.cubins timed interleaved, each variant's speedup
+        with its bootstrap interval (kerncap.replay.significance)."""
+        r = request.checked()
+        with self._lock:
+            return self._resident().compare_timing([Path(c) for c in r.cubins], rounds=r.rounds,
+                                                   iterations=r.iterations, warmup=r.warmup, flush_l2=r.flush_l2,
+                                                   min_seconds=r.min_seconds, max_seconds=r.max_seconds,
+                                                   confidence=r.confidence)
+
+    # -- where a variant differs: mismatch maps and dumps on the resident server ----------------
+    def mismatch_maps(self, **options: Any) -> list:
+        """kerncap.replay.mismatch_request.request_maps on this session's replay server."""
+        with self._lock:
+            return mismatch_request.request_maps(self._resident(), self.capture, **options)
+
+    def dump(self, items, states, **options: Any):
+        """kerncap.replay.dump.dump, its GPU states run on this session's replay server."""
+        with self._lock:
+            return dump_tool.dump(self.root, items, states, client=self._resident(), **options)
+
+    # -- inspect: Nsight Compute and compute-sanitizer (each in a replay server of its own) ----
+    def ncu(self, cubin: str | Path | None = None, *, reuse: bool = False, **options: Any) -> ncu_tool.NcuResult:
+        if not reuse:
+            return ncu_tool.profile(self.root, cubin, device=self.device, **options)
+        result, reused = ncu_tool.stored_or_profile(self.root, cubin, device=self.device, **options)
+        progress = options.get("progress")
+        if reused and progress is not None:
+            progress(f"ncu: using the stored report of {result.label} (same cubin bytes and sections)")
+        return result
+
+    def sanitize(self, cubin: str | Path | None = None, **options: Any) -> sanitize_tool.SanitizeResult:
+        return sanitize_tool.sanitize(self.root, cubin, device=self.device, **options)
+
+    # -- the edit loop ------------------------------------------------------------------------
+    def recompile(self, config: str | None = None, *, mode: str = "auto", trust: bool = False) -> RecompileResult:
+        """Rebuild the kernel from source/ into variants/ (a Triton reproducer in the warm
+        compile worker when it has the captured contract; anything else here)."""
+        if self._compiler is not None and config is None and mode == "auto" and not trust:
+            return self._compiler.recompile()
+        return recompile_kernel(self.root, config, trust=trust, mode=mode)
+
+    def baseline(self, request: BuildRequest = BuildRequest(), *, progress: Progress = _quiet) -> Variant:
+        """Time and validate the captured cubin (determinism included) and record it as
+        the history's baseline (row 0)."""
+        progress("replaying the captured cubin (baseline) …", "")
+        out = self.measure(None, request.checked())
+        v = self.history.record(baseline=True, **out.fields())
+        progress(f"baseline: {out.median_ms:.4f} ms (±{out.spread_pct:.1f}%), validation "
+                 f"{out.validation} {out.validation_detail}".rstrip(), "")
+        return v
+
+    def build(self, request: BuildRequest = BuildRequest(), *, progress: Progress = _quiet,
+              cancelled: Callable[[], bool] = lambda: False) -> BuildResult:
+        """recompile → (baseline, the first time) → timing interleaved with the captured
+        cubin → validation → one History row. A source/ equal to what a recorded variant
+        was built from builds nothing; a cubin built from this very source whose replay
+        could not run is reused, not compiled again. `cancelled()` is asked between the
+        steps: a superseded build records nothing."""
+        started = time.monotonic()
+        r = request.checked()
+        if self.source_dir is None:
+            raise KerncapError(f"{self.root} has no source/ to build",
+                               "extract with --source-dir (CUDA C++), or capture a Triton kernel")
+        fingerprint = source_fingerprint(self.source_dir)
+        same = self.history.built_from(fingerprint)
+        if same is not None:
+            progress(f"source/ is unchanged since {same.label} ({same.validation}): no new variant", "detail")
+            return BuildResult("unchanged", variant=same, seconds=time.monotonic() - started)
+        compiled = self._built.get(fingerprint)
+        reused = compiled is not None and compiled.cubin.is_file()
+        if reused:
+            progress(f"source/ is unchanged since {compiled.cubin.name} was compiled: replaying it", "detail")
+        else:
+            progress("recompiling …", "")
+            compiled = self.recompile(r.config, mode=r.mode, trust=r.trust)
+            self._built[fingerprint] = compiled
+            _report_compile(compiled, progress)
+        if cancelled():
+            return self._superseded(progress, started, compiled=compiled, reused=reused)
+        base, out = self._after_baseline(r, progress, compiled.cubin, compiled.seconds,
+                                         lambda: self.measure(compiled.cubin, r))
+        if cancelled():
+            return self._superseded(progress, started, compiled=compiled, baseline=base, reused=reused)
+        cubin = compiled.cubin
+        rel = str(cubin.relative_to(self.root)) if cubin.is_relative_to(self.root) else str(cubin)
+        v = self.history.record(cubin=rel, build_seconds=compiled.seconds, source_hash=fingerprint, **out.fields())
+        self._built.pop(fingerprint, None)
+        seconds = time.monotonic() - started
+        progress(f"{v.label}: {out.median_ms:.4f} ms, {speedup_phrase(v)}"
+                 + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
+                 + f" ({seconds:.1f} s)", "pass" if out.validation == "pass" else "fail")
+        return BuildResult("recorded", variant=v, compiled=compiled, baseline=base, reused=reused, seconds=seconds)
+
+    def measure(self, cubin: Path | None, request: BuildRequest) -> Measured:
+        """The baseline (cubin None): its timing and validation (determinism included).
+        A variant: timed interleaved with the captured cubin (the speedup with its
+        interval) and validated on the captured input and request.perturb perturbed ones."""
+        with self._lock:
+            # The baseline goes through the same interleaved timing (alone): it also sets up
+            # what the first variant's comparison would otherwise pay for (NVML, the floor).
+            timing = request.timing()
+            c = self.compare(CompareRequest(cubins=() if cubin is None else (str(cubin),), rounds=timing.rounds,
+                                            iterations=timing.iterations))
+            p = c.programs[-1]
+            out = Measured(p.median_ms, min(p.times), p.spread_pct)
+            if p.interval is not None:
+                iv = p.interval
+                out.speedup, out.speedup_low, out.speedup_high = iv.speedup, iv.low, iv.high
+                out.confidence, out.significant = iv.confidence, iv.significant
+            try:
+                report = self.validate(request.validation(None if cubin is None else str(cubin)))
+            except KerncapError as exc:
+                if needs_gpu(exc):
+                    raise
+                out.validation, out.detail = "error", exc.message
+                return out
+        out.report = report
+        out.validation = report.verdict
+        out.validation_detail = report.short()
+        if any(i.status == "variant fault" for i in report.inputs):
+            out.validation = "error"  # a crash, not a wrong answer
+        bad = [i for i in report.inputs if i.status not in ("pass", "baseline fault")]
+        if bad:
+            out.detail = "; ".join(f"{i.input}: {i.status}" + (f" ({', '.join(c.name for c in i.failures[:3])})"
+                                                                 if i.failures else "") for i in bad[:3])
+        return out
+
+    # -- ending ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Shut the replay server and the compile worker down (idempotent)."""
+        self.closed = True
+        client, self._client = self._client, None
+        try:
+            if client is not None:
+                client.close()
+        finally:
+            if self._compiler is not None:
+                self._compiler.close()
+
+    def close_replay(self) -> bool:
+        """Shut only the replay server down (it frees its GPU memory; the next request
+        starts a new one). True if one ran."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is None:
+            return False
+        client.close()
+        return True
+
+    def kill(self) -> None:
+        """Kill the replay server now, also mid-request (that request fails; the next one
+        starts a fresh server). No lock: a front end whose client went away calls this."""
+        client = self._client
+        if client is not None:
+            client.kill()
+
+
+
+def trust_options(r: ValidateRequest) -> TrustOptions:
+    return TrustOptions(perturb=r.perturb, seed=r.seed, keep=tuple(r.keep), region_dtypes=dict(r.region_dtypes),
+                        atol=r.atol, rtol=r.rtol, dtype=r.dtype, runs=r.runs, region_shapes=dict(r.region_shapes))
+
+
+def speedup_phrase(v: Variant) -> str:
+    """One phrase for a log line or a notification: "1.32× [1.21–1.35]", "within noise
+    (1.02×, 0.97–1.08)", "1.06× (no interval)", "not compared"."""
+    if v.speedup is None:
+        return "not compared"
+    if v.speedup_low is None:
+        return f"{speedup_text(v.speedup)} (no interval)"
+    span = interval_text(v.speedup_low, v.speedup_high)
+    if not v.significant:
+        return f"within noise ({speedup_text(v.speedup)}, {span})"
+    return f"{speedup_text(v.speedup)} [{span}]"
+
+
+def _report_compile(rc: RecompileResult, progress: Progress) -> None:
+    log = rc.log.strip()
+    if log:
+        progress(log, "detail")
+    if rc.summary:
+        progress(rc.summary, "detail")
+    for note in rc.notes:  # e.g. the reduced compile fell back to the whole file
+        progress(note, "warning")
+    progress(f"compiled {Path(rc.cubin).name} in {rc.seconds:.2f} s"
+             + (f" ({rc.mode}: {rc.phase_line()})" if rc.phases else ""), "")

@@ -1,0 +1,136 @@
+"""The variant history's model in the engine (kerncap.reproducer.history): one schema
+(reproducer/schemas.py HISTORY_JSON) for every reader, atomic writes, and what a
+damaged or hostile history.json says. The fuzzing of the same readers is in
+test_fuzz_history.py; the git commits, diffs and restores in tui/test_logic.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from unprivileged import run_unprivileged, shared_tmp
+
+from kerncap.errors import CaptureFormatError, KerncapError
+from kerncap.reproducer import history as hist
+from kerncap.reproducer.history import History, best_variant, summary
+from kerncap.reproducer.listing import describe_reproducer
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "kerncap_tui" / "demo" / "reproducer"
+
+
+@pytest.fixture
+def demo(tmp_path) -> Path:
+    d = tmp_path / "demo"
+    shutil.copytree(DEMO, d)
+    return d
+
+
+def write(d: Path, doc) -> None:
+    (d / hist.HISTORY_FILE).write_text(json.dumps(doc))
+
+
+def test_the_demo_reads_back_with_every_reader(demo):
+    h = History.load(demo)
+    assert [v.label for v in h.variants] == ["baseline", "v1", "v2", "v3"]
+    assert best_variant(demo).label == "v1"  # the fastest passing one
+    assert summary(demo) == {"validation": "pass", "variants": 4}
+    row = describe_reproducer(demo)
+    assert row["validation"] == "pass" and row["variants"] == 4
+
+
+def test_inconclusive_is_a_verdict_every_reader_accepts(demo):
+    """The two old dataclasses disagreed: the engine's reader had no `inconclusive`."""
+    doc = json.loads((demo / hist.HISTORY_FILE).read_text())
+    doc["variants"][1]["validation"] = "inconclusive"
+    write(demo, doc)
+    assert History.load(demo).get(1).validation == "inconclusive"
+    assert best_variant(demo).label == "v2"  # not a pass: not the best
+
+
+@pytest.mark.parametrize("change,field", [
+    (lambda d: d["variants"][1].update(validation="great"), "variants[1].validation"),
+    (lambda d: d["variants"][2].pop("id"), "variants[2].id is missing"),
+    (lambda d: d["variants"][0].update(median_ms=-1), "variants[0].median_ms"),
+    (lambda d: d.update(variants={"0": {}}), "variants must be a list"),
+    (lambda d: d["variants"][1].update(commit="not hex"), "variants[1].commit"),
+    (lambda d: d["variants"][1].update(cubin="variants/\x00.cubin"), "variants[1].cubin"),
+    (lambda d: d.update(version=7), "version"),
+])
+def test_a_damaged_history_names_the_file_and_the_field(demo, change, field):
+    doc = json.loads((demo / hist.HISTORY_FILE).read_text())
+    change(doc)
+    write(demo, doc)
+    with pytest.raises(CaptureFormatError) as exc:
+        History.load(demo)
+    assert str(demo / hist.HISTORY_FILE) in exc.value.message and field in exc.value.message, exc.value.message
+    assert exc.value.hint
+    assert summary(demo) == {"validation": "unreadable history.json"}  # kerncap list names it, lists the rest
+
+
+def test_two_variants_with_one_id_are_refused(demo):
+    doc = json.loads((demo / hist.HISTORY_FILE).read_text())
+    doc["variants"][2]["id"] = 1
+    write(demo, doc)
+    with pytest.raises(CaptureFormatError, match="two variants have the same id"):
+        History.load(demo)
+
+
+def test_a_newer_writers_fields_are_kept_out_not_refused(demo):
+    doc = json.loads((demo / hist.HISTORY_FILE).read_text())
+    doc["variants"][1]["heatmap"] = {"from": "a newer kerncap"}
+    write(demo, doc)
+    assert History.load(demo).get(1).cubin == "variants/1.cubin"
+
+
+def test_a_fifo_or_a_huge_file_is_never_read(demo):
+    (demo / hist.HISTORY_FILE).unlink()
+    os.mkfifo(demo / hist.HISTORY_FILE)
+    with pytest.raises(CaptureFormatError, match="not a regular file"):
+        History.load(demo)
+
+
+def test_recording_writes_atomically_and_checks_its_own_output(demo, monkeypatch):
+    h = History.load(demo)
+    h.initial_commit = lambda: "0" * 40  # no git here: the write is what is checked
+    writes = []
+    real = hist.write_atomic
+    monkeypatch.setattr(hist, "write_atomic", lambda path, data, **kw: writes.append(path) or real(path, data, **kw))
+    h.record(baseline=True, median_ms=0.5, validation="inconclusive")
+    assert writes == [demo / hist.HISTORY_FILE]
+    assert History.load(demo).baseline.validation == "inconclusive"  # what it wrote fits the schema
+    assert not [p for p in demo.iterdir() if p.name.endswith(".tmp")]
+    with pytest.raises(ValueError):
+        h.record(baseline=True, median_ms=0.5, validation="great")
+
+
+def _first_commit(root: str):
+    History(root=Path(root)).initial_commit()
+
+
+def test_a_read_only_reproducer_names_that_not_git(tmp_path):
+    """A read-only reproducer (a shared mount, another user's) gets a message about the
+    directory, never "is git installed?" (git is installed)."""
+    import mmap  # noqa: F401 - what GitPython imports lazily, loaded before dropping privileges
+
+    import git  # noqa: F401
+
+    base = shared_tmp()
+    try:
+        repro = base / "demo"
+        shutil.copytree(DEMO, repro)  # shipped as dot-git/: there is no .git, so it must be created
+        for d, _, files in os.walk(base):
+            os.chmod(d, 0o555)
+            for f in files:
+                os.chmod(Path(d) / f, 0o444)
+        with pytest.raises(KerncapError) as exc:
+            run_unprivileged(_first_commit, str(repro))
+        assert "read-only" in exc.value.message and str(repro) in exc.value.message
+        assert "git installed" not in (exc.value.hint or "") and "writable" in exc.value.hint
+    finally:
+        for d, _, _ in os.walk(base):
+            os.chmod(d, 0o755)
+        shutil.rmtree(base, ignore_errors=True)

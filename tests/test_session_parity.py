@@ -1,0 +1,282 @@
+"""One session behind every front end (kerncap.session, issue 28): the same request gives
+the same typed result through the CLI's --json, the MCP tool and the API, on the
+committed axpy capture replayed by the numpy stand-in for the replay core
+(tests/replay_sim.py: the server's real operations and the client's real orchestration,
+in-process); and a variant an agent builds through MCP is the one `kerncap check` checks
+and the workbench's History shows. The GPU suite runs the same calls on the H200
+(tests/gpu/test_mcp_gpu.py, test_check_gpu.py, test_tui_loop.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import replay_sim as sim
+
+pytest.importorskip("mcp")
+anyio = pytest.importorskip("anyio")
+
+from mcp import Client  # noqa: E402
+
+from kerncap import api, cli  # noqa: E402
+from kerncap.frontends.mcp_server import build_server  # noqa: E402
+from kerncap.reproducer.variants import RecompileResult, publish_variant  # noqa: E402
+
+
+def axpy(m, _s):
+    y = m.f32(1)
+    y[:] = y + np.float32(0.5) * m.f32(0)
+
+
+def slow_axpy(m, s):
+    axpy(m, s)
+
+
+slow_axpy.ms = 0.08  # the simulated core times a kernel at its `ms`
+
+
+KERNELS = {"captured": sim.axpy, "same.cubin": axpy, "abs.cubin": sim.axpy_abs, "slow.cubin": slow_axpy,
+           "1.cubin": axpy, "2.cubin": axpy}
+
+
+@pytest.fixture
+def repro(tmp_path, monkeypatch) -> Path:
+    return sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS)
+
+
+def mcp(tmp_path: Path, *calls):
+    """Run (tool, args) calls in one MCP client session over the SDK's client."""
+    server = build_server([tmp_path])
+
+    async def go():
+        async with Client(server) as c:
+            return [await c.call_tool(name, args) for name, args in calls]
+    out = anyio.run(go)
+    for r in out:
+        assert not r.is_error, r.content[0].text
+    return [r.structured_content for r in out]
+
+
+def cli_json(capsys, *argv) -> tuple[int, dict]:
+    status = cli.main([*argv, "--json"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def plain(doc):
+    """Through JSON, as a client sees it."""
+    return json.loads(json.dumps(doc))
+
+
+@pytest.mark.parametrize("variant,extra", [
+    (None, {}),                                    # the captured cubin, determinism in 3 runs (the default)
+    ("same.cubin", {"perturb": 2, "seed": 1}),    # a correct variant on perturbed inputs too
+    ("abs.cubin", {"perturb": 2, "seed": 1}),     # right on the captured input, wrong on a perturbed one
+    ("same.cubin", {"region_dtypes": {1: "float32"}}),  # per-region dtypes: element-wise (the one rule)
+])
+def test_validate_is_one_result_in_every_front_end(repro, tmp_path, capsys, variant, extra):
+    cubin = str(tmp_path / variant) if variant else None
+    argv = ["validate", str(repro)] + (["--cubin", cubin] if cubin else [])
+    for k, v in extra.items():
+        if k == "region_dtypes":
+            argv += [a for rid, t in v.items() for a in ("--region-dtype", f"{rid}={t}")]
+        else:
+            argv += [f"--{k}", str(v)]
+    status, from_cli = cli_json(capsys, *argv)
+    assert from_cli.pop("set_timing") is None  # the CLI's JSON also times a set's variant (docs/cli.md)
+    [from_mcp] = mcp(tmp_path, ("validate", {"reproducer": str(repro), **({"cubin": cubin} if cubin else {}),
+                                             **extra}))
+    request = api.ValidateRequest(cubin=cubin, **{k: v for k, v in extra.items()})
+    from_api = api.validate_request([repro], request)
+    with api.open_session(repro) as s:
+        from_session = s.validate(request)
+    assert plain(from_cli) == plain(from_mcp) == plain(from_api.to_dict()) == plain(from_session.to_dict())
+    assert status == from_api.exit_status
+    assert from_api.reproducers[0].determinism.runs == api.options.RUNS.default == 3  # MCP's default too
+    if variant == "abs.cubin":
+        assert from_mcp["verdict"] == "fail" and from_mcp["perturb"] == 2
+    if "region_dtypes" in extra:
+        assert from_mcp["mode"] == "tolerance"
+
+
+def test_replay_and_compare_are_one_result_in_every_front_end(repro, tmp_path, capsys):
+    slow = str(tmp_path / "slow.cubin")
+    _, cli_cmp = cli_json(capsys, "replay", str(repro), "--compare", slow, "--rounds", "6", "-n", "4")
+    _, cli_replay = cli_json(capsys, "replay", str(repro), "--cubin", slow, "-n", "5")
+    # each in a fresh server, as the CLI's: the simulated timings follow the launches before
+    [mcp_cmp] = mcp(tmp_path, ("compare", {"reproducer": str(repro), "cubins": [slow], "rounds": 6, "iterations": 4}))
+    [mcp_replay] = mcp(tmp_path, ("replay", {"reproducer": str(repro), "cubin": slow, "iterations": 5}))
+    api_cmp = api.compare_variants(repro, [slow], rounds=6, iterations=4).to_dict()
+    api_replay = api.replay(repro, cubin=slow, iterations=5).to_dict()
+    for doc in (cli_cmp, mcp_cmp, api_cmp):
+        doc.pop("seconds")  # wall time of the comparison
+    assert plain(cli_cmp) == plain(mcp_cmp) == plain(api_cmp)
+    assert plain(cli_replay) == plain(mcp_replay) == plain(api_replay)
+    assert mcp_cmp["programs"][1]["interval"]["verdict"] == "slower"
+
+
+def test_info_is_one_result_in_every_front_end(repro, tmp_path, capsys):
+    _, from_cli = cli_json(capsys, "info", str(repro))
+    [from_mcp] = mcp(tmp_path, ("info", {"reproducer": str(repro)}))
+    assert plain(from_cli) == plain(from_mcp) == plain(api.info(repro))
+
+
+# -- build: one call to the session in every front end ---------------------------------------------
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """The axpy fixture has no kernel sources to compile: this stands in for nvcc, writing
+    the next numbered variant as recompile does (its bytes pick the simulated kernel)."""
+    made = []
+
+    def recompile(root, config=None, *, trust=False, mode="auto"):
+        root = Path(root)
+        variants = root / "variants"
+        variants.mkdir(exist_ok=True)
+        tmp = variants / ".build.tmp"
+        tmp.write_bytes((root / "source" / "axpy.cu").read_bytes())
+        cubin = publish_variant(tmp, variants)
+        made.append(cubin)
+        return RecompileResult(cubin=cubin, seconds=0.01, command=["nvcc (stand-in)"], log="", mode=mode)
+
+    monkeypatch.setattr("kerncap.session.session.recompile_kernel", recompile)
+    return made
+
+
+def with_source(repro: Path, text: str = "// axpy\n") -> Path:
+    (repro / "source").mkdir(exist_ok=True)
+    (repro / "source" / "axpy.cu").write_text(text)
+    return repro
+
+
+def row(doc: dict) -> dict:
+    """A History row without what differs between two builds of the same source."""
+    return {k: v for k, v in doc.items() if k not in ("time", "commit", "build_seconds")}
+
+
+def test_a_build_is_the_same_in_every_front_end(tmp_path, monkeypatch, capsys, compiles):
+    first = with_source(sim.axpy_reproducer(tmp_path / "a", monkeypatch, KERNELS))
+    copies = {}
+    for name in ("cli", "mcp", "api"):
+        copies[name] = tmp_path / name
+        shutil.copytree(first, copies[name])
+    status, from_cli = cli_json(capsys, "build", str(copies["cli"]))
+    [from_mcp] = mcp(tmp_path, ("build", {"reproducer": str(copies["mcp"])}))
+    from_api = api.build(copies["api"]).to_dict()
+    assert status == 0 and from_cli["status"] == from_mcp["status"] == from_api["status"] == "recorded"
+    assert row(from_cli["variant"]) == row(from_mcp["variant"]) == row(from_api["variant"])
+    assert row(from_cli["baseline"]) == row(from_mcp["baseline"]) == row(from_api["baseline"])
+    v = from_mcp["variant"]
+    assert v["id"] == 1 and v["validation"] == "pass" and v["validation_detail"] == "exact · p4" \
+        and v["cubin"] == "variants/1.cubin" and v["speedup_low"] is not None
+    # the same request again: nothing to build, in every front end
+    _, again = cli_json(capsys, "build", str(copies["cli"]))
+    [again_mcp] = mcp(tmp_path, ("build", {"reproducer": str(copies["mcp"])}))
+    assert again["status"] == again_mcp["status"] == api.build(copies["api"]).status == "unchanged"
+    assert len(compiles) == 3
+
+
+def test_an_mcp_built_variant_is_what_check_and_the_workbench_see(tmp_path, monkeypatch, capsys, compiles):
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    [built] = mcp(tmp_path, ("build", {"reproducer": str(repro)}))
+    assert built["status"] == "recorded" and built["variant"]["id"] == 1
+    history = json.loads((repro / "history.json").read_text())
+    assert [v["id"] for v in history["variants"]] == [0, 1]
+
+    # kerncap check: the captured cubin and the agent's variant, both validated and timed
+    status, report = cli_json(capsys, "check", str(repro), "--backend", "serial", "-n", "5")
+    assert status == 0, report
+    assert [c["key"] for c in report["cases"]] == ["axpy#baseline", "axpy#v1"]
+    assert report["cases"][1]["cubin"] == "variants/1.cubin" and report["cases"][1]["status"] == "pass"
+
+    # the workbench's History
+    from textual.widgets import DataTable
+
+    from kerncap_tui.app import KerncapApp
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+    async def run():
+        app = KerncapApp(repro)
+        async with app.run_test(size=(120, 30)) as pilot:
+            await pilot.pause(0.5)
+            table = app.query_one("#history-table", DataTable)
+            labels = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+            assert labels == ["baseline", "v1"], labels
+            assert str(table.get_cell("1", "valid")).startswith("✓ exact · p4")
+            app.exit()
+
+    asyncio.run(run())
+
+
+# -- one declaration per option and default -----------------------------------------------------
+
+# (command, MCP tool, the option declarations both render)
+DECLARED = [
+    ("validate", "validate", ["RUNS", "SEED", "ATOL", "RTOL"]),
+    ("replay", "compare", ["ROUNDS", "MIN_TIME", "MAX_TIME", "CONFIDENCE"]),
+    ("build", "build", ["BUILD_ROUNDS", "BUILD_ITERATIONS", "BUILD_PERTURB", "RUNS"]),
+    ("check", None, ["FLEET_ITERATIONS", "FLEET_WARMUP", "RUNS", "SEED", "REPLAY_TIMEOUT"]),
+]
+MCP_NAMES = {"min_seconds": "min_time_s", "max_seconds": "max_time_s"}  # the tool's own argument names
+
+
+@pytest.mark.parametrize("command,tool,names", DECLARED, ids=[d[0] for d in DECLARED])
+def test_argparse_and_the_mcp_schema_render_the_declarations(tmp_path, command, tool, names):
+    from kerncap.session import options as O
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    actions = {a.dest: a for a in sub._actions}
+    schema = None
+    if tool is not None:
+        async def go():
+            async with Client(build_server([tmp_path])) as c:
+                return {t.name: t for t in (await c.list_tools()).tools}[tool].input_schema
+        schema = anyio.run(go)
+    for name in names:
+        option = getattr(O, name)
+        action = actions[option.name]
+        assert action.default == option.default and option.flag in action.option_strings, (command, name)
+        if option.default is not None:
+            assert f"({option.default_text}" in action.help, action.help
+        if schema is not None:
+            prop = schema["properties"][MCP_NAMES.get(option.name, option.name)]
+            assert prop.get("default") == option.default, (tool, name, prop)
+            if option.minimum is not None:
+                bound = prop.get("minimum", next((b.get("minimum") for b in prop.get("anyOf", []) if "minimum" in b),
+                                                 None))
+                assert bound == option.minimum, (tool, name, prop)
+
+
+def test_the_mcp_validate_defaults_are_the_clis():
+    """MCP's validate used to default to 1 determinism run where the CLI and the workbench
+    used 3, and to answer another type when perturb was 0."""
+    assert api.options.RUNS.default == 3 == api.ValidateRequest().runs == api.BuildRequest().runs
+    assert api.MeasureOptions().runs == 3  # kerncap check / sweep too
+
+
+def test_validate_set_with_a_variant_restores_each_member_once(fake_set, tmp_path, monkeypatch, capsys):
+    """`kerncap validate SET --cubin V` validated every member, then timed them in new
+    replay servers (each member restored twice); now one server per member does both."""
+    sim.install(monkeypatch)
+    monkeypatch.setattr(sim, "KERNELS", dict(KERNELS))
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", sim.InProcessClient)
+    opened: list[str] = []
+    real_start = sim.InProcessClient._start
+
+    def counting_start(self):
+        opened.append(self.capture_dir.name)
+        return real_start(self)
+
+    monkeypatch.setattr(sim.InProcessClient, "_start", counting_start)
+    root = fake_set(tmp_path / "set").set_dir
+    (tmp_path / "same.cubin").write_bytes(b"same.cubin")
+    status, doc = cli_json(capsys, "validate", str(root), "--cubin", str(tmp_path / "same.cubin"))
+    assert status == 0 and doc["verdict"] == "pass" and doc["set_timing"]["weighted_speedup"] is not None
+    assert sorted(opened) == ["0", "1"], opened  # members/0 and members/1, one replay server each
+    assert [m["validation"]["verdict"] for m in doc["set_timing"]["members"]] == ["pass", "pass"]
