@@ -22,7 +22,7 @@ from kerncap.core.schema import check
 from kerncap.errors import KerncapError
 from kerncap.recompile.devcompile.build import Request, compile_cubin
 from kerncap.recompile.devcompile.module_id import object_names
-from kerncap.recompile.trust import local_nvcc, require_trust, review
+from kerncap.recompile.trust import ReadPlaces, local_nvcc, require_trust, review
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
 from kerncap.reproducer.variants import RecompileResult, publish_variant
@@ -34,7 +34,9 @@ _LAUNCHERS = {"ccache", "sccache", "distcc", "icecc"}
 # flags dropped, with how many values follow them when spelled as separate words
 _DROP_WITH_VALUE = {"-o", "--output-file", "-MF", "-MT", "-MQ", "--dependency-output", "-gencode", "--generate-code",
                     "-arch", "--gpu-architecture", "-code", "--gpu-code", "-rdc", "--relocatable-device-code",
-                    "-Xlinker", "--linker-options", "-l", "--library", "-L", "--library-path"}
+                    "-Xlinker", "--linker-options", "-l", "--library", "-L", "--library-path",
+                    # options of the steps a -cubin compile never runs (device link, archiver, fatbinary)
+                    "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options", "-Xfatbin", "--fatbin-options"}
 _DROP = {"-c", "--compile", "-M", "-MM", "-MD", "-MMD", "-MP", "-dc", "--device-c", "-dw", "--device-w", "-dlink",
          "--device-link", "-link", "-lib", "-cubin", "--cubin", "-ptx", "--ptx", "-fatbin", "--fatbin",
          "-E", "--preprocess", "-generate-dependencies", "--generate-dependencies",
@@ -122,6 +124,18 @@ def _drop_missing_host_compiler(flags: list[str]) -> list[str]:
     return out
 
 
+def read_places(build: dict, repro: Path, cwd: Path, compiler: str) -> ReadPlaces:
+    """Where the recorded flags may make the compiler read: the reproducer, the local
+    toolkit, the system's headers, and the app's in-tree include directories (build.json's
+    `include_dirs` under `source_root`: the reproducer's copies of what the kernel includes
+    from there come first on the command line; searching a directory reads only what the
+    source itself names)."""
+    root = Path(build.get("source_root") or "/nonexistent")
+    extra = [root / d for d in build.get("include_dirs", [])
+             if root.is_absolute() and not Path(d).is_absolute() and ".." not in Path(d).parts]
+    return ReadPlaces(repro, cwd=cwd, toolkit=Path(os.path.realpath(compiler)).parent.parent, extra=extra)
+
+
 def _is_joined_drop(arg: str) -> bool:
     """-MFdeps.d, -Lpath, -lfoo (but not nvcc's own -lineinfo / -lto)."""
     if arg.startswith(("-MF", "-MT", "-MQ", "-L")):
@@ -151,8 +165,8 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
         raise KerncapError(f"the translation unit {tu_copy} is missing", "restore it (the original is under " + build.get("source_root", "?") + ")")
     cwd = Path(build["cwd"])
     tu_original = Path(build.get("source_root", "")) / build["tu"]
-    compiler = local_nvcc(argv[0])
-    if not cwd.is_dir():
+    compiler = local_nvcc(argv[0], repro)
+    if not cwd.is_absolute() or not cwd.is_dir():
         cwd = source  # the original build dir is gone: in-tree -I dirs are remapped below anyway
     flags = device_flags(argv, tu_original, Path(build["cwd"]))
     variants = repro / "variants"
@@ -160,8 +174,8 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
     shadow = [f"-I{source / d}" for d in build.get("include_dirs", [])]
     nvcc = [compiler, *shadow, *flags, f"-arch={arch_flag(build, capture, argv)}"]
     command = [*nvcc, "-cubin", "-o", str(tmp), str(tu_copy)]
-    if not trust:
-        require_trust(review(flags, repro), command, source / BUILD_JSON)  # before anything is written
+    if not trust:  # before anything runs or is written
+        require_trust(review(flags, repro, read_places(build, repro, cwd, compiler)), command, source / BUILD_JSON)
     make_dirs(variants)
     try:  # fail on a read-only or full location now, not after a long compile
         tmp.write_bytes(b"")
