@@ -21,6 +21,17 @@ def human_bytes(n: int | float, *, trim: bool = False) -> str:
     return text.replace(".0 ", " ") if trim else text
 
 
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", re.I)
+
+
+def parse_bytes(text: str) -> int:
+    """'40G', '512 MiB', '1t', '4096' -> bytes (binary multiples); ValueError otherwise."""
+    m = _SIZE.fullmatch(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a size (e.g. 4096, 512M, 40G, 1T)")
+    return int(float(m.group(1)) * 1024 ** "_kmgtp".index(m.group(2).lower() or "_"))
+
+
 def format_dim(dim: Sequence[int] | None, *, sep: str = "x", trim: bool = True) -> str:
     """(128, 1, 1) -> '128'; (64, 32, 1) -> '64x32'; with trim=False every component."""
     if not isinstance(dim, (list, tuple)):
