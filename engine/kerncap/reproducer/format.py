@@ -9,6 +9,7 @@ verifies size and hash: a corrupt blob is an error, never replayed.
 from __future__ import annotations
 
 import json
+import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,31 @@ def read_json(path: Path, limit: int, missing_hint: str, damaged_hint: str) -> A
         raise CaptureFormatError(f"cannot read {path} ({exc.strerror})", "check its permissions") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CaptureFormatError(f"{path} is not valid JSON ({exc})", damaged_hint) from None
+
+
+def cubin_problem(path: Path, *, read: bool = False) -> str | None:
+    """None when `path` is a regular file (that can be read, with `read`); else what it is:
+    "is missing", "is not a regular file", "cannot be read (…)". A FIFO never blocks."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC) if read else None
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    try:
+        st = os.fstat(fd) if fd is not None else os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return "is not a regular file"
+        if fd is not None:
+            os.read(fd, 1)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return None
 
 
 @dataclass(frozen=True)
@@ -94,8 +120,9 @@ class Param:
 
 def reproducer_dir(path: str | Path) -> Path:
     """The reproducer directory of `path`: a reproducer itself, or the reproducer holding
-    the capture/ directory `path` names."""
-    p = Path(path).resolve()
+    the capture/ directory `path` names (absolute; a capture/ that is a link to another
+    reproducer's belongs to the one holding the link)."""
+    p = Path(os.path.abspath(path))
     return p.parent if p.name == "capture" and (p / "manifest.json").is_file() else p
 
 
@@ -260,8 +287,8 @@ class Capture:
         if h is None:
             return bytes(length)
         path = self.blob_path(h)
-        try:
-            st = path.stat()
+        try:  # opened, not looked at first: a blob removed meanwhile (`kerncap store`) is in the store
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             store = store_of(self.root)  # payloads moved to the workspace store (`kerncap store`)
             if store is not None:
@@ -269,16 +296,18 @@ class Capture:
             raise CaptureFormatError(f"payload {path} is missing", "the capture is incomplete; extract again") from None
         except OSError as exc:
             raise CaptureFormatError(f"cannot read payload {path} ({exc.strerror})", "check its permissions") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise CaptureFormatError(f"payload {path} is not a regular file", "extract again")
-        if st.st_size != length:  # checked before reading: a damaged size never costs a huge read
-            raise CaptureFormatError(
-                f"payload {path} holds {st.st_size} bytes, expected {length} (truncated?)", "extract again"
-            )
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise CaptureFormatError(f"cannot read payload {path} ({exc.strerror})", "check its permissions") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise CaptureFormatError(f"payload {path} is not a regular file", "extract again")
+            if st.st_size != length:  # checked before reading: a damaged size never costs a huge read
+                raise CaptureFormatError(
+                    f"payload {path} holds {st.st_size} bytes, expected {length} (truncated?)", "extract again"
+                )
+            try:
+                data = f.read(length + 1)
+            except OSError as exc:
+                raise CaptureFormatError(f"cannot read payload {path} ({exc.strerror})", "check its permissions") from None
         if len(data) != length:
             raise CaptureFormatError(f"payload {path} changed while being read", "extract again")
         if xxhash.xxh64_hexdigest(data) != h:
@@ -302,8 +331,9 @@ class Capture:
             for chunks in (item.pre, item.post):
                 for i, h in enumerate(chunks):
                     self.read_chunk(h, self.chunk_length(item.size, i))
-        if not self.cubin_path.is_file():
-            raise CaptureFormatError(f"cubin {self.cubin_path} is missing", "extract again")
+        problem = cubin_problem(self.cubin_path, read=True)
+        if problem:
+            raise CaptureFormatError(f"cubin {self.cubin_path} {problem}", "extract again")
 
     @property
     def logical_bytes(self) -> int:
@@ -311,7 +341,14 @@ class Capture:
 
     @property
     def stored_bytes(self) -> int:
-        return sum(self.blob_path(h).stat().st_size for h in self.iter_blobs() if self.blob_path(h).exists())
+        """Bytes of the blob files present (one removed while counting counts 0)."""
+        total = 0
+        for h in self.iter_blobs():
+            try:
+                total += self.blob_path(h).stat().st_size
+            except OSError:
+                pass
+        return total
 
 
 def capture_chunks(cap: Capture) -> Iterator[tuple[str, int]]:
