@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kerncap.core.fsio import write_atomic
 from kerncap.core.stack import running_stack
 from kerncap.errors import KerncapError
 from kerncap.fleet.ship import Bundle, materialize
@@ -33,6 +34,7 @@ from kerncap.replay.perturb import plan as perturb_plan
 from kerncap.replay.pool import ReplayPool
 from kerncap.replay.results import ValidationResult
 from kerncap.reproducer.format import Capture
+from kerncap.reproducer.variants import VARIANTS, variants_dir
 
 OK, FAIL, ERROR, SKIPPED = "ok", "fail", "error", "skipped"
 
@@ -253,14 +255,10 @@ def trust_summary(report: TrustReport) -> dict[str, Any]:
 def _open(reproducer: str | Bundle, files: dict[str, bytes]) -> str:
     path = resolve(reproducer)
     Capture.open(path)  # the manifest is whole and of this format version
-    variants = Path(path) / "variants"
     for name, data in files.items():
-        target = variants / Path(name).name
+        target = Path(path) / VARIANTS / Path(name).name
         if not target.is_file() or target.read_bytes() != data:
-            variants.mkdir(exist_ok=True)
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
+            write_atomic(variants_dir(path) / target.name, data)
     return path
 
 

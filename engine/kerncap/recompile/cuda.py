@@ -17,7 +17,7 @@ import os
 import time
 from pathlib import Path
 
-from kerncap.core.fsio import fs_error, make_dirs, remove_quietly, temp_name
+from kerncap.core.fsio import fs_error, remove_quietly, temp_name
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError
 from kerncap.recompile.devcompile.build import Request, compile_cubin
@@ -25,7 +25,7 @@ from kerncap.recompile.devcompile.module_id import object_names
 from kerncap.recompile.trust import ReadPlaces, local_nvcc, require_trust, review
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
-from kerncap.reproducer.variants import RecompileResult, publish_variant
+from kerncap.reproducer.variants import VARIANTS, RecompileResult, publish_variant, variants_dir
 from kerncap.sources import cubin as cubinfo
 from kerncap.sources.attach import BUILD_JSON, capture_arch
 from kerncap.sources.names import demangle_all
@@ -169,14 +169,14 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
     if not cwd.is_absolute() or not cwd.is_dir():
         cwd = source  # the original build dir is gone: in-tree -I dirs are remapped below anyway
     flags = device_flags(argv, tu_original, Path(build["cwd"]))
-    variants = repro / "variants"
+    variants = repro / VARIANTS
     tmp = temp_name(variants / "variant.cubin")  # numbered only once it is checked (publish_variant)
     shadow = [f"-I{source / d}" for d in build.get("include_dirs", [])]
     nvcc = [compiler, *shadow, *flags, f"-arch={arch_flag(build, capture, argv)}"]
     command = [*nvcc, "-cubin", "-o", str(tmp), str(tu_copy)]
     if not trust:  # before anything runs or is written
         require_trust(review(flags, repro, read_places(build, repro, cwd, compiler)), command, source / BUILD_JSON)
-    make_dirs(variants)
+    variants_dir(repro)  # a real directory, not a link out of the reproducer
     try:  # fail on a read-only or full location now, not after a long compile
         tmp.write_bytes(b"")
     except OSError as exc:

@@ -123,7 +123,7 @@ def reproducer_dir(path: str | Path) -> Path:
     the capture/ directory `path` names (absolute; a capture/ that is a link to another
     reproducer's belongs to the one holding the link)."""
     p = Path(os.path.abspath(path))
-    return p.parent if p.name == "capture" and (p / "manifest.json").is_file() else p
+    return p.parent.resolve() if p.name == "capture" and (p / "manifest.json").is_file() else p.resolve()
 
 
 @dataclass
