@@ -179,5 +179,5 @@ def test_store_marker_naming_a_path_with_a_nul_is_named(repro):
     cap = Capture.open(repro)
     for h in cap.iter_blobs():
         cap.blob_path(h).unlink()
-    with pytest.raises(KerncapError, match=r"stored.json: field store is malformed"):
+    with pytest.raises(KerncapError, match=r"stored.json: field store holds a NUL character"):
         cap.verify()

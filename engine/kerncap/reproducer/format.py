@@ -21,17 +21,20 @@ from kerncap.core.schema import check
 from kerncap.errors import CaptureFormatError
 from kerncap.reproducer import arrays as arrays_mod
 from kerncap.reproducer.arrays import CudaArray, MipmappedArray, TextureObject
-from kerncap.reproducer.schemas import MANIFEST
+from kerncap.reproducer.schemas import MANIFEST, MAX_REGIONS
 from kerncap.reproducer.store import store_of
 
 FORMAT_NAME = "kerncap-capture"
 FORMAT_VERSION = 1
-MAX_MANIFEST_BYTES = 1 << 30  # 200k regions take ~40 MB
+MAX_MANIFEST_BYTES = 256 << 20  # 200k regions take ~40 MB; schemas.MAX_REGIONS (1M) about 200 MB
+MAX_MANIFEST_OBJECTS = 4 * MAX_REGIONS  # JSON objects ('{'), counted before anything is parsed
 
 
-def read_json(path: Path, limit: int, missing_hint: str, damaged_hint: str) -> Any:
+def read_json(path: Path, limit: int, missing_hint: str, damaged_hint: str, *, max_objects: int | None = None) -> Any:
     """The JSON of a regular file of at most `limit` bytes; a FIFO, a device or a
-    huge file is refused before it is read (a read of /dev/zero never ends)."""
+    huge file is refused before it is read (a read of /dev/zero never ends), and with
+    `max_objects` one holding more '{' than that before it is parsed (parsing costs
+    seconds and gigabytes that the schema's bounds then refuse)."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -43,7 +46,11 @@ def read_json(path: Path, limit: int, missing_hint: str, damaged_hint: str) -> A
     if st.st_size > limit:
         raise CaptureFormatError(f"{path} is {st.st_size} bytes, more than the {limit} a real one can be", damaged_hint)
     try:
-        return json.loads(path.read_bytes())
+        raw = path.read_bytes()
+        if max_objects is not None and raw.count(b"{") > max_objects:
+            raise CaptureFormatError(f"{path} holds more than {max_objects} JSON objects, more than a real one can "
+                                     "(regions are bounded by the schema)", damaged_hint)
+        return json.loads(raw)
     except OSError as exc:
         raise CaptureFormatError(f"cannot read {path} ({exc.strerror})", "check its permissions") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -157,7 +164,7 @@ class Capture:
             )
         mpath = path / "manifest.json"
         manifest = read_json(mpath, MAX_MANIFEST_BYTES, "not a kerncap capture, or the capture did not finish",
-                             "the capture is corrupt; extract again")
+                             "the capture is corrupt; extract again", max_objects=MAX_MANIFEST_OBJECTS)
         cap = cls(root=path, manifest=manifest)
         cap._check_header()
         check(manifest, MANIFEST, mpath, "the capture is damaged or was not written by kerncap; extract again")
