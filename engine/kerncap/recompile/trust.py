@@ -183,12 +183,11 @@ def review(flags: list[str], reproducer: Path, places: ReadPlaces | None = None)
             if why:
                 problems.append(f"{text}: {why}")
         elif name in _HOST_OPTION_FLAGS:
-            options = _host_options(value or "")
-            bad = [opt for opt in options if not _HOST_SAFE.fullmatch(opt)]
+            bad, reads = _host_review(_host_options(value or ""), places)
             if bad:
                 problems.append(f"{text}: host compiler option(s) {' '.join(bad)} may load or run other programs "
                                 "or write files")
-            problems += [f"{text}: {why}" for why in _host_reads(options, places)]
+            problems += [f"{text}: {why}" for why in reads]
         elif name in _PTXAS_FLAGS:
             bad = [opt for opt in _host_options(value or "") if not _PTXAS_SAFE.fullmatch(opt)]
             if bad:
@@ -206,7 +205,7 @@ def review(flags: list[str], reproducer: Path, places: ReadPlaces | None = None)
         elif not (_NVCC_SAFE.fullmatch(name) or _HOST_SAFE.fullmatch(text)):
             problems.append(f"{text}: not an option kerncap knows to be harmless")
         else:
-            problems += [f"{text}: {why}" for why in _host_reads([text], places)]
+            problems += [f"{text}: {why}" for why in _host_review([text], places)[1]]
     return problems
 
 
@@ -221,9 +220,10 @@ def _read_problem(name: str, value: str | None, places: ReadPlaces) -> str | Non
             "(the compiler would read it)")
 
 
-def _host_reads(options: list[str], places: ReadPlaces) -> list[str]:
-    """Include paths among host compiler options ("-I/x", "-include", "/x", "-isystem/x")."""
-    out = []
+def _host_review(options: list[str], places: ReadPlaces) -> tuple[list[str], list[str]]:
+    """(options outside the allow-list, why include paths among them read outside):
+    "-I/x", "-isystem/x", or "-include", "/x" as two options."""
+    bad, reads = [], []
     i = 0
     while i < len(options):
         opt = options[i]
@@ -234,10 +234,12 @@ def _host_reads(options: list[str], places: ReadPlaces) -> list[str]:
             why = _read_problem(m.group(1).rstrip("="), m.group(2).lstrip("="), places)
         else:
             why = None
+            if not _HOST_SAFE.fullmatch(opt):
+                bad.append(opt)
         if why:
-            out.append(why)
+            reads.append(why)
         i += 1
-    return out
+    return bad, reads
 
 
 def _host_options(value: str) -> list[str]:

@@ -50,7 +50,7 @@ from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError, UsageError
 from kerncap.reproducer.format import MAX_MANIFEST_BYTES, Capture, capture_chunks
 from kerncap.reproducer.schemas import PACK_INDEX
-from kerncap.reproducer.store import ZSTD_LEVEL, compress, compress_in_order
+from kerncap.reproducer.store import ZSTD_LEVEL, compress, compress_in_order, max_frame_bytes
 
 PACK_FORMAT = "kerncap-pack"
 PACK_VERSION = 1
@@ -469,6 +469,8 @@ def _extract(src: Path, f: BinaryIO, tree: Tree, limits: Limits) -> PackResult:
         frame = _read_frame_header(f, total - f.tell())
         if frame is None or frame[0] != INDEX_NAME:
             raise _corrupt(src, entry, "the index is not the first entry")
+        if frame[1] > max_frame_bytes(MAX_INDEX_BYTES):
+            raise _corrupt(src, entry, f"the index claims {frame[1]} compressed bytes, more than an index can be")
         index = _read_index(src, _bounded_decompress(_read_exact(f, frame[1]), MAX_INDEX_BYTES))
         files = {f"files/{e['path']}": e for e in index["entries"] if e["type"] == "file"}
         blobs = {f"blobs/{b['hash']}": b for b in index["blobs"]}
@@ -568,10 +570,12 @@ def _bounded_decompress(frame: bytes, limit: int) -> bytes:
     """A zstd frame's content, refusing more than `limit` bytes (a small damaged or
     hostile frame must not expand into gigabytes)."""
     reader = zstd.ZstdDecompressor().stream_reader(io.BytesIO(frame))
-    data = reader.read(limit + 1)
-    if len(data) > limit:
-        raise zstd.ZstdError(f"the index expands to more than {limit} bytes")
-    return data
+    out = bytearray()
+    while piece := reader.read(min(PIECE, limit + 1 - len(out))):  # in pieces: nothing allocated up front
+        out += piece
+        if len(out) > limit:
+            raise zstd.ZstdError(f"the index expands to more than {limit} bytes")
+    return bytes(out)
 
 
 def _check_space(src: Path, dest: Path, index: dict[str, Any], packed: int, limits: Limits) -> None:
