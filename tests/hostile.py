@@ -66,8 +66,9 @@ def write_pack(path: Path, index: dict, frames: list[tuple[str, bytes]], version
     with open(path, "wb") as f:
         f.write(_HEADER.pack(MAGIC, version))
         _write_frame(f, INDEX_NAME, compress(json.dumps(index).encode()))
-        for name, payload in frames:
-            _write_frame(f, name, payload)
+        for name, payload in frames:  # names as bytes a hostile writer may choose (not UTF-8 too)
+            raw = name.encode("utf-8", "surrogateescape")[:0xFFFF]
+            f.write(struct.pack("<H", len(raw)) + raw + struct.pack("<Q", len(payload)) + payload)
     return path
 
 

@@ -180,6 +180,7 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
     try:  # fail on a read-only or full location now, not after a long compile
         tmp.write_bytes(b"")
     except OSError as exc:
+        remove_quietly(tmp)
         raise fs_error(exc, f"write into {variants}") from None
 
     def accept(data: bytes, how: str) -> None:
@@ -200,17 +201,13 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
                                       trust=trust, reproducer=repro))
         seconds = time.perf_counter() - start
         tmp.write_bytes(built.cubin)
-    except KerncapError:
-        remove_quietly(tmp)
-        raise
-    except OSError as exc:
-        remove_quietly(tmp)
-        raise fs_error(exc, f"write a variant into {variants}") from None
-    try:
         final = publish_variant(tmp, variants)
     except OSError as exc:
         remove_quietly(tmp)
         raise fs_error(exc, f"write a variant into {variants}") from None
+    except BaseException:  # a compile error, Ctrl-C: no temp cubin stays in variants/
+        remove_quietly(tmp)
+        raise
     summary = built.summary
     if _same_machine_code(built.cubin, capture, kernel):
         summary = (summary + "; " if summary else "") + "the kernel's machine code is identical to the captured one"
