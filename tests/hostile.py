@@ -34,10 +34,12 @@ def kerncap(*argv: str, **kwargs) -> subprocess.CompletedProcess:
                           timeout=kwargs.pop("timeout", 120), **kwargs)
 
 
-def synthetic_reproducer(dst: Path, chunks: list[bytes | None], chunk_size: int = 4096) -> Path:
+def synthetic_reproducer(dst: Path, chunks: list[bytes | None], chunk_size: int = 4096, *,
+                         unreachable: int = 0) -> Path:
     """A copy of the axpy_small capture (real, H200: kernel, launch, cubin) whose regions
     are replaced by one synthetic region holding `chunks` (None: an elided zero chunk),
-    pre and post alike; labelled synthetic in its provenance."""
+    pre and post alike, plus `unreachable` regions of one random chunk each that no
+    argument points to (prune drops them); labelled synthetic in its provenance."""
     shutil.copytree(AXPY, dst)
     cap = dst / "capture"
     for blob in (cap / "blobs").iterdir():
@@ -55,6 +57,12 @@ def synthetic_reproducer(dst: Path, chunks: list[bytes | None], chunk_size: int 
     region = m["regions"][0]
     region.update(size=len(chunks) * chunk_size, pre=hashes, post=list(hashes), zero_fraction=0)
     m["regions"] = [region]
+    for i in range(unreachable):
+        data = os.urandom(chunk_size)
+        h = xxhash.xxh64_hexdigest(data)
+        (cap / "blobs" / f"{h}.bin").write_bytes(data)
+        m["regions"].append({**region, "id": 100 + i, "base": 0x100000000 + i * (1 << 30), "size": chunk_size,
+                             "pre": [h], "post": [h], "written": False})
     m["chunk_size"] = chunk_size
     m["provenance"]["synthetic"] = "issue 26 tests: the regions replaced by generated chunks"
     (cap / "manifest.json").write_text(json.dumps(m))
