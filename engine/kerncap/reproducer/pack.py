@@ -340,26 +340,46 @@ class _Bounded(io.RawIOBase):
         return len(data)
 
 
-def _stream_payload(f: BinaryIO, size: int, declared: int, out: BinaryIO | None) -> str:
-    """Decompress one frame's payload (`size` bytes at f's position) into `out` in pieces,
-    refusing more than `declared` bytes; its XXH64. f is left at the frame's end."""
-    end = f.tell() + size
-    h, n = xxhash.xxh64(), 0
-    try:
-        reader = zstd.ZstdDecompressor().stream_reader(_Bounded(f, size), read_size=1 << 20,
-                                                          read_across_frames=False, closefd=False)
-        while piece := reader.read(min(PIECE, declared + 1 - n)):
-            n += len(piece)
-            if n > declared:
-                raise zstd.ZstdError(f"the entry expands to more than the {declared} bytes its index entry declares")
-            h.update(piece)
-            if out is not None:
-                out.write(piece)
-    finally:
-        f.seek(end)
-    if n != declared:
-        raise zstd.ZstdError(f"the entry holds {n} bytes, its index entry declares {declared}")
-    return h.hexdigest()
+class _Payloads:
+    """Decompresses frame payloads into `out`, hashing them, in pieces of PIECE bytes
+    through two buffers allocated once per unpack (a fresh 4 MiB buffer per chunk costs a
+    page fault per 4 KiB, which made unpack 1.3x slower than reading whole payloads)."""
+
+    def __init__(self):
+        self.dctx = zstd.ZstdDecompressor()
+        self.packed = bytearray(max_frame_bytes(PIECE))
+        self.plain = bytearray(PIECE)
+
+    def stream(self, f: BinaryIO, size: int, declared: int, out: BinaryIO | None) -> str:
+        """Decompress one frame's payload (`size` bytes at f's position) into `out`,
+        refusing more or fewer than `declared` bytes; its XXH64. f is left at the
+        frame's end. A payload that fits the buffer (every chunk of a real capture) is
+        read whole first; a larger one is read as it is decompressed."""
+        end = f.tell() + size
+        h, n = xxhash.xxh64(), 0
+        try:
+            if size <= len(self.packed):
+                view = memoryview(self.packed)[:size]
+                if f.readinto(view) != size:
+                    raise _Truncated(f"file ends inside the entry's {size} bytes")
+                source = view
+            else:
+                source = _Bounded(f, size)
+            reader = self.dctx.stream_reader(source, read_size=1 << 20, read_across_frames=False, closefd=False)
+            plain = memoryview(self.plain)
+            while got := reader.readinto(plain[: min(PIECE, declared + 1 - n)]):
+                n += got
+                if n > declared:
+                    raise zstd.ZstdError(f"the entry expands to more than the {declared} bytes its index entry "
+                                         "declares")
+                h.update(plain[:got])
+                if out is not None:
+                    out.write(plain[:got])
+        finally:
+            f.seek(end)
+        if n != declared:
+            raise zstd.ZstdError(f"the entry holds {n} bytes, its index entry declares {declared}")
+        return h.hexdigest()
 
 
 # -- unpacking ----------------------------------------------------------------------------
@@ -481,6 +501,7 @@ def _extract(src: Path, f: BinaryIO, tree: Tree, limits: Limits) -> PackResult:
             if e["type"] == "dir":
                 tree.dir_fd(e["path"], create=True)
         chunks = _Chunks(src, tree, index)
+        payloads = _Payloads()
         result = PackResult(path=tree.root)
         while True:
             entry = f"(the entry after {entry})"
@@ -497,7 +518,7 @@ def _extract(src: Path, f: BinaryIO, tree: Tree, limits: Limits) -> PackResult:
                 rel, mode, mtime = PurePosixPath(e["path"]), e["mode"], e["mtime"]
             out = tree.create(rel, mode=mode)
             try:
-                digest = _stream_payload(f, size, e["size"], out)
+                digest = payloads.stream(f, size, e["size"], out)
             except BaseException:
                 tree.discard(out)
                 raise
