@@ -434,10 +434,12 @@ def _corrupt(src: Path, entry: str, what: str) -> KerncapError:
                         "the pack file is damaged; copy it again or pack the reproducer again (`kerncap pack DIR`)")
 
 
-def _refused(src: Path, what: str) -> KerncapError:
-    return KerncapError(f"{src} is refused: {what}",
-                        "a pack written by `kerncap pack` never does this; if you trust this one and it is "
-                        "genuinely this large, raise the limit (`kerncap unpack --max-bytes/--max-ratio`)")
+def _refused(src: Path, what: str, *, limit: bool = False) -> KerncapError:
+    hint = ("if you trust this pack and it is genuinely this large, raise the limit "
+            "(`kerncap unpack --max-bytes/--max-ratio`)" if limit else
+            "`kerncap pack` writes only the chunks a manifest uses, as long as it gives them: this pack was "
+            "made or changed by something else; ask for a fresh `kerncap pack` of the reproducer")
+    return KerncapError(f"{src} is refused: {what}", hint)
 
 
 class _Chunks:
@@ -608,7 +610,7 @@ def _check_space(src: Path, dest: Path, index: dict[str, Any], packed: int, limi
         raise _corrupt(src, INDEX_NAME, f"it claims {total} bytes, more than the {MAX_UNPACKED_BYTES} kerncap unpacks")
     why = limits.problem(total, packed)
     if why:
-        raise _refused(src, why)
+        raise _refused(src, why, limit=True)
     try:
         free = shutil.disk_usage(dest).free
     except OSError:
