@@ -43,8 +43,10 @@ import pytest
 import xxhash
 from conftest import FUZZ_CASES
 from hostile import AXPY, DEMO, env, listing, read_pack, synthetic_reproducer, write_pack
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from test_fuzz import FUZZ, assert_only_kerncap_errors
 
 from kerncap import api
 from kerncap.cli import main
@@ -55,23 +57,12 @@ from kerncap.recompile.cuda import device_flags
 from kerncap.reproducer.format import Capture, capture_chunks
 from kerncap.reproducer.store import compress
 
-FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                       HealthCheck.data_too_large, HealthCheck.filter_too_much])
 NVCC = shutil.which("nvcc") or (os.path.isfile("/usr/local/cuda/bin/nvcc") and "/usr/local/cuda/bin/nvcc")
 RAW = set("\x00\x01\x07\x08\x0b\x0c\x0d\x1b\x7f\x85\x9b\u202e\u2066\u2028")
 
 
 def counted(name: str, n: int = 1) -> None:
     FUZZ_CASES[name] = FUZZ_CASES.get(name, 0) + n
-
-
-def only_kerncap_errors(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except KerncapError as exc:
-        assert exc.message and isinstance(exc.message, str)
-        return exc
 
 
 # -- pack indexes -----------------------------------------------------------------------------------
@@ -144,7 +135,7 @@ def test_pack_index_modes_sizes_names_and_ratios(axpy_pack, tmp_path_factory, da
     work = tmp_path_factory.mktemp("adv-u", numbered=True)
     path = write_pack(work / "p.kcap", index, frames)
     before = set(os.listdir(work))
-    result = only_kerncap_errors(api.unpack, path, work / "out")
+    result = assert_only_kerncap_errors(api.unpack, path, work / "out")
     assert set(os.listdir(work)) - before <= {"out"}, "unpack wrote outside its target"
     if isinstance(result, KerncapError):
         assert not (work / "out").exists()
@@ -253,7 +244,7 @@ def test_recompile_runs_no_program_the_reproducer_holds(planted, monkeypatch, da
     monkeypatch.delenv("KERNCAP_NVCC", raising=False)
     monkeypatch.setenv("PATH", os.pathsep.join([*path, os.environ["PATH"]]))
     monkeypatch.chdir(repro if data.draw(st.booleans(), label="cd into it") else repro.parent)
-    result = only_kerncap_errors(api.recompile, repro)
+    result = assert_only_kerncap_errors(api.recompile, repro)
     counted("adversarial recompile (real nvcc): refused" if isinstance(result, KerncapError) else
             "adversarial recompile (real nvcc): built")
     assert not marker.exists(), marker.read_text()
@@ -354,15 +345,15 @@ def test_a_link_at_every_directory_is_never_written_through(tmp_path, rel):
         (repro / rel).symlink_to(target, target_is_directory=True)
         before = listing(target)
         if writer == "store":
-            only_kerncap_errors(api.store, repro, work / "store")
+            assert_only_kerncap_errors(api.store, repro, work / "store")
         elif writer == "hydrate":
-            only_kerncap_errors(api.hydrate, repro)
+            assert_only_kerncap_errors(api.hydrate, repro)
         elif writer == "prune":
-            only_kerncap_errors(api.prune, repro, validate=False, output=work / "pruned")
+            assert_only_kerncap_errors(api.prune, repro, validate=False, output=work / "pruned")
         elif writer == "pack":
-            only_kerncap_errors(api.pack, repro, work / "p.kcap")
+            assert_only_kerncap_errors(api.pack, repro, work / "p.kcap")
         else:
-            only_kerncap_errors(api.recompile, repro)
+            assert_only_kerncap_errors(api.recompile, repro)
         assert listing(target) == before, f"{writer} wrote or deleted through {rel} -> {target}"
         counted("adversarial links")
 

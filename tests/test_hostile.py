@@ -12,7 +12,6 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from kerncap import api
 from kerncap.cli import main
 from kerncap.errors import KerncapError, UsageError
 from kerncap.recompile import trust
-from kerncap.reproducer.store import Store, compress
+from kerncap.reproducer.store import compress
 
 NVCC = shutil.which("nvcc") or (os.path.isfile("/usr/local/cuda/bin/nvcc") and "/usr/local/cuda/bin/nvcc")
 needs_nvcc = pytest.mark.skipif(not NVCC, reason="needs the CUDA toolkit's nvcc")
