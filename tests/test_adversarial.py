@@ -318,12 +318,12 @@ def test_control_characters_in_every_string_never_reach_the_terminal(escapes_ws,
 
 
 def reproducer_dirs() -> list[str]:
-    dirs = ["capture", "capture/blobs", "capture/cubins", "source", "variants", "history"]
+    dirs = ["capture", "capture/blobs", "capture/cubins", "source", "variants", "history", "dumps"]
     dirs += sorted(str(p.relative_to(DEMO)) for p in (DEMO / "source").rglob("*") if p.is_dir())
     return list(dict.fromkeys(dirs))
 
 
-WRITERS = ["store", "hydrate", "prune", "pack", "recompile"]
+WRITERS = ["store", "hydrate", "prune", "pack", "dump", "recompile"]
 
 
 @pytest.mark.parametrize("rel", reproducer_dirs())
@@ -337,6 +337,7 @@ def test_a_link_at_every_directory_is_never_written_through(tmp_path, rel):
         shutil.copytree(DEMO, repro)
         (repro / "variants").mkdir(exist_ok=True)
         (repro / "history").mkdir(exist_ok=True)
+        (repro / "dumps").mkdir(exist_ok=True)
         if writer == "hydrate":
             api.store(repro, work / "store")
         target = outside / writer
@@ -352,6 +353,8 @@ def test_a_link_at_every_directory_is_never_written_through(tmp_path, rel):
             assert_only_kerncap_errors(api.prune, repro, validate=False, output=work / "pruned")
         elif writer == "pack":
             assert_only_kerncap_errors(api.pack, repro, work / "p.kcap")
+        elif writer == "dump":  # the captured states: no GPU needed
+            assert_only_kerncap_errors(api.dump, repro)
         else:
             assert_only_kerncap_errors(api.recompile, repro)
         assert listing(target) == before, f"{writer} wrote or deleted through {rel} -> {target}"
