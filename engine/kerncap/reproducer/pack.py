@@ -246,7 +246,12 @@ def _walk(root: Path, blobs_dir: PurePosixPath, chunks: dict[str, int], skip: se
         for name in sorted(dirnames + filenames):
             path = Path(dirpath) / name
             rel = (rel_dir / name).as_posix()
-            st = path.lstat()
+            try:
+                st = path.lstat()
+            except FileNotFoundError:  # gone since it was listed: a temp file renamed, a blob moved to the store
+                if name in dirnames:
+                    dirnames.remove(name)
+                continue
             meta = {"path": rel, "mode": stat.S_IMODE(st.st_mode), "mtime": st.st_mtime}
             if not _utf8(rel):
                 left_out.append(f"{rel.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')} "
