@@ -168,7 +168,9 @@ def test_store_marker_fields_are_named(repro):
         cap.blob_path(h).unlink()
     with pytest.raises(KerncapError, match=r"stored.json: field store is missing"):
         cap.verify()
-    assert "field store is missing" in api.info(repro)["payloads"]["missing"][0]
+    payloads = api.info(repro)["payloads"]
+    assert "field store is missing" in payloads["marker"] and not payloads["ok"]
+    assert payloads["summary"].startswith("the store marker: ") and "3 of 3 chunks" in payloads["summary"]
 
 
 def test_store_marker_naming_a_path_with_a_nul_is_named(repro):
@@ -177,5 +179,5 @@ def test_store_marker_naming_a_path_with_a_nul_is_named(repro):
     cap = Capture.open(repro)
     for h in cap.iter_blobs():
         cap.blob_path(h).unlink()
-    with pytest.raises(KerncapError, match=r"stored.json: field store is malformed"):
+    with pytest.raises(KerncapError, match=r"stored.json: field store holds a NUL character"):
         cap.verify()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from conftest import FUZZ_CASES
+from hostile import read_pack as read_frames
+from hostile import write_pack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +29,7 @@ from kerncap.recompile import trust
 from kerncap.recompile.cuda import _load_build
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.listing import describe_reproducer
-from kerncap.reproducer.pack import _HEADER, INDEX_NAME, MAGIC, PACK_VERSION, _write_frame
+from kerncap.reproducer.pack import _HEADER, INDEX_NAME
 from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.schemas import (
     BUILD_JSON,
@@ -443,30 +445,6 @@ def packed(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz-pack")
     path = api.pack(AXPY, root / "axpy.kcap").path
     return path
-
-
-def read_frames(path: Path) -> tuple[dict, list[tuple[str, bytes]]]:
-    import zstandard
-
-    raw = path.read_bytes()
-    pos, frames = _HEADER.size, []
-    while pos < len(raw):
-        (n,) = struct.unpack_from("<H", raw, pos)
-        name = raw[pos + 2: pos + 2 + n].decode()
-        (size,) = struct.unpack_from("<Q", raw, pos + 2 + n)
-        start = pos + 2 + n + 8
-        frames.append((name, raw[start:start + size]))
-        pos = start + size
-    index = json.loads(zstandard.ZstdDecompressor().decompress(frames[0][1]))
-    return index, frames[1:]
-
-
-def write_pack(path: Path, index, frames) -> None:
-    with open(path, "wb") as f:
-        f.write(_HEADER.pack(MAGIC, PACK_VERSION))
-        _write_frame(f, INDEX_NAME, compress(json.dumps(index).encode()))
-        for name, payload in frames:
-            _write_frame(f, name, payload)
 
 
 def unpack_confined(pack: Path, work: Path) -> None:

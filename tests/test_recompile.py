@@ -119,6 +119,7 @@ def test_missing_compiler(reproducer, monkeypatch, tmp_path):
     build_json.write_text(json.dumps(build))
     monkeypatch.delenv("KERNCAP_NVCC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr("kerncap.recompile.trust.DEFAULT_NVCC", str(tmp_path / "no-toolkit" / "nvcc"))
     with pytest.raises(KerncapError, match="nvcc not found") as err:
         recompile(repro)
     assert "PATH" in err.value.hint

@@ -26,7 +26,9 @@ DEMO_FLAGS = ["-forward-unknown-to-host-compiler", "-I/work/main/testapps/cuda",
 
 
 def test_flags_of_real_builds_pass(tmp_path):
-    assert trust.review(DEMO_FLAGS, tmp_path) == []
+    # /work/main/testapps/cuda: the app's in-tree include directory the reproducer holds a copy of
+    places = trust.ReadPlaces(tmp_path, extra=[Path("/work/main/testapps/cuda")])
+    assert trust.review(DEMO_FLAGS, tmp_path, places) == []
 
 
 @pytest.mark.parametrize("flags, words", [

@@ -74,6 +74,7 @@ from kerncap.reproducer.editable import SourceFile
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History, Variant
 from kerncap.reproducer.launches import AppLaunches
+from kerncap.reproducer.pack import Limits as UnpackLimits
 from kerncap.reproducer.pack import PackResult
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.store import Store
@@ -101,7 +102,7 @@ __all__ = [
     "MATCH_MODES", "INTERCEPT_PATHS", "AppOutput", "ExtractResult", "KernelStat", "ProfileResult", "app_command", "extract",
     "format_profile", "load_profile", "print_app_output", "profile",
     # the reproducer and its storage
-    "DEFAULT_WORKSPACE", "Capture", "HydrateResult", "PackResult", "StoreResult", "Workspace", "format_info",
+    "DEFAULT_WORKSPACE", "Capture", "HydrateResult", "PackResult", "StoreResult", "UnpackLimits", "Workspace", "format_info",
     "hydrate", "info", "list_reproducers", "open_capture", "pack", "store", "unpack", "AppLaunches", "app_launches",
     "History", "Variant", "ReproducerInfo", "ReproducerRow", "SetInfo",
     # sources, recompile, replay, prune
@@ -313,10 +314,12 @@ def pack(directory: PathLike, output: PathLike | None = None, *, force: bool = F
     return _pack.pack(directory, output, force=force)
 
 
-def unpack(pack_file: PathLike, output: PathLike | None = None) -> PackResult:
+def unpack(pack_file: PathLike, output: PathLike | None = None, *, limits: UnpackLimits | None = None) -> PackResult:
     """Restore the reproducer held by a `.kcap` file into a new (or empty) directory,
-    checking every entry; nothing is left behind when it is damaged."""
-    return _pack.unpack(pack_file, output)
+    checking every entry; nothing is left behind when it is damaged. `limits` bounds what
+    a pack may expand to (default `UnpackLimits()`: 1 TiB, and 1000x the pack's size
+    past 1 GiB)."""
+    return _pack.unpack(pack_file, output, limits=limits)
 
 
 def store(directory: PathLike, store_dir: PathLike | None = None) -> StoreResult:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from kerncap import __version__
@@ -36,6 +37,7 @@ from kerncap.commands import (
     validate,
 )
 from kerncap.commands import list as list_command
+from kerncap.core.units import printable
 from kerncap.errors import EXIT_CANNOT_RUN, KerncapError, UsageError
 
 # The order of `kerncap --help`.
@@ -72,11 +74,47 @@ def split_app_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+# Commands that own the terminal (the workbench) or speak a protocol on stdio (MCP):
+# their output is not text for a person, and is not escaped.
+RAW_OUTPUT = {"tui", "mcp"}
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for `cmd | head` when cmd dies of it
+
+
+class _Printable:
+    """A text stream that escapes control characters (kerncap.core.units.printable): every
+    string a reproducer holds reaches the terminal as text, never as an escape sequence.
+    Everything else (buffer, fileno, isatty, flush) is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(printable(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, app_cmd = split_app_command(argv)
     as_json = "--json" in own
     command = next((a for a in own if not a.startswith("-")), None)
+    saved = sys.stdout, sys.stderr
+    if command not in RAW_OUTPUT:
+        sys.stdout, sys.stderr = _Printable(sys.stdout), _Printable(sys.stderr)
+    try:
+        status = _run(own, app_cmd, command, as_json)
+        sys.stdout.flush()  # now, not at the interpreter's exit, where a closed pipe cannot be handled
+        return status
+    except BrokenPipeError:
+        return _pipe_closed()
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _run(own: list[str], app_cmd: list[str], command: str | None, as_json: bool) -> int:
     try:
         args = build_parser().parse_args(own)
         args.app_command = app_cmd
@@ -84,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except KerncapError as exc:
         return report(exc, command, as_json)
+    except BrokenPipeError:  # `kerncap info DIR | head -1`: the reader is done; so are we, quietly
+        return _pipe_closed()
     except OSError as exc:  # a disk, a permission, a read-only mount: one message, no traceback
         where = f" ({exc.filename})" if exc.filename else ""
         return report(KerncapError(f"{exc.strerror or exc}{where}",
@@ -92,6 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kerncap {command or ''}: interrupted".replace("  ", " "), file=sys.stderr)
         return 130
+
+
+def _pipe_closed() -> int:
+    """End as a Unix tool does when its reader went away: no message. stdout is pointed
+    at /dev/null so that the interpreter's last flush at exit does not complain either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_PIPE_CLOSED
 
 
 def report(exc: KerncapError, command: str | None, as_json: bool) -> int:

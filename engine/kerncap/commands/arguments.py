@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from kerncap.core.units import parse_bytes
+
 
 def positive_int(text: str) -> int:
     v = int(text)
@@ -50,3 +52,11 @@ def shape(text: str) -> tuple[int, ...]:
         return api.parse_shape(text)
     except KerncapError as exc:
         raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None
+
+
+def byte_size(text: str) -> int:
+    """'40G', '512M', '4096'."""
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

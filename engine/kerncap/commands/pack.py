@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "into one zstd-compressed .kcap file; `kerncap unpack` restores it.",
     )
     p.add_argument("path", type=Path, metavar="DIR", help="reproducer directory")
-    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="pack file (default: DIR.kcap)")
+    p.add_argument("-o", "--output", metavar="FILE", help="pack file (default: DIR.kcap)")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=handle)

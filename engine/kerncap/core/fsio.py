@@ -65,6 +65,9 @@ def write_atomic(path: Path, data: bytes | str, *, what: str | None = None, fsyn
     except OSError as exc:
         remove_quietly(tmp)
         raise fs_error(exc, what or f"write {path}") from None
+    except BaseException:  # Ctrl-C or a bug between open and rename: no temp file stays
+        remove_quietly(tmp)
+        raise
     return len(raw)
 
 
@@ -141,6 +144,21 @@ def find_leftovers(directory: Path, base: str | None = None) -> list[Leftover]:
         if pid != os.getpid() and not pid_alive(pid) and os.path.lexists(path):
             found.append(Leftover(path, kind, pid))
     return found
+
+
+def remove_dead_temps(directory: Path) -> int:
+    """Remove the hidden temp files (`temp_name`) that processes now gone left in
+    `directory` (a store's object directory, capture/blobs): a killed `store` or
+    `hydrate` leaves one, and the next run there cleans it up. How many it removed."""
+    removed = 0
+    for left in find_leftovers(directory):
+        if left.kind == "tmp":
+            try:
+                os.unlink(left.path)  # a file: a link or directory of that name is not ours
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 @contextmanager

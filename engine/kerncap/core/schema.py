@@ -92,22 +92,25 @@ class Bool(Type):
 
 class Str(Type):
     def __init__(self, pattern: str | None = None, choices: tuple[str, ...] = (), max_len: int = 1 << 20):
-        """`pattern`: a regular expression the whole string must match; `choices`: the allowed values."""
+        """`pattern`: a regular expression the whole string must match; `choices`: the allowed values.
+        No string may hold a NUL character: names and paths reach C strings and system calls."""
         self.pattern, self.choices, self.max_len = pattern, choices, max_len
         full = re.compile(pattern).fullmatch if pattern is not None else None
         allowed = frozenset(choices)
         if allowed:
             self.ok = lambda v: type(v) is str and v in allowed
         elif full is not None:
-            self.ok = lambda v: type(v) is str and len(v) <= max_len and full(v) is not None
+            self.ok = lambda v: type(v) is str and len(v) <= max_len and "\x00" not in v and full(v) is not None
         else:
-            self.ok = lambda v: type(v) is str and len(v) <= max_len
+            self.ok = lambda v: type(v) is str and len(v) <= max_len and "\x00" not in v
 
     def errors(self, value, path):
         if type(value) is not str:
             return f"{where_text(path)} must be a string (got {_show(value)})"
         if len(value) > self.max_len:
             return f"{where_text(path)} is {len(value)} characters long (at most {self.max_len})"
+        if "\x00" in value and value not in self.choices:
+            return f"{where_text(path)} holds a NUL character (got {_show(value)})"
         if self.choices and value not in self.choices:
             return f"{where_text(path)} must be one of {', '.join(self.choices)} (got {_show(value)})"
         if self.pattern is not None and not re.fullmatch(self.pattern, value):

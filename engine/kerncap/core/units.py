@@ -9,6 +9,25 @@ import re
 from collections.abc import Sequence
 
 
+# Characters a terminal acts on instead of showing: C0 controls but tab and newline, DEL,
+# C1 controls (ESC [ ... as one byte), the Unicode line separators and the bidirectional
+# overrides and isolates (text that reads differently from what it is).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}"
+
+
+def printable(text: str, *, newlines: bool = True) -> str:
+    """`text` with every control character escaped (ESC -> '\\x1b'), so that a string from a
+    reproducer (a kernel name, a path, a command) cannot move the cursor, recolour, retitle
+    or reorder the terminal; `newlines=False` escapes newlines and tabs too (one field)."""
+    text = _CONTROL.sub(_escape, text)
+    return text.replace("\n", "\\n").replace("\t", "\\t") if not newlines else text
+
+
 def human_bytes(n: int | float, *, trim: bool = False) -> str:
     """1536 -> '1.5 KiB'; with `trim`, 16 MiB is '16 MiB' rather than '16.0 MiB'."""
     if abs(n) < 1024:
@@ -20,6 +39,17 @@ def human_bytes(n: int | float, *, trim: bool = False) -> str:
             break
     text = f"{n:.1f} {unit}"
     return text.replace(".0 ", " ") if trim else text
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*", re.I)
+
+
+def parse_bytes(text: str) -> int:
+    """'40G', '512 MiB', '1t', '4096' -> bytes (binary multiples); ValueError otherwise."""
+    m = _SIZE.fullmatch(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a size (e.g. 4096, 512M, 40G, 1T)")
+    return int(float(m.group(1)) * 1024 ** "_kmgtp".index(m.group(2).lower() or "_"))
 
 
 def format_dim(dim: Sequence[int] | None, *, sep: str = "x", trim: bool = True) -> str:

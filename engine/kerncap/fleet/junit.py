@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kerncap.core.units import printable
 from kerncap.fleet.files import write_atomic
 
 
@@ -48,6 +49,9 @@ def write(path: str | os.PathLike, suite: str, cases: list[JUnitCase], seconds: 
             ET.SubElement(tc, "skipped", message=c.message)
         if c.output:
             ET.SubElement(tc, "system-out").text = "\n".join(c.output)
+    for el in suites.iter():  # XML cannot hold control characters: a reproducer's strings are escaped
+        el.text = printable(el.text) if el.text else el.text
+        el.attrib.update({k: printable(v) for k, v in el.attrib.items()})
     ET.indent(suites)
     return write_atomic(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True), "the JUnit report",
                         "--junit")

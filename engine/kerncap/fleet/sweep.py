@@ -129,8 +129,11 @@ def sweep(reproducer: str | os.PathLike, fanout: Fanout, *, configs: Sequence[st
                         gpu_args=(handle, options)))
     for v in variants:
         name, files = _variant_files(Path(v))
-        jobs.append(Job(key=f"variant:{v}", gpu_fn=measure, gpu_args=(handle, Path(v).name, f"variants/{name}",
-                                                                        options, files)))
+        # Shipped, a variant travels into the worker's copy of the reproducer; here it is
+        # measured where it lies, so sweeping leaves nothing in the reproducer's variants/.
+        where = (f"variants/{name}", files) if ship else (str(Path(v).resolve()), None)
+        jobs.append(Job(key=f"variant:{v}", gpu_fn=measure, gpu_args=(handle, Path(v).name, *where[:1], options,
+                                                                        where[1])))
     entries: dict[str, SweepEntry] = {}
 
     def collect(r: JobResult) -> None:

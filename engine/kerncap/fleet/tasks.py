@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kerncap.core.fsio import make_dirs, write_atomic
+from kerncap.core.fsio import write_atomic
 from kerncap.core.stack import running_stack
 from kerncap.errors import KerncapError
 from kerncap.fleet.ship import Bundle, materialize
@@ -33,6 +33,7 @@ from kerncap.reproducer.format import Capture
 from kerncap.session import options as opt
 from kerncap.session.options import ReplayRequest, ValidateRequest
 from kerncap.session.pool import SessionPool
+from kerncap.reproducer.variants import VARIANTS, variants_dir
 
 OK, FAIL, ERROR, SKIPPED = "ok", "fail", "error", "skipped"
 
@@ -242,12 +243,10 @@ def trust_summary(report: TrustReport) -> dict[str, Any]:
 def _open(reproducer: str | Bundle, files: dict[str, bytes]) -> str:
     path = resolve(reproducer)
     Capture.open(path)  # the manifest is whole and of this format version
-    variants = Path(path) / "variants"
     for name, data in files.items():
-        target = variants / Path(name).name
+        target = Path(path) / VARIANTS / Path(name).name
         if not target.is_file() or target.read_bytes() != data:
-            make_dirs(variants)
-            write_atomic(target, data)
+            write_atomic(variants_dir(path) / target.name, data)
     return path
 
 

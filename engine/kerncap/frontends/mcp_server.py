@@ -32,6 +32,7 @@ import anyio
 from pydantic import Field
 
 from kerncap import __version__, api
+from kerncap.core.units import printable
 from kerncap.errors import KerncapError, UsageError
 
 try:
@@ -127,7 +128,8 @@ class Roots:
 
 
 def _error_result(exc: KerncapError) -> CallToolResult:
-    text = exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")
+    # A message can quote a reproducer's strings: shown to a person, their control characters are escaped.
+    text = printable(exc.message + (f"\nhint: {exc.hint}" if exc.hint else ""))
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=exc.to_json(),
                           is_error=True)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kerncap import __version__
+from kerncap.core.confined import real_dir
 from kerncap.core.fsio import exclusive, find_leftovers, write_atomic
 from kerncap.errors import (
     CaptureFormatError,
@@ -77,14 +78,22 @@ def write_pruned(repro_dir: str | os.PathLike, closure: Closure, out_dir: str | 
     cap_rel = Path(os.path.relpath(cap.root, root))
     partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)  # a leftover of this pid's earlier, killed run
+    real_dir(root, cap_rel, what="prune")  # a capture/ that is a link would be written through below
     try:
         _copy_tree(root, partial, skip_in=root / cap_rel)
-        blobs = partial / cap_rel / "blobs"
-        blobs.mkdir(exist_ok=True)
+        blobs = real_dir(partial, cap_rel / "blobs", create=True, what="prune")
         _link_blobs(cap, closure, blobs)
         manifest = pruned_manifest(cap, closure, source=root)
         _write_json(partial / cap_rel / "manifest.json", manifest)  # last, as the interposer does
         os.rename(partial, out)
+    except shutil.Error as exc:  # copytree's list of (src, dst, why): name the first, not the list
+        shutil.rmtree(partial, ignore_errors=True)
+        errors = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+        first = errors[0] if errors and isinstance(errors[0], tuple) and len(errors[0]) == 3 else None
+        why = str(first[2]) if first else str(exc)[:200]
+        more = f", and {len(errors) - 1} more file(s)" if len(errors) > 1 else ""
+        raise KerncapError(f"cannot write the pruned reproducer {out}: {why}{more}",
+                           "free space or fix permissions and prune again; the original is unchanged") from None
     except OSError as exc:
         shutil.rmtree(partial, ignore_errors=True)
         raise KerncapError(f"cannot write the pruned reproducer {out}: {exc.strerror or exc} ({exc.filename or out})",

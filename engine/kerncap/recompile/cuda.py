@@ -17,15 +17,15 @@ import os
 import time
 from pathlib import Path
 
-from kerncap.core.fsio import fs_error, make_dirs, remove_quietly, temp_name
+from kerncap.core.fsio import fs_error, remove_quietly, temp_name
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError
 from kerncap.recompile.devcompile.build import Request, compile_cubin
 from kerncap.recompile.devcompile.module_id import object_names
-from kerncap.recompile.trust import local_nvcc, require_trust, review
+from kerncap.recompile.trust import ReadPlaces, local_nvcc, require_trust, review
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
-from kerncap.reproducer.variants import RecompileResult, publish_variant
+from kerncap.reproducer.variants import VARIANTS, RecompileResult, publish_variant, variants_dir
 from kerncap.sources import cubin as cubinfo
 from kerncap.sources.attach import BUILD_JSON, capture_arch
 from kerncap.sources.names import demangle_all
@@ -34,7 +34,9 @@ _LAUNCHERS = {"ccache", "sccache", "distcc", "icecc"}
 # flags dropped, with how many values follow them when spelled as separate words
 _DROP_WITH_VALUE = {"-o", "--output-file", "-MF", "-MT", "-MQ", "--dependency-output", "-gencode", "--generate-code",
                     "-arch", "--gpu-architecture", "-code", "--gpu-code", "-rdc", "--relocatable-device-code",
-                    "-Xlinker", "--linker-options", "-l", "--library", "-L", "--library-path"}
+                    "-Xlinker", "--linker-options", "-l", "--library", "-L", "--library-path",
+                    # options of the steps a -cubin compile never runs (device link, archiver, fatbinary)
+                    "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options", "-Xfatbin", "--fatbin-options"}
 _DROP = {"-c", "--compile", "-M", "-MM", "-MD", "-MMD", "-MP", "-dc", "--device-c", "-dw", "--device-w", "-dlink",
          "--device-link", "-link", "-lib", "-cubin", "--cubin", "-ptx", "--ptx", "-fatbin", "--fatbin",
          "-E", "--preprocess", "-generate-dependencies", "--generate-dependencies",
@@ -122,6 +124,18 @@ def _drop_missing_host_compiler(flags: list[str]) -> list[str]:
     return out
 
 
+def read_places(build: dict, repro: Path, cwd: Path, compiler: str) -> ReadPlaces:
+    """Where the recorded flags may make the compiler read: the reproducer, the local
+    toolkit, the system's headers, and the app's in-tree include directories (build.json's
+    `include_dirs` under `source_root`: the reproducer's copies of what the kernel includes
+    from there come first on the command line; searching a directory reads only what the
+    source itself names)."""
+    root = Path(build.get("source_root") or "/nonexistent")
+    extra = [root / d for d in build.get("include_dirs", [])
+             if root.is_absolute() and not Path(d).is_absolute() and ".." not in Path(d).parts]
+    return ReadPlaces(repro, cwd=cwd, toolkit=Path(os.path.realpath(compiler)).parent.parent, extra=extra)
+
+
 def _is_joined_drop(arg: str) -> bool:
     """-MFdeps.d, -Lpath, -lfoo (but not nvcc's own -lineinfo / -lto)."""
     if arg.startswith(("-MF", "-MT", "-MQ", "-L")):
@@ -151,21 +165,22 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
         raise KerncapError(f"the translation unit {tu_copy} is missing", "restore it (the original is under " + build.get("source_root", "?") + ")")
     cwd = Path(build["cwd"])
     tu_original = Path(build.get("source_root", "")) / build["tu"]
-    compiler = local_nvcc(argv[0])
-    if not cwd.is_dir():
+    compiler = local_nvcc(argv[0], repro)
+    if not cwd.is_absolute() or not cwd.is_dir():
         cwd = source  # the original build dir is gone: in-tree -I dirs are remapped below anyway
     flags = device_flags(argv, tu_original, Path(build["cwd"]))
-    variants = repro / "variants"
+    variants = repro / VARIANTS
     tmp = temp_name(variants / "variant.cubin")  # numbered only once it is checked (publish_variant)
     shadow = [f"-I{source / d}" for d in build.get("include_dirs", [])]
     nvcc = [compiler, *shadow, *flags, f"-arch={arch_flag(build, capture, argv)}"]
     command = [*nvcc, "-cubin", "-o", str(tmp), str(tu_copy)]
-    if not trust:
-        require_trust(review(flags, repro), command, source / BUILD_JSON)  # before anything is written
-    make_dirs(variants)
+    if not trust:  # before anything runs or is written
+        require_trust(review(flags, repro, read_places(build, repro, cwd, compiler)), command, source / BUILD_JSON)
+    variants_dir(repro)  # a real directory, not a link out of the reproducer
     try:  # fail on a read-only or full location now, not after a long compile
         tmp.write_bytes(b"")
     except OSError as exc:
+        remove_quietly(tmp)
         raise fs_error(exc, f"write into {variants}") from None
 
     def accept(data: bytes, how: str) -> None:
@@ -186,17 +201,13 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
                                       trust=trust, reproducer=repro))
         seconds = time.perf_counter() - start
         tmp.write_bytes(built.cubin)
-    except KerncapError:
-        remove_quietly(tmp)
-        raise
-    except OSError as exc:
-        remove_quietly(tmp)
-        raise fs_error(exc, f"write a variant into {variants}") from None
-    try:
         final = publish_variant(tmp, variants)
     except OSError as exc:
         remove_quietly(tmp)
         raise fs_error(exc, f"write a variant into {variants}") from None
+    except BaseException:  # a compile error, Ctrl-C: no temp cubin stays in variants/
+        remove_quietly(tmp)
+        raise
     summary = built.summary
     if _same_machine_code(built.cubin, capture, kernel):
         summary = (summary + "; " if summary else "") + "the kernel's machine code is identical to the captured one"

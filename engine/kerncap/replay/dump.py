@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kerncap.core import dtypes as dt
+from kerncap.core.confined import real_dir
 from kerncap.core.fsio import fs_error, make_dirs, remove_quietly, write_atomic
 from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError, UsageError
@@ -133,6 +134,8 @@ def dump(reproducer: str | Path, items: Sequence[str] = (), states: Sequence[str
     out = Path(output) if output is not None else default_output(capture, cubin, perturbation)
     need = sum(t.item.size + HEADER_ROOM for t in targets for _ in states)
     check_space(out, need)
+    if output is None:  # inside the reproducer: never through a link out of it (dumps/ from someone else)
+        real_dir(capture.reproducer_dir, out.relative_to(capture.reproducer_dir), create=True)
     make_dirs(out, f"create the dump directory {out}")
     fills, input_label = None, "captured input"
     if perturbation is not None:

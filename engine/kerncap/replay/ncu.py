@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from kerncap.reproducer.format import Capture, reproducer_dir
+from kerncap.reproducer.variants import variants_dir
 from kerncap.errors import KerncapError
 from kerncap.replay.tools import (
     Cancellation,
@@ -276,7 +277,7 @@ def profile(
     chosen = chosen_sections(sections, ncu_set)
     ncu = find_tool("ncu", "Nsight Compute")
     stem = artifact_stem(root, cubin)
-    stem.parent.mkdir(parents=True, exist_ok=True)
+    variants_dir(root, stem.parent.relative_to(root))  # never through a link out of the reproducer
     report = stem.with_suffix(".ncu-rep")
     label = cubin_label(root, cubin)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kerncap.reproducer.format import Capture, reproducer_dir
+from kerncap.reproducer.variants import variants_dir
 from kerncap.sources.names import base_name
 from kerncap.errors import AddressUnavailable, KerncapError
 from kerncap.replay.tools import (
@@ -212,7 +213,7 @@ def sanitize(
         raise KerncapError(f"variant cubin {cubin_path} does not exist", "build it with `kerncap recompile DIR`")
     exe = find_tool("compute-sanitizer", "compute-sanitizer")
     stem = artifact_stem(root, cubin)
-    stem.parent.mkdir(parents=True, exist_ok=True)
+    variants_dir(root, stem.parent.relative_to(root))  # never through a link out of the reproducer
     label = cubin_label(root, cubin)
     what = f"compute-sanitizer {tool} on {label}"
     result = SanitizeResult(tool=tool, kernel=kernel, cubin=None if cubin_path is None else str(cubin_path),

@@ -83,8 +83,8 @@ def source_path(reproducer: str | os.PathLike, name: str) -> Path:
     leaves source/ (absolute paths, `..`, symlinks out)."""
     root = source_root(reproducer).resolve()
     rel = Path(name)
-    if not name or rel.is_absolute() or ".." in rel.parts:
-        raise UsageError(f"source file {name!r} must be a path relative to {root}, without '..'",
+    if not name or "\x00" in name or rel.is_absolute() or ".." in rel.parts:
+        raise UsageError(f"source file {name!r} must be a path relative to {root}, without '..' or a NUL",
                          "list the files with list_sources")
     path = (root / rel).resolve()
     if not path.is_relative_to(root):

@@ -9,6 +9,7 @@ verifies size and hash: a corrupt blob is an error, never replayed.
 from __future__ import annotations
 
 import json
+import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,17 +21,20 @@ from kerncap.core.schema import check
 from kerncap.errors import CaptureFormatError
 from kerncap.reproducer import arrays as arrays_mod
 from kerncap.reproducer.arrays import CudaArray, MipmappedArray, TextureObject
-from kerncap.reproducer.schemas import MANIFEST
+from kerncap.reproducer.schemas import MANIFEST, MAX_REGIONS
 from kerncap.reproducer.store import store_of
 
 FORMAT_NAME = "kerncap-capture"
 FORMAT_VERSION = 1
-MAX_MANIFEST_BYTES = 1 << 30  # 200k regions take ~40 MB
+MAX_MANIFEST_BYTES = 256 << 20  # 200k regions take ~40 MB; schemas.MAX_REGIONS (1M) about 200 MB
+MAX_MANIFEST_OBJECTS = 4 * MAX_REGIONS  # JSON objects ('{'), counted before anything is parsed
 
 
-def read_json(path: Path, limit: int, missing_hint: str, damaged_hint: str) -> Any:
+def read_json(path: Path, limit: int, missing_hint: str, damaged_hint: str, *, max_objects: int | None = None) -> Any:
     """The JSON of a regular file of at most `limit` bytes; a FIFO, a device or a
-    huge file is refused before it is read (a read of /dev/zero never ends)."""
+    huge file is refused before it is read (a read of /dev/zero never ends), and with
+    `max_objects` one holding more '{' than that before it is parsed (parsing costs
+    seconds and gigabytes that the schema's bounds then refuse)."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -42,11 +46,40 @@ def read_json(path: Path, limit: int, missing_hint: str, damaged_hint: str) -> A
     if st.st_size > limit:
         raise CaptureFormatError(f"{path} is {st.st_size} bytes, more than the {limit} a real one can be", damaged_hint)
     try:
-        return json.loads(path.read_bytes())
+        raw = path.read_bytes()
+        if max_objects is not None and raw.count(b"{") > max_objects:
+            raise CaptureFormatError(f"{path} holds more than {max_objects} JSON objects, more than a real one can "
+                                     "(regions are bounded by the schema)", damaged_hint)
+        return json.loads(raw)
     except OSError as exc:
         raise CaptureFormatError(f"cannot read {path} ({exc.strerror})", "check its permissions") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CaptureFormatError(f"{path} is not valid JSON ({exc})", damaged_hint) from None
+
+
+def cubin_problem(path: Path, *, read: bool = False) -> str | None:
+    """None when `path` is a regular file (that can be read, with `read`); else what it is:
+    "is missing", "is not a regular file", "cannot be read (…)". A FIFO never blocks."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC) if read else None
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    try:
+        st = os.fstat(fd) if fd is not None else os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return "is not a regular file"
+        if fd is not None:
+            os.read(fd, 1)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return None
 
 
 @dataclass(frozen=True)
@@ -94,9 +127,10 @@ class Param:
 
 def reproducer_dir(path: str | Path) -> Path:
     """The reproducer directory of `path`: a reproducer itself, or the reproducer holding
-    the capture/ directory `path` names."""
-    p = Path(path).resolve()
-    return p.parent if p.name == "capture" and (p / "manifest.json").is_file() else p
+    the capture/ directory `path` names (absolute; a capture/ that is a link to another
+    reproducer's belongs to the one holding the link)."""
+    p = Path(os.path.abspath(path))
+    return p.parent.resolve() if p.name == "capture" and (p / "manifest.json").is_file() else p.resolve()
 
 
 @dataclass
@@ -130,7 +164,7 @@ class Capture:
             )
         mpath = path / "manifest.json"
         manifest = read_json(mpath, MAX_MANIFEST_BYTES, "not a kerncap capture, or the capture did not finish",
-                             "the capture is corrupt; extract again")
+                             "the capture is corrupt; extract again", max_objects=MAX_MANIFEST_OBJECTS)
         cap = cls(root=path, manifest=manifest)
         cap._check_header()
         check(manifest, MANIFEST, mpath, "the capture is damaged or was not written by kerncap; extract again")
@@ -260,8 +294,8 @@ class Capture:
         if h is None:
             return bytes(length)
         path = self.blob_path(h)
-        try:
-            st = path.stat()
+        try:  # opened, not looked at first: a blob removed meanwhile (`kerncap store`) is in the store
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             store = store_of(self.root)  # payloads moved to the workspace store (`kerncap store`)
             if store is not None:
@@ -269,16 +303,18 @@ class Capture:
             raise CaptureFormatError(f"payload {path} is missing", "the capture is incomplete; extract again") from None
         except OSError as exc:
             raise CaptureFormatError(f"cannot read payload {path} ({exc.strerror})", "check its permissions") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise CaptureFormatError(f"payload {path} is not a regular file", "extract again")
-        if st.st_size != length:  # checked before reading: a damaged size never costs a huge read
-            raise CaptureFormatError(
-                f"payload {path} holds {st.st_size} bytes, expected {length} (truncated?)", "extract again"
-            )
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise CaptureFormatError(f"cannot read payload {path} ({exc.strerror})", "check its permissions") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise CaptureFormatError(f"payload {path} is not a regular file", "extract again")
+            if st.st_size != length:  # checked before reading: a damaged size never costs a huge read
+                raise CaptureFormatError(
+                    f"payload {path} holds {st.st_size} bytes, expected {length} (truncated?)", "extract again"
+                )
+            try:
+                data = f.read(length + 1)
+            except OSError as exc:
+                raise CaptureFormatError(f"cannot read payload {path} ({exc.strerror})", "check its permissions") from None
         if len(data) != length:
             raise CaptureFormatError(f"payload {path} changed while being read", "extract again")
         if xxhash.xxh64_hexdigest(data) != h:
@@ -302,8 +338,9 @@ class Capture:
             for chunks in (item.pre, item.post):
                 for i, h in enumerate(chunks):
                     self.read_chunk(h, self.chunk_length(item.size, i))
-        if not self.cubin_path.is_file():
-            raise CaptureFormatError(f"cubin {self.cubin_path} is missing", "extract again")
+        problem = cubin_problem(self.cubin_path, read=True)
+        if problem:
+            raise CaptureFormatError(f"cubin {self.cubin_path} {problem}", "extract again")
 
     @property
     def logical_bytes(self) -> int:
@@ -311,7 +348,14 @@ class Capture:
 
     @property
     def stored_bytes(self) -> int:
-        return sum(self.blob_path(h).stat().st_size for h in self.iter_blobs() if self.blob_path(h).exists())
+        """Bytes of the blob files present (one removed while counting counts 0)."""
+        total = 0
+        for h in self.iter_blobs():
+            try:
+                total += self.blob_path(h).stat().st_size
+            except OSError:
+                pass
+        return total
 
 
 def capture_chunks(cap: Capture) -> Iterator[tuple[str, int]]:

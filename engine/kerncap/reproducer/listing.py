@@ -21,7 +21,7 @@ def find_reproducers(root: Path) -> list[Path]:
     """Reproducer directories (holding capture/) at or one level under `root`; a
     reproducer set (kerncap.reproducer.sets) there, or `root` itself, contributes its members."""
     root = Path(root)
-    if (root / "capture").is_dir():
+    if _holds_capture(root):
         return [root]
     if not root.is_dir():
         return []
@@ -32,11 +32,23 @@ def find_reproducers(root: Path) -> list[Path]:
     for p in sorted(root.iterdir()):
         if is_leftover_name(p.name):
             continue
-        if (p / "capture").is_dir():
+        if _holds_capture(p):
             found.append(p)
-        elif is_set(p):
-            found += _members(p)
+        else:
+            try:
+                if is_set(p):
+                    found += _members(p)
+            except OSError:
+                found.append(p)  # cannot be looked into: its row says why
     return found
+
+
+def _holds_capture(p: Path) -> bool:
+    """p holds capture/, or cannot be looked into (then its row names the error)."""
+    try:
+        return (p / "capture").is_dir()
+    except OSError:
+        return p.is_dir() if not p.is_symlink() else True
 
 
 def _members(set_dir: Path) -> list[Path]:
@@ -53,27 +65,33 @@ def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Pa
     rows = []
     stale = []
     for base in [Workspace(Path(root)).reproducers_dir, *map(Path, extra)]:
-        for repro in find_reproducers(base):
+        try:
+            found = find_reproducers(base)
+        except OSError as exc:  # the directory itself cannot be read: one row says so
+            found = []
+            rows.append(_row(base) | {"error": f"cannot read {base} ({exc.strerror or exc})"})
+        for repro in found:
             if repro.resolve() not in seen:
                 seen.add(repro.resolve())
                 rows.append(describe_reproducer(repro, verify=verify))
-        if base.is_dir() and not (base / "capture").is_dir():
+        if base.is_dir() and not _holds_capture(base):
             stale += [left for left in find_leftovers(base) if left.path.resolve() not in seen]
     rows.sort(key=lambda r: r.get("time") or "", reverse=True)
     for left in stale:  # named on rows of their own, with what to do
         seen.add(left.path.resolve())
-        rows.append({"path": str(left.path), "kernel": None, "mangled": None, "command": None, "time": None,
-                     "logical": None, "stored": None, "in_store": False, "validation": None, "variants": 0,
-                     "payloads": None, "error": left.advice(), "leftover": True})
+        rows.append(_row(left.path) | {"error": left.advice(), "leftover": True})
     return rows
+
+
+def _row(path: Path) -> dict[str, Any]:
+    return {"path": str(path), "kernel": None, "mangled": None, "command": None, "time": None, "logical": None,
+            "stored": None, "in_store": False, "validation": None, "variants": 0, "payloads": None, "error": None}
 
 
 def describe_reproducer(repro: Path, *, verify: bool = False) -> dict[str, Any]:
     """One row; a reproducer that cannot be read has `error`, one whose payloads are
     missing or damaged has `payloads` saying which (hashes too with `verify`)."""
-    row: dict[str, Any] = {"path": str(repro), "kernel": None, "mangled": None, "command": None, "time": None,
-                           "logical": None, "stored": None, "in_store": False, "validation": None, "variants": 0,
-                           "payloads": None, "error": None}
+    row = _row(repro)
     try:
         cap = Capture.open(repro)
         prov = cap.provenance
@@ -92,8 +110,9 @@ def describe_reproducer(repro: Path, *, verify: bool = False) -> dict[str, Any]:
     except KerncapError as exc:
         row["error"] = exc.message
     except OSError as exc:
-        row["error"] = f"{repro}: {exc}"
+        row["error"] = f"cannot read {exc.filename or repro} ({exc.strerror or exc})"
     except Exception as exc:  # one broken reproducer must not hide the others' rows
         row["error"] = f"{type(exc).__name__}: {exc} (a kerncap bug: please report it)"
-    row.update(history_summary(repro))  # the baseline's verdict in history.json, if any
+    if row["error"] is None:
+        row.update(history_summary(repro))  # the baseline's verdict in history.json, if any
     return row

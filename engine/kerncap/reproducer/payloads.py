@@ -8,8 +8,8 @@ import stat
 from dataclasses import dataclass, field
 
 from kerncap.errors import KerncapError
-from kerncap.reproducer.format import Capture, capture_chunks
-from kerncap.reproducer.store import store_of
+from kerncap.reproducer.format import Capture, capture_chunks, cubin_problem
+from kerncap.reproducer.store import Store, store_of
 
 
 @dataclass
@@ -19,12 +19,13 @@ class PayloadCheck:
     in_store: int = 0                # not local, present in the workspace store
     missing: list[str] = field(default_factory=list)   # "<hash>: why"
     damaged: list[str] = field(default_factory=list)   # wrong size, not a regular file, hash mismatch
-    cubin: str = "ok"                # "ok" | "missing" | "not a regular file"
+    cubin: str = "ok"                # "ok" | "missing" | "not a regular file" | "cannot be read (…)"
     verified: bool = False           # hashes were checked
+    marker: str | None = None        # what is wrong with capture/stored.json, if anything
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.damaged and self.cubin == "ok"
+        return not self.missing and not self.damaged and self.cubin == "ok" and self.marker is None
 
     def summary(self) -> str:
         """'ok' or one line saying what is wrong."""
@@ -32,6 +33,8 @@ class PayloadCheck:
             where = f", {self.in_store} in the store" if self.in_store else ""
             return f"ok ({self.chunks} chunks{where}{', hashes verified' if self.verified else ''})"
         parts = []
+        if self.marker:
+            parts.append(f"the store marker: {self.marker}")
         if self.missing:
             parts.append(f"{len(self.missing)} of {self.chunks} chunks missing (first: {self.missing[0]})")
         if self.damaged:
@@ -44,17 +47,35 @@ class PayloadCheck:
         return {"ok": self.ok, "chunks": self.chunks, "local": self.local, "in_store": self.in_store,
                 "missing": self.missing[:20], "missing_count": len(self.missing), "damaged": self.damaged[:20],
                 "damaged_count": len(self.damaged), "cubin": self.cubin, "verified": self.verified,
-                "summary": self.summary()}
+                "marker": self.marker, "summary": self.summary()}
+
+
+class _StoreLookup:
+    """The capture's store, read again when a blob is found gone: a `kerncap store`
+    running meanwhile writes its marker before it removes the blobs."""
+
+    def __init__(self, cap: Capture, out: PayloadCheck):
+        self.cap, self.out = cap, out
+        self.store = self._read()
+
+    def _read(self) -> Store | None:
+        try:
+            return store_of(self.cap.root)
+        except KerncapError as exc:
+            self.out.marker = exc.message
+            return None
+
+    def current(self) -> Store | None:
+        if self.store is None and self.out.marker is None:
+            self.store = self._read()
+        return self.store
 
 
 def check_payloads(cap: Capture, *, verify: bool = False) -> PayloadCheck:
     """Presence and size of every chunk file (or store object) and of the cubin; with
-    `verify`, every chunk is read and its hash checked too."""
+    `verify`, every chunk is read and its hash checked, and the cubin read, too."""
     out = PayloadCheck(verified=verify)
-    try:
-        store = store_of(cap.root)
-    except KerncapError as exc:
-        store, out.missing = None, [f"the store marker: {exc.message}"]
+    stores = _StoreLookup(cap, out)
     for h, length in capture_chunks(cap):
         out.chunks += 1
         path = cap.blob_path(h)
@@ -66,6 +87,7 @@ def check_payloads(cap: Capture, *, verify: bool = False) -> PayloadCheck:
             out.damaged.append(f"{h}: {exc.strerror}")
             continue
         if st is None:
+            store = stores.current()
             if store is not None and store.has(h):
                 out.in_store += 1
                 if verify:
@@ -81,11 +103,8 @@ def check_payloads(cap: Capture, *, verify: bool = False) -> PayloadCheck:
             out.local += 1
             if verify:
                 _read(cap, h, length, out)
-    try:
-        st = cap.cubin_path.stat()
-        out.cubin = "ok" if stat.S_ISREG(st.st_mode) else "not a regular file"
-    except OSError:
-        out.cubin = "missing"
+    problem = cubin_problem(cap.cubin_path, read=verify)
+    out.cubin = "ok" if problem is None else problem.removeprefix("is ")
     return out
 
 

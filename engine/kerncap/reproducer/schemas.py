@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kerncap.core.schema import ANY, CHUNK_HASH, HEX, U64, Bool, Int, List, Map, Num, Obj, OneOf, Opt, Str
 
-MAX_REGIONS = 1 << 22            # the scale tests capture 200k live allocations
+MAX_REGIONS = 1 << 20            # the scale tests capture 200k live allocations
 MAX_REGION_BYTES = 1 << 44       # 16 TiB: more than any GPU's memory today
 MAX_CHUNKS = 1 << 24
 MAX_PARAMS = 1 << 12             # CUDA: 32 KiB of parameters
@@ -117,7 +117,7 @@ MANIFEST = Obj({
         "bytes?": Opt(SIZES),
     }),
     "kernel": Obj({
-        "name": Str(pattern=r".+", max_len=1 << 16),
+        "name": Str(pattern=r".+", max_len=1 << 16),  # no NUL (as every Str): the replay passes it as a C string
         "demangled?": Opt(Str()),
         "handle_kind?": Opt(Str()),
         "launch_api?": Opt(Str()),

@@ -15,18 +15,20 @@ Reads decompress and check length and hash: a corrupt object is an error, never 
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import stat
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
 
 import xxhash
 import zstandard as zstd
 
-from kerncap.core.fsio import make_dirs, write_atomic
+from kerncap.core.fsio import make_dirs, remove_dead_temps, write_atomic
 from kerncap.core.schema import check
 from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.reproducer.schemas import STORED_JSON
@@ -34,6 +36,7 @@ from kerncap.reproducer.workspace import DEFAULT_WORKSPACE
 
 DEFAULT_STORE = DEFAULT_WORKSPACE / "store"
 ZSTD_LEVEL = 3
+PIECE = 4 << 20  # bytes decompressed and hashed at a time
 
 
 def chunk_hash(data: bytes) -> str:
@@ -47,15 +50,6 @@ def is_zero(data: bytes) -> bool:
 def compress(data: bytes) -> bytes:
     # A compressor object is not safe to share between threads; making one is cheap.
     return zstd.ZstdCompressor(level=ZSTD_LEVEL, threads=-1).compress(data)
-
-
-def decompress(data: bytes, length: int) -> bytes:
-    """Raises zstd.ZstdError on a damaged frame; callers turn that into a named error.
-    The frame header's size is checked first so a damaged one cannot ask for gigabytes."""
-    declared = zstd.frame_content_size(data)
-    if declared != length:
-        raise zstd.ZstdError(f"frame declares {declared} bytes, expected {length}")
-    return zstd.ZstdDecompressor().decompress(data)
 
 
 def max_frame_bytes(length: int) -> int:
@@ -88,6 +82,7 @@ class Store:
     def __init__(self, root: str | os.PathLike = DEFAULT_STORE, *, fsync: bool = False):
         self.root = Path(root)
         self.fsync = fsync
+        self._cleaned: set[Path] = set()
 
     @property
     def objects_dir(self) -> Path:
@@ -111,6 +106,9 @@ class Store:
 
     def _write_atomic(self, path: Path, payload: bytes) -> int:
         make_dirs(path.parent, f"create the store directory {path.parent}")
+        if path.parent not in self._cleaned:  # what a killed writer left here (once per directory and run)
+            self._cleaned.add(path.parent)
+            remove_dead_temps(path.parent)
         # Hidden, unique per writer: concurrent writers never share a temp file, and a
         # writer killed mid-way leaves only a dot-file that no reader looks at.
         return write_atomic(path, payload, what=f"write store object {path}", fsync=self.fsync)
@@ -135,35 +133,58 @@ class Store:
         """The chunk's bytes, verified; None is an elided zero chunk."""
         if h is None:
             return bytes(length)
+        out = io.BytesIO()
+        self.stream_into(h, length, out)
+        return out.getvalue()
+
+    def stream_into(self, h: str, length: int, out: BinaryIO) -> None:
+        """Write the chunk's bytes to `out`, decompressed and hashed in pieces; a damaged
+        object raises CaptureFormatError (what reached `out` then is to be discarded)."""
         path = self.object_path(h)
         hint = f"delete {path} and add a capture holding this chunk again"
         try:
-            st = path.lstat()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             raise CaptureFormatError(f"store object {path} is missing", "add the capture that uses it to the store again") from None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise CaptureFormatError(f"store object {path} is a symbolic link; the store holds only plain files",
+                                         hint) from None
             raise CaptureFormatError(f"cannot read store object {path} ({exc.strerror})", "check the store's permissions") from None
-        # Only plain files the store wrote: a link could lead out of the store (or be
-        # changed through its other name), a FIFO or device would block the read.
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a hard link" if stat.S_ISREG(st.st_mode) \
-                else "not a regular file"
-            raise CaptureFormatError(f"store object {path} is {what}; the store holds only plain files", hint)
-        if st.st_size > max_frame_bytes(length):
-            raise CaptureFormatError(f"store object {path} is {st.st_size} bytes, too large for a {length}-byte chunk", hint)
-        try:
-            payload = path.read_bytes()
-        except OSError as exc:
-            raise CaptureFormatError(f"cannot read store object {path} ({exc.strerror})", "check the store's permissions") from None
-        try:
-            data = decompress(payload, length)
-        except zstd.ZstdError as exc:
-            raise CaptureFormatError(f"store object {path} is corrupt ({exc})", hint) from None
-        if len(data) != length:
-            raise CaptureFormatError(f"store object {path} holds {len(data)} bytes, expected {length} (corrupt)", hint)
-        if chunk_hash(data) != h:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            # Only plain files the store wrote: a link could lead out of the store (or be
+            # changed through its other name), a FIFO or device would block the read.
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                what = "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file"
+                raise CaptureFormatError(f"store object {path} is {what}; the store holds only plain files", hint)
+            if st.st_size > max_frame_bytes(length):
+                raise CaptureFormatError(f"store object {path} is {st.st_size} bytes, too large for a {length}-byte chunk", hint)
+            digest = xxhash.xxh64()
+            n = 0
+            try:
+                head = f.read(18)  # a frame header holds the content size: refuse a wrong one before decompressing
+                declared = zstd.frame_content_size(head) if head else -1
+                if declared != length:
+                    raise zstd.ZstdError(f"frame declares {declared} bytes, expected {length}")
+                f.seek(0)
+                reader = zstd.ZstdDecompressor().stream_reader(f, read_size=1 << 20, read_across_frames=False,
+                                                               closefd=False)
+                while piece := reader.read(min(PIECE, length + 1 - n)):
+                    n += len(piece)
+                    if n > length:
+                        break
+                    digest.update(piece)
+                    out.write(piece)
+            except OSError as exc:
+                raise CaptureFormatError(f"cannot read store object {path} ({exc.strerror})", "check the store's permissions") from None
+            except zstd.ZstdError as exc:
+                raise CaptureFormatError(f"store object {path} is corrupt ({exc})", hint) from None
+        if n != length:
+            raise CaptureFormatError(f"store object {path} holds {'more than ' if n > length else ''}{n} bytes, "
+                                     f"expected {length} (corrupt)", hint)
+        if digest.hexdigest() != h:
             raise CaptureFormatError(f"store object {path} does not match its hash (corrupt)", hint)
-        return data
 
     def objects(self) -> Iterator[Path]:
         """Visible object files (temp files of writers in progress are hidden)."""

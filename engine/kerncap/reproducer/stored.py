@@ -21,7 +21,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kerncap.core.fsio import make_dirs, write_atomic
+from kerncap.core.confined import Tree, TreeError, link_error, real_dir
+from kerncap.core.fsio import fs_error, remove_dead_temps, write_atomic
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture, capture_chunks
 from kerncap.reproducer.store import (
@@ -77,10 +78,19 @@ def missing_blobs(cap: Capture) -> list[tuple[str, int]]:
     return [(h, n) for h, n in capture_chunks(cap) if not cap.blob_path(h).is_file()]
 
 
+def _blobs_dir(cap: Capture, what: str) -> Path:
+    """capture/blobs of a reproducer, checked to be real directories (a link there would
+    redirect the writes of hydrate and the deletes of store out of the reproducer)."""
+    base = cap.reproducer_dir if cap.root == cap.reproducer_dir / "capture" else cap.root
+    rel = cap.root.relative_to(base) / "blobs"
+    return real_dir(base, rel, create=True, what=what)
+
+
 def store_reproducer(repro_dir: str | os.PathLike, store: Store | None = None) -> StoreResult:
     repro = Path(repro_dir)
     cap = Capture.open(repro)
     store = store or Store(default_store_for(repro))
+    blobs = _blobs_dir(cap, "delete files")
     current = store_of(cap.root)
     if current is not None and current.root.absolute() != store.root.absolute():
         raise KerncapError(f"{repro}'s payloads are already in the store {current.root}",
@@ -91,40 +101,52 @@ def store_reproducer(repro_dir: str | os.PathLike, store: Store | None = None) -
     if absent:
         raise KerncapError(f"the store {store.root} lacks {len(absent)} chunk(s) of {repro} after adding it "
                            f"(first: {absent[0]}); nothing was removed", "check the store's disk and permissions")
+    # The marker first, then the blobs go: a reader that finds a blob gone finds the
+    # marker that names where it went (kerncap.reproducer.payloads, format.read_chunk).
     _write_json(marker_path(cap.root), {"format": MARKER_FORMAT, "store": str(store.root.absolute()),
                                         "chunks": len(chunks), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     freed = 0
     for h, _ in chunks:
-        path = cap.blob_path(h)
+        path = blobs / f"{h}.bin"
         try:
-            freed += path.stat().st_size
+            freed += path.lstat().st_size
             path.unlink()
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            raise fs_error(exc, f"remove {path} (its chunk is safe in the store {store.root})") from None
     return StoreResult(path=repro, store=store.root, chunks=len(chunks), objects_added=objects, bytes_added=added,
                        bytes_freed=freed)
 
 
 def hydrate(repro_dir: str | os.PathLike) -> HydrateResult:
-    """Write back every blob file a stored reproducer lacks (verified against its hash).
-    A reproducer whose payloads are local is left as it is."""
+    """Write back every blob file a stored reproducer lacks (verified against its hash),
+    each through a temp file renamed into place, never through a link. A reproducer
+    whose payloads are local is left as it is."""
     repro = Path(repro_dir)
     cap = Capture.open(repro)
     store = store_of(cap.root)
     missing = missing_blobs(cap)
     if store is None or not missing:
         return HydrateResult(path=repro, chunks=0, bytes=0)
-    blobs = cap.root / "blobs"
-    make_dirs(blobs)
+    blobs = _blobs_dir(cap, "write")
+    remove_dead_temps(blobs)  # what a killed hydrate left
     written = 0
-    for h, n in missing:
-        data = store.get(h, n)  # verifies length and hash
-        try:
-            write_atomic(cap.blob_path(h), data)
-        except KerncapError as exc:
-            raise KerncapError(f"{exc.message}; {len(missing)} chunks ({sum(x for _, x in missing)} bytes) are needed "
-                               f"in {blobs}", exc.hint) from None
-        written += n
+    try:
+        with Tree(blobs) as tree:
+            for h, n in missing:
+                out = tree.create(f"{h}.bin", replace=True)
+                try:
+                    store.stream_into(h, n, out)  # verifies length and hash
+                    tree.commit(out)
+                except BaseException:
+                    tree.discard(out)
+                    raise
+                written += n
+    except TreeError as exc:
+        raise link_error(blobs / exc.path) from None
+    except OSError as exc:
+        raise fs_error(exc, f"write {len(missing)} chunks ({sum(x for _, x in missing)} bytes) into {blobs}") from None
     return HydrateResult(path=repro, chunks=len(missing), bytes=written)
 
 

@@ -8,6 +8,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kerncap.core.confined import real_dir
+
+VARIANTS = "variants"
+
 
 @dataclass
 class RecompileResult:
@@ -23,6 +27,13 @@ class RecompileResult:
 
     def phase_line(self) -> str:
         return ", ".join(f"{name} {s:.2f} s" for name, s in self.phases.items())
+
+
+def variants_dir(reproducer: str | os.PathLike, rel: str | os.PathLike = VARIANTS) -> Path:
+    """`<reproducer>/variants` (or `rel` below the reproducer), made if missing, after
+    checking that it is a real directory: a link there (in a reproducer from someone
+    else) would send every cubin and tool output kerncap writes out of the reproducer."""
+    return real_dir(reproducer, rel, create=True)
 
 
 def next_variant(variants: Path) -> int:

@@ -9,10 +9,10 @@ import json
 import time
 from pathlib import Path
 
-from kerncap.core.fsio import make_dirs, write_atomic
+from kerncap.core.fsio import write_atomic
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
-from kerncap.reproducer.variants import RecompileResult
+from kerncap.reproducer.variants import RecompileResult, variants_dir
 from kerncap.sources.cubin import open_elf, param_layout
 from kerncap.triton import configs, pinned
 
@@ -40,8 +40,7 @@ def recompile(reproducer_dir, config: str | dict | None = None) -> RecompileResu
     launch, notes = _launch_changes(compiled.metadata, spec, capture, grid_pin)
     log += notes
 
-    variants = root / "variants"
-    make_dirs(variants)
+    variants = variants_dir(root)
     digest = hashlib.sha256(cubin).hexdigest()
     stem = f"{compiled.name}-{digest[:12]}"
     out = variants / f"{stem}.cubin"

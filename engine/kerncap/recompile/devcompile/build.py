@@ -26,7 +26,7 @@ from kerncap.recompile.devcompile import instantiate, phases
 from kerncap.recompile.devcompile.module_id import module_id
 from kerncap.recompile.devcompile.reduce import INSTANTIATION_FILE, Reduction, ReduceError, reduce_tu
 from kerncap.errors import KerncapError
-from kerncap.recompile.trust import directs_files, require_trust, review_steps
+from kerncap.recompile.trust import directs_files, require_trust, resolve_program, review_steps, tool_env
 
 # Diagnostics that blanking host code can raise in code it leaves (a static helper, a
 # file-scope variable now referenced by nothing) and that -Werror would make fatal.
@@ -87,15 +87,18 @@ def _compile(req: Request, work: Path) -> Build:
         return _plain_nvcc(req, argv, out, "the recorded flags say where nvcc keeps its files: compiled with nvcc "
                                            "as one step, as recorded")
     try:
-        plan = phases.plan(argv, req.cwd, work)
+        plan = phases.plan(argv, req.cwd, work, env=tool_env(req.reproducer or req.user_root))
     except phases.PlanError as exc:
         return _plain_nvcc(req, argv, out, f"nvcc's steps were not recognized ({exc}): compiled with nvcc as one step")
-    if not req.trust:  # kerncap runs these programs itself: only the local toolkit's
-        path = plan.env.get("PATH")  # nvcc's dry run sets the PATH its steps are found on
-        steps = {kind: shutil.which(argv[0], path=path) or argv[0] for kind, argv in
-                 (("preprocess", plan.preprocess.argv), ("cicc", plan.cicc.argv), ("ptxas", plan.ptxas.argv))}
+    # kerncap runs these programs itself, each by the absolute path reviewed here (nvcc's
+    # dry run sets the PATH its steps are found on; relative entries never count).
+    path = plan.env.get("PATH")
+    steps = {step.kind: resolve_program(step.argv[0], path) for step in (plan.preprocess, plan.cicc, plan.ptxas)}
+    if not req.trust:  # only the local toolkit's
         require_trust(review_steps(req.nvcc[0], steps, req.reproducer or req.user_root), argv,
                       req.user_root / "build.json")
+    for step in (plan.preprocess, plan.cicc, plan.ptxas):
+        step.argv[0] = steps[step.kind] or step.argv[0]
     timing = phases.Timing()
     notes: list[str] = []
     try:
@@ -201,7 +204,8 @@ def _plain_nvcc(req: Request, argv: list[str], out: Path, note: str) -> Build:
     timing = phases.Timing()
     start = time.perf_counter()
     try:
-        proc = subprocess.run(argv, cwd=req.cwd, capture_output=True, text=True, check=False)
+        proc = subprocess.run(argv, cwd=req.cwd, env=tool_env(req.reproducer or req.user_root), capture_output=True,
+                              text=True, errors="surrogateescape", check=False)
     except OSError as exc:
         raise KerncapError(f"cannot run {argv[0]}: {exc.strerror}", "check the CUDA toolkit installation") from None
     timing.add("nvcc", time.perf_counter() - start)

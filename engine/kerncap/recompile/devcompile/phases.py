@@ -81,18 +81,20 @@ def _expand(word: str, env: dict[str, str]) -> str:
     return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), word)
 
 
-def plan(nvcc_argv: list[str], cwd: Path, work: Path) -> Plan:
+def plan(nvcc_argv: list[str], cwd: Path, work: Path, env: dict[str, str] | None = None) -> Plan:
     """The steps nvcc would run for `nvcc_argv` (a `-cubin -o OUT` compile), with its
-    intermediate files in `work` (`-keep-dir`)."""
+    intermediate files in `work` (`-keep-dir`). `env`: the environment nvcc runs in (the
+    dry run itself runs the host compiler once, to learn its version)."""
     argv = [*nvcc_argv, "-dryrun", "-keep", "-keep-dir", str(work)]
     try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, errors="surrogateescape",
+                              check=False)
     except OSError as exc:
         raise KerncapError(f"cannot run {argv[0]}: {exc.strerror}", "check the CUDA toolkit installation") from None
     if proc.returncode != 0:
         raise KerncapError(f"nvcc -dryrun failed (exit status {proc.returncode}):\n{(proc.stdout + proc.stderr).rstrip()}",
                            "check the compile command in source/build.json")
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     steps: list[Step] = []
     for raw in (proc.stderr + proc.stdout).splitlines():
         if not raw.startswith("#$ "):
@@ -159,7 +161,8 @@ def run_step(kind: str, argv: list[str], p: Plan) -> tuple[float, str]:
     """Runs one step; returns (seconds, its output). Raises StepFailed."""
     start = time.perf_counter()
     try:
-        proc = subprocess.run(argv, cwd=p.cwd, env=p.env, capture_output=True, text=True, check=False)
+        proc = subprocess.run(argv, cwd=p.cwd, env=p.env, capture_output=True, text=True, errors="surrogateescape",
+                              check=False)
     except OSError as exc:
         raise KerncapError(f"cannot run {argv[0]}: {exc.strerror}", "check the CUDA toolkit installation") from None
     seconds = time.perf_counter() - start
