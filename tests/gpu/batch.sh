@@ -42,8 +42,9 @@ run_shard() {  # index, pytest args...
   local i=$1; shift
   local dir=/tmp/kc-shard-$i; mkdir -p "$dir/tmp" "$dir/triton" "$dir/inductor"
   # shellcheck disable=SC2068
+  # KC_SHARD_TIMEOUT (s): SIGINT then, so pytest still prints what failed and its summary.
   TMPDIR=$dir/tmp TRITON_CACHE_DIR=$dir/triton TORCHINDUCTOR_CACHE_DIR=$dir/inductor \
-    python3 -m pytest -m gpu -p no:cacheprovider -p no:randomly -o addopts="" -ra --durations=8 \
+    timeout -s INT -k 20 "${KC_SHARD_TIMEOUT:-100000}" python3 -m pytest -m gpu -p no:cacheprovider -p no:randomly -o addopts="" -ra --durations=8 \
     --basetemp="$dir/pt" $@ >"$OUT/shard-$i.log" 2>&1
   echo $? >"$dir/rc"
 }
