@@ -17,7 +17,7 @@ constexpr size_t kFoundInMax = 4;
 
 std::string hex(uint64_t v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%#llx", static_cast<unsigned long long>(v));
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
   return buf;
 }
 

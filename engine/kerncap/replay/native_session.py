@@ -252,7 +252,7 @@ class NativeSession:
         define it), or None when they are the captured names. Internal-linkage globals
         (thrust/CUB/libcu++) embed a per-TU module id that a variant built from another
         copy of the file may not share (kerncap.recompile.devcompile.module_id)."""
-        captured = [g.name for g in self.items if not isinstance(g, Region)]
+        captured = [g.name for g in self.items if not isinstance(g, (Region, CudaArray))]
         available = object_names(image) if captured else None
         if available is None:
             return None
