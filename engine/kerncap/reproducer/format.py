@@ -420,9 +420,13 @@ class Capture:
     def verify(self) -> None:
         """Check every payload (size and hash) and the cubin's presence."""
         for item in self.payload_items:
-            for chunks in (item.pre, item.post):
+            for state, chunks in (("pre", item.pre), ("post", item.post)):
                 for i, h in enumerate(chunks):
-                    self.read_chunk(h, self.chunk_length(item.size, i))
+                    try:
+                        self.read_chunk(h, self.chunk_length(item.size, i))
+                    except CaptureFormatError as exc:
+                        raise CaptureFormatError(f"{exc.message} ({item_label(item)} {state}-state chunk {i})",
+                                                 exc.hint) from None
         problem = cubin_problem(self.cubin_path, read=True)
         if problem:
             raise CaptureFormatError(f"cubin {self.cubin_path} {problem}", "extract again")
@@ -441,6 +445,13 @@ class Capture:
             except OSError:
                 pass
         return total
+
+
+def item_label(item) -> str:
+    """"region 3", "host region 0", "global scale": how messages name a payload's owner."""
+    if isinstance(item, HostRegion):
+        return f"host region {item.id}"
+    return f"region {item.id}" if isinstance(item, Region) else f"global {item.name}"
 
 
 def capture_chunks(cap: Capture) -> Iterator[tuple[str, int]]:
