@@ -281,12 +281,8 @@ def read_state(session, item, which, against, offset, length):
 
 def core_module():
     return types.SimpleNamespace(Session=SimSession, SpanSpec=Spec, ItemSpec=Spec, LaunchSpec=Spec, CompareSpec=Spec,
-<<<<<<< HEAD
-                                 FillSpec=Spec, MapSpec=Spec, CudaError=CudaError, ReplayError=ReplayError,
+                                 FillSpec=Spec, MapSpec=Spec, HostSpec=Spec, CudaError=CudaError, ReplayError=ReplayError,
                                  mismatch_map=mismatch_map, gather=gather, read_state=read_state)
-=======
-                                 FillSpec=Spec, HostSpec=Spec, CudaError=CudaError, ReplayError=ReplayError)
->>>>>>> 563208c (Replay: host ranges mapped before CUDA and registered at their device pointers; sparse regions backed by one read-only zero chunk; segment-wise resident copies; likely causes named from the capture)
 
 
 def install(monkeypatch):
