@@ -85,7 +85,8 @@ def test_host_regions_are_read_with_their_payloads(tmp_path):
     assert len(set(cap.iter_blobs())) == 3  # its chunks are the regions': nothing new to store
     cap.verify()
     s = api.info(repro)
-    assert s["host_regions"][0]["snapshotted"] and s["lacks"] == []
+    assert s["host_regions"][0]["snapshotted"]
+    assert not any("host memory" in w or "closure" in w for w in s["lacks"])
     text = format_summary(s)
     assert "host regions (1: pinned or registered host memory" in text and "not snapshotted" not in text
 
@@ -98,8 +99,8 @@ def test_an_older_capture_opens_and_says_what_it_lacks(tmp_path):
     (h,) = cap.host_regions
     assert not h.snapshotted and h.pre is None and h.device_pointer is None
     s = api.info(repro)
-    assert len(s["lacks"]) == 2
-    assert "host memory contents" in s["lacks"][0] and "closure check" in s["lacks"][1]
+    assert sum("host memory contents" in w for w in s["lacks"]) == 1
+    assert sum("closure check" in w for w in s["lacks"]) == 1
     text = format_summary(s)
     assert "LACKS       host memory contents" in text and "host region 0: captured by a kerncap" in text
     assert any("recorded but not snapshotted" in c for c in likely_causes(cap))

@@ -32,7 +32,7 @@ from kerncap.replay.results import (
 )
 from kerncap.reproducer.arrays import CudaArray, replayed_arrays
 from kerncap.reproducer.closure_report import cause_text
-from kerncap.reproducer.format import Capture, Global, HostRegion, Region
+from kerncap.reproducer.format import Capture, Global, HostRegion, Region, item_label
 from kerncap.reproducer.info import lacks
 
 log = logging.getLogger("kerncap.replay.server")
@@ -418,17 +418,6 @@ class NativeSession:
         )
         check.unexpected_write = not item.written and not check.passed
         return check
-
-
-def item_label(item) -> str:
-    """How the native core and the server's answers name a replayed item."""
-    if isinstance(item, HostRegion):
-        return f"host region {item.id}"
-    if isinstance(item, Region):
-        return f"region {item.id}"
-    if isinstance(item, CudaArray):
-        return f"array {item.id}"
-    return f"global {item.name}"
 
 
 def _f32(v) -> float:

@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import Any
 
-from kerncap.reproducer.format import HostRegion, Region
+from kerncap.reproducer.format import Region
 from kerncap.errors import KerncapError
 from kerncap.replay.clocks import ClockSampler
 from kerncap.replay.native_session import MAX_PROGRAMS, item_label

@@ -448,10 +448,13 @@ class Capture:
 
 
 def item_label(item) -> str:
-    """"region 3", "host region 0", "global scale": how messages name a payload's owner."""
+    """"region 3", "host region 0", "global scale", "array 0": how messages (and the
+    native core) name a payload's owner."""
     if isinstance(item, HostRegion):
         return f"host region {item.id}"
-    return f"region {item.id}" if isinstance(item, Region) else f"global {item.name}"
+    if isinstance(item, Region):
+        return f"region {item.id}"
+    return f"global {item.name}" if isinstance(item, Global) else item.label
 
 
 def capture_chunks(cap: Capture) -> Iterator[tuple[str, int]]:
