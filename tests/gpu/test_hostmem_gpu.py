@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import struct
 from pathlib import Path
 
 import pytest
