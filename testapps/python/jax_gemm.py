@@ -10,6 +10,7 @@ Do not set XLA_PYTHON_CLIENT_PREALLOCATE: the preallocation is the point."""
 
 import os
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,9 @@ def main() -> None:
     write_report(n=N, pool_bytes=int(stats.get("pool_bytes", 0) or stats.get("bytes_limit", 0)))
     out = None
     for i in range(CALLS):
+        # Apart in time from compilation: kerncap takes target launches within 50 ms of
+        # XLA's autotuner helpers for candidate runs (docs/capture-format.md).
+        time.sleep(0.2)
         out = f(a + i, b, c)
         out.block_until_ready()
     print(f"jax_gemm: {N}x{N} bf16, {CALLS} calls, checksum {float(jnp.sum(out.astype(jnp.float32))):.3f}")
