@@ -23,6 +23,7 @@ from typing import Iterable
 
 from kerncap.core.units import human_bytes
 from kerncap.errors import AddressUnavailable
+from kerncap.replay.plan import grouped_label
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PROT_READ, _PROT_WRITE = 0x1, 0x2
@@ -46,8 +47,7 @@ class HostRange:
 
     @property
     def label(self) -> str:
-        ids = ", ".join(str(r) for r in self.regions)
-        return f"host range {self.index} (host region{'s' if len(self.regions) != 1 else ''} {ids})"
+        return "host range " + grouped_label(self.index, "host region", self.regions)
 
 
 def plan_host_ranges(host_regions: Iterable, page: int = PAGE) -> list[HostRange]:

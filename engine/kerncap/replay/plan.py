@@ -45,8 +45,12 @@ class Span:
     @property
     def label(self) -> str:
         """How errors name the span: "2 (regions 3, 4)"."""
-        ids = ", ".join(str(r) for r in self.regions)
-        return f"{self.index} (region{'s' if len(self.regions) != 1 else ''} {ids})"
+        return grouped_label(self.index, "region", self.regions)
+
+
+def grouped_label(index: int, kind: str, ids: tuple[int, ...]) -> str:
+    """"2 (regions 3, 4)", "0 (host region 1)": a group of captured things in messages."""
+    return f"{index} ({kind}{'s' if len(ids) != 1 else ''} {', '.join(str(i) for i in ids)})"
 
 
 @dataclass(frozen=True)
