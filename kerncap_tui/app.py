@@ -186,6 +186,8 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
                           f"· {len(self.capture.regions)} regions, {len(self.capture.globals)} globals")
             for w in self.capture.warnings:
                 self.log_line(f"capture warning: {w}")
+            for w in api.capture_lacks(self.capture):
+                self.log_line(f"capture lacks: {w}")
         history = None
         if self.session is not None:
             try:

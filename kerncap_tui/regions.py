@@ -16,14 +16,23 @@ DTYPES = tuple(dt.TABLE)
 
 @dataclass(frozen=True)
 class MapRow:
-    key: str          # "r<id>", "g<name>" or "a<id>" (a CUDA array)
-    label: str        # "region 3" / "__constant__ scale" / "array 0 (64x32 float)"
+    key: str          # "r<id>", "h<id>" (host region), "g<name>" or "a<id>" (a CUDA array)
+    label: str        # "region 3" / "host region 0" / "__constant__ scale" / "array 0 (64x32 float)"
     base: int
     size: int
     kind: str
     by_argument: bool
     written: bool
     zero: bool
+
+    @property
+    def on_map(self) -> bool:
+        """Drawn on the address map: regions and host regions (globals live in the module)."""
+        return self.key[0] in "rh"
+
+    @property
+    def host(self) -> bool:
+        return self.key.startswith("h")
 
     @property
     def flags(self) -> str:
@@ -36,16 +45,27 @@ class MapRow:
 
 
 def map_rows(capture) -> list[MapRow]:
-    """Regions by address, then module globals, then CUDA arrays (they live where the
-    driver puts them, outside the captured address range)."""
+    """Regions and host regions by address, then module globals, then CUDA arrays (they
+    live where the driver puts them, outside the captured address range)."""
     referenced = {p.region for p in capture.params if p.region is not None}
+    host_referenced = {hp.get("host_region") for p in capture.manifest.get("params", [])
+                       for hp in p.get("host_pointers") or []}
     rows = [
         MapRow(
             key=f"r{r.id}", label=f"region {r.id}", base=r.base, size=r.size, kind=f"{r.kind}/{r.api}",
             by_argument=r.id in referenced, written=r.written, zero=r.zero_fraction >= 1.0,
         )
-        for r in sorted(capture.regions, key=lambda r: r.base)
+        for r in capture.regions
     ]
+    rows += [
+        MapRow(
+            key=f"h{h.id}", label=f"host region {h.id}", base=h.base, size=h.size,
+            kind=f"host/{h.api}" + ("" if h.snapshotted else " (not snapshotted)"),
+            by_argument=h.id in host_referenced, written=h.written, zero=h.snapshotted and h.zero_fraction >= 1.0,
+        )
+        for h in capture.host_regions
+    ]
+    rows.sort(key=lambda r: r.base)
     rows += [
         MapRow(
             key=f"g{g.name}", label=g.name, base=g.address, size=g.size, kind=g.section or "global",
@@ -81,6 +101,10 @@ def preview_bytes(capture, key: str, limit: int = PREVIEW_BYTES) -> tuple[bytes,
         item = next(r for r in capture.regions if r.id == int(key[1:]))
     elif key.startswith("a"):
         item = next(a for a in capture.arrays if a.id == int(key[1:]))
+    elif key.startswith("h"):
+        item = next(h for h in capture.host_regions if h.id == int(key[1:]))
+        if not item.snapshotted:
+            return b"", b""
     else:
         item = next(g for g in capture.globals if g.name == key[1:])
     length = capture.chunk_length(item.size, 0) if item.size else 0

@@ -85,7 +85,19 @@ class SimSession:
         pass
 
     def map(self, ranges):
-        pass
+        self.maps = list(ranges)
+
+    def map_zero(self, ranges, chunk):
+        self.zero_maps, self.zero_chunk = list(ranges), chunk
+
+    def register_host(self, ranges, regions):
+        # The real core registers the server's mappings and checks each device pointer.
+        self.host_ranges = [(r.base, r.size) for r in ranges]
+        self.host_regions = [(h.label, h.base, h.size, h.device_pointer) for h in regions]
+        for h in regions:
+            if h.device_pointer != h.base:
+                raise ReplayError(f"{h.label} is mapped at its captured host address, but the device sees it at "
+                                  f"{h.base:#x} instead of the captured {h.device_pointer:#x}", "address")
 
     def load_state(self, blob_dir, chunk_size, items, threads):
         for n, spec in enumerate(items):
@@ -135,6 +147,21 @@ class SimSession:
         label, kernel = self.programs[self.current]
         self.runs += 1
         kernel(Memory(self), self)
+        self._check_zero_backing(label)
+
+    def _check_zero_backing(self, label):
+        """The real core maps a sparse region's never-written zeros read-only: a write there
+        faults (a sticky illegal address), modelled here after the run."""
+        for spec, target in zip(self.items, self.target):
+            if not getattr(spec, "sparse", False):
+                continue
+            backed = bytearray(len(target))
+            for off, n in spec.segments:
+                backed[off:off + n] = b"\x01" * n
+            data = np.frombuffer(bytes(target), np.uint8)
+            if np.any(data[np.frombuffer(bytes(backed), np.uint8) == 0]):
+                raise CudaError(f"cuStreamSynchronize on kernel of {label} failed: CUDA_ERROR_ILLEGAL_ADDRESS (700): "
+                                "an illegal memory access was encountered", 700)
 
     def keep_reference(self, items):
         for i in items:
@@ -254,7 +281,7 @@ def read_state(session, item, which, against, offset, length):
 
 def core_module():
     return types.SimpleNamespace(Session=SimSession, SpanSpec=Spec, ItemSpec=Spec, LaunchSpec=Spec, CompareSpec=Spec,
-                                 FillSpec=Spec, MapSpec=Spec, CudaError=CudaError, ReplayError=ReplayError,
+                                 FillSpec=Spec, MapSpec=Spec, HostSpec=Spec, CudaError=CudaError, ReplayError=ReplayError,
                                  mismatch_map=mismatch_map, gather=gather, read_state=read_state)
 
 

@@ -24,7 +24,8 @@ TEST_SRC = NATIVE / "capture" / "test"
 PURE_SOURCES = [
     NATIVE / "common" / "cubin_elf.cpp",
     *(NATIVE / "capture" / f"{name}.cpp" for name in
-      ("config", "fsutil", "blob_store", "memory_tracker", "module_registry", "job_identity", "nvtx_ranges")),
+      ("config", "fsutil", "blob_store", "memory_tracker", "module_registry", "job_identity", "nvtx_ranges",
+       "closure_targets", "xla_autotune", "zero_fingerprint")),
 ]
 
 
@@ -92,6 +93,27 @@ def test_units_pass_and_agree_with_python(built):
     # Escaping: control bytes as \\u00XX, invalid UTF-8 as U+FFFD, valid UTF-8 kept.
     assert facts["escapes"] == 'q"b\\n\n\x01\ufffd\u00e9'
     assert not list(scratch.rglob("*.tmp.*")), "a temp file was left behind"
+    # The all-zero chunk's fingerprint (zero_fingerprint.cpp) against numpy's evaluation
+    # of chunk_fingerprint.cu's word mixing, so a capture can skip zero chunks unread.
+    assert facts["zero_fingerprint_4mib"] == _zero_fingerprint(4 << 20)
+    assert "host memory kerncap does not capture" in facts["pageable_reason"]
+
+
+def _zero_fingerprint(nbytes: int) -> str:
+    import numpy as np
+
+    def fmix(k):
+        k = k ^ (k >> np.uint64(33))
+        k = k * np.uint64(0xFF51AFD7ED558CCD)
+        k = k ^ (k >> np.uint64(33))
+        k = k * np.uint64(0xC4CEB9FE1A85EC53)
+        return k ^ (k >> np.uint64(33))
+
+    i = np.arange(nbytes // 8, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        a = fmix(i * np.uint64(0x9E3779B97F4A7C15) + np.uint64(0x632BE59BD9B4E019)).sum(dtype=np.uint64)
+        b = fmix(i * np.uint64(0xD6E8FEB86659FD93) + np.uint64(0xA0761D6478BD642F)).sum(dtype=np.uint64)
+    return f"{int(a):016x}{int(b):016x}"
 
 
 def test_exported_symbols_only_the_injection_api():

@@ -83,7 +83,8 @@ def test_truncated_blob_is_reported_by_info_and_list(repro, capsys):
     s = api.info(repro)
     assert not s["payloads"]["ok"] and s["payloads"]["damaged_count"] == 1
     assert main(["info", str(repro)]) == 3
-    assert f"DAMAGED     1 chunks damaged (first: {h}: {h}.bin holds 100 bytes" in capsys.readouterr().out
+    assert (f"DAMAGED     1 chunks damaged (first: {h} (region 0 pre-state chunk 0): {h}.bin holds 100 bytes"
+            in capsys.readouterr().out)
     assert main(["list", "--workspace", str(repro.parent.parent)]) == 3
     out = capsys.readouterr().out
     assert "DAMAGED" in out and "payloads: 1 chunks damaged" in out

@@ -102,6 +102,13 @@ def test_every_route_hands_the_wrapper_and_the_dispatcher_sees_cupti_shaped_call
     assert [e["name"] for e in _events(out["dlsym_route"])] == ["cuMemcpyHtoD_v2"] * 2
     assert _events(out["dlsym_route"])[0]["size"] == "12"
     assert out["old cuMemAlloc untouched"] == "1"  # an old ABI passes through
+    # Host memory: the dispatcher sees what track_memory records (pointer, size, flags), at exit too.
+    host = _events(out["host"])
+    assert [(e["name"], e["site"]) for e in host] == [("cuMemHostAlloc", "enter"), ("cuMemHostAlloc", "exit"),
+                                                      ("cuMemHostRegister_v2", "enter"),
+                                                      ("cuMemHostRegister_v2", "exit")]
+    assert (host[1]["size"], host[1]["flags"], host[1]["ptr"], host[1]["ret"]) == ("8192", "3", out["pinned"], "0")
+    assert (host[3]["size"], host[3]["flags"], host[3]["ptr"]) == ("4096", "2", out["registered"])
     assert [(e["name"], e["size"]) for e in _events(out["plt"])] == [("cuMemAlloc_v2", "100")] * 2
     assert out["detached"] == ""  # detached: wrappers only forward
     assert out["driver calls"] == "6"  # every call reached the driver exactly once

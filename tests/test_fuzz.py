@@ -261,18 +261,37 @@ def assert_only_kerncap_errors(fn, *args, **kwargs):
 # -- the capture manifest ------------------------------------------------------------------------
 
 
+def _with_host_memory(m: dict) -> dict:
+    """Synthetic: the axpy manifest with a snapshotted host region, an older kerncap's
+    host region and a closure record (issue 25), so their fields are fuzzed too."""
+    m = copy.deepcopy(m)
+    pre, post = m["regions"][0]["pre"], m["regions"][1]["post"]
+    m["host_regions"] = [
+        {"id": 0, "base": 0x7E00_0000_0000, "size": 16384, "api": "cuMemHostAlloc", "flags": 2,
+         "device_pointer": 0x7E00_0000_0000, "snapshotted": True, "written": True, "zero_fraction": 0.0,
+         "pre": pre, "post": post},
+        {"id": 1, "base": 0x7E00_0010_0000, "size": 4096, "api": "cuMemHostRegister_v2"},
+    ]
+    m["closure"] = {"words_checked": 2, "unresolved": [{"param": 1, "at": 0, "value": 0x7F99_0000_0000,
+                                                        "reason": "host memory kerncap does not capture"}]}
+    m["params"][1]["host_pointers"] = [{"at": 0, "host_region": 0, "offset": 16}]
+    return m
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz-ws")
-    for name, src in (("axpy", AXPY), ("demo", DEMO)):
+    for name, src in (("axpy", AXPY), ("demo", DEMO), ("axpy+host", AXPY)):
         shutil.copytree(src, root / name)
     make_texture_capture(root / "textures")  # synthetic: arrays and texture objects (tests/texture_capture.py)
+    (root / "axpy+host" / "capture" / "manifest.json").write_text(json.dumps(MANIFESTS["axpy+host"]))
     return root
 
 
 MANIFESTS = {name: json.loads((src / "capture" / "manifest.json").read_text()) for name, src in
              (("axpy", AXPY), ("demo", DEMO))}
 MANIFESTS["textures"] = texture_manifest()
+MANIFESTS["axpy+host"] = _with_host_memory(MANIFESTS["axpy"])
 
 
 @settings(FUZZ, max_examples=2500)

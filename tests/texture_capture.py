@@ -73,6 +73,7 @@ def texture_manifest() -> dict:
          "why": "its CUDA array 0x55559900 was destroyed (cuArrayDestroy) before the dispatch"},
     ]
     m["texture_instructions"] = "texture and surface"
+    m["closure"] = {"words_checked": 3, "unresolved": []}  # checked, as a capture of this kerncap is
     buffer = bytes.fromhex(m["param_buffer"])
     buffer += struct.pack("<QQ", 1, 2)
     m["param_buffer"] = buffer.hex()

@@ -252,6 +252,12 @@ def open_capture(path: PathLike) -> Capture:
     return Capture.open(path)
 
 
+def capture_lacks(capture: Capture) -> list[str]:
+    """What a capture from an older kerncap does not hold (host memory contents, the
+    closure check, arrays), one sentence each; [] for a capture of this kerncap."""
+    return _info.lacks(capture)
+
+
 def info(path: PathLike, *, verify: bool = False) -> ReproducerInfo:
     """Everything `kerncap info` shows about a reproducer: a ReproducerInfo, whose JSON is
     what `--json` prints (kernel, launch, params, regions, globals, provenance, sizes,

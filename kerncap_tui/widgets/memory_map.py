@@ -4,9 +4,12 @@ to scale, marked by what the kernel did with them, zoomable around the selected 
 Captured regions can sit gigabytes apart; drawn linearly, the gaps would squeeze every
 region into one cell. So gaps count at most GAP_CAP of the regions' total bytes and a cut
 gap is drawn as `≈`; region sizes stay to scale with each other (a region too small for
-one cell still gets one). Module globals live in the module, not in this range: they are
-listed in the table only. CUDA arrays live where the driver puts them: they are drawn
-after the address range, past a `│`, to scale with each other, as a kind of their own."""
+one cell still gets one). Host regions (pinned or registered host memory the device
+reaches) are drawn as a kind of their own, in the same address space: with unified
+addressing the kernel sees them at their host addresses. Module globals live in the
+module, not in this range: they are listed in the table only. CUDA arrays live where the
+driver puts them: they are drawn after the address range, past a `│`, to scale with each
+other, as a kind of their own."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ MARKS = {"written": ("█", "red"), "argument": ("▓", "cyan"), "zero": ("░",
          "array": ("▤", "magenta"), "array written": ("▦", "red"), "separator": ("│", "dim")}
 LEGEND = "█ written  ▓ argument  ░ all zero  ▒ other  ≈ gap cut"
 ARRAY_LEGEND = "  │ ▤ CUDA array (▦ written)"  # shown when there are arrays to draw
+HOST_GLYPH = "▞"  # host memory, coloured by what the kernel did with it
+HOST_LEGEND = "  ▞ host memory"  # shown when there are host regions to draw
 
 
 def mark_of(row: MapRow) -> str:
@@ -59,7 +64,7 @@ class MapView:
 
 
 def segments(rows: list[MapRow]) -> list[Segment]:
-    regions = sorted((r for r in rows if r.key.startswith("r") and r.size > 0), key=lambda r: r.base)
+    regions = sorted((r for r in rows if r.on_map and r.size > 0), key=lambda r: r.base)
     total = sum(r.size for r in regions)
     cap = max(total * GAP_CAP, 1.0)
     out: list[Segment] = []
@@ -78,6 +83,10 @@ def segments(rows: list[MapRow]) -> list[Segment]:
     return out
 
 
+def glyph_of(key: str, mark: str) -> str:
+    return HOST_GLYPH if key.startswith("h") else MARKS[mark][0]
+
+
 def _cells(segs: list[Segment], marks: dict[str, str], per_cell: float):
     cells: list[tuple[str, str | None]] = []
     starts: dict[int, Segment] = {}
@@ -93,7 +102,7 @@ def _cells(segs: list[Segment], marks: dict[str, str], per_cell: float):
             if s.cut:
                 cells[len(cells) - n + n // 2] = ("≈", None)
         else:
-            cells += [(MARKS[marks[s.key]][0], s.key)] * n
+            cells += [(glyph_of(s.key, marks[s.key]), s.key)] * n
     return cells, starts
 
 
@@ -129,7 +138,7 @@ def layout(rows: list[MapRow], width: int, zoom: int = 1, focus: str | None = No
     for i, s in sorted(starts.items()):
         if s.key in (None, "|") or not first <= i < first + len(window):
             continue
-        text = s.key if s.key.startswith("a") else "#" + s.key[1:]
+        text = s.key if s.key.startswith("a") else ("h" if s.key.startswith("h") else "#") + s.key[1:]
         pos = i - first
         if pos + len(text) <= len(window) and all(c == " " for c in labels[max(0, pos - 1):pos + len(text)]):
             labels[pos:pos + len(text)] = list(text)
@@ -193,7 +202,8 @@ class MemoryMap(Widget):
         out.append("\n")
         out.append(info[:width], style="dim")
         out.append("\n")
-        legend = LEGEND + (ARRAY_LEGEND if any(r.key.startswith("a") for r in self.rows) else "")
+        legend = (LEGEND + (HOST_LEGEND if any(r.host for r in self.rows) else "")
+                  + (ARRAY_LEGEND if any(r.key.startswith("a") for r in self.rows) else ""))
         out.append(legend[:width], style="dim")
         return out
 

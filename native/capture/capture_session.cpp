@@ -143,7 +143,92 @@ std::vector<SnapshotItem> CaptureSession::snapshot_items() const {
   }
   for (const GlobalVar& g : globals_)
     items.push_back(SnapshotItem{g.address, g.size, "module global " + g.name + " (" + g.section + ")"});
+  for (size_t h = 0; h < host_regions_.size(); ++h) {
+    const HostItem& hi = host_regions_[h];
+    if (!hi.snapshot) continue;
+    items.push_back(SnapshotItem{hi.region.base, hi.region.size,
+                                 "host region " + std::to_string(h) + " (" + hi.region.api + " " +
+                                     hex_addr(hi.region.base) + ", " + std::to_string(hi.region.size) + " bytes)",
+                                 true});
+  }
   return items;
+}
+
+// Pinned memory the device can reach has a device pointer (the host pointer itself on
+// every system with unified addressing and CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM).
+// Registered I/O memory (CU_MEMHOSTREGISTER_IOMEMORY) is a device's registers: reading
+// it can have effects, so it is recorded, never read.
+void CaptureSession::find_host_regions() {
+  host_regions_.clear();
+  for (const HostRegion& h : mem_.host_regions()) {
+    HostItem item;
+    item.region = h;
+    CUdeviceptr d = 0;
+    CUresult r = KC_CU(cuMemHostGetDevicePointer)(&d, reinterpret_cast<void*>(uintptr_t(h.base)), 0);
+    if (r != CUDA_SUCCESS || !d) {
+      d = 0;
+      if (KC_CU(cuPointerGetAttribute)(&d, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CUdeviceptr(h.base)) != CUDA_SUCCESS)
+        d = 0;
+    }
+    item.device_pointer = uint64_t(d);
+    const bool io = !std::strcmp(h.api, "cuMemHostRegister_v2") && (h.flags & CU_MEMHOSTREGISTER_IOMEMORY);
+    if (io) item.why_not = "registered I/O memory (CU_MEMHOSTREGISTER_IOMEMORY) is never read by kerncap";
+    else if (!item.device_pointer) item.why_not = "not mapped into the device's address space: no kernel can reach it";
+    else if (h.size == 0) item.why_not = "empty";
+    item.snapshot = item.why_not.empty();
+    host_regions_.push_back(std::move(item));
+  }
+  for (size_t i = 0; i < host_regions_.size(); ++i) {
+    const HostItem& h = host_regions_[i];
+    if (h.snapshot || !h.device_pointer) continue;
+    warnings_.push_back("host region " + std::to_string(i) + " (" + h.region.api + " " + hex_addr(h.region.base) +
+                        ", " + std::to_string(h.region.size) + " bytes) was not captured: " + h.why_not +
+                        "; a kernel that reads it faults in replay");
+  }
+}
+
+void CaptureSession::build_targets() {
+  targets_ = ClosureTargets();
+  for (size_t i = 0; i < regions_.size(); ++i) targets_.add_region(int(i), regions_[i].base, regions_[i].size);
+  for (size_t j = 0; j < globals_.size(); ++j) targets_.add_global(int(j), globals_[j].address, globals_[j].size);
+  for (size_t h = 0; h < host_regions_.size(); ++h)
+    if (host_regions_[h].device_pointer)
+      targets_.add_host(int(h), host_regions_[h].device_pointer, host_regions_[h].region.size);
+  if (arrays_) {
+    int k = 0;
+    for (uint64_t v : arrays_->known_handles()) targets_.add_handle(k++, v);
+  }
+}
+
+// Every aligned 8-byte word of every parameter that looks like an address and points at
+// nothing the capture holds (closure_targets.hpp): the manifest names each, since a
+// replay cannot give the kernel what it points at.
+void CaptureSession::find_unresolved() {
+  unresolved_.clear();
+  words_checked_ = 0;
+  const auto& buf = params_.buffer;
+  const HostMappings maps = HostMappings::of_this_process();
+  for (const ParamSlot& p : params_.params) {
+    if (p.offset + p.size > buf.size() || p.size < 8) continue;
+    for (uint64_t at = (8 - p.offset % 8) % 8; at + 8 <= p.size; at += 8) {
+      uint64_t v;
+      std::memcpy(&v, buf.data() + p.offset + at, 8);
+      ++words_checked_;
+      std::string why = targets_.unresolved_reason(v, p.size > 8, maps);
+      if (!why.empty()) unresolved_.push_back(Unresolved{p.index, at, v, std::move(why)});
+    }
+  }
+  const size_t shown = std::min<size_t>(unresolved_.size(), 16);
+  for (size_t k = 0; k < shown; ++k) {
+    const Unresolved& u = unresolved_[k];
+    warnings_.push_back("parameter " + std::to_string(u.param) + (u.at ? " word +" + std::to_string(u.at) : "") +
+                        " holds " + hex_addr(u.value) + ", which points into nothing the capture holds: " + u.reason +
+                        ". If the kernel dereferences it, the replay faults or reads other memory, and a write "
+                        "through it is never compared");
+  }
+  if (unresolved_.size() > shown)
+    warnings_.push_back(std::to_string(unresolved_.size() - shown) +
+                        " more parameter word(s) point into nothing the capture holds (manifest closure.unresolved)");
 }
 
 void CaptureSession::prepare() {
@@ -185,11 +270,13 @@ void CaptureSession::prepare() {
     }
     regions_.push_back(r);
   }
-  host_regions_ = mem_.host_regions();
+  find_host_regions();
   if (array_tracker_) {
     arrays_ = std::make_unique<ArrayCapture>(array_tracker_->state(ctx_));
     arrays_->prepare(regions_, params_, func_.name, func_.demangled, choice_.cubin->cubin);
   }
+  build_targets();  // after the arrays: their objects' handles are known targets
+  find_unresolved();
   if (!pool_.empty()) make_dir(pool_);
   blobs_ = std::make_unique<BlobStore>(path_join(partial_, "blobs"), &budget_, pool_);
   snap_ = std::make_unique<Snapshotter>(*blobs_);
@@ -230,14 +317,17 @@ void CaptureSession::restore_baseline(const std::vector<ItemSnapshot>& now) {
       const uint64_t off = uint64_t(c) * Snapshotter::kChunkSize;
       const size_t len = size_t(std::min<uint64_t>(Snapshotter::kChunkSize, items[k].size - off));
       const CUdeviceptr at = CUdeviceptr(items[k].base + off);
+      void* host_at = reinterpret_cast<void*>(uintptr_t(items[k].base + off));
       const std::string what = items[k].label + " bytes " + hex_addr(items[k].base + off) + " (restoring the app's state)";
       if (!want.stored) {
-        KC_CHECK(cuMemsetD8, (at, 0, len), what);
+        if (items[k].host) std::memset(host_at, 0, len);
+        else KC_CHECK(cuMemsetD8, (at, 0, len), what);
       } else {
         const std::string path = path_join(blobs_->dir(), xxh64_hex(want.hash) + ".bin");
         buf.resize(len);
         read_file_exact(path, buf.data(), len);
-        KC_CHECK(cuMemcpyHtoD, (at, buf.data(), len), what);
+        if (items[k].host) std::memcpy(host_at, buf.data(), len);
+        else KC_CHECK(cuMemcpyHtoD, (at, buf.data(), len), what);
       }
       restored_bytes_ += len;
     }
@@ -287,8 +377,10 @@ std::string CaptureSession::after_launch(CUresult launch_result) {
   snapshotted_bytes_ = snap_->logical_bytes();  // pre + post, what the snapshot moved
   if (arrays_) snapshotted_bytes_ += arrays_->snapshotted_bytes();
   unchanged_bytes_ = snap_->unchanged_bytes();  // pre + post, known unchanged by fingerprint
+  zero_bytes_ = snap_->zero_bytes();            // pre + post, known zero by fingerprint
   log("chunks copied: " + std::to_string(snapshotted_bytes_) + " bytes; unchanged by fingerprint, not copied: " +
-      std::to_string(unchanged_bytes_) + " bytes" +
+      std::to_string(unchanged_bytes_) + " bytes; all zero by fingerprint, not copied: " +
+      std::to_string(zero_bytes_) + " bytes" +
       (snap_->fingerprint_note().empty() ? "" : " (no fingerprints: " + snap_->fingerprint_note() + ")"));
   logical_bytes_ = 0;  // the captured address space: every region once
   for (const TrackedRegion& r : regions_) logical_bytes_ += r.size;
@@ -366,7 +458,7 @@ void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
   if (bucket_) w.field("bucket", *bucket_);
   w.key("match").begin_object().field("pattern", cfg_.kernel).field("mode", match_mode_name(cfg_.match)).end_object();
   w.key("capture_seconds").begin_object().field("pre", pre_s_).field("post", post_s_).field("total", total_s).end_object();
-  w.key("bytes").begin_object().field("logical", logical_bytes_).field("snapshotted", snapshotted_bytes_).field("unchanged", unchanged_bytes_).field("stored", blobs_ ? blobs_->stored_bytes() : 0);
+  w.key("bytes").begin_object().field("logical", logical_bytes_).field("snapshotted", snapshotted_bytes_).field("unchanged", unchanged_bytes_).field("zero", zero_bytes_).field("stored", blobs_ ? blobs_->stored_bytes() : 0);
   w.end_object();
   w.end_object();
 }
@@ -430,14 +522,6 @@ void CaptureSession::write_launch(JsonWriter& w) const {
   w.end_object();
 }
 
-int CaptureSession::region_of(uint64_t address) const {
-  auto it = std::upper_bound(regions_.begin(), regions_.end(), address,
-                             [](uint64_t a, const TrackedRegion& r) { return a < r.base; });
-  if (it == regions_.begin()) return -1;
-  --it;
-  return address < it->end() ? int(it - regions_.begin()) : -1;
-}
-
 void CaptureSession::write_params(JsonWriter& w) const {
   const auto& buf = params_.buffer;
   w.key("params").begin_array();
@@ -448,12 +532,13 @@ void CaptureSession::write_params(JsonWriter& w) const {
     // Annotation only (bytes stay as captured): 8-byte values that point into a region.
     if (in_buffer && p.size >= 8) {
       struct Hit { uint64_t at; int region; uint64_t offset; };
-      std::vector<Hit> hits;
+      std::vector<Hit> hits, host_hits;
       for (uint64_t at = (8 - p.offset % 8) % 8; at + 8 <= p.size; at += 8) {
         uint64_t v;
         std::memcpy(&v, buf.data() + p.offset + at, 8);
-        int r = region_of(v);
-        if (r >= 0) hits.push_back(Hit{at, r, v - regions_[size_t(r)].base});
+        const TargetHit t = targets_.find(v);
+        if (t.kind == TargetHit::kRegion) hits.push_back(Hit{at, t.index, t.offset});
+        else if (t.kind == TargetHit::kHost) host_hits.push_back(Hit{at, t.index, t.offset});
       }
       if (p.size == 8 && hits.size() == 1) {
         w.key("pointer").begin_object().field("region", hits[0].region).field("offset", hits[0].offset).end_object();
@@ -461,6 +546,12 @@ void CaptureSession::write_params(JsonWriter& w) const {
         w.key("pointers").begin_array();
         for (const Hit& h : hits)
           w.begin_object().field("at", h.at).field("region", h.region).field("offset", h.offset).end_object();
+        w.end_array();
+      }
+      if (!host_hits.empty()) {  // into host regions, by the device pointer the kernel was given
+        w.key("host_pointers").begin_array();
+        for (const Hit& h : host_hits)
+          w.begin_object().field("at", h.at).field("host_region", h.region).field("offset", h.offset).end_object();
         w.end_array();
       }
     }
@@ -487,10 +578,7 @@ void CaptureSession::write_regions(JsonWriter& w) const {
     w.end_object();
   }
   w.end_array();
-  w.key("host_regions").begin_array();
-  for (const HostRegion& h : host_regions_)
-    w.begin_object().field("base", h.base).field("size", h.size).field("api", h.api).end_object();
-  w.end_array();
+  write_host_regions(w);
   w.key("globals").begin_array();
   for (size_t j = 0; j < globals_.size(); ++j) {
     const GlobalVar& g = globals_[j];
@@ -518,6 +606,7 @@ std::string CaptureSession::manifest_json() const {
   write_params(w);
   write_regions(w);
   if (arrays_) arrays_->write_json(w);
+  write_closure(w);
   w.key("warnings").begin_array();
   for (const std::string& s : warnings_) w.value(s);
   if (arrays_)
@@ -526,6 +615,42 @@ std::string CaptureSession::manifest_json() const {
   w.key("triton").null();
   w.end_object();
   return w.str();
+}
+
+void CaptureSession::write_host_regions(JsonWriter& w) const {
+  w.key("host_regions").begin_array();
+  size_t k = regions_.size() + globals_.size();  // host items follow regions and globals
+  for (size_t h = 0; h < host_regions_.size(); ++h) {
+    const HostItem& hi = host_regions_[h];
+    const HostRegion& r = hi.region;
+    w.begin_object().field("id", int(h)).field("base", r.base).field("size", r.size).field("api", r.api);
+    w.field("flags", uint64_t(r.flags));
+    if (hi.device_pointer) w.field("device_pointer", hi.device_pointer);
+    else w.key("device_pointer").null();
+    w.field("snapshotted", hi.snapshot);
+    if (hi.snapshot && k < pre_.size() && k < post_.size()) {
+      w.field("written", pre_[k].chunks != post_[k].chunks);
+      w.field("zero_fraction", r.size ? double(pre_[k].zero_bytes) / double(r.size) : 1.0);
+      w.key("pre");
+      write_hashes(w, pre_[k].chunks);
+      w.key("post");
+      write_hashes(w, post_[k].chunks);
+      ++k;
+    } else {
+      w.field("why_not", hi.why_not);
+    }
+    w.end_object();
+  }
+  w.end_array();
+}
+
+void CaptureSession::write_closure(JsonWriter& w) const {
+  w.key("closure").begin_object().field("words_checked", words_checked_);
+  w.key("unresolved").begin_array();
+  for (const Unresolved& u : unresolved_)
+    w.begin_object().field("param", uint64_t(u.param)).field("at", u.at).field("value", u.value)
+        .field("reason", u.reason).end_object();
+  w.end_array().end_object();
 }
 
 }  // namespace kc

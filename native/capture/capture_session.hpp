@@ -21,6 +21,7 @@
 #include "array_capture.hpp"
 #include "array_tracker.hpp"
 #include "blob_store.hpp"
+#include "closure_targets.hpp"
 #include "config.hpp"
 #include "fsutil.hpp"
 #include "json_writer.hpp"
@@ -88,6 +89,19 @@ class CaptureSession {
     std::string name, section;
     uint64_t address = 0, size = 0;
   };
+  // A pinned or registered host allocation: snapshotted when the device can reach it.
+  struct HostItem {
+    HostRegion region;
+    uint64_t device_pointer = 0;  // 0: not mapped into the device's address space
+    bool snapshot = false;
+    std::string why_not;          // when not snapshotted
+  };
+  // A parameter word that points at nothing the capture holds (manifest "closure").
+  struct Unresolved {
+    uint32_t param = 0;
+    uint64_t at = 0, value = 0;
+    std::string reason;
+  };
 
   void log(const std::string& line);
   void prepare();  // once: directories, function, cubin, globals, parameters, regions, snapshotter
@@ -104,7 +118,11 @@ class CaptureSession {
   void write_launch(JsonWriter& w) const;
   void write_params(JsonWriter& w) const;
   void write_regions(JsonWriter& w) const;
-  int region_of(uint64_t address) const;  // index into regions_, or -1
+  void find_host_regions();
+  void build_targets();                    // targets_ from regions, globals, host regions
+  void find_unresolved();                  // unresolved_ and their warnings
+  void write_host_regions(JsonWriter& w) const;
+  void write_closure(JsonWriter& w) const;
   double seconds_since(std::chrono::steady_clock::time_point t) const;
 
   const Config& cfg_;
@@ -128,7 +146,10 @@ class CaptureSession {
   CubinChoice choice_;
   std::vector<GlobalVar> globals_;
   std::vector<TrackedRegion> regions_;
-  std::vector<HostRegion> host_regions_;
+  std::vector<HostItem> host_regions_;
+  ClosureTargets targets_;
+  std::vector<Unresolved> unresolved_;
+  uint64_t words_checked_ = 0;
   std::vector<ItemSnapshot> base_, pre_, post_;
   bool prepared_ = false;
   std::optional<GraphOrigin> graph_;
@@ -151,6 +172,7 @@ class CaptureSession {
   uint64_t logical_bytes_ = 0;
   uint64_t snapshotted_bytes_ = 0;
   uint64_t unchanged_bytes_ = 0;
+  uint64_t zero_bytes_ = 0;
   std::string time_utc_;
 };
 

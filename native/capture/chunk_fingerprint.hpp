@@ -22,6 +22,9 @@ struct Fingerprint {
   bool operator==(const Fingerprint& o) const { return a == o.a && b == o.b; }
 };
 
+// The fingerprint of `bytes` zero bytes (zero_fingerprint.cpp, host-side).
+Fingerprint zero_fingerprint(uint64_t bytes);
+
 // One chunk: device address and length (the address 8-byte aligned).
 using DeviceChunk = std::pair<uint64_t, uint64_t>;
 

@@ -6,6 +6,7 @@
 
 #include "config.hpp"
 #include "driver.hpp"
+#include "xla_autotune.hpp"
 
 namespace kc {
 
@@ -33,6 +34,7 @@ FuncInfo* FuncCache::get(CUfunction f, const KernelMatcher* matcher) {
   if (!info->resolved) info->name = "<unknown kernel>";
   info->demangled = demangle(info->name);
   info->matched = info->resolved && matcher && matcher->matches(info->name, info->demangled);
+  info->xla_helper = info->resolved && XlaAutotune::is_helper(info->demangled);
   if (info->matched && is_nccl_kernel(info->demangled)) {
     info->matched = false;
     info->refused = true;

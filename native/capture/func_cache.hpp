@@ -29,6 +29,7 @@ struct FuncInfo {
   // Matched the pattern but can never be a target: NCCL's own kernels (ncclKernel*,
   // ncclDevKernel*) wait for their peer ranks, so one of them cannot run alone.
   bool refused = false;
+  bool xla_helper = false;  // one of XLA's autotuner helper kernels (xla_autotune.hpp)
   std::atomic<uint64_t> launches{0};
   // A launch of it returned successfully: its module is loaded (the sampled profile never
   // holds a stream for a kernel's first launch, docs/interposer.md).

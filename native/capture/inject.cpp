@@ -48,6 +48,7 @@
 #include "sampled_profile.hpp"
 #include "thread_slots.hpp"
 #include "watched_calls.hpp"
+#include "xla_autotune.hpp"
 
 #define KC_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -97,6 +98,7 @@ struct State {
   std::atomic<int> active_captures{0};
   std::atomic<uint64_t> recorded_into_graphs{0};  // target launches made into a capturing stream
   GraphRegistry graphs{funcs};
+  XlaAutotune xla;  // XLA's autotuner: its candidate runs of the target are not dispatches
 };
 
 // Never destroyed: other threads may be inside a callback while the process exits.
@@ -375,6 +377,8 @@ void describe_launch(State& s, CaptureSession& session, uint32_t bucket) {
   session.set_arrays(&s.arrays);
   if (s.nvtx) session.set_nvtx(s.nvtx->context());
   if (bucket != UINT32_MAX) session.set_bucket(bucket);
+  const std::string xla = s.xla.note(xla_loaded());
+  if (!xla.empty()) session.add_warning(xla);
 }
 
 // A capture of dispatch `index` failed: say so; a set remembers it for the bucket (so
@@ -636,7 +640,9 @@ void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
   FuncInfo* fi = func_info(s, t, d.f, &per_thread);
   count_launch(s, t, *fi, per_thread);
 
-  if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0) {
+  if (fi->xla_helper) s.xla.on_helper(XlaAutotune::now_ns());
+  if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0 &&
+      !(s.xla.seen() && s.xla.skip_target(XlaAutotune::now_ns()))) {
     std::string why;
     // Only processes that ever began a stream capture pay for asking the driver.
     if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why)) {
@@ -757,7 +763,7 @@ void track_memory(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb)
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
       auto* a = static_cast<const cuMemHostAlloc_params*>(p);
-      s.mem.on_host_alloc(reinterpret_cast<uint64_t>(*a->pp), a->bytesize, "cuMemHostAlloc");
+      s.mem.on_host_alloc(reinterpret_cast<uint64_t>(*a->pp), a->bytesize, "cuMemHostAlloc", a->Flags);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
@@ -767,7 +773,7 @@ void track_memory(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb)
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2: {
       auto* a = static_cast<const cuMemHostRegister_v2_params*>(p);
-      s.mem.on_host_alloc(reinterpret_cast<uint64_t>(a->p), a->bytesize, "cuMemHostRegister_v2");
+      s.mem.on_host_alloc(reinterpret_cast<uint64_t>(a->p), a->bytesize, "cuMemHostRegister_v2", a->Flags);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:

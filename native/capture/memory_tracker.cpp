@@ -78,10 +78,10 @@ void MemoryTracker::on_unmap(uint64_t base, uint64_t size) {
   carve(mapped_, base, size);
 }
 
-void MemoryTracker::on_host_alloc(uint64_t base, uint64_t size, const char* api) {
+void MemoryTracker::on_host_alloc(uint64_t base, uint64_t size, const char* api, unsigned flags) {
   if (!base) return;
   std::lock_guard<std::mutex> lock(mu_);
-  host_[base] = HostRegion{base, size, api};
+  host_[base] = HostRegion{base, size, api, flags};
 }
 
 void MemoryTracker::on_host_free(uint64_t base) {

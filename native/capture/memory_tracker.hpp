@@ -1,7 +1,8 @@
 // Live device allocations of the process, kept from the allocation callbacks so the
 // capture knows every region the kernel could reach (docs/capture-format.md,
 // "Regions"). VMM memory counts by its *mapped* ranges (cuMemMap), since only mapped
-// pages can be read; host allocations are recorded, never snapshotted.
+// pages can be read. Pinned and registered host memory is tracked too (with the flags
+// it was allocated or registered with): the capture snapshots what the device can reach.
 #pragma once
 #include <cuda.h>
 
@@ -25,7 +26,9 @@ struct TrackedRegion {
 struct HostRegion {
   uint64_t base = 0;
   uint64_t size = 0;
-  const char* api = "";
+  const char* api = "";   // cuMemHostAlloc | cuMemAllocHost_v2 | cuMemHostRegister_v2
+  unsigned flags = 0;     // CU_MEMHOSTALLOC_* or CU_MEMHOSTREGISTER_* as the app passed them
+  uint64_t end() const { return base + size; }
 };
 
 class MemoryTracker {
@@ -36,7 +39,7 @@ class MemoryTracker {
   void on_address_free(uint64_t base);
   void on_map(uint64_t base, uint64_t size);
   void on_unmap(uint64_t base, uint64_t size);
-  void on_host_alloc(uint64_t base, uint64_t size, const char* api);
+  void on_host_alloc(uint64_t base, uint64_t size, const char* api, unsigned flags = 0);
   void on_host_free(uint64_t base);
   void drop_context(CUcontext ctx);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "chunk_fingerprint.hpp"
 #include "driver.hpp"
@@ -191,7 +192,8 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
     const SnapshotItem& it = items[i];
     // Below kMinFingerprintBytes a copy costs less than asking the driver whether the
     // region is mapped (one call per region: 200k small regions took 0.7 s more).
-    if (!fingerprints || it.size < kMinFingerprintBytes || it.base % 8 || !readable_on_device(it.base, it.size))
+    if (!fingerprints || it.host || it.size < kMinFingerprintBytes || it.base % 8 ||
+        !readable_on_device(it.base, it.size))
       continue;
     for (size_t c = 0; c < out[i].chunks.size(); ++c) {
       const uint64_t off = uint64_t(c) * kChunkSize;
@@ -203,12 +205,18 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
   if (!fp_chunks.empty() && !fingerprinter.run(fp_chunks, stream_, fps)) fingerprint_note_ = fingerprinter.reason();
   ChunkMemory& memory = chunk_memory();
   for (size_t k = 0; k < fps.size(); ++k) {
-    const RememberedChunk* r = memory.find(fp_chunks[k]);
-    if (!r || !(r->fp == fps[k]) || (r->stored && !store_.adopt(r->hash))) continue;
     auto [i, c] = fp_where[k];
-    out[i].chunks[c] = ChunkHash{r->stored, r->hash};
-    keep[i][c] = 1;
-    unchanged_ += fp_chunks[k].second;
+    const RememberedChunk* r = memory.find(fp_chunks[k]);
+    if (r && r->fp == fps[k] && (!r->stored || store_.adopt(r->hash))) {
+      out[i].chunks[c] = ChunkHash{r->stored, r->hash};
+      keep[i][c] = 1;
+      unchanged_ += fp_chunks[k].second;
+    } else if (fps[k] == zero_fingerprint(fp_chunks[k].second)) {
+      // All zero (as sure as "unchanged" is): nothing to copy, nothing to store.
+      out[i].chunks[c] = ChunkHash{false, 0};
+      keep[i][c] = 1;
+      zero_ += fp_chunks[k].second;
+    }
   }
 
   uint64_t to_copy = 0;
@@ -235,8 +243,11 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
           cur = acquire_slot(in_flight);
         }
         Slot& s = slots_[cur];
-        KC_CHECK(cuMemcpyDtoHAsync, (s.host + s.fill, CUdeviceptr(it.base + off), len, stream_),
-                 it.label + " bytes " + hex_addr(it.base + off) + "+" + std::to_string(len));
+        if (it.host)  // the app's host memory: the GPU is drained and the app's threads are held
+          std::memcpy(s.host + s.fill, reinterpret_cast<const void*>(uintptr_t(it.base + off)), len);
+        else
+          KC_CHECK(cuMemcpyDtoHAsync, (s.host + s.fill, CUdeviceptr(it.base + off), len, stream_),
+                   it.label + " bytes " + hex_addr(it.base + off) + "+" + std::to_string(len));
         s.tasks.push_back(Task{s.host + s.fill, len, &out[i].chunks[c], cur});
         s.fill += len;
         logical_ += len;

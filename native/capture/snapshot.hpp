@@ -28,6 +28,7 @@ struct SnapshotItem {
   uint64_t base = 0;
   uint64_t size = 0;
   std::string label;  // names the item in errors: "region 3 (cuMemAlloc_v2 0x7f.. + 4096)"
+  bool host = false;  // host memory (pinned, registered): read by the CPU at `base`
 };
 
 struct ChunkHash {
@@ -70,6 +71,7 @@ class Snapshotter {
   std::vector<ItemSnapshot> run(const std::vector<SnapshotItem>& items);
   uint64_t logical_bytes() const { return logical_; }         // copied over PCIe, all runs
   uint64_t unchanged_bytes() const { return unchanged_; }     // kept by fingerprint, all runs
+  uint64_t zero_bytes() const { return zero_; }               // all zero by fingerprint, not copied
   const std::string& fingerprint_note() const { return fingerprint_note_; }  // why none were used
 
  private:
@@ -108,6 +110,7 @@ class Snapshotter {
   bool stop_ = false;
   uint64_t logical_ = 0;
   uint64_t unchanged_ = 0;
+  uint64_t zero_ = 0;
   std::string fingerprint_note_;
 };
 

@@ -13,7 +13,7 @@ enum CallRole : uint16_t {
   kEnqueue = 1 << 0,        // enqueues GPU work or changes allocations: holds the quiesce lock shared
   kLaunch = 1 << 1,         // a kernel launch (decode_launch knows it)
   kAlloc = 1 << 2,          // tracked allocation / free / mapping (device memory)
-  kHostMemory = 1 << 3,     // tracked host allocation (recorded, never snapshotted)
+  kHostMemory = 1 << 3,     // tracked host allocation (pinned, registered: snapshotted when mapped)
   kModuleLoad = 1 << 4,     // loads a module/library: pairs the loaded cubins with the handle
   kModuleUnload = 1 << 5,   // function handles may be reused afterwards
   kCaptureBegin = 1 << 6,   // a stream capture begins (launches into it do not run now)

@@ -82,7 +82,7 @@ CUresult kc_v1_cuStreamBeginCapture(CUstream);
   X(cuMemFreeAsync, cuMemFreeAsync, kEnqueue | kAlloc) X(cuMemFreeAsync_ptsz, cuMemFreeAsync, kEnqueue | kAlloc) \
   X(cuMemAddressReserve, cuMemAddressReserve, kEnqueue | kAlloc) X(cuMemAddressFree, cuMemAddressFree, kEnqueue | kAlloc) \
   X(cuMemMap, cuMemMap, kEnqueue | kAlloc) X(cuMemUnmap, cuMemUnmap, kEnqueue | kAlloc) \
-  /* Host allocations: recorded, never snapshotted. */ \
+  /* Host allocations: snapshotted when the device can reach them (docs/capture-format.md). */ \
   X(cuMemHostAlloc, cuMemHostAlloc, kHostMemory) X(cuMemAllocHost_v2, cuMemAllocHost_v2, kHostMemory) \
   X(cuMemHostRegister_v2, cuMemHostRegister_v2, kHostMemory) X(cuMemFreeHost, cuMemFreeHost, kHostMemory) \
   X(cuMemHostUnregister, cuMemHostUnregister, kHostMemory) \

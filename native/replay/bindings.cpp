@@ -74,7 +74,16 @@ PYBIND11_MODULE(_replay, m) {
       .def_readwrite("size", &ItemSpec::size)
       .def_readwrite("pre", &ItemSpec::pre)
       .def_readwrite("post", &ItemSpec::post)
-      .def_readwrite("array", &ItemSpec::array);
+      .def_readwrite("array", &ItemSpec::array)
+      .def_readwrite("segments", &ItemSpec::segments)
+      .def_readwrite("sparse", &ItemSpec::sparse)
+      .def_readwrite("host", &ItemSpec::host);
+  py::class_<HostSpec>(m, "HostSpec")
+      .def(py::init<>())
+      .def_readwrite("label", &HostSpec::label)
+      .def_readwrite("base", &HostSpec::base)
+      .def_readwrite("size", &HostSpec::size)
+      .def_readwrite("device_pointer", &HostSpec::device_pointer);
 
   // CUDA arrays and texture/surface objects (arrays.hpp).
   py::class_<ArrayDescSpec>(m, "ArrayDescSpec")
@@ -174,6 +183,8 @@ PYBIND11_MODULE(_replay, m) {
       .def("ordinal", &Session::ordinal)
       .def("reserve", &Session::reserve, release())
       .def("map", &Session::map, release())
+      .def("map_zero", &Session::map_zero, py::arg("ranges"), py::arg("chunk"), release())
+      .def("register_host", &Session::register_host, py::arg("ranges"), py::arg("regions"), release())
       .def("load_state", &Session::load_state, py::arg("blob_dir"), py::arg("chunk_size"), py::arg("items"),
            py::arg("threads") = 4, release())
       .def("load_arrays", &Session::load_arrays, py::arg("mipmaps"), py::arg("arrays"), py::arg("objects"), release())

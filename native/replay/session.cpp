@@ -30,13 +30,6 @@ int init_driver(int ordinal) {
   return ordinal;
 }
 
-void merge_into(std::vector<std::pair<size_t, size_t>>& ranges, size_t offset, size_t length) {
-  if (!ranges.empty() && ranges.back().first + ranges.back().second == offset)
-    ranges.back().second += length;
-  else
-    ranges.emplace_back(offset, length);
-}
-
 double from_bits(unsigned long long bits) {
   double d;
   static_assert(sizeof d == sizeof bits);
@@ -55,9 +48,10 @@ std::vector<double> elapsed_ms(const std::vector<Event>& start, const std::vecto
   return ms;
 }
 
+// cuMemcpy infers the kinds from the pointers: `src` may be mapped host memory.
 std::string copy_to_host(CUdeviceptr src, size_t n, const std::string& what) {
   std::string out(n, '\0');
-  if (n) KC_CHECK(cuMemcpyDtoH, (out.data(), src, n), what);
+  if (n) KC_CHECK(cuMemcpy, (reinterpret_cast<CUdeviceptr>(out.data()), src, n), what);
   return out;
 }
 
@@ -112,6 +106,19 @@ void Session::map(const std::vector<std::pair<unsigned long long, unsigned long 
   for (const auto& [base, size] : ranges) mappings_.emplace_back(ctx_.device(), base, size);
 }
 
+void Session::map_zero(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges, size_t chunk) {
+  if (zero_) throw Error("input", "the zero backing is already mapped");
+  if (ranges.empty()) return;
+  zero_ = std::make_unique<ZeroBacking>(ctx_.device(), granularity_, chunk, ranges);
+  state_notes_.push_back("sparse replay: " + zero_->note());
+}
+
+void Session::register_host(const std::vector<SpanSpec>& ranges, const std::vector<HostSpec>& regions) {
+  if (!host_.empty()) throw Error("input", "host memory is already registered");
+  for (const SpanSpec& r : ranges) host_.emplace_back(r.base, r.size, r.label);
+  check_device_pointers(ctx_.device(), regions);
+}
+
 void Session::load_state(const std::string& blob_dir, unsigned long long chunk_size,
                          const std::vector<ItemSpec>& specs, int threads) {
   if (!items_.empty()) throw Error("input", "the capture state is already loaded");
@@ -148,27 +155,69 @@ void Session::load_state(const std::string& blob_dir, unsigned long long chunk_s
         throw Error("capture", spec.label + " lists " + std::to_string(spec.size) + " bytes, its descriptor makes " +
                                    std::to_string(arrays_->packed_size(size_t(spec.array))));
     }
-    item.pre = DeviceBuffer(spec.size, "resident pre-state of " + spec.label);
-    KC_CHECK(cuMemsetD8, (item.pre.get(), 0, spec.size), "resident pre-state of " + spec.label);
+    std::vector<std::pair<unsigned long long, unsigned long long>> parts = spec.segments;
+    if (!spec.sparse) parts.assign(1, {0, spec.size});
+    if (spec.sparse && (spec.host || !spec.global_name.empty()))
+      throw Error("input", spec.label + ": only device regions replay sparsely");
+    for (const auto& [off, len] : parts) {
+      if (off > spec.size || len > spec.size - off || len == 0 ||
+          (!item.segments.empty() && off < item.segments.back().offset + item.segments.back().length))
+        throw Error("input", spec.label + ": backed part +" + std::to_string(off) + " (" + std::to_string(len) +
+                                 " bytes) is empty, overlaps the previous one or lies outside the item");
+      Segment seg;
+      seg.offset = off;
+      seg.length = len;
+      item.segments.push_back(std::move(seg));
+    }
+    // The segment holding item bytes [off, off + len), or npos when none holds them all.
+    auto segment_of = [&](size_t off, size_t len) -> size_t {
+      for (size_t k = 0; k < item.segments.size(); ++k) {
+        const Segment& g = item.segments[k];
+        if (off >= g.offset && off + len <= g.offset + g.length) return k;
+      }
+      return SIZE_MAX;
+    };
+    std::vector<bool> seg_written(item.segments.size(), false);
     for (size_t i = 0; i < chunks; ++i) {
-      const size_t off = i * chunk_size;
-      if (spec.pre[i] != spec.post[i]) merge_into(item.written, off, std::min<size_t>(chunk_size, spec.size - off));
+      const size_t off = i * chunk_size, len = std::min<size_t>(chunk_size, spec.size - off);
+      const bool live = spec.pre[i] || spec.post[i];
+      const size_t k = segment_of(off, len);
+      if (live && k == SIZE_MAX)
+        throw Error("input", spec.label + " chunk " + std::to_string(i) +
+                                 " holds data but lies outside every backed part (a sparse plan that is wrong)");
+      if (spec.pre[i] != spec.post[i]) {
+        seg_written[k] = true;
+        if (!item.written.empty() && item.written.back().segment == k &&
+            item.written.back().offset + item.written.back().length == off)
+          item.written.back().length += len;
+        else
+          item.written.push_back(Written{k, off, len});
+      }
     }
     if (spec.array >= 0) arrays_->set_written(size_t(spec.array), !item.written.empty());
-    if (!item.written.empty()) {
-      item.post = DeviceBuffer(spec.size, "resident post-state of " + spec.label);
-      KC_CHECK(cuMemsetD8, (item.post.get(), 0, spec.size), "resident post-state of " + spec.label);
+    for (size_t k = 0; k < item.segments.size(); ++k) {
+      Segment& g = item.segments[k];
+      const std::string part = item.segments.size() > 1 ? " +" + std::to_string(g.offset) : std::string();
+      g.pre = DeviceBuffer(g.length, "resident pre-state of " + spec.label + part);
+      KC_CHECK(cuMemsetD8, (g.pre.get(), 0, g.length), "resident pre-state of " + spec.label + part);
+      if (seg_written[k]) {
+        g.post = DeviceBuffer(g.length, "resident post-state of " + spec.label + part);
+        KC_CHECK(cuMemsetD8, (g.post.get(), 0, g.length), "resident post-state of " + spec.label + part);
+      }
     }
     for (size_t i = 0; i < chunks; ++i) {
       const size_t off = i * chunk_size, len = std::min<size_t>(chunk_size, spec.size - off);
-      const std::string at = " chunk " + std::to_string(i);
-      if (spec.pre[i]) add_job(*spec.pre[i], len, item.pre.get() + off, spec.label + " pre-state" + at);
-      if (!item.post.get() || !spec.post[i]) continue;  // unwritten item, or a zero chunk (already zero)
+      if (!spec.pre[i] && !spec.post[i]) continue;  // zero before and after: the copies start zeroed
+      const Segment& g = item.segments[segment_of(off, len)];
+      const size_t at = off - g.offset;
+      const std::string where = " chunk " + std::to_string(i);
+      if (spec.pre[i]) add_job(*spec.pre[i], len, g.pre.get() + at, spec.label + " pre-state" + where);
+      if (!g.post.get() || !spec.post[i]) continue;  // unwritten part, or a zero chunk (already zero)
       if (spec.post[i] == spec.pre[i]) {
-        post_from_pre.emplace_back(item.post.get() + off, item.pre.get() + off);
+        post_from_pre.emplace_back(g.post.get() + at, g.pre.get() + at);
         post_from_pre_len.push_back(len);
       } else {
-        add_job(*spec.post[i], len, item.post.get() + off, spec.label + " post-state" + at);
+        add_job(*spec.post[i], len, g.post.get() + at, spec.label + " post-state" + where);
       }
     }
     items_.push_back(std::move(item));
@@ -248,9 +297,16 @@ CUdeviceptr Session::target_of(const Item& item) const {
 
 CUdeviceptr Session::actual_of(const Item& item) const {
   // A module global the selected program does not define: no code of it can reach the
-  // global, so what it "leaves" there is the pre-state.
+  // global, so what it "leaves" there is the pre-state (a global is one segment).
   const CUdeviceptr t = target_of(item);
-  return t ? t : item.pre.get();
+  return t ? t : item.segments.front().pre.get();
+}
+
+void Session::copy(const Item& item, CUdeviceptr dst, CUdeviceptr src, size_t n, const std::string& what) {
+  if (item.spec.host)
+    KC_CHECK(cuMemcpyAsync, (dst, src, n, stream_->get()), what);
+  else
+    KC_CHECK(cuMemcpyDtoDAsync, (dst, src, n, stream_->get()), what);
 }
 
 const Session::Item& Session::item_at(size_t index, const char* what) const {
@@ -261,20 +317,24 @@ const Session::Item& Session::item_at(size_t index, const char* what) const {
 }
 
 void Session::restore_all() {
+  if (zero_ && !zero_->read_only()) zero_->clear(stream_->get());  // what a stray write left
   for (const Item& item : items_)
     if (const CUdeviceptr dst = target_of(item))  // 0: a module global the program does not define
-      KC_CHECK(cuMemcpyDtoDAsync, (dst, item.pre.get(), item.spec.size, stream_->get()),
-               "restoring " + item.spec.label);
+      for (const Segment& g : item.segments)
+        copy(item, dst + g.offset, g.pre.get(), g.length, "restoring " + item.spec.label);
   if (arrays_) arrays_->push(stream_->get(), false);  // the staging buffers into the arrays
 }
 
 void Session::restore_written() {
+  if (zero_ && !zero_->read_only()) zero_->clear(stream_->get());
   for (const Item& item : items_) {
     const CUdeviceptr dst = target_of(item);
     if (!dst) continue;  // a module global the selected program does not define
-    for (const auto& [off, len] : item.written)
-      KC_CHECK(cuMemcpyDtoDAsync, (dst + off, item.pre.get() + off, len, stream_->get()),
-               "restoring the written part of " + item.spec.label);
+    for (const Written& w : item.written) {
+      const Segment& g = item.segments[w.segment];
+      copy(item, dst + w.offset, g.pre.get() + (w.offset - g.offset), w.length,
+           "restoring the written part of " + item.spec.label);
+    }
   }
   if (arrays_) arrays_->push(stream_->get(), true);  // arrays a surface wrote
 }
@@ -328,6 +388,12 @@ void Session::fill(const std::vector<FillSpec>& fills) {
     if (!(f.lo <= f.hi)) throw Error("input", "perturbed span of " + item.spec.label + " has an empty range");
     const CUdeviceptr dst = target_of(item);
     if (!dst) throw Error("input", "cannot perturb " + item.spec.label + ": " + current_->label + " does not define it");
+    const size_t bytes = size_t(f.count) * unit;
+    bool backed = false;
+    for (const Segment& g : item.segments) backed |= f.offset >= g.offset && f.offset + bytes <= g.offset + g.length;
+    if (!backed)
+      throw Error("input", "cannot perturb " + item.spec.label + " +" + std::to_string(f.offset) +
+                               ": the span reaches its zero-backed, read-only part (sparse replay)");
     const FillParams p{f.mean, f.stddev, f.lo, f.hi, f.p_zero, f.seed};
     filler_->fill(stream_->get(), f.dtype, dst + f.offset, f.count, p,
                   item.spec.label + " +" + std::to_string(f.offset));
@@ -351,9 +417,13 @@ void Session::keep_reference(const std::vector<size_t>& indices) {
   for (size_t i : indices) {
     item_at(i, "keep_reference");
     Item& item = items_[i];
-    if (!item.ref.get()) item.ref = DeviceBuffer(item.spec.size, "reference state of " + item.spec.label);
-    KC_CHECK(cuMemcpyDtoDAsync, (item.ref.get(), actual_of(item), item.spec.size, stream_->get()),
-             "keeping the reference state of " + item.spec.label);
+    const CUdeviceptr actual = actual_of(item);
+    const bool own = target_of(item) != 0;  // else actual is the pre-state buffer itself
+    for (Segment& g : item.segments) {
+      if (!g.ref.get()) g.ref = DeviceBuffer(g.length, "reference state of " + item.spec.label);
+      copy(item, g.ref.get(), own ? actual + g.offset : actual, g.length,
+           "keeping the reference state of " + item.spec.label);
+    }
     item.has_ref = true;
   }
   KC_CHECK(cuStreamSynchronize, (stream_->get()), "keeping reference states");
@@ -371,14 +441,27 @@ std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, 
   const bool reference = against == "reference";
   if (!reference && against != "captured")
     throw Error("input", "compare against " + against + ": expected \"captured\" or \"reference\"");
-  auto expected_of = [&](const Item& item) -> CUdeviceptr {
-    if (reference) return item.has_ref ? item.ref.get() : item.pre.get();
-    return item.post.get() ? item.post.get() : item.pre.get();
+  auto expected_of = [&](const Item& item, const Segment& g) -> CUdeviceptr {
+    if (reference) return item.has_ref ? g.ref.get() : g.pre.get();
+    return g.post.get() ? g.post.get() : g.pre.get();
+  };
+  // Where a segment's bytes are for the selected program (see actual_of).
+  auto actual_at = [&](const Item& item, const Segment& g) -> CUdeviceptr {
+    return target_of(item) ? target_of(item) + g.offset : g.pre.get();
   };
   if (!comparer_) comparer_ = std::make_unique<Comparer>();
   const CUstream s = stream_->get();
 
-  const size_t slots = 2 * items_.size();
+  // Two result slots (bytes, elements) per segment, then two for the zero chunk.
+  std::vector<size_t> first_slot(items_.size());
+  size_t slots = 0;
+  for (size_t i = 0; i < items_.size(); ++i) {
+    first_slot[i] = slots;
+    slots += 2 * items_[i].segments.size();
+  }
+  const bool check_zero = zero_ && !zero_->read_only();
+  const size_t zero_slot = slots;
+  if (check_zero) slots += 2;
   if (results_.size() < slots * sizeof(CmpResult))
     results_ = DeviceBuffer(std::max<size_t>(slots, 1) * sizeof(CmpResult), "compare results");
   std::vector<CmpResult> host(slots, CmpResult{0, kNone, 0, 0});
@@ -387,39 +470,61 @@ std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, 
     KC_CHECK(cuMemcpyHtoDAsync, (results_.get(), host.data(), slots * sizeof(CmpResult), s), "compare results");
   for (size_t i = 0; i < items_.size(); ++i) {
     const Item& item = items_[i];
-    const CUdeviceptr actual = actual_of(item);
-    const CUdeviceptr expected = expected_of(item);
-    const CUdeviceptr out = results_.get() + 2 * i * sizeof(CmpResult);
-    comparer_->bytes(s, actual, expected, item.spec.size, out);
-    if (!specs[i].dtype.empty())
-      comparer_->elements(s, specs[i].dtype, specs[i].atol, specs[i].rtol, actual, expected, item.spec.size,
-                          out + sizeof(CmpResult), item.spec.label);
+    for (size_t k = 0; k < item.segments.size(); ++k) {
+      const Segment& g = item.segments[k];
+      const CUdeviceptr out = results_.get() + (first_slot[i] + 2 * k) * sizeof(CmpResult);
+      comparer_->bytes(s, actual_at(item, g), expected_of(item, g), g.length, out);
+      if (!specs[i].dtype.empty())
+        comparer_->elements(s, specs[i].dtype, specs[i].atol, specs[i].rtol, actual_at(item, g), expected_of(item, g),
+                            g.length, out + sizeof(CmpResult), item.spec.label);
+    }
+  }
+  if (check_zero) {  // read-write zero backing: any byte no longer zero is a stray write
+    if (!zero_expected_.get()) {
+      zero_expected_ = DeviceBuffer(zero_->chunk(), "the zero chunk's expected state");
+      KC_CHECK(cuMemsetD8Async, (zero_expected_.get(), 0, zero_->chunk(), s), "the zero chunk's expected state");
+    }
+    comparer_->bytes(s, zero_->view(), zero_expected_.get(), zero_->chunk(),
+                     results_.get() + zero_slot * sizeof(CmpResult));
   }
   KC_CHECK(cuStreamSynchronize, (s), "the compare kernels");
   if (slots) KC_CHECK(cuMemcpyDtoH, (host.data(), results_.get(), slots * sizeof(CmpResult)), "compare results");
+  const unsigned long long dirty_zero = check_zero ? host[zero_slot].mismatches : 0;
 
   std::vector<CompareOut> outs(items_.size());
   for (size_t i = 0; i < items_.size(); ++i) {
     const Item& item = items_[i];
-    const CmpResult& b = host[2 * i];
-    const CmpResult& e = host[2 * i + 1];
     CompareOut& o = outs[i];
-    o.mismatched_bytes = b.mismatches;
-    o.first_byte = b.first;
     const bool elementwise = !specs[i].dtype.empty();
-    if (elementwise) {
-      o.mismatched_elements = e.mismatches;
-      o.first_element = e.first;
-      o.max_abs = from_bits(e.max_abs_bits);
-      o.max_rel = from_bits(e.max_rel_bits);
-    }
     const size_t unit = elementwise ? dtype_size(specs[i].dtype) : 1;
-    const unsigned long long first = elementwise ? e.first : b.first;
-    if (first == kNone) continue;
-    o.window_offset = first * unit;
-    const size_t n = std::min<size_t>(kWindowElements * unit, item.spec.size - o.window_offset);
-    o.actual = copy_to_host(actual_of(item) + o.window_offset, n, item.spec.label);
-    o.expected = copy_to_host(expected_of(item) + o.window_offset, n, "expected state of " + item.spec.label);
+    const Segment* first_seg = nullptr;
+    unsigned long long first_in_seg = kNone;
+    for (size_t k = 0; k < item.segments.size(); ++k) {
+      const Segment& g = item.segments[k];
+      const CmpResult& b = host[first_slot[i] + 2 * k];
+      const CmpResult& e = host[first_slot[i] + 2 * k + 1];
+      o.mismatched_bytes += b.mismatches;
+      if (b.first != kNone && o.first_byte == kNone) o.first_byte = g.offset + b.first;
+      if (elementwise) {
+        o.mismatched_elements += e.mismatches;
+        if (e.first != kNone && o.first_element == kNone) o.first_element = g.offset / unit + e.first;
+        o.max_abs = std::max(o.max_abs, from_bits(e.max_abs_bits));
+        o.max_rel = std::max(o.max_rel, from_bits(e.max_rel_bits));
+      }
+      const unsigned long long first = elementwise ? e.first : b.first;
+      if (first != kNone && !first_seg) {
+        first_seg = &g;
+        first_in_seg = first;
+      }
+    }
+    if (dirty_zero && item.spec.sparse)
+      o.mismatched_bytes += dirty_zero;  // a stray write into a sparse region's zero backing
+    if (!first_seg) continue;
+    const size_t at = size_t(first_in_seg) * unit;
+    o.window_offset = first_seg->offset + at;
+    const size_t n = std::min<size_t>(kWindowElements * unit, first_seg->length - at);
+    o.actual = copy_to_host(actual_at(item, *first_seg) + at, n, item.spec.label);
+    o.expected = copy_to_host(expected_of(item, *first_seg) + at, n, "expected state of " + item.spec.label);
   }
   return outs;
 }
@@ -439,11 +544,17 @@ Session::ItemPointers Session::item_pointers(size_t index, const std::string& ag
   const Item& item = item_at(index, "item_pointers");
   if (against != "captured" && against != "reference")
     throw Error("input", "expected state " + against + ": expected \"captured\" or \"reference\"");
+  // One whole-item segment (every item but a sparse region, whose copies cover only its
+  // backed parts: no one buffer holds its expected state).
+  if (item.spec.sparse)
+    throw Error("input", item.spec.label + " replays sparsely (only its backed parts have resident copies): "
+                                           "no map of the whole region; replay with KERNCAP_SPARSE=0 for one");
+  const Segment& g = item.segments.front();
   ItemPointers p;
   p.actual = actual_of(item);
-  p.pre = item.pre.get();
-  p.expected = against == "reference" ? (item.has_ref ? item.ref.get() : item.pre.get())
-                                      : (item.post.get() ? item.post.get() : item.pre.get());
+  p.pre = g.pre.get();
+  p.expected = against == "reference" ? (item.has_ref ? g.ref.get() : g.pre.get())
+                                      : (g.post.get() ? g.post.get() : g.pre.get());
   p.size = item.spec.size;
   p.label = item.spec.label;
   return p;
@@ -476,9 +587,9 @@ std::string Session::pci_bus_id() const {
 }
 
 std::vector<std::string> Session::notes() const {
-  std::vector<std::string> out;
+  std::vector<std::string> out = state_notes_;
   if (current_) {
-    out = current_->launch->notes();
+    out.insert(out.end(), current_->launch->notes().begin(), current_->launch->notes().end());
     out.insert(out.end(), current_->kernel->notes().begin(), current_->kernel->notes().end());
   }
   if (arrays_) out.insert(out.end(), arrays_->notes().begin(), arrays_->notes().end());

@@ -3,7 +3,7 @@
 // or of variants cost a module load, a device-to-device restore and the launch.
 //
 // Call order (the Python server drives it): Session(ordinal) -> reserve -> map ->
-// load_state -> load_program (captured cubin, variants: each under a key) ->
+// [map_zero] -> [register_host] -> load_state -> load_program (captured cubin, variants: each under a key) ->
 // select_program -> time / validate / the primitives below, any number of times.
 // Reservations come first so that nothing else in the process takes the captured
 // addresses.
@@ -26,8 +26,10 @@
 #include "arrays.hpp"
 #include "compare.hpp"
 #include "fill.hpp"
+#include "host_memory.hpp"
 #include "kernel.hpp"
 #include "resources.hpp"
+#include "sparse.hpp"
 
 namespace kc::replay {
 
@@ -46,6 +48,12 @@ struct ItemSpec {
   unsigned long long size = 0;
   std::vector<std::optional<std::string>> pre, post;
   long array = -1;  // >= 0: the contents of that CUDA array (load_arrays), base unused
+  // (offset, length) of the parts backed by memory of their own; ignored (the whole item)
+  // unless `sparse`. A sparse region (docs/replay.md) lists its backed parts; the rest is
+  // zero-backed.
+  std::vector<std::pair<unsigned long long, unsigned long long>> segments;
+  bool sparse = false;  // segments are exact (possibly none): the rest of the item is zero-backed
+  bool host = false;  // host memory registered with the device (base: its device pointer)
 };
 
 struct CompareSpec {
@@ -86,6 +94,12 @@ class Session {
 
   void reserve(const std::vector<SpanSpec>& spans);
   void map(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges);
+  // Backs `ranges` (inside the spans) with one zero chunk of `chunk` bytes mapped many
+  // times, read-only where the driver allows it (sparse.hpp).
+  void map_zero(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges, size_t chunk);
+  // Registers host ranges the server mapped at their captured addresses and checks that
+  // every host region's device pointer is the captured one (host_memory.hpp).
+  void register_host(const std::vector<SpanSpec>& ranges, const std::vector<HostSpec>& regions);
   void load_state(const std::string& blob_dir, unsigned long long chunk_size, const std::vector<ItemSpec>& items,
                   int threads);
   // Recreates the capture's CUDA arrays and texture/surface objects (arrays.hpp); after
@@ -143,14 +157,23 @@ class Session {
   std::string health();
 
  private:
+  // A part of an item with resident copies of its own: the whole item, or one backed
+  // part of a sparse region (its zero-backed rest needs no copy: it cannot change).
+  struct Segment {
+    size_t offset = 0, length = 0;                        // from the item's start
+    DeviceBuffer pre, post;                               // resident copies (post: only if written)
+    DeviceBuffer ref;                                     // keep_reference(), allocated on first use
+  };
+  struct Written {
+    size_t segment, offset, length;                       // offset from the item's start (chunk-granular)
+  };
   struct Item {
     ItemSpec spec;
     CUdeviceptr target = 0;
     size_t global_index = 0;
-    DeviceBuffer pre, post;                               // resident copies
-    DeviceBuffer ref;                                     // keep_reference(), allocated on first use
+    std::vector<Segment> segments;
     bool has_ref = false;
-    std::vector<std::pair<size_t, size_t>> written;       // offset, length (chunk-granular)
+    std::vector<Written> written;
   };
   struct Program {
     std::unique_ptr<LaunchConfig> launch;
@@ -167,12 +190,18 @@ class Session {
   const Item& item_at(size_t index, const char* what) const;
   void restore_all();
   void restore_written();
+  // A device-to-device copy of the replay stream; host items go through cuMemcpyAsync,
+  // which tells mapped host memory from device memory by the pointer.
+  void copy(const Item& item, CUdeviceptr dst, CUdeviceptr src, size_t n, const std::string& what);
   void launch();
 
   PrimaryContext ctx_;
   size_t granularity_ = 0;
   std::vector<Reservation> reservations_;
   std::vector<Mapping> mappings_;
+  std::unique_ptr<ZeroBacking> zero_;
+  std::vector<HostRegistration> host_;
+  std::vector<std::string> state_notes_;  // sparse regions, host memory
   std::vector<Item> items_;
   std::unique_ptr<Stream> stream_;
   std::map<std::string, Program> programs_;
@@ -183,6 +212,7 @@ class Session {
   std::unique_ptr<Filler> filler_;
   DeviceBuffer results_;
   DeviceBuffer l2_scratch_;
+  DeviceBuffer zero_expected_;  // zeros, for checking a read-write zero backing
 };
 
 }  // namespace kc::replay

@@ -116,6 +116,17 @@ FUNCTOR_THRUST = AppSpec(
     "_ZN10minikokkos4impl33cuda_parallel_launch_local_memoryINS0_11ParallelForI7Smooth3NS_11RangePolicyEEEEEvT_",
     match="exact", writes=("out",), reads=("in",))
 
+# Issue 25 (every reproducer replays, or says why not), extracted by test_hostmem_gpu.py
+# only: mapped pinned host memory read by a gather, a registered malloc buffer updated in
+# place, a 2 GiB mostly empty arena, JAX's preallocated BFC arena, a paged KV cache at
+# 90 % of free memory. Dispatch 1: the host rewrote the table / the buffer was updated once.
+ZERO_COPY_GATHER = AppSpec("zero_copy_gather", "gather_table", dispatch=1, writes=("out",), reads=("idx",))
+HOST_REGISTER_SCALE = AppSpec("host_register_scale", "scale_host", dispatch=1)
+SPARSE_ARENA = AppSpec("sparse_arena", "arena_reduce", dispatch=1, args=("2", "64"))
+JAX_GEMM = AppSpec("jax_gemm", "", python=True, timeout=400.0)  # kernel found by `kerncap profile`
+PAGED_ATTENTION = AppSpec("paged_attention", "kc_paged_attn_decode", python=True, dispatch=1,
+                          writes=("out",), reads=("q", "block_table", "seq_lens"), timeout=400.0)
+
 # Apps used only for failure paths (test_capture_errors.py).
 # Writes through a pointer XOR-masked with a key: outside any pointer closure (prune refuses).
 HIDDEN_WRITE = AppSpec("hidden_write", "hidden_write", writes=("out",), reads=("in",))

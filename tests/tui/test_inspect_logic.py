@@ -44,6 +44,33 @@ def test_map_cuts_huge_gaps_and_zooms_around_the_focus():
     assert zoomed.start > 0x7F0000000000
 
 
+def test_host_regions_are_drawn_as_their_own_kind(tmp_path):
+    """Synthetic: the committed axpy capture with a mapped host region 0x100000 above y."""
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).parents[1] / "fixtures" / "captures" / "axpy_small"
+    shutil.copytree(src, tmp_path / "axpy")
+    path = tmp_path / "axpy" / "capture" / "manifest.json"
+    m = json.loads(path.read_text())
+    y = m["regions"][1]
+    m["host_regions"] = [{"id": 0, "base": y["base"] + 0x100000, "size": 16384, "api": "cuMemHostAlloc",
+                          "device_pointer": y["base"] + 0x100000, "written": True, "zero_fraction": 0.0,
+                          "pre": y["pre"], "post": y["post"]}]
+    m["params"][2]["host_pointers"] = [{"at": 0, "host_region": 0, "offset": 0}]
+    path.write_text(json.dumps(m))
+    cap = Capture.open(tmp_path / "axpy")
+    rows = R.map_rows(cap)
+    host = next(r for r in rows if r.key == "h0")
+    assert host.label == "host region 0" and host.kind == "host/cuMemHostAlloc" and host.by_argument and host.written
+    assert [r.key for r in rows] == ["r0", "r1", "h0"]  # by address, globals after
+    view = layout(rows, 60)
+    strip = "".join(g for g, k in view.cells if k == "h0")
+    assert strip and set(strip) == {"▞"} and "h0" in view.labels
+    pre, post = R.preview_bytes(cap, "h0")
+    assert len(pre) == R.PREVIEW_BYTES and pre != post
+
+
 def _variants(n: int) -> list[Variant]:
     return [Variant(id=i, time="", median_ms=0.010 / (1 + 0.1 * i), min_ms=0.009 / (1 + 0.1 * i),
                     validation="fail" if i == 2 else "pass") for i in range(n)]

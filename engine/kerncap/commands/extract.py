@@ -111,6 +111,14 @@ def format_extract_summary(r: api.ExtractResult) -> str:
         lines.append(f"arrays      {len(cap.arrays)} CUDA arrays ({sum(a.written for a in cap.arrays)} written), "
                      f"{len(cap.texture_objects)} texture/surface objects"
                      + (f", {unrestorable} not replayable (see the warnings)" if unrestorable else ""))
+    if cap.host_regions:
+        snap = cap.snapshotted_host_regions
+        lines.append(f"host        {len(cap.host_regions)} host region(s), {len(snap)} snapshotted "
+                     f"({human_bytes(sum(h.size for h in snap))}, {sum(h.written for h in snap)} written)")
+    unresolved = cap.closure.get("unresolved") or []
+    if unresolved:
+        lines.append(f"closure     {len(unresolved)} parameter word(s) point outside the captured memory "
+                     "(warnings below; `kerncap info` lists them)")
     where = api.launch_context(cap)
     if where:
         lines.append(f"where       {where}")

@@ -105,6 +105,11 @@ def compute_closure(capture: Capture) -> Closure:
             _scan(cap, finder, [(g.pre, g.size)], cache, pool)
             for index, offset in _item_hits(cap, g.pre, cache):
                 keep(index, f"global {g.name}+{offset:#x}")
+        # Host regions are always kept (they are few and small), so their pointers are roots.
+        for h in cap.snapshotted_host_regions:
+            _scan(cap, finder, [(h.pre, h.size)], cache, pool)
+            for index, offset in _item_hits(cap, h.pre, cache):
+                keep(index, f"pointer at host region {h.id}+{offset:#x}")
         while frontier:  # breadth first: a region's reason names the shortest path to it
             level, frontier = frontier, []
             _scan(cap, finder, [(r.pre, r.size) for r in level], cache, pool)
@@ -129,10 +134,10 @@ def compute_closure(capture: Capture) -> Closure:
 
 
 def stored_bytes(cap: Capture, regions: Iterable[Region]) -> int:
-    """Bytes of the distinct non-null chunks of `regions`, of every global and every CUDA
-    array (arrays are never dropped: objects reach them, not pointers)."""
+    """Bytes of the distinct non-null chunks of `regions`, of every global, every CUDA
+    array (arrays are never dropped: objects reach them, not pointers) and every host region."""
     sizes: dict[str, int] = {}
-    for item in [*regions, *cap.globals, *(a for a in cap.arrays if a.captured)]:
+    for item in [*regions, *cap.globals, *(a for a in cap.arrays if a.captured), *cap.snapshotted_host_regions]:
         for chunks in (item.pre, item.post):
             for i, h in enumerate(chunks):
                 if h is not None:

@@ -143,7 +143,8 @@ def _copy_tree(src: Path, dst: Path, *, skip_in: Path) -> None:
 def _link_blobs(cap: Capture, closure: Closure, blobs: Path) -> None:
     kept = set(closure.kept)
     needed: set[str] = set()
-    for item in [*(r for r in cap.regions if r.id in kept), *cap.globals, *(a for a in cap.arrays if a.captured)]:
+    for item in [*(r for r in cap.regions if r.id in kept), *cap.globals, *(a for a in cap.arrays if a.captured),
+                 *cap.snapshotted_host_regions]:
         needed.update(h for h in (*item.pre, *item.post) if h is not None)
     can_link = True
     for h in sorted(needed):

@@ -34,6 +34,7 @@ from kerncap.core.fsio import write_atomic
 from kerncap.core.schema import problem
 from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError
+from kerncap.reproducer.closure_report import likely_causes
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import DETERMINISM_JSON
 from kerncap.replay import perturb as pt
@@ -82,6 +83,7 @@ class Determinism:
     deterministic: bool
     regions: list[RegionSpread] = field(default_factory=list)  # the regions that varied
     capture_mismatch: list[str] = field(default_factory=list)  # items replay (always) left unlike the capture
+    likely_causes: list[str] = field(default_factory=list)  # from the capture (closure_report), when it mismatches
 
     def text(self) -> str:
         if self.runs < 2:
@@ -98,7 +100,11 @@ class Determinism:
                     parts.append(f"region {r.region} varies in {r.differing_runs} of {self.runs} runs; its dtype is "
                                  f"unknown, so it cannot be judged (--region-dtype {r.region}=T)")
             head = "captured kernel: NONDETERMINISTIC on this GPU: " + "; ".join(parts)
-        if self.capture_mismatch:
+        if self.capture_mismatch and self.likely_causes:
+            head += ("\n  note: replay of the captured kernel differs from the captured post-state in "
+                     + ", ".join(self.capture_mismatch) + ". Likely cause, from the capture: "
+                     + "; ".join(self.likely_causes))
+        elif self.capture_mismatch:
             head += ("\n  note: replay of the captured kernel differs from the captured post-state in "
                      + ", ".join(self.capture_mismatch) + " (the capture may be polluted; see docs/facts.md §7)")
         return head
@@ -260,6 +266,8 @@ def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Option
         say(f"replay differs from the capture; {runs} more runs")
         ref = rc.request("reference", cubin=None, fills=None, runs=runs, tolerances=measure)
         det = determinism_from(ref, runs, measure)
+    if det.capture_mismatch:
+        det.likely_causes = likely_causes(capture)
     notes += _record(capture, det, rc.info)
     classes, mode = _classes(capture, det, options, notes)
     inputs = []

@@ -21,7 +21,8 @@ from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.recompile.devcompile.module_id import global_names_for, object_names
 from kerncap.replay.cubin import describe_arch_mismatch
 from kerncap.replay.devices import arch_refusal
-from kerncap.replay.plan import AddressPlan, plan_address_space
+from kerncap.replay import host_memory, sparse
+from kerncap.replay.plan import AddressPlan, SpanConflict, plan_address_space
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.results import (
     RegionCheck,
@@ -30,7 +31,8 @@ from kerncap.replay.results import (
     first_mismatches,
 )
 from kerncap.reproducer.arrays import CudaArray, replayed_arrays
-from kerncap.reproducer.format import Capture, Region
+from kerncap.reproducer.closure_report import cause_text
+from kerncap.reproducer.format import Capture, Global, HostRegion, Region, item_label
 from kerncap.reproducer.info import lacks
 
 log = logging.getLogger("kerncap.replay.server")
@@ -50,6 +52,9 @@ class NativeSession:
         if not cap.cubin_path.is_file():
             raise CaptureFormatError(f"cubin {cap.cubin_path} is missing", "the capture is incomplete; extract again")
         self.core = native.replay_module()
+        # Host memory first, before CUDA starts in this process (host_memory.py).
+        self.host_ranges = host_memory.plan_host_ranges(cap.host_regions)
+        host_memory.place(self.host_ranges)
         self.session = self.core.Session(device)  # cuInit + primary context, nothing allocated yet
         self.cc: tuple[int, int] = tuple(self.session.compute_capability())
         self.device = {"ordinal": self.session.ordinal(), "name": self.session.device_name(),
@@ -57,13 +62,31 @@ class NativeSession:
         refusal = arch_refusal(cap.provenance.get("gpu") or {}, self.device)
         if refusal:
             raise self.core.ReplayError(refusal, "device")
-        self.plan: AddressPlan = plan_address_space(cap.regions, self.session.granularity())
+        live = sparse.sparse_regions(cap.regions, cap.chunk_size, sparse.min_bytes_from_env())
+        try:
+            self.plan: AddressPlan = plan_address_space(cap.regions, self.session.granularity(), live=live,
+                                                        avoid=[(r.base, r.size) for r in self.host_ranges])
+        except SpanConflict as exc:
+            raise KerncapError(f"{cap.root}: the captured host memory and device memory cannot both be restored "
+                               f"at their addresses: {exc}",
+                               "the driver needs 32 MiB-aligned, 64 MiB spans for device memory; this capture's "
+                               "host memory sits too close to it to replay") from None
         self._check_fits()
         self.session.reserve([self._span_spec(s) for s in self.plan.spans])  # first, before any allocation
         self.session.map(self.plan.maps)
+        if self.plan.zero_maps:
+            self.session.map_zero(self.plan.zero_maps, max(sparse.ZERO_CHUNK, self.plan.granularity))
+            log.info("sparse replay: %s", "; ".join(sparse.describe(self.plan.segments,
+                                                                    {r.id: r.size for r in cap.regions})))
+        self.host_items = [h for h in cap.snapshotted_host_regions if h.size > 0]
+        if self.host_ranges:
+            self.session.register_host([self._host_range_spec(r) for r in self.host_ranges],
+                                       [self._host_spec(h) for h in self.host_items])
         self._array_index = self._load_arrays()  # after map: objects over linear memory need it mapped
+        # The replay's item order (Capture.payload_items): regions, globals, arrays, host regions.
         self.items = ([r for r in cap.regions if r.size > 0] + [g for g in cap.globals if g.size > 0]
-                      + [a for a in cap.arrays if a.id in self._array_index])
+                      + [a for a in cap.arrays if a.id in self._array_index] + self.host_items)
+        self.captured_key: str | None = None
         self.session.load_state(str(cap.root / "blobs"), cap.chunk_size, [self._item_spec(i) for i in self.items],
                                 reader_threads)
         # program key -> (label, function attributes), least recently used first
@@ -71,6 +94,7 @@ class NativeSession:
         self.current_key: str | None = None
         self.kernel_attributes: dict[str, int] = {}
         self.load(None)
+        self.captured_key = self.current_key
         self.open_seconds = time.perf_counter() - t0
         log.info("opened %s: %d spans (%d MiB reserved), %d MiB mapped, state resident in %.2f s",
                  cap.root, len(self.plan.spans), self.plan.reserved_bytes >> 20, self.plan.mapped_bytes >> 20,
@@ -82,7 +106,7 @@ class NativeSession:
         if memory is None:
             return
         free, total = memory()
-        need = self.plan.mapped_bytes
+        need = self.plan.mapped_bytes + (sparse.ZERO_CHUNK if self.plan.zero_maps else 0)
         if need > free:
             where = f"the GPU has {total >> 20} MiB" if need > total else f"only {free >> 20} MiB of its {total >> 20} MiB are free"
             raise KerncapError(
@@ -99,10 +123,13 @@ class NativeSession:
 
     def _item_spec(self, item):
         s = self.core.ItemSpec()
-        is_global = not isinstance(item, (Region, CudaArray))
         s.label = item_label(item)
-        s.global_name = item.name if is_global else ""
+        s.global_name = item.name if isinstance(item, Global) else ""
         s.base = item.base if isinstance(item, Region) else 0
+        if isinstance(item, HostRegion):
+            s.base, s.host = item.device_pointer, True
+        elif isinstance(item, Region) and item.id in self.plan.segments:
+            s.sparse, s.segments = True, list(self.plan.segments[item.id])
         s.size = item.size
         s.pre, s.post = list(item.pre), list(item.post)
         if isinstance(item, CudaArray):
@@ -175,6 +202,31 @@ class NativeSession:
             s.first_mipmap_level, s.last_mipmap_level = v["first_mipmap_level"], v["last_mipmap_level"]
             s.first_layer, s.last_layer = v["first_layer"], v["last_layer"]
         return s
+
+    def _host_range_spec(self, r):
+        s = self.core.SpanSpec()
+        s.label, s.base, s.size = r.label, r.base, r.size
+        return s
+
+    def _host_spec(self, h: HostRegion):
+        s = self.core.HostSpec()
+        s.label, s.base, s.size, s.device_pointer = f"host region {h.id}", h.base, h.size, h.device_pointer
+        return s
+
+    def fault_context(self) -> str:
+        """What the capture says about a fault or a mismatch of the selected program: the
+        likely causes from the manifest for the captured cubin (closure_report), the
+        read-only zero backing of sparse regions for any program."""
+        text = cause_text(self.capture) if self.current_key == self.captured_key else ""
+        if self.plan.zero_maps:
+            ids = ", ".join(str(r) for r in sorted(self.plan.segments))
+            who = ("the captured kernel wrote over never-changed zeros (a write that changes nothing is not seen "
+                   "at capture): replay with KERNCAP_SPARSE=0 on a GPU with the memory"
+                   if self.current_key == self.captured_key else
+                   "the variant writes outside what the captured kernel wrote")
+            text += (f" Region(s) {ids} replay sparsely: their never-written zeros are mapped read-only, and a "
+                     f"write there faults; if that is what happened, {who}.")
+        return text
 
     def _launch_spec(self, overrides: dict[str, Any] | None = None):
         """The captured launch; `overrides` (a variant's .launch.json: grid, block,
@@ -252,7 +304,7 @@ class NativeSession:
         define it), or None when they are the captured names. Internal-linkage globals
         (thrust/CUB/libcu++) embed a per-TU module id that a variant built from another
         copy of the file may not share (kerncap.recompile.devcompile.module_id)."""
-        captured = [g.name for g in self.items if not isinstance(g, (Region, CudaArray))]
+        captured = [g.name for g in self.items if isinstance(g, Global)]
         available = object_names(image) if captured else None
         if available is None:
             return None
@@ -281,6 +333,10 @@ class NativeSession:
             "device": self.device,
             "spans": [{"index": s.index, "base": s.base, "size": s.size, "regions": list(s.regions)} for s in self.plan.spans],
             "maps": [list(m) for m in self.plan.maps],
+            "zero_maps": [list(m) for m in self.plan.zero_maps],
+            "sparse": {str(k): [list(x) for x in v] for k, v in self.plan.segments.items()},
+            "host_ranges": [{"index": r.index, "base": r.base, "size": r.size, "host_regions": list(r.regions)}
+                            for r in self.host_ranges],
             "granularity": self.plan.granularity,
             "open_seconds": self.open_seconds,
             "kernel_attributes": self.kernel_attributes,
@@ -344,11 +400,13 @@ class NativeSession:
     @staticmethod
     def _check(item, dtype: str | None, out: dict, atol: float, rtol: float) -> RegionCheck:
         is_region, is_array = isinstance(item, Region), isinstance(item, CudaArray)
+        is_host = isinstance(item, HostRegion)
         check = RegionCheck(
-            kind="region" if is_region else "array" if is_array else "global",
-            id=item.id if is_region or is_array else None,
-            name=f"region {item.id}" if is_region else f"array {item.id} ({item.dims})" if is_array else item.name,
-            base=item.base if is_region else 0 if is_array else item.address,
+            kind="region" if is_region else "array" if is_array else "host" if is_host else "global",
+            id=item.id if is_region or is_array or is_host else None,
+            name=(f"region {item.id}" if is_region else f"array {item.id} ({item.dims})" if is_array
+                  else f"host region {item.id}" if is_host else item.name),
+            base=item.base if is_region or is_host else 0 if is_array else item.address,
             size=item.size,
             dtype=dtype,
             mismatched_bytes=out["mismatched_bytes"],
@@ -360,15 +418,6 @@ class NativeSession:
         )
         check.unexpected_write = not item.written and not check.passed
         return check
-
-
-def item_label(item) -> str:
-    """How the native core and the server's answers name a replayed item."""
-    if isinstance(item, Region):
-        return f"region {item.id}"
-    if isinstance(item, CudaArray):
-        return f"array {item.id}"
-    return f"global {item.name}"
 
 
 def _f32(v) -> float:

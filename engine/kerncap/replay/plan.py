@@ -7,6 +7,12 @@ start on a 32 MB boundary. So regions are grouped into *spans* (regions whose 32
 neighbourhoods touch share one), each span starts 32 MB-aligned and is padded to at
 least 64 MB; inside the spans only the granularity-aligned pages holding regions are
 backed by physical memory.
+
+Sparse regions (kerncap.replay.sparse: huge, mostly never-written zeros) are backed only
+where data lives or the kernel writes (`maps`); the rest of their pages (`zero_maps`)
+share one zero chunk. Host ranges the replay maps at their captured addresses
+(kerncap.replay.host_memory) must stay outside every span: a span that would cover one
+is padded downward instead of upward, and refused when neither fits.
 """
 
 from __future__ import annotations
@@ -39,15 +45,22 @@ class Span:
     @property
     def label(self) -> str:
         """How errors name the span: "2 (regions 3, 4)"."""
-        ids = ", ".join(str(r) for r in self.regions)
-        return f"{self.index} (region{'s' if len(self.regions) != 1 else ''} {ids})"
+        return grouped_label(self.index, "region", self.regions)
+
+
+def grouped_label(index: int, kind: str, ids: tuple[int, ...]) -> str:
+    """"2 (regions 3, 4)", "0 (host region 1)": a group of captured things in messages."""
+    return f"{index} ({kind}{'s' if len(ids) != 1 else ''} {', '.join(str(i) for i in ids)})"
 
 
 @dataclass(frozen=True)
 class AddressPlan:
     granularity: int
     spans: list[Span] = field(default_factory=list)
-    maps: list[tuple[int, int]] = field(default_factory=list)  # (base, size), page-aligned
+    maps: list[tuple[int, int]] = field(default_factory=list)  # (base, size), page-aligned: own memory
+    zero_maps: list[tuple[int, int]] = field(default_factory=list)  # page-aligned: the shared zero chunk
+    # sparse region id -> (offset, length) of its parts backed by own memory (maps ∩ region)
+    segments: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def reserved_bytes(self) -> int:
@@ -56,6 +69,14 @@ class AddressPlan:
     @property
     def mapped_bytes(self) -> int:
         return sum(size for _, size in self.maps)
+
+    @property
+    def zero_bytes(self) -> int:
+        return sum(size for _, size in self.zero_maps)
+
+
+class SpanConflict(ValueError):
+    """A span cannot be placed without covering a host range the replay maps."""
 
 
 def align_down(v: int, a: int) -> int:
@@ -72,8 +93,37 @@ def _pad(base: int, end: int, align: int, minimum: int) -> tuple[int, int]:
     return base, max(end, base + align_up(minimum, align))
 
 
-def plan_address_space(regions: Iterable[HasRange], granularity: int) -> AddressPlan:
-    """Spans to reserve and page ranges to map for `regions` (which must not overlap)."""
+def _place_span(lo: int, hi: int, align: int, avoid: list[tuple[int, int]]) -> tuple[int, int]:
+    """[lo, hi) (aligned) padded to SPAN_MIN upward, or downward when upward padding would
+    cover a host range of `avoid`; SpanConflict when the group itself covers one."""
+    def clear(a: int, b: int) -> bool:
+        return not any(h0 < b and a < h1 for h0, h1 in avoid)
+
+    if not clear(lo, hi):
+        h0, h1 = next((h0, h1) for h0, h1 in avoid if h0 < hi and lo < h1)
+        raise SpanConflict(f"host range [{h0:#x}, {h1:#x}) lies inside [{lo:#x}, {hi:#x}), the 32 MiB-aligned "
+                           "neighbourhood of captured device regions")
+    need = align_up(SPAN_MIN, align) - (hi - lo)
+    if need <= 0:
+        return lo, hi
+    if clear(lo, hi + need):
+        return lo, hi + need
+    if lo - need >= 0 and clear(lo - need, hi):
+        return lo - need, hi
+    for below in range(align, need, align):  # some below, the rest above
+        if lo - below >= 0 and clear(lo - below, hi + need - below):
+            return lo - below, hi + need - below
+    raise SpanConflict(f"no {SPAN_MIN >> 20} MiB span around [{lo:#x}, {hi:#x}) avoids the host ranges near it")
+
+
+def plan_address_space(regions: Iterable[HasRange], granularity: int, *,
+                       live: dict[int, list[tuple[int, int]]] | None = None,
+                       avoid: Iterable[tuple[int, int]] = ()) -> AddressPlan:
+    """Spans to reserve and page ranges to map for `regions` (which must not overlap).
+
+    `live`: for each sparse region id, the (offset, length) intervals that hold data or
+    that the kernel writes; only those pages get memory of their own, the region's other
+    pages go to `zero_maps`. `avoid`: (base, size) host ranges no span may cover."""
     if granularity <= 0 or granularity & (granularity - 1):
         raise ValueError(f"allocation granularity {granularity} is not a power of two")
     align = max(SPAN_ALIGN, granularity)
@@ -92,9 +142,10 @@ def plan_address_space(regions: Iterable[HasRange], granularity: int) -> Address
             groups[-1][2].append(r.id)
         else:
             groups.append([lo, hi, [r.id]])
+    avoid_ranges = sorted((b, b + n) for b, n in avoid if n > 0)
     padded: list[list] = []
     for lo, hi, ids in groups:
-        lo, hi = _pad(lo, hi, align, SPAN_MIN)
+        lo, hi = _place_span(lo, hi, align, avoid_ranges) if avoid_ranges else _pad(lo, hi, align, SPAN_MIN)
         if padded and lo <= padded[-1][1]:
             padded[-1][1] = max(padded[-1][1], hi)
             padded[-1][2].extend(ids)
@@ -102,14 +153,52 @@ def plan_address_space(regions: Iterable[HasRange], granularity: int) -> Address
             padded.append([lo, hi, list(ids)])
     spans = [Span(i, lo, hi - lo, tuple(ids)) for i, (lo, hi, ids) in enumerate(padded)]
 
-    maps: list[list[int]] = []
+    live = live or {}
+    intervals: list[tuple[int, int]] = []  # absolute [lo, hi) of bytes that need memory of their own
     for r in ordered:
-        lo, hi = align_down(r.base, granularity), align_up(r.base + r.size, granularity)
-        if maps and lo <= maps[-1][1]:
-            maps[-1][1] = max(maps[-1][1], hi)
+        if r.id in live:
+            intervals += [(r.base + off, r.base + off + n) for off, n in live[r.id] if n > 0]
         else:
-            maps.append([lo, hi])
-    plan = AddressPlan(granularity, spans, [(lo, hi - lo) for lo, hi in maps])
-    for base, size in plan.maps:  # by construction; a failure here is a planner bug
+            intervals.append((r.base, r.base + r.size))
+    maps = _merge((align_down(lo, granularity), align_up(hi, granularity)) for lo, hi in sorted(intervals))
+    zero: list[tuple[int, int]] = []
+    segments: dict[int, list[tuple[int, int]]] = {}
+    for r in ordered:
+        if r.id not in live:
+            continue
+        cover = (align_down(r.base, granularity), align_up(r.base + r.size, granularity))
+        zero += _subtract(cover, maps)
+        segments[r.id] = [(max(lo, r.base) - r.base, min(hi, r.base + r.size) - max(lo, r.base))
+                          for lo, hi in maps if lo < r.base + r.size and r.base < hi]
+    zero_maps = _merge(sorted(zero))
+    plan = AddressPlan(granularity, spans, [(lo, hi - lo) for lo, hi in maps], [(lo, hi - lo) for lo, hi in zero_maps],
+                       segments)
+    for base, size in plan.maps + plan.zero_maps:  # by construction; a failure here is a planner bug
         assert any(s.base <= base and base + size <= s.end for s in spans), "map range outside every span"
     return plan
+
+
+def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted [lo, hi) ranges merged where they touch or overlap."""
+    out: list[list[int]] = []
+    for lo, hi in ranges:
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def _subtract(cover: tuple[int, int], taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of [lo, hi) outside every range of `taken` (sorted, disjoint)."""
+    lo, hi = cover
+    out = []
+    for t0, t1 in taken:
+        if t1 <= lo or t0 >= hi:
+            continue
+        if t0 > lo:
+            out.append((lo, t0))
+        lo = max(lo, t1)
+    if lo < hi:
+        out.append((lo, hi))
+    return out

@@ -36,7 +36,8 @@ HINTS = {
     "address": "replay must restore the capture at its original addresses and something holds this range; "
                "retry (every replay server is a fresh process); if it persists, the driver or GPU differs too "
                "much from the capturing machine's",
-    "cuda": "the kernel faulted or the driver failed; for a variant, check its indexing with compute-sanitizer",
+    "cuda": "the kernel faulted or the driver failed; for a variant, check its indexing with compute-sanitizer; "
+            "for the captured cubin, `kerncap info` lists what the capture could not hold",
     "internal": "this is a kerncap bug; please report it with the server log above",
 }
 

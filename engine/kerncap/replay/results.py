@@ -68,9 +68,9 @@ class ReplayResult:
 
 @dataclass
 class RegionCheck:
-    kind: str  # "region" | "global" | "array" (a CUDA array's contents, packed)
-    id: int | None  # region or array id; None for globals
-    name: str  # "region 3", the global's symbol, "array 0 (512x512 float)"
+    kind: str  # "region" | "host" (a host region) | "global" | "array" (a CUDA array's contents, packed)
+    id: int | None  # region, host region or array id; None for globals
+    name: str  # "region 3", "host region 0", the global's symbol, "array 0 (512x512 float)"
     base: int  # captured address (globals and arrays: 0, they live where the driver puts them)
     size: int
     dtype: str | None  # None: byte-exact
@@ -201,7 +201,7 @@ def format_check(c: RegionCheck) -> str:
     head = f"global {c.name:<24} {human_bytes(c.size, trim=True):>10}"
     if c.kind == "array":
         head = f"{c.name:<31} {human_bytes(c.size, trim=True):>10}"
-    if c.kind == "region":
+    if c.kind in ("region", "host"):  # "region 3", "host region 0": at an address
         head = f"{c.name:<10} 0x{c.base:012x} {human_bytes(c.size, trim=True):>10}"
     if c.passed:
         return f"  ok    {head}"
@@ -227,11 +227,13 @@ def format_validation(v: ValidationResult) -> str:
     mode = "byte-exact" if v.mode == "exact" else f"tolerance atol={v.atol:g} rtol={v.rtol:g}"
     n_regions = sum(1 for r in v.regions if r.kind == "region")
     n_arrays = sum(1 for r in v.regions if r.kind == "array")
-    n_globals = len(v.regions) - n_regions - n_arrays
+    n_host = sum(1 for r in v.regions if r.kind == "host")
+    n_globals = len(v.regions) - n_regions - n_arrays - n_host
     verdict = "PASS" if v.passed else f"FAIL ({len(v.failures)} of {len(v.regions)} differ)"
     on = f" on {describe_device(v.device)}" if v.device else ""
+    host = f", {n_host} host regions" if n_host else ""
     arrays = f", {n_arrays} CUDA array{'s' if n_arrays != 1 else ''}" if n_arrays else ""
-    lines = [f"{v.cubin or 'captured cubin'}{on}: {verdict}  [{mode}; {n_regions} regions, {n_globals} globals{arrays}]"]
+    lines = [f"{v.cubin or 'captured cubin'}{on}: {verdict}  [{mode}; {n_regions} regions{host}, {n_globals} globals{arrays}]"]
     lines += [format_check(c) for c in v.regions]
     lines += [f"note: {n}" for n in v.notes]
     return "\n".join(lines)

@@ -18,7 +18,7 @@ import traceback
 from typing import Any, Callable, TextIO
 
 from kerncap.core.child import protocol_channel
-from kerncap.errors import CaptureFormatError, KerncapError, NativeUnavailable
+from kerncap.errors import AddressUnavailable, CaptureFormatError, KerncapError, NativeUnavailable
 from kerncap.replay import mismatch_ops, session_ops, va_guards
 from kerncap.replay.native_session import NativeSession
 from kerncap.replay.protocol import HINTS, decode, encode
@@ -107,7 +107,8 @@ class Server:
         message = str(exc)
         if isinstance(exc, KerncapError):
             kind = ("capture" if isinstance(exc, CaptureFormatError)
-                    else "native" if isinstance(exc, NativeUnavailable) else "input")
+                    else "native" if isinstance(exc, NativeUnavailable)
+                    else "address" if isinstance(exc, AddressUnavailable) else "input")
             message, hint = exc.message, exc.hint
         elif core is not None and isinstance(exc, core.ReplayError):
             message, kind = exc.args
@@ -116,6 +117,11 @@ class Server:
             message, code = exc.args
             kind = "cuda"
             fatal = fatal or code in STICKY_CUDA_ERRORS or not self.healthy()
+            context = self.fault_context()
+            if context:
+                message += "." + context
+                hint = ("the cause is in the capture, not in the kernel's code: see `kerncap info` for what it "
+                        "could not capture" if self.session.current_key == self.session.captured_key else None)
             if fatal and op != "open":
                 message += " (sticky: this replay process is finished; the next request starts a new one)"
         else:
@@ -124,6 +130,12 @@ class Server:
             fatal = True
         return {"ok": False, "error": message, "hint": hint or HINTS.get(kind), "kind": kind, "fatal": fatal,
                 "code": code}
+
+    def fault_context(self) -> str:
+        try:
+            return self.session.fault_context() if self.session is not None else ""
+        except Exception:  # noqa: BLE001 - an explanation must never hide the error itself
+            return ""
 
     def healthy(self) -> bool:
         if self.session is None:

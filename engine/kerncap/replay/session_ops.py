@@ -35,11 +35,33 @@ def fill_specs(ns, fills: list[dict[str, Any]] | None) -> list:
         if f["region"] not in index:
             raise KerncapError(f"perturbation names region {f['region']}, which this capture does not replay",
                                "plan the perturbation from the same capture")
-        s = ns.core.FillSpec()
-        s.item, s.offset, s.count, s.dtype, s.seed = index[f["region"]], int(f["offset"]), int(f["count"]), f["dtype"], int(f["seed"])
-        s.mean, s.stddev, s.lo, s.hi, s.p_zero = (float(f[k]) for k in ("mean", "stddev", "lo", "hi", "p_zero"))
-        out.append(s)
+        for offset, count in _backed_parts(ns, f):
+            s = ns.core.FillSpec()
+            s.item, s.offset, s.count, s.dtype, s.seed = index[f["region"]], offset, count, f["dtype"], int(f["seed"])
+            s.mean, s.stddev, s.lo, s.hi, s.p_zero = (float(f[k]) for k in ("mean", "stddev", "lo", "hi", "p_zero"))
+            out.append(s)
     return out
+
+
+def _backed_parts(ns, f: dict[str, Any]) -> list[tuple[int, int]]:
+    """(offset, count) of a perturbed span: itself, or in a sparse region its pieces in
+    the backed parts (the zero-backed rest is read-only and stays the captured zeros;
+    each piece draws from the span's seed, counting from its own start)."""
+    offset, count = int(f["offset"]), int(f["count"])
+    segments = getattr(ns, "plan", None) and ns.plan.segments.get(f["region"])
+    if segments is None:
+        return [(offset, count)]
+    from kerncap.core import dtypes as dt
+
+    unit = dt.itemsize(f["dtype"])
+    end = offset + count * unit
+    parts = []
+    for lo, n in segments:
+        a, b = max(offset, lo), min(end, lo + n)
+        a += (offset - a) % unit  # element-aligned within the span
+        if b - a >= unit:
+            parts.append((a, (b - a) // unit))
+    return parts
 
 
 def compare_specs(ns, tolerances: dict | None) -> list:

@@ -103,6 +103,43 @@ class Region:
 
 
 @dataclass(frozen=True)
+class HostRegion:
+    """A pinned or registered host allocation. Snapshotted ones (pre/post set) replay at
+    `base` in the replay process, registered so the device sees them at `device_pointer`
+    (docs/replay.md, "Host memory"); others were recorded only (`why_not` says why, or the
+    capture predates host snapshots)."""
+
+    id: int
+    base: int
+    size: int
+    api: str
+    flags: int
+    device_pointer: int | None
+    written: bool
+    zero_fraction: float
+    pre: list[str | None] | None
+    post: list[str | None] | None
+    why_not: str = ""
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+    @property
+    def snapshotted(self) -> bool:
+        return self.pre is not None and self.post is not None
+
+    def contains(self, address: int) -> bool:
+        """Whether the device address `address` (as a kernel sees it) lies in this region."""
+        start = self.base if self.device_pointer is None else self.device_pointer
+        return start <= address < start + self.size
+
+
+# What an older kerncap's capture says of a host region it did not snapshot.
+NOT_SNAPSHOTTED_OLD = "captured by a kerncap that recorded host memory without snapshotting it"
+
+
+@dataclass(frozen=True)
 class Global:
     name: str
     section: str
@@ -143,6 +180,7 @@ class Capture:
     arrays: list[CudaArray] = field(default_factory=list)
     mipmapped_arrays: list[MipmappedArray] = field(default_factory=list)
     texture_objects: list[TextureObject] = field(default_factory=list)
+    host_regions: list[HostRegion] = field(default_factory=list)
 
     @property
     def reproducer_dir(self) -> Path:
@@ -203,6 +241,16 @@ class Capture:
                 )
                 for g in m.get("globals", [])
             ]
+            self.host_regions = [
+                HostRegion(
+                    id=h.get("id", i), base=h["base"], size=h["size"], api=h.get("api", "?"),
+                    flags=h.get("flags", 0), device_pointer=h.get("device_pointer"),
+                    written=bool(h.get("written")), zero_fraction=float(h.get("zero_fraction", 0.0)),
+                    pre=list(h["pre"]) if "pre" in h else None, post=list(h["post"]) if "post" in h else None,
+                    why_not=h.get("why_not") or ("" if "pre" in h else NOT_SNAPSHOTTED_OLD),
+                )
+                for i, h in enumerate(m.get("host_regions", []))
+            ]
             self.params = [
                 Param(
                     index=p["index"], offset=p["offset"], size=p["size"], value=bytes.fromhex(p["value"]),
@@ -222,9 +270,14 @@ class Capture:
         """What the schema cannot say: chunk counts fit the sizes, region ids are unique,
         regions do not overlap (replay restores each at its base)."""
         where = self.root / "manifest.json"
-        for kind, items in (("regions", self.regions), ("globals", self.globals)):
+        for kind, items in (("regions", self.regions), ("globals", self.globals), ("host_regions", self.host_regions)):
             for i, r in enumerate(items):
                 n = self.chunk_count(r.size)
+                if kind == "host_regions" and (r.pre is None) != (r.post is None):
+                    raise CaptureFormatError(f"{where}: field host_regions[{i}] lists only one of pre/post",
+                                             "the capture is damaged; extract again")
+                if kind == "host_regions" and r.pre is None:
+                    continue  # recorded only
                 if len(r.pre) != n or len(r.post) != n:
                     raise CaptureFormatError(
                         f"{where}: field {kind}[{i}].pre/post list {len(r.pre)}/{len(r.post)} chunks, expected {n} "
@@ -239,6 +292,20 @@ class Capture:
             end = r.end
         arrays_mod.check_layout(where, self.chunk_count, self.arrays, self.mipmapped_arrays, self.texture_objects,
                                 {r.id: r for r in self.regions}, self.params)
+        if len({h.id for h in self.host_regions}) != len(self.host_regions):
+            raise CaptureFormatError(f"{where}: field host_regions lists a host region id twice",
+                                     "the capture is damaged; extract again")
+        # Replay maps snapshotted host regions at their addresses: they must not overlap
+        # each other or a device region (a damaged manifest must not map over anything).
+        spans = sorted([(r.base, r.end, f"region {r.id}") for r in self.regions]
+                       + [(h.base, h.end, f"host region {h.id}") for h in self.host_regions if h.snapshotted])
+        for (a0, a1, a), (b0, _, b) in zip(spans, spans[1:]):
+            if b0 < a1:
+                raise CaptureFormatError(f"{where}: field host_regions: {b} at {b0:#x} overlaps {a}",
+                                         "the capture is damaged; extract again")
+        if any(h.end > 1 << 64 for h in self.host_regions):
+            raise CaptureFormatError(f"{where}: field host_regions: a host region runs past the 64-bit address space",
+                                     "the capture is damaged; extract again")
 
     # -- accessors -----------------------------------------------------------------
     @property
@@ -263,8 +330,9 @@ class Capture:
 
     @property
     def payload_items(self) -> list:
-        """Everything with pre/post chunks: regions, module globals, captured CUDA arrays."""
-        return [*self.regions, *self.globals, *(a for a in self.arrays if a.captured)]
+        """Everything with pre/post chunks: regions, module globals, captured CUDA arrays,
+        snapshotted host regions (the replay's item order)."""
+        return [*self.regions, *self.globals, *(a for a in self.arrays if a.captured), *self.snapshotted_host_regions]
 
     @property
     def param_buffer(self) -> bytes:
@@ -285,6 +353,23 @@ class Capture:
             if r.contains(address):
                 return r
         return None
+
+    def host_region_of(self, address: int) -> HostRegion | None:
+        """The host region a kernel reaches at device address `address`."""
+        for h in self.host_regions:
+            if h.contains(address):
+                return h
+        return None
+
+    @property
+    def snapshotted_host_regions(self) -> list[HostRegion]:
+        return [h for h in self.host_regions if h.snapshotted]
+
+    @property
+    def closure(self) -> dict[str, Any]:
+        """manifest.closure: parameter words that point at nothing the capture holds
+        (empty for captures made before kerncap checked)."""
+        return self.manifest.get("closure") or {}
 
     def blob_path(self, h: str) -> Path:
         return self.root / "blobs" / f"{h}.bin"
@@ -335,9 +420,13 @@ class Capture:
     def verify(self) -> None:
         """Check every payload (size and hash) and the cubin's presence."""
         for item in self.payload_items:
-            for chunks in (item.pre, item.post):
+            for state, chunks in (("pre", item.pre), ("post", item.post)):
                 for i, h in enumerate(chunks):
-                    self.read_chunk(h, self.chunk_length(item.size, i))
+                    try:
+                        self.read_chunk(h, self.chunk_length(item.size, i))
+                    except CaptureFormatError as exc:
+                        raise CaptureFormatError(f"{exc.message} ({item_label(item)} {state}-state chunk {i})",
+                                                 exc.hint) from None
         problem = cubin_problem(self.cubin_path, read=True)
         if problem:
             raise CaptureFormatError(f"cubin {self.cubin_path} {problem}", "extract again")
@@ -358,8 +447,18 @@ class Capture:
         return total
 
 
+def item_label(item) -> str:
+    """"region 3", "host region 0", "global scale", "array 0": how messages (and the
+    native core) name a payload's owner."""
+    if isinstance(item, HostRegion):
+        return f"host region {item.id}"
+    if isinstance(item, Region):
+        return f"region {item.id}"
+    return f"global {item.name}" if isinstance(item, Global) else item.label
+
+
 def capture_chunks(cap: Capture) -> Iterator[tuple[str, int]]:
-    """(hash, length) of every distinct stored chunk of a capture: regions, globals, arrays."""
+    """(hash, length) of every distinct stored chunk of a capture: regions, globals, arrays, host regions."""
     seen: set[str] = set()
     for item in cap.payload_items:
         for chunks in (item.pre, item.post):

@@ -10,7 +10,7 @@ from kerncap.core.stack import recorded_stack, stack_lines
 from kerncap.core.units import dim_tuple, driver_version_text, human_bytes, text_table
 from kerncap.errors import KerncapError
 from kerncap.reproducer.arrays import OLDER_CAPTURE
-from kerncap.reproducer.format import Capture
+from kerncap.reproducer.format import NOT_SNAPSHOTTED_OLD, Capture
 from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.record import read_record
@@ -82,7 +82,14 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
              "zero_fraction": r.zero_fraction, "stored_bytes": stored(r.pre, r.post)}
             for r in cap.regions
         ],
-        "host_regions": m.get("host_regions", []),
+        "host_regions": [
+            {"id": h.id, "base": h.base, "size": h.size, "api": h.api, "flags": h.flags,
+             "device_pointer": h.device_pointer, "snapshotted": h.snapshotted, "written": h.written,
+             "zero_fraction": h.zero_fraction, "why_not": h.why_not,
+             "stored_bytes": stored(h.pre, h.post) if h.snapshotted else 0}
+            for h in cap.host_regions
+        ],
+        "closure": cap.closure,
         "globals": [
             {"name": g.name, "section": g.section, "size": g.size, "address": g.address, "written": g.written}
             for g in cap.globals
@@ -127,6 +134,13 @@ def lacks(cap: Capture) -> list[str]:
     out = []
     if "arrays" not in cap.manifest:
         out.append(OLDER_CAPTURE)
+    if any(h.why_not == NOT_SNAPSHOTTED_OLD for h in cap.host_regions):
+        out.append("host memory contents: this kerncap recorded the app's pinned/registered host allocations "
+                   "but did not snapshot them, so a kernel that reads them faults in replay and its writes there "
+                   "are not compared; extract again with this kerncap")
+    if "closure" not in cap.manifest:
+        out.append("the closure check: parameter words pointing outside the captured memory were not looked for "
+                   "(extract again to have them named)")
     return out
 
 
@@ -240,9 +254,31 @@ def format_summary(s: dict[str, Any]) -> str:
     ]
     headers = ["id", "base", "size", "api", "written", "zero", "stored"] + (["kept because"] if why else [])
     out += text_table(headers, rows, right={0, 2, 5, 6})
-    if s["host_regions"]:
-        out.append(f"  + {len(s['host_regions'])} host region(s), recorded but not snapshotted")
     out.append("")
+    if s["host_regions"]:
+        out.append(f"host regions ({len(s['host_regions'])}: pinned or registered host memory, replayed at its address)")
+        rows = [
+            [str(h["id"]), f"{h['base']:#x}", human_bytes(h["size"]), h["api"],
+             "=" if h["device_pointer"] == h["base"] else (f"{h['device_pointer']:#x}" if h["device_pointer"] else "-"),
+             ("yes" if h["written"] else "") if h["snapshotted"] else "?",
+             human_bytes(h["stored_bytes"]) if h["snapshotted"] else "not snapshotted"]
+            for h in s["host_regions"]
+        ]
+        out += text_table(["id", "base", "size", "api", "device ptr", "written", "stored"], rows, right={0, 2, 6})
+        for h in s["host_regions"]:
+            if not h["snapshotted"] and h["why_not"]:
+                out.append(f"  host region {h['id']}: {h['why_not']}")
+        out.append("")
+    unresolved = (s.get("closure") or {}).get("unresolved") or []
+    if unresolved:
+        out.append(f"outside the closure ({len(unresolved)} parameter word(s) point at nothing captured; "
+                   "a replay faults if the kernel dereferences them)")
+        for u in unresolved[:8]:
+            at = f" word +{u['at']}" if u.get("at") else ""
+            out.append(f"  parameter {u['param']}{at} = {u['value']:#x}: {u.get('reason', '')}")
+        if len(unresolved) > 8:
+            out.append(f"  and {len(unresolved) - 8} more")
+        out.append("")
 
     if s["globals"]:
         out.append(f"globals ({len(s['globals'])})")

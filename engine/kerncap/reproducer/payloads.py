@@ -8,7 +8,7 @@ import stat
 from dataclasses import dataclass, field
 
 from kerncap.errors import KerncapError
-from kerncap.reproducer.format import Capture, capture_chunks, cubin_problem
+from kerncap.reproducer.format import Capture, capture_chunks, cubin_problem, item_label
 from kerncap.reproducer.store import Store, store_of
 
 
@@ -76,40 +76,53 @@ def check_payloads(cap: Capture, *, verify: bool = False) -> PayloadCheck:
     `verify`, every chunk is read and its hash checked, and the cubin read, too."""
     out = PayloadCheck(verified=verify)
     stores = _StoreLookup(cap, out)
+    owners = chunk_owners(cap)
     for h, length in capture_chunks(cap):
         out.chunks += 1
         path = cap.blob_path(h)
+        named = f"{h} ({owners[h]})"  # messages name what the chunk is
         try:
             st = path.stat()
         except FileNotFoundError:
             st = None
         except OSError as exc:
-            out.damaged.append(f"{h}: {exc.strerror}")
+            out.damaged.append(f"{named}: {exc.strerror}")
             continue
         if st is None:
             store = stores.current()
             if store is not None and store.has(h):
                 out.in_store += 1
                 if verify:
-                    _read(cap, h, length, out)
+                    _read(cap, h, named, length, out)
             else:
-                out.missing.append(f"{h}: no {path.name}" + (f" and not in the store {store.root}" if store else ""))
+                out.missing.append(f"{named}: no {path.name}" + (f" and not in the store {store.root}" if store else ""))
             continue
         if not stat.S_ISREG(st.st_mode):
-            out.damaged.append(f"{h}: {path.name} is not a regular file")
+            out.damaged.append(f"{named}: {path.name} is not a regular file")
         elif st.st_size != length:
-            out.damaged.append(f"{h}: {path.name} holds {st.st_size} bytes, expected {length}")
+            out.damaged.append(f"{named}: {path.name} holds {st.st_size} bytes, expected {length}")
         else:
             out.local += 1
             if verify:
-                _read(cap, h, length, out)
+                _read(cap, h, named, length, out)
     problem = cubin_problem(cap.cubin_path, read=verify)
     out.cubin = "ok" if problem is None else problem.removeprefix("is ")
     return out
 
 
-def _read(cap: Capture, h: str, length: int, out: PayloadCheck) -> None:
+def chunk_owners(cap: Capture) -> dict[str, str]:
+    """Chunk hash -> where the manifest first uses it: "host region 0 pre-state chunk 2"."""
+    owners: dict[str, str] = {}
+    for item in cap.payload_items:
+        for state, chunks in (("pre", item.pre), ("post", item.post)):
+            for i, h in enumerate(chunks):
+                if h is not None:
+                    owners.setdefault(h, f"{item_label(item)} {state}-state chunk {i}")
+    return owners
+
+
+def _read(cap: Capture, h: str, named: str, length: int, out: PayloadCheck) -> None:
     try:
         cap.read_chunk(h, length)
     except KerncapError as exc:
-        out.damaged.append(f"{h}: {exc.message}")
+        out.damaged.append(f"{named}: {exc.message}")

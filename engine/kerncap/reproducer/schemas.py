@@ -29,6 +29,20 @@ GLOBAL = Obj({
     "name": Str(), "section?": Str(), "size": Int(min=0, max=1 << 32), "address?": Int(min=0, max=U64),
     "written?": Bool(), "pre": CHUNKS, "post": CHUNKS,
 })
+# A pinned or registered host allocation (docs/capture-format.md, "Host regions"). Older
+# captures list only base, size and api: recorded, not snapshotted.
+HOST_REGION = Obj({
+    "id?": Int(min=0, max=U64), "base": Int(min=0, max=U64), "size": Int(min=0, max=MAX_REGION_BYTES),
+    "api?": Str(), "flags?": Int(min=0, max=(1 << 32) - 1), "device_pointer?": Opt(Int(min=0, max=U64)),
+    "snapshotted?": Bool(), "why_not?": Str(), "written?": Bool(), "zero_fraction?": Num(min=0.0, max=1.0),
+    "pre?": CHUNKS, "post?": CHUNKS,
+})
+# Parameter words pointing at nothing the capture holds (ClosureTargets in the interposer).
+CLOSURE = Obj({
+    "words_checked?": Int(min=0),
+    "unresolved?": List(Obj({"param": Int(min=0, max=MAX_PARAMS), "at": Int(min=0, max=MAX_PARAM_BYTES),
+                             "value": Int(min=0, max=U64), "reason?": Str(max_len=4096)}), max_len=1 << 16),
+})
 POINTER = Obj({"region": Int(min=0, max=U64), "offset?": Opt(Int(min=0, max=U64))})
 
 # CUDA arrays and texture/surface objects (docs/capture-format.md, "Arrays and texture
@@ -87,10 +101,12 @@ PARAM = Obj({
     "pointers?": List(Obj({"at": Int(min=0, max=MAX_PARAM_BYTES), "region": Int(min=0, max=U64),
                            "offset?": Opt(Int(min=0, max=U64))})),
     "handle?": HANDLE,
+    "host_pointers?": List(Obj({"at": Int(min=0, max=MAX_PARAM_BYTES), "host_region": Int(min=0, max=U64),
+                                "offset?": Opt(Int(min=0, max=U64))})),
 })
 
 COMMAND = OneOf(List(Str()), Str())
-SIZES = Obj({k + "?": Int(min=0) for k in ("logical", "snapshotted", "unchanged", "stored")})
+SIZES = Obj({k + "?": Int(min=0) for k in ("logical", "snapshotted", "unchanged", "zero", "stored")})
 PRUNED = Obj({
     "from?": Str(), "time?": Str(), "tool_version?": Str(), "reasons?": Map(Str()),
     **{k + "?": Int(min=0) for k in ("regions_full", "regions_dropped", "logical_full", "stored_full",
@@ -135,7 +151,8 @@ MANIFEST = Obj({
     "params?": List(PARAM, max_len=MAX_PARAMS),
     "param_buffer?": HEX,
     "regions?": List(REGION, max_len=MAX_REGIONS),
-    "host_regions?": List(ANY, max_len=MAX_REGIONS),
+    "host_regions?": List(HOST_REGION, max_len=MAX_REGIONS),
+    "closure?": Opt(CLOSURE),
     "globals?": List(GLOBAL, max_len=1 << 16),
     "arrays?": List(ARRAY, max_len=MAX_ARRAYS),
     "mipmapped_arrays?": List(MIPMAPPED_ARRAY, max_len=MAX_ARRAYS),

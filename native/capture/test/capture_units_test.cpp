@@ -1,7 +1,9 @@
 // CPU unit tests of the interposer's GPU-independent parts: the cubin reader, SHA-256,
 // the JSON writer and KERNCAP_COMMAND parser, the kernel matcher, the blob store (and
 // its ENOSPC test hook, its pool of hard links), the memory tracker, the cubin
-// selection, NVTX range tracking, rank/pid selection and the dispatch list.
+// selection, NVTX range tracking, rank/pid selection and the dispatch list, the
+// closure targets (what a parameter word points at), XLA's autotuning window and the
+// fingerprint of an all-zero chunk.
 //
 // Usage: capture_units_test <a.cubin> <variant.cubin> <scratch dir>
 // Prints one JSON object of facts for tests/test_cubin_elf.py to cross-check
@@ -21,6 +23,8 @@
 #include <vector>
 
 #include "blob_store.hpp"
+#include "chunk_fingerprint.hpp"
+#include "closure_targets.hpp"
 #include "config.hpp"
 #include "cubin_elf.hpp"
 #include "fsutil.hpp"
@@ -30,6 +34,7 @@
 #include "module_registry.hpp"
 #include "nvtx_ranges.hpp"
 #include "sha256.hpp"
+#include "xla_autotune.hpp"
 #include "xxh64.hpp"
 
 using namespace kc;
@@ -235,8 +240,8 @@ static void test_memory_tracker() {
   m.drop_context(ctx);
   CHECK(m.regions_for(ctx).empty());
 
-  m.on_host_alloc(0x5000, 64, "cuMemHostAlloc");
-  CHECK(m.host_regions().size() == 1);
+  m.on_host_alloc(0x5000, 64, "cuMemHostAlloc", CU_MEMHOSTALLOC_DEVICEMAP);
+  CHECK(m.host_regions().size() == 1 && m.host_regions()[0].flags == CU_MEMHOSTALLOC_DEVICEMAP);
   m.on_host_free(0x5000);
   CHECK(m.host_regions().empty());
 }
@@ -459,6 +464,89 @@ static void test_blob_pool(const std::string& dir) {
   CHECK(s1.st_ino == sp.st_ino && s2.st_ino == sp.st_ino && sp.st_nlink == 3);
 }
 
+static void test_closure_targets(JsonWriter& facts) {
+  const uint64_t dev = 0x7f0000000000ull, host = 0x7e0000100000ull;
+  ClosureTargets t;
+  t.add_region(1, dev + 0x1000, 0x1000);
+  t.add_region(0, dev, 0x1000);  // out of order: still found
+  t.add_global(0, dev + 0x10000, 64);
+  t.add_host(0, host, 4096);
+  t.add_handle(0, 3);
+  TargetHit h = t.find(dev + 0x1010);
+  CHECK(h.kind == TargetHit::kRegion && h.index == 1 && h.offset == 0x10);
+  CHECK(t.find(dev).kind == TargetHit::kRegion && t.find(dev).index == 0);
+  CHECK(t.find(dev + 0x2000).kind == TargetHit::kNone);  // one past the end of region 1
+  CHECK(t.find(dev + 0x10020).kind == TargetHit::kGlobal);
+  h = t.find(host + 8);
+  CHECK(h.kind == TargetHit::kHost && h.index == 0 && h.offset == 8);
+  CHECK(t.find(3).kind == TargetHit::kHandle);
+  CHECK(!ClosureTargets::looks_like_address(1u << 24) && ClosureTargets::looks_like_address(dev));
+  CHECK(!ClosureTargets::looks_like_address(0x3f8000003f800000ull));  // two packed 1.0f
+
+  const HostMappings maps = HostMappings::parse(
+      "7e0000000000-7e0000200000 rw-p 00000000 00:00 0 \n"
+      "7f0000000000-7f1000000000 ---p 00000000 00:00 0 \n"
+      "garbage line\n"
+      "555555554000-555555556000 r-xp 00000000 08:01 42 /usr/bin/app\n");
+  CHECK(maps.size() == 3);
+  CHECK(maps.find(0x555555555000ull) && maps.find(0x555555555000ull)->path == "/usr/bin/app");
+  CHECK(!maps.find(0x600000000000ull));
+  // Captured targets are never named; host memory the capture lacks always is; a device
+  // address in the driver's reservation inside a struct only when 256-byte aligned.
+  CHECK(t.unresolved_reason(host + 8, false, maps).empty());
+  const std::string pageable = t.unresolved_reason(0x7e0000000040ull, true, maps);
+  CHECK(pageable.find("host memory kerncap does not capture") != std::string::npos);
+  CHECK(t.unresolved_reason(dev + 0x800000, false, maps).find("no allocation kerncap tracked") != std::string::npos);
+  CHECK(t.unresolved_reason(dev + 0x800004, true, maps).empty());
+  CHECK(!t.unresolved_reason(dev + 0x800100, true, maps).empty());
+  CHECK(t.unresolved_reason(0x600000000000ull, false, maps).empty());  // in no mapping: not an address
+  CHECK(t.unresolved_reason(4096, false, maps).empty());
+  facts.field("pageable_reason", pageable);
+}
+
+static void test_xla_autotune() {
+  CHECK(XlaAutotune::is_helper("xla::gpu::RedzoneAllocatorKernelImpl<unsigned char>(unsigned char*, ...)"));
+  CHECK(XlaAutotune::is_helper("xla_fp_comparison<__half>"));
+  CHECK(!XlaAutotune::is_helper("gemm_fusion_dot_1"));
+  const uint64_t ms = 1000 * 1000;
+  XlaAutotune x(50 * ms);
+  CHECK(!x.skip_target(1000 * ms) && x.note(false).empty());  // no helper yet: counted
+  CHECK(x.note(true).find("not seen") != std::string::npos);
+  x.on_helper(1000 * ms);
+  CHECK(x.skip_target(1010 * ms) && x.skip_target(1050 * ms));
+  CHECK(!x.skip_target(1051 * ms));  // past the window: a real launch
+  CHECK(x.helpers() == 1 && x.skipped() == 2);
+  CHECK(x.note(true).find("2 launch(es) of the target within 50 ms") != std::string::npos);
+  XlaAutotune off(0);
+  off.on_helper(1);
+  CHECK(!off.skip_target(2) && off.note(true).find("turned off") != std::string::npos);
+}
+
+// The host formula against a word-by-word evaluation of chunk_fingerprint.cu's mixing.
+static void test_zero_fingerprint(JsonWriter& facts) {
+  auto direct = [](uint64_t bytes) {
+    auto fmix = [](uint64_t k) {
+      k ^= k >> 33; k *= 0xff51afd7ed558ccdULL; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ULL; k ^= k >> 33;
+      return k;
+    };
+    uint64_t a = 0, b = 0, words = bytes >> 3;
+    auto mix = [&](uint64_t w, uint64_t i) {
+      a += fmix(w ^ (i * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL));
+      b += fmix(((w << 29) | (w >> 35)) ^ (i * 0xd6e8feb86659fd93ULL + 0xa0761d6478bd642fULL));
+    };
+    for (uint64_t i = 0; i < words; ++i) mix(0, i);
+    if (bytes & 7) mix(uint64_t(bytes & 7) << 56, words);
+    return Fingerprint{a, b};
+  };
+  for (uint64_t n : {0ull, 7ull, 8ull, 4096ull, 4101ull, 1ull << 20, 4ull << 20})
+    CHECK(zero_fingerprint(n) == direct(n));
+  CHECK(!(zero_fingerprint(4096) == zero_fingerprint(4104)));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", (unsigned long long)zero_fingerprint(4 << 20).a,
+                (unsigned long long)zero_fingerprint(4 << 20).b);
+  facts.field("zero_fingerprint_4mib", std::string(buf));
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s a.cubin variant.cubin scratch-dir\n", argv[0]);
@@ -478,6 +566,9 @@ int main(int argc, char** argv) {
     test_job_selection();
     test_dispatch_list();
     test_blob_pool(argv[3]);
+    test_closure_targets(facts);
+    test_xla_autotune();
+    test_zero_fingerprint(facts);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "unexpected exception: %s\n", e.what());
     ++failures;

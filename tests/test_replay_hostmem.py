@@ -1,0 +1,417 @@
+"""Host memory and sparse regions on the CPU (issue 25): the format reads them, `info`
+says what an older capture lacks, the replay planner keeps spans off host ranges and
+backs never-written zeros by a shared chunk, the replay server maps host ranges at their
+captured addresses before CUDA (or names who holds them), and the glue hands the native
+core what it needs. The manifests here are synthetic: the committed axpy capture
+(tests/fixtures/captures/axpy_small) with a host region or a sparse region added. The
+GPU suite runs the same paths on real captures (tests/gpu/test_hostmem_gpu.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kerncap import api
+from kerncap.errors import AddressUnavailable, CaptureFormatError, KerncapError
+from kerncap.replay import host_memory, sparse
+from kerncap.replay.plan import SpanConflict, plan_address_space
+from kerncap.reproducer.closure_report import likely_causes
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.info import format_summary
+
+import replay_sim as sim
+
+MiB, GiB = 1 << 20, 1 << 30
+PAGE2M = 2 * MiB
+AXPY = Path(__file__).parent / "fixtures" / "captures" / "axpy_small"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def manifest_of(repro: Path) -> dict:
+    return json.loads((repro / "capture" / "manifest.json").read_text())
+
+
+def write_manifest(repro: Path, m: dict) -> None:
+    (repro / "capture" / "manifest.json").write_text(json.dumps(m))
+
+
+def free_address(size: int = 1 << 16) -> int:
+    """An address nothing maps in this process right now (mapped once and unmapped)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    p = libc.mmap(None, size, 3, 0x22, -1, 0)
+    libc.munmap(p, size)
+    return p
+
+
+def add_host_region(repro: Path, base: int, *, old: bool = False) -> dict:
+    """Synthetic: a 16 KiB mapped host region whose pre/post chunks are region 0's pre and
+    region 1's post (so it is 'written'); `old`: as a kerncap before host snapshots wrote it."""
+    m = manifest_of(repro)
+    pre, post = m["regions"][0]["pre"], m["regions"][1]["post"]
+    if old:
+        m["host_regions"] = [{"base": base, "size": 16384, "api": "cuMemHostAlloc"}]
+        m.pop("closure", None)
+    else:
+        m["host_regions"] = [{"id": 0, "base": base, "size": 16384, "api": "cuMemHostAlloc", "flags": 2,
+                              "device_pointer": base, "snapshotted": True, "written": True, "zero_fraction": 0.0,
+                              "pre": pre, "post": post}]
+        m["closure"] = {"words_checked": 2, "unresolved": []}
+    write_manifest(repro, m)
+    return m
+
+
+# -- format, info, what an older capture lacks ------------------------------------------------
+
+
+def test_host_regions_are_read_with_their_payloads(tmp_path):
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    add_host_region(repro, 0x7E00_0000_0000)
+    cap = Capture.open(repro)
+    (h,) = cap.host_regions
+    assert h.snapshotted and h.written and h.device_pointer == h.base and h.id == 0
+    assert h in cap.payload_items and cap.host_region_of(h.base + 100) is h
+    assert len(set(cap.iter_blobs())) == 3  # its chunks are the regions': nothing new to store
+    cap.verify()
+    s = api.info(repro)
+    assert s["host_regions"][0]["snapshotted"]
+    assert not any("host memory" in w or "closure" in w for w in s["lacks"])
+    text = format_summary(s)
+    assert "host regions (1: pinned or registered host memory" in text and "not snapshotted" not in text
+
+
+def test_an_older_capture_opens_and_says_what_it_lacks(tmp_path):
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    add_host_region(repro, 0x7E00_0000_0000, old=True)
+    cap = Capture.open(repro)
+    (h,) = cap.host_regions
+    assert not h.snapshotted and h.pre is None and h.device_pointer is None
+    s = api.info(repro)
+    assert sum("host memory contents" in w for w in s["lacks"]) == 1
+    assert sum("closure check" in w for w in s["lacks"]) == 1
+    text = format_summary(s)
+    assert "LACKS       host memory contents" in text and "host region 0: captured by a kerncap" in text
+    assert any("recorded but not snapshotted" in c for c in likely_causes(cap))
+    assert cap.payload_items == [*cap.regions, *cap.globals]  # nothing of it replays or is packed
+
+
+@pytest.mark.parametrize("damage, field", [
+    (lambda h: h.update(device_pointer="0x7e"), "host_regions[0].device_pointer"),
+    (lambda h: h.update(pre=h["pre"] * 2), "host_regions[0].pre/post"),
+    (lambda h: h.pop("post"), "host_regions[0] lists only one of pre/post"),
+    (lambda h: h.update(pre=["zz" * 8]), "host_regions[0].pre[0]"),
+])
+def test_damaged_host_region_fields_are_named(tmp_path, damage, field):
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    m = add_host_region(repro, 0x7E00_0000_0000)
+    damage(m["host_regions"][0])
+    write_manifest(repro, m)
+    with pytest.raises(CaptureFormatError) as exc:
+        Capture.open(repro)
+    assert "manifest.json" in exc.value.message and field in exc.value.message, exc.value.message
+
+
+def test_a_host_region_over_a_device_region_is_refused(tmp_path):
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    m = add_host_region(repro, manifest_of(repro)["regions"][1]["base"] + 64)
+    write_manifest(repro, m)
+    with pytest.raises(CaptureFormatError) as exc:
+        Capture.open(repro)
+    assert "host region 0" in exc.value.message and "overlaps region 1" in exc.value.message
+
+
+def test_a_damaged_host_payload_names_the_file_and_the_host_region(tmp_path):
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    m = add_host_region(repro, 0x7E00_0000_0000)
+    fresh = "0123456789abcdef"  # a chunk only the host region uses, then truncated
+    m["host_regions"][0]["pre"] = [fresh]
+    write_manifest(repro, m)
+    (repro / "capture" / "blobs" / f"{fresh}.bin").write_bytes(b"\1" * 100)
+    with pytest.raises(CaptureFormatError) as exc:
+        Capture.open(repro).verify()
+    assert f"{fresh}.bin" in exc.value.message and "(host region 0 pre-state chunk 0)" in exc.value.message
+    s = api.info(repro)
+    assert not s["payloads"]["ok"]
+    assert f"{fresh} (host region 0 pre-state chunk 0): {fresh}.bin holds 100 bytes" in s["payloads"]["summary"]
+
+
+def test_pack_carries_host_payloads(tmp_path):
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    m = add_host_region(repro, 0x7E00_0000_0000)
+    own = (repro / "capture" / "blobs")
+    data = bytes(range(256)) * 64
+    import xxhash
+
+    h = xxhash.xxh64_hexdigest(data)
+    (own / f"{h}.bin").write_bytes(data)
+    m["host_regions"][0]["post"] = [h]
+    write_manifest(repro, m)
+    packed = api.pack(repro, tmp_path / "r.kcap")
+    out = api.unpack(packed.path, tmp_path / "back")
+    back = Capture.open(out.path)
+    assert back.host_regions[0].post == [h]
+    assert back.read_chunk(h, len(data)) == data
+
+
+# -- planning: sparse regions and host ranges ---------------------------------------------------
+
+
+class R:
+    def __init__(self, id, base, size, pre=None, post=None):
+        self.id, self.base, self.size = id, base, size
+        n = -(-size // (4 * MiB))
+        self.pre = pre if pre is not None else ["a" * 16] * n
+        self.post = post if post is not None else list(self.pre)
+
+
+def test_a_huge_mostly_zero_region_is_backed_only_where_data_lives():
+    base = 0x7F00_0000_0000
+    n = (100 * GiB) // (4 * MiB)
+    pre = [None] * n
+    post = [None] * n
+    pre[10] = "a" * 16                  # data
+    post[20] = "b" * 16                 # written by the kernel (zero before)
+    pre[n - 1] = post[n - 1] = "c" * 16  # data at the end
+    big = R(0, base, 100 * GiB, pre, post)
+    small = R(1, base + 100 * GiB + 4 * MiB, 4 * MiB)
+    live = sparse.sparse_regions([big, small], 4 * MiB, sparse.DEFAULT_MIN_BYTES)
+    assert list(live) == [0]
+    assert live[0] == [(10 * 4 * MiB, 4 * MiB), (20 * 4 * MiB, 4 * MiB), ((n - 1) * 4 * MiB, 4 * MiB)]
+    plan = plan_address_space([big, small], PAGE2M, live=live)
+    assert plan.mapped_bytes == 4 * 4 * MiB  # three chunks of the arena and the small region, nothing else
+    assert plan.mapped_bytes + plan.zero_bytes == 100 * GiB + 4 * MiB
+    assert plan.segments[0] == live[0] and 1 not in plan.segments
+    for a, b in zip(plan.maps, plan.maps[1:]):
+        assert a[0] + a[1] < b[0]
+    for zb, zn in plan.zero_maps:  # zero-backed pages are never also backed by own memory
+        assert not any(mb < zb + zn and zb < mb + mn for mb, mn in plan.maps)
+    # the spans still cover the whole arena at its address
+    assert plan.spans[0].base <= base and plan.spans[-1].end >= base + 100 * GiB
+
+
+def test_backed_parts_follow_pages_where_chunks_and_pages_do_not_align():
+    base = 0x7F00_0000_0000 + 1 * MiB  # region starts in the middle of a 2 MiB page
+    pre = [None] * 512
+    pre[3] = "a" * 16
+    r = R(0, base, 2 * GiB, pre, list(pre))
+    plan = plan_address_space([r], PAGE2M, live=sparse.sparse_regions([r], 4 * MiB, 1))
+    # chunk 3 is [base+12 MiB, base+16 MiB): pages [base+11, base+17) MiB cover it
+    assert plan.maps == [(base + 11 * MiB, 6 * MiB)]
+    assert plan.segments[0] == [(11 * MiB, 6 * MiB)]
+    assert plan.zero_maps[0] == (base - 1 * MiB, 12 * MiB)
+
+
+def test_sparse_replay_thresholds_and_switches():
+    assert sparse.min_bytes_from_env({}) == sparse.DEFAULT_MIN_BYTES
+    assert sparse.min_bytes_from_env({"KERNCAP_SPARSE": "0"}) is None
+    assert sparse.min_bytes_from_env({"KERNCAP_SPARSE": "1"}) == 1
+    assert sparse.min_bytes_from_env({"KERNCAP_SPARSE_MIN": "4096"}) == 4096
+    r = R(0, 0x7F00_0000_0000, 8 * MiB, [None, None], [None, None])
+    assert sparse.sparse_regions([r], 4 * MiB, None) == {}
+    assert sparse.sparse_regions([r], 4 * MiB, 8 * MiB) == {0: []}
+    assert sparse.sparse_regions([r], 4 * MiB, 8 * MiB + 1) == {}
+
+
+def test_spans_keep_off_host_ranges_or_say_why():
+    region = R(0, 0x7F00_0000_0000 + 40 * MiB, 1 * MiB)
+    host_above = (0x7F00_0000_0000 + 70 * MiB, 4096)  # where upward padding would reach
+    plan = plan_address_space([region], PAGE2M, avoid=[host_above])
+    (span,) = plan.spans
+    assert span.size == 64 * MiB and span.end <= host_above[0] and span.base % (32 * MiB) == 0
+    with pytest.raises(SpanConflict) as exc:  # inside the region's own 32 MiB neighbourhood
+        plan_address_space([region], PAGE2M, avoid=[(0x7F00_0000_0000 + 33 * MiB, 4096)])
+    assert "lies inside" in str(exc.value)
+
+
+def test_host_ranges_merge_where_they_share_a_page():
+    class H:
+        def __init__(self, id, base, size):
+            self.id, self.base, self.size, self.snapshotted = id, base, size, True
+
+    page = 4096
+    ranges = host_memory.plan_host_ranges([H(0, 0x5000_0010, 100), H(1, 0x5000_0800, 5000), H(2, 0x6000_0000, 1)],
+                                          page)
+    assert [(r.base, r.size, r.regions) for r in ranges] == [(0x5000_0000, 2 * page, (0, 1)),
+                                                              (0x6000_0000, page, (2,))]
+    assert ranges[0].label == "host range 0 (host regions 0, 1)"
+
+
+# -- the replay process: host mappings before CUDA -------------------------------------------------
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": f"{ROOT / 'engine'}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MAP_FIXED_NOREPLACE is Linux's")
+def test_host_ranges_map_at_their_address_or_name_the_holder():
+    p = run_python("""
+        import ctypes, sys
+        from kerncap.errors import AddressUnavailable
+        from kerncap.replay.host_memory import HostRange, place
+        libc = ctypes.CDLL(None)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        at = libc.mmap(None, 1 << 20, 3, 0x22, -1, 0); libc.munmap(at, 1 << 20)
+        ok = place([HostRange(0, at, 1 << 16, (0,))])
+        ctypes.memmove(at, b"hello", 5)  # writable at its address
+        print("placed", ok == [(at, 1 << 16)], ctypes.string_at(at, 5))
+        try:
+            place([HostRange(1, at + 4096, 8192, (3,))])  # overlaps the first: held by it
+        except AddressUnavailable as e:
+            print("refused", e.message)
+            print("hint", e.hint)
+    """)
+    assert p.returncode == 0, p.stderr
+    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines())
+    assert lines["placed"] == "True b'hello'"
+    refused = lines["refused"]
+    assert refused.startswith("cannot map host range 1 (host region 3) [0x") and "+8.0 KiB) at its captured" in refused
+    assert "File exists" in refused and "held by: " in refused and "rw-p" in refused  # the /proc/self/maps line
+    assert "fresh replay server" in lines["hint"]
+
+
+class Glue:
+    """What NativeSession handed the simulated core, and what it placed on the host."""
+
+
+@pytest.fixture
+def simulated(tmp_path, monkeypatch):
+    placed: list = []
+    monkeypatch.setattr(host_memory, "place", lambda ranges: placed.extend(ranges) or [])
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {
+        "captured": sim.axpy, "same.cubin": sim.axpy, "host_writer.cubin": host_writer, "stray.cubin": stray})
+    return repro, placed
+
+
+def host_writer(m, s):  # the variant also changes the host region
+    sim.axpy(m, s)
+    i = next(k for k, spec in enumerate(s.items) if spec.label == "host region 0")
+    s.target[i][0] ^= 0xFF
+
+
+def stray(m, s):  # the variant writes into the sparse region's never-written zeros
+    sim.axpy(m, s)
+    m.f32(2)[5] = 1.0
+
+
+def test_host_regions_are_placed_before_cuda_registered_restored_and_compared(simulated):
+    repro, placed = simulated
+    base = 0x7E00_0000_0000
+    add_host_region(repro, base)
+    from kerncap.replay.native_session import NativeSession
+
+    ns = NativeSession(repro)
+    assert [(r.base, r.size, r.regions) for r in placed] == [(base, 16384, (0,))]
+    assert ns.session.host_ranges == [(base, 16384)]
+    assert ns.session.host_regions == [("host region 0", base, 16384, base)]
+    host_spec = ns.session.items[-1]
+    assert host_spec.label == "host region 0" and host_spec.host and host_spec.base == base
+    v = ns.validate(None, None, None, None, None)
+    assert v.passed is False  # the captured kernel does not write the host region; its post-state differs
+    (check,) = [c for c in v.regions if c.kind == "host"]
+    assert check.name == "host region 0" and check.mismatched_bytes and check.base == base
+
+
+def test_a_variant_writing_host_memory_is_judged_on_it(simulated):
+    repro, _ = simulated
+    m = add_host_region(repro, 0x7E00_0000_0000)
+    m["host_regions"][0]["post"] = m["host_regions"][0]["pre"]  # the kernel leaves it alone
+    m["host_regions"][0]["written"] = False
+    write_manifest(repro, m)
+    assert api.validate(repro).passed
+    v = api.validate(repro, cubin=repro.parent / "host_writer.cubin")
+    bad = [c for c in v.regions if not c.passed]
+    assert [(c.kind, c.id, c.mismatched_bytes, c.unexpected_write) for c in bad] == [("host", 0, 1, True)]
+
+
+def test_a_device_pointer_that_differs_in_replay_is_named(simulated):
+    repro, _ = simulated
+    m = add_host_region(repro, 0x7E00_0000_0000)
+    m["host_regions"][0]["device_pointer"] = 0x7E00_0000_0000 + (1 << 30)  # as on a system without host pointers
+    write_manifest(repro, m)
+    with pytest.raises(KerncapError) as exc:
+        api.validate(repro)
+    assert "host region 0" in exc.value.message and "instead of the captured 0x7e0040000000" in exc.value.message
+
+
+def add_sparse_region(repro: Path) -> dict:
+    """Synthetic: an 8 MiB region 1 GiB above y, zero before and after (never written)."""
+    m = manifest_of(repro)
+    y = m["regions"][1]
+    m["regions"].append({"id": 2, "base": y["base"] + GiB - y["base"] % PAGE2M, "size": 8 * MiB, "api": "cuMemAlloc_v2",
+                         "kind": "device", "written": False, "zero_fraction": 1.0, "pre": [None, None],
+                         "post": [None, None]})
+    write_manifest(repro, m)
+    return m
+
+
+def test_sparse_region_replays_zero_backed_and_a_stray_write_is_named(simulated, monkeypatch):
+    repro, _ = simulated
+    add_sparse_region(repro)
+    monkeypatch.setenv("KERNCAP_SPARSE", "1")
+    from kerncap.replay.native_session import NativeSession
+
+    ns = NativeSession(repro)
+    spec = next(s for s in ns.session.items if s.label == "region 2")
+    assert spec.sparse and spec.segments == [] and ns.plan.zero_bytes == 8 * MiB
+    assert ns.session.zero_maps == [(spec.base, 8 * MiB)] and ns.session.zero_chunk == sparse.ZERO_CHUNK
+    assert not any(b <= spec.base < b + n for b, n in ns.session.maps)  # no memory of its own
+    assert ns.info()["sparse"] == {"2": []}
+    assert api.validate(repro).passed
+    with pytest.raises(KerncapError) as exc:
+        api.validate(repro, cubin=repro.parent / "stray.cubin")
+    message = exc.value.message
+    assert "ILLEGAL_ADDRESS" in message and "Region(s) 2 replay sparsely" in message
+    assert "the variant writes outside what the captured kernel wrote" in message
+
+
+def test_the_captured_kernel_faulting_names_the_capture_not_a_variant(simulated, monkeypatch):
+    repro, _ = simulated
+    m = manifest_of(repro)
+    m["closure"] = {"words_checked": 4, "unresolved": [
+        {"param": 1, "at": 0, "value": 0x7F99_0000_0000, "reason": "host memory kerncap does not capture ([…] rw-p)"}]}
+    write_manifest(repro, m)
+
+    def faults(_m, _s):
+        raise sim.sticky()
+
+    monkeypatch.setitem(sim.KERNELS, "captured", faults)
+    with pytest.raises(KerncapError) as exc:
+        api.validate(repro)
+    assert "Likely cause, from the capture (not the kernel's code): parameter 1 holds 0x7f9900000000" in exc.value.message
+    assert "variant" not in (exc.value.hint or "") and "kerncap info" in exc.value.hint
+
+
+def test_perturbing_a_sparse_region_draws_only_where_it_is_backed(simulated, monkeypatch):
+    repro, _ = simulated
+    from kerncap.replay import session_ops
+
+    class NS:
+        class plan:
+            segments = {2: [(4 * MiB, 4 * MiB)]}
+
+    f = {"region": 2, "offset": 1000, "count": (8 * MiB - 1000) // 4, "dtype": "float32"}
+    assert session_ops._backed_parts(NS, f) == [(4 * MiB, MiB)]
+    assert session_ops._backed_parts(NS, {**f, "region": 1}) == [(1000, f["count"])]
+    NS.plan.segments = {2: []}
+    assert session_ops._backed_parts(NS, f) == []
