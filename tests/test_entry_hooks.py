@@ -437,7 +437,11 @@ def test_the_sampled_profile_counts_every_launch_and_times_a_sample(built, tmp_p
     assert target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)  # every timed launch took 5 us
     assert other.total_ns == pytest.approx(1000 * other.calls, rel=1e-4)
     assert target.percent == pytest.approx(100 * 5 / 6, abs=0.01)
-    assert result.warnings == []  # a sample or two left out (a preempted holder) is not worth a warning
+    # The 4 threads launch into one stream (the null stream): a pair another thread's
+    # launch may have landed in is left out, and said so (before, such pairs read up to
+    # 1.8x long on this 2-core machine under load).
+    (warning,) = result.warnings
+    assert "1 stream(s) had timed launches from several threads" in warning, warning
 
 
 def test_sampled_times_do_not_alias_with_a_periodic_kernel(built, tmp_path):

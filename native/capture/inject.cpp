@@ -91,6 +91,7 @@ struct State {
   std::mutex set_mu;
   std::string set_kernel;                        // a set holds one kernel: the first one matched
   std::atomic<uint64_t> launches{0};  // launches of threads without a slot (ThreadSlots::claim failed)
+  std::atomic<uint64_t> launch_exits{0};  // their returns, in profile mode (the interleaving check)
   std::atomic<uint64_t> target_matches{0};
   // Stream captures in progress: counted from cuStreamBeginCapture*'s entry to
   // cuStreamEndCapture's exit, so while it is 0 no stream can be capturing and no launch
@@ -148,6 +149,8 @@ struct ThreadState {
   FuncInfo* sampled_fi;
   ProfGraph* sampled_graph;
   LaunchSampler::Pending* pending;
+  uint64_t sample_launches;    // launches_so_far() when the pending pair opened
+  bool sample_others_inside;  // another thread was inside a launch call then
   uint64_t rng;
   uint64_t graph_epoch;
   CUgraphExec graph_key[4];
@@ -1251,13 +1254,32 @@ bool load_function(FuncInfo& fi, CUfunction f) {
   return true;
 }
 
+// Launches (eager and graph) of every thread so far: a timed pair's interleaving check.
+uint64_t launches_so_far(State& s) { return s.launches.load(std::memory_order_relaxed) + s.slots.launches_and_graph_launches(); }
+uint64_t exits_so_far(State& s) { return s.launch_exits.load(std::memory_order_relaxed) + s.slots.exits(); }
+
+// Before a timed pair opens: whether another thread is inside a launch call now (entered
+// and not returned: its enqueue may still come, inside the pair). Entries are read first,
+// so a launch that returns between the two reads is not counted as inside.
+bool others_inside(State& s, uint64_t entries) { return entries - exits_so_far(s) > 1; }  // 1: this launch
+
+// A counted launch returned (after its pair, if any, was closed).
+void count_exit(State& s, ThreadState& t) {
+  if (ThreadSlot* mine = t.slot) ThreadSlot::bump(mine->exits);
+  else s.launch_exits.fetch_add(1, std::memory_order_relaxed);
+}
+
 // A launch's exit: the end of its timed pair, if any; `ready` (the kernel's code is
 // loaded, the graph uploaded) is set once a launch of it returned successfully.
 void sampled_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb, std::atomic<bool>* ready) {
   const bool ok = result_of(cb) == CUDA_SUCCESS;
   if (t.pending) {
     Guard guard;
-    s.sampled->sampler.end(t.pending, ok);
+    // Every launch (eager or graph) is counted at its entry and its return: another
+    // thread's launch can be inside this pair only if one was in flight when it opened or
+    // one entered while it was open (the sampler drops such a sample on a stream that
+    // several threads time launches on).
+    s.sampled->sampler.end(t.pending, ok, t.sample_others_inside || launches_so_far(s) != t.sample_launches);
     t.pending = nullptr;
   }
   if (ok && ready && !ready->load(std::memory_order_relaxed)) ready->store(true, std::memory_order_relaxed);
@@ -1266,6 +1288,7 @@ void sampled_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb, std::a
 void sampled_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
   if (!enter) {
     sampled_exit(s, t, cb, t.sampled_fi ? &t.sampled_fi->loaded : nullptr);
+    if (t.sampled_fi) count_exit(s, t);  // its entry was counted
     t.sampled_fi = nullptr;
     return;
   }
@@ -1287,6 +1310,8 @@ void sampled_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti
   if (d.cooperative || !time_launch(s, t, k, n, &weight)) return;
   if (!fi->loaded.load(std::memory_order_relaxed) && !load_function(*fi, d.f)) return;
   Guard guard;
+  t.sample_launches = launches_so_far(s);
+  t.sample_others_inside = others_inside(s, t.sample_launches);
   t.pending = s.sampled->sampler.begin(cb->context, launch_stream(d.stream, d.per_thread_default), fi, weight,
                                       d.grid, d.block);
 }
@@ -1312,6 +1337,7 @@ ProfGraph* graph_record(State& s, ThreadState& t, CUgraphExec exec, ThreadSlot::
 void sampled_graph_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, bool enter) {
   if (!enter) {
     sampled_exit(s, t, cb, t.sampled_graph ? &t.sampled_graph->launched : nullptr);
+    if (t.sampled_graph) count_exit(s, t);  // its entry was counted
     t.sampled_graph = nullptr;
     return;
   }
@@ -1319,6 +1345,8 @@ void sampled_graph_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const
   auto* p = static_cast<const cuGraphLaunch_params*>(cb->functionParams);  // _ptsz: same layout
   ThreadSlot::Kernel* k = nullptr;
   ProfGraph* g = graph_record(s, t, p->hGraph, &k);
+  if (ThreadSlot* mine = my_slot(s, t)) ThreadSlot::bump(mine->graph_launches);
+  else s.launches.fetch_add(1, std::memory_order_relaxed);
   uint64_t n;
   if (k) {
     ThreadSlot::bump(k->count);
@@ -1337,6 +1365,8 @@ void sampled_graph_launch(State& s, ThreadState& t, CUpti_CallbackId cbid, const
     g->launched.store(true, std::memory_order_relaxed);
   }
   static const unsigned none[3] = {0, 0, 0};
+  t.sample_launches = launches_so_far(s);
+  t.sample_others_inside = others_inside(s, t.sample_launches);
   t.pending = s.sampled->sampler.begin(cb->context, stream, g, weight, none, none);
 }
 

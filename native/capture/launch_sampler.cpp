@@ -88,6 +88,7 @@ struct LaunchSampler::Pending {
   const void* key = nullptr;
   double weight = 1.0;
   bool ok = false;
+  bool interleaved = false;
   unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
 };
 
@@ -109,6 +110,8 @@ struct LaunchSampler::Context {
   std::atomic<bool> hold{true};  // false once cuStreamWaitValue32 failed here: unheld pairs from then on
   double bracket_ns = 0;
   std::vector<CUstream> streams;  // streams with timed launches
+  std::vector<std::thread::id> stream_thread;  // per stream: the first thread that timed a launch there
+  std::vector<bool> stream_shared;             // per stream: a second thread timed one there too
 };
 
 LaunchSampler::LaunchSampler() {
@@ -250,8 +253,16 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
     c->events.pop_back();
     p->word = c->free_words.back();
     c->free_words.pop_back();
-    if (std::find(c->streams.begin(), c->streams.end(), stream) == c->streams.end() && c->streams.size() < 64)
+    const auto it = std::find(c->streams.begin(), c->streams.end(), stream);
+    const std::thread::id me = std::this_thread::get_id();
+    if (it != c->streams.end()) {
+      const size_t i = size_t(it - c->streams.begin());
+      if (c->stream_thread[i] != me) c->stream_shared[i] = true;
+    } else if (c->streams.size() < 64) {
       c->streams.push_back(stream);
+      c->stream_thread.push_back(me);
+      c->stream_shared.push_back(false);
+    }
   }
   p->key = key;
   p->stream = stream;
@@ -287,7 +298,7 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
   return nullptr;
 }
 
-void LaunchSampler::end(Pending* p, bool ok) {
+void LaunchSampler::end(Pending* p, bool ok, bool interleaved) {
   Context* c = p->ctx;
   CUresult r;
   {
@@ -298,6 +309,11 @@ void LaunchSampler::end(Pending* p, bool ok) {
   c->held_since[p->word].store(0, std::memory_order_release);
   p->ok = ok;
   std::lock_guard<std::mutex> lock(c->mu);
+  // Only a stream other threads launch into can hold their launches inside this pair. A
+  // thread's first launch of a kernel is always timed, so its begin() marked the stream
+  // shared before any launch of its could land here (an untracked stream: assume so).
+  const auto it = std::find(c->streams.begin(), c->streams.end(), p->stream);
+  p->interleaved = interleaved && (it == c->streams.end() || c->stream_shared[size_t(it - c->streams.begin())]);
   if (r == CUDA_SUCCESS) {
     c->queue.push_back(p);
     return;
@@ -337,6 +353,8 @@ void LaunchSampler::poll(Context& c, size_t max_reads, bool wait) {
         ++overdue_;
       } else if (!p->ok) {
         ++failed_launches_;
+      } else if (p->interleaved) {
+        ++interleaved_;
       } else {
         SampleStats& s = stats_[p->key];
         s.add(std::max(0.0, double(ms) * 1e6 - c.bracket_ns), p->weight);
@@ -439,16 +457,18 @@ std::string LaunchSampler::summary_json() const {
   JsonWriter w;
   w.begin_object().field("bracket", bracket_mode_);
   double bracket = 0;
-  size_t streams = 0, contexts = 0;
+  size_t streams = 0, contexts = 0, shared = 0;
   for (const Context* c : contexts_) {
     if (!c->calibrated) continue;
     ++contexts;
     bracket = std::max(bracket, c->bracket_ns);
     streams = std::max(streams, c->streams.size());
+    shared += size_t(std::count(c->stream_shared.begin(), c->stream_shared.end(), true));
   }
   w.field("bracket_ns", bracket).field("contexts", uint64_t(contexts)).field("streams", uint64_t(streams));
   w.field("errors", errors_).field("first_error", first_error_).field("no_event", no_event_);
   w.field("overdue", overdue_).field("unfinished", unfinished_).field("failed_launches", failed_launches_);
+  w.field("interleaved", interleaved_).field("shared_streams", uint64_t(shared));
   w.field("unheld", unheld_);
   w.end_object();
   return w.str();

@@ -74,8 +74,10 @@ class LaunchSampler {
   // recorded (no context, the pool exhausted, a driver call failed: counted).
   Pending* begin(CUcontext ctx, CUstream stream, const void* key, double weight, const unsigned grid[3],
                  const unsigned block[3]);
-  // At its API exit: records e1 and releases the stream. `ok`: the launch succeeded.
-  void end(Pending* p, bool ok);
+  // At its API exit: records e1 and releases the stream. `ok`: the launch succeeded;
+  // `interleaved`: another thread launched while the pair was open, so a launch of its
+  // may sit between e0 and e1 on a stream both use (the sample is dropped, and counted).
+  void end(Pending* p, bool ok, bool interleaved = false);
 
   // The context may be about to be destroyed: read what it has; `forget`: it is, so a
   // later context with the same handle starts afresh (its events die with this one).
@@ -101,7 +103,7 @@ class LaunchSampler {
   std::unordered_map<const void*, SampleStats> stats_;
   std::string bracket_mode_ = "auto";
   double bracket_fixed_ns_ = 0;
-  uint64_t errors_ = 0, no_event_ = 0, overdue_ = 0, unfinished_ = 0, failed_launches_ = 0;
+  uint64_t errors_ = 0, no_event_ = 0, overdue_ = 0, unfinished_ = 0, failed_launches_ = 0, interleaved_ = 0;
   std::string first_error_;
   std::string unheld_;  // why some context times unheld pairs (empty: every pair was held)
   std::atomic<bool> watchdog_started_{false};

@@ -55,6 +55,19 @@ uint64_t ThreadSlots::launches() const {
   return n;
 }
 
+uint64_t ThreadSlots::launches_and_graph_launches() const {
+  uint64_t n = 0;
+  for (const ThreadSlot* s = head(); s; s = s->next)
+    n += s->launches.load(std::memory_order_relaxed) + s->graph_launches.load(std::memory_order_relaxed);
+  return n;
+}
+
+uint64_t ThreadSlots::exits() const {
+  uint64_t n = 0;
+  for (const ThreadSlot* s = head(); s; s = s->next) n += s->exits.load(std::memory_order_relaxed);
+  return n;
+}
+
 std::unordered_map<const void*, uint64_t> ThreadSlots::kernel_counts() const {
   std::unordered_map<const void*, uint64_t> out;
   for (const ThreadSlot* s = head(); s; s = s->next)

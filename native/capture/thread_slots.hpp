@@ -46,6 +46,10 @@ struct alignas(64) ThreadSlot {
     SampleSchedule schedule;  // owner only
   };
   alignas(64) std::atomic<uint64_t> launches{0};
+  // The sampled profile's interleaving check (inject.cpp, sampled_exit): cuGraphLaunch
+  // calls, and the returns of every launch whose entry was counted.
+  std::atomic<uint64_t> graph_launches{0};
+  std::atomic<uint64_t> exits{0};
   Kernel kernels[kKernels];
 
   static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
@@ -72,6 +76,8 @@ class ThreadSlots {
 
   // Sums over every slot: launches, and per-kernel counts by key.
   uint64_t launches() const;
+  uint64_t launches_and_graph_launches() const;
+  uint64_t exits() const;
   std::unordered_map<const void*, uint64_t> kernel_counts() const;
 
  private:

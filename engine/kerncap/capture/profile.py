@@ -309,6 +309,11 @@ def sampling_warnings(kernels: list[KernelStat], profiles: list[dict], procs: li
             out.append(f"process {prof.get('pid')}: kernels were timed on {s['streams']} streams of one context; a "
                        "timed launch that overlapped another stream's kernels includes time spent waiting for the "
                        "GPU, so concurrent kernels may read long (docs/interposer.md); --exact times them apart")
+        if int(s.get("shared_streams") or 0):
+            out.append(f"process {prof.get('pid')}: {s['shared_streams']} stream(s) had timed launches from several "
+                       f"threads; {int(s.get('interleaved') or 0)} timed launch(es) there were left out because another "
+                       "thread launched while their pair was open (its launch may have run inside it); --exact times "
+                       "every launch apart")
         lost = int(s.get("overdue") or 0) + int(s.get("unfinished") or 0)
         timed = sum(int(k.get("timed") or 0) for k in prof.get("kernels") or [])
         if lost > 0.01 * (timed + lost):  # a few (a thread preempted while it held its stream) change nothing
