@@ -24,7 +24,17 @@ def test_app_python_is_recognised():
     assert stack.app_python([]) is None
 
 
+def _no_gpu_facts(monkeypatch):
+    """This machine as one without NVML or nvidia-smi, whatever it has, and no cached look."""
+    monkeypatch.setattr(stack, "_recent_stacks", {})
+    monkeypatch.setattr(stack, "gpu_facts", lambda uuid=None, index=None: {
+        "name": None, "uuid": uuid, "driver": None, "cuda_driver": None, "clocks": {}, "source": None})
+
+
 def test_capture_provenance_records_versions_env_and_the_gpu(monkeypatch):
+    """Without NVML or nvidia-smi the capture's own GPU facts fill in (mutation caught:
+    capture_provenance's fill from the manifest removed)."""
+    _no_gpu_facts(monkeypatch)
     monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
     monkeypatch.setenv("UNRELATED", "x")
     prov = stack.capture_provenance([sys.executable, "app.py"],
@@ -36,10 +46,19 @@ def test_capture_provenance_records_versions_env_and_the_gpu(monkeypatch):
     assert prov["env_changes"] == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     assert prov["env"]["TORCHINDUCTOR_MAX_AUTOTUNE"] == "1" and "UNRELATED" not in prov["env"]
     assert prov["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
-    # without NVML or nvidia-smi here, the capture's own facts fill in; nothing is invented
-    assert prov["gpu"]["name"] in ("NVIDIA H200", None) or prov["gpu"]["source"]
-    assert prov["cuda_driver"] == 13000 or prov["gpu"]["source"]
+    # the capture's own facts fill in; nothing is invented
+    assert prov["gpu"]["name"] == "NVIDIA H200" and prov["gpu"]["uuid"] == "GPU-123"
+    assert prov["cuda_driver"] == 13000 and prov["driver"] is None and prov["gpu"]["source"] is None
     json.dumps(prov)
+
+
+def test_capture_provenance_prefers_what_the_running_gpu_says(monkeypatch):
+    monkeypatch.setattr(stack, "_recent_stacks", {})
+    monkeypatch.setattr(stack, "gpu_facts", lambda uuid=None, index=None: {
+        "name": "NVIDIA H200 NVL", "uuid": uuid, "driver": "580.159", "cuda_driver": 13010, "clocks": {},
+        "source": "nvml"})
+    prov = stack.capture_provenance(["./app"], {"name": "NVIDIA H200", "uuid": "GPU-123", "driver_version": 13000}, {})
+    assert prov["gpu"]["name"] == "NVIDIA H200 NVL" and prov["cuda_driver"] == 13010 and prov["driver"] == "580.159"
 
 
 def test_differences_compare_only_what_both_know():
