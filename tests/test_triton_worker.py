@@ -45,7 +45,7 @@ def test_worker_serves_edits_warm(reproducer, tmp_path):  # noqa: F811
     """One worker process warms up on the source as it is (its first recompile is a cache
     hit), then compiles an edit nobody compiled before, in that same process, into the
     cubin a fresh `kerncap recompile` process makes of the edit with a Triton cache of
-    its own. How much faster the warm worker is: bench/recompile.py --only triton."""
+    its own. How much faster the warm worker is: bench/edit_loop.py --only triton."""
     root, _capture, sources = reproducer
     assert not is_triton_reproducer(root)
     (root / "reproducer.json").write_text(json.dumps({"sources": sources}))  # as extract writes it
