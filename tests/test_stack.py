@@ -92,9 +92,16 @@ def test_info_shows_the_recorded_stack(tmp_path):
         "NVIDIA driver: recorded 580.159, running 575.51"]
 
 
-def test_older_reproducers_fall_back_to_the_manifest():
-    s = api.info(FIXTURES / "axpy_small")["stack"]
-    assert s["kerncap"] == "0.1.0" and s["cuda_driver"] == 13000 and s["gpu"]["name"] == "NVIDIA H200"
+def test_older_reproducers_fall_back_to_the_manifest(tmp_path):
+    repro = tmp_path / "r"
+    shutil.copytree(FIXTURES / "axpy_small", repro)
+    rec = json.loads((repro / "reproducer.json").read_text())
+    rec.pop("provenance", None)  # as reproducers made before it was recorded
+    (repro / "reproducer.json").write_text(json.dumps(rec))
+    gpu = json.loads((repro / "capture" / "manifest.json").read_text())["provenance"]["gpu"]
+    s = api.info(repro)["stack"]
+    assert s["kerncap"] == "0.1.0" and s["cuda_driver"] == gpu["driver_version"] and s["gpu"]["name"] == gpu["name"]
+    assert s["gpu"]["name"] == "NVIDIA H200" and s["packages"] == {} and s["driver"] is None
 
 
 def test_one_look_serves_a_sets_members(monkeypatch):
