@@ -76,9 +76,9 @@ def workbench_saves(repro: Path, sources: list[str], path: Path) -> list[tuple[f
     out = []
 
     async def steps(wb) -> None:
-        worker = getattr(getattr(wb.app, "compiler", None), "_worker", None)
-        if worker is not None:  # a Triton reproducer: edit once the worker is warm, as a user would
-            warm = await asyncio.to_thread(worker.wait_ready)
+        # a Triton reproducer: edit once the session's compile worker is warm, as a user would
+        warm = await asyncio.to_thread(wb.app.session.wait_warm)
+        if warm is not None:
             if not warm.get("ok"):
                 sys.exit(f"the Triton compile worker did not warm up: {warm}")
         for n, text in enumerate(sources):

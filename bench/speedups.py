@@ -143,8 +143,8 @@ def bench_verdicts(args, build: Path, work: Path) -> dict:
 
 
 def bench_buckets(args, build: Path, work: Path) -> dict:
+    from kerncap.api import replay_set
     from kerncap.capture.extract import extract
-    from kerncap.replay.set_run import run_set
 
     from tests.gpu.apps import TESTAPPS, app_env
     from tests.gpu.test_buckets import BUCKETS, COMMON, RARE
@@ -156,7 +156,7 @@ def bench_buckets(args, build: Path, work: Path) -> dict:
     idx = {m.bucket.grid[0]: i for i, m in enumerate(s.members)}
     out = {}
     for name in ("bucket_fast_rare", "bucket_fast_common"):
-        run = run_set(s, variant=build / "variants" / f"{name}.cubin", validate=True, iterations=30)
+        run = replay_set(s, cubin=build / "variants" / f"{name}.cubin", validate=True, iterations=30)
         if not run.passed:
             sys.exit(f"{name} does not validate on every member")
         out[name] = {"weighted": run.workload.weighted, "rare_member": run.runs[idx[RARE]].speedup,

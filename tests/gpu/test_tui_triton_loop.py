@@ -47,6 +47,7 @@ async def test_triton_save_is_compiled_by_the_warm_worker_and_validated(flash_re
         assert session._compiler is not None, "a Triton reproducer compiles in the session's resident worker"
         warm = await asyncio.to_thread(session.wait_warm)  # as a user who edits after the workbench opened
         assert warm["ok"], warm
+        worker = session._compiler
         pid = worker._proc.pid
         v = await wb.good_save(lambda: kernel.write_text(edited), "Q-hoisting edit (Triton)")
         print(f"Triton save -> validated row {wb.last_elapsed:.2f} s (worker warm-up {warm['seconds']:.2f} s)")
