@@ -119,7 +119,7 @@ def project(args) -> None:
         params = [{"index": i, "offset": o, "size": s, "value": "00" * s} for i, (o, s) in enumerate(LAYOUT)]
         (repro / "capture" / "manifest.json").write_text(json.dumps({
             "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4194304,
-            "provenance": {"gpu": {"cc": [9, 0]}}, "kernel": {"name": KERNEL, "module": {"cubin": "cubins/x.cubin"}},
+            "provenance": {"synthetic": True, "gpu": {"cc": [9, 0]}}, "kernel": {"name": KERNEL, "module": {"cubin": "cubins/x.cubin"}},
             "launch": {}, "params": params, "regions": [], "globals": [],
         }))
         attach_sources(repro, Capture.open(repro), tree, build)

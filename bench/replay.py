@@ -20,9 +20,15 @@ Three measurements in one run, each against its goal:
           overhead <= 100 ms. A validate that reloads nothing is shown for reference.
 3. strict Byte-exact `validate()` of the big capture on its resident server (restore +
           launch + GPU compare), --repeat times. Goal: median <= 3 s.
+4. accuracy  The replayed duration against the kernel's own average in the app, both
+          measured in this run: `kerncap profile` of axpy_inplace and torch_matmul (nvjet
+          GEMM), then the median of 50 replays of each one's capture; and, where `ncu` is
+          on PATH, Nsight Compute's duration of one replayed launch against that median.
+          Goal: each ratio within 1 +- 0.10 (what test_replay_apps.py, test_graphs.py and
+          test_inspect_gpu.py asserted before their timing moved here).
 
   PYTHONPATH=engine:bench python3 bench/replay.py [--gb 12] [--n 16777216] [--rounds 6]
-      [--repeat 5] [--dir DIR] [--build-dir DIR] [--json F]
+      [--repeat 5] [--steps hot,big,accuracy] [--dir DIR] [--build-dir DIR] [--json F]
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ GB = 1e9
 HOT_GOAL_MS = 100.0
 STRICT_GOAL_S = 3.0
 H2D_GBPS = 55.0  # DESIGN fact 9: pinned ring, two streams
+ACCURACY_TOLERANCE = 0.10
 
 
 def quiet(*_):
@@ -185,6 +192,41 @@ def big_capture(args, base: Path) -> dict:
     return out
 
 
+# -- 4. replay time against the app's own -----------------------------------------------------
+def accuracy(args, base: Path, build_dir: Path) -> dict:
+    from kerncap.capture.extract import extract
+    from kerncap.capture.profile import run_profile
+    from kerncap.replay import ncu
+    from kerncap.replay.client import ReplayClient
+
+    cases = [("axpy_inplace", [str(build_dir / "axpy_inplace"), str(args.n)], "axpy_inplace"),
+             ("torch_matmul", [sys.executable, str(PYAPPS / "torch_matmul.py")], "nvjet")]
+    out = {}
+    for name, command, kernel in cases:
+        profile = run_profile(command, timeout=300)
+        hits = [k for k in profile.kernels if kernel in k.name or kernel in (k.demangled or "")]
+        if not hits:
+            sys.exit(f"{name}: the profile lists no kernel matching {kernel!r}")
+        stat = max(hits, key=lambda k: k.total_ns)
+        res = extract(kernel, command, output=base / f"acc-{name}", timeout=300, output_sink=quiet)
+        with ReplayClient(res.reproducer_dir, timeout=300) as rc:
+            median_ms = rc.replay(iterations=50, warmup=5).median_ms
+        row = {"kernel": stat.name, "app_avg_ns": stat.avg_ns, "app_calls": stat.calls,
+               "replay_median_ns": median_ms * 1e6, "ratio_replay_over_app": median_ms * 1e6 / stat.avg_ns}
+        if shutil.which("ncu"):
+            r = ncu.profile(res.reproducer_dir, timeout=300)
+            row["ncu_duration_ns"] = r.metrics.get("duration_ns")
+            if row["ncu_duration_ns"]:
+                row["ratio_ncu_over_replay"] = row["ncu_duration_ns"] / (median_ms * 1e6)
+        out[name] = row
+        shutil.rmtree(base / f"acc-{name}", ignore_errors=True)
+    return out
+
+
+def within(ratio: float | None) -> bool:
+    return ratio is not None and abs(ratio - 1) <= ACCURACY_TOLERANCE
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gb", type=int, default=12, help="GiB big_alloc.py holds, random-filled (default 12)")
@@ -194,16 +236,34 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where captures are written (default: a temp dir)")
     parser.add_argument("--build-dir", type=Path, default=None,
                         help="testapps build directory, kept and reused (default: inside the temp dir)")
+    parser.add_argument("--steps", default="hot,big,accuracy", help="which of hot, big (cold + strict), accuracy")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
+    steps = set(args.steps.split(","))
+    if steps - {"hot", "big", "accuracy"}:
+        parser.error(f"--steps takes hot, big, accuracy (not {sorted(steps - {'hot', 'big', 'accuracy'})})")
 
     base = Path(tempfile.mkdtemp(prefix="kerncap-replay-bench-", dir=args.dir))
     try:
         build_dir = build_axpy(args.build_dir or base / "testapps")
-        hot = hot_variants(args, base, build_dir)
-        big = big_capture(args, base)
+        acc = accuracy(args, base, build_dir) if "accuracy" in steps else None
+        hot = hot_variants(args, base, build_dir) if "hot" in steps else None
+        big = big_capture(args, base) if "big" in steps else None
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+    if acc is not None:
+        print_table(["app", "kernel", "app avg", "replay median", "replay/app", "ncu/replay", "goal"], [
+            [name, r["kernel"][:40], f"{r['app_avg_ns'] / 1e3:.2f} us", f"{r['replay_median_ns'] / 1e3:.2f} us",
+             f"{r['ratio_replay_over_app']:.3f}",
+             f"{r['ratio_ncu_over_replay']:.3f}" if "ratio_ncu_over_replay" in r else "no ncu",
+             f"1 +- {ACCURACY_TOLERANCE:g}: " + verdict(within(r["ratio_replay_over_app"])
+                                                      and within(r.get("ratio_ncu_over_replay", 1.0)))]
+            for name, r in acc.items()])
+    if hot is None or big is None:
+        write_json(args.json, {"bench": "replay", "args": {k: str(v) for k, v in vars(args).items()},
+                               "accuracy": acc, "hot": hot, "big": big})
+        return
 
     cold, strict = big["cold"], big["strict_validate_s"]
     lgb = big["logical_bytes"] / GB
@@ -235,8 +295,9 @@ def main() -> None:
          f"<= {STRICT_GOAL_S:g} (x{strict['median'] / STRICT_GOAL_S:.2f})", verdict(results["strict_met"])],
     ])
     write_json(args.json, {"bench": "replay", "args": {k: str(v) for k, v in vars(args).items()},
-                           "big": big, "hot": hot, "goals": {"hot_overhead_ms": HOT_GOAL_MS,
-                                                             "strict_validate_s": STRICT_GOAL_S},
+                           "big": big, "hot": hot, "accuracy": acc,
+                           "goals": {"hot_overhead_ms": HOT_GOAL_MS, "strict_validate_s": STRICT_GOAL_S,
+                                     "accuracy_tolerance": ACCURACY_TOLERANCE},
                            "met": results})
 
 

@@ -32,7 +32,7 @@ from textual.worker import get_current_worker
 
 from kerncap import api
 from kerncap.errors import KerncapError
-from kerncap_tui import demo, panes, theming
+from kerncap_tui import demo, panes, replay_limit, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.inspect_actions import InspectActions
 from kerncap_tui.mismatch_actions import MismatchActions
@@ -166,7 +166,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.set = None
         self.inspect = {}
         try:
-            self.session = api.open_session(self.root)
+            self.session = replay_limit.open_session(self.root)
         except KerncapError as exc:
             self.session = None
             self.report_error("set" if api.is_set(self.root) else "open", exc)

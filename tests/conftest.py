@@ -1,5 +1,7 @@
 """Fixtures shared by the CPU tests; the fuzz tests (test_fuzz.py) count the cases they
-tried and the total is printed at the end of the run."""
+tried and the total is printed at the end of the run. When every selected test of the
+fuzz module passed (in any order, among any others), a total under FUZZ_GOAL fails the
+run at its end."""
 
 from __future__ import annotations
 
@@ -23,11 +25,45 @@ def _fresh_stack_look():
     stack._recent_stacks.clear()
 
 
+FUZZ_MODULE = "test_fuzz.py"
+FUZZ_GOAL = 10_000
+_fuzz_collected: set[str] = set()  # before -k / -m deselect any
+_fuzz_passed: set[str] = set()
+
+
+def pytest_itemcollected(item):
+    if item.path.name == FUZZ_MODULE:
+        _fuzz_collected.add(item.nodeid)
+
+
+def pytest_runtest_logreport(report):
+    if report.nodeid in _fuzz_collected and report.when == "call" and report.passed:
+        _fuzz_passed.add(report.nodeid)
+
+
+def fuzz_shortfall() -> str | None:
+    """Once every test of the fuzz module passed, in whatever order they ran: why the
+    cases they tried fall short of FUZZ_GOAL (None when they do not, or when only part
+    of the module ran)."""
+    if not _fuzz_collected or _fuzz_passed != _fuzz_collected:
+        return None
+    total = sum(FUZZ_CASES.values())
+    return None if total >= FUZZ_GOAL else f"fuzz: only {total} cases tried, fewer than {FUZZ_GOAL:,}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if fuzz_shortfall() and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if FUZZ_CASES:
         total = sum(FUZZ_CASES.values())
         parts = ", ".join(f"{name} {n}" for name, n in sorted(FUZZ_CASES.items()))
         terminalreporter.write_line(f"fuzz: {total} cases tried ({parts}); none raised anything but KerncapError")
+    shortfall = fuzz_shortfall()
+    if shortfall:
+        terminalreporter.write_line(f"{shortfall}: FAILED (the run exits 1)", red=True)
 
 
 SET_CAPTURE = Path(__file__).parent / "fixtures" / "captures" / "axpy_small" / "capture"

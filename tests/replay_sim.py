@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import sys
 import types
 from pathlib import Path
@@ -200,6 +201,11 @@ class SimSession:
 
 
 def compare(actual: bytes, expected: bytes, spec) -> dict:
+    """native/replay/compare_kernels.cu in numpy: a mismatch is what the engine's own
+    predicate (kerncap.core.dtypes.mismatches, the GPU kernel's definition) says, element
+    by element; the tail bytes that fill no whole element compare exactly, each differing
+    byte one mismatch at index n_elems; max_abs / max_rel over the unequal elements that
+    involve no NaN, as the kernel reduces them."""
     a8, e8 = np.frombuffer(actual, np.uint8), np.frombuffer(expected, np.uint8)
     diff = np.nonzero(a8 != e8)[0]
     out = {"mismatched_bytes": len(diff), "first_byte": int(diff[0]) if len(diff) else None,
@@ -209,20 +215,22 @@ def compare(actual: bytes, expected: bytes, spec) -> dict:
     if spec.dtype:
         size = dt.itemsize(spec.dtype)
         n = len(actual) // size
-        a = decode(actual[: n * size], spec.dtype)
-        e = decode(expected[: n * size], spec.dtype)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            d = np.abs(a - e)
-            unequal = (a != e) & ~(np.isnan(a) & np.isnan(e))
-            bad = unequal & ~(d <= spec.atol + spec.rtol * np.abs(e)) if dt.is_float(spec.dtype) else unequal
-            if unequal.any():
-                out["max_abs"] = float(np.nanmax(np.where(unequal, d, 0.0)))
-                rel = np.where(unequal, np.where(e != 0, d / np.abs(e), np.inf), 0.0)
-                out["max_rel"] = float(np.nanmax(rel))
-        idx = np.nonzero(bad)[0]
-        out["mismatched_elements"] = len(idx)
-        out["first_element"] = int(idx[0]) if len(idx) else None
-        first = None if not len(idx) else int(idx[0]) * size
+        a = decode(actual[: n * size], spec.dtype).astype(np.float64)
+        e = decode(expected[: n * size], spec.dtype).astype(np.float64)
+        differ = np.unique(diff[diff < n * size] // size)  # equal bytes are never a mismatch
+        bad = [int(i) for i in differ if dt.mismatches(spec.dtype, float(a[i]), float(e[i]), spec.atol, spec.rtol)]
+        tail = int(np.count_nonzero(diff >= n * size))
+        for i in differ:
+            x, y = float(a[i]), float(e[i])
+            if x == y or math.isnan(x) or math.isnan(y):
+                continue
+            d = abs(x - y)
+            out["max_abs"] = max(out["max_abs"], d)
+            out["max_rel"] = max(out["max_rel"], d / abs(y) if y != 0 else math.inf)
+        out["mismatched_elements"] = len(bad) + tail
+        idx = bad + ([n] if tail else [])
+        out["first_element"] = idx[0] if idx else None
+        first = None if not idx else idx[0] * size
     if first is not None:
         out["window_offset"] = first
         out["expected"], out["actual"] = expected[first : first + 64], actual[first : first + 64]

@@ -49,6 +49,7 @@ def edit_manifest(repro: Path, change) -> Path:
     (lambda m: m["regions"][0].update(size=1 << 60), "field regions[0].size must be <="),
     (lambda m: m.update(chunk_size=0), "field chunk_size must be >= 4096"),
     (lambda m: m["provenance"].update(command=[1, 2]), "field provenance.command"),
+    (lambda m: m["provenance"].update(synthetic=[1]), "field provenance.synthetic"),
     (lambda m: m["regions"][1].update(id=0), "lists a region id twice"),
     (lambda m: m["regions"][1].update(base=m["regions"][0]["base"] + 8), "overlaps another"),
     (lambda m: m["regions"][0].update(pre=[]), "regions[0].pre/post list 0/1 chunks, expected 1"),

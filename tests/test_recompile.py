@@ -27,7 +27,7 @@ def write_capture(repro: Path, kernel: str) -> None:
     params = [{"index": i, "offset": o, "size": s, "value": "00" * s} for i, (o, s) in enumerate(LAYOUTS[kernel])]
     (cap / "manifest.json").write_text(json.dumps({
         "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4194304, "hash": "xxh64",
-        "provenance": {"gpu": {"name": "NVIDIA H200", "cc": [9, 0]}},
+        "provenance": {"synthetic": True, "gpu": {"name": "synthetic sm_90", "cc": [9, 0]}},
         "kernel": {"name": kernel, "demangled": kernel, "module": {"cubin": "cubins/none.cubin"}},
         "launch": {"grid": [1, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 0},
         "params": params, "regions": [], "globals": [],

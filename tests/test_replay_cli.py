@@ -15,8 +15,11 @@ from kerncap.replay.results import ReplayResult
 class FakeClient:
     calls: list = []
 
-    def __init__(self, path, device=0, **_ignored):
+    timeouts: list = []
+
+    def __init__(self, path, device=0, timeout=None, **_ignored):
         FakeClient.calls.append(("open", str(path), device))
+        FakeClient.timeouts.append(timeout)
 
     def __enter__(self):
         return self
@@ -37,6 +40,7 @@ class FakeClient:
 @pytest.fixture(autouse=True)
 def fake_client(monkeypatch):
     FakeClient.calls = []
+    FakeClient.timeouts = []
     monkeypatch.setattr(client_mod, "ReplayClient", FakeClient)  # what every session opens
 
 
@@ -45,6 +49,15 @@ def test_replay_defaults_and_text(tmp_path, capsys):
     assert FakeClient.calls[1] == ("replay", {"cubin": None, "iterations": 20, "warmup": 3, "flush_l2": False})
     out = capsys.readouterr().out
     assert "median 500.00 us" in out and "spread" in out
+
+
+def test_replay_timeout_reaches_the_replay_server_client(tmp_path, capsys):
+    """`--timeout S` without --ncu: the client kills a server that takes longer than S to
+    answer (tests/test_replay_client.py; on the GPU a variant that spins forever,
+    tests/gpu/test_hang_gpu.py). Without it there is no limit."""
+    assert cli.main(["replay", str(tmp_path), "--timeout", "7.5"]) == 0
+    assert cli.main(["replay", str(tmp_path)]) == 0
+    assert FakeClient.timeouts == [7.5, None]
 
 
 def test_replay_options_and_json(tmp_path, capsys):

@@ -114,7 +114,7 @@ def capture(tmp_path):
     (root / "cubins" / "k.cubin").write_bytes(b"\x7fELF" + bytes(60))
     manifest = {
         "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4194304, "hash": "xxh64",
-        "provenance": {"gpu": {"name": "NVIDIA H200", "cc": [9, 0], "ordinal": 1}},
+        "provenance": {"synthetic": True, "gpu": {"name": "synthetic sm_90", "cc": [9, 0], "ordinal": 1}},
         "kernel": {"name": "_Z1kPfi", "launch_api": "cuLaunchCooperativeKernel", "module": {"cubin": "cubins/k.cubin"}},
         "launch": {"grid": [2, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 65536,
                    "attributes": [{"id": 4, "value": "01" * 64}], "param_form": "array"},
@@ -175,7 +175,7 @@ def test_a_device_of_another_architecture_is_refused_before_anything_is_restored
         NativeSession(capture, device=1)
     message, kind = exc.value.args
     assert kind == "device"
-    assert "made on sm_90 (NVIDIA H200)" in message and "device 1 (Fake H200, sm_80" in message
+    assert "made on sm_90 (synthetic sm_90)" in message and "device 1 (Fake H200, sm_80" in message
 
 
 def test_exact_validation_builds_checks(core, capture):

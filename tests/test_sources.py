@@ -147,3 +147,21 @@ def test_cli_json(built_project, capsys):
     assert {"translation_unit", "files", "compile_command", "method", "confidence"} <= out.keys()
     assert main(["sources", "scale", "--source-dir", str(built_project.root)]) == 3
     assert "ambiguous" in capsys.readouterr().err
+
+
+def test_several_objects_define_the_kernel_the_captured_cubins_object_wins():
+    """Two objects define the kernel (a template instantiated in two TUs, say): the one
+    whose device code is the captured cubin is chosen, "exact", and a note says why.
+    Mutation caught: taking the first object whatever the captured cubin holds."""
+    from types import SimpleNamespace
+
+    from kerncap.sources.discover import _Candidate, _pick
+
+    a = _Candidate(SimpleNamespace(arch=90, source="a.o", data=b"cubin of a"), None)
+    b = _Candidate(SimpleNamespace(arch=90, source="b.o", data=b"cubin of b"), None)
+    notes: list[str] = []
+    chosen, confidence = _pick([a, b], "_Z1kv", 90, b"cubin of b", notes)
+    assert (chosen, confidence) == (b, "exact")
+    assert notes == ["2 objects define _Z1kv; the captured cubin matches b.o"]
+    notes = []
+    assert _pick([a, b], "_Z1kv", 90, None, notes) == (a, "likely") and "took the first" in notes[0]

@@ -24,7 +24,17 @@ def test_app_python_is_recognised():
     assert stack.app_python([]) is None
 
 
+def _no_gpu_facts(monkeypatch):
+    """This machine as one without NVML or nvidia-smi, whatever it has, and no cached look."""
+    monkeypatch.setattr(stack, "_recent_stacks", {})
+    monkeypatch.setattr(stack, "gpu_facts", lambda uuid=None, index=None: {
+        "name": None, "uuid": uuid, "driver": None, "cuda_driver": None, "clocks": {}, "source": None})
+
+
 def test_capture_provenance_records_versions_env_and_the_gpu(monkeypatch):
+    """Without NVML or nvidia-smi the capture's own GPU facts fill in (mutation caught:
+    capture_provenance's fill from the manifest removed)."""
+    _no_gpu_facts(monkeypatch)
     monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
     monkeypatch.setenv("UNRELATED", "x")
     prov = stack.capture_provenance([sys.executable, "app.py"],
@@ -36,10 +46,19 @@ def test_capture_provenance_records_versions_env_and_the_gpu(monkeypatch):
     assert prov["env_changes"] == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     assert prov["env"]["TORCHINDUCTOR_MAX_AUTOTUNE"] == "1" and "UNRELATED" not in prov["env"]
     assert prov["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
-    # without NVML or nvidia-smi here, the capture's own facts fill in; nothing is invented
-    assert prov["gpu"]["name"] in ("NVIDIA H200", None) or prov["gpu"]["source"]
-    assert prov["cuda_driver"] == 13000 or prov["gpu"]["source"]
+    # the capture's own facts fill in; nothing is invented
+    assert prov["gpu"]["name"] == "NVIDIA H200" and prov["gpu"]["uuid"] == "GPU-123"
+    assert prov["cuda_driver"] == 13000 and prov["driver"] is None and prov["gpu"]["source"] is None
     json.dumps(prov)
+
+
+def test_capture_provenance_prefers_what_the_running_gpu_says(monkeypatch):
+    monkeypatch.setattr(stack, "_recent_stacks", {})
+    monkeypatch.setattr(stack, "gpu_facts", lambda uuid=None, index=None: {
+        "name": "NVIDIA H200 NVL", "uuid": uuid, "driver": "580.159", "cuda_driver": 13010, "clocks": {},
+        "source": "nvml"})
+    prov = stack.capture_provenance(["./app"], {"name": "NVIDIA H200", "uuid": "GPU-123", "driver_version": 13000}, {})
+    assert prov["gpu"]["name"] == "NVIDIA H200 NVL" and prov["cuda_driver"] == 13010 and prov["driver"] == "580.159"
 
 
 def test_differences_compare_only_what_both_know():
@@ -73,9 +92,16 @@ def test_info_shows_the_recorded_stack(tmp_path):
         "NVIDIA driver: recorded 580.159, running 575.51"]
 
 
-def test_older_reproducers_fall_back_to_the_manifest():
-    s = api.info(FIXTURES / "axpy_small")["stack"]
-    assert s["kerncap"] == "0.1.0" and s["cuda_driver"] == 13000 and s["gpu"]["name"] == "NVIDIA H200"
+def test_older_reproducers_fall_back_to_the_manifest(tmp_path):
+    repro = tmp_path / "r"
+    shutil.copytree(FIXTURES / "axpy_small", repro)
+    rec = json.loads((repro / "reproducer.json").read_text())
+    rec.pop("provenance", None)  # as reproducers made before it was recorded
+    (repro / "reproducer.json").write_text(json.dumps(rec))
+    gpu = json.loads((repro / "capture" / "manifest.json").read_text())["provenance"]["gpu"]
+    s = api.info(repro)["stack"]
+    assert s["kerncap"] == "0.1.0" and s["cuda_driver"] == gpu["driver_version"] and s["gpu"]["name"] == gpu["name"]
+    assert s["gpu"]["name"] == "NVIDIA H200" and s["packages"] == {} and s["driver"] is None
 
 
 def test_one_look_serves_a_sets_members(monkeypatch):

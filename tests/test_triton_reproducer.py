@@ -65,7 +65,7 @@ def build_capture(root: Path, cubin: bytes, ptrs: list[int], grid: list[int], nu
         buf[slot.offset : slot.offset + slot.size] = value
     manifest = {
         "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4 << 20, "hash": "xxh64",
-        "provenance": {"gpu": {"name": "NVIDIA H200", "cc": [9, 0]}, "dispatch_index": 0},
+        "provenance": {"synthetic": True, "gpu": {"name": "synthetic sm_90", "cc": [9, 0]}, "dispatch_index": 0},
         "kernel": {"name": "kc_add", "demangled": "kc_add", "handle_kind": "CUfunction", "launch_api": "cuLaunchKernelEx",
                    "module": {"cubin": f"cubins/{sha}.cubin", "sha256": sha, "selection": "handle", "candidates": 1},
                    "attributes": {}},

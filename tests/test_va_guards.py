@@ -51,13 +51,24 @@ def test_server_side_placement_maps_prot_none_pages_at_the_guards(tmp_path):
 
 
 def test_a_taken_guard_address_is_skipped_not_fatal():
+    """The guard below the span is taken by another mapping first: place() skips it, places
+    the one above, and a second call (both held) places nothing. Mutations caught: place()
+    returning [], and `break` instead of `continue` on a taken address."""
+    import ctypes
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     spans = [(0x6a2000000, 64 * MiB)]
-    first = va_guards.place(spans)
+    below, above = va_guards.guards_for(spans)
+    assert below < spans[0][0] < above
+    taken = libc.mmap(below, va_guards.GUARD, 1, 0x02 | 0x20 | 0x100000, -1, 0)  # PROT_READ, FIXED_NOREPLACE
+    assert taken == below, "could not take the guard address for the test"
+    placed = []
     try:
-        assert va_guards.place(spans) == []  # already held: kept as it is
+        placed = va_guards.place(spans)
+        assert placed == [above]  # the taken one skipped, the other still placed
+        assert va_guards.place(spans) == []  # both held now: kept as they are
     finally:
-        import ctypes
-        libc = ctypes.CDLL(None)
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        for g in first:
+        for g in [taken, *placed]:
             libc.munmap(g, va_guards.GUARD)

@@ -67,7 +67,7 @@ def make_reproducer(root: Path, tree: Path, tu: str, files: list[str], kernel, e
               for i, p in enumerate(cubinfo.param_layout(elf, kernel))]
     (cap / "manifest.json").write_text(json.dumps({
         "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": CHUNK_SIZE, "hash": "xxh64",
-        "provenance": {"gpu": {"name": "NVIDIA H200", "cc": [9, 0]}},
+        "provenance": {"synthetic": True, "gpu": {"name": "synthetic sm_90", "cc": [9, 0]}},
         "kernel": {"name": kernel, "demangled": kernel, "module": {"cubin": f"cubins/{sha}.cubin", "sha256": sha}},
         "launch": {"grid": [1, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 0},
         "params": params, "regions": [], "globals": globs,

@@ -445,13 +445,17 @@ def build(reproducer: PathLike, request: BuildRequest | None = None, *, device: 
 
 
 def replay(reproducer: PathLike, *, cubin: PathLike | None = None, iterations: int = _options.REPLAY_ITERATIONS.default,
-           warmup: int = _options.REPLAY_WARMUP.default, flush_l2: bool = False, device: int = 0) -> ReplayResult:
+           warmup: int = _options.REPLAY_WARMUP.default, flush_l2: bool = False, device: int = 0,
+           timeout: float | None = None) -> ReplayResult:
     """Replay the captured kernel (or the variant `cubin`) at the captured addresses and
     time it: `warmup` untimed launches, then `iterations` timed ones. Needs the GPU; for
-    many requests on one reproducer keep a session open (`open_session`) instead."""
+    many requests on one reproducer keep a session open (`open_session`) instead.
+    `timeout`: seconds the replay server may take to answer (opening included) before it
+    is killed and a KerncapError raised (exit status 3: a variant that never ends);
+    None: no limit."""
     request = ReplayRequest(cubin=None if cubin is None else str(cubin), iterations=iterations, warmup=warmup,
                             flush_l2=flush_l2)
-    with _session.Session(reproducer, device=device, compile_worker=False) as s:
+    with _session.Session(reproducer, device=device, timeout=timeout, compile_worker=False) as s:
         return s.replay(request)
 
 
@@ -539,18 +543,19 @@ def compare_variants(reproducer: PathLike, cubins: Sequence[PathLike], *, device
                      rounds: int = _options.ROUNDS.default, iterations: int = _options.COMPARE_ITERATIONS.default,
                      warmup: int = _options.COMPARE_WARMUP.default, flush_l2: bool = False,
                      min_seconds: float = _options.MIN_TIME.default, max_seconds: float = _options.MAX_TIME.default,
-                     confidence: float | None = None) -> TimingComparison:
+                     confidence: float | None = None, timeout: float | None = None) -> TimingComparison:
     """Time the captured cubin and the variants `cubins` interleaved (`kerncap replay
     --compare`, in a replay server of its own): `rounds` rounds (more until each has
     `min_seconds` of kernel time, at most `max_seconds`), each timing every program
     `iterations` times in a rotating order; each variant's speedup over the captured
     cubin with a bootstrap interval over rounds (`confidence`, default 0.99), "within
-    noise" when it contains 1.0."""
+    noise" when it contains 1.0. `timeout` as for `replay` (the whole measurement is one
+    request)."""
     request = CompareRequest(cubins=tuple(str(c) for c in cubins), rounds=rounds, iterations=iterations, warmup=warmup,
                              flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds,
                              confidence=confidence or DEFAULT_CONFIDENCE)
     request.checked()
-    with _session.Session(reproducer, device=device, compile_worker=False) as s:
+    with _session.Session(reproducer, device=device, timeout=timeout, compile_worker=False) as s:
         return s.compare(request)
 
 

@@ -69,6 +69,11 @@ APPS: dict[str, AppSpec] = {
                 reads=("x",), exact=False, timeout=400.0),
         AppSpec("torch_expandable", "lerp", python=True, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
                 writes=("out",), reads=("a", "b"), exact=False),
+        # Issue 27: cudaLaunchCooperativeKernel with a grid-wide barrier (its second launch,
+        # scale 2), and thread 0's third launch in an app built with per-thread default
+        # streams (cudart's _ptsz entry points); thread 1's buffers are not yet touched.
+        AppSpec("coop_grid", "coop_normalize", dispatch=1, writes=("out", "partial", "total"), reads=("in",)),
+        AppSpec("ptsz_stream", "ptsz_scale", dispatch=2, writes=("out0",), reads=("in0", "in1", "out1")),
     ]
 }
 

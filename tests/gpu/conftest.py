@@ -34,6 +34,17 @@ def _gpu_present() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+GPU_TEST_TIMEOUT_S = 1800  # a first test also builds testapps/ and extracts its app
+
+
+def pytest_collection_modifyitems(config, items):
+    """pyproject's per-test timeout (300 s) suits the CPU suite; a GPU test may build and
+    extract first, so it gets GPU_TEST_TIMEOUT_S unless it says otherwise."""
+    for item in items:
+        if item.get_closest_marker("gpu") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(GPU_TEST_TIMEOUT_S))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _require_gpu():
     if not _gpu_present():

@@ -16,5 +16,5 @@ if [ -z "${KC_SKIP_BUILD:-}" ]; then  # set by a batch that already built this t
   python3 -m pip install -q --no-build-isolation --no-deps . >"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 4; }
   echo "build: $(( $(date +%s) - t0 )) s"
 fi
-python3 -m pytest -m gpu -p no:cacheprovider -o addopts="" -ra --durations=15 "$@" 2>&1 | tee "$OUT/pytest-gpu.log"
+python3 -m pytest -m "gpu or native" -p no:cacheprovider -o addopts="" -ra --durations=15 "$@" 2>&1 | tee "$OUT/pytest-gpu.log"
 exit "${PIPESTATUS[0]}"

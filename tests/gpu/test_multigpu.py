@@ -110,7 +110,7 @@ def test_the_job_ends_without_hanging_or_orphans(rank1):
     res, work, seconds = rank1
     out = res.outcome
     print(f"\njob stopped after {out.seconds:.1f} s: {out.stop.describe()}")
-    assert out.stopped and not out.timed_out and seconds < 200
+    assert out.stopped and not out.timed_out  # stopped by kerncap, not by its --timeout
     assert out.stop.processes >= 2  # torchrun and rank 0 at least (rank 1 left after its capture)
     assert out.stop.leftover == []
     pids = [json.loads((work / f"report-rank{r}.json").read_text())["pid"] for r in (0, 1)]

@@ -2,9 +2,10 @@
 
 - qmatvec (testapps/cuda/big_tu/qmatvec.cu, 96 instances of a ggml-style mat-vec
   template): the unmodified reduced recompile validates byte-exact; after an edit of
-  the kernel, recompile + replay + validate (the workbench's loop, replay server open)
-  takes <= 5 s and the reduced compile is >= 5x faster than a full recompile of the
-  same edited file, measured in the same run.
+  the kernel, the reduced recompile builds another cubin that replays and validates
+  (the workbench's loop, replay server open), and so does a full recompile of the same
+  edited file. The loop's seconds (goal 5 s) and the reduced/full ratio (goal 5x) are
+  bench/edit_loop.py's and bench/recompile.py's figures.
 - functor_thrust (a Kokkos-style functor kernel in a TU that includes thrust): the
   capture's module carries thrust's/libcu++'s _INTERNAL_ globals named after the TU;
   the unmodified recompile keeps those names and validates byte-exact, and a variant
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -27,8 +27,6 @@ from .apps import BIG_TU, FUNCTOR_THRUST, TESTAPPS, AppSpec, app_env
 
 pytestmark = pytest.mark.gpu
 
-LOOP_BUDGET_S = 5.0
-MIN_RATIO = 5.0
 # Changes the kernel's code (a loop over the warps' partial sums no longer unrolled),
 # not its results: the sums are added in the same order.
 EDIT = ("#pragma unroll\n      for (int l = 0; l < nwarps - 1; ++l)",
@@ -55,7 +53,7 @@ def thrust_repro(testapps_build, tmp_path_factory) -> Path:
     return extract_with_sources(FUNCTOR_THRUST, testapps_build, tmp_path_factory.mktemp("functor_thrust"))
 
 
-def test_big_tu_edit_to_validated_result_in_seconds(big_repro, tmp_path):
+def test_big_tu_edit_recompiles_reduced_and_validates(big_repro, tmp_path):
     from kerncap.recompile import recompile
     from kerncap.replay.client import ReplayClient
 
@@ -73,22 +71,17 @@ def test_big_tu_edit_to_validated_result_in_seconds(big_repro, tmp_path):
         print(f"qmatvec unmodified: {unmodified.summary}")
 
         source.write_text(text.replace(*EDIT))
-        start = time.perf_counter()
         edited = recompile(work)
-        rc.replay(cubin=edited.cubin, iterations=20)  # as the workbench: time it, then validate
+        timing = rc.replay(cubin=edited.cubin, iterations=20)  # as the workbench: time it, then validate
         v = rc.validate(cubin=edited.cubin)
-        loop_s = time.perf_counter() - start
         assert v.passed, v.to_dict()
+        assert timing.iterations == 20 and timing.median_ms > 0
         assert edited.mode == "reduced" and edited.cubin.read_bytes() != unmodified.cubin.read_bytes()
 
         full = recompile(work, mode="full")
-        assert rc.validate(cubin=full.cubin).passed
-    ratio = full.seconds / edited.seconds
-    print(f"qmatvec (96 instances): edit -> validated {loop_s:.2f} s (reduced recompile {edited.seconds:.2f} s: "
-          f"{edited.phase_line()}); full recompile of the same file {full.seconds:.2f} s ({full.phase_line()}); "
-          f"{ratio:.1f}x")
-    assert loop_s <= LOOP_BUDGET_S
-    assert ratio >= MIN_RATIO
+        assert full.mode == "full" and rc.validate(cubin=full.cubin).passed
+    print(f"qmatvec (96 instances): reduced recompile {edited.seconds:.2f} s ({edited.phase_line()}); full "
+          f"recompile of the same file {full.seconds:.2f} s ({full.phase_line()})")
 
 
 def test_thrust_tu_unmodified_recompile_validates_byte_exact(thrust_repro, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from .apps import TESTAPPS
 from .smooth_edits import SMOOTH_MANGLED, edit, kernel_header
-from .timing import assert_faster
+from .timing import print_comparison
 
 pytestmark = pytest.mark.gpu
 
@@ -63,7 +63,8 @@ def test_recompile_edit_replay_validate(smooth_repro, tmp_path):
         fast = recompile(work).cubin
         v = rc.validate(cubin=fast)
         assert v.passed, v.to_dict()
-        assert_faster(rc, unmodified, fast, label="smooth, boundary check hoisted")
+        assert fast.read_bytes() != unmodified.read_bytes(), "the edit built the same cubin"
+        print_comparison(rc, [unmodified, fast], label="smooth, boundary check hoisted (bench/speedups.py judges it)")
 
         header.write_text(original)
         edit(header, "wrong")

@@ -2,7 +2,8 @@
 reproducer with sources (the smooth kernel of the CMake-built test apps):
 
 1. saving an edit of the kernel's header (the app's watchdog observer sees the write)
-   puts a new, validated history row on screen within the compile time plus 1 s;
+   puts one new, validated history row on screen, with its own cubin, and the revert
+   another (how long that takes is bench/edit_loop.py's figure, not an assertion here);
 2. a syntax error shows the compiler's message in the app's log and a "build failed"
    notification, and the loop lives on: the next good save gets a new `pass` row;
 3. a variant that writes 4 GiB past its output faults on replay; the app names the CUDA
@@ -31,7 +32,6 @@ pytestmark = pytest.mark.gpu
 
 SIZE = (140, 40)
 SMOOTH_N = 1 << 20
-LOOP_OVERHEAD_S = 1.0  # write → history row, less the compile time the row records
 WAIT_S = 60.0
 POLL_S = 0.05
 WORKBENCH_GROUPS = {"profile", "git", "build"}  # the app's thread workers that end
@@ -194,9 +194,9 @@ class Workbench:
         self.note_servers()
         assert self.servers_seen, "the replay server runs after the baseline, yet no kerncap.replay.server child was found"
 
-    async def good_save(self, write, label: str, bound: bool = True):
+    async def good_save(self, write, label: str):
         """Write the header, wait for its history row; the row must validate `pass`.
-        bound: the row must come within its compile time plus LOOP_OVERHEAD_S."""
+        The time it took is printed (bench/edit_loop.py measures it against a baseline)."""
         await self.settle()
         rows = self.table.row_count
         t0 = time.monotonic()
@@ -215,8 +215,6 @@ class Workbench:
         assert self.table.row_count == rows + 1, f"one save, one row ({rows} → {self.table.row_count})"
         assert v.validation == "pass", (v, log_text(self.app)[-3000:])
         assert cell.startswith("✓"), cell  # "✓ exact · p4": what the pass covered
-        if bound:
-            assert overhead <= LOOP_OVERHEAD_S, figure
         self.note_servers()
         return v
 
@@ -271,7 +269,7 @@ async def run_workbench(repro: Path, steps) -> None:
 
 
 @sync
-async def test_save_to_history_row_within_compile_time_plus_one_second(repro):
+async def test_save_puts_one_validated_row_with_its_own_cubin(repro):
     header = kernel_header(repro)
     original = header.read_text()
 
@@ -279,7 +277,8 @@ async def test_save_to_history_row_within_compile_time_plus_one_second(repro):
         fast = await wb.good_save(lambda: edit(header, "fast"), "hoisted-check edit")
         assert fast.id == 1 and fast.cubin and (repro / fast.cubin).is_file(), fast
         back = await wb.good_save(lambda: header.write_text(original), "revert to the original")
-        assert back.id == 2, back
+        assert back.id == 2 and back.cubin and (repro / back.cubin).is_file(), back
+        assert (repro / fast.cubin).read_bytes() != (repro / back.cubin).read_bytes(), "the edit built the same cubin"
         assert [v.id for v in wb.app.history.variants] == [0, 1, 2]
         wb.assert_alive()
 
@@ -306,7 +305,7 @@ async def test_compile_error_is_shown_and_the_loop_survives(repro):
         assert any("nvcc failed to compile" in str(n.message) for n in failed), [(n.title, n.message) for n in app._notifications]
         wb.assert_alive()
 
-        v = await wb.good_save(lambda: header.write_text(fast), "fix after the syntax error", bound=False)
+        v = await wb.good_save(lambda: header.write_text(fast), "fix after the syntax error")
         assert v.id == 1, v
         wb.assert_alive()
 
@@ -337,7 +336,7 @@ async def test_faulting_variant_is_reported_and_the_loop_survives(repro):
         wb.assert_alive()
 
         # The fault ended the replay server (sticky error); the next save starts a new one.
-        v = await wb.good_save(lambda: header.write_text(fast), "fix after the fault", bound=False)
+        v = await wb.good_save(lambda: header.write_text(fast), "fix after the fault")
         assert v.validation == "pass"
         print(f"replay servers started: {app.session.replay_starts}; seen: {sorted(wb.servers_seen)}")
         wb.assert_alive()

@@ -141,10 +141,8 @@ async def test_cancel_kills_the_tool(settle, make_app, tmp_path, monkeypatch):
         pid = int(open(str(argv) + ".pid").read())
         await pilot.press("k")  # a second run is refused while one runs
         assert any("already running" in n.message for n in app._notifications)
-        t0 = time.monotonic()
-        await pilot.press("c")
-        await _wait(pilot, lambda: not app.query_one(ToolProgress).has_class("running"), 10)
-        assert time.monotonic() - t0 < 10
+        await pilot.press("c")  # the fake tool sleeps an hour: only the cancel ends it
+        await _wait(pilot, lambda: not app.query_one(ToolProgress).has_class("running"), 30)
         assert any(n.title == "cancelled" for n in app._notifications)
         try:
             os.kill(pid, 0)

@@ -24,7 +24,8 @@ def add_ncu_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"ncu section to collect (repeatable; default: {' '.join(api.NCU_SECTIONS)})")
     g.add_argument("--set", dest="ncu_set", metavar="NAME", help="ncu section set instead (e.g. basic, full: slow)")
     g.add_argument("--timeout", type=positive_float, default=None, metavar="S",
-                   help=f"kill ncu and the replay after S seconds ({api.NCU_TIMEOUT:g})")
+                   help=f"kill ncu and the replay after S seconds ({api.NCU_TIMEOUT:g}); without --ncu: kill "
+                        "the replay server when it takes longer than S seconds to answer (no limit)")
 
 
 def add_sanitize_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,10 +37,11 @@ def add_sanitize_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"kill the sanitizer and the replay after S seconds ({api.SANITIZE_TIMEOUT:g})")
 
 
-def check_tool_flags(args: argparse.Namespace, tool_flag: str) -> None:
-    """Tool options without the tool would be silently ignored: refuse them."""
+def check_tool_flags(args: argparse.Namespace, tool_flag: str, allowed: tuple[str, ...] = ()) -> None:
+    """Tool options without the tool would be silently ignored: refuse them (but those
+    the command also uses without the tool, `allowed`)."""
     flags = {"section": "--section", "ncu_set": "--set", "timeout": "--timeout"}
-    given = [flag for name, flag in flags.items() if getattr(args, name, None)]
+    given = [flag for name, flag in flags.items() if getattr(args, name, None) and name not in allowed]
     if given:
         raise UsageError(f"{', '.join(given)} only apply with {tool_flag}", f"add {tool_flag}, or drop them")
 

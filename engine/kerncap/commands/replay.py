@@ -1,4 +1,4 @@
-"""`kerncap replay DIR|SET [--cubin F] [--iterations N] [--warmup W] [--flush-l2] [--device D] [--json]`
+"""`kerncap replay DIR|SET [--cubin F] [--iterations N] [--warmup W] [--flush-l2] [--timeout S] [--device D] [--json]`
 `kerncap replay DIR --compare A [B ...] [--rounds R] [--min-time S] [--max-time S] [--confidence C] ...`"""
 
 from __future__ import annotations
@@ -58,12 +58,13 @@ def handle(args: argparse.Namespace) -> int:
         return handle_set(args)
     if args.ncu:
         return inspect_tools.handle_ncu(args)
-    inspect_tools.check_tool_flags(args, "--ncu")
+    inspect_tools.check_tool_flags(args, "--ncu", allowed=("timeout",))  # --timeout: the replay server's
     if args.compare:
         return handle_compare(args)
     check_cubin(args.cubin)
     result = api.replay(args.path, cubin=args.cubin, iterations=_or(args.iterations, O.REPLAY_ITERATIONS),
-                        warmup=_or(args.warmup, O.REPLAY_WARMUP), flush_l2=args.flush_l2, device=args.device)
+                        warmup=_or(args.warmup, O.REPLAY_WARMUP), flush_l2=args.flush_l2, device=args.device,
+                        timeout=args.timeout)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_replay(result))
     return 0
 
@@ -79,15 +80,16 @@ def handle_compare(args: argparse.Namespace) -> int:
                                   iterations=_or(args.iterations, O.COMPARE_ITERATIONS),
                                   warmup=_or(args.warmup, O.COMPARE_WARMUP), flush_l2=args.flush_l2,
                                   min_seconds=args.min_seconds, max_seconds=args.max_seconds,
-                                  confidence=args.confidence, device=args.device)
+                                  confidence=args.confidence, device=args.device, timeout=args.timeout)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_comparison(result))
     return 0
 
 
 def handle_set(args: argparse.Namespace) -> int:
     """replay of a reproducer set: every member (and the variant), then the workload's view."""
-    if args.ncu or args.compare:
-        raise UsageError(f"{'--ncu' if args.ncu else '--compare'} works on one reproducer; {args.path} is a set",
+    if args.ncu or args.compare or args.timeout:
+        flag = "--ncu" if args.ncu else "--compare" if args.compare else "--timeout"
+        raise UsageError(f"{flag} works on one reproducer; {args.path} is a set",
                          f"pass one member, e.g. {args.path / 'members' / '0'}")
     check_cubin(args.cubin)
     run = api.replay_set(args.path, cubin=args.cubin, iterations=_or(args.iterations, O.REPLAY_ITERATIONS),

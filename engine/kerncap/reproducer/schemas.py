@@ -122,6 +122,7 @@ MANIFEST = Obj({
     "provenance?": Obj({
         "tool_version?": Opt(Str()), "command?": Opt(COMMAND), "cwd?": Opt(Str()), "env?": Opt(Map(Str())),
         "host?": Opt(Str()), "pid?": Opt(Int()), "time?": Opt(Str()), "dispatch_index?": Opt(Int(min=0)),
+        "synthetic?": Opt(OneOf(Bool(), Str(max_len=4096))),  # made by hand or a generator (tests), not a capture: true or what made it
         "match?": Opt(Obj({"pattern?": Opt(Str()), "mode?": Opt(Str())})),
         "gpu?": Opt(Obj({"name?": Opt(Str()), "cc?": Opt(List(Int(min=0, max=1000), max_len=2)),
                          "uuid?": Opt(Str()), "driver_version?": Opt(Int()), "ordinal?": Opt(Int(min=0))})),
