@@ -9,8 +9,10 @@
 #   KC_STEPS="python3 bench/foo.py --json \$OUT/foo.json" bash tests/gpu/batch.sh ...   (after the tests)
 #
 # Each argument is one shard's pytest arguments. With no argument the whole suite runs in
-# four shards. Logs: $OUT/shard-N.log (tail on stdout), $OUT/summary.txt, $OUT/steps.log
-# (the device tool brings back at most 8 files; build logs stay in /tmp/kc-*.log).
+# four shards. KC_BESIDE="cmd": a command run beside the shards (its output in $OUT/beside.log).
+# Logs: $OUT/shards.log (every shard's log, one after another; failures on stdout),
+# $OUT/summary.txt, $OUT/steps.log (the device tool brings back at most 8 files; build logs
+# stay in /tmp/kc-*.log).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -45,17 +47,21 @@ run_shard() {  # index, pytest args...
   # KC_SHARD_TIMEOUT (s): SIGINT then, so pytest still prints what failed and its summary.
   TMPDIR=$dir/tmp TRITON_CACHE_DIR=$dir/triton TORCHINDUCTOR_CACHE_DIR=$dir/inductor \
     timeout -s INT -k 20 "${KC_SHARD_TIMEOUT:-100000}" python3 -m pytest -m gpu -p no:cacheprovider -p no:randomly -o addopts="" -ra --durations=8 \
-    --basetemp="$dir/pt" $@ >"$OUT/shard-$i.log" 2>&1
+    --basetemp="$dir/pt" $@ >"/tmp/kc-shard-$i.log" 2>&1
   echo $? >"$dir/rc"
 }
 
+if [ -n "${KC_BESIDE:-}" ]; then
+  bash -c "$KC_BESIDE" >"$OUT/beside.log" 2>&1 &
+  beside=$!
+fi
 i=0
 for shard in "$@"; do
   i=$((i + 1))
   # shellcheck disable=SC2086
   run_shard "$i" $shard &
 done
-wait
+for job in $(jobs -p); do [ "$job" = "${beside:-}" ] || wait "$job"; done
 if [ -n "${KC_ALONE:-}" ]; then
   i=$((i + 1))
   # shellcheck disable=SC2086
@@ -65,16 +71,18 @@ status=0
 for n in $(seq 1 "$i"); do
   rc=$(cat /tmp/kc-shard-$n/rc 2>/dev/null || echo "?")
   [ "$rc" = 0 ] || status=1
-  echo "shard $n (rc $rc): $(grep -E '^(=+ )?[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$OUT/shard-$n.log" | tail -1)" \
+  echo "shard $n (rc $rc): $(grep -E '^(=+ )?[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "/tmp/kc-shard-$n.log" | tail -1)" \
     | tee -a "$OUT/summary.txt"
 done
 echo "tests: $(( $(date +%s) - t_start )) s since start" | tee -a "$OUT/summary.txt"
+[ -z "${beside:-}" ] || { wait "$beside"; echo "beside: status $? ($(tail -1 "$OUT/beside.log"))" | tee -a "$OUT/summary.txt"; }
 if [ -n "${KC_STEPS:-}" ]; then
   bash -c "$KC_STEPS" 2>&1 | tee "$OUT/steps.log"
 fi
 for n in $(seq 1 "$i"); do
   echo "===== shard $n: failures and summary"
-  grep -E "^(FAILED|ERROR) " "$OUT/shard-$n.log" | head -20
-  tail -4 "$OUT/shard-$n.log"
+  grep -E "^(FAILED|ERROR) " "/tmp/kc-shard-$n.log" | head -20
+  tail -4 "/tmp/kc-shard-$n.log"
 done
+for n in $(seq 1 "$i"); do echo "######## shard $n"; cat "/tmp/kc-shard-$n.log"; done >"$OUT/shards.log"
 exit $status
