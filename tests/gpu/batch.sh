@@ -46,7 +46,7 @@ run_shard() {  # index, pytest args...
   # shellcheck disable=SC2068
   # KC_SHARD_TIMEOUT (s): SIGINT then, so pytest still prints what failed and its summary.
   TMPDIR=$dir/tmp TRITON_CACHE_DIR=$dir/triton TORCHINDUCTOR_CACHE_DIR=$dir/inductor \
-    timeout -s INT -k 20 "${KC_SHARD_TIMEOUT:-100000}" python3 -m pytest -m gpu -p no:cacheprovider -p no:randomly -o addopts="" -ra --durations=8 \
+    timeout -s INT -k 20 "${KC_SHARD_TIMEOUT:-100000}" python3 -m pytest -m "${KC_MARK:-gpu or native}" -p no:cacheprovider -p no:randomly -o addopts="" -ra --durations=8 \
     --basetemp="$dir/pt" $@ >"/tmp/kc-shard-$i.log" 2>&1
   echo $? >"$dir/rc"
 }
