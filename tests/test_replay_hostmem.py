@@ -239,6 +239,20 @@ def test_spans_keep_off_host_ranges_or_say_why():
     assert "lies inside" in str(exc.value)
 
 
+def test_a_span_ends_before_host_memory_right_behind_its_regions():
+    """The H200's JAX capture (default preallocation): XLA's pinned host buffer sat 2 MiB
+    past the end of its 110 GiB arena, inside the arena's 32 MiB-aligned end. Only a span's
+    start must be 32 MiB-aligned, so the span ends where the arena ends instead of refusing
+    (before: "host range [0x1d38800000, 0x1d38a00000) lies inside [0x302000000, 0x1d3a000000)")."""
+    arena = R(0, 0x302000000, 0x1D38800000 - 0x302000000)
+    host = (0x1D38800000, 2 * MiB)
+    (span,) = plan_address_space([arena], PAGE2M, avoid=[host]).spans
+    assert (span.base, span.end) == (0x302000000, 0x1D38800000)
+    # a host range among the regions themselves still cannot be had
+    with pytest.raises(SpanConflict, match="lies inside"):
+        plan_address_space([arena], PAGE2M, avoid=[(0x1000000000, 2 * MiB)])
+
+
 def test_host_ranges_merge_where_they_share_a_page():
     class H:
         def __init__(self, id, base, size):

@@ -486,10 +486,14 @@ std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, 
     }
     comparer_->bytes(s, zero_->view(), zero_expected_.get(), zero_->chunk(),
                      results_.get() + zero_slot * sizeof(CmpResult));
+    if (zero_->small_view())  // the granule chunk behind range tails (never larger than the chunk)
+      comparer_->bytes(s, zero_->small_view(), zero_expected_.get(), zero_->small_chunk(),
+                       results_.get() + (zero_slot + 1) * sizeof(CmpResult));
   }
   KC_CHECK(cuStreamSynchronize, (s), "the compare kernels");
   if (slots) KC_CHECK(cuMemcpyDtoH, (host.data(), results_.get(), slots * sizeof(CmpResult)), "compare results");
-  const unsigned long long dirty_zero = check_zero ? host[zero_slot].mismatches : 0;
+  const unsigned long long dirty_zero =
+      check_zero ? host[zero_slot].mismatches + (zero_->small_view() ? host[zero_slot + 1].mismatches : 0) : 0;
 
   std::vector<CompareOut> outs(items_.size());
   for (size_t i = 0; i < items_.size(); ++i) {

@@ -4,36 +4,52 @@
 
 namespace kc::replay {
 
-ZeroBacking::ZeroBacking(CUdevice dev, size_t granularity, size_t chunk,
-                         const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges)
-    : chunk_(chunk) {
-  if (!granularity || chunk % granularity)
-    throw Error("input", "zero chunk of " + format_bytes(chunk) + " is not a multiple of the allocation granularity " +
-                             format_bytes(granularity));
+void ZeroBacking::make(Chunk& c, size_t size) {
   CUmemAllocationProp prop = {};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = dev;
+  prop.location.id = dev_;
   CUmemAccessDesc rw = {};
   rw.location = prop.location;
   rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  const std::string what = "the zero chunk of sparse regions (" + format_bytes(chunk) + ")";
+  const std::string what = "the zero chunk of sparse regions (" + format_bytes(size) + ")";
+  c.size = size;
+  KC_CHECK(cuMemCreate, (&c.handle, size, &prop, 0), what);
+  // Physical memory is not zeroed by the driver: map it once read-write, here (after
+  // the spans were reserved: anywhere is fine), and clear it.
+  KC_CHECK(cuMemAddressReserve, (&c.view, size, granularity_, 0, 0), what);
+  KC_CHECK(cuMemMap, (c.view, size, 0, c.handle, 0), what);
+  c.view_mapped = true;
+  KC_CHECK(cuMemSetAccess, (c.view, size, &rw, 1), what);
+  KC_CHECK(cuMemsetD8, (c.view, 0, size), what);
+  KC_CHECK(cuCtxSynchronize, (), what);
+}
+
+ZeroBacking::ZeroBacking(CUdevice dev, size_t granularity, size_t chunk,
+                         const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges)
+    : dev_(dev), granularity_(granularity) {
+  if (!granularity || chunk % granularity)
+    throw Error("input", "zero chunk of " + format_bytes(chunk) + " is not a multiple of the allocation granularity " +
+                             format_bytes(granularity));
+  CUmemAccessDesc rw = {};
+  rw.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  rw.location.id = dev;
+  rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   try {
-    KC_CHECK(cuMemCreate, (&handle_, chunk, &prop, 0), what);
-    // Physical memory is not zeroed by the driver: map it once read-write, here (after
-    // the spans were reserved: anywhere is fine), and clear it.
-    KC_CHECK(cuMemAddressReserve, (&view_, chunk, granularity, 0, 0), what);
-    KC_CHECK(cuMemMap, (view_, chunk, 0, handle_, 0), what);
-    view_mapped_ = true;
-    KC_CHECK(cuMemSetAccess, (view_, chunk, &rw, 1), what);
-    KC_CHECK(cuMemsetD8, (view_, 0, chunk), what);
-    KC_CHECK(cuCtxSynchronize, (), what);
+    make(big_, chunk);
     for (const auto& [base, size] : ranges) {
+      if (size % granularity)
+        throw Error("input", "zero-backed pages " + describe_range(base, size) + " are not a whole number of " +
+                                 format_bytes(granularity) + " granules");
       for (unsigned long long at = base; at < base + size;) {
-        const size_t n = size_t(std::min<unsigned long long>(chunk, base + size - at));
-        KC_CHECK(cuMemMap, (CUdeviceptr(at), n, 0, handle_, 0), "zero-backed pages " + describe_range(at, n));
-        mapped_.emplace_back(CUdeviceptr(at), n);
-        at += n;
+        // Whole chunks first; a tail shorter than the chunk takes the granule chunk, once
+        // per granule (the driver maps an allocation only whole).
+        const bool whole = base + size - at >= chunk;
+        if (!whole && !small_.handle) make(small_, granularity);
+        const Chunk& c = whole ? big_ : small_;
+        KC_CHECK(cuMemMap, (CUdeviceptr(at), c.size, 0, c.handle, 0), "zero-backed pages " + describe_range(at, c.size));
+        mapped_.emplace_back(CUdeviceptr(at), c.size);
+        at += c.size;
       }
       bytes_ += size;
     }
@@ -57,12 +73,15 @@ ZeroBacking::ZeroBacking(CUdevice dev, size_t granularity, size_t chunk,
 }
 
 void ZeroBacking::clear(CUstream stream) {
-  KC_CHECK(cuMemsetD8Async, (view_, 0, chunk_, stream), "clearing the zero chunk of sparse regions");
+  for (const Chunk* c : {&big_, &small_})
+    if (c->view_mapped)
+      KC_CHECK(cuMemsetD8Async, (c->view, 0, c->size, stream), "clearing the zero chunk of sparse regions");
 }
 
 std::string ZeroBacking::note() const {
-  std::string n = format_bytes(bytes_) + " of never-written zeros backed by one " + format_bytes(chunk_) +
-                  " chunk mapped " + std::to_string(mapped_.size()) + " times";
+  std::string n = format_bytes(bytes_) + " of never-written zeros backed by one " + format_bytes(big_.size) +
+                  " chunk" + (small_.handle ? " (and one " + format_bytes(small_.size) + " chunk for tails)" : "") +
+                  " mapped " + std::to_string(mapped_.size()) + " times";
   if (read_only_) return n + ", read-only: a write there faults";
   return n + ", read-write (the driver refused read-only access: " + refused_ +
          "): the chunk is checked after every run";
@@ -71,12 +90,14 @@ std::string ZeroBacking::note() const {
 void ZeroBacking::release() noexcept {
   for (const auto& [at, n] : mapped_) release_quietly([&] { KC_CU(cuMemUnmap)(at, n); });
   mapped_.clear();
-  if (view_mapped_) release_quietly([&] { KC_CU(cuMemUnmap)(view_, chunk_); });
-  view_mapped_ = false;
-  if (view_) release_quietly([&] { KC_CU(cuMemAddressFree)(view_, chunk_); });
-  view_ = 0;
-  if (handle_) release_quietly([&] { KC_CU(cuMemRelease)(handle_); });
-  handle_ = 0;
+  for (Chunk* c : {&big_, &small_}) {
+    if (c->view_mapped) release_quietly([&] { KC_CU(cuMemUnmap)(c->view, c->size); });
+    c->view_mapped = false;
+    if (c->view) release_quietly([&] { KC_CU(cuMemAddressFree)(c->view, c->size); });
+    c->view = 0;
+    if (c->handle) release_quietly([&] { KC_CU(cuMemRelease)(c->handle); });
+    c->handle = 0;
+  }
 }
 
 ZeroBacking::~ZeroBacking() { release(); }

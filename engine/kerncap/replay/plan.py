@@ -93,12 +93,18 @@ def _pad(base: int, end: int, align: int, minimum: int) -> tuple[int, int]:
     return base, max(end, base + align_up(minimum, align))
 
 
-def _place_span(lo: int, hi: int, align: int, avoid: list[tuple[int, int]]) -> tuple[int, int]:
+def _place_span(lo: int, hi: int, align: int, avoid: list[tuple[int, int]], end: int | None = None) -> tuple[int, int]:
     """[lo, hi) (aligned) padded to SPAN_MIN upward, or downward when upward padding would
-    cover a host range of `avoid`; SpanConflict when the group itself covers one."""
+    cover a host range of `avoid`; SpanConflict when the group itself covers one. `end`
+    (granule-aligned, <= hi): where the group's regions really end. Only a span's start
+    must be 32 MiB-aligned for the driver to honour it, so when the aligned end would
+    cover a host range right behind the regions (pinned host memory the driver placed
+    after a JAX arena) the span ends at `end` instead."""
     def clear(a: int, b: int) -> bool:
         return not any(h0 < b and a < h1 for h0, h1 in avoid)
 
+    if not clear(lo, hi) and end is not None and end < hi and clear(lo, end):
+        hi = end
     if not clear(lo, hi):
         h0, h1 = next((h0, h1) for h0, h1 in avoid if h0 < hi and lo < h1)
         raise SpanConflict(f"host range [{h0:#x}, {h1:#x}) lies inside [{lo:#x}, {hi:#x}), the 32 MiB-aligned "
@@ -134,18 +140,20 @@ def plan_address_space(regions: Iterable[HasRange], granularity: int, *,
 
     # Groups of regions whose aligned neighbourhoods touch, then padded; padding can make
     # two groups overlap, so merge until stable.
-    groups: list[list] = []  # [base, end, [ids]]
+    groups: list[list] = []  # [base, end, [ids], the regions' own end]
     for r in ordered:
         lo, hi = align_down(r.base, align), align_up(r.base + r.size, align)
         if groups and lo <= groups[-1][1]:
             groups[-1][1] = max(groups[-1][1], hi)
             groups[-1][2].append(r.id)
+            groups[-1][3] = max(groups[-1][3], r.base + r.size)
         else:
-            groups.append([lo, hi, [r.id]])
+            groups.append([lo, hi, [r.id], r.base + r.size])
     avoid_ranges = sorted((b, b + n) for b, n in avoid if n > 0)
     padded: list[list] = []
-    for lo, hi, ids in groups:
-        lo, hi = _place_span(lo, hi, align, avoid_ranges) if avoid_ranges else _pad(lo, hi, align, SPAN_MIN)
+    for lo, hi, ids, end in groups:
+        lo, hi = (_place_span(lo, hi, align, avoid_ranges, align_up(end, granularity)) if avoid_ranges
+                  else _pad(lo, hi, align, SPAN_MIN))
         if padded and lo <= padded[-1][1]:
             padded[-1][1] = max(padded[-1][1], hi)
             padded[-1][2].extend(ids)
