@@ -30,8 +30,27 @@ STORE = "  y[i] = acc;"
 SPIN = "  volatile float* poll = y;\n  while (poll[0] == poll[0]) __nanosleep(1000);  // y is finite: never ends\n" + STORE
 
 
+def _descends_from_us(pid: int) -> bool:
+    """Whether `pid` is this test process's child or a child's descendant (a CLI's server
+    is our grandchild, and orphaned when the CLI has exited: an orphan counts as ours, so a
+    server that outlived its CLI is not missed); other pytest processes on the machine
+    start servers of their own."""
+    me = os.getpid()
+    for depth in range(64):
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == me or (pid == 1 and depth == 0):
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
 def replay_servers_anywhere() -> set[int]:
-    """Every live replay server process on the machine (a CLI's server is not our child)."""
+    """Every live replay server process this test started, directly or through a CLI
+    process (the GPU batch runs other pytest shards beside this one)."""
     found = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -41,7 +60,7 @@ def replay_servers_anywhere() -> set[int]:
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if SERVER_MODULE in cmd and state != "Z":
+        if SERVER_MODULE in cmd and state != "Z" and _descends_from_us(int(entry)):
             found.add(int(entry))
     return found
 
