@@ -10,8 +10,8 @@ token), these ways, each --repeat times, interleaved (median taken):
              driver entry points without a CUPTI subscriber (the default path,
              docs/interposer.md)
   armed-cupti  the same through CUPTI callbacks (KERNCAP_INTERCEPT=cupti)
-  profiling  under `run_profile`: every launch counted, a sample timed (the default)
-  profiling-exact  under `run_profile(exact=True)`: CUPTI's record of every launch
+  profiling  under `run_profile(sampled=True)`: every launch counted, a sample timed
+  profiling-exact  under `run_profile`: CUPTI's record of every launch (the default)
 and prints ratios of medians against plain, each with a 90 % bootstrap interval, for
 the process wall, the launch loop alone (the app reports its loop time) and the app's
 CPU time (user + sys of the child processes). The H200 machine's CPU switches between
@@ -95,7 +95,7 @@ def run_once(mode: str, command: list[str], workdir: Path) -> dict[str, float]:
 
         wall, _ = timed(armed)
     else:
-        wall, _ = timed(lambda: run_profile(command, env=env, output=lambda *_: None, exact=mode == "profiling-exact"))
+        wall, _ = timed(lambda: run_profile(command, env=env, output=lambda *_: None, sampled=mode == "profiling"))
     if not report.exists():
         sys.exit(f"{mode}: the app wrote no report ({report}); did it finish?")
     got = json.loads(report.read_text())

@@ -38,7 +38,7 @@ def main() -> None:
         wall, _ = timed(lambda: subprocess.run(command, stdout=subprocess.DEVNULL, check=True))
         walls["plain"].append(wall)
         for mode in ("sampled", "exact"):
-            wall, result = timed(lambda: run_profile(command, exact=mode == "exact", output=lambda *_: None))
+            wall, result = timed(lambda: run_profile(command, sampled=mode == "sampled", output=lambda *_: None))
             walls[mode].append(wall)
             for k in result.kernels[:10]:
                 names[k.name] = k.display_name

@@ -411,7 +411,8 @@ def _sampled_profile(built, tmp_path: Path, exe: Path, *args: str, **env: str):
         B.fake_driver(drv, events=True)
     out: list[bytes] = []
     result = run_profile([str(exe), *args], env={"LD_LIBRARY_PATH": str(drv), **env},
-                         output=lambda stream, data: out.append(data) if stream == "stdout" else None, timeout=120)
+                         output=lambda stream, data: out.append(data) if stream == "stdout" else None, timeout=120,
+                         sampled=True)
     return result, b"".join(out).decode()
 
 

@@ -165,17 +165,17 @@ def print_app_output(stream: str, data: bytes) -> None:
 def profile(command: Sequence[str], *, cwd: PathLike | None = None, env: dict[str, str] | None = None,
             timeout: float | None = None, output: AppOutput | None = None, nvtx: str | None = None,
             nvtx_match: str = "substring", by_nvtx: bool = False, buckets: bool = False,
-            exact: bool = False) -> ProfileResult:
+            sampled: bool = False) -> ProfileResult:
     """Run the app once under the capture library and rank its kernels by total GPU time.
     `env` adds to the current environment; `timeout` stops the app after that many seconds
     (the profile then covers what ran). `nvtx`: count only launches inside NVTX ranges
     whose path matches (`nvtx_match`: substring or regex); `by_nvtx`: also the time per
     (range path, kernel) in `result.nvtx_ranges`; `buckets`: each kernel's launches by
-    signature in `result.buckets` (docs/selection.md). `exact`: every launch timed through
-    CUPTI instead of a timed sample (`result.timing`). Save the result with
+    signature in `result.buckets` (docs/selection.md). `sampled`: count every launch and
+    time a sample instead of CUPTI's record of every launch (`result.timing`). Save the result with
     `ProfileResult.save(path)`."""
     return _profile.run_profile(command, cwd=cwd, env=env, timeout=timeout, output=output, nvtx=nvtx,
-                                nvtx_match=nvtx_match, by_nvtx=by_nvtx, buckets=buckets, exact=exact)
+                                nvtx_match=nvtx_match, by_nvtx=by_nvtx, buckets=buckets, sampled=sampled)
 
 
 def format_profile(result: ProfileResult, *, top: int = 20, width: int | None = None, wide: bool = False) -> str:

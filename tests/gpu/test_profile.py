@@ -30,7 +30,7 @@ def test_profile_ranks_like_torch_profiler(tmp_path, exact):
     from kerncap.capture.profile import run_profile
 
     app = str(PYAPPS / "torch_matmul.py")
-    result = run_profile([sys.executable, app], timeout=300, exact=exact)
+    result = run_profile([sys.executable, app], timeout=300, sampled=not exact)
     ours = result.kernels
     assert len(ours) >= TOP, [k.name for k in ours]
     assert result.timing == ("exact" if exact else "sampled"), result.warnings
@@ -64,13 +64,14 @@ def test_profile_holds_no_subscriber_and_names_a_client_that_came_meanwhile(test
     never touches CUPTI: the same app's subscription is no concern of it."""
     from kerncap.capture.profile import run_profile
 
-    result = run_profile([str(testapps_build / "cupti_first"), "late"], timeout=120, output=lambda *_: None, exact=True)
+    result = run_profile([str(testapps_build / "cupti_first"), "late"], timeout=120, output=lambda *_: None)
     assert result.exit_status == 0, "the app's own late cuptiSubscribe was refused"
     assert [k.calls for k in result.kernels if "cupti_first_scale" in k.name] == [2]
     assert result.cupti_finalized is False
     assert any("subscribed during the run" in w for w in result.warnings), result.warnings
 
-    sampled = run_profile([str(testapps_build / "cupti_first"), "late"], timeout=120, output=lambda *_: None)
+    sampled = run_profile([str(testapps_build / "cupti_first"), "late"], timeout=120, output=lambda *_: None,
+                          sampled=True)
     assert sampled.timing == "sampled" and sampled.exit_status == 0
     assert [k.calls for k in sampled.kernels if "cupti_first_scale" in k.name] == [2]
     assert not any("subscribed during the run" in w for w in sampled.warnings), sampled.warnings
@@ -118,13 +119,25 @@ def comparison(exact, sampled) -> tuple[str, list[str]]:
     return "\n".join(lines), problems
 
 
-@pytest.mark.parametrize("name", list(AGREEMENT))
+# Measured on the H200 (2026-12-01): the sampled profile disagreed with exact beyond 2
+# percentage points on these, which is why exact timing stays the default (docs/facts.md
+# §31). triton_flash_attn: do_bench's cache-clearing fill kernel 67.4 % exact vs 56.4 %
+# sampled (±59 % interval over 168 timed of 3,255 launches). torch_compile: the sampled
+# run counted 3 launches of the Inductor kernel and none of the fill kernel against 215
+# and 412 exact (max-autotune's benchmark launches are not counted by the sampled path).
+# strict: once they agree, the marker must go.
+SAMPLED_DISAGREES = {"triton_flash_attn", "torch_compile"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="sampled timing disagrees with exact here (measured, see SAMPLED_DISAGREES)"))
+    if n in SAMPLED_DISAGREES else n for n in AGREEMENT])
 def test_sampled_profile_ranks_like_exact(name):
     from kerncap.capture.profile import run_profile
 
     command = [sys.executable, str(PYAPPS / f"{name}.py"), *AGREEMENT[name]]
-    exact = run_profile(command, timeout=600, exact=True, output=lambda *_: None)
-    sampled = run_profile(command, timeout=600, output=lambda *_: None)
+    exact = run_profile(command, timeout=600, output=lambda *_: None)
+    sampled = run_profile(command, timeout=600, output=lambda *_: None, sampled=True)
     assert exact.timing == "exact" and sampled.timing == "sampled", sampled.warnings
     table, problems = comparison(exact, sampled)
     print(f"\n{name}: exact {exact.total_ns / 1e6:.3f} ms / {exact.dispatches} dispatches, sampled "
@@ -140,7 +153,7 @@ def test_sampled_profile_says_when_streams_may_overlap(testapps_build):
     other stream's kernels; the profile says so instead of presenting them as exact."""
     from kerncap.capture.profile import run_profile
 
-    result = run_profile([str(testapps_build / "multistream")], timeout=180, output=lambda *_: None)
+    result = run_profile([str(testapps_build / "multistream")], timeout=180, output=lambda *_: None, sampled=True)
     assert result.timing == "sampled"
     assert any("streams of one context" in w for w in result.warnings), result.warnings
     names = {k.name for k in result.kernels}

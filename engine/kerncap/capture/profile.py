@@ -2,14 +2,15 @@
 
 The capture library aggregates per kernel inside each process and writes
 `profile-<pid>.json` at exit; here the per-process tables are merged, ranked and saved.
-By default ("sampled" timing) every launch is counted exactly through the interposed
-driver entry points and a sample of each kernel's launches is timed with CUDA events on
-its own stream: each total is an estimate with a 90 % interval and the number of launches
-timed (docs/interposer.md, "Sampled profile"). `exact` (--exact) reads CUPTI's activity
-record of every launch instead, at CUPTI's cost (~20 % per launch on a PyTorch loop,
-docs/facts.md §28). With --nvtx only launches inside matching NVTX ranges count;
---by-nvtx adds time per (range path, kernel) and --buckets time per launch signature
-(docs/selection.md); those three need CUPTI's records and imply exact timing.
+By default ("exact" timing) CUPTI's activity record of every launch is read, at CUPTI's
+cost (~20 % per launch on a PyTorch loop, docs/facts.md §28). `sampled` (--sampled)
+counts every launch exactly through the interposed driver entry points and times a
+sample of each kernel's launches with CUDA events on its own stream: each total is an
+estimate with a 90 % interval and the number of launches timed (docs/interposer.md,
+"Sampled profile"); it is opt-in until it ranks the suite's autotuned apps like exact
+timing does (docs/facts.md §31). With --nvtx only launches inside matching NVTX ranges
+count; --by-nvtx adds time per (range path, kernel) and --buckets time per launch
+signature (docs/selection.md); those three need CUPTI's records and imply exact timing.
 """
 
 from __future__ import annotations
@@ -229,16 +230,17 @@ def run_profile(
     nvtx_match: str = "substring",
     by_nvtx: bool = False,
     buckets: bool = False,
-    exact: bool = False,
+    sampled: bool = False,
 ) -> ProfileResult:
     """Run `command` once under the capture library in profile mode and rank its kernels.
 
     `env` adds to (or overrides) the current environment. `run_dir` keeps the
     per-process reports there; by default a temporary directory is used and removed.
     `nvtx`: only launches inside matching NVTX ranges count; `by_nvtx`: time per
-    (range path, kernel); `buckets`: time per launch signature of each kernel. `exact`:
-    CUPTI's record of every launch instead of timing a sample (implied by the three
-    before, and used where libkerncap_entry.so was not built; `result.timing` says which).
+    (range path, kernel); `buckets`: time per launch signature of each kernel. `sampled`:
+    count every launch and time a sample instead of CUPTI's record of every launch (not
+    with the three before, nor where libkerncap_entry.so was not built; `result.timing`
+    says which).
     """
     command = list(command)
     base_env = {**os.environ, **(env or {})}
@@ -253,7 +255,7 @@ def run_profile(
     if nvtx is not None or by_nvtx:
         settings.update(nvtx_environment(inject_library()))
     inject_library()  # fail before anything is created if the capture library is missing
-    sampled = not (exact or nvtx is not None or by_nvtx or buckets) and entry_library() is not None
+    sampled = sampled and not (nvtx is not None or by_nvtx or buckets) and entry_library() is not None
     settings["KERNCAP_PROFILE_TIMING"] = "sampled" if sampled else "exact"
     if sampled:
         settings["LD_PRELOAD"] = preload_entry_points(base_env.get("LD_PRELOAD"))
@@ -301,19 +303,19 @@ def sampling_warnings(kernels: list[KernelStat], profiles: list[dict], procs: li
         s = prof.get("sampling") or {}
         if s.get("errors"):
             out.append(f"process {prof.get('pid')}: {s['errors']} timing error(s), launches there were counted but "
-                       f"not all timed (first: {s.get('first_error', '')}); --exact times every launch through CUPTI")
+                       f"not all timed (first: {s.get('first_error', '')}); without --sampled every launch is timed through CUPTI")
         if s.get("unheld"):
             out.append(f"process {prof.get('pid')}: launches were timed without holding their stream ({s['unheld']}): "
-                       "a launch on an idle stream then reads long by the CPU's launch latency; --exact times them")
+                       "a launch on an idle stream then reads long by the CPU's launch latency; without --sampled CUPTI times them")
         if int(s.get("streams") or 0) > 1:
             out.append(f"process {prof.get('pid')}: kernels were timed on {s['streams']} streams of one context; a "
                        "timed launch that overlapped another stream's kernels includes time spent waiting for the "
-                       "GPU, so concurrent kernels may read long (docs/interposer.md); --exact times them apart")
+                       "GPU, so concurrent kernels may read long (docs/interposer.md); without --sampled CUPTI times them apart")
         if int(s.get("shared_streams") or 0):
             out.append(f"process {prof.get('pid')}: {s['shared_streams']} stream(s) had timed launches from several "
                        f"threads; {int(s.get('interleaved') or 0)} timed launch(es) there were left out because another "
-                       "thread launched while their pair was open (its launch may have run inside it); --exact times "
-                       "every launch apart")
+                       "thread launched while their pair was open (its launch may have run inside it); without "
+                       "--sampled CUPTI times every launch apart")
         lost = int(s.get("overdue") or 0) + int(s.get("unfinished") or 0)
         timed = sum(int(k.get("timed") or 0) for k in prof.get("kernels") or [])
         if lost > 0.01 * (timed + lost):  # a few (a thread preempted while it held its stream) change nothing
@@ -323,10 +325,10 @@ def sampling_warnings(kernels: list[KernelStat], profiles: list[dict], procs: li
     if untimed:
         names = ", ".join(k.display_name for k in sorted(untimed, key=lambda k: -k.calls)[:3])
         out.append(f"{len(untimed)} kernel(s) ran but none of their launches was timed: {names}; their time is unknown "
-                   "and shown as 0 (--exact times every launch)")
+                   "and shown as 0 (without --sampled CUPTI times every launch)")
     if any(k.graph for k in kernels):
-        out.append("CUDA graphs are timed as a whole (one row per executable graph); --exact splits their time by "
-                   "kernel")
+        out.append("CUDA graphs are timed as a whole (one row per executable graph); without --sampled their time "
+                   "is split by kernel")
     return out
 
 

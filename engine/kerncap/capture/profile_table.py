@@ -70,8 +70,8 @@ def summary_line(result: ProfileResult, shown: int) -> str:
     timing = ""
     if result.timing == "sampled":
         timed = sum(k.timed or 0 for k in result.kernels)
-        timing = (f"; sampled timing: {timed:,} launches timed, totals estimated (±: 90 % interval; --exact times "
-                  "every launch)")
+        timing = (f"; sampled timing: {timed:,} launches timed, totals estimated (±: 90 % interval; without "
+                  "--sampled CUPTI times every launch)")
     return (f"{len(result.kernels)} kernels, {result.dispatches:,} dispatches in {result.processes} process(es), "
             f"{result.total_ns / 1e6:,.3f} ms of GPU time; the app ran {result.wall_seconds:.1f} s{timing}{more}")
 

@@ -1,4 +1,4 @@
-"""`kerncap profile [--json] [--output F] [--top N] [--timeout S] [--exact] [--nvtx P] [--by-nvtx] [--buckets] -- CMD…`"""
+"""`kerncap profile [--json] [--output F] [--top N] [--timeout S] [--sampled] [--nvtx P] [--by-nvtx] [--buckets] -- CMD…`"""
 
 from __future__ import annotations
 
@@ -27,10 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where profiles are saved by default (default: %(default)s)")
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows in the table; 0 for all (default: 20)")
     p.add_argument("--timeout", type=float, metavar="S", help="stop the app after S seconds")
-    p.add_argument("--exact", action="store_true",
-                   help="time every launch through CUPTI's activity records (~20 %% slower launches) instead of "
-                        "counting every launch and timing a sample with CUDA events; implied by --nvtx, --by-nvtx, "
-                        "--buckets")
+    timing = p.add_mutually_exclusive_group()
+    timing.add_argument("--sampled", action="store_true",
+                        help="count every launch and time a sample of each kernel's with CUDA events, without "
+                             "CUPTI's ~20 %% per launch (estimates with intervals; not with --nvtx, --by-nvtx, "
+                             "--buckets)")
+    timing.add_argument("--exact", action="store_true",
+                        help="time every launch through CUPTI's activity records (the default)")
     p.add_argument("--nvtx", metavar="PATTERN",
                    help="count only launches inside NVTX ranges whose path (e.g. 'forward.S1024/layer.5') matches")
     p.add_argument("--nvtx-match", choices=api.NVTX_MATCH_MODES, default="substring",
@@ -49,7 +52,7 @@ def handle(args: argparse.Namespace) -> int:
     # With --json our stdout carries the JSON: the app's stdout goes to stderr.
     sink = _app_output_to_stderr if args.json else None
     result = api.profile(command, timeout=args.timeout, output=sink, nvtx=args.nvtx, nvtx_match=args.nvtx_match,
-                         by_nvtx=args.by_nvtx, buckets=args.buckets, exact=args.exact)
+                         by_nvtx=args.by_nvtx, buckets=args.buckets, sampled=args.sampled)
     path = result.save(args.output or api.Workspace(args.workspace).new_profile_path())
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=1)

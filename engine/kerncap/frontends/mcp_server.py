@@ -251,8 +251,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                       env: Annotated[dict[str, str] | None, Field(description="variables added to the app's "
                                                                               "environment")] = None,
                       timeout_s: Annotated[float, Field(gt=0, description="stop the app after this long")] = DEFAULT_APP_TIMEOUT_S,
-                      exact: Annotated[bool, Field(description="time every launch through CUPTI instead of a "
-                                                               "timed sample (slower launches)")] = False,
+                      sampled: Annotated[bool, Field(description="count every launch and time a sample with CUDA "
+                                                                 "events instead of CUPTI's record of every launch")] = False,
                       ) -> dict[str, Any]:
         """Run the app once under the capture library and rank its kernels by total GPU time
         (the data of `kerncap profile --json`); the profile is saved in the first root's
@@ -261,7 +261,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         tail = _Tail()
         result = await state.blocking(ctx, "profile", lambda: api.profile(command, cwd=workdir, env=env,
                                                                           timeout=timeout_s, output=tail,
-                                                                          exact=exact))
+                                                                          sampled=sampled))
         saved = api.Workspace(R.dirs[0] / "kerncap-workspace").new_profile_path()
         saved.parent.mkdir(parents=True, exist_ok=True)
         result.save(saved)
