@@ -29,7 +29,8 @@ def test_list_captures(workspace):
     assert [r["kernel"] for r in rows] == ["axpy_inplace", "smooth"]  # newest first (19:49:10 vs 19:49:07)
     axpy, smooth = rows
     cap = Capture.open(AXPY)
-    assert axpy["mangled"] == cap.kernel["name"] and axpy["command"] == "/tmp/bt/axpy_inplace 4096"
+    recorded = json.loads((cap.root.parent / "reproducer.json").read_text())["command"]
+    assert axpy["mangled"] == cap.kernel["name"] and axpy["command"] == " ".join(recorded)
     assert axpy["time"] == cap.provenance["time"]
     assert (axpy["logical"], axpy["stored"]) == (cap.logical_bytes, cap.stored_bytes)
     assert axpy["validation"] is None and axpy["variants"] == 0 and axpy["error"] is None
@@ -42,7 +43,7 @@ def test_list_captures(workspace):
 def test_extra_dirs_and_duplicates(workspace, tmp_path):
     rows = list_captures(tmp_path / "empty-ws", [AXPY, AXPY.parent, workspace / "reproducers"])
     # AXPY.parent holds every committed capture (axpy_small, graph_explicit); AXPY again is a duplicate.
-    assert sorted(Path(r["path"]).name for r in rows) == ["axpy_inplace-1", "axpy_small", "graph_explicit", "smooth-1"]
+    assert sorted(Path(r["path"]).name for r in rows) == ["axpy_inplace-1", "axpy_older", "axpy_small", "graph_explicit", "smooth-1"]
     assert list_captures(tmp_path / "empty-ws") == []
 
 

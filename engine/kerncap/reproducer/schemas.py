@@ -174,6 +174,14 @@ PRUNE_RECORD = Obj({  # reproducer.json "prune" (kerncap.reproducer.prune_report
     **{k + "?": Int(min=0) for k in ("regions_full", "regions_pruned", "logical_full", "logical_pruned",
                                      "stored_full", "stored_pruned")},
 })
+# reproducer.json "provenance" (kerncap.core.stack.provenance): the fields `info`, `check`
+# and the stack comparison read, typed; a field they don't read may hold anything.
+STACK_PROVENANCE = Obj({
+    "kerncap?": Opt(Str()), "python?": Opt(Str()), "packages?": Opt(Map(Opt(Str()))),
+    "driver?": Opt(Str()), "cuda_driver?": Opt(Int(min=0)), "host?": Opt(Str()),
+    "gpu?": Opt(Obj({"name?": Opt(Str()), "uuid?": Opt(Str()), "clocks?": Opt(Map(Opt(Num())))})),
+    "env_changes?": Opt(Map(Opt(Str()))), "env?": Opt(Map(Opt(Str()))),
+})
 REPRODUCER_JSON = Obj({
     "kerncap_version?": Str(),
     "kernel?": Opt(Str()),
@@ -186,7 +194,7 @@ REPRODUCER_JSON = Obj({
     "triton?": Opt(Map(ANY)),
     "notes?": List(Str()),
     "prune?": PRUNE_RECORD,
-    "provenance?": Opt(Map(ANY)),  # the stack the capture ran on (kerncap.core.stack)
+    "provenance?": Opt(STACK_PROVENANCE),  # the stack the capture ran on (kerncap.core.stack)
 })
 
 BUILD_JSON = Obj({
