@@ -434,15 +434,17 @@ def test_the_sampled_profile_counts_every_launch_and_times_a_sample(built, tmp_p
     kernels = {k.name: k for k in result.kernels}
     target, other = kernels["_Z6targetv"], kernels["_Z5otherv"]
     assert (target.calls, other.calls) == (5 + 4 * 25000, 2 + 4 * 25000)
-    assert 4 * 32 < target.timed < target.calls // 20  # a few hundred per thread, not every launch
-    assert target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)  # every timed launch took 5 us
-    assert other.total_ns == pytest.approx(1000 * other.calls, rel=1e-4)
-    assert target.percent == pytest.approx(100 * 5 / 6, abs=0.01)
     # The 4 threads launch into one stream (the null stream): a pair another thread's
     # launch may have landed in is left out, and said so (before, such pairs read up to
     # 1.8x long on this 2-core machine under load).
     (warning,) = result.warnings
     assert "1 stream(s) had timed launches from several threads" in warning, warning
+    left_out = int(re.search(r"; (\d+) timed launch\(es\) there were left out", warning).group(1))
+    # a few hundred per thread (each times its first 32 launches, then ever fewer), not every launch
+    assert 4 * 32 < target.timed + left_out and target.timed < target.calls // 20, (target.timed, left_out)
+    assert target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)  # every timed launch took 5 us
+    assert other.total_ns == pytest.approx(1000 * other.calls, rel=1e-4)
+    assert target.percent == pytest.approx(100 * 5 / 6, abs=0.01)
 
 
 def test_sampled_times_do_not_alias_with_a_periodic_kernel(built, tmp_path):
