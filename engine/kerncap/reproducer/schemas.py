@@ -365,3 +365,26 @@ SEQUENCE_JSON = Obj({
     **_SEQUENCE_STEPS,
     "notes?": List(Str()), "seconds?": Map(Num()), "payload_bytes?": Int(min=0),
 })
+
+# variants/<name>.json of a sequence (kerncap.reproducer.sequence_variant): modules rebuilt
+# from source and/or one fusion (a contiguous range of launches replaced by one kernel).
+VARIANT_PATH = Str(pattern=r"(?!/)(?!.*(^|/)\.\.(/|$))[^\x00\\]+", max_len=4096)  # relative, inside the reproducer
+FUSED_PARAM = Obj({
+    "name": Str(pattern=r"[A-Za-z_][A-Za-z0-9_]{0,127}"), "size": Int(min=1, max=MAX_PARAM_BYTES), "value": HEX,
+    "kind?": Str(choices=("buffer", "scalar")),
+})
+EXCLUDED_SPAN = Obj({
+    "name": Str(max_len=256), "address": Int(min=0, max=U64), "bytes": Int(min=1, max=MAX_REGION_BYTES),
+    "why": Str(choices=("inferred", "declared")), "detail?": Str(max_len=4096),
+})
+SEQUENCE_VARIANT_JSON = Obj({
+    "format": Str(choices=("kerncap-sequence-variant",)), "format_version": Int(min=1, max=1),
+    "created?": Str(), "note?": Str(max_len=1 << 16),
+    "modules?": Map(VARIANT_PATH, max_len=MAX_SEQ_ITEMS),
+    "fuse?": Obj({
+        "first": SEQ_ID, "last": SEQ_ID, "cubin": VARIANT_PATH, "kernel": Str(pattern=r".+", max_len=1 << 16),
+        "grid": DIM, "block": DIM, "shared_mem_bytes?": Int(min=0, max=1 << 32),
+        "params": List(FUSED_PARAM, max_len=MAX_PARAMS), "excluded?": List(EXCLUDED_SPAN, max_len=1 << 12),
+        "name?": Str(max_len=256),
+    }),
+})
