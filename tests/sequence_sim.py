@@ -166,6 +166,13 @@ class SimSeqSession(sim.SimSession):
             self.target[item][offset:offset + length] = expected[offset:offset + length]
 
 
+class SeqClient(sim.InProcessClient):
+    """The in-process client with the sequence requests of the real one."""
+
+    localize = sim.ReplayClient.localize
+    sequence_time = sim.ReplayClient.sequence_time
+
+
 def install(monkeypatch):
     core = sim.install(monkeypatch)
     core.Session = SimSeqSession

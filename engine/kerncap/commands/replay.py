@@ -78,11 +78,11 @@ def handle_compare(args: argparse.Namespace) -> int:
     if args.cubin is not None:
         raise UsageError("--cubin and --compare do not go together",
                          "list every variant after --compare (the captured cubin is always included)")
+    if args.per_launch:
+        raise UsageError("--per-launch and --compare do not go together", "time the launches of one program")
     cubins = [Path(c) for c in args.compare if c not in inspect_tools.BASELINE_NAMES]  # always the baseline
     for cubin in cubins:
         check_cubin(cubin)
-    if args.per_launch:
-        raise UsageError("--per-launch and --compare do not go together", "time the launches of one program")
     result = api.compare_variants(args.path, cubins, rounds=args.rounds,
                                   iterations=_or(args.iterations, O.COMPARE_ITERATIONS),
                                   warmup=_or(args.warmup, O.COMPARE_WARMUP), flush_l2=args.flush_l2,

@@ -153,8 +153,9 @@ def skeleton(repro: str | os.PathLike, first: int, last: int, name: str, *, forc
         "// captured values in this order. Keep the parameter list; write the body; set the launch",
         "// (grid, block, shared_mem_bytes) in fusion.json; then `kerncap fuse DIR --name "
         f"{name} --build`.",
-        *(["// The range also holds: " + "; ".join(inside) + " — the fused kernel does that work too."]
-          if inside else []),
+        *(["// Between these launches the sequence also does: " + "; ".join(inside) + ". Those steps stay, before",
+           "// the fused launch (which takes the place of the last replaced one): a copy or fill there that",
+           "// reads what a replaced launch wrote needs a range that ends before it."] if inside else []),
         "// A buffer only the replaced launches use (an intermediate) is left out of the comparison",
         "// when kerncap infers it or you declare it (--intermediate NAME); reports name each one.",
         "#include <cstdint>",

@@ -31,19 +31,18 @@ def op_sequence_time(ns, req: dict[str, Any]) -> dict[str, Any]:
 
 def _boundaries(ns, captured: SeqProgram, variant: SeqProgram) -> list[tuple[int, int, str]]:
     """(captured end step, variant end step, label) after each launch both programs share a
-    state at: every launch, the fused range as one."""
+    state at: every launch, the fused range as one (its launches leave the variant's steps
+    but the last, which the fused launch takes the place of)."""
     seq = ns.capture.sequence
     out = []
     fuse = variant.variant.fuse if variant.variant else None
     step_of = {s.launch: i for i, s in enumerate(seq.steps) if s.op == "launch"}
-    shift = (step_of[fuse.last] - step_of[fuse.first]) if fuse else 0
     for launch, step in sorted(step_of.items(), key=lambda kv: kv[1]):
+        removed = 0 if fuse is None else sum(1 for j in range(fuse.first, fuse.last) if step_of[j] < step + 1)
         if fuse and fuse.first <= launch < fuse.last:
             continue
-        if fuse and launch == fuse.last:
-            out.append((step + 1, step + 1 - shift, f"launches {fuse.first}-{fuse.last}, fused"))
-        else:
-            out.append((step + 1, step + 1 - (shift if fuse and launch > fuse.last else 0), seq.launch_label(launch)))
+        label = f"launches {fuse.first}-{fuse.last}, fused" if fuse and launch == fuse.last else seq.launch_label(launch)
+        out.append((step + 1, step + 1 - removed, label))
     return out
 
 

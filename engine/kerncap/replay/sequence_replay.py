@@ -135,24 +135,28 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
         fused_module = len(modules)
         modules.append(ms)
     spec.modules = modules
-    # A fusion replaces the steps from its first launch to its last (copies between them included).
+    # A fusion replaces its launches by one, at the place of the last of them: the event
+    # waits and records between them still order it; a copy or fill between them stays
+    # before it (the skeleton says so: one reading what a replaced launch wrote breaks it).
     step_of = {s.launch: i for i, s in enumerate(seq.steps) if s.op == "launch"}
-    cut = (step_of[fuse.first], step_of[fuse.last]) if fuse else None
+    replaced = {step_of[i] for i in range(fuse.first, fuse.last + 1)} if fuse else set()
+    at = step_of[fuse.last] if fuse else -1
     steps, labels, launch_steps, launch_labels, launch_streams = [], [], [], [], []
     fused_at = None
     for i, st in enumerate(seq.steps):
-        if cut and cut[0] < i <= cut[1]:
+        if i in replaced and i != at:
             continue
         ss = core.SeqStepSpec()
-        if cut and i == cut[0]:
+        if i == at:
             fused_at = len(steps)
             buf, layout = fuse.param_layout()
             ls = core.LaunchSpec()
             ls.kernel_name = fuse.kernel
             ls.grid, ls.block, ls.shared_mem_bytes = list(fuse.grid), list(fuse.block), fuse.shared_mem_bytes
+            ls.attributes, ls.cooperative, ls.extra_form, ls.handles = [], False, False, []
             ls.param_buffer, ls.params = buf, layout
             ss.op, ss.module, ss.launch = "launch", fused_module, ls
-            ss.stream = seq.launches[fuse.first].stream
+            ss.stream = seq.launches[fuse.last].stream
             ss.label = f"fused launch {fuse.kernel} (in place of launches {fuse.first}-{fuse.last})"
         else:
             ss.op, ss.stream = st.op, st.stream
