@@ -272,3 +272,32 @@ def synthetic_sequence(dest: Path) -> Path:
     (cap / "sequence.json").write_text(json.dumps(sequence, indent=1))
     (cap / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return dest
+
+
+def pipeline_kernels_sequence(dest: Path, cubin: bytes) -> Path:
+    """The synthetic sequence with a real module: `cubin` (testapps/cuda/seq_pipeline.cu,
+    compiled here) and two of its kernels, sp_scale(const float*, float*, int) and
+    sp_add(const float*, float*, int), for the kernel entries and their rebuild."""
+    import hashlib
+
+    repro = synthetic_sequence(dest)
+    cap = repro / "capture"
+    sha = hashlib.sha256(cubin).hexdigest()
+    for old in (cap / "cubins").iterdir():
+        old.unlink()
+    (cap / "cubins" / f"{sha}.cubin").write_bytes(cubin)
+    seq = json.loads((cap / "sequence.json").read_text())
+    seq["modules"][0].update(cubin=f"cubins/{sha}.cubin", sha256=sha)
+    seq["kernels"] = [{"id": 0, "module": 0, "name": "_Z8sp_scalePKfPfi", "demangled": "sp_scale(float const*, float*, int)"},
+                      {"id": 1, "module": 0, "name": "_Z6sp_addPKfPfi", "demangled": "sp_add(float const*, float*, int)"}]
+    for launch in seq["launches"]:
+        buf = bytes.fromhex(launch["param_buffer"]) + struct.pack("<i", N)
+        launch["param_buffer"] = buf.hex()
+        launch["params"].append({"index": 2, "offset": 16, "size": 4, "value": buf[16:20].hex()})
+    (cap / "sequence.json").write_text(json.dumps(seq, indent=1))
+    manifest = json.loads((cap / "manifest.json").read_text())
+    manifest["kernel"].update(name="_Z8sp_scalePKfPfi", demangled="sp_scale(float const*, float*, int)",
+                              module={"cubin": f"cubins/{sha}.cubin", "sha256": sha})
+    manifest["params"], manifest["param_buffer"] = seq["launches"][0]["params"], seq["launches"][0]["param_buffer"]
+    (cap / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return repro

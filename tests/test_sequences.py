@@ -233,3 +233,39 @@ def test_store_and_pack_carry_the_host_payloads(seq, tmp_path):
     cap = Capture.open(out)
     h2d = cap.sequence.steps[6]
     assert cap.read_chunk(h2d.payload[0], h2d.bytes) == S.PAYLOAD
+
+
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None)
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (the pipeline's kernels are compiled)")
+def test_a_kernel_of_a_sequence_is_rebuilt_whole_unit_into_a_variant_of_its_module(tmp_path, monkeypatch):
+    """kernels/<k>/ (a kernel entry: its first launch, the module's cubin, the sources
+    found for it) rebuilt like any reproducer, its whole translation unit: the sequence
+    variant replaces the module every launch of its kernels comes from."""
+    import subprocess
+
+    from kerncap.capture.sequence_extract import write_kernel_entries
+    from kerncap.reproducer.sequence_variant import read_variant
+    from kerncap.sources.cubin import kernel_names, open_elf
+
+    src = Path(__file__).resolve().parents[1] / "testapps" / "cuda"
+    cubin = tmp_path / "pipeline.cubin"
+    subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-lineinfo", f"-I{src}", "-o", str(cubin),
+                    str(src / "seq_pipeline.cu")], check=True, capture_output=True, timeout=600)
+    repro = S.pipeline_kernels_sequence(tmp_path / "seq", cubin.read_bytes())
+    notes: list[str] = []
+    entries = write_kernel_entries(repro, src, None, notes)
+    assert [(e["dir"], e["sources"]) for e in entries] == [("kernels/0", "cuda"), ("kernels/1", "cuda")], notes
+    with pytest.raises(CaptureFormatError, match="kernel entry of a sequence"):
+        S.install(monkeypatch)
+        S.SeqClient(repro / "kernels" / "1").validate()
+    with pytest.raises(UsageError, match="whole translation unit"):
+        api.recompile_sequence_kernel(repro, "sp_add", mode="reduced")
+    with pytest.raises(UsageError, match="names 2 kernels"):
+        api.recompile_sequence_kernel(repro, "sp_")
+    built, variant = api.recompile_sequence_kernel(repro, "sp_add")
+    v = read_variant(repro, variant, Capture.open(repro).sequence)
+    (module, path), = v.modules.items()
+    assert module == 0 and path == Path(built.cubin).resolve() and path.is_relative_to(repro / "kernels" / "1")
+    assert {"_Z8sp_scalePKfPfi", "_Z6sp_addPKfPfi"} <= kernel_names(open_elf(path.read_bytes(), str(path)))

@@ -194,8 +194,10 @@ void parse_sequence(Config& c) {
     return;
   }
   const std::string count = env("KERNCAP_SEQ_COUNT");
-  if (!count.empty() && (!parse_count(count, c.seq_count) || c.seq_count == 0))
+  if (!count.empty() && (!parse_count(count, c.seq_count) || c.seq_count == 0)) {
     c.error = "KERNCAP_SEQ_COUNT='" + count + "' is not a positive integer";
+    return;
+  }
   c.seq_until = env("KERNCAP_SEQ_UNTIL");
   if (c.set) c.error = "KERNCAP_SEQUENCE and KERNCAP_SET cannot be combined: a sequence is one capture";
   if (c.seq_mode == SeqMode::Nvtx && c.nvtx.empty()) c.error = "KERNCAP_SEQUENCE=nvtx needs KERNCAP_NVTX (the range)";

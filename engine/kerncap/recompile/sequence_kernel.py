@@ -1,8 +1,9 @@
 """Rebuilding one kernel of a sequence (docs/sequences.md): its kernel entry
 (`kernels/<k>/`, a one-dispatch reproducer of its first launch with its sources) is
-recompiled like any reproducer, and a sequence variant (`variants/kernel-<k>-<n>.json`)
-replaces the kernel's module with the new cubin in every launch of it (and of the other
-kernels of that module: one translation unit, one cubin)."""
+recompiled like any reproducer, whole translation unit, and a sequence variant
+(`variants/kernel-<k>-<n>.json`) replaces the kernel's module with the new cubin in every
+launch of it and of the other kernels of that module (one translation unit, one cubin,
+one set of module globals)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,11 @@ def recompile_kernel(repro: str | os.PathLike, selector: str, *, trust: bool = F
         raise KerncapError(f"kernel {k} ({cap.sequence.kernels[k].demangled or cap.sequence.kernels[k].name}) has "
                            f"no sources in {entry / 'source'}",
                            "extract with --source-dir (CUDA C++); library kernels have no source to rebuild")
-    result = recompile(entry, trust=trust, mode=mode)
+    if mode == "reduced":
+        raise UsageError("a kernel of a sequence is rebuilt with its whole translation unit: the new cubin replaces "
+                         "its module, which the sequence's other kernels of that unit launch from too",
+                         "drop --reduced")
+    result = recompile(entry, trust=trust, mode="full")
     module = cap.sequence.kernels[k].module
     n = len(list((root / "variants").glob(f"kernel-{k}-*.json"))) if (root / "variants").is_dir() else 0
     variant = write_variant(root, f"kernel-{k}-{n + 1}", modules={module: str(Path(result.cubin).relative_to(root))},
