@@ -96,7 +96,7 @@ def handle(args: argparse.Namespace) -> int:
         localized = api.localize(args.paths[0], cubin=args.cubin, device=args.device, order=args.sequence_order)
     if args.json:
         print(json.dumps({**report.to_dict(), "set_timing": timing.to_dict() if timing else None,
-                          "per_launch": localized}, indent=1))
+                          **({"per_launch": localized} if localized is not None else {})}, indent=1))
     else:
         print(api.format_trust_report(report))
         if timing is not None:

@@ -217,9 +217,9 @@ class ReplayClient:
     def replay(self, cubin: str | Path | None = None, iterations: int = 20, warmup: int = 3,
                flush_l2: bool = False, per_launch: bool = False) -> ReplayResult:
         """`per_launch` (a sequence): each launch timed too (ReplayResult.launches)."""
+        more = {"per_launch": True} if per_launch else {}
         return ReplayResult.from_dict(self.request(
-            "replay", cubin=_path(cubin), iterations=iterations, warmup=warmup, flush_l2=flush_l2,
-            per_launch=per_launch))
+            "replay", cubin=_path(cubin), iterations=iterations, warmup=warmup, flush_l2=flush_l2, **more))
 
     def sequence_time(self, cubin: str | Path | None = None, iterations: int = 10, warmup: int = 2) -> dict[str, Any]:
         """A sequence's whole time and each launch's (kerncap.replay.sequence_replay.op_sequence_time)."""

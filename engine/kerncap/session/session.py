@@ -247,7 +247,7 @@ class Session(Opened):
             raise UsageError("--per-launch times the launches of a sequence", f"{self.root} holds one dispatch")
         with self._lock:
             return self._resident().replay(cubin=r.cubin, iterations=r.iterations, warmup=r.warmup,
-                                           flush_l2=r.flush_l2, per_launch=r.per_launch)
+                                           flush_l2=r.flush_l2, **({"per_launch": True} if r.per_launch else {}))
 
     def localize(self, cubin: str | Path | None, *, tolerances: dict | None = None) -> dict[str, Any]:
         """A sequence: the first launch after which `cubin`'s state departs from the captured
