@@ -153,7 +153,7 @@ def assemble_sequence(kernel: str, match: str, dispatch: int, command: list[str]
     the kernel entries; staged in the run directory, then renamed to `output`. Returns the notes."""
     stage = run_dir / "reproducer"
     record = build_reproducer(stage, run_dir / "capture", run_dir, kernel, match, dispatch, command, None,
-                              None, env, procs)
+                              None, env, procs, triton_records=False)
     notes = list(record["notes"])
     entries = write_kernel_entries(stage, source_dir, build_dir, notes)
     record["notes"] = notes
