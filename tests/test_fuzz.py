@@ -605,6 +605,61 @@ def test_fuzz_set_json(reproducer_set, data):
     counted("set.json")
 
 
+# -- a sequence capture (issue 29): sequence.json and a sequence variant --------------------------
+
+
+@pytest.fixture(scope="module")
+def sequence_repro(tmp_path_factory):
+    import sequence_sim  # synthetic: tests/sequence_sim.py
+
+    root = sequence_sim.synthetic_sequence(tmp_path_factory.mktemp("fuzz-seq") / "seq")
+    (root / "variants").mkdir()
+    (root / "variants" / "m.cubin").write_bytes(b"synthetic")
+    return root
+
+
+@settings(FUZZ, max_examples=600)
+@given(data=st.data())
+def test_fuzz_sequence(sequence_repro, data):
+    """sequence.json and a sequence variant: what Capture.open, info, pack's chunk list and
+    the replay's program builder read; nothing a variant names may leave the reproducer."""
+    import replay_sim
+
+    from kerncap.replay.sequence_replay import build
+    from kerncap.reproducer.schemas import SEQUENCE_JSON, SEQUENCE_VARIANT_JSON
+    from kerncap.reproducer.sequence_variant import read_variant
+
+    path = sequence_repro / "capture" / "sequence.json"
+    original = path.read_text()
+    doc = mutate(data, json.loads(original), SEQUENCE_JSON)
+    variant = {"format": "kerncap-sequence-variant", "format_version": 1, "modules": {"0": "variants/m.cubin"}}
+    vpath = sequence_repro / "variants" / "v.json"
+    vpath.write_text(json.dumps(mutate(data, variant, SEQUENCE_VARIANT_JSON)))
+    before = listing(sequence_repro)
+    try:
+        path.write_text(json.dumps(doc))
+        with no_hang():
+            cap = assert_only_kerncap_errors(Capture.open, sequence_repro)
+            if isinstance(cap, Capture):
+                summary = assert_only_kerncap_errors(api.info, sequence_repro)
+                if isinstance(summary, dict):
+                    assert isinstance(api.format_info(summary), str)
+                list(cap.iter_blobs())
+                v = assert_only_kerncap_errors(read_variant, sequence_repro, vpath, cap.sequence)
+                if not isinstance(v, KerncapError):
+                    for p in v.modules.values():
+                        assert p.resolve().is_relative_to(sequence_repro.resolve())
+                core = replay_sim.core_module()
+                for name in ("SeqSpec", "SeqModuleSpec", "SeqStepSpec", "SeqGlobalSpec"):
+                    setattr(core, name, replay_sim.Spec)
+                items = [*cap.regions, *cap.globals]
+                assert_only_kerncap_errors(build, core, cap, items, None, "streams")
+    finally:
+        path.write_text(original)
+    assert listing(sequence_repro) == before
+    counted("sequence.json")
+
+
 def test_fuzz_covered_ten_thousand_cases():
     """The fuzz tests of this module ask hypothesis for >= 10,000 cases in all. Whether
     they tried that many is checked at the end of the run, whatever the order

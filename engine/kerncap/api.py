@@ -28,6 +28,11 @@ from kerncap.capture import profile as _profile
 from kerncap.capture import profile_table as _profile_table
 from kerncap.capture import run as _run
 from kerncap.capture import selection as _selection
+from kerncap.capture import sequence_extract as _sequence_extract
+from kerncap.reproducer import sequence as _sequence
+from kerncap.reproducer import sequence_text as _sequence_text
+from kerncap.recompile import fusion as _fusion
+from kerncap.recompile import sequence_kernel as _sequence_kernel
 from kerncap.capture import set_extract as _set_extract
 from kerncap.core import stack as _stack
 from kerncap.errors import UsageError
@@ -134,6 +139,9 @@ __all__ = [
     "DUMP_STATES", "DumpResult", "FirstMismatch", "Item", "Layout", "MismatchMap", "TensorView", "dump",
     "format_dump", "format_mismatch", "item_layouts", "mismatch_bin_label", "mismatch_map_arrays", "mismatch_maps",
     "parse_shape",
+    # a sequence of launches as one reproducer (issue 29, docs/sequences.md)
+    "SEQUENCE_MODES", "SEQUENCE_ORDERS", "SequenceRequest", "format_sequence_extract", "format_localization",
+    "format_sequence_launches", "fuse_build", "fuse_skeleton", "is_sequence", "localize", "recompile_sequence_kernel",
 ]
 
 PathLike = str | os.PathLike
@@ -145,6 +153,9 @@ INTERCEPT_PATHS: tuple[str, ...] = _run.INTERCEPT_PATHS
 NVTX_MATCH_MODES: tuple[str, ...] = _selection.NVTX_MATCH_MODES
 Selection = _selection.Selection  # which launches count: nvtx (+ nvtx_match), rank, pid, device
 SetExtractResult = _set_extract.SetExtractResult
+SequenceRequest = _sequence_extract.SequenceRequest  # --sequence nvtx|graph|run, --count, --until
+SEQUENCE_MODES: tuple[str, ...] = _sequence_extract.SEQUENCE_MODES
+SEQUENCE_ORDERS: tuple[str, ...] = _options.SEQUENCE_ORDERS  # how a sequence replays (docs/sequences.md)
 # Receives ("stdout" | "stderr", raw bytes) as the captured app writes them.
 AppOutput = Callable[[str, bytes], None]
 
@@ -208,7 +219,8 @@ def extract(kernel: str, command: Sequence[str], *, output: PathLike, dispatch: 
             source_dir: PathLike | None = None, build_dir: PathLike | None = None, cwd: PathLike | None = None,
             env: dict[str, str] | None = None, force: bool = False, keep_run_dir: bool = False,
             app_output: AppOutput | None = None, prune: bool = False, selection: Selection | None = None,
-            buckets: bool = False, intercept: str | None = None) -> ExtractResult | SetExtractResult:
+            buckets: bool = False, intercept: str | None = None,
+            sequence: SequenceRequest | None = None) -> ExtractResult | SetExtractResult:
     """Capture dispatch `dispatch` (from 0, per process) of the kernel matching `kernel`
     (`match`: substring, regex or exact mangled name) of the app `command` into the new
     reproducer directory `output`. With `source_dir` (and `build_dir`) the kernel's
@@ -218,12 +230,13 @@ def extract(kernel: str, command: Sequence[str], *, output: PathLike, dispatch: 
     of dispatches, or `buckets` (the first dispatch of every launch signature), captures
     a reproducer set in one run (a SetExtractResult; docs/selection.md). `intercept`:
     "entry" (interposed driver entry points, CUPTI only at the dispatch; docs/interposer.md)
-    or "cupti"; None: KERNCAP_INTERCEPT, else entry. Nothing is left at `output` unless the
-    capture succeeded."""
+    or "cupti"; None: KERNCAP_INTERCEPT, else entry. `sequence`: a window of launches as one
+    reproducer instead of one dispatch (docs/sequences.md). Nothing is left at `output` unless
+    the capture succeeded."""
     return _extract.extract(kernel, command, output=output, dispatch=dispatch, match=match, keep_running=keep_running,
                             timeout=timeout, source_dir=source_dir, build_dir=build_dir, cwd=cwd, env=env, force=force,
                             keep_run_dir=keep_run_dir, output_sink=app_output, prune=prune, selection=selection,
-                            buckets=buckets, intercept=intercept)
+                            buckets=buckets, intercept=intercept, sequence=sequence)
 
 
 def dispatch_list(dispatch: int | str | Sequence[int]) -> list[int]:
@@ -446,17 +459,29 @@ def build(reproducer: PathLike, request: BuildRequest | None = None, *, device: 
 
 def replay(reproducer: PathLike, *, cubin: PathLike | None = None, iterations: int = _options.REPLAY_ITERATIONS.default,
            warmup: int = _options.REPLAY_WARMUP.default, flush_l2: bool = False, device: int = 0,
-           timeout: float | None = None) -> ReplayResult:
+           per_launch: bool = False, order: str | None = None, timeout: float | None = None) -> ReplayResult:
     """Replay the captured kernel (or the variant `cubin`) at the captured addresses and
     time it: `warmup` untimed launches, then `iterations` timed ones. Needs the GPU; for
     many requests on one reproducer keep a session open (`open_session`) instead.
     `timeout`: seconds the replay server may take to answer (opening included) before it
     is killed and a KerncapError raised (exit status 3: a variant that never ends);
-    None: no limit."""
+    None: no limit. A sequence (docs/sequences.md) replays whole, in `order` (streams,
+    serial or graph); `per_launch` times each of its launches too (`result.launches`)."""
     request = ReplayRequest(cubin=None if cubin is None else str(cubin), iterations=iterations, warmup=warmup,
-                            flush_l2=flush_l2)
-    with _session.Session(reproducer, device=device, timeout=timeout, compile_worker=False) as s:
+                            flush_l2=flush_l2, per_launch=per_launch)
+    with _session.Session(reproducer, device=device, timeout=timeout, compile_worker=False,
+                          sequence_order=order) as s:
         return s.replay(request)
+
+
+def localize(reproducer: PathLike, *, cubin: PathLike | None = None, device: int = 0, order: str | None = None,
+             tolerances: dict | None = None) -> dict[str, Any]:
+    """A sequence and a variant of it (`cubin`: a sequence variant variants/<n>.json, or a
+    cubin replacing the modules whose kernels it defines): the first launch after which the
+    variant's state departs from the captured one ("at", and the differing "checks"), each
+    prefix replayed from the captured pre-state (`kerncap validate --per-launch`)."""
+    with _session.Session(reproducer, device=device, compile_worker=False, sequence_order=order) as s:
+        return s.localize(None if cubin is None else str(cubin), tolerances=tolerances)
 
 
 def validate(reproducer: PathLike, *, cubin: PathLike | None = None, atol: float | None = None,
@@ -529,9 +554,11 @@ def validate_inputs(reproducers: Sequence[PathLike], *, cubin: PathLike | None =
 
 
 def validate_request(reproducers: Sequence[PathLike], request: ValidateRequest, *, device: int = 0,
-                     progress: Callable[[str], None] | None = None) -> TrustReport:
-    """`validate_inputs` for a ValidateRequest (what the CLI and MCP send)."""
-    return _session_sets.validate_paths(reproducers, request, device=device, progress=progress)
+                     progress: Callable[[str], None] | None = None, order: str | None = None) -> TrustReport:
+    """`validate_inputs` for a ValidateRequest (what the CLI and MCP send); `order`: how a
+    sequence replays (streams, serial or graph)."""
+    return _session_sets.validate_paths(reproducers, request, device=device, progress=progress,
+                                        sequence_order=_options.check_order(order))
 
 
 def format_trust_report(report: TrustReport) -> str:
@@ -543,7 +570,8 @@ def compare_variants(reproducer: PathLike, cubins: Sequence[PathLike], *, device
                      rounds: int = _options.ROUNDS.default, iterations: int = _options.COMPARE_ITERATIONS.default,
                      warmup: int = _options.COMPARE_WARMUP.default, flush_l2: bool = False,
                      min_seconds: float = _options.MIN_TIME.default, max_seconds: float = _options.MAX_TIME.default,
-                     confidence: float | None = None, timeout: float | None = None) -> TimingComparison:
+                     confidence: float | None = None, timeout: float | None = None,
+                     order: str | None = None) -> TimingComparison:
     """Time the captured cubin and the variants `cubins` interleaved (`kerncap replay
     --compare`, in a replay server of its own): `rounds` rounds (more until each has
     `min_seconds` of kernel time, at most `max_seconds`), each timing every program
@@ -555,7 +583,8 @@ def compare_variants(reproducer: PathLike, cubins: Sequence[PathLike], *, device
                              flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds,
                              confidence=confidence or DEFAULT_CONFIDENCE)
     request.checked()
-    with _session.Session(reproducer, device=device, timeout=timeout, compile_worker=False) as s:
+    with _session.Session(reproducer, device=device, timeout=timeout, compile_worker=False,
+                          sequence_order=order) as s:
         return s.compare(request)
 
 
@@ -853,3 +882,48 @@ def mismatch_bin_label(histogram: str, b: int) -> str:
     """The label of bin `b` of a MismatchMap histogram: "value" (value_hist: "NaN",
     "+inf", "-inf", "0", "+2^3", …), "err" (err_hist: "2^-12", …) or "ulp" (ulp_hist)."""
     return {"value": _mismatch.value_label, "err": _mismatch.err_label, "ulp": _mismatch.ulp_label}[histogram](b)
+
+
+# -- a sequence of launches as one reproducer (issue 29, docs/sequences.md) --------------------
+
+
+def is_sequence(path: PathLike) -> bool:
+    """Whether `path` (a reproducer or its capture/) holds a sequence capture."""
+    return _sequence.is_sequence(path)
+
+
+def format_sequence_extract(result: ExtractResult) -> str:
+    """The text `kerncap extract --sequence` prints."""
+    return _sequence_text.format_extract(result)
+
+
+def format_sequence_launches(launches: list[dict[str, Any]]) -> str:
+    """`kerncap replay --per-launch`: the table of each launch's time."""
+    return "\n".join(_sequence_text.launches_table(launches))
+
+
+def format_localization(result: dict[str, Any]) -> str:
+    """`kerncap validate --per-launch`: where the variant departs from the captured sequence."""
+    return _sequence_text.localization_text(result)
+
+
+def fuse_skeleton(reproducer: PathLike, first: int, last: int, name: str, *, force: bool = False) -> Path:
+    """Writes fusions/<name>/fused.cu (a kernel taking every buffer of launches `first`..`last`
+    and their scalar arguments) and fusion.json (their captured values, the launch to
+    edit) in a sequence reproducer; returns fused.cu (`kerncap fuse --first --last`)."""
+    return _fusion.skeleton(reproducer, first, last, name, force=force)
+
+
+def fuse_build(reproducer: PathLike, name: str, *, intermediates: Sequence[str] = ()) -> Path:
+    """Compiles fusions/<name>/fused.cu and writes the sequence variant variants/fuse-<name>.json,
+    naming every buffer the comparison leaves out (inferred, or declared in `intermediates`);
+    returns it (`kerncap fuse --build`)."""
+    return _fusion.build(reproducer, name, intermediates=tuple(intermediates))
+
+
+def recompile_sequence_kernel(reproducer: PathLike, kernel: str, *, trust: bool = False,
+                              mode: str = "auto") -> tuple[RecompileResult, Path]:
+    """Rebuilds one kernel of a sequence (its number or a part of its name) from its kernel
+    entry's sources (kernels/<k>/source) and writes the sequence variant that uses the new
+    cubin: (the build, variants/kernel-<k>-<n>.json)."""
+    return _sequence_kernel.recompile_kernel(reproducer, kernel, trust=trust, mode=mode)

@@ -22,6 +22,7 @@ from kerncap.commands import (
     check,
     dump,
     extract,
+    fuse,
     info,
     mcp,
     pack,
@@ -41,7 +42,7 @@ from kerncap.core.units import printable
 from kerncap.errors import EXIT_CANNOT_RUN, KerncapError, UsageError
 
 # The order of `kerncap --help`.
-COMMANDS = (profile, extract, replay, validate, dump, recompile, build, sources, info, list_command, pack, unpack,
+COMMANDS = (profile, extract, replay, validate, dump, recompile, fuse, build, sources, info, list_command, pack, unpack,
             prune, store, tui, check, sweep, mcp)
 
 

@@ -25,6 +25,15 @@ const char* match_mode_name(MatchMode m) {
   }
 }
 
+const char* seq_mode_name(SeqMode m) {
+  switch (m) {
+    case SeqMode::Nvtx: return "nvtx";
+    case SeqMode::Graph: return "graph";
+    case SeqMode::Run: return "run";
+    default: return "none";
+  }
+}
+
 std::string demangle(const std::string& mangled) {
   if (mangled.size() < 2 || mangled[0] != '_' || mangled[1] != 'Z') return mangled;
   int status = 0;
@@ -172,6 +181,31 @@ void parse_selector(const char* name, int64_t& out, std::string& error) {
   if (!parse_count(v, n)) error = std::string(name) + "='" + v + "' is not a non-negative integer";
   else out = int64_t(n);
 }
+
+// KERNCAP_SEQUENCE and its bounds (docs/sequences.md).
+void parse_sequence(Config& c) {
+  const std::string mode = env("KERNCAP_SEQUENCE");
+  if (mode.empty()) return;
+  if (mode == "nvtx") c.seq_mode = SeqMode::Nvtx;
+  else if (mode == "graph") c.seq_mode = SeqMode::Graph;
+  else if (mode == "run") c.seq_mode = SeqMode::Run;
+  else {
+    c.error = "KERNCAP_SEQUENCE='" + mode + "' is not nvtx, graph or run";
+    return;
+  }
+  const std::string count = env("KERNCAP_SEQ_COUNT");
+  if (!count.empty() && (!parse_count(count, c.seq_count) || c.seq_count == 0)) {
+    c.error = "KERNCAP_SEQ_COUNT='" + count + "' is not a positive integer";
+    return;
+  }
+  c.seq_until = env("KERNCAP_SEQ_UNTIL");
+  if (c.set) c.error = "KERNCAP_SEQUENCE and KERNCAP_SET cannot be combined: a sequence is one capture";
+  if (c.seq_mode == SeqMode::Nvtx && c.nvtx.empty()) c.error = "KERNCAP_SEQUENCE=nvtx needs KERNCAP_NVTX (the range)";
+  if (c.seq_mode == SeqMode::Run && !c.seq_count && c.seq_until.empty())
+    c.error = "KERNCAP_SEQUENCE=run needs KERNCAP_SEQ_COUNT or KERNCAP_SEQ_UNTIL (where the run ends)";
+  if (c.seq_mode != SeqMode::Run && (c.seq_count || !c.seq_until.empty()))
+    c.error = "KERNCAP_SEQ_COUNT and KERNCAP_SEQ_UNTIL bound a run (KERNCAP_SEQUENCE=run) only";
+}
 }  // namespace
 
 bool Config::wants_dispatch(uint64_t index) const {
@@ -243,7 +277,9 @@ Config Config::from_env() {
   c.bench_passthrough = env("KERNCAP_BENCH_PASSTHROUGH") == "1";
   const std::string fault = env("KERNCAP_FAULT_ENOSPC_AFTER");
   if (!fault.empty()) c.fault_enospc_after = std::strtoll(fault.c_str(), nullptr, 10);
-  if (c.mode == Mode::Capture && c.kernel.empty()) c.error = "KERNCAP_MODE=capture needs KERNCAP_KERNEL";
+  parse_sequence(c);
+  if (c.mode == Mode::Capture && c.kernel.empty() && c.seq_mode != SeqMode::Nvtx)
+    c.error = "KERNCAP_MODE=capture needs KERNCAP_KERNEL";
   return c;
 }
 

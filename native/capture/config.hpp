@@ -12,9 +12,12 @@ namespace kc {
 
 enum class Mode { Off, Profile, Capture };
 enum class MatchMode { Substring, Regex, Exact };
+// Sequence captures (docs/sequences.md): what opens and closes the window.
+enum class SeqMode { None, Nvtx, Graph, Run };
 
 const char* mode_name(Mode m);
 const char* match_mode_name(MatchMode m);
+const char* seq_mode_name(SeqMode m);
 
 // substring: on the mangled OR demangled name; regex: std::regex_search on both;
 // exact: the mangled name only.
@@ -66,6 +69,13 @@ struct Config {
   // KERNCAP_BENCH_PASSTHROUGH=1 (benches only): allow kerncap_bench_passthrough() to
   // bypass the dispatcher; such a process never captures (its counts may miss launches).
   bool bench_passthrough = false;
+  // KERNCAP_SEQUENCE=nvtx|graph|run: capture a sequence of launches as one reproducer
+  // (sequence_capture.hpp): every launch of one instance of the KERNCAP_NVTX range (the
+  // KERNCAP_DISPATCH-th, from 0), the whole graph launch running dispatch N of the
+  // kernel, or a run of launches from dispatch N of the kernel on.
+  SeqMode seq_mode = SeqMode::None;
+  uint64_t seq_count = 0;   // KERNCAP_SEQ_COUNT (run): launches in the window (0: --until decides)
+  std::string seq_until;    // KERNCAP_SEQ_UNTIL (run): the window ends with the next launch of a kernel matching it
   std::string error;                    // non-empty: the configuration is unusable (why)
 
   static Config from_env();
@@ -77,6 +87,7 @@ struct Config {
   // Capture through interposed entry points (NVTX then comes from kerncap's own NVTX
   // tool, nvtx_tool.cpp); a set needs CUPTI's activity records and keeps the CUPTI path.
   bool entry_capable() const { return mode == Mode::Capture && entry_requested && !set; }
+  bool sequence() const { return seq_mode != SeqMode::None; }
 };
 
 // abi::__cxa_demangle, or the input when it is not a C++ mangled name.

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "capture_session.hpp"
 #include "chunk_fingerprint.hpp"
@@ -46,6 +47,8 @@
 #include "profiler.hpp"
 #include "quiesce.hpp"
 #include "sampled_profile.hpp"
+#include "sequence_capture.hpp"
+#include "sequence_graph.hpp"
 #include "thread_slots.hpp"
 #include "watched_calls.hpp"
 #include "xla_autotune.hpp"
@@ -100,6 +103,18 @@ struct State {
   std::atomic<uint64_t> recorded_into_graphs{0};  // target launches made into a capturing stream
   GraphRegistry graphs{funcs};
   XlaAutotune xla;  // XLA's autotuner: its candidate runs of the target are not dispatches
+  // Sequences (KERNCAP_SEQUENCE, sequence_capture.hpp): null unless asked for.
+  std::unique_ptr<SequenceTrigger> seq_trigger;
+  std::unique_ptr<SequenceCapture> seq;      // the open window, driven by its owner thread only
+  std::unique_ptr<KernelMatcher> seq_until;  // run: the kernel whose launch ends the window
+  std::unique_ptr<KernelMatcher> keep_all;   // the module registry keeps every kernel's cubin
+  std::mutex seq_mu;                         // trigger transitions
+  std::atomic<bool> seq_pending{false};      // nvtx: an instance began, waiting for its first GPU work
+  std::atomic<uint64_t> seq_threads{0};      // numbering of threads for the trigger
+  std::atomic<uint64_t> seq_until_seen{0};   // launches matching KERNCAP_SEQ_UNTIL in this process
+  std::string seq_path;                      // nvtx: the path when the instance began
+  std::mutex until_mu;
+  std::unordered_map<const FuncInfo*, bool> until_cache;
 };
 
 // Never destroyed: other threads may be inside a callback while the process exits.
@@ -139,6 +154,14 @@ struct ThreadState {
   bool in_graph_call;
   // Entry points: the primary context a cuDevicePrimaryCtxRelease/Reset in flight may end.
   CUcontext primary_ctx;
+  // Sequences: this thread's number, whether it owns the open window (its own calls are
+  // then recorded, never held), and what ends the window at a call's exit.
+  uint64_t seq_tid;
+  bool seq_owner;
+  bool seq_graph;          // the window is this thread's cuGraphLaunch in flight
+  bool seq_close_pending;  // close at the exit of the launch with seq_close_corr
+  uint32_t seq_close_corr;
+  bool seq_in_call;        // a recorded memory or stream call in flight (its result is checked)
   // Handle -> FuncInfo for this thread's recent launches, valid while epoch matches.
   uint64_t func_epoch;
   CUfunction func_key[kFuncSlots];
@@ -245,6 +268,8 @@ std::string interception_json(const State& s) {
   return w.str();
 }
 
+std::string sequence_report(State& s);  // with the sequence code below
+
 void write_proc(State& s) {
   if (s.cfg.out_dir.empty()) return;
   Guard guard;
@@ -252,6 +277,7 @@ void write_proc(State& s) {
   if (s.cfg.mode == Mode::Capture) s.report.set_section("arrays", s.arrays.report_json());
   if (s.nvtx) s.report.set_section("nvtx", s.nvtx->report_json(s.nvtx_inside.load(), s.nvtx_outside.load()));
   if (selection_requested(s.cfg)) s.report.set_section("selection", selection_json(s));
+  if (s.seq_trigger) s.report.set_section("sequence", sequence_report(s));
   s.report.write(s.cfg.out_dir, counters(s));
 }
 
@@ -274,6 +300,10 @@ void write_buckets(State& s, bool final_report) {
   }
 }
 
+// Which cubins the module registry keeps: those holding the target, or every one for a
+// sequence (any kernel of its window needs its cubin).
+const KernelMatcher* registry_matcher(const State& s) { return s.keep_all ? s.keep_all.get() : s.matcher.get(); }
+
 // This thread's slot (thread_slots.hpp), claimed on its first launch or enqueue.
 ThreadSlot* my_slot(State& s, ThreadState& t) {
   if (!t.slot && !t.slot_tried) {
@@ -286,6 +316,8 @@ ThreadSlot* my_slot(State& s, ThreadState& t) {
 // The quiescing rule's reader side (quiesce.hpp): only the outermost enqueueing call of
 // a thread raises its flag (a thread without a slot, out of memory, uses a shared count).
 void quiesce_enter(State& s, ThreadState& t) {
+  // A sequence's owner holds the others; its own calls are the window's work.
+  if (t.seq_owner && t.shared_depth == 0) return;
   if (!s.armed.load(std::memory_order_acquire) || t.shared_depth++ != 0) return;
   if (ThreadSlot* slot = my_slot(s, t)) s.quiesce.enter(*slot);
   else s.quiesce.enter_shared();
@@ -636,6 +668,11 @@ bool set_launch(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpti_C
   return set_wants(s, fi, index, bucket) && start_capture(s, d, fi, cb, index, bucket);
 }
 
+// Sequences (KERNCAP_SEQUENCE): defined with the graph code below.
+bool sequence_launch_enter(State& s, ThreadState& t, const LaunchDesc& d, FuncInfo& fi, const CUpti_CallbackData* cb);
+bool start_sequence_run(State& s, ThreadState& t, const LaunchDesc& d, FuncInfo& fi, const CUpti_CallbackData* cb);
+void sequence_launch_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb);
+
 void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   LaunchDesc d;
   if (!decode_launch(cbid, cb->functionParams, d)) return;
@@ -644,8 +681,10 @@ void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
   count_launch(s, t, *fi, per_thread);
 
   if (fi->xla_helper) s.xla.on_helper(XlaAutotune::now_ns());
-  if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0 &&
-      !(s.xla.seen() && s.xla.skip_target(XlaAutotune::now_ns()))) {
+  if (s.seq_trigger && sequence_launch_enter(s, t, d, *fi, cb)) {
+    // recorded in the open window: it runs as the app launched it
+  } else if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0 &&
+             !(s.xla.seen() && s.xla.skip_target(XlaAutotune::now_ns()))) {
     std::string why;
     // Only processes that ever began a stream capture pay for asking the driver.
     if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why)) {
@@ -654,9 +693,12 @@ void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
       s.recorded_into_graphs.fetch_add(1, std::memory_order_relaxed);
     } else if (selected_launch(s, t, cb->context)) {
       const uint64_t index = s.target_matches.fetch_add(1, std::memory_order_acq_rel);
-      if (s.cfg.set ? set_launch(s, d, *fi, cb, index)
-                    : index == s.cfg.dispatch && start_capture(s, d, *fi, cb, index, UINT32_MAX))
+      if (s.seq_trigger) {
+        if (index == s.cfg.dispatch && s.cfg.seq_mode == SeqMode::Run) start_sequence_run(s, t, d, *fi, cb);
+      } else if (s.cfg.set ? set_launch(s, d, *fi, cb, index)
+                           : index == s.cfg.dispatch && start_capture(s, d, *fi, cb, index, UINT32_MAX)) {
         return;
+      }
     }
   }
   t.in_launch = true;
@@ -688,6 +730,7 @@ void launch_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb) {
     finish_capture(s, cb);
     return;
   }
+  if (t.seq_owner) sequence_launch_exit(s, t, cb);
   quiesce_exit(s, t);
   if (!t.in_launch) return;
   t.in_launch = false;
@@ -1181,10 +1224,21 @@ void set_graph_launch(State& s, ExecModel& m, uint64_t before, size_t count, con
       start_graph_capture(s, m, m.targets[i], before + i, stream, per_thread, buckets[i]);
 }
 
+void abort_sequence(State& s, ThreadState& t, const char* kind, const std::string& message);
+void start_sequence_graph(State& s, ThreadState& t, ExecModel& m, CUstream stream, bool per_thread);
+
 void graph_launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   auto* p = static_cast<const cuGraphLaunch_params*>(cb->functionParams);  // _ptsz: same layout
   const bool per_thread = cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
   t.graph_model = nullptr;
+  if (t.seq_owner) {
+    Guard guard;
+    ExecModel* m = s.graphs.find(p->hGraph);
+    abort_sequence(s, t, "capture_failed",
+                   "the sequence's thread launched a CUDA graph (" +
+                       (m ? "executable graph #" + std::to_string(m->id) : std::string("an executable graph")) +
+                       ") inside the window; capture that graph launch on its own with --sequence graph");
+  }
   if (!s.armed.load(std::memory_order_acquire) || g_benchmark.load(std::memory_order_acquire) != 0) return;
   LaunchDesc d;
   d.stream = p->hStream;
@@ -1211,7 +1265,10 @@ void graph_launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const C
   // ranges open at cuGraphLaunch, on its context's device.
   if (!v.count || !selected_launch(s, t, cb->context)) return;
   const uint64_t before = s.target_matches.fetch_add(v.count, std::memory_order_acq_rel);
-  if (s.cfg.set) {
+  if (s.seq_trigger) {
+    if (s.cfg.seq_mode == SeqMode::Graph && s.cfg.dispatch >= before && s.cfg.dispatch < before + v.count)
+      start_sequence_graph(s, t, *v.model, p->hStream, per_thread);
+  } else if (s.cfg.set) {
     set_graph_launch(s, *v.model, before, v.count, cb, p->hStream, per_thread);
   } else if (s.cfg.dispatch >= before && s.cfg.dispatch < before + v.count) {
     const NodeRef target = v.model->targets[size_t(s.cfg.dispatch - before)];
@@ -1223,6 +1280,384 @@ void graph_launch_exit(ThreadState& t) {
   if (!t.graph_model) return;
   t.graph_model->launching.fetch_sub(1, std::memory_order_acq_rel);
   t.graph_model = nullptr;
+}
+
+// ---------------------------------------------------------------------------------
+// Sequences (KERNCAP_SEQUENCE, docs/sequences.md): one window of the owner thread's
+// work captured as one reproducer. The window holds every other thread at its
+// driver-API entry from its opening to its end, as one dispatch's capture does from the
+// target's entry to its exit; the owner's own calls run and are recorded.
+
+uint64_t seq_thread(State& s, ThreadState& t) {
+  if (!t.seq_tid) t.seq_tid = s.seq_threads.fetch_add(1, std::memory_order_relaxed) + 1;
+  return t.seq_tid;
+}
+
+// What the window was asked to be (sequence.json "selection").
+std::string sequence_selection(const State& s) {
+  JsonWriter w;
+  w.begin_object().field("mode", seq_mode_name(s.cfg.seq_mode));
+  if (!s.cfg.kernel.empty())
+    w.field("kernel", s.cfg.kernel).field("match", match_mode_name(s.cfg.match)).field("dispatch", s.cfg.dispatch);
+  if (!s.cfg.nvtx.empty()) w.field("nvtx", s.cfg.nvtx).field("nvtx_match", s.cfg.nvtx_regex ? "regex" : "substring");
+  if (s.cfg.seq_mode == SeqMode::Nvtx) w.field("instance", s.cfg.dispatch).field("path", s.seq_path);
+  if (s.cfg.seq_count) w.field("count", s.cfg.seq_count);
+  if (!s.cfg.seq_until.empty()) w.field("until", s.cfg.seq_until);
+  w.end_object();
+  return w.str();
+}
+
+// proc-<pid>.json's "sequence": where this process's window stands.
+std::string sequence_report(State& s) {
+  JsonWriter w;
+  std::lock_guard<std::mutex> lock(s.seq_mu);
+  w.begin_object().field("mode", seq_mode_name(s.cfg.seq_mode)).field("state", seq_state_name(s.seq_trigger->state()));
+  w.field("instances_seen", s.seq_trigger->instances_seen()).field("launches", s.seq_trigger->launches());
+  w.field("until_seen", s.seq_until_seen.load()).field("path", s.seq_path).end_object();
+  return w.str();
+}
+
+bool until_matches(State& s, const FuncInfo& fi) {
+  if (!s.seq_until) return false;
+  std::lock_guard<std::mutex> lock(s.until_mu);
+  auto [it, fresh] = s.until_cache.try_emplace(&fi, false);
+  if (fresh) it->second = s.seq_until->matches(fi.name, fi.demangled);
+  return it->second;
+}
+
+std::string sequence_what(const State& s) {
+  switch (s.cfg.seq_mode) {
+    case SeqMode::Nvtx:
+      return "the sequence of NVTX range instance " + std::to_string(s.cfg.dispatch) + " matching '" + s.cfg.nvtx + "'";
+    case SeqMode::Graph:
+      return "the sequence of the graph launch running dispatch " + std::to_string(s.cfg.dispatch) + " of '" +
+             s.cfg.kernel + "'";
+    default:
+      return "the sequence from dispatch " + std::to_string(s.cfg.dispatch) + " of '" + s.cfg.kernel + "'";
+  }
+}
+
+// Opens the window on this thread: claims the run's capture, holds the other threads,
+// drains and takes the pre-state. False (the failure reported) when it cannot.
+bool open_sequence(State& s, ThreadState& t) {
+  const std::string what = sequence_what(s);
+  auto fail = [&](const char* kind, const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(s.seq_mu);
+      s.seq_trigger->failed();
+    }
+    s.seq_pending.store(false, std::memory_order_release);
+    if (!message.empty()) capture_attempt_failed(s, kind, message, s.cfg.dispatch, UINT32_MAX);
+    return false;
+  };
+  if (!claim_capture(s)) return fail("", "");
+  const std::string why = s.quiesce.lock(s.slots, my_slot(s, t));
+  if (!why.empty()) return fail("capture_failed", what + " failed at its start: " + why);
+  auto seq = std::make_unique<SequenceCapture>(s.cfg, s.mem, s.modules, sequence_selection(s));
+  seq->set_job(s.job);
+  seq->set_interception(interception_name(s));
+  const char* kind = nullptr;
+  std::string message;
+  try {
+    Guard guard;
+    seq->open();
+  } catch (const IoError& e) {
+    kind = "disk";
+    message = disk_message(s, e);
+  } catch (const std::exception& e) {
+    kind = "capture_failed";
+    message = what + " failed at its start: " + e.what();
+  }
+  if (kind) {
+    {
+      Guard guard;
+      seq->abort();
+      seq.reset();
+    }
+    s.quiesce.unlock();
+    return fail(kind, message);
+  }
+  s.seq = std::move(seq);
+  {
+    std::lock_guard<std::mutex> lock(s.seq_mu);
+    s.seq_trigger->opened(seq_thread(s, t));
+  }
+  s.seq_pending.store(false, std::memory_order_release);
+  t.seq_owner = true;
+  return true;
+}
+
+// A failure inside the open window: the partial capture goes, the other threads go on.
+void abort_sequence(State& s, ThreadState& t, const char* kind, const std::string& message) {
+  if (!t.seq_owner) return;
+  {
+    Guard guard;
+    if (s.seq) s.seq->abort();
+    s.seq.reset();
+  }
+  t.seq_owner = t.seq_graph = t.seq_close_pending = t.seq_in_call = false;
+  {
+    std::lock_guard<std::mutex> lock(s.seq_mu);
+    s.seq_trigger->failed();
+  }
+  s.quiesce.unlock();
+  capture_attempt_failed(s, kind, sequence_what(s) + " failed: " + message, s.cfg.dispatch, UINT32_MAX);
+}
+
+void close_sequence(State& s, ThreadState& t) {
+  const char* kind = nullptr;
+  std::string message, dir;
+  try {
+    Guard guard;
+    dir = s.seq->close();
+  } catch (const IoError& e) {
+    kind = "disk";
+    message = disk_message(s, e);
+  } catch (const std::exception& e) {
+    kind = "capture_failed";
+    message = e.what();
+  }
+  if (kind) return abort_sequence(s, t, kind, message);
+  {
+    Guard guard;
+    s.seq.reset();
+  }
+  t.seq_owner = t.seq_graph = t.seq_close_pending = t.seq_in_call = false;
+  {
+    std::lock_guard<std::mutex> lock(s.seq_mu);
+    s.seq_trigger->done();
+  }
+  s.quiesce.unlock();
+  capture_over(s, dir, s.cfg.dispatch, UINT32_MAX);
+}
+
+// Records a launch of the owner; false when the window was given up.
+bool record_sequence_launch(State& s, ThreadState& t, const LaunchDesc& d, FuncInfo& fi, const CUpti_CallbackData* cb) {
+  const std::string at = "launch " + std::to_string(s.seq->log().launches()) + " of the sequence (" + fi.demangled + ")";
+  std::string why;
+  if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why)) {
+    abort_sequence(s, t, "capture_failed", at + " is recorded into a CUDA graph by stream capture, not run: " + why);
+    return false;
+  }
+  if (cb->context && cb->context != s.seq->context()) {
+    CUdevice dev = -1;
+    {
+      Guard guard;
+      if (KC_CU(cuCtxGetDevice)(&dev) != CUDA_SUCCESS) dev = -1;
+    }
+    abort_sequence(s, t, "sequence_crosses",
+                   "the sequence crosses CUDA contexts: " + at + " ran on device " + std::to_string(dev) +
+                       (dev == s.seq->device() ? " in another context" : "") + ", the sequence began on device " +
+                       std::to_string(s.seq->device()) + "; a sequence replays in one context of one GPU");
+    return false;
+  }
+  try {
+    Guard guard;
+    if (s.entry_points && !s.seq->knows(&fi)) {
+      const Recovered r = recover_cubin(s, d.f, fi);
+      if (!r.error.empty()) throw std::runtime_error(r.error);
+      if (!r.warning.empty()) s.seq->add_warning(r.warning);
+    }
+    s.seq->add_launch(d, fi, s.nvtx ? s.nvtx->context().path : std::string(), false);
+  } catch (const IoError& e) {
+    abort_sequence(s, t, "disk", disk_message(s, e));
+    return false;
+  } catch (const std::exception& e) {
+    abort_sequence(s, t, "capture_failed", at + ": " + e.what());
+    return false;
+  }
+  return true;
+}
+
+// A launch while a sequence may be in the works; true when it was recorded in the window.
+bool sequence_launch_enter(State& s, ThreadState& t, const LaunchDesc& d, FuncInfo& fi, const CUpti_CallbackData* cb) {
+  if (!t.seq_owner && s.seq_until && until_matches(s, fi)) s.seq_until_seen.fetch_add(1, std::memory_order_relaxed);
+  if (!t.seq_owner && s.seq_pending.load(std::memory_order_acquire)) {
+    bool mine;
+    {
+      std::lock_guard<std::mutex> lock(s.seq_mu);
+      mine = s.seq_trigger->on_work(seq_thread(s, t));
+    }
+    if (mine && !open_sequence(s, t)) return false;
+  }
+  if (!t.seq_owner) return false;
+  if (!record_sequence_launch(s, t, d, fi, cb)) return true;  // given up: the launch runs as the app's
+  bool close;
+  {
+    std::lock_guard<std::mutex> lock(s.seq_mu);
+    close = s.seq_trigger->on_launch(until_matches(s, fi));
+  }
+  if (close) {
+    t.seq_close_pending = true;
+    t.seq_close_corr = cb->correlationId;
+  }
+  return true;
+}
+
+// Dispatch N of the kernel: the run begins with this launch.
+bool start_sequence_run(State& s, ThreadState& t, const LaunchDesc& d, FuncInfo& fi, const CUpti_CallbackData* cb) {
+  if (t.seq_owner || !open_sequence(s, t)) return false;
+  return sequence_launch_enter(s, t, d, fi, cb);
+}
+
+void sequence_launch_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb) {
+  if (!s.seq) return;
+  const CUresult r = result_of(cb);
+  if (r != CUDA_SUCCESS) {
+    abort_sequence(s, t, "capture_failed", std::string(cb->functionName) + " inside the sequence failed in the app: " +
+                                               cu_error_string(r));
+    return;
+  }
+  if (t.seq_close_pending && t.seq_close_corr == cb->correlationId) close_sequence(s, t);
+}
+
+// The launch of an executable graph running dispatch N: its nodes are the window's
+// steps, the app's own cuGraphLaunch runs them, the window closes at its exit.
+void start_sequence_graph(State& s, ThreadState& t, ExecModel& m, CUstream stream, bool per_thread) {
+  if (!open_sequence(s, t)) return;
+  t.seq_graph = true;
+  try {
+    Guard guard;
+    const int st = s.seq->stream_of(stream, per_thread);
+    const GraphWalk walk = record_graph_launch(*s.seq, m, st, [&](CUgraphNode node) {
+      std::vector<CUlaunchAttribute> attrs;
+      const LaunchDesc d = node_launch(node, stream, per_thread, attrs);
+      FuncInfo* fi = s.funcs.get(d.f, s.matcher.get());
+      if (s.entry_points && !s.seq->knows(fi)) {
+        const Recovered r = recover_cubin(s, d.f, *fi);
+        if (!r.error.empty()) throw std::runtime_error(r.error);
+        if (!r.warning.empty()) s.seq->add_warning(r.warning);
+      }
+      s.seq->add_launch(d, *fi, s.nvtx ? s.nvtx->context().path : std::string(), per_thread);
+    });
+    JsonWriter w;
+    w.begin_object().field("exec_id", m.id).field("exec_launch", m.launches - 1).field("nodes", uint64_t(walk.nodes));
+    w.field("built_by", m.built_by).field("updates", m.updates).field("instantiate_flags", m.instantiate_flags);
+    w.field("order", "serial (kerncap's topological order of the graph)");
+    w.key("skipped").begin_object();
+    for (const auto& [k, n] : walk.skipped) w.field(k, uint64_t(n));
+    w.end_object().end_object();
+    s.seq->set_graph_json(w.str());
+  } catch (const IoError& e) {
+    abort_sequence(s, t, "disk", disk_message(s, e));
+  } catch (const std::exception& e) {
+    abort_sequence(s, t, "graph_refused", e.what());
+  }
+}
+
+// An enqueueing or synchronizing call of the owner (not a launch): recorded at its
+// entry; a pending window opens first (its first GPU work may be a copy).
+void sequence_call(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, uint16_t roles,
+                   bool enter) {
+  if (!enter) {
+    if (!t.seq_in_call) return;
+    t.seq_in_call = false;
+    const CUresult r = result_of(cb);
+    if (r != CUDA_SUCCESS && t.seq_owner)
+      abort_sequence(s, t, "capture_failed", std::string(cb->functionName) + " inside the sequence failed in the app: " +
+                                                 cu_error_string(r));
+    return;
+  }
+  if (roles & (kAlloc | kArray | kHostMemory | kModuleLoad | kModuleUnload | kGraphInstantiate | kGraphUpdate |
+               kGraphBuild | kCaptureEnd | kEntryOnly | kGraphLaunch))
+    return;  // tracked as ever (allocations), or nothing the window replays
+  if (!t.seq_owner && s.seq_pending.load(std::memory_order_acquire) && (roles & kEnqueue)) {
+    bool mine;
+    {
+      std::lock_guard<std::mutex> lock(s.seq_mu);
+      mine = s.seq_trigger->on_work(seq_thread(s, t));
+    }
+    if (mine) open_sequence(s, t);
+  }
+  if (!t.seq_owner || !s.seq) return;
+  if (roles & kCaptureBegin) {
+    abort_sequence(s, t, "capture_failed", std::string(cb->functionName) +
+                                               ": a stream capture began inside the sequence (its work would not run)");
+    return;
+  }
+  {
+    Guard guard;
+    try {
+      s.seq->on_call(cbid, cb->functionParams, cb->functionName);
+    } catch (const IoError& e) {
+      abort_sequence(s, t, "disk", disk_message(s, e));
+      return;
+    } catch (const std::exception& e) {
+      abort_sequence(s, t, "capture_failed", std::string(cb->functionName) + " inside the sequence: " + e.what());
+      return;
+    }
+  }
+  if (!s.seq->log().refusal().empty()) {  // before the call runs: the threads go on at once
+    abort_sequence(s, t, "capture_failed", s.seq->log().refusal());
+    return;
+  }
+  t.seq_in_call = true;
+}
+
+// nvtx: a range call of this thread; the window is pending from the instance's start and
+// closes when the owner's path stops matching.
+void sequence_nvtx(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_NvtxData* d) {
+  const bool was = s.nvtx->matches();
+  s.nvtx->on_callback(cbid, d);
+  const bool now = s.nvtx->matches();
+  if (was == now || s.cfg.seq_mode != SeqMode::Nvtx) return;
+  bool close;
+  SeqState before, after;
+  {
+    std::lock_guard<std::mutex> lock(s.seq_mu);
+    before = s.seq_trigger->state();
+    close = s.seq_trigger->on_range(seq_thread(s, t), was, now);
+    after = s.seq_trigger->state();
+  }
+  if (before != SeqState::Pending && after == SeqState::Pending) {
+    s.seq_path = s.nvtx->context().path;
+    s.seq_pending.store(true, std::memory_order_release);
+  }
+  if (before == SeqState::Pending && after == SeqState::Failed) {
+    s.seq_pending.store(false, std::memory_order_release);
+    capture_failed(s, "sequence_empty",
+                   "NVTX range instance " + std::to_string(s.cfg.dispatch) + " matching '" + s.cfg.nvtx + "' (" +
+                       s.seq_path + ") enqueued no GPU work on its thread: nothing to capture; pick another instance "
+                       "(--dispatch) or a range that holds kernels");
+    write_proc(s);
+  }
+  if (close && t.seq_owner && s.seq) close_sequence(s, t);
+}
+
+// At the process's exit: a window that never opened or never closed, said so.
+void sequence_at_exit(State& s) {
+  SeqState st;
+  uint64_t seen, launches;
+  {
+    std::lock_guard<std::mutex> lock(s.seq_mu);
+    st = s.seq_trigger->state();
+    seen = s.seq_trigger->instances_seen();
+    launches = s.seq_trigger->launches();
+  }
+  if (st == SeqState::Open && s.seq) {
+    std::string why;
+    if (s.cfg.seq_mode == SeqMode::Nvtx)
+      why = "NVTX range instance " + std::to_string(s.cfg.dispatch) + " matching '" + s.cfg.nvtx + "' (" + s.seq_path +
+            ") opened but never closed before the process ended (" + std::to_string(launches) +
+            " launch(es) recorded): its push has no pop on the thread that launched its work";
+    else
+      why = "the run from dispatch " + std::to_string(s.cfg.dispatch) + " of '" + s.cfg.kernel +
+            "' never reached its end before the process ended: " + std::to_string(launches) + " launch(es) recorded" +
+            (s.cfg.seq_count ? " of --count " + std::to_string(s.cfg.seq_count) : "") +
+            (!s.cfg.seq_until.empty() ? "; no later launch of a kernel matching '" + s.cfg.seq_until + "' on its thread"
+                                      : std::string());
+    {
+      Guard guard;
+      s.seq->abort();
+    }
+    s.report.add_error("sequence_unclosed", why);
+    ::unlink(lock_path(s).c_str());
+    return;
+  }
+  if (st == SeqState::Waiting && s.cfg.seq_mode == SeqMode::Nvtx && !s.claimed.load())
+    s.report.add_error("sequence_unopened", "no instance " + std::to_string(s.cfg.dispatch) +
+                                                " of an NVTX range matching '" + s.cfg.nvtx + "' began (" +
+                                                std::to_string(seen) + " instance(s) seen)");
 }
 
 // ---------------------------------------------------------------------------------
@@ -1590,7 +2025,8 @@ void CUPTIAPI on_late_module(void*, CUpti_CallbackDomain domain, CUpti_CallbackI
   auto* md = static_cast<const CUpti_ModuleResourceData*>(static_cast<const CUpti_ResourceData*>(data)->resourceDescriptor);
   if (!md) return;
   ModuleCollector::note_loaded(md->moduleId);
-  if (s->matcher && md->pCubin && md->cubinSize) s->modules.on_module_loaded(md->moduleId, md->pCubin, md->cubinSize, *s->matcher);
+  if (const KernelMatcher* m = registry_matcher(*s); m && md->pCubin && md->cubinSize)
+    s->modules.on_module_loaded(md->moduleId, md->pCubin, md->cubinSize, *m);
 }
 
 // Entry points: the target's cubin, which no CUPTI callback reported while the app ran.
@@ -1691,6 +2127,7 @@ void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Call
     return;
   }
   if (roles & kCaptureBegin) {
+    if (enter && t.seq_owner) sequence_call(s, t, cbid, cb, roles, enter);
     // Counted before the capture can begin: from here until its end every target
     // launch asks the driver whether its stream is capturing (stream_is_capturing).
     if (enter) s.active_captures.fetch_add(1, std::memory_order_acq_rel);
@@ -1714,13 +2151,23 @@ void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_Call
   }
   const bool enqueue = roles & kEnqueue;
   if (roles & (kGraphInstantiate | kGraphUpdate)) t.in_graph_call = enter;
+  if (s.seq_trigger && (roles & (kEnqueue | kSync | kCaptureBegin)) && !(roles & kGraphLaunch))
+    sequence_call(s, t, cbid, cb, roles, enter);
   if (enter) {
     // Counting first: a capture starting here takes the quiesce lock exclusively.
     if (roles & kGraphLaunch) graph_launch_enter(s, t, cbid, cb);
     if (enqueue) quiesce_enter(s, t);
     return;
   }
-  if (roles & kGraphLaunch) graph_launch_exit(t);
+  if (roles & kGraphLaunch) {
+    graph_launch_exit(t);
+    if (t.seq_graph && s.seq) {
+      const CUresult r = result_of(cb);
+      if (r != CUDA_SUCCESS) abort_sequence(s, t, "capture_failed", std::string(cb->functionName) + " of the "
+                                                                        "sequence failed in the app: " + cu_error_string(r));
+      else close_sequence(s, t);
+    }
+  }
   if (roles & kCaptureEnd) s.active_captures.fetch_sub(1, std::memory_order_acq_rel);
   if (result_of(cb) == CUDA_SUCCESS) {
     if (roles & kModuleUnload) {
@@ -1753,8 +2200,8 @@ void on_resource(State& s, CUpti_CallbackId cbid, const CUpti_ResourceData* rd) 
       // lazily by the launch in flight on this thread.
       if (!ModuleCollector::note_loaded(md->moduleId) && tl.in_launch && tl.n_lazy++ < kLazyIds)
         tl.lazy[tl.n_lazy - 1] = md->moduleId;
-      if (s.matcher && md->pCubin && md->cubinSize)
-        s.modules.on_module_loaded(md->moduleId, md->pCubin, md->cubinSize, *s.matcher);
+      if (const KernelMatcher* m = registry_matcher(s); m && md->pCubin && md->cubinSize)
+        s.modules.on_module_loaded(md->moduleId, md->pCubin, md->cubinSize, *m);
       break;
     }
     case CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING: {
@@ -1784,7 +2231,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       ThreadState& t = tl;
       if (!t.guard) on_driver(*s, t, cbid, static_cast<const CUpti_CallbackData*>(data));
     } else if (domain == CUPTI_CB_DOMAIN_NVTX) {
-      if (s->nvtx) s->nvtx->on_callback(cbid, static_cast<const CUpti_NvtxData*>(data));
+      if (s->nvtx && s->seq_trigger) sequence_nvtx(*s, tl, cbid, static_cast<const CUpti_NvtxData*>(data));
+      else if (s->nvtx) s->nvtx->on_callback(cbid, static_cast<const CUpti_NvtxData*>(data));
     }
   } catch (const std::exception& e) {
     s->report.add_error("capture_failed", std::string("kerncap internal error in callback ") + std::to_string(cbid) +
@@ -1871,6 +2319,7 @@ void at_exit() {
     profiler::flush_and_stop();  // the set's time shares: every record of the run
     write_buckets(*s, true);
   }
+  if (s->active && s->cfg.mode == Mode::Capture && s->seq_trigger) sequence_at_exit(*s);
   if (s->active && s->cfg.mode == Mode::Capture && s->armed.load() && !s->claimed.load()) {
     // The dispatch was never reached: say what the graphs holding the target did.
     std::string why;
@@ -1992,6 +2441,11 @@ void create_selection(State& s) {
   if (!s.cfg.nvtx.empty() || (profile && s.cfg.profile_by_nvtx))
     s.nvtx = std::make_unique<NvtxRanges>(s.cfg.nvtx, s.cfg.nvtx_regex);
   if ((profile && s.cfg.profile_buckets) || (!profile && s.cfg.set)) s.buckets = std::make_unique<LaunchBuckets>();
+  if (!profile && s.cfg.sequence()) {
+    s.seq_trigger = std::make_unique<SequenceTrigger>(s.cfg.dispatch, s.cfg.seq_count, !s.cfg.seq_until.empty());
+    s.keep_all = std::make_unique<KernelMatcher>(std::string(), MatchMode::Substring);
+    if (!s.cfg.seq_until.empty()) s.seq_until = std::make_unique<KernelMatcher>(s.cfg.seq_until, s.cfg.match);
+  }
   if (profile ? s.cfg.profile_tags() : s.cfg.set)
     s.attribution = std::make_unique<LaunchAttribution>(s.nvtx.get(), s.buckets.get(), profile && s.cfg.profile_by_nvtx,
                                                         profile);

@@ -26,6 +26,7 @@ enum CallRole : uint16_t {
   kContextDestroy = 1 << 12,  // a context may be destroyed: its regions go
   kKernelNodeAdd = 1 << 13,   // a kernel node entered a graph through the explicit API
   kArray = 1 << 14,           // CUDA array / texture or surface object created or destroyed (array_tracker.hpp)
+  kSync = 1 << 15,            // the host waits for GPU work: an ordering a sequence's replay keeps (docs/sequences.md)
   kEntryOnly = kContextDestroy | kKernelNodeAdd,
 };
 

@@ -16,6 +16,8 @@ CUresult kc_v1_cuGraphExecUpdate(CUgraphExec, CUgraph, CUgraphNode*, CUgraphExec
 CUresult kc_v1_cuGraphInstantiate(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t);
 CUresult kc_v1_cuStreamBeginCapture(CUstream);
 }
+// cuCtxSynchronize takes no argument, so CUPTI declares no params struct for it.
+struct cuCtxSynchronize_params {};
 
 #define KC_WATCHED_CALLS(X) \
   /* Calls that enqueue GPU work or change the set of live allocations: held shared on */ \
@@ -121,4 +123,8 @@ CUresult kc_v1_cuStreamBeginCapture(CUstream);
   X(cuCtxDestroy_v2, cuCtxDestroy_v2, kContextDestroy) \
   X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease_v2, kContextDestroy) \
   X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_v2, kContextDestroy) \
-  X(cuGraphAddKernelNode_v2, cuGraphAddKernelNode_v2, kKernelNodeAdd)
+  X(cuGraphAddKernelNode_v2, cuGraphAddKernelNode_v2, kKernelNodeAdd) \
+  /* Host synchronizations: inside a sequence they order the work after them. */ \
+  X(cuCtxSynchronize, cuCtxSynchronize, kSync) X(cuCtxSynchronize_v2, cuCtxSynchronize_v2, kSync) \
+  X(cuStreamSynchronize, cuStreamSynchronize, kSync) X(cuStreamSynchronize_ptsz, cuStreamSynchronize, kSync) \
+  X(cuEventSynchronize, cuEventSynchronize, kSync)

@@ -12,6 +12,7 @@ using namespace kc::replay;
 
 namespace kc::replay {
 void bind_mismatch(py::module_& m);  // mismatch_bindings.cpp
+void bind_sequence(py::module_& m, py::class_<Session>& session);  // sequence_bindings.cpp
 }
 
 namespace {
@@ -173,7 +174,8 @@ PYBIND11_MODULE(_replay, m) {
       .def_readwrite("rtol", &CompareSpec::rtol);
 
   using release = py::call_guard<py::gil_scoped_release>;
-  py::class_<Session>(m, "Session")
+  py::class_<Session> session(m, "Session");
+  session
       .def(py::init<int>(), py::arg("device") = 0, release())
       .def("granularity", &Session::granularity)
       .def("compute_capability", &Session::compute_capability)
@@ -236,4 +238,5 @@ PYBIND11_MODULE(_replay, m) {
       .def("notes", &Session::notes)
       .def("health", &Session::health, release());
   bind_mismatch(m);  // where a variant differs (mismatch_bindings.cpp)
+  bind_sequence(m, session);  // captured sequences (sequence_bindings.cpp)
 }

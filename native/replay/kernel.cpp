@@ -116,25 +116,53 @@ std::string check_param_layout(CUfunction f, const LaunchSpec& spec, const std::
 
 }  // namespace
 
-LoadedKernel::LoadedKernel(const std::string& image, const std::string& label, const LaunchSpec& spec,
-                           const std::vector<GlobalRef>& globals)
-    : module_(image.data(), label), label_(label) {
-  CUresult r = KC_CU(cuModuleGetFunction)(&func_, module_.get(), spec.kernel_name.c_str());
+CUfunction prepare_function(CUmodule module, const std::string& image, const LaunchSpec& spec, const std::string& label,
+                            std::vector<std::string>& notes) {
+  CUfunction func = nullptr;
+  CUresult r = KC_CU(cuModuleGetFunction)(&func, module, spec.kernel_name.c_str());
   if (r == CUDA_ERROR_NOT_FOUND) throw Error("variant", "variant " + label + " has no kernel " + spec.kernel_name);
   check(r, "cuModuleGetFunction", spec.kernel_name + " in " + label);
-  if (std::string note = check_param_layout(func_, spec, label, cubin_param_count(image, spec.kernel_name));
-      !note.empty()) notes_.push_back(note);
+  if (std::string note = check_param_layout(func, spec, label, cubin_param_count(image, spec.kernel_name));
+      !note.empty()) notes.push_back(note);
+  // Dynamic shared memory above the default (48 KB minus static) needs an opt-in.
+  if (spec.shared_mem_bytes > 0) {
+    int current = 0;
+    KC_CHECK(cuFuncGetAttribute, (&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, func),
+             spec.kernel_name + " in " + label);
+    if (spec.shared_mem_bytes > static_cast<unsigned>(current)) {
+      KC_CHECK(cuFuncSetAttribute,
+               (func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(spec.shared_mem_bytes)),
+               spec.kernel_name + " in " + label + " (" + std::to_string(spec.shared_mem_bytes) +
+                   " bytes of dynamic shared memory)");
+    }
+  }
+  return func;
+}
+
+std::map<std::string, long long> function_attributes(CUfunction func, const std::string& label) {
+  std::map<std::string, long long> out;
+  for (const auto& [name, attr] : kFuncAttributes) {
+    int v = 0;
+    KC_CHECK(cuFuncGetAttribute, (&v, attr, func), std::string(name) + " of the kernel in " + label);
+    out[name] = v;
+  }
+  return out;
+}
+
+std::vector<CUdeviceptr> resolve_globals(CUmodule module, const std::string& label, const std::vector<GlobalRef>& globals,
+                                         std::vector<std::string>& notes) {
+  std::vector<CUdeviceptr> out;
   for (const GlobalRef& g : globals) {
     if (g.in_module.empty()) {
-      notes_.push_back("module global " + g.captured + " is not defined by " + label +
-                       ": nothing in it can reach the global, so it is not restored; it is compared as the "
-                       "variant leaves it, unchanged from the pre-state");
-      globals_.push_back(0);
+      notes.push_back("module global " + g.captured + " is not defined by " + label +
+                      ": nothing in it can reach the global, so it is not restored; it is compared as the "
+                      "variant leaves it, unchanged from the pre-state");
+      out.push_back(0);
       continue;
     }
     CUdeviceptr p = 0;
     size_t got = 0;
-    r = KC_CU(cuModuleGetGlobal)(&p, &got, module_.get(), g.in_module.c_str());
+    const CUresult r = KC_CU(cuModuleGetGlobal)(&p, &got, module, g.in_module.c_str());
     if (r == CUDA_ERROR_NOT_FOUND)
       throw Error("variant", "variant " + label + " has no module global " + g.in_module + " (the captured module has it)");
     check(r, "cuModuleGetGlobal", g.in_module + " in " + label);
@@ -142,32 +170,20 @@ LoadedKernel::LoadedKernel(const std::string& image, const std::string& label, c
       throw Error("variant", "variant " + label + ": module global " + g.in_module + " is " + std::to_string(got) +
                                  " bytes, the capture has " + std::to_string(g.size));
     if (g.in_module != g.captured)
-      notes_.push_back("module global " + g.captured + " is restored into " + g.in_module +
-                       " (the same global under the variant's module id)");
-    globals_.push_back(p);
-  }
-  // Dynamic shared memory above the default (48 KB minus static) needs an opt-in.
-  if (spec.shared_mem_bytes > 0) {
-    int current = 0;
-    KC_CHECK(cuFuncGetAttribute, (&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, func_),
-             spec.kernel_name + " in " + label);
-    if (spec.shared_mem_bytes > static_cast<unsigned>(current)) {
-      KC_CHECK(cuFuncSetAttribute,
-               (func_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(spec.shared_mem_bytes)),
-               spec.kernel_name + " in " + label + " (" + std::to_string(spec.shared_mem_bytes) +
-                   " bytes of dynamic shared memory)");
-    }
-  }
-}
-
-std::map<std::string, long long> LoadedKernel::attributes() const {
-  std::map<std::string, long long> out;
-  for (const auto& [name, attr] : kFuncAttributes) {
-    int v = 0;
-    KC_CHECK(cuFuncGetAttribute, (&v, attr, func_), std::string(name) + " of the kernel in " + label_);
-    out[name] = v;
+      notes.push_back("module global " + g.captured + " is restored into " + g.in_module +
+                      " (the same global under the variant's module id)");
+    out.push_back(p);
   }
   return out;
 }
+
+LoadedKernel::LoadedKernel(const std::string& image, const std::string& label, const LaunchSpec& spec,
+                           const std::vector<GlobalRef>& globals)
+    : module_(image.data(), label), label_(label) {
+  func_ = prepare_function(module_.get(), image, spec, label, notes_);
+  globals_ = resolve_globals(module_.get(), label, globals, notes_);
+}
+
+std::map<std::string, long long> LoadedKernel::attributes() const { return function_attributes(func_, label_); }
 
 }  // namespace kc::replay

@@ -46,6 +46,14 @@ class LaunchConfig {
   std::vector<std::string> notes_;
 };
 
+// The kernel of `spec` in a loaded module, checked against the capture's parameter
+// layout (Error "variant" when it differs or is missing), its dynamic shared memory opted
+// into; notes (a layout the driver could not report) go to `notes`.
+CUfunction prepare_function(CUmodule module, const std::string& image, const LaunchSpec& spec, const std::string& label,
+                            std::vector<std::string>& notes);
+// The function attributes a replay reports (func_attributes.hpp names).
+std::map<std::string, long long> function_attributes(CUfunction func, const std::string& label);
+
 // A captured module global and the name it has in the module being loaded: the same
 // name, the same global under the variant's module id (internal-linkage names embed a
 // per-TU hash), or empty when the variant does not define it (then no code in the
@@ -55,6 +63,11 @@ struct GlobalRef {
   std::string in_module;
   size_t size = 0;
 };
+
+// The address of each global in `module` (0 for one it does not define), checked: same
+// size as captured; Error "variant" when a name it should define is missing.
+std::vector<CUdeviceptr> resolve_globals(CUmodule module, const std::string& label, const std::vector<GlobalRef>& globals,
+                                         std::vector<std::string>& notes);
 
 // A module loaded from a cubin image, its kernel checked against the capture.
 class LoadedKernel {

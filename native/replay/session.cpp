@@ -272,6 +272,92 @@ std::map<std::string, long long> Session::load_program(const std::string& key, L
   return attrs;
 }
 
+std::map<std::string, long long> Session::load_sequence(const std::string& key, SeqSpec spec, const std::string& label) {
+  if (!stream_) throw Error("input", "load_state must come before load_sequence");
+  size_t globals = 0;
+  for (const Item& item : items_)
+    if (!item.spec.global_name.empty()) ++globals;
+  spec.globals = globals;
+  Program p;
+  p.seq = std::make_unique<SequenceProgram>(std::move(spec), label);
+  p.label = label;
+  std::map<std::string, long long> attrs = p.seq->attributes();
+  programs_[key] = std::move(p);
+  return attrs;
+}
+
+size_t Session::sequence_steps() const {
+  if (!current_ || !current_->seq) throw Error("input", "the selected program is not a sequence");
+  return current_->seq->steps();
+}
+
+void Session::run_steps(size_t begin, size_t end) {
+  require_kernel("run_steps");
+  if (!current_->seq) throw Error("input", "run_steps needs a sequence program");
+  if (begin > end || end > current_->seq->steps())
+    throw Error("input", "steps " + std::to_string(begin) + "-" + std::to_string(end) + " of a sequence of " +
+                             std::to_string(current_->seq->steps()));
+  current_->seq->enqueue(stream_->get(), begin, end, nullptr);
+  KC_CHECK(cuStreamSynchronize, (stream_->get()),
+           "steps " + std::to_string(begin) + "-" + std::to_string(end) + " of " + program_what());
+}
+
+std::vector<std::vector<double>> Session::time_steps(int iterations, int warmup) {
+  require_kernel("time_steps");
+  if (!current_->seq) throw Error("input", "time_steps needs a sequence program");
+  if (iterations < 1 || warmup < 0) throw Error("input", "iterations must be >= 1 and warmup >= 0");
+  SequenceProgram& seq = *current_->seq;
+  if (seq.mode() == "graph")
+    throw Error("input", "a sequence replayed as one CUDA graph has no per-launch times; time it in the streams or "
+                         "serial order");
+  size_t launches = 0;
+  for (size_t i = 0; i < seq.steps(); ++i) launches += seq.is_launch(i);
+  const CUstream s = stream_->get();
+  std::vector<Event> start(iterations), stop(iterations);
+  std::vector<std::vector<Event>> marks(static_cast<size_t>(iterations));
+  std::vector<std::vector<std::pair<CUevent, CUevent>>> handles(static_cast<size_t>(iterations));
+  for (int it = 0; it < iterations; ++it) {
+    marks[size_t(it)].resize(2 * launches);
+    for (size_t k = 0; k < launches; ++k)
+      handles[size_t(it)].emplace_back(marks[size_t(it)][2 * k].get(), marks[size_t(it)][2 * k + 1].get());
+  }
+  restore_all();
+  for (int it = 0; it < warmup + iterations; ++it) {
+    restore_written();
+    const int k = it - warmup;
+    if (k >= 0) KC_CHECK(cuEventRecord, (start[size_t(k)].get(), s), "a timing event");
+    seq.enqueue(s, 0, seq.steps(), k >= 0 ? &handles[size_t(k)] : nullptr);
+    if (k >= 0) KC_CHECK(cuEventRecord, (stop[size_t(k)].get(), s), "a timing event");
+  }
+  KC_CHECK(cuStreamSynchronize, (s), program_what());
+  const std::vector<double> whole = elapsed_ms(start, stop);
+  std::vector<std::vector<double>> out(static_cast<size_t>(iterations));
+  for (int it = 0; it < iterations; ++it) {
+    out[size_t(it)].push_back(whole[size_t(it)]);
+    for (const auto& [a, b] : handles[size_t(it)]) {
+      float t = 0.0f;
+      KC_CHECK(cuEventElapsedTime, (&t, a, b), "a launch's timing event");
+      out[size_t(it)].push_back(t);
+    }
+  }
+  return out;
+}
+
+void Session::mask(const std::vector<std::tuple<size_t, unsigned long long, unsigned long long>>& spans,
+                   const std::string& against) {
+  require_kernel("mask");
+  for (const auto& [index, offset, length] : spans) {
+    const ItemPointers p = item_pointers(index, against);
+    if (offset > p.size || length > p.size - offset)
+      throw Error("input", "masked span +" + std::to_string(offset) + " (" + std::to_string(length) +
+                               " bytes) lies outside " + p.label + " (" + format_bytes(p.size) + ")");
+    if (length)
+      KC_CHECK(cuMemcpyDtoDAsync, (p.actual + offset, p.expected + offset, length, stream_->get()),
+               "masking " + p.label + " +" + std::to_string(offset));
+  }
+  KC_CHECK(cuStreamSynchronize, (stream_->get()), "masking the excluded spans");
+}
+
 void Session::select_program(const std::string& key) {
   auto it = programs_.find(key);
   if (it == programs_.end()) throw Error("input", "no program loaded under key " + key);
@@ -292,6 +378,7 @@ void Session::require_kernel(const char* what) const {
 }
 
 CUdeviceptr Session::target_of(const Item& item) const {
+  if (!item.spec.global_name.empty() && current_->seq) return current_->seq->global_address(item.global_index);
   return item.spec.global_name.empty() ? item.target : current_->kernel->global_address(item.global_index);
 }
 
@@ -339,7 +426,15 @@ void Session::restore_written() {
   if (arrays_) arrays_->push(stream_->get(), true);  // arrays a surface wrote
 }
 
-void Session::launch() { current_->launch->launch(current_->kernel->function(), stream_->get()); }
+void Session::launch() {
+  if (current_->seq) current_->seq->enqueue(stream_->get(), 0, current_->seq->steps(), nullptr);
+  else current_->launch->launch(current_->kernel->function(), stream_->get());
+}
+
+std::string Session::program_what() const {
+  if (current_->seq) return "the sequence of " + current_->label;
+  return "kernel " + current_->launch->spec().kernel_name + " of " + current_->label;
+}
 
 std::vector<double> Session::time(int iterations, int warmup, bool flush_l2) {
   require_kernel("timing");
@@ -358,7 +453,7 @@ std::vector<double> Session::time(int iterations, int warmup, bool flush_l2) {
     launch();
     if (k >= 0) KC_CHECK(cuEventRecord, (stop[k].get(), s), "a timing event");
   }
-  KC_CHECK(cuStreamSynchronize, (s), "kernel " + current_->launch->spec().kernel_name);
+  KC_CHECK(cuStreamSynchronize, (s), program_what());
   return elapsed_ms(start, stop);
 }
 
@@ -405,7 +500,7 @@ void Session::run() {
   require_kernel("run");
   launch();
   KC_CHECK(cuStreamSynchronize, (stream_->get()),
-           "kernel " + current_->launch->spec().kernel_name + " of " + current_->label);
+           program_what());
   if (arrays_) {  // what the kernel left in the arrays (surface writes), for compare and read
     arrays_->pull(stream_->get());
     KC_CHECK(cuStreamSynchronize, (stream_->get()), "reading the CUDA arrays back after the kernel");
@@ -593,8 +688,12 @@ std::string Session::pci_bus_id() const {
 std::vector<std::string> Session::notes() const {
   std::vector<std::string> out = state_notes_;
   if (current_) {
-    out.insert(out.end(), current_->launch->notes().begin(), current_->launch->notes().end());
-    out.insert(out.end(), current_->kernel->notes().begin(), current_->kernel->notes().end());
+    if (current_->seq) {
+      out.insert(out.end(), current_->seq->notes().begin(), current_->seq->notes().end());
+    } else {
+      out.insert(out.end(), current_->launch->notes().begin(), current_->launch->notes().end());
+      out.insert(out.end(), current_->kernel->notes().begin(), current_->kernel->notes().end());
+    }
   }
   if (arrays_) out.insert(out.end(), arrays_->notes().begin(), arrays_->notes().end());
   return out;

@@ -17,6 +17,7 @@
 #include <cuda.h>
 
 #include <map>
+#include <tuple>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,7 @@
 #include "host_memory.hpp"
 #include "kernel.hpp"
 #include "resources.hpp"
+#include "sequence.hpp"
 #include "sparse.hpp"
 
 namespace kc::replay {
@@ -114,6 +116,21 @@ class Session {
   std::map<std::string, long long> load_program(const std::string& key, LaunchSpec spec, const std::string& image,
                                                 const std::string& label,
                                                 const std::vector<std::string>& global_names = {});
+  // A captured sequence (or a variant of it) as one program under `key` (sequence.hpp):
+  // restore, run, compare, time and the primitives below treat it as one kernel. Returns
+  // its first launch's function attributes.
+  std::map<std::string, long long> load_sequence(const std::string& key, SeqSpec spec, const std::string& label);
+  // The selected sequence's steps [begin, end) on the replay stream, waited for.
+  void run_steps(size_t begin, size_t end);
+  size_t sequence_steps() const;
+  // Per iteration: the whole sequence's time, then each launch's (events around it on its
+  // stream), after `warmup` untimed runs; before each run only what it wrote is restored.
+  std::vector<std::vector<double>> time_steps(int iterations, int warmup);
+  // Copies the expected state of compare(…, against) over what the program left at these
+  // (item, offset, length) spans, so a compare after it ignores them: the buffers a fused
+  // variant legitimately leaves unwritten (docs/sequences.md, "Fusions").
+  void mask(const std::vector<std::tuple<size_t, unsigned long long, unsigned long long>>& spans,
+            const std::string& against);
   void select_program(const std::string& key);
   void drop_program(const std::string& key);
 
@@ -178,8 +195,10 @@ class Session {
   struct Program {
     std::unique_ptr<LaunchConfig> launch;
     std::unique_ptr<LoadedKernel> kernel;
+    std::unique_ptr<SequenceProgram> seq;  // a sequence program instead of one kernel
     std::string label;
   };
+  std::string program_what() const;  // "kernel K of L" / "the sequence of L", for errors
   void require_kernel(const char* what) const;
   // Where an item lives for the selected program: a region's captured address, a
   // module global's address in the program's module (0 when it does not define it).

@@ -35,10 +35,13 @@ def captured_dirs(run_dir: Path) -> list[Path]:
 def build_reproducer(
     stage: Path, capture_dir: Path, run_dir: Path, kernel: str, match: str, dispatch: int, command: list[str],
     source_dir, build_dir, env: dict[str, str] | None = None, procs: list[dict] | None = None,
+    triton_records: bool = True,
 ) -> dict[str, Any]:
     """Turns one capture directory of the run into a reproducer at `stage`: moves the
     capture in, attaches sources and the Triton record, writes reproducer.json and the
-    app's launch counts (launches.json); returns the reproducer.json record."""
+    app's launch counts (launches.json); returns the reproducer.json record. `triton_records`:
+    pair the capture's kernel with the Python hook's Triton records (a sequence's first
+    launch is not what they describe)."""
     stage.mkdir(parents=True)
     os.rename(capture_dir, stage / "capture")
     capture = Capture.open(stage)
@@ -49,7 +52,7 @@ def build_reproducer(
         sources = _attach(attach_sources, notes, stage, capture, Path(source_dir),
                           Path(build_dir) if build_dir is not None else None)
     triton = None
-    if any(run_dir.glob("triton-*.json")):
+    if triton_records and any(run_dir.glob("triton-*.json")):
         triton = _attach(attach_triton, notes, stage, capture, run_dir)
 
     record: dict[str, Any] = {

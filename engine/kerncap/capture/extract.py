@@ -38,6 +38,8 @@ from kerncap.capture.run import (
 )
 from kerncap.capture.selection import Selection, diagnose as diagnose_selection, nvtx_environment, processes_note
 from kerncap.capture.selection import stop_requested
+from kerncap.capture import sequence_extract
+from kerncap.capture.sequence_extract import SequenceRequest
 from kerncap.capture.set_extract import SetExtractResult, assemble_set
 from kerncap.core.fsio import find_leftovers
 from kerncap.core.native import inject_library
@@ -87,6 +89,7 @@ def extract(
     selection: Selection | None = None,
     buckets: bool = False,
     intercept: str | None = None,
+    sequence: SequenceRequest | None = None,
 ) -> ExtractResult | SetExtractResult:
     """Capture dispatch `dispatch` (0-based, counted per process among launches whose
     name matches `kernel`) of the app `command` into the reproducer directory `output`.
@@ -98,15 +101,19 @@ def extract(
     (kerncap.capture.set_extract.SetExtractResult). `selection`: which launches count at all.
     `intercept`: how driver calls reach kerncap, "entry" (interposed entry points, CUPTI
     only at the dispatch; docs/interposer.md) or "cupti" (callbacks); None:
-    KERNCAP_INTERCEPT, else entry.
+    KERNCAP_INTERCEPT, else entry. `sequence`: capture a window of launches instead of one
+    dispatch (kerncap.capture.sequence_extract; docs/sequences.md).
     """
     start = time.monotonic()
     command = list(command)
     output = Path(output).absolute()
     dispatches = dispatch_list(dispatch)
     set_mode = buckets or len(dispatches) > 1
-    _check_pattern(kernel, match, dispatches[0])
     selection = selection or Selection()
+    if sequence is not None:
+        sequence.check(kernel, selection, dispatches, set_mode, prune)
+    if sequence is None or kernel:
+        _check_pattern(kernel, match, dispatches[0])
     selection.check()
     if set_mode and prune:
         raise UsageError("--prune works on one reproducer, not on a set", "prune a member: kerncap prune SET/members/N")
@@ -144,6 +151,7 @@ def extract(
             "KERNCAP_DISPATCH": ",".join(map(str, dispatches)),
             "KERNCAP_KEEP_RUNNING": "1" if keep_running else "0",
             **selection.settings(),
+            **(sequence.settings() if sequence is not None else {}),
         }
         if set_mode:
             settings["KERNCAP_SET"] = "1"
@@ -159,10 +167,17 @@ def extract(
         )
         procs = read_reports(run_dir, "proc")
         if not captured_dirs(run_dir):
-            raise diagnose_failure(kernel, match, dispatches[0], procs, outcome, run_dir, timeout, selection)
+            found = (sequence_extract.diagnose(sequence, kernel, dispatches[0], selection, procs)
+                     if sequence is not None else None)
+            raise found or diagnose_failure(kernel, match, dispatches[0], procs, outcome, run_dir, timeout, selection)
 
         try:
-            if set_mode:
+            if sequence is not None:
+                notes = sequence_extract.assemble_sequence(kernel, match, dispatches[0], command, output, run_dir,
+                                                           source_dir, build_dir, force, env, procs, sequence)
+                result = ExtractResult(reproducer_dir=output, capture=Capture.open(output), run_dir=run_dir,
+                                       notes=notes)
+            elif set_mode:
                 result = assemble_set(kernel, match, dispatches, buckets, command, output, run_dir, source_dir,
                                       build_dir, force, procs, env)
             else:

@@ -1,5 +1,6 @@
 """`kerncap extract KERNEL [--match M] [--dispatch N|N,M,…] [--buckets] [--nvtx P] [--rank R] [--pid P]
-[--device D] [--output DIR] … -- CMD…`"""
+[--device D] [--output DIR] … -- CMD…`; `kerncap extract [KERNEL] --sequence nvtx|graph|run [--count C]
+[--until K] …` captures a window of launches (docs/sequences.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from kerncap import api
 from kerncap.core.units import format_dim, human_bytes
-from kerncap.errors import KerncapError
+from kerncap.errors import KerncapError, UsageError
 
 
 def dispatch_arg(text: str) -> int | list[int]:
@@ -30,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "memory it can reach, at the original addresses) and write a reproducer directory.",
         epilog="example: kerncap extract gemm --dispatch 3 --output ./gemm-repro -- ./app --size 4096",
     )
-    p.add_argument("kernel", metavar="KERNEL", help="kernel name or pattern (see --match)")
+    p.add_argument("kernel", metavar="KERNEL", nargs="?", default="",
+                   help="kernel name or pattern (see --match); not needed with --sequence nvtx")
     p.add_argument("--match", choices=api.MATCH_MODES, default="substring",
                    help="substring of the mangled or demangled name (default), regex search, or exact mangled name")
     p.add_argument("--dispatch", type=dispatch_arg, default=0, metavar="N",
@@ -39,6 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--buckets", action="store_true",
                    help="capture one dispatch of every launch signature (grid, block, dynamic smem, scalar "
                         "arguments) in one run into a reproducer set weighted by each bucket's in-app time")
+    seq = p.add_argument_group("a sequence of launches as one reproducer (docs/sequences.md)")
+    seq.add_argument("--sequence", choices=api.SEQUENCE_MODES, metavar="MODE",
+                     help="nvtx: every launch of instance N (--dispatch) of the --nvtx range; graph: the whole CUDA "
+                          "graph launch running dispatch N of KERNEL; run: the launches from dispatch N of KERNEL on "
+                          "(--count or --until)")
+    seq.add_argument("--count", type=int, metavar="C", help="--sequence run: C launches")
+    seq.add_argument("--until", metavar="PATTERN",
+                     help="--sequence run: up to and including the next launch of a kernel matching PATTERN")
     sel = p.add_argument_group("which launches count (docs/selection.md)")
     sel.add_argument("--nvtx", metavar="PATTERN",
                      help="only launches inside NVTX ranges whose path matches, e.g. 'forward.S1024/layer.5'")
@@ -71,14 +81,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     command = api.app_command(args.app_command, args.cmd)
-    output = args.output or api.Workspace(args.workspace).new_reproducer_path(args.kernel)
+    if not args.kernel and not args.sequence:
+        raise UsageError("no kernel name given", "run `kerncap profile -- CMD` to see the kernel names")
+    sequence = (api.SequenceRequest(mode=args.sequence, count=args.count, until=args.until) if args.sequence else None)
+    if sequence is None and (args.count is not None or args.until):
+        raise UsageError("--count and --until bound a run of launches", "add --sequence run")
+    output = args.output or api.Workspace(args.workspace).new_reproducer_path(
+        args.kernel or (args.nvtx or "sequence").replace("/", "_"))
     selection = api.Selection(nvtx=args.nvtx, nvtx_match=args.nvtx_match, rank=args.rank, pid=args.pid,
                               device=args.device)
     result = api.extract(
         args.kernel, command, output=output, dispatch=args.dispatch, match=args.match,
         keep_running=args.keep_running, timeout=args.timeout, source_dir=args.source_dir,
         build_dir=args.build_dir, force=args.force, keep_run_dir=args.keep_run_dir, prune=args.prune,
-        selection=selection, buckets=args.buckets, intercept=args.intercept,
+        selection=selection, buckets=args.buckets, intercept=args.intercept, sequence=sequence,
     )
     if isinstance(result, api.ExtractResult):
         print(format_extract_summary(result))
@@ -91,6 +107,8 @@ def handle(args: argparse.Namespace) -> int:
 
 def format_extract_summary(r: api.ExtractResult) -> str:
     cap = r.capture
+    if cap.sequence is not None:
+        return api.format_sequence_extract(r)
     k, launch, prov = cap.kernel, cap.launch, cap.provenance
     written = [reg for reg in cap.regions if reg.written]
     written_text = ", ".join(f"#{reg.id} ({human_bytes(reg.size)})" for reg in written[:6])

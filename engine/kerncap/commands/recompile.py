@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from kerncap import api
+from kerncap.errors import UsageError
 
 
 def register(sub) -> None:
@@ -30,6 +31,9 @@ def register(sub) -> None:
                           "falling back to the whole unit when that fails)")
     how.add_argument("--reduced", action="store_true",
                      help="CUDA: compile only what the captured kernel needs, without falling back")
+    p.add_argument("--kernel", metavar="K",
+                   help="a sequence (docs/sequences.md): rebuild kernel K (its number or a part of its name, as "
+                        "`kerncap info` lists them) and write the sequence variant that uses it")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="print the compiler's output even when it is quiet, and where the time went")
@@ -41,11 +45,19 @@ def run(args: argparse.Namespace) -> int:
         return recompile_set_cli(args)
     if args.list_configs:
         return list_configs(args.reproducer, args.json)
-    result = api.recompile(args.reproducer, args.config, trust=args.trust, mode=_mode(args))
+    variant = None
+    if args.kernel is not None:
+        result, variant = api.recompile_sequence_kernel(args.reproducer, args.kernel, trust=args.trust, mode=_mode(args))
+    elif api.is_sequence(args.reproducer):
+        raise UsageError(f"{args.reproducer} is a sequence: pick the kernel to rebuild",
+                         "kerncap recompile DIR --kernel K (kerncap info DIR lists its kernels)")
+    else:
+        result = api.recompile(args.reproducer, args.config, trust=args.trust, mode=_mode(args))
     if args.json:
         print(json.dumps({"cubin": str(result.cubin), "seconds": round(result.seconds, 3),
                           "command": result.command, "log": result.log, "mode": result.mode,
-                          "phases": result.phases, "notes": result.notes, "summary": result.summary},
+                          "phases": result.phases, "notes": result.notes, "summary": result.summary,
+                          "variant": None if variant is None else str(variant)},
                          indent=2))
         return 0
     print("$ " + shlex.join(result.command))  # always: the user sees what ran
@@ -59,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
         print("time: " + result.phase_line()
               + ("" if "link" in result.phases or result.mode == "triton" else " (no link step: ptxas writes the cubin)"))
     print(f"{result.cubin}  ({result.seconds:.2f} s)")
-    print(f"replay it with: kerncap replay {args.reproducer} --cubin {result.cubin}")
+    target = variant or result.cubin
+    if variant is not None:
+        print(f"sequence variant {variant}")
+    print(f"replay it with: kerncap replay {args.reproducer} --cubin {target}")
     return 0
 
 

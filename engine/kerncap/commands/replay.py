@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "bootstrap confidence interval, or 'within noise' when it contains 1.0. With --ncu: "
                         "exactly two, A B (a cubin, or `captured`), their metrics side by side with B's change")
     api.options.add_options(c, (O.ROUNDS, O.MIN_TIME, O.MAX_TIME, O.CONFIDENCE))
+    q = p.add_argument_group("sequences (docs/sequences.md)")
+    O.PER_LAUNCH.add_to(q)
+    O.SEQUENCE_ORDER.add_to(q, default=None, choices=api.SEQUENCE_ORDERS)
     p.add_argument("--device", type=non_negative_int, default=0,
                    help="GPU ordinal (0): any GPU of the capture's architecture; the result says which ran")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -64,8 +67,10 @@ def handle(args: argparse.Namespace) -> int:
     check_cubin(args.cubin)
     result = api.replay(args.path, cubin=args.cubin, iterations=_or(args.iterations, O.REPLAY_ITERATIONS),
                         warmup=_or(args.warmup, O.REPLAY_WARMUP), flush_l2=args.flush_l2, device=args.device,
-                        timeout=args.timeout)
+                        timeout=args.timeout, per_launch=args.per_launch, order=args.sequence_order)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_replay(result))
+    if result.launches and not args.json:
+        print(api.format_sequence_launches(result.launches))
     return 0
 
 
@@ -73,6 +78,8 @@ def handle_compare(args: argparse.Namespace) -> int:
     if args.cubin is not None:
         raise UsageError("--cubin and --compare do not go together",
                          "list every variant after --compare (the captured cubin is always included)")
+    if args.per_launch:
+        raise UsageError("--per-launch and --compare do not go together", "time the launches of one program")
     cubins = [Path(c) for c in args.compare if c not in inspect_tools.BASELINE_NAMES]  # always the baseline
     for cubin in cubins:
         check_cubin(cubin)
@@ -80,7 +87,8 @@ def handle_compare(args: argparse.Namespace) -> int:
                                   iterations=_or(args.iterations, O.COMPARE_ITERATIONS),
                                   warmup=_or(args.warmup, O.COMPARE_WARMUP), flush_l2=args.flush_l2,
                                   min_seconds=args.min_seconds, max_seconds=args.max_seconds,
-                                  confidence=args.confidence, device=args.device, timeout=args.timeout)
+                                  confidence=args.confidence, device=args.device, timeout=args.timeout,
+                                  order=args.sequence_order)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_comparison(result))
     return 0
 

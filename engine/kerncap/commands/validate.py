@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--keep", type=non_negative_int, action="append", default=[], metavar="REGION",
                    help="never perturb this region (repeatable)")
     O.RUNS.add_to(g)
+    q = p.add_argument_group("sequences (docs/sequences.md)")
+    O.PER_LAUNCH.add_to(q)
+    O.SEQUENCE_ORDER.add_to(q, default=None, choices=api.SEQUENCE_ORDERS)
     p.add_argument("--device", type=non_negative_int, default=0,
                    help="GPU ordinal (0): any GPU of the capture's architecture; the report says which ran")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -84,13 +87,22 @@ def handle(args: argparse.Namespace) -> int:
         with api.open_session(args.paths[0], device=args.device) as s:
             report, timing = s.validate_and_time(request)
     else:
-        report, timing = api.validate_request(args.paths, request, device=args.device), None
+        report, timing = api.validate_request(args.paths, request, device=args.device, order=args.sequence_order), None
+    localized = None
+    if args.per_launch:
+        if len(args.paths) != 1 or not api.is_sequence(args.paths[0]):
+            raise UsageError("--per-launch localizes inside one sequence reproducer",
+                             "pass one reproducer made with `kerncap extract --sequence`")
+        localized = api.localize(args.paths[0], cubin=args.cubin, device=args.device, order=args.sequence_order)
     if args.json:
-        print(json.dumps({**report.to_dict(), "set_timing": timing.to_dict() if timing else None}, indent=1))
+        print(json.dumps({**report.to_dict(), "set_timing": timing.to_dict() if timing else None,
+                          **({"per_launch": localized} if localized is not None else {})}, indent=1))
     else:
         print(api.format_trust_report(report))
         if timing is not None:
             print(api.format_set_run(timing))
+        if localized is not None:
+            print(api.format_localization(localized))
     return report.exit_status
 
 

@@ -117,7 +117,9 @@ def sweep(reproducer: str | os.PathLike, fanout: Fanout, *, configs: Sequence[st
     start = time.monotonic()
     options = options or MeasureOptions()
     root = Path(reproducer)
-    Capture.open(root)  # a damaged reproducer is refused before anything is sent
+    if Capture.open(root).sequence is not None:  # a damaged reproducer is refused before anything is sent
+        raise UsageError(f"{root} is a sequence: sweep compiles configs of one kernel",
+                         "compare a sequence's variants with kerncap replay DIR --compare V1 V2 ...")
     configs = list(dict.fromkeys(configs))
     if not configs and not variants:
         raise UsageError("nothing to sweep", "pass --configs FILE, --autotune or --variants CUBIN...")

@@ -36,12 +36,14 @@ from kerncap.errors import (
     GpuUnavailable,
     KerncapError,
     NativeUnavailable,
+    UsageError,
 )
 from kerncap.prune.closure import Closure, compute_closure
 from kerncap.replay.client import ReplayClient
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.record import read_record
+from kerncap.reproducer.sequence import is_sequence
 from kerncap.reproducer.stored import hydrate
 
 __all__ = ["Closure", "PruneReport", "compute_closure", "default_pruned_path", "prune_reproducer", "write_pruned"]
@@ -188,6 +190,9 @@ def prune_reproducer(
         root = root.resolve()  # swap the directory itself, not the link to it
     if not root.is_dir():
         Capture.open(root)  # says what is missing
+    if is_sequence(root):
+        raise UsageError(f"{root} is a sequence: prune keeps what one kernel's pointers reach",
+                         "a sequence's regions are what its launches reach together; replay or pack it whole")
     with exclusive(root, "pruning"):  # two prunes of one reproducer must not swap it twice
         return _prune_locked(root, validate=validate, output=output, device=device, timeout=timeout)
 

@@ -50,6 +50,7 @@ class ReplayClient:
         env: dict[str, str] | None = None,
         echo_log: bool = False,
         before_open: Sequence[dict[str, Any]] = (),
+        sequence_order: str | None = None,
     ):
         """`timeout`: seconds to wait for one response (None: no limit; on expiry the server
         is killed). `echo_log`: copy the server's log to our stderr as it comes.
@@ -61,6 +62,7 @@ class ReplayClient:
         self.env = env
         self.echo_log = echo_log
         self.before_open = list(before_open)
+        self.sequence_order = sequence_order  # a sequence capture: streams | serial | graph (docs/sequences.md)
         self.info: dict[str, Any] | None = None  # what `open` reported
         self.starts = 0  # servers started so far (restarts = starts - 1)
         self._child: JsonLinesChild | None = None
@@ -91,7 +93,10 @@ class ReplayClient:
                 for req in self.before_open:
                     self._send(dict(req))
                 try:
-                    self.info = self._send({"op": "open", "capture": str(self.capture_dir), "device": self.device})
+                    req = {"op": "open", "capture": str(self.capture_dir), "device": self.device}
+                    if self.sequence_order:
+                        req["sequence_order"] = self.sequence_order
+                    self.info = self._send(req)
                     return self.info
                 except AddressUnavailable as exc:
                     # Host mappings (the driver's own reservations among them) land at
@@ -210,9 +215,19 @@ class ReplayClient:
 
     # -- API -----------------------------------------------------------------------------
     def replay(self, cubin: str | Path | None = None, iterations: int = 20, warmup: int = 3,
-               flush_l2: bool = False) -> ReplayResult:
+               flush_l2: bool = False, per_launch: bool = False) -> ReplayResult:
+        """`per_launch` (a sequence): each launch timed too (ReplayResult.launches)."""
+        more = {"per_launch": True} if per_launch else {}
         return ReplayResult.from_dict(self.request(
-            "replay", cubin=_path(cubin), iterations=iterations, warmup=warmup, flush_l2=flush_l2))
+            "replay", cubin=_path(cubin), iterations=iterations, warmup=warmup, flush_l2=flush_l2, **more))
+
+    def sequence_time(self, cubin: str | Path | None = None, iterations: int = 10, warmup: int = 2) -> dict[str, Any]:
+        """A sequence's whole time and each launch's (kerncap.replay.sequence_replay.op_sequence_time)."""
+        return self.request("sequence_time", cubin=_path(cubin), iterations=iterations, warmup=warmup)
+
+    def localize(self, cubin: str | Path | None, tolerances: dict | None = None) -> dict[str, Any]:
+        """The first launch of a sequence after which `cubin`'s state departs from the captured one."""
+        return self.request("localize", cubin=_path(cubin), tolerances=tolerances or {})
 
     def validate(self, cubin: str | Path | None = None, atol: float | None = None, rtol: float | None = None,
                  dtype: str | None = None, dtypes: dict[int, str] | None = None) -> ValidationResult:

@@ -220,7 +220,8 @@ class TrustReport:
 
 def validate_reproducers(dirs: Sequence[str | Path], cubin: str | Path | None, options: Options, *,
                          device: int = 0, progress: Callable[[str], None] | None = None,
-                         cubins: Sequence[str | Path | None] | None = None) -> TrustReport:
+                         cubins: Sequence[str | Path | None] | None = None,
+                         sequence_order: str | None = None) -> TrustReport:
     """Validates `cubin` (None: the captured cubin) on every reproducer in `dirs`, each in
     its own replay server; `cubins`: one per reproducer instead (a set variant, whose
     members may run different builds)."""
@@ -238,8 +239,8 @@ def validate_reproducers(dirs: Sequence[str | Path], cubin: str | Path | None, o
         raise KerncapError(f"{len(cubins)} cubins for {len(dirs)} reproducers", "this is a kerncap bug")
     reports = []
     for d, cap, one in zip(dirs, captures, cubins if cubins is not None else [cubin] * len(dirs)):
-        plan = pt.plan(cap, options.keep, options.region_dtypes) if options.perturb else None
-        with ReplayClient(d, device=device) as rc:
+        plan = pt.plan(cap, options.keep, options.region_dtypes) if options.perturb and cap.sequence is None else None
+        with ReplayClient(d, device=device, sequence_order=sequence_order) as rc:
             reports.append(validate_one(rc, cap, one, options, plan=plan, progress=progress))
     return TrustReport(None if cubin is None else str(cubin), options.perturb, options.seed, reports)
 
@@ -275,7 +276,10 @@ def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Option
     inputs.append(_check(rc, cubin, None, classes, mode, "captured", "captured input", det.unjudgeable,
                          options.region_shapes))
     plan_lines: list[str] = []
-    if options.perturb:
+    if options.perturb and capture.sequence is not None:
+        notes.append(f"--perturb {options.perturb}: a sequence is validated on its captured input only (which of its "
+                     "regions its launches read before writing is not known yet)")
+    elif options.perturb:
         plan = plan or pt.plan(capture, options.keep, options.region_dtypes)
         plan_lines = plan.report_lines() + [f"note: {n}" for n in plan.notes]
         if not plan.perturbed:

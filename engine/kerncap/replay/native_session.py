@@ -23,6 +23,7 @@ from kerncap.replay.cubin import describe_arch_mismatch
 from kerncap.replay.devices import arch_refusal
 from kerncap.replay import host_memory, sparse
 from kerncap.replay.plan import AddressPlan, SpanConflict, plan_address_space
+from kerncap.replay import sequence_replay
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.results import (
     RegionCheck,
@@ -45,12 +46,22 @@ MAX_PROGRAMS = 8
 
 
 class NativeSession:
-    def __init__(self, capture_dir: str | Path, device: int = 0, reader_threads: int = 4):
+    def __init__(self, capture_dir: str | Path, device: int = 0, reader_threads: int = 4,
+                 sequence_order: str = "streams"):
         t0 = time.perf_counter()
         self.capture = cap = Capture.open(capture_dir)
+        if cap.manifest.get("sequence_member"):
+            raise CaptureFormatError(
+                f"{cap.reproducer_dir} is a kernel entry of a sequence (its first launch, with no memory): it is "
+                "rebuilt, not replayed alone", f"replay the sequence: {cap.reproducer_dir.parent.parent}")
         self._tensor_dtypes: dict[int, str] | None = None
-        if not cap.cubin_path.is_file():
-            raise CaptureFormatError(f"cubin {cap.cubin_path} is missing", "the capture is incomplete; extract again")
+        # A sequence capture replays as one program (kerncap.replay.sequence_replay).
+        self.sequence_order = sequence_order
+        self._seq: dict[str, sequence_replay.SeqProgram] = {}   # native key -> program
+        self._seq_keys: dict[tuple, str] = {}                   # (cubin, its stat) -> native key
+        for cubin in [cap.cubin_path] + ([cap.root / m.cubin for m in cap.sequence.modules] if cap.sequence else []):
+            if not cubin.is_file():
+                raise CaptureFormatError(f"cubin {cubin} is missing", "the capture is incomplete; extract again")
         self.core = native.replay_module()
         # Host memory first, before CUDA starts in this process (host_memory.py).
         self.host_ranges = host_memory.plan_host_ranges(cap.host_regions)
@@ -263,6 +274,8 @@ class NativeSession:
 
     def program_key(self, cubin: str | Path | None) -> str:
         """Loads (if needed) and returns the key of the captured cubin or a variant."""
+        if self.capture.sequence is not None:
+            return self._sequence_key(cubin)
         path = Path(cubin) if cubin else self.capture.cubin_path
         label = str(path) if cubin else f"captured cubin {path}"
         try:
@@ -292,6 +305,63 @@ class NativeSession:
             if oldest == self.current_key:
                 self.current_key = None
         return key
+
+    # -- sequences -----------------------------------------------------------------------------
+    def _sequence_key(self, cubin: str | Path | None) -> str:
+        """The key of the captured sequence program (None) or a variant (a sequence variant
+        file, or a cubin replacing the modules whose kernels it defines), loaded once."""
+        try:
+            st = Path(cubin).stat() if cubin else None
+        except OSError as exc:
+            raise KerncapError(f"cannot read {cubin}: {exc.strerror}", "check the --cubin path") from None
+        cache = (str(cubin), st.st_mtime_ns if st else 0, st.st_size if st else 0)
+        key = self._seq_keys.get(cache)
+        if key in self._programs:
+            self._programs[key] = self._programs.pop(key)
+            return key
+        spec, program = sequence_replay.build(self.core, self.capture, self.items, cubin, self.sequence_order)
+        key = program.key
+        if key not in self._programs:
+            try:
+                attrs = dict(self.session.load_sequence(key, spec, program.label))
+            except self.core.ReplayError as exc:
+                message, kind = exc.args
+                better = sequence_replay.fused_param_error(message, program.variant)
+                if better:
+                    raise KerncapError(better, "make the fused kernel's parameters those of its skeleton "
+                                               "(fusions/<name>/fused.cu), in that order") from None
+                raise
+            self._programs[key] = (program.label, attrs)
+            while len(self._programs) > MAX_PROGRAMS:
+                oldest = next(k for k in self._programs if k != key)
+                del self._programs[oldest]
+                self._seq.pop(oldest, None)
+                self.session.drop_program(oldest)
+                if oldest == self.current_key:
+                    self.current_key = None
+        self._seq[key] = program
+        self._seq_keys[cache] = key
+        return key
+
+    def sequence_program(self, cubin: str | Path | None) -> "sequence_replay.SeqProgram":
+        """Loads and selects the captured sequence program (None) or a variant of it."""
+        if self.capture.sequence is None:
+            raise KerncapError(f"{self.capture.root} is not a sequence capture", "pass a reproducer made with --sequence")
+        key = self._sequence_key(cubin)
+        self.select(key)
+        return self._seq[key]
+
+    def excluded_spans(self) -> list[tuple[int, int, int]]:
+        """The selected program's masked spans (a fusion's intermediates), as the native core takes them."""
+        program = self._seq.get(self.current_key or "")
+        return sequence_replay.mask_spans(self.items, program.excluded) if program else []
+
+    def after_run(self, against: str) -> None:
+        """After the selected program ran and before its state is compared: mask what a
+        fused variant legitimately leaves unwritten."""
+        spans = self.excluded_spans()
+        if spans:
+            self.session.mask(spans, against)
 
     def select(self, key: str) -> None:
         if key != self.current_key:
@@ -341,11 +411,23 @@ class NativeSession:
             "open_seconds": self.open_seconds,
             "kernel_attributes": self.kernel_attributes,
             "notes": self.notes(),
+            "sequence": self._sequence_info(),
         }
+
+    def _sequence_info(self) -> dict[str, Any] | None:
+        seq = self.capture.sequence
+        if seq is None:
+            return None
+        return {"launches": len(seq.launches), "steps": len(seq.steps), "streams": len(seq.streams),
+                "order": self.sequence_order, "mode": seq.mode}
 
     def notes(self) -> list[str]:
         """The native core's notes, and what an older capture does not hold."""
-        return list(self.session.notes()) + [f"this capture lacks {what}" for what in lacks(self.capture)]
+        out = list(self.session.notes()) + [f"this capture lacks {what}" for what in lacks(self.capture)]
+        if self.capture.sequence is not None:
+            program = self._seq.get(self.current_key or "")
+            out += (program.notes if program else []) + sequence_replay.freed_note(self.capture)
+        return out
 
     def replay(self, cubin: str | None, iterations: int, warmup: int, flush_l2: bool) -> ReplayResult:
         if iterations < 1 or warmup < 0:
@@ -371,7 +453,13 @@ class NativeSession:
                 spec.dtype = item.dtype or ""  # the array's format; byte-exact where kerncap has no dtype for it
             spec.atol, spec.rtol = a, r
             specs.append(spec)
-        outs = self.session.validate(specs)
+        if self.capture.sequence is not None:  # masked spans go between the run and the compare
+            self.session.restore()
+            self.session.run()
+            self.after_run("captured")
+            outs = self.session.compare(specs, "captured")
+        else:
+            outs = self.session.validate(specs)
         checks = [self._check(item, spec.dtype or None, out, a, r) for item, spec, out in zip(self.items, specs, outs)]
         return ValidationResult(
             passed=all(c.passed for c in checks), mode="tolerance" if tolerance else "exact", regions=checks,
@@ -397,8 +485,7 @@ class NativeSession:
             self._tensor_dtypes = triton_region_dtypes(self.capture)
         return self._tensor_dtypes
 
-    @staticmethod
-    def _check(item, dtype: str | None, out: dict, atol: float, rtol: float) -> RegionCheck:
+    def _check(self, item, dtype: str | None, out: dict, atol: float, rtol: float) -> RegionCheck:
         is_region, is_array = isinstance(item, Region), isinstance(item, CudaArray)
         is_host = isinstance(item, HostRegion)
         check = RegionCheck(
@@ -417,6 +504,8 @@ class NativeSession:
             unexpected_write=False,
         )
         check.unexpected_write = not item.written and not check.passed
+        if is_region and item.sequence_state == "freed":
+            check.excluded = "freed inside the sequence: its final state cannot be compared"
         return check
 
 

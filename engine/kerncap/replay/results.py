@@ -49,6 +49,8 @@ class ReplayResult:
     cubin: str | None  # variant path; None for the captured cubin
     notes: list[str] = field(default_factory=list)
     device: dict[str, Any] | None = None  # the GPU it ran on (kerncap.replay.devices)
+    # a sequence with --per-launch: its launches' times (kerncap.replay.sequence_replay.op_sequence_time)
+    launches: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_times(cls, times_ms: list[float], *, warmup: int, flush_l2: bool, cubin: str | None,
@@ -82,9 +84,12 @@ class RegionCheck:
     unexpected_write: bool  # the baseline left it unchanged, this run did not
     report: dict[str, Any] | None = None  # where it differs: a MismatchMap's dict (kerncap.replay.mismatch)
     report_error: str | None = None       # why there is no report (e.g. a --region-shape that does not fit)
+    excluded: str | None = None           # not judged, and why (a region a sequence freed inside its window)
 
     @property
     def passed(self) -> bool:
+        if self.excluded:
+            return True
         if self.dtype is None:
             return self.mismatched_bytes == 0
         return self.mismatched_elements == 0

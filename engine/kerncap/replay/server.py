@@ -19,7 +19,7 @@ from typing import Any, Callable, TextIO
 
 from kerncap.core.child import protocol_channel
 from kerncap.errors import AddressUnavailable, CaptureFormatError, KerncapError, NativeUnavailable
-from kerncap.replay import mismatch_ops, session_ops, va_guards
+from kerncap.replay import mismatch_ops, sequence_ops, session_ops, va_guards
 from kerncap.replay.native_session import NativeSession
 from kerncap.replay.protocol import HINTS, decode, encode
 
@@ -59,6 +59,9 @@ class Server:
             # where a variant differs, and its bytes (kerncap.replay.mismatch_ops)
             "mismatch_map": lambda req: mismatch_ops.op_mismatch_map(self.opened(), req),
             "dump": lambda req: mismatch_ops.op_dump(self.opened(), req),
+            # sequences (kerncap.replay.sequence_replay)
+            "sequence_time": lambda req: sequence_ops.op_sequence_time(self.opened(), req),
+            "localize": lambda req: sequence_ops.op_localize(self.opened(), req),
             "shutdown": lambda req: {},
             "_debug_block_host": self.op_debug_block_host,
         }
@@ -72,12 +75,19 @@ class Server:
     def op_open(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.session is not None:
             raise KerncapError("the replay server already has a capture open", "start a new server per capture")
-        self.session = NativeSession(req["capture"], device=int(req.get("device", 0)))
+        self.session = NativeSession(req["capture"], device=int(req.get("device", 0)),
+                                     sequence_order=str(req.get("sequence_order") or "streams"))
         return self.session.info()
 
     def op_replay(self, req: dict[str, Any]) -> dict[str, Any]:
-        return self.opened().replay(req.get("cubin"), int(req.get("iterations", 20)), int(req.get("warmup", 3)),
-                                    bool(req.get("flush_l2", False))).to_dict()
+        ns = self.opened()
+        result = ns.replay(req.get("cubin"), int(req.get("iterations", 20)), int(req.get("warmup", 3)),
+                           bool(req.get("flush_l2", False)))
+        if req.get("per_launch") and ns.capture.sequence is not None:
+            result.launches = sequence_ops.op_sequence_time(
+                ns, {"cubin": req.get("cubin"), "iterations": min(int(req.get("iterations", 20)), 20),
+                     "warmup": int(req.get("warmup", 3))})["launches"]
+        return result.to_dict()
 
     def op_validate(self, req: dict[str, Any]) -> dict[str, Any]:
         return self.opened().validate(req.get("cubin"), req.get("atol"), req.get("rtol"), req.get("dtype"),

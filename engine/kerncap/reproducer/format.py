@@ -22,6 +22,7 @@ from kerncap.errors import CaptureFormatError
 from kerncap.reproducer import arrays as arrays_mod
 from kerncap.reproducer.arrays import CudaArray, MipmappedArray, TextureObject
 from kerncap.reproducer.schemas import MANIFEST, MAX_REGIONS
+from kerncap.reproducer.sequence import DAMAGED, MAX_SEQUENCE_BYTES, SEQUENCE_FILE, Sequence, parse_sequence
 from kerncap.reproducer.store import store_of
 
 FORMAT_NAME = "kerncap-capture"
@@ -93,6 +94,7 @@ class Region:
     zero_fraction: float
     pre: list[str | None]
     post: list[str | None]
+    sequence_state: str | None = None  # a sequence's region "allocated" or "freed" inside its window
 
     @property
     def end(self) -> int:
@@ -148,6 +150,7 @@ class Global:
     written: bool
     pre: list[str | None]
     post: list[str | None]
+    module: int | None = None  # a sequence's module holding it (sequence.json modules[])
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,15 @@ class Param:
     region_offset: int | None = None
     handle_object: int | None = None  # the texture/surface object whose handle it holds
     handle_match: str | None = None   # "signature" | "value": how kerncap knew
+
+
+def param_of(p: dict[str, Any]) -> Param:
+    """One manifest (or sequence launch) parameter."""
+    return Param(
+        index=p["index"], offset=p["offset"], size=p["size"], value=bytes.fromhex(p["value"]),
+        region=(p.get("pointer") or {}).get("region"), region_offset=(p.get("pointer") or {}).get("offset"),
+        handle_object=(p.get("handle") or {}).get("object"), handle_match=(p.get("handle") or {}).get("match"),
+    )
 
 
 def reproducer_dir(path: str | Path) -> Path:
@@ -181,6 +193,7 @@ class Capture:
     mipmapped_arrays: list[MipmappedArray] = field(default_factory=list)
     texture_objects: list[TextureObject] = field(default_factory=list)
     host_regions: list[HostRegion] = field(default_factory=list)
+    sequence: Sequence | None = None  # a sequence capture's launches and steps (sequence.json)
 
     @property
     def reproducer_dir(self) -> Path:
@@ -207,6 +220,15 @@ class Capture:
         cap._check_header()
         check(manifest, MANIFEST, mpath, "the capture is damaged or was not written by kerncap; extract again")
         cap._parse()
+        if manifest.get("sequence"):
+            raw = read_json(path / SEQUENCE_FILE, MAX_SEQUENCE_BYTES,
+                            "the manifest names a sequence but sequence.json is missing; extract again", DAMAGED,
+                            max_objects=16 * (1 << 20))
+            cap.sequence = parse_sequence(path, raw, cap.chunk_count, len(cap.globals), param_of)
+            for i, g in enumerate(cap.globals):
+                if g.module is None or g.module >= len(cap.sequence.modules):
+                    raise CaptureFormatError(f"{mpath}: field globals[{i}].module names no module of the sequence",
+                                             "the sequence capture is damaged or was edited; extract it again")
         return cap
 
     def _check_header(self) -> None:
@@ -230,14 +252,14 @@ class Capture:
                 Region(
                     id=r["id"], base=r["base"], size=r["size"], api=r.get("api", "?"), kind=r.get("kind", "device"),
                     written=bool(r.get("written")), zero_fraction=float(r.get("zero_fraction", 0.0)),
-                    pre=list(r["pre"]), post=list(r["post"]),
+                    pre=list(r["pre"]), post=list(r["post"]), sequence_state=r.get("sequence_state"),
                 )
                 for r in m.get("regions", [])
             ]
             self.globals = [
                 Global(
                     name=g["name"], section=g.get("section", ""), size=g["size"], address=g.get("address", 0),
-                    written=bool(g.get("written")), pre=list(g["pre"]), post=list(g["post"]),
+                    written=bool(g.get("written")), pre=list(g["pre"]), post=list(g["post"]), module=g.get("module"),
                 )
                 for g in m.get("globals", [])
             ]
@@ -251,14 +273,7 @@ class Capture:
                 )
                 for i, h in enumerate(m.get("host_regions", []))
             ]
-            self.params = [
-                Param(
-                    index=p["index"], offset=p["offset"], size=p["size"], value=bytes.fromhex(p["value"]),
-                    region=(p.get("pointer") or {}).get("region"), region_offset=(p.get("pointer") or {}).get("offset"),
-                    handle_object=(p.get("handle") or {}).get("object"), handle_match=(p.get("handle") or {}).get("match"),
-                )
-                for p in m.get("params", [])
-            ]
+            self.params = [param_of(p) for p in m.get("params", [])]
             self.arrays, self.mipmapped_arrays, self.texture_objects = arrays_mod.parse(m)
         except (KeyError, TypeError, ValueError) as exc:
             raise CaptureFormatError(
@@ -331,8 +346,11 @@ class Capture:
     @property
     def payload_items(self) -> list:
         """Everything with pre/post chunks: regions, module globals, captured CUDA arrays,
-        snapshotted host regions (the replay's item order)."""
-        return [*self.regions, *self.globals, *(a for a in self.arrays if a.captured), *self.snapshotted_host_regions]
+        snapshotted host regions (the replay's item order), then a sequence's host-to-device
+        payloads (carried by store and pack, never replay items)."""
+        seq = self.sequence.payload_items if self.sequence is not None else []
+        return [*self.regions, *self.globals, *(a for a in self.arrays if a.captured), *self.snapshotted_host_regions,
+                *seq]
 
     @property
     def param_buffer(self) -> bytes:
@@ -427,9 +445,11 @@ class Capture:
                     except CaptureFormatError as exc:
                         raise CaptureFormatError(f"{exc.message} ({item_label(item)} {state}-state chunk {i})",
                                                  exc.hint) from None
-        problem = cubin_problem(self.cubin_path, read=True)
-        if problem:
-            raise CaptureFormatError(f"cubin {self.cubin_path} {problem}", "extract again")
+        cubins = [self.cubin_path] + ([self.root / m.cubin for m in self.sequence.modules] if self.sequence else [])
+        for cubin in cubins:
+            problem = cubin_problem(cubin, read=True)
+            if problem:
+                raise CaptureFormatError(f"cubin {cubin} {problem}", "extract again")
 
     @property
     def logical_bytes(self) -> int:

@@ -14,6 +14,7 @@ from kerncap.reproducer.format import NOT_SNAPSHOTTED_OLD, Capture
 from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.record import read_record
+from kerncap.reproducer import sequence_text
 
 
 def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any]:
@@ -126,6 +127,7 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
         "warnings": cap.warnings,
         "reproducer": reproducer,
         "stack": recorded_stack(reproducer if isinstance(reproducer, dict) else None, prov),
+        "sequence": sequence_text.summary(cap),  # a sequence capture's launches and steps (docs/sequences.md)
     }
 
 
@@ -229,6 +231,8 @@ def format_summary(s: dict[str, Any]) -> str:
         selection += ", verified: " + ", ".join(f"{n} {'ok' if v else 'MISMATCH'}" for n, v in verified.items())
     out.append(f"module      {_v(module.get('cubin'))}  selection: {selection}")
     out.append("")
+    if s.get("sequence"):  # the kernel and launch above are the sequence's first
+        out += sequence_text.summary_lines(s["sequence"])
 
     out.append(f"parameters ({len(s['params'])}, {_v(launch.get('param_form'))} form, {s['param_buffer_size']} bytes)")
     rows = []

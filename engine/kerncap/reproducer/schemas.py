@@ -24,10 +24,13 @@ REGION = Obj({
     "id": Int(min=0, max=U64), "base": Int(min=0, max=U64), "size": Int(min=0, max=MAX_REGION_BYTES),
     "api?": Str(), "kind?": Str(), "written?": Bool(), "zero_fraction?": Num(min=0.0, max=1.0),
     "pre": CHUNKS, "post": CHUNKS,
+    # a sequence's region allocated or freed inside its window (docs/sequences.md)
+    "sequence_state?": Str(choices=("allocated", "freed")),
 })
 GLOBAL = Obj({
     "name": Str(), "section?": Str(), "size": Int(min=0, max=1 << 32), "address?": Int(min=0, max=U64),
     "written?": Bool(), "pre": CHUNKS, "post": CHUNKS,
+    "module?": Int(min=0, max=1 << 16),  # a sequence's module (sequence.json modules[]) that holds it
 })
 # A pinned or registered host allocation (docs/capture-format.md, "Host regions"). Older
 # captures list only base, size and api: recorded, not snapshotted.
@@ -161,6 +164,9 @@ MANIFEST = Obj({
     "texture_instructions?": Str(choices=("unknown", "none", "texture", "surface", "texture and surface")),
     "warnings?": List(Str()),
     "pruned?": Opt(PRUNED),
+    # a sequence capture: its launches and steps are in sequence.json (SEQUENCE_JSON)
+    "sequence?": Obj({"file": Str(choices=("sequence.json",)), "mode?": Str(), "launches?": Int(min=0),
+                      "steps?": Int(min=0), "kernels?": Int(min=0), "modules?": Int(min=0)}),
 })
 
 SOURCES = Obj({
@@ -312,3 +318,73 @@ HISTORY_VARIANT = Obj({
     "confidence?": Opt(Num(min=0.0, max=1.0)), "significant?": Opt(Bool()),
 })
 HISTORY_JSON = Obj({"version": Int(min=1, max=1), "variants": List(HISTORY_VARIANT, max_len=1 << 20)})
+
+# sequence.json of a sequence capture (docs/capture-format.md "Sequences"; written by
+# native/capture/sequence_capture.cpp, read by kerncap.reproducer.sequence). A whole decode
+# step is a few thousand launches; a million steps is far past any real window.
+MAX_STEPS = 1 << 20
+MAX_SEQ_ITEMS = 1 << 16
+SEQ_ID = Int(min=0, max=MAX_STEPS)
+SEQUENCE_STEP = Obj({
+    "op": Str(choices=("launch", "copy", "memset", "record", "wait", "sync")), "api?": Str(max_len=256),
+    "stream?": Int(min=0, max=MAX_SEQ_ITEMS), "launch?": SEQ_ID,
+    "kind?": Str(choices=("d2d", "h2d", "d2h")), "dst?": Int(min=0, max=U64), "src?": Int(min=0, max=U64),
+    "bytes?": Int(min=0, max=MAX_REGION_BYTES), "payload?": CHUNKS,
+    "value?": Int(min=0, max=0xFFFFFFFF), "element?": Int(min=1, max=4), "width?": Int(min=0, max=MAX_REGION_BYTES),
+    "height?": Int(min=0, max=1 << 31), "pitch?": Int(min=0, max=1 << 40),
+    "event?": SEQ_ID, "scope?": Str(choices=("context", "stream", "event")),
+})
+_SEQUENCE_STEPS = {
+    "streams": List(Obj({"id": Int(min=0, max=MAX_SEQ_ITEMS), "kind": Str(choices=("legacy", "per-thread", "user")),
+                         "blocking": Bool()}), max_len=MAX_SEQ_ITEMS),
+    "events": Int(min=0, max=MAX_STEPS), "dropped_waits?": Int(min=0),
+    "steps": List(SEQUENCE_STEP, min_len=1, max_len=MAX_STEPS),
+}
+SEQUENCE_STEPS = Obj(_SEQUENCE_STEPS)
+SEQUENCE_LAUNCH = Obj({
+    "index": SEQ_ID, "kernel": Int(min=0, max=MAX_SEQ_ITEMS), "launch_api?": Str(max_len=256),
+    "stream_id": Int(min=0, max=MAX_SEQ_ITEMS), "grid": DIM, "block": DIM,
+    "shared_mem_bytes?": Int(min=0, max=1 << 32), "stream?": Str(), "cooperative?": Bool(),
+    "attributes?": List(Obj({"id": Int(), "value?": HEX}), max_len=64),
+    "param_form?": Str(choices=("array", "extra")), "nvtx?": Str(max_len=1 << 16),
+    "params": List(PARAM, max_len=MAX_PARAMS), "param_buffer": HEX,
+})
+SEQUENCE_JSON = Obj({
+    "format": Str(choices=("kerncap-sequence",)), "format_version": Int(min=1, max=1),
+    "mode": Str(choices=("nvtx", "graph", "run")), "selection?": Map(ANY), "graph?": Opt(Map(ANY)),
+    "device?": Int(min=0),
+    "modules": List(Obj({"id": Int(min=0, max=MAX_SEQ_ITEMS), "cubin": CUBIN_PATH, "sha256?": Str(),
+                         "selection?": Str(), "candidates?": Int(min=0),
+                         "globals?": List(Int(min=0, max=MAX_SEQ_ITEMS), max_len=MAX_SEQ_ITEMS)}),
+                    min_len=1, max_len=MAX_SEQ_ITEMS),
+    "kernels": List(Obj({"id": Int(min=0, max=MAX_SEQ_ITEMS), "module": Int(min=0, max=MAX_SEQ_ITEMS),
+                         "name": Str(pattern=r".+", max_len=1 << 16), "demangled?": Opt(Str()),
+                         "handle_kind?": Opt(Str()), "attributes?": Opt(Map(OneOf(Int(), Num(), Str(), Bool())))}),
+                    min_len=1, max_len=MAX_SEQ_ITEMS),
+    "launches": List(SEQUENCE_LAUNCH, min_len=1, max_len=MAX_STEPS),
+    **_SEQUENCE_STEPS,
+    "notes?": List(Str()), "seconds?": Map(Num()), "payload_bytes?": Int(min=0),
+})
+
+# variants/<name>.json of a sequence (kerncap.reproducer.sequence_variant): modules rebuilt
+# from source and/or one fusion (a contiguous range of launches replaced by one kernel).
+VARIANT_PATH = Str(pattern=r"(?!/)(?!.*(^|/)\.\.(/|$))[^\x00\\]+", max_len=4096)  # relative, inside the reproducer
+FUSED_PARAM = Obj({
+    "name": Str(pattern=r"[A-Za-z_][A-Za-z0-9_]{0,127}"), "size": Int(min=1, max=MAX_PARAM_BYTES), "value": HEX,
+    "kind?": Str(choices=("buffer", "scalar")),
+})
+EXCLUDED_SPAN = Obj({
+    "name": Str(max_len=256), "address": Int(min=0, max=U64), "bytes": Int(min=1, max=MAX_REGION_BYTES),
+    "why": Str(choices=("inferred", "declared")), "detail?": Str(max_len=4096),
+})
+SEQUENCE_VARIANT_JSON = Obj({
+    "format": Str(choices=("kerncap-sequence-variant",)), "format_version": Int(min=1, max=1),
+    "created?": Str(), "note?": Str(max_len=1 << 16),
+    "modules?": Map(VARIANT_PATH, max_len=MAX_SEQ_ITEMS),
+    "fuse?": Obj({
+        "first": SEQ_ID, "last": SEQ_ID, "cubin": VARIANT_PATH, "kernel": Str(pattern=r".+", max_len=1 << 16),
+        "grid": DIM, "block": DIM, "shared_mem_bytes?": Int(min=0, max=1 << 32),
+        "params": List(FUSED_PARAM, max_len=MAX_PARAMS), "excluded?": List(EXCLUDED_SPAN, max_len=1 << 12),
+        "name?": Str(max_len=256),
+    }),
+})

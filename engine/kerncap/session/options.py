@@ -158,6 +158,16 @@ FLEET_WARMUP = Option("warmup", "--warmup", int, 5, "untimed launches first", mi
                       metavar="W", short="-w")
 FLEET_PERTURB = replace(PERTURB, help="also validate each variant on K perturbed inputs against the captured kernel "
                         "(docs/replay.md)")
+# -- sequences (docs/sequences.md) ------------------------------------------------------------------
+
+SEQUENCE_ORDERS = ("streams", "serial", "graph")
+SEQUENCE_ORDER = Option("sequence_order", "--order", str, "streams", "how a sequence replays: streams (each step on a "
+                        "stream standing for the app's, events and host syncs kept), serial (one stream, the recorded "
+                        "order) or graph (the streams order captured once into a CUDA graph: no launch gaps)",
+                        metavar="ORDER")
+PER_LAUNCH = Option("per_launch", "--per-launch", bool, False, "a sequence: replay also times each launch; validate "
+                    "also finds the first launch after which the variant's state departs from the captured one")
+
 REPLAY_TIMEOUT = Option("replay_timeout", "--replay-timeout", float, 600.0, "seconds one validation or timing may "
                         "take before its replay server is killed", above=0.0, metavar="S")
 
@@ -225,11 +235,19 @@ class ReplayRequest:
     iterations: int = REPLAY_ITERATIONS.default
     warmup: int = REPLAY_WARMUP.default
     flush_l2: bool = FLUSH_L2.default
+    per_launch: bool = PER_LAUNCH.default  # a sequence: each launch timed too
 
     def checked(self) -> ReplayRequest:
         REPLAY_ITERATIONS.check(self.iterations)
         REPLAY_WARMUP.check(self.warmup)
         return self
+
+
+def check_order(order: str | None) -> str | None:
+    """A sequence replay order (UsageError naming the choices otherwise)."""
+    if order is not None and order not in SEQUENCE_ORDERS:
+        raise UsageError(f"--order {order!r}", f"use one of: {', '.join(SEQUENCE_ORDERS)}")
+    return order
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kerncap.core.units import interval_text, speedup_text
-from kerncap.errors import GpuUnavailable, KerncapError, NativeUnavailable
+from kerncap.errors import GpuUnavailable, KerncapError, NativeUnavailable, UsageError
 from kerncap.recompile import recompile as recompile_kernel
 from kerncap.replay import client as replay_client
 from kerncap.replay import dump as dump_tool
@@ -42,7 +42,7 @@ from kerncap.reproducer.editable import source_fingerprint
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History, Variant
 from kerncap.reproducer.variants import RecompileResult
-from kerncap.session.options import BuildRequest, CompareRequest, ReplayRequest, ValidateRequest
+from kerncap.session.options import BuildRequest, CompareRequest, ReplayRequest, ValidateRequest, check_order
 from kerncap.triton.worker import CompileWorker, is_triton_reproducer
 
 # What a progress line is: "" plain, "detail" (compiler output), "warning", "pass", "fail".
@@ -188,8 +188,10 @@ class Session(Opened):
     is_set = False
 
     def __init__(self, root: str | Path, *, device: int = 0, timeout: float | None = None,
-                 server_cmd: list[str] | None = None, compile_worker: bool = True) -> None:
+                 server_cmd: list[str] | None = None, compile_worker: bool = True,
+                 sequence_order: str | None = None) -> None:
         self.root = Path(root)
+        self.sequence_order = check_order(sequence_order)  # a sequence capture: how it replays
         if self.root.name == "capture" and (self.root / "manifest.json").is_file():
             self.root = self.root.parent
         self.device = device
@@ -229,7 +231,7 @@ class Session(Opened):
         if self._client is None:
             # Looked up at call time: a test's stand-in for the replay core replaces it here too.
             self._client = replay_client.ReplayClient(self.root, device=self.device, timeout=self.timeout,
-                                                      server_cmd=self.server_cmd)
+                                                      server_cmd=self.server_cmd, sequence_order=self.sequence_order)
         return self._client
 
     @property
@@ -241,15 +243,31 @@ class Session(Opened):
     def replay(self, request: ReplayRequest = ReplayRequest()) -> ReplayResult:
         """Time the captured kernel (or request.cubin) at the captured addresses."""
         r = request.checked()
+        if r.per_launch and self.capture.sequence is None:
+            raise UsageError("--per-launch times the launches of a sequence", f"{self.root} holds one dispatch")
         with self._lock:
             return self._resident().replay(cubin=r.cubin, iterations=r.iterations, warmup=r.warmup,
-                                           flush_l2=r.flush_l2)
+                                           flush_l2=r.flush_l2, **({"per_launch": True} if r.per_launch else {}))
+
+    def localize(self, cubin: str | Path | None, *, tolerances: dict | None = None) -> dict[str, Any]:
+        """A sequence: the first launch after which `cubin`'s state departs from the captured
+        program's, each prefix run from the captured pre-state (kerncap.replay.sequence_ops)."""
+        if self.capture.sequence is None:
+            raise UsageError("--per-launch localizes inside a sequence", f"{self.root} holds one dispatch")
+        with self._lock:
+            return self._resident().localize(cubin, tolerances)
 
     def validate(self, request: ValidateRequest = ValidateRequest(), *,
                  progress: Callable[[str], None] | None = None) -> TrustReport:
         """Validation you can trust (kerncap.replay.differential): determinism of the
         captured kernel, the captured input, request.perturb perturbed inputs."""
         r = request.checked()
+        if r.perturb and self.capture.sequence is not None:
+            # A sequence's inputs are what its launches read before writing: kerncap does not
+            # know those per region yet, so it validates on the captured input alone.
+            r = replace(r, perturb=0)
+            if progress is not None:
+                progress("a sequence is validated on its captured input only (perturbed inputs: not for sequences yet)")
         options = trust_options(r)
         with self._lock:
             plan = self._plan(r) if r.perturb else None

@@ -223,7 +223,7 @@ def verdict(run: SetRun) -> tuple[str, str]:
 
 
 def validate_paths(paths: Sequence[str | os.PathLike], request: ValidateRequest, *, device: int = 0,
-                   progress: Callable[[str], None] | None = None) -> TrustReport:
+                   progress: Callable[[str], None] | None = None, sequence_order: str | None = None) -> TrustReport:
     """`kerncap validate DIR [DIR ...]`: one verdict over several reproducers of one kernel
     (a set among them counts as its members; with a set variant, each member runs its own
     cubin), each in a replay server of its own, one after the other
@@ -233,7 +233,7 @@ def validate_paths(paths: Sequence[str | os.PathLike], request: ValidateRequest,
         raise KerncapError("no reproducer given", "kerncap validate DIR [DIR ...]")
     dirs, cubins = expand(list(paths), r.cubin)
     return validate_reproducers(dirs, None if cubins is not None else r.cubin, trust_options(r), device=device,
-                                progress=progress, cubins=cubins)
+                                progress=progress, cubins=cubins, sequence_order=sequence_order)
 
 
 __all__ = ["SetSession", "needs_gpu", "validate_paths", "verdict", "workload_ms"]

@@ -1,0 +1,63 @@
+"""Rebuilding one kernel of a sequence (docs/sequences.md): its kernel entry
+(`kernels/<k>/`, a one-dispatch reproducer of its first launch with its sources) is
+recompiled like any reproducer, whole translation unit, and a sequence variant
+(`variants/kernel-<k>-<n>.json`) replaces the kernel's module with the new cubin in every
+launch of it and of the other kernels of that module (one translation unit, one cubin,
+one set of module globals)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kerncap.errors import KerncapError, UsageError
+from kerncap.recompile import recompile
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.sequence_variant import write_variant
+from kerncap.reproducer.variants import RecompileResult
+
+KERNELS_DIR = "kernels"
+
+
+def kernel_index(cap: Capture, selector: str) -> int:
+    """The kernel a --kernel names: its index in the sequence, or a (unique) part of its name."""
+    seq = cap.sequence
+    assert seq is not None
+    if selector.isdigit() and int(selector) < len(seq.kernels):
+        return int(selector)
+    hits = [k.id for k in seq.kernels if selector in k.name or selector in (k.demangled or "")]
+    listing = "; ".join(f"{k.id}: {k.demangled or k.name}" for k in seq.kernels[:12])
+    if not hits:
+        raise UsageError(f"--kernel {selector!r} names no kernel of the sequence", f"its kernels are {listing}")
+    if len(hits) > 1:
+        raise UsageError(f"--kernel {selector!r} names {len(hits)} kernels of the sequence",
+                         f"pass its number or a longer part of its name ({listing})")
+    return hits[0]
+
+
+def recompile_kernel(repro: str | os.PathLike, selector: str, *, trust: bool = False,
+                     mode: str = "auto") -> tuple[RecompileResult, Path]:
+    """(the rebuild of the kernel's entry, the sequence variant that uses it)."""
+    cap = Capture.open(repro)
+    if cap.sequence is None:
+        raise UsageError("--kernel picks one kernel of a sequence", f"{repro} holds one dispatch: recompile it whole")
+    root = cap.reproducer_dir
+    k = kernel_index(cap, selector)
+    entry = root / KERNELS_DIR / str(k)
+    if not (entry / "capture" / "manifest.json").is_file():
+        raise KerncapError(f"{entry} is missing: the sequence has no kernel entry for kernel {k}",
+                           "extract the sequence again with this kerncap")
+    if not (entry / "source").is_dir():
+        raise KerncapError(f"kernel {k} ({cap.sequence.kernels[k].demangled or cap.sequence.kernels[k].name}) has "
+                           f"no sources in {entry / 'source'}",
+                           "extract with --source-dir (CUDA C++); library kernels have no source to rebuild")
+    if mode == "reduced":
+        raise UsageError("a kernel of a sequence is rebuilt with its whole translation unit: the new cubin replaces "
+                         "its module, which the sequence's other kernels of that unit launch from too",
+                         "drop --reduced")
+    result = recompile(entry, trust=trust, mode="full")
+    module = cap.sequence.kernels[k].module
+    n = len(list((root / "variants").glob(f"kernel-{k}-*.json"))) if (root / "variants").is_dir() else 0
+    variant = write_variant(root, f"kernel-{k}-{n + 1}", modules={module: str(Path(result.cubin).relative_to(root))},
+                            note=f"kernel {k} rebuilt from {entry / 'source'}")
+    return result, variant

@@ -1,0 +1,101 @@
+#include "sequence_graph.hpp"
+
+#include "driver.hpp"
+
+namespace kc {
+
+namespace {
+
+std::string where(const std::vector<int>& path) {
+  std::string s;
+  for (int i : path) s += (s.empty() ? "" : ".") + std::to_string(i);
+  return "node " + s;
+}
+
+void copy_node(SequenceCapture& seq, CUgraphNode node, int stream, const std::string& at) {
+  CUDA_MEMCPY3D p{};
+  KC_CHECK(cuGraphMemcpyNodeGetParams, (node, &p), "the memcpy " + at + " in kerncap's model");
+  const bool linear = p.Height <= 1 && p.Depth <= 1 && p.srcMemoryType != CU_MEMORYTYPE_ARRAY &&
+                      p.dstMemoryType != CU_MEMORYTYPE_ARRAY && !p.srcY && !p.srcZ && !p.dstY && !p.dstZ;
+  if (!linear)
+    throw std::runtime_error("the memcpy " + at + " is a 2-D, 3-D or array copy; kerncap records 1-D copies in a "
+                             "sequence");
+  auto device = [](CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; };
+  const uint64_t n = p.WidthInBytes;
+  const uint64_t src = device(p.srcMemoryType) ? uint64_t(p.srcDevice) + p.srcXInBytes
+                                               : uint64_t(reinterpret_cast<uintptr_t>(p.srcHost)) + p.srcXInBytes;
+  const uint64_t dst = device(p.dstMemoryType) ? uint64_t(p.dstDevice) + p.dstXInBytes
+                                               : uint64_t(reinterpret_cast<uintptr_t>(p.dstHost)) + p.dstXInBytes;
+  if (device(p.srcMemoryType) && device(p.dstMemoryType))
+    seq.log().copy("memcpy node", "d2d", dst, src, n, stream);
+  else if (device(p.dstMemoryType))
+    seq.add_h2d("memcpy node", dst, reinterpret_cast<const void*>(uintptr_t(src)), n, stream);
+  else if (device(p.srcMemoryType))
+    seq.log().copy("memcpy node", "d2h", dst, src, n, stream);
+  else
+    seq.log().note("the memcpy " + at + " copies host to host: not replayed");
+}
+
+void memset_node(SequenceCapture& seq, CUgraphNode node, int stream, const std::string& at) {
+  CUDA_MEMSET_NODE_PARAMS p{};
+  KC_CHECK(cuGraphMemsetNodeGetParams, (node, &p), "the memset " + at + " in kerncap's model");
+  if (p.elementSize != 1 && p.elementSize != 2 && p.elementSize != 4)
+    throw std::runtime_error("the memset " + at + " has element size " + std::to_string(p.elementSize));
+  seq.log().memset("memset node", uint64_t(p.dst), p.value, p.elementSize, p.width, p.height ? p.height : 1,
+                   p.pitch, stream);
+}
+
+}  // namespace
+
+GraphWalk record_graph_launch(SequenceCapture& seq, const ExecModel& m, int stream,
+                              const std::function<void(CUgraphNode)>& kernel_node) {
+  GraphWalk out;
+  std::vector<int> path;
+  std::function<void(const ModelLevel&, bool)> walk = [&](const ModelLevel& L, bool top) {
+    for (int i : L.order) {
+      if (top && size_t(i) < m.disabled.size() && m.disabled[size_t(i)]) {
+        out.skipped["disabled"]++;
+        continue;
+      }
+      path.push_back(i);
+      ++out.nodes;
+      const CUgraphNodeType t = L.types[size_t(i)];
+      const std::string at = where(path) + " of executable graph #" + std::to_string(m.id);
+      switch (t) {
+        case CU_GRAPH_NODE_TYPE_KERNEL:
+          kernel_node(L.nodes[size_t(i)]);
+          break;
+        case CU_GRAPH_NODE_TYPE_MEMCPY:
+          copy_node(seq, L.nodes[size_t(i)], stream, at);
+          break;
+        case CU_GRAPH_NODE_TYPE_MEMSET:
+          memset_node(seq, L.nodes[size_t(i)], stream, at);
+          break;
+        case CU_GRAPH_NODE_TYPE_GRAPH: {
+          auto c = L.children.find(i);
+          if (c == L.children.end()) throw std::runtime_error("the child graph " + at + " is not in kerncap's model");
+          walk(*c->second, false);
+          break;
+        }
+        case CU_GRAPH_NODE_TYPE_EMPTY:
+        case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+        case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+        case CU_GRAPH_NODE_TYPE_MEM_FREE:
+          out.skipped[node_type_name(t)]++;
+          break;
+        case CU_GRAPH_NODE_TYPE_HOST:
+          throw std::runtime_error("executable graph #" + std::to_string(m.id) + " holds a host node (" + where(path) +
+                                   "): its callback runs host code kerncap cannot replay");
+        default:
+          throw std::runtime_error("executable graph #" + std::to_string(m.id) + " holds a " + node_type_name(t) +
+                                   " node (" + where(path) + "): kerncap cannot replay it as a sequence");
+      }
+      path.pop_back();
+    }
+  };
+  walk(*m.top, true);
+  return out;
+}
+
+}  // namespace kc

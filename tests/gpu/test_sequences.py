@@ -1,0 +1,314 @@
+"""Sequences (issue 29, docs/sequences.md) on the GPU: a window of launches captured as one
+reproducer, replayed byte-exact with its streams and events (and serially, and as one CUDA
+graph), a kernel of it rebuilt unmodified (byte-exact) and changed (the launch it breaks
+found), two launches fused into one user kernel that validates on what is live after them
+and is timed against the pair; the refusals. Apps: testapps/cuda/seq_pipeline.cu (two
+streams, events, a device copy, a fill, a host copy between five kernels) and
+testapps/python/seq_layer.py (a decoder layer: Triton RMSNorm, GEMMs, SDPA, elementwise;
+eager inside NVTX ranges, and recorded with torch.cuda.graph).
+
+Every failure prints what kerncap said (the extract summary, the validation report).
+Run with -s to see the timings (fusion vs the pair, per-launch tables)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from kerncap import api
+from kerncap.errors import KerncapError
+
+from .apps import TESTAPPS, AppSpec, app_env
+
+pytestmark = pytest.mark.gpu
+
+N = 1 << 20  # seq_pipeline.cu: n
+PIPELINE_KERNELS = ["sp_scale", "sp_square", "sp_add", "sp_combine", "sp_bias"]
+LAYERS = 2  # seq_layer.py --layers
+
+
+def pipeline_app(mode: str = "pipeline") -> AppSpec:
+    return AppSpec("seq_pipeline", "", args=(mode,), timeout=120.0)
+
+
+def layer_app(mode: str) -> AppSpec:
+    return AppSpec("seq_layer", "", python=True, args=("--mode", mode, "--layers", str(LAYERS)), timeout=400.0)
+
+
+class Extracts:
+    """One extract per label per module; a failed extract fails every test that needs it,
+    with kerncap's own message."""
+
+    def __init__(self, build: Path, root: Path):
+        self.build, self.root, self.done = build, root, {}
+
+    def run(self, label: str, spec: AppSpec, kernel: str, **kwargs):
+        work = self.root / label
+        work.mkdir(parents=True)
+        res = api.extract(kernel, spec.command(self.build), output=work / "reproducer", timeout=spec.timeout,
+                          env=app_env(spec, work), **kwargs)
+        report = json.loads((work / "report.json").read_text()) if (work / "report.json").exists() else {}
+        print(f"\n[{label}]\n{api.format_sequence_extract(res)}")
+        for w in res.warnings:
+            print(f"  warning: {w}")
+        return res, report, work
+
+    def get(self, label: str, spec: AppSpec, kernel: str, **kwargs):
+        if label not in self.done:
+            try:
+                self.done[label] = self.run(label, spec, kernel, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - re-raised for every test of this capture
+                self.done[label] = exc
+        got = self.done[label]
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+
+@pytest.fixture(scope="module")
+def seqs(testapps_build, tmp_path_factory) -> Extracts:
+    return Extracts(testapps_build, tmp_path_factory.mktemp("sequences"))
+
+
+def pipeline(seqs, testapps_build):
+    """Instance 1 of the NVTX range "pipeline" (the second round), with the kernels' sources."""
+    return seqs.get("pipeline", pipeline_app(), "", sequence=api.SequenceRequest("nvtx"),
+                    selection=api.Selection(nvtx="pipeline"), dispatch=1, source_dir=TESTAPPS / "cuda",
+                    build_dir=testapps_build)
+
+
+def validated(path, *, cubin=None, order=None, runs: int = 2):
+    report = api.validate_request([path], api.ValidateRequest(cubin=None if cubin is None else str(cubin), runs=runs),
+                                  order=order)
+    text = api.format_trust_report(report)
+    print(text)
+    return report, text
+
+
+def copy_of(res, tmp_path: Path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(res.reproducer_dir, dst, symlinks=True)
+    return dst
+
+
+def kernel_index(cap, name: str) -> int:
+    (k,) = [k.id for k in cap.sequence.kernels if name in (k.demangled or k.name)]
+    return k
+
+
+# -- the CUDA C++ pipeline ---------------------------------------------------------------------
+
+
+def test_the_pipeline_sequence_holds_every_launch_copy_fill_and_event(seqs, testapps_build):
+    np = pytest.importorskip("numpy")
+    res, report, _ = pipeline(seqs, testapps_build)
+    cap = res.capture
+    seq = cap.sequence
+    print(api.format_info(api.info(res.reproducer_dir)))
+    names = [seq.kernel_of(i).demangled.split("(")[0] for i in range(len(seq.launches))]
+    assert names == PIPELINE_KERNELS, names
+    streams = [l.stream for l in seq.launches]
+    assert streams[0] == streams[2] == streams[3] == streams[4] != streams[1], streams
+    ops = [(s.op, s.kind) for s in seq.steps]
+    for want in [("record", ""), ("wait", ""), ("copy", "d2d"), ("memset", ""), ("copy", "h2d")]:
+        assert want in ops, (want, ops)
+    copy = next(s for s in seq.steps if s.op == "copy" and s.kind == "d2d")
+    assert (copy.dst, copy.src, copy.bytes) == (report["z"], report["tmp"], 4 * N)
+    h2d = next(s for s in seq.steps if s.op == "copy" and s.kind == "h2d")
+    assert h2d.dst == report["bias"] and h2d.bytes == 4096
+    host = np.frombuffer(cap.read_bytes(list(h2d.payload), h2d.bytes), dtype=np.float32)
+    expected = np.array([0.25 * (i % 7) + 1.0 for i in range(1024)], dtype=np.float32)  # round 1's pageable buffer
+    assert np.array_equal(host, expected), "the h2d payload is not the app's (freed) pageable host data"
+    fill = next(s for s in seq.steps if s.op == "memset")
+    assert fill.dst == report["scratch"] and fill.element in (1, 4)
+    # the post-state is the app's result (round 1: x = (i % 1009) * 0.002 - 3)
+    region = cap.region_of(report["out"])
+    out = np.frombuffer(cap.read_bytes(region.post, region.size), dtype=np.float32, count=N,
+                        offset=report["out"] - region.base)
+    x = (np.arange(N) % 1009).astype(np.float32) * np.float32(0.002) - np.float32(3.0)
+    tmp = np.float32(2.0) * x + np.float32(0.5)
+    want = (tmp + np.float32(1.0)) + tmp * tmp
+    want = want + (expected[np.arange(N) % 1024] + np.float32(7.0))
+    assert np.array_equal(out, want), f"{int((out != want).sum())} elements of out differ from the app's result"
+    entries = {e["name"]: e for e in (json.loads((res.reproducer_dir / "reproducer.json").read_text())
+                                       ["sequence"]["kernels"])}
+    assert all(e["sources"] == "cuda" for e in entries.values()), entries
+
+
+@pytest.mark.parametrize("order", ["streams", "serial", "graph"])
+def test_the_pipeline_replays_byte_exact_in_each_order(seqs, testapps_build, order):
+    res, _, _ = pipeline(seqs, testapps_build)
+    report, text = validated(res.reproducer_dir, order=order)
+    assert report.verdict == "pass", text
+
+
+def test_each_launch_of_the_pipeline_is_timed_on_its_stream(seqs, testapps_build):
+    res, _, _ = pipeline(seqs, testapps_build)
+    r = api.replay(res.reproducer_dir, iterations=10, warmup=2, per_launch=True)
+    print(api.format_replay(r))
+    print(api.format_sequence_launches(r.launches))
+    assert [re.search(r"\((\w+)\(", l["label"]).group(1) for l in r.launches] == PIPELINE_KERNELS
+    assert all(l["median_ms"] > 0 for l in r.launches)
+    assert r.median_ms >= 0.5 * sum(l["median_ms"] for l in r.launches)  # two streams may overlap, never more
+
+
+def test_an_unmodified_rebuild_of_one_kernel_validates_byte_exact(seqs, testapps_build, tmp_path):
+    res, _, _ = pipeline(seqs, testapps_build)
+    repro = copy_of(res, tmp_path)
+    built, variant = api.recompile_sequence_kernel(repro, "sp_add")
+    print(f"rebuilt {built.cubin} in {built.seconds:.2f} s ({built.mode}); variant {variant}")
+    report, text = validated(repro, cubin=variant)
+    assert report.verdict == "pass", text
+    where = api.localize(repro, cubin=variant)
+    print(api.format_localization(where))
+    assert not where["diverged"] and where["launches_checked"] == 5, where
+
+
+def test_a_changed_kernel_is_localized_to_its_launch(seqs, testapps_build, tmp_path):
+    res, _, _ = pipeline(seqs, testapps_build)
+    repro = copy_of(res, tmp_path)
+    k = kernel_index(res.capture, "sp_add")
+    source = repro / "kernels" / str(k) / "source" / "seq_pipeline.cu"
+    text = source.read_text()
+    assert "tmp[i] + 1.0f" in text, f"{source} is not the app's source"
+    source.write_text(text.replace("tmp[i] + 1.0f", "tmp[i] + 1.25f"))
+    _, variant = api.recompile_sequence_kernel(repro, "sp_add")
+    report, text = validated(repro, cubin=variant, runs=1)
+    assert report.verdict == "fail", text
+    where = api.localize(repro, cubin=variant)
+    print(api.format_localization(where))
+    assert where["diverged"] and "launch 2 (sp_add" in where["at"], where
+
+
+def _fused_body(config: dict, report: dict) -> tuple[str, dict[str, str]]:
+    by_address = {p["address"]: p["name"] for p in config["params"] if p["kind"] == "buffer"}
+    names = {key: by_address[report[key]] for key in ("tmp", "y", "w", "out")}
+    n = next(p["name"] for p in config["params"] if p["kind"] == "scalar")
+    body = (f"  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            f"  if (i < {n}) {names['out']}[i] = ({names['tmp']}[i] + 1.0f) + {names['w']}[i];\n")
+    return body, names
+
+
+def test_two_launches_fused_into_one_kernel_validate_and_are_timed_against_the_pair(seqs, testapps_build, tmp_path):
+    """sp_add (y = tmp + 1) and sp_combine (out = y + w) replaced by one kernel writing out
+    from tmp and w: y only carries values between them, so it is inferred an intermediate,
+    left out of the comparison and named; the fused sequence validates byte-exact on the
+    rest; its time against the pair's, with an interval."""
+    res, report, _ = pipeline(seqs, testapps_build)
+    repro = copy_of(res, tmp_path)
+    source = api.fuse_skeleton(repro, 2, 3, "pair")
+    print(source.read_text())
+    config = json.loads((source.parent / "fusion.json").read_text())
+    body, names = _fused_body(config, report)
+    source.write_text(source.read_text().replace("  // TODO: the work of the replaced launches\n", body))
+    variant = api.fuse_build(repro, "pair")
+    fuse = json.loads(variant.read_text())["fuse"]
+    print(json.dumps(fuse["excluded"], indent=1))
+    assert [(e["name"], e["why"], e["address"]) for e in fuse["excluded"]] == [(names["y"], "inferred", report["y"])]
+    report_v, text = validated(repro, cubin=variant)
+    assert report_v.verdict == "pass", text
+    assert f"not compared: {names['y']}" in text, text
+    where = api.localize(repro, cubin=variant)
+    print(api.format_localization(where))
+    assert not where["diverged"], where
+    comparison = api.compare_variants(repro, [variant], rounds=20, iterations=10)
+    print(api.format_comparison(comparison))
+    fused = comparison.programs[-1].interval
+    assert fused is not None and fused.low <= fused.speedup <= fused.high
+    with api.open_session(repro) as s:
+        base = s._resident().sequence_time(None, iterations=10)
+        var = s._resident().sequence_time(str(variant), iterations=10)
+    pair = base["launches"][2]["median_ms"] + base["launches"][3]["median_ms"]
+    one = var["launches"][2]["median_ms"]
+    print(f"fusion: the pair sp_add + sp_combine {pair:.4f} ms, the fused kernel {one:.4f} ms ({pair / one:.2f}x); "
+          f"sequence {base['median_ms']:.4f} ms -> {var['median_ms']:.4f} ms; whole-sequence speedup "
+          f"{fused.speedup:.3f} [{fused.low:.3f}, {fused.high:.3f}]")
+
+
+def test_a_fused_kernel_whose_parameters_differ_from_its_skeleton_is_named(seqs, testapps_build, tmp_path):
+    res, report, _ = pipeline(seqs, testapps_build)
+    repro = copy_of(res, tmp_path)
+    source = api.fuse_skeleton(repro, 2, 3, "bad")
+    config = json.loads((source.parent / "fusion.json").read_text())
+    body, _ = _fused_body(config, report)
+    last = config["params"][-1]["name"]
+    text = source.read_text().replace("  // TODO: the work of the replaced launches\n", body)
+    # drop the skeleton's last parameter from the kernel's list
+    text = re.sub(rf",\s*//[^\n]*\n\s*\w[\w ]*\s{last}\s*//[^\n]*\n", "   // dropped\n", text)
+    source.write_text(text)
+    variant = api.fuse_build(repro, "bad")
+    with pytest.raises(KerncapError) as e:
+        validated(repro, cubin=variant, runs=1)
+    print(e.value.message)
+    assert last in e.value.message and "skeleton" in e.value.message, e.value.message
+
+
+def test_runs_bounded_by_a_count_and_by_a_kernel(seqs, testapps_build):
+    res, _, _ = seqs.get("run-count", pipeline_app(), "sp_scale", sequence=api.SequenceRequest("run", count=3))
+    names = [res.capture.sequence.kernel_of(i).demangled.split("(")[0] for i in range(len(res.capture.sequence.launches))]
+    assert names == PIPELINE_KERNELS[:3], names
+    report, text = validated(res.reproducer_dir, runs=1)
+    assert report.verdict == "pass", text
+    res, _, _ = seqs.get("run-until", pipeline_app(), "sp_scale", dispatch=1,
+                         sequence=api.SequenceRequest("run", until="sp_combine"))
+    names = [res.capture.sequence.kernel_of(i).demangled.split("(")[0] for i in range(len(res.capture.sequence.launches))]
+    assert names == PIPELINE_KERNELS[:4], names
+    report, text = validated(res.reproducer_dir, runs=1)
+    assert report.verdict == "pass", text
+
+
+@pytest.mark.parametrize("label, mode, kernel, kwargs, words", [
+    ("unclosed", "unclosed", "", dict(sequence=api.SequenceRequest("nvtx"), selection=api.Selection(nvtx="pipeline")),
+     ["never closed", "pipeline"]),
+    ("unopened", "pipeline", "", dict(sequence=api.SequenceRequest("nvtx"), selection=api.Selection(nvtx="pipelne")),
+     ["never began", "pipeline"]),
+    ("graph-host", "graph_host", "sp_add", dict(sequence=api.SequenceRequest("graph")), ["host node"]),
+    ("crossproc", "crossproc", "sp_scale", dict(sequence=api.SequenceRequest("run", until="sp_marker")),
+     ["crosses processes", "sp_marker"]),
+    ("ctx2", "ctx2", "sp_scale", dict(sequence=api.SequenceRequest("run", count=5)), ["crosses CUDA contexts"]),
+])
+def test_a_sequence_kerncap_cannot_capture_is_refused_with_the_reason(seqs, label, mode, kernel, kwargs, words):
+    with pytest.raises(KerncapError) as e:
+        seqs.run(label, pipeline_app(mode), kernel, **kwargs)
+    print(f"[{label}] {e.value.message}\n  hint: {e.value.hint}")
+    for w in words:
+        assert w in e.value.message, e.value.message
+
+
+# -- the PyTorch decoder layer -----------------------------------------------------------------
+
+
+def test_a_decoder_layer_replays_byte_exact_and_is_timed_per_launch(seqs):
+    res, _, _ = seqs.get("layer", layer_app("eager"), "", sequence=api.SequenceRequest("nvtx"),
+                         selection=api.Selection(nvtx="step.1/layer.1"))
+    seq = res.capture.sequence
+    names = [seq.kernel_of(i).demangled or seq.kernel_of(i).name for i in range(len(seq.launches))]
+    print("\n".join(f"  {i}: {n[:120]}" for i, n in enumerate(names)))
+    assert sum("kc_seq_rmsnorm" in n for n in names) == 2, names  # Triton
+    assert len(seq.launches) >= 8, names
+    for order in ("streams", "graph"):
+        report, text = validated(res.reproducer_dir, order=order)
+        assert report.verdict == "pass", f"{order}: {text}"
+    r = api.replay(res.reproducer_dir, iterations=10, warmup=3, per_launch=True)
+    print(api.format_replay(r))
+    print(api.format_sequence_launches(r.launches))
+    assert len(r.launches) == len(seq.launches)
+
+
+def test_a_cuda_graph_launch_replays_byte_exact(seqs):
+    # kc_seq_rmsnorm runs twice per layer: the warm-up is dispatches 0..2L-1, replay 1 starts at 4L.
+    res, _, _ = seqs.get("graph", layer_app("graph"), "kc_seq_rmsnorm", dispatch=4 * LAYERS,
+                         sequence=api.SequenceRequest("graph"))
+    seq = res.capture.sequence
+    print(json.dumps(seq.graph, indent=1))
+    assert seq.graph and seq.graph["exec_launch"] == 1, seq.graph
+    assert sum("kc_seq_rmsnorm" in (seq.kernel_of(i).demangled or seq.kernel_of(i).name)
+               for i in range(len(seq.launches))) == 2 * LAYERS
+    for order in ("streams", "graph"):
+        report, text = validated(res.reproducer_dir, order=order)
+        assert report.verdict == "pass", f"{order}: {text}"
