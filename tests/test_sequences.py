@@ -269,3 +269,52 @@ def test_a_kernel_of_a_sequence_is_rebuilt_whole_unit_into_a_variant_of_its_modu
     (module, path), = v.modules.items()
     assert module == 0 and path == Path(built.cubin).resolve() and path.is_relative_to(repro / "kernels" / "1")
     assert {"_Z8sp_scalePKfPfi", "_Z6sp_addPKfPfi"} <= kernel_names(open_elf(path.read_bytes(), str(path)))
+
+
+def _pipeline_with_entries(tmp_path, monkeypatch):
+    """The synthetic sequence over seq_pipeline.cu's real module (compiled here), with its
+    kernel entries and their sources; the simulated core runs sp_scale/sp_add as scale/add,
+    from the captured module and from a rebuilt one (variants/1.cubin of the entry)."""
+    import subprocess
+
+    from kerncap.capture.sequence_extract import write_kernel_entries
+
+    src = Path(__file__).resolve().parents[1] / "testapps" / "cuda"
+    cubin = tmp_path / "pipeline.cubin"
+    subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-lineinfo", f"-I{src}", "-o", str(cubin),
+                    str(src / "seq_pipeline.cu")], check=True, capture_output=True, timeout=600)
+    repro = S.pipeline_kernels_sequence(tmp_path / "seq", cubin.read_bytes())
+    write_kernel_entries(repro, src, None, [])
+    for module in ("captured", "1.cubin", "2.cubin"):
+        monkeypatch.setitem(S.SEQ_KERNELS, (module, "_Z8sp_scalePKfPfi"), S.scale)
+        monkeypatch.setitem(S.SEQ_KERNELS, (module, "_Z6sp_addPKfPfi"), S.add)
+    S.install(monkeypatch)
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", S.SeqClient)
+    return repro
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (the pipeline's kernels are compiled)")
+def test_a_sequence_build_rebuilds_one_kernel_and_records_the_sequence_and_its_launches(tmp_path, monkeypatch):
+    """Session.build on a sequence (the workbench's save, `kerncap build --kernel`): kernel
+    1's entry rebuilt whole unit, the whole sequence timed and validated, a History row with
+    the kernel and every launch's time; the baseline holds the launches' times too; an
+    unchanged source builds nothing; two editable kernels and no --kernel is refused."""
+    repro = _pipeline_with_entries(tmp_path, monkeypatch)
+    with api.open_session(repro, compile_worker=False) as s:
+        with pytest.raises(UsageError, match="2 have sources"):
+            s.build(api.BuildRequest(rounds=5, iterations=2, runs=2))
+        r = s.build(api.BuildRequest(kernel="sp_add", rounds=5, iterations=2, runs=2))
+        assert r.status == "recorded", r
+        base, v = s.history.variants
+        assert base.launch_ms == [0.01, 0.01] and base.kernel is None
+        assert v.kernel == 1 and v.validation == "pass" and v.launch_ms == [0.01, 0.01]
+        assert v.cubin == "variants/kernel-1-1.json" and v.median_ms == pytest.approx(0.02)
+        assert api.changed_launch_ms(v, s.capture) == pytest.approx(0.01)
+        assert api.changed_launch_ms(base, s.capture) is None
+        again = s.build(api.BuildRequest(kernel="1", rounds=5, iterations=2, runs=2))
+        assert again.status == "unchanged" and again.variant.id == v.id
+    # the row survives a reload (history.json's schema knows the fields); kernels/ is versioned
+    h = api.History.load(repro)
+    assert h.variants[-1].launch_ms == [0.01, 0.01] and h.versioned == "kernels"
+    assert api.sequence_kernel_of_source(repro, repro / "kernels" / "1" / "source" / "x.cu") == 1
+    assert api.sequence_kernel_of_source(repro, repro / "kernels" / "1" / "variants" / "1.cubin") is None

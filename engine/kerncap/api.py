@@ -142,6 +142,7 @@ __all__ = [
     # a sequence of launches as one reproducer (issue 29, docs/sequences.md)
     "SEQUENCE_MODES", "SEQUENCE_ORDERS", "SequenceRequest", "format_sequence_extract", "format_localization",
     "format_sequence_launches", "fuse_build", "fuse_skeleton", "is_sequence", "localize", "recompile_sequence_kernel",
+    "changed_launch_ms", "sequence_kernel_of_source",
 ]
 
 PathLike = str | os.PathLike
@@ -927,3 +928,14 @@ def recompile_sequence_kernel(reproducer: PathLike, kernel: str, *, trust: bool 
     entry's sources (kernels/<k>/source) and writes the sequence variant that uses the new
     cubin: (the build, variants/kernel-<k>-<n>.json)."""
     return _sequence_kernel.recompile_kernel(reproducer, kernel, trust=trust, mode=mode)
+
+
+def sequence_kernel_of_source(reproducer: PathLike, path: PathLike) -> int | None:
+    """The kernel of a sequence whose entry's sources hold `path` (kernels/<k>/source/...),
+    else None: what a save in the workbench rebuilds (BuildRequest(kernel=str(k)))."""
+    return _sequence_kernel.kernel_of_source(reproducer, path)
+
+
+def changed_launch_ms(variant: Variant, capture: Capture) -> float | None:
+    """A sequence's History row: the replayed time of its rebuilt kernel's launches."""
+    return _session.changed_launch_ms(variant, capture)
