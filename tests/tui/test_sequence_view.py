@@ -90,3 +90,50 @@ def test_snapshot_of_a_sequences_launches(snap_compare, settle, tmp_path, monkey
         await settle(pilot)
 
     assert snap_compare(KerncapApp(repro), terminal_size=(140, 40), run_before=run_before)
+
+
+def test_the_extract_dialog_selects_a_sequence_through_the_engines_arguments(make_app, settle, tmp_path, monkeypatch):
+    """The extract dialog's choice of a window reaches api.extract as `extract --sequence`
+    sends it (api.sequence_extract_arguments); a run's bound without a sequence is refused
+    in the dialog, nothing started."""
+    from kerncap import api
+    from kerncap.errors import KerncapError
+    from textual.widgets import Select
+
+    seen = []
+
+    def fake_extract(kernel, command, **kw):
+        seen.append((kernel, kw))
+        raise KerncapError("stopped by the test")
+
+    monkeypatch.setattr(api, "extract", fake_extract)
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            await pilot.press("1", "enter")
+            await pilot.pause()
+            screen = app.screen
+            assert type(screen).__name__ == "ExtractScreen"
+            screen.query_one("#extract-output").value = str(tmp_path / "out")
+            screen.query_one("#extract-count").value = "3"
+            screen.start()  # one dispatch with a run's count: refused here
+            await settle(pilot)
+            assert not seen and not screen.query_one("#extract-go").disabled
+            screen.query_one("#extract-what", Select).value = "run"
+            await pilot.pause()
+            screen.start()
+            await settle(pilot)
+            (kernel, kw), = seen
+            assert kernel == screen.kernel and kw["sequence"] == api.SequenceRequest("run", count=3)
+            screen.query_one("#extract-what", Select).value = "nvtx"
+            screen.query_one("#extract-count").value = ""
+            screen.query_one("#extract-nvtx").value = "step.1/layer.1"
+            await pilot.pause()
+            screen.start()
+            await settle(pilot)
+            kernel, kw = seen[-1]
+            assert kernel == "" and kw["sequence"] == api.SequenceRequest("nvtx") and kw["selection"].nvtx == "step.1/layer.1"
+
+    asyncio.run(run())

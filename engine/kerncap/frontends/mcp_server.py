@@ -292,10 +292,27 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                                            Field(description="entry: interposed driver entry points, cheaper "
                                                              "per launch, or cupti callbacks (default: the server's "
                                                              "KERNCAP_INTERCEPT, else entry)")] = None,
+                      sequence: Annotated[Literal[api.SEQUENCE_MODES] | None,
+                                          Field(description="capture a window of launches as one reproducer "
+                                                            "(docs/sequences.md): nvtx (instance `dispatch` of the "
+                                                            "range `nvtx`; kernel may be empty), graph (the graph "
+                                                            "launch running dispatch `dispatch` of kernel), run "
+                                                            "(from dispatch `dispatch` of kernel, `count` launches "
+                                                            "or `until` a kernel)")] = None,
+                      nvtx: Annotated[str | None, Field(description="only launches in NVTX ranges matching this "
+                                                                    "path ('step.3/layer.5'); with sequence=nvtx "
+                                                                    "the range whose instance is captured")] = None,
+                      count: Annotated[int | None, Field(ge=1, description="sequence=run: launches in the "
+                                                                           "window")] = None,
+                      until: Annotated[str | None, Field(description="sequence=run: up to and including the next "
+                                                                     "launch of a kernel matching this")] = None,
                       ) -> dict[str, Any]:
         """Capture one dispatch of a kernel of the app into a new reproducer (what `kerncap
-        extract` does); returns the reproducer's path and what `info` says about it."""
-        out = R.path(output, "output") if output else api.Workspace(R.dirs[0] / "kerncap-workspace").new_reproducer_path(kernel)
+        extract` does), or a sequence of launches (`sequence`); returns the reproducer's
+        path and what `info` says about it."""
+        window = api.sequence_extract_arguments(sequence, nvtx=nvtx, count=count, until=until)
+        out = R.path(output, "output") if output else api.Workspace(R.dirs[0] / "kerncap-workspace").new_reproducer_path(
+            kernel or (nvtx or "sequence").replace("/", "_"))
         src = R.path(source_dir, "source_dir") if source_dir else None
         bld = R.path(build_dir, "build_dir") if build_dir else None
         workdir = R.path(cwd, "cwd") if cwd else R.dirs[0]
@@ -303,7 +320,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         result = await state.blocking(ctx, "extract", lambda: api.extract(
             kernel, command, output=out, dispatch=dispatch, match=match, keep_running=keep_running,
             timeout=timeout_s, source_dir=src,
-            build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune, intercept=intercept))
+            build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune, intercept=intercept,
+            **window))
         return {"reproducer": str(result.reproducer_dir), "seconds": result.seconds, "sources": result.sources,
                 "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,
                 "info": api.info(result.reproducer_dir).to_dict(), "app_output_tail": tail.lines}
