@@ -196,6 +196,16 @@ def test_info_shows_the_launches_and_the_window(seq, capsys):
                                                                   "add(float const*, float*)"]
 
 
+def test_list_names_a_sequence_and_its_launches(seq, capsys):
+    """`kerncap list` (and the MCP's list_reproducers, the same rows): a sequence is not
+    listed as its first launch's kernel."""
+    assert main(["list", str(seq.parent)]) == 0
+    assert "sequence (run): 2 launches of 2 kernels" in capsys.readouterr().out
+    assert main(["list", str(seq.parent), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["sequence"] == {"mode": "run", "launches": 2, "kernels": 2, "streams": 2, "steps": 7}
+
+
 @pytest.mark.parametrize("argv, words", [
     (["extract", "--sequence", "run", "k", "--", "true"], "--sequence run needs --count C or --until PATTERN"),
     (["extract", "--sequence", "nvtx", "--", "true"], "--sequence nvtx needs --nvtx PATH"),
