@@ -479,8 +479,10 @@ def test_extract_selects_a_sequence_through_the_engines_arguments(root, monkeypa
     async def go():
         async with Client(build_server([root])) as c:
             return (await c.list_tools()).tools
-    schema = json.dumps({t.name: t for t in anyio.run(go)}["extract"].input_schema["properties"]["sequence"])
+    tools = {t.name: t for t in anyio.run(go)}
+    schema = json.dumps(tools["extract"].input_schema["properties"]["sequence"])
     assert all(f'"{m}"' in schema for m in api.SEQUENCE_MODES)
+    assert "kernel" in tools["build"].input_schema["properties"]  # a sequence's build names its kernel
     [nvtx] = call(build_server([root]), ("extract", {"kernel": "", "command": ["true"], "sequence": "nvtx",
                                                      "nvtx": "step.1/layer.1", "dispatch": 2}))
     assert nvtx.is_error and "stopped by the test" in nvtx.content[0].text

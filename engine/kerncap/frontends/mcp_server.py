@@ -392,6 +392,10 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     async def build(ctx: Context, reproducer: Reproducer, config: Config = None, mode: Mode = "auto",
                     rounds: BuildRounds = O.BUILD_ROUNDS.default, iterations: BuildIterations = O.BUILD_ITERATIONS.default,
                     perturb: BuildPerturb = O.BUILD_PERTURB.default, runs: Runs = O.RUNS.default,
+                    kernel: Annotated[str | None, Field(description="a sequence: the kernel to rebuild from its "
+                                                                    "entry's sources (its number or a part of its "
+                                                                    "name); the row holds the whole sequence's time "
+                                                                    "and each launch's")] = None,
                     ) -> dict[str, Any]:
         """The workbench's build, for an agent (as `kerncap build --json`): recompile the
         edited sources, time the new cubin interleaved with the captured one (speedup with
@@ -401,7 +405,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         (the source equals a recorded variant's: nothing built); `variant` is the row."""
         repro = R.reproducer(reproducer, allow_set=True)
         request = api.BuildRequest(config=config, mode=mode, rounds=rounds, iterations=iterations, perturb=perturb,
-                                   runs=runs)
+                                   runs=runs, kernel=kernel)
         log: list[str] = []
         result = await state.blocking(ctx, "build", lambda: state.pool.run(repro, lambda s: s.build(
             request, progress=lambda text, _level="": log.append(text))), reproducer=repro)
