@@ -98,7 +98,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.watcher: SourceWatcher | None = None
         self._debounce: Timer | None = None
         self.launch: int | None = None        # a sequence: the launch the panes follow
-        self.build_kernel: int | None = None  # a sequence: the kernel whose sources were saved last
+        self.saved_kernels: list[int] = []    # a sequence: kernels whose sources were saved since the last build
         self.theme_names: list[str] = []
 
     # -- layout -------------------------------------------------------------------------
@@ -169,7 +169,8 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.capture = None
         self.set = None
         self.inspect = {}
-        self.launch = self.build_kernel = None
+        self.launch = None
+        self.saved_kernels = []
         try:
             self.session = replay_limit.open_session(self.root)
         except KerncapError as exc:
@@ -280,7 +281,8 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
             kernel = api.sequence_kernel_of_source(self.root, message.path)
             if kernel is None:
                 return  # a build's output under kernels/<k>/ (variants/, build/), not a source
-            self.build_kernel = kernel
+            if kernel not in self.saved_kernels:
+                self.saved_kernels.append(kernel)
         if self._debounce is not None:
             self._debounce.stop()
         self._debounce = self.set_timer(DEBOUNCE_S, self.action_build)
@@ -292,13 +294,13 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         if self.session is None:
             self.notify(f"{self.root} could not be opened: see the log (5)", severity="warning", title="build")
             return
-        request = api.BuildRequest()
+        requests = [api.BuildRequest()]
         if self.sequence is not None:
-            # the kernel saved last, else the selected launch's (b by hand)
-            kernel = self.build_kernel if self.build_kernel is not None else (
-                self.sequence.launches[self.launch or 0].kernel)
-            request = api.BuildRequest(kernel=str(kernel))
-        self.run_worker(lambda: self._build(request), thread=True, exclusive=True, group="build", name="build")
+            # each kernel saved since the last build (one row each), else the selected launch's (b by hand)
+            kernels = self.saved_kernels or [self.sequence.launches[self.launch or 0].kernel]
+            self.saved_kernels = []
+            requests = [api.BuildRequest(kernel=str(k)) for k in kernels]
+        self.run_worker(lambda: self._build(requests), thread=True, exclusive=True, group="build", name="build")
 
     def action_baseline(self) -> None:
         if self.session is None:
@@ -318,22 +320,25 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.post_message(BuildFinishedHere(api.BuildResult("recorded", variant=v, baseline=v,
                                                             set_run=getattr(self.session, "last_run", None))))
 
-    def _build(self, request: api.BuildRequest) -> None:
+    def _build(self, requests: list[api.BuildRequest]) -> None:
         """The engine's build (kerncap.session: recompile → (baseline once) → interleaved
         timing → validation → History row). A newer save cancels this worker; the session
         asks between steps and drops a superseded result."""
         worker = get_current_worker()
-        try:
-            result = self.session.build(request, progress=self._progress, cancelled=lambda: worker.is_cancelled)
-        except api.ReplayNotRun as exc:
-            # It compiled; the replay could not run here (no GPU, no replay core): say that.
-            self.call_from_thread(self.report_replay_not_run, exc)
-            return
-        except KerncapError as exc:
-            self.call_from_thread(self.report_error, "build", exc)
-            return
-        if result.status == "recorded":
-            self.post_message(BuildFinishedHere(result))
+        for request in requests:  # one, or one per saved kernel of a sequence
+            try:
+                result = self.session.build(request, progress=self._progress, cancelled=lambda: worker.is_cancelled)
+            except api.ReplayNotRun as exc:
+                # It compiled; the replay could not run here (no GPU, no replay core): say that.
+                self.call_from_thread(self.report_replay_not_run, exc)
+                return
+            except KerncapError as exc:
+                self.call_from_thread(self.report_error, "build", exc)
+                return
+            if result.status == "recorded":
+                self.post_message(BuildFinishedHere(result))
+            if worker.is_cancelled:
+                return
 
     def on_build_log(self, message: BuildLog) -> None:
         self.log_line(message.text, message.style)

@@ -73,6 +73,13 @@ def test_the_workbench_shows_a_sequence_follows_its_launch_and_records_a_rebuild
             table = _cells(app.query_one(HistoryPane).query_one(DataTable))
             assert table[1][1] == "v1" and table[1][2] == "0.0200"
             assert table[1][8:10] == ["1 sp_add", "0.0100"] and table[0][8:10] == ["captured", "—"]
+            # saves in both kernels within one debounce: kernel 0 recorded, kernel 1 unchanged since v1
+            for k in (0, 1):
+                app.post_message(SourceChanged(next((repro / "kernels" / str(k) / "source").rglob("*.cu"))))
+            app.post_message(SourceChanged(repro / "kernels" / "0" / "variants" / "9.cubin"))  # a build's output
+            await pilot.pause(0.6)
+            await settle(pilot)
+            assert [(x.id, x.kernel) for x in app.session.history.variants] == [(0, None), (1, 1), (2, 0)]
 
     asyncio.run(run())
 
