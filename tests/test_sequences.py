@@ -328,3 +328,24 @@ def test_a_sequence_build_rebuilds_one_kernel_and_records_the_sequence_and_its_l
     assert h.variants[-1].launch_ms == [0.01, 0.01] and h.versioned == "kernels"
     assert api.sequence_kernel_of_source(repro, repro / "kernels" / "1" / "source" / "x.cu") == 1
     assert api.sequence_kernel_of_source(repro, repro / "kernels" / "1" / "variants" / "1.cubin") is None
+
+
+def test_mcp_info_validate_and_build_take_a_sequence(seq):
+    """MCP's info shows the sequence (as `info --json`), validate goes through the same
+    session and passes byte-exact on the captured input, build without kernel entries says
+    which step is missing (the simulated core; the GPU suite's MCP tests run the real one)."""
+    import anyio
+    from mcp import Client
+
+    from kerncap.frontends.mcp_server import build_server
+
+    async def go():
+        async with Client(build_server([seq.parent])) as c:
+            return [await c.call_tool(name, args) for name, args in (
+                ("info", {"reproducer": seq.name}), ("validate", {"reproducer": seq.name, "runs": 2}),
+                ("build", {"reproducer": seq.name}))]
+
+    info, validate, build = anyio.run(go)
+    assert not info.is_error and len(info.structured_content["sequence"]["launches"]) == 2
+    assert not validate.is_error and validate.structured_content["verdict"] == "pass", validate.content[0].text
+    assert build.is_error and "none has sources" in build.content[0].text
