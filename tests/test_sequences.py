@@ -349,3 +349,9 @@ def test_mcp_info_validate_and_build_take_a_sequence(seq):
     assert not info.is_error and len(info.structured_content["sequence"]["launches"]) == 2
     assert not validate.is_error and validate.structured_content["verdict"] == "pass", validate.content[0].text
     assert build.is_error and "none has sources" in build.content[0].text
+
+
+def test_build_kernel_on_one_dispatch_is_refused(capsys):
+    repro = Path(__file__).resolve().parent / "fixtures" / "captures" / "axpy_small"
+    assert main(["build", str(repro), "--kernel", "0"]) == 2
+    assert "--kernel picks one kernel of a sequence" in capsys.readouterr().err

@@ -355,6 +355,8 @@ class Session(Opened):
         r = request.checked()
         if is_sequence(self.root):
             return self._build_sequence_kernel(r, progress, cancelled, started)
+        if r.kernel is not None:
+            raise UsageError("--kernel picks one kernel of a sequence", f"{self.root} holds one dispatch: drop --kernel")
         if self.source_dir is None:
             raise KerncapError(f"{self.root} has no source/ to build",
                                "extract with --source-dir (CUDA C++), or capture a Triton kernel")
