@@ -269,3 +269,16 @@ def test_a_kernel_of_a_sequence_is_rebuilt_whole_unit_into_a_variant_of_its_modu
     (module, path), = v.modules.items()
     assert module == 0 and path == Path(built.cubin).resolve() and path.is_relative_to(repro / "kernels" / "1")
     assert {"_Z8sp_scalePKfPfi", "_Z6sp_addPKfPfi"} <= kernel_names(open_elf(path.read_bytes(), str(path)))
+
+
+def test_a_sequence_variant_is_validated_through_the_request_api_not_taken_for_a_set_variant(seq, monkeypatch):
+    """On the H200, `validate_request` with variants/<name>.json of a sequence said "is a
+    set variant, and … is not a set": both kinds of variant are variants/*.json."""
+    monkeypatch.setattr("kerncap.replay.differential.ReplayClient", S.SeqClient, raising=False)
+    (seq / "variants").mkdir()
+    (seq / "variants" / "add_wrong.cubin").write_bytes(b"synthetic")
+    variant = write_variant(seq, "wrong", modules={0: "variants/add_wrong.cubin"})
+    report = api.validate_request([seq], api.ValidateRequest(cubin=str(variant), runs=1))
+    assert not report.passed
+    same = api.validate_request([seq], api.ValidateRequest(cubin=None, runs=1))
+    assert same.passed
