@@ -117,6 +117,18 @@ def test_a_fused_variant_validates_on_what_is_live_after_its_range(seq):
     assert where["diverged"] and where["at"] == "launches 0-1, fused"
 
 
+def test_validates_report_names_what_a_fusion_leaves_out(seq, monkeypatch):
+    """On the H200 the report of a fused sequence listed the masked intermediate as `ok`
+    and never named it: `kerncap validate` prints each one under its input."""
+    monkeypatch.setattr("kerncap.replay.differential.ReplayClient", S.SeqClient, raising=False)
+    source = api.fuse_skeleton(seq, 0, 1, "pair")
+    config = json.loads((source.parent / "fusion.json").read_text())
+    source.write_text(source.read_text().replace("  // TODO: the work of the replaced launches\n", _fused_body(config)))
+    variant = api.fuse_build(seq, "pair")
+    text = api.format_trust_report(api.validate_request([seq], api.ValidateRequest(cubin=str(variant), runs=1)))
+    assert "not compared: buf1 [0x" in text and "(inferred" in text, text
+
+
 def test_an_intermediate_declared_that_the_skeleton_lacks_is_named(seq):
     api.fuse_skeleton(seq, 0, 1, "pair")
     from kerncap.recompile.fusion import infer_intermediates

@@ -369,6 +369,11 @@ class NativeSession:
         program = self._seq.get(self.current_key or "")
         return sequence_replay.mask_spans(self.items, program.excluded) if program else []
 
+    def not_compared(self) -> list[str]:
+        """What the selected program leaves out of the comparison (a fusion's intermediates), each named."""
+        program = self._seq.get(self.current_key or "")
+        return [e.describe() for e in program.excluded] if program else []
+
     def after_run(self, against: str) -> None:
         """After the selected program ran and before its state is compared: mask what a
         fused variant legitimately leaves unwritten."""
