@@ -7,10 +7,13 @@ writes one float per block into a 16 KiB output inside the arena), made in this 
   dense   an arena just big enough for the same data and the output (the data alone).
 
 Measured, against issue 25's goals:
-  1. stored    bytes extract wrote for the sparse capture vs the data: within 5 %
-               (blobs are raw chunks: nothing is compressed here);
+  1. stored    the distinct chunks extract stored for the sparse capture, counted
+               uncompressed, vs the data: within 5 % (the issue sets compression aside:
+               the blobs are zstd-compressed, 260 MiB for this 1 GiB on the H200);
   2. memory    device memory the sparse replay server holds (nvidia-smi, per process)
-               minus the data: at most 2 GiB;
+               beyond what the dense server holds for the same data alone: at most 2 GiB
+               (both servers also hold a CUDA context and the resident pre- and
+               post-state copies every replay keeps: printed, sparse minus data);
   3. cold      start of a replay server to its first validated result, interleaved
                sparse/dense --rounds times: median(sparse) - median(dense) at most 2 s.
 Also printed: extract wall times, the dense server's memory, the sparse server's notes.
@@ -76,8 +79,15 @@ def capture(build_dir: Path, out: Path, arena_gib: float, data_mib: float) -> di
     cap = Capture.open(res.reproducer_dir)
     arena = max(cap.regions, key=lambda r: r.size)
     b = cap.provenance.get("bytes") or {}
+    chunks: dict[str, int] = {}  # distinct stored chunk -> its uncompressed length
+    for r in cap.regions:
+        for k, h in enumerate(list(r.pre) + list(r.post)):
+            if h is not None:
+                k %= max(1, len(r.pre))
+                chunks[h] = min(cap.chunk_size, r.size - k * cap.chunk_size)
     return {"dir": str(res.reproducer_dir), "extract_s": seconds, "arena_bytes": arena.size,
-            "stored": b.get("stored"), "zero": b.get("zero"), "snapshotted": b.get("snapshotted"),
+            "stored": b.get("stored"), "stored_uncompressed": sum(chunks.values()), "zero": b.get("zero"),
+            "snapshotted": b.get("snapshotted"),
             "capture_seconds": cap.provenance.get("capture_seconds")}
 
 
@@ -127,25 +137,29 @@ def main() -> None:
             shutil.rmtree(base, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in cold.items()}
-    stored_ratio = (sparse["stored"] or 0) / data - 1
+    stored_ratio = sparse["stored_uncompressed"] / data - 1
     sparse_mem = max((m for m in memory["sparse"] if m is not None), default=None)
     dense_mem = max((m for m in memory["dense"] if m is not None), default=None)
-    beyond = None if sparse_mem is None else sparse_mem - data
+    beyond = None if sparse_mem is None or dense_mem is None else sparse_mem - dense_mem
+    over_data = None if sparse_mem is None else sparse_mem - data
     backed = sum(n for segs in (info["sparse"].get("sparse") or {}).values() for _, n in segs)
 
     print(f"sparse: {sparse['arena_bytes'] / GiB:.1f} GiB arena, {data / MiB:.0f} MiB of data; "
           f"dense: {dense['arena_bytes'] / GiB:.2f} GiB")
-    print_table(["capture", "extract s", "stored MiB", "zero by fingerprint GiB", "cold s (median)", "all cold s",
+    print_table(["capture", "extract s", "stored MiB", "uncompressed MiB", "zero by fingerprint GiB", "cold s (median)", "all cold s",
                  "server MiB"], [
-        [name, f"{c['extract_s']:.1f}", f"{(c['stored'] or 0) / MiB:.0f}", f"{(c['zero'] or 0) / GiB:.1f}",
+        [name, f"{c['extract_s']:.1f}", f"{(c['stored'] or 0) / MiB:.0f}", f"{c['stored_uncompressed'] / MiB:.0f}",
+         f"{(c['zero'] or 0) / GiB:.1f}",
          f"{med[name]:.2f}", " ".join(f"{x:.2f}" for x in cold[name]),
          "?" if m is None else f"{m / MiB:.0f}"]
         for name, c, m in (("sparse", sparse, sparse_mem), ("dense", dense, dense_mem))])
     print(f"sparse replay backs {backed / MiB:.0f} MiB of the arena; notes: {notes['sparse']}")
+    if over_data is not None:
+        print(f"sparse server memory minus the data: {over_data / GiB:.2f} GiB (context and resident copies included)")
     rows = [
-        ["stored vs data", f"{100 * stored_ratio:+.1f} %", f"<= {100 * STORED_GOAL:.0f} %",
+        ["stored (uncompressed) vs data", f"{100 * stored_ratio:+.1f} %", f"<= {100 * STORED_GOAL:.0f} %",
          verdict(abs(stored_ratio) <= STORED_GOAL)],
-        ["device memory beyond the data", "?" if beyond is None else f"{beyond / GiB:.2f} GiB",
+        ["device memory: sparse - dense", "?" if beyond is None else f"{beyond / GiB:.2f} GiB",
          f"<= {MEMORY_GOAL / GiB:.0f} GiB", "?" if beyond is None else verdict(beyond <= MEMORY_GOAL)],
         ["cold start: sparse - dense", f"{med['sparse'] - med['dense']:+.2f} s", f"<= {COLD_GOAL_S:.0f} s",
          verdict(med["sparse"] - med["dense"] <= COLD_GOAL_S)],
@@ -153,7 +167,8 @@ def main() -> None:
     print_table(["goal", "measured", "goal", ""], rows)
     write_json(args.json, {"sparse": sparse, "dense": dense, "data_bytes": data, "cold_s": cold,
                            "server_memory": memory, "notes": notes, "backed_bytes": backed,
-                           "stored_ratio": stored_ratio, "beyond_data_bytes": beyond})
+                           "stored_ratio": stored_ratio, "beyond_dense_bytes": beyond,
+                           "beyond_data_bytes": over_data})
 
 
 if __name__ == "__main__":

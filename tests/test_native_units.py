@@ -25,3 +25,17 @@ def test_native_units_and_exports_of_the_built_interposer(tmp_path):
     inject_library()  # the built interposer is there: the export check below cannot skip
     units.test_units_pass_and_agree_with_python(units.build_units(tmp_path))
     units.test_exported_symbols_only_the_injection_api()
+
+
+def test_sequence_specs_hand_binary_images_and_payloads_back_as_bytes():
+    """On the H200 every sequence open failed with "UnicodeDecodeError: … byte 0xbe in
+    position 18" (a cubin's e_machine, EM_CUDA): a std::string member bound read-write
+    reads back as str. The replay core is importable without a GPU (libcuda is loaded
+    when used)."""
+    from kerncap.core.native import replay_module
+
+    core = replay_module()
+    cubin_head = b"\x7fELF\x02\x01\x01\x33" + bytes(10) + b"\xbe\x00"
+    module, step = core.SeqModuleSpec(), core.SeqStepSpec()
+    module.image, step.payload = cubin_head, b"\xff\xfe\x00\x80"
+    assert module.image == cubin_head and step.payload == b"\xff\xfe\x00\x80"

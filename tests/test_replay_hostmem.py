@@ -22,7 +22,7 @@ import pytest
 from kerncap import api
 from kerncap.errors import AddressUnavailable, CaptureFormatError, KerncapError
 from kerncap.replay import host_memory, sparse
-from kerncap.replay.plan import SpanConflict, plan_address_space
+from kerncap.replay.plan import SpanConflict, plan_address_space, plan_with_host_ranges
 from kerncap.reproducer.closure_report import likely_causes
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.info import format_summary
@@ -239,18 +239,52 @@ def test_spans_keep_off_host_ranges_or_say_why():
     assert "lies inside" in str(exc.value)
 
 
-def test_a_span_ends_before_host_memory_right_behind_its_regions():
-    """The H200's JAX capture (default preallocation): XLA's pinned host buffer sat 2 MiB
-    past the end of its 110 GiB arena, inside the arena's 32 MiB-aligned end. Only a span's
-    start must be 32 MiB-aligned, so the span ends where the arena ends instead of refusing
-    (before: "host range [0x1d38800000, 0x1d38a00000) lies inside [0x302000000, 0x1d3a000000)")."""
+def test_host_memory_among_device_regions_is_planned_in_device_memory():
+    """The H200's JAX capture (default preallocation): XLA's pinned host buffer sat right
+    after the end of its 110 GiB arena, inside the arena's 32 MiB-aligned end. A span
+    trimmed to end there was placed elsewhere by the driver ("cuMemAddressReserve placed it
+    at 0x1d3a000000 instead"), and a torch.compile graph's pinned page sat between its
+    device regions. Such host ranges get device memory at their address inside the span;
+    a host range clear of the spans stays on the host."""
     arena = R(0, 0x302000000, 0x1D38800000 - 0x302000000)
-    host = (0x1D38800000, 2 * MiB)
-    (span,) = plan_address_space([arena], PAGE2M, avoid=[host]).spans
-    assert (span.base, span.end) == (0x302000000, 0x1D38800000)
-    # a host range among the regions themselves still cannot be had
-    with pytest.raises(SpanConflict, match="lies inside"):
-        plan_address_space([arena], PAGE2M, avoid=[(0x1000000000, 2 * MiB)])
+    host = {0: (0x1D38800000, 2 * MiB), 1: (0x7F00_0000_0000, 4096)}
+    with pytest.raises(SpanConflict, match="lies inside") as exc:
+        plan_address_space([arena], PAGE2M, avoid=[host[0]])
+    assert exc.value.host == (0x1D38800000, 0x1D38A00000)
+    plan, backed = plan_with_host_ranges([arena], host, PAGE2M)
+    assert backed == {0}
+    (span,) = plan.spans
+    assert (span.base, span.end) == (0x302000000, 0x1D3A000000) and span.regions == (0, "host range 0")
+    assert (0x1D38800000, 2 * MiB) in plan.maps or any(b <= 0x1D38800000 and 0x1D38A00000 <= b + n for b, n in plan.maps)
+    assert "host range 0" in span.label
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_spans_stay_32_mib_aligned_at_both_ends_around_host_ranges(seed):
+    """torch_graph_mlp on the H200: a span padded downward by a non-multiple of 32 MiB
+    started at 0x7f7089200000 and the driver placed it elsewhere. Whatever the host ranges
+    near them, every span starts and ends on a 32 MiB boundary and covers no host range."""
+    import random
+    rng = random.Random(seed)
+    top = 0x7F00_0000_0000
+    regions = [R(i, top + rng.randrange(0, 512) * PAGE2M, rng.choice([4096, MiB, 3 * MiB])) for i in range(3)]
+    regions = [r for i, r in enumerate(regions)
+               if not any(o.base < r.base + r.size and r.base < o.base + o.size for o in regions[:i])]
+    host = {i: (top + rng.randrange(-64, 600) * PAGE2M + rng.randrange(0, 512) * 4096, 4096) for i in range(4)}
+    host = {i: h for i, h in host.items()
+            if not any(r.base < h[0] + h[1] and h[0] < r.base + r.size for r in regions)}
+    try:
+        plan, backed = plan_with_host_ranges(regions, host, PAGE2M)
+    except SpanConflict:
+        return  # named: covered by test_spans_keep_off_host_ranges_or_say_why
+    for sp in plan.spans:
+        assert sp.base % (32 * MiB) == 0 and sp.end % (32 * MiB) == 0 and sp.size >= 64 * MiB
+        for i, (b, n) in host.items():
+            if i not in backed:
+                assert not (b < sp.end and sp.base < b + n), f"span {sp.label} covers host range {i}"
+    for i in backed:
+        b, n = host[i]
+        assert any(mb <= b and b + n <= mb + mn for mb, mn in plan.maps), f"device-backed host range {i} unmapped"
 
 
 def test_host_ranges_merge_where_they_share_a_page():
@@ -366,6 +400,34 @@ def test_a_device_pointer_that_differs_in_replay_is_named(simulated):
     with pytest.raises(KerncapError) as exc:
         api.validate(repro)
     assert "host region 0" in exc.value.message and "instead of the captured 0x7e0040000000" in exc.value.message
+
+
+def test_a_host_region_among_device_regions_replays_in_device_memory(simulated):
+    """Synthetic: a pinned page just past y, inside y's 32 MiB neighbourhood (as the
+    driver places pinned pages among PyTorch's device blocks). It is not mapped on the
+    host: it gets device memory at its address, is restored, compared, and said."""
+    repro, placed = simulated
+    y = manifest_of(repro)["regions"][1]
+    y_end = y["base"] + y["size"]
+    at = y_end - y_end % 4096 + 8192
+    assert at + 16384 <= y_end - y_end % (32 * MiB) + 32 * MiB, "the fixture's y ends too close to 32 MiB"
+    m = add_host_region(repro, at)
+    m["host_regions"][0]["post"] = m["host_regions"][0]["pre"]
+    m["host_regions"][0]["written"] = False
+    write_manifest(repro, m)
+    from kerncap.replay.native_session import NativeSession
+
+    ns = NativeSession(repro)
+    assert placed == [] and ns.device_backed == {0} and not getattr(ns.session, "host_ranges", None)
+    host_spec = ns.session.items[-1]
+    assert host_spec.label == "host region 0" and not host_spec.host and host_spec.base == at
+    assert any("host range 0" in sp.regions for sp in ns.plan.spans)
+    assert any("replayed in device memory" in n for n in ns.notes())
+    ns.close() if hasattr(ns, "close") else None
+    v = api.validate(repro)
+    assert v.passed and any(c.kind == "host" and c.passed for c in v.regions)
+    bad = [c for c in api.validate(repro, cubin=repro.parent / "host_writer.cubin").regions if not c.passed]
+    assert [(c.kind, c.id, c.mismatched_bytes) for c in bad] == [("host", 0, 1)]
 
 
 def add_sparse_region(repro: Path) -> dict:

@@ -117,6 +117,18 @@ def test_a_fused_variant_validates_on_what_is_live_after_its_range(seq):
     assert where["diverged"] and where["at"] == "launches 0-1, fused"
 
 
+def test_validates_report_names_what_a_fusion_leaves_out(seq, monkeypatch):
+    """On the H200 the report of a fused sequence listed the masked intermediate as `ok`
+    and never named it: `kerncap validate` prints each one under its input."""
+    monkeypatch.setattr("kerncap.replay.differential.ReplayClient", S.SeqClient, raising=False)
+    source = api.fuse_skeleton(seq, 0, 1, "pair")
+    config = json.loads((source.parent / "fusion.json").read_text())
+    source.write_text(source.read_text().replace("  // TODO: the work of the replaced launches\n", _fused_body(config)))
+    variant = api.fuse_build(seq, "pair")
+    text = api.format_trust_report(api.validate_request([seq], api.ValidateRequest(cubin=str(variant), runs=1)))
+    assert "not compared: buf1 [0x" in text and "(inferred" in text, text
+
+
 def test_an_intermediate_declared_that_the_skeleton_lacks_is_named(seq):
     api.fuse_skeleton(seq, 0, 1, "pair")
     from kerncap.recompile.fusion import infer_intermediates
@@ -355,3 +367,16 @@ def test_build_kernel_on_one_dispatch_is_refused(capsys):
     repro = Path(__file__).resolve().parent / "fixtures" / "captures" / "axpy_small"
     assert main(["build", str(repro), "--kernel", "0"]) == 2
     assert "--kernel picks one kernel of a sequence" in capsys.readouterr().err
+
+
+def test_a_sequence_variant_is_validated_through_the_request_api_not_taken_for_a_set_variant(seq, monkeypatch):
+    """On the H200, `validate_request` with variants/<name>.json of a sequence said "is a
+    set variant, and … is not a set": both kinds of variant are variants/*.json."""
+    monkeypatch.setattr("kerncap.replay.differential.ReplayClient", S.SeqClient, raising=False)
+    (seq / "variants").mkdir()
+    (seq / "variants" / "add_wrong.cubin").write_bytes(b"synthetic")
+    variant = write_variant(seq, "wrong", modules={0: "variants/add_wrong.cubin"})
+    report = api.validate_request([seq], api.ValidateRequest(cubin=str(variant), runs=1))
+    assert not report.passed
+    same = api.validate_request([seq], api.ValidateRequest(cubin=None, runs=1))
+    assert same.passed

@@ -17,7 +17,10 @@ void bind_sequence(py::module_& m, py::class_<Session>& session) {
       .def_readwrite("size", &SeqGlobalSpec::size);
   py::class_<SeqModuleSpec>(m, "SeqModuleSpec")
       .def(py::init<>())
-      .def_readwrite("image", &SeqModuleSpec::image)
+      // bytes both ways: a cubin is not UTF-8, and a std::string reads back as str
+      .def_property(
+          "image", [](const SeqModuleSpec& s) { return py::bytes(s.image); },
+          [](SeqModuleSpec& s, const py::bytes& b) { s.image = std::string(b); })
       .def_readwrite("label", &SeqModuleSpec::label)
       .def_readwrite("globals", &SeqModuleSpec::globals);
   py::class_<SeqStepSpec>(m, "SeqStepSpec")
@@ -31,7 +34,9 @@ void bind_sequence(py::module_& m, py::class_<Session>& session) {
       .def_readwrite("dst", &SeqStepSpec::dst)
       .def_readwrite("src", &SeqStepSpec::src)
       .def_readwrite("bytes", &SeqStepSpec::bytes)
-      .def_readwrite("payload", &SeqStepSpec::payload)
+      .def_property(
+          "payload", [](const SeqStepSpec& s) { return py::bytes(s.payload); },
+          [](SeqStepSpec& s, const py::bytes& b) { s.payload = std::string(b); })
       .def_readwrite("value", &SeqStepSpec::value)
       .def_readwrite("element", &SeqStepSpec::element)
       .def_readwrite("width", &SeqStepSpec::width)

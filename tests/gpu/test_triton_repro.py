@@ -263,16 +263,19 @@ FASTER_EDITS = {
 def rmsnorm_keep_row(source: str, spec: dict) -> str:
     """Inductor's RMSNorm reloads the row in pass 2; keep pass 1's tiles instead
     (tests/gpu/inductor_edits.py). The H200's autotuner picked a whole row per tile
-    (R0_BLOCK = r0_numel, 32 warps) in every run so far; with one 1024-thread program
-    per SM the reload's latency is not hidden by other programs."""
+    (R0_BLOCK = r0_numel, 32 warps) when it had the GPU to itself; with one 1024-thread
+    program per SM the reload's latency is not hidden by other programs. Beside other
+    shards it chose R0_BLOCK = 16384 once: the edit is still exact with two tiles kept,
+    only not faster (this test judges bytes; bench/speedups.py judges speed)."""
     from kerncap.triton import configs
 
     from .inductor_edits import keep_row_in_registers
 
     r0_numel = next(a["value"] for a in spec["launch"]["args"] if a.get("name") == "r0_numel")
     r0_block = configs.captured_constexprs(spec)["R0_BLOCK"]
-    assert r0_block == r0_numel, (f"the autotuner chose R0_BLOCK={r0_block} this time; the edit is faster for "
-                                  f"the whole-row config (R0_BLOCK={r0_numel}) only")
+    if r0_block != r0_numel:
+        print(f"the autotuner chose R0_BLOCK={r0_block} (r0_numel {r0_numel}): {r0_numel // r0_block} tiles kept; "
+              "the edit is faster for the whole-row config only")
     return keep_row_in_registers(source, r0_numel // r0_block)
 
 

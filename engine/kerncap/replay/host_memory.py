@@ -23,7 +23,7 @@ from typing import Iterable
 
 from kerncap.core.units import human_bytes
 from kerncap.errors import AddressUnavailable
-from kerncap.replay.plan import grouped_label
+from kerncap.replay.plan import AddressPlan, grouped_label, plan_with_host_ranges
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PROT_READ, _PROT_WRITE = 0x1, 0x2
@@ -62,6 +62,29 @@ def plan_host_ranges(host_regions: Iterable, page: int = PAGE) -> list[HostRange
         else:
             spans.append([lo, hi, [h.id]])
     return [HostRange(i, lo, hi - lo, tuple(ids)) for i, (lo, hi, ids) in enumerate(spans)]
+
+
+def device_ranges(ranges: Iterable[HostRange], host_regions: Iterable) -> dict[int, tuple[int, int]]:
+    """Range index -> (device address, size): where a kernel reaches each range (the
+    host address itself under unified addressing)."""
+    by_id = {h.id: h for h in host_regions}
+    out = {}
+    for r in ranges:
+        h = by_id[r.regions[0]]
+        delta = h.device_pointer - h.base if h.device_pointer is not None else 0
+        out[r.index] = (r.base + delta, r.size)
+    return out
+
+
+def plan_replay(capture, granularity: int, *, live=None,
+                backed: Iterable[int] = ()) -> tuple[AddressPlan, list[HostRange], set[int]]:
+    """The replay's address plan for `capture`, the host ranges to map at their host
+    addresses, and the indices of those restored in device memory (plan.plan_with_host_ranges).
+    The replay server and the VA guards plan through here, so both see the same spans."""
+    ranges = plan_host_ranges(capture.host_regions)
+    plan, device_backed = plan_with_host_ranges(capture.regions, device_ranges(ranges, capture.host_regions),
+                                                granularity, live=live, backed=backed)
+    return plan, [r for r in ranges if r.index not in device_backed], device_backed
 
 
 def holders(base: int, size: int, maps_text: str | None = None) -> list[str]:

@@ -22,7 +22,7 @@ from kerncap.recompile.devcompile.module_id import global_names_for, object_name
 from kerncap.replay.cubin import describe_arch_mismatch
 from kerncap.replay.devices import arch_refusal
 from kerncap.replay import host_memory, sparse
-from kerncap.replay.plan import AddressPlan, SpanConflict, plan_address_space
+from kerncap.replay.plan import AddressPlan, MiB, SpanConflict
 from kerncap.replay import sequence_replay
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.results import (
@@ -63,25 +63,38 @@ class NativeSession:
             if not cubin.is_file():
                 raise CaptureFormatError(f"cubin {cubin} is missing", "the capture is incomplete; extract again")
         self.core = native.replay_module()
-        # Host memory first, before CUDA starts in this process (host_memory.py).
-        self.host_ranges = host_memory.plan_host_ranges(cap.host_regions)
-        host_memory.place(self.host_ranges)
-        self.session = self.core.Session(device)  # cuInit + primary context, nothing allocated yet
-        self.cc: tuple[int, int] = tuple(self.session.compute_capability())
-        self.device = {"ordinal": self.session.ordinal(), "name": self.session.device_name(),
-                       "uuid": self.session.device_uuid(), "cc": list(self.cc)}
-        refusal = arch_refusal(cap.provenance.get("gpu") or {}, self.device)
-        if refusal:
-            raise self.core.ReplayError(refusal, "device")
+        # Host memory first, before CUDA starts in this process (host_memory.py); which ranges
+        # lie among device spans is decided with 2 MiB pages (the granularity comes with CUDA).
         live = sparse.sparse_regions(cap.regions, cap.chunk_size, sparse.min_bytes_from_env())
         try:
-            self.plan: AddressPlan = plan_address_space(cap.regions, self.session.granularity(), live=live,
-                                                        avoid=[(r.base, r.size) for r in self.host_ranges])
+            _, self.host_ranges, backed = host_memory.plan_replay(cap, 2 * MiB, live=live)
+            host_memory.place(self.host_ranges)
+            self.session = self.core.Session(device)  # cuInit + primary context, nothing allocated yet
+            self.cc: tuple[int, int] = tuple(self.session.compute_capability())
+            self.device = {"ordinal": self.session.ordinal(), "name": self.session.device_name(),
+                           "uuid": self.session.device_uuid(), "cc": list(self.cc)}
+            refusal = arch_refusal(cap.provenance.get("gpu") or {}, self.device)
+            if refusal:
+                raise self.core.ReplayError(refusal, "device")
+            self.plan: AddressPlan
+            self.plan, placed, backed = host_memory.plan_replay(cap, self.session.granularity(), live=live,
+                                                                backed=backed)
         except SpanConflict as exc:
             raise KerncapError(f"{cap.root}: the captured host memory and device memory cannot both be restored "
                                f"at their addresses: {exc}",
                                "the driver needs 32 MiB-aligned, 64 MiB spans for device memory; this capture's "
                                "host memory sits too close to it to replay") from None
+        if [r.index for r in placed] != [r.index for r in self.host_ranges]:  # only with a granularity > 2 MiB
+            raise KerncapError(f"{cap.root}: with this GPU's {self.session.granularity() >> 20} MiB allocation "
+                               "granularity a device span covers captured host memory already mapped",
+                               "replay on a GPU with a 2 MiB granularity (the H200's)")
+        # Host regions among device regions: device memory at their device addresses (plan.py).
+        self.device_backed = {h for r in host_memory.plan_host_ranges(cap.host_regions) if r.index in backed
+                              for h in r.regions}
+        if self.device_backed:
+            log.warning("host region(s) %s restored in device memory at their addresses: they lie among device "
+                        "regions, inside the driver's 32 MiB spans (same bytes; the kernel reaches them over HBM, "
+                        "not the bus)", ", ".join(str(h) for h in sorted(self.device_backed)))
         self._check_fits()
         self.session.reserve([self._span_spec(s) for s in self.plan.spans])  # first, before any allocation
         self.session.map(self.plan.maps)
@@ -92,7 +105,7 @@ class NativeSession:
         self.host_items = [h for h in cap.snapshotted_host_regions if h.size > 0]
         if self.host_ranges:
             self.session.register_host([self._host_range_spec(r) for r in self.host_ranges],
-                                       [self._host_spec(h) for h in self.host_items])
+                                       [self._host_spec(h) for h in self.host_items if h.id not in self.device_backed])
         self._array_index = self._load_arrays()  # after map: objects over linear memory need it mapped
         # The replay's item order (Capture.payload_items): regions, globals, arrays, host regions.
         self.items = ([r for r in cap.regions if r.size > 0] + [g for g in cap.globals if g.size > 0]
@@ -138,7 +151,7 @@ class NativeSession:
         s.global_name = item.name if isinstance(item, Global) else ""
         s.base = item.base if isinstance(item, Region) else 0
         if isinstance(item, HostRegion):
-            s.base, s.host = item.device_pointer, True
+            s.base, s.host = item.device_pointer, item.id not in self.device_backed
         elif isinstance(item, Region) and item.id in self.plan.segments:
             s.sparse, s.segments = True, list(self.plan.segments[item.id])
         s.size = item.size
@@ -356,6 +369,11 @@ class NativeSession:
         program = self._seq.get(self.current_key or "")
         return sequence_replay.mask_spans(self.items, program.excluded) if program else []
 
+    def not_compared(self) -> list[str]:
+        """What the selected program leaves out of the comparison (a fusion's intermediates), each named."""
+        program = self._seq.get(self.current_key or "")
+        return [e.describe() for e in program.excluded] if program else []
+
     def after_run(self, against: str) -> None:
         """After the selected program ran and before its state is compared: mask what a
         fused variant legitimately leaves unwritten."""
@@ -407,6 +425,7 @@ class NativeSession:
             "sparse": {str(k): [list(x) for x in v] for k, v in self.plan.segments.items()},
             "host_ranges": [{"index": r.index, "base": r.base, "size": r.size, "host_regions": list(r.regions)}
                             for r in self.host_ranges],
+            "device_backed_host_regions": sorted(self.device_backed),
             "granularity": self.plan.granularity,
             "open_seconds": self.open_seconds,
             "kernel_attributes": self.kernel_attributes,
@@ -424,6 +443,10 @@ class NativeSession:
     def notes(self) -> list[str]:
         """The native core's notes, and what an older capture does not hold."""
         out = list(self.session.notes()) + [f"this capture lacks {what}" for what in lacks(self.capture)]
+        if self.device_backed:
+            out.append(f"host region(s) {', '.join(str(h) for h in sorted(self.device_backed))} replayed in device "
+                       "memory at their addresses (they lie among device regions): same bytes, HBM instead of the "
+                       "bus, so their accesses time faster than in the app")
         if self.capture.sequence is not None:
             program = self._seq.get(self.current_key or "")
             out += (program.notes if program else []) + sequence_replay.freed_note(self.capture)

@@ -12,7 +12,8 @@ Sparse regions (kerncap.replay.sparse: huge, mostly never-written zeros) are bac
 where data lives or the kernel writes (`maps`); the rest of their pages (`zero_maps`)
 share one zero chunk. Host ranges the replay maps at their captured addresses
 (kerncap.replay.host_memory) must stay outside every span: a span that would cover one
-is padded downward instead of upward, and refused when neither fits.
+is padded downward instead of upward; a host range inside the neighbourhood of device
+regions is restored in device memory at its address instead (`plan_with_host_ranges`).
 """
 
 from __future__ import annotations
@@ -76,7 +77,12 @@ class AddressPlan:
 
 
 class SpanConflict(ValueError):
-    """A span cannot be placed without covering a host range the replay maps."""
+    """A span cannot be placed without covering a host range the replay maps (`host`:
+    that range's [lo, hi), when one is to blame)."""
+
+    def __init__(self, message: str, host: tuple[int, int] | None = None):
+        super().__init__(message)
+        self.host = host
 
 
 def align_down(v: int, a: int) -> int:
@@ -93,33 +99,31 @@ def _pad(base: int, end: int, align: int, minimum: int) -> tuple[int, int]:
     return base, max(end, base + align_up(minimum, align))
 
 
-def _place_span(lo: int, hi: int, align: int, avoid: list[tuple[int, int]], end: int | None = None) -> tuple[int, int]:
-    """[lo, hi) (aligned) padded to SPAN_MIN upward, or downward when upward padding would
-    cover a host range of `avoid`; SpanConflict when the group itself covers one. `end`
-    (granule-aligned, <= hi): where the group's regions really end. Only a span's start
-    must be 32 MiB-aligned for the driver to honour it, so when the aligned end would
-    cover a host range right behind the regions (pinned host memory the driver placed
-    after a JAX arena) the span ends at `end` instead."""
-    def clear(a: int, b: int) -> bool:
-        return not any(h0 < b and a < h1 for h0, h1 in avoid)
+def _place_span(lo: int, hi: int, align: int, avoid: list[tuple[int, int]]) -> tuple[int, int]:
+    """[lo, hi) (aligned) padded to SPAN_MIN: upward, else partly or wholly downward (by
+    whole `align` steps: the start must stay aligned) where upward padding would cover a
+    host range of `avoid`. SpanConflict (naming the range) when none fits. The end stays
+    aligned too: a reservation ending right at a host mapping inside its last 32 MiB was
+    placed elsewhere by the H200's driver (JAX's pinned buffer behind its arena,
+    docs/facts.md §31)."""
+    def first_in(a: int, b: int) -> tuple[int, int] | None:
+        return next(((h0, h1) for h0, h1 in avoid if h0 < b and a < h1), None)
 
-    if not clear(lo, hi) and end is not None and end < hi and clear(lo, end):
-        hi = end
-    if not clear(lo, hi):
-        h0, h1 = next((h0, h1) for h0, h1 in avoid if h0 < hi and lo < h1)
-        raise SpanConflict(f"host range [{h0:#x}, {h1:#x}) lies inside [{lo:#x}, {hi:#x}), the 32 MiB-aligned "
-                           "neighbourhood of captured device regions")
-    need = align_up(SPAN_MIN, align) - (hi - lo)
-    if need <= 0:
-        return lo, hi
-    if clear(lo, hi + need):
-        return lo, hi + need
-    if lo - need >= 0 and clear(lo - need, hi):
-        return lo - need, hi
-    for below in range(align, need, align):  # some below, the rest above
-        if lo - below >= 0 and clear(lo - below, hi + need - below):
-            return lo - below, hi + need - below
-    raise SpanConflict(f"no {SPAN_MIN >> 20} MiB span around [{lo:#x}, {hi:#x}) avoids the host ranges near it")
+    inside = first_in(lo, hi)
+    if inside:
+        raise SpanConflict(f"host range [{inside[0]:#x}, {inside[1]:#x}) lies inside [{lo:#x}, {hi:#x}), the "
+                           "32 MiB-aligned neighbourhood of captured device regions", inside)
+    minimum = align_up(SPAN_MIN, align)
+    for below in range(0, minimum + align, align):  # 0: all padding above; minimum: all below
+        a = lo - below
+        if a < 0:
+            break
+        b = max(hi, a + minimum)
+        if first_in(a, b) is None:
+            return a, b
+    blocker = first_in(lo - minimum, hi + minimum)
+    raise SpanConflict(f"no {SPAN_MIN >> 20} MiB span around [{lo:#x}, {hi:#x}) avoids the host ranges near it",
+                       blocker)
 
 
 def plan_address_space(regions: Iterable[HasRange], granularity: int, *,
@@ -140,20 +144,18 @@ def plan_address_space(regions: Iterable[HasRange], granularity: int, *,
 
     # Groups of regions whose aligned neighbourhoods touch, then padded; padding can make
     # two groups overlap, so merge until stable.
-    groups: list[list] = []  # [base, end, [ids], the regions' own end]
+    groups: list[list] = []  # [base, end, [ids]]
     for r in ordered:
         lo, hi = align_down(r.base, align), align_up(r.base + r.size, align)
         if groups and lo <= groups[-1][1]:
             groups[-1][1] = max(groups[-1][1], hi)
             groups[-1][2].append(r.id)
-            groups[-1][3] = max(groups[-1][3], r.base + r.size)
         else:
-            groups.append([lo, hi, [r.id], r.base + r.size])
+            groups.append([lo, hi, [r.id]])
     avoid_ranges = sorted((b, b + n) for b, n in avoid if n > 0)
     padded: list[list] = []
-    for lo, hi, ids, end in groups:
-        lo, hi = (_place_span(lo, hi, align, avoid_ranges, align_up(end, granularity)) if avoid_ranges
-                  else _pad(lo, hi, align, SPAN_MIN))
+    for lo, hi, ids in groups:
+        lo, hi = _place_span(lo, hi, align, avoid_ranges) if avoid_ranges else _pad(lo, hi, align, SPAN_MIN)
         if padded and lo <= padded[-1][1]:
             padded[-1][1] = max(padded[-1][1], hi)
             padded[-1][2].extend(ids)
@@ -210,3 +212,43 @@ def _subtract(cover: tuple[int, int], taken: list[tuple[int, int]]) -> list[tupl
     if lo < hi:
         out.append((lo, hi))
     return out
+
+
+@dataclass(frozen=True)
+class DeviceBacked:
+    """A host range restored in device memory at its device address, planned like a region."""
+
+    index: int
+    base: int
+    size: int
+
+    @property
+    def id(self) -> str:
+        return f"host range {self.index}"
+
+
+def plan_with_host_ranges(regions: Iterable[HasRange], host: dict[int, tuple[int, int]], granularity: int, *,
+                          live: dict[int, list[tuple[int, int]]] | None = None,
+                          backed: Iterable[int] = ()) -> tuple[AddressPlan, set[int]]:
+    """The plan for `regions` with the host ranges `host` (index -> (device address,
+    size)), and the indices of those that must be restored in device memory instead.
+
+    With unified addressing the driver places pinned host allocations among device ones,
+    so a host range can sit inside the 32 MiB neighbourhood of captured regions (a
+    PyTorch graph's pinned page, JAX's buffer behind its arena), where no span can avoid
+    it. Such a range gets device memory at its device address inside the span: the
+    kernel reads and writes the same bytes at the same address, over HBM instead of the
+    bus. The others stay host ranges the spans avoid. `backed`: indices already decided."""
+    regions = list(regions)
+    backed = set(backed)
+    while True:
+        extra = [DeviceBacked(i, base, size) for i, (base, size) in sorted(host.items()) if i in backed]
+        avoid = [v for i, v in sorted(host.items()) if i not in backed]
+        try:
+            return plan_address_space(regions + extra, granularity, live=live, avoid=avoid), backed
+        except SpanConflict as exc:
+            blamed = [i for i, (base, size) in host.items()
+                      if i not in backed and exc.host and base < exc.host[1] and exc.host[0] < base + size]
+            if not blamed:
+                raise
+            backed.update(blamed)

@@ -104,12 +104,14 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
     spec.blocking = [bool(s["blocking"]) for s in seq.streams]
     spec.events = seq.events
     modules = []
+    images: list[bytes] = []  # as read: a std::string member read back from pybind11 is a str (a cubin is not UTF-8)
     notes = []
     for m in seq.modules:
         replaced = variant.modules.get(m.id) if variant else None
         image = _read(replaced, "cubin") if replaced else _read(cap.root / m.cubin, "the captured cubin")
         ms = core.SeqModuleSpec()
         ms.image = image
+        images.append(image)
         ms.label = str(replaced) if replaced else f"module {m.id} ({m.cubin})"
         mine = [(i, g) for i, g in enumerate(glob) if g.module == m.id]
         names = {g.name: g.name for _, g in mine}
@@ -129,7 +131,9 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
     fused_module = None
     if fuse is not None:
         ms = core.SeqModuleSpec()
-        ms.image = _read(fuse.cubin, "the fused kernel's cubin")
+        image = _read(fuse.cubin, "the fused kernel's cubin")
+        ms.image = image
+        images.append(image)
         ms.label = f"fused kernel {fuse.kernel} ({fuse.cubin})"
         ms.globals = []
         fused_module = len(modules)
@@ -193,8 +197,8 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
             notes.append(f"launches {fuse.first}-{fuse.last} replaced by {fuse.kernel} ({fuse.cubin})")
             notes.extend(f"not compared: {e.describe()}" for e in fuse.excluded)
     digest = hashlib.sha256(order.encode())
-    for ms in modules:
-        digest.update(hashlib.sha256(ms.image).digest())
+    for image in images:
+        digest.update(hashlib.sha256(image).digest())
     if variant is not None:
         digest.update(_read(variant.path, "the variant") if variant.path.suffix == ".json" else b"")
     program = SeqProgram(key=digest.hexdigest(), label=str(cubin) if cubin else "captured sequence", variant=variant,

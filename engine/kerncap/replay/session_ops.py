@@ -135,7 +135,7 @@ def op_check(ns, req: dict[str, Any]) -> dict[str, Any]:
     checks = _checks(ns, specs, ns.session.compare(specs, req.get("against", "captured")))
     if req.get("failures_only"):
         checks = [c for c in checks if not c["passed"]]
-    return {"checks": checks, "notes": list(ns.session.notes())}
+    return {"checks": checks, "notes": list(ns.session.notes()), "not_compared": ns.not_compared()}
 
 
 def op_read(ns, req: dict[str, Any]) -> dict[str, Any]:

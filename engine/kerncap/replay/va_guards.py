@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from kerncap.replay.host_memory import plan_host_ranges
+from kerncap.replay.host_memory import plan_replay
 from kerncap.replay.plan import MiB, SpanConflict, plan_address_space
 from kerncap.reproducer.format import Capture
 
@@ -38,9 +38,8 @@ def spans_of(capture: Capture | str | Path) -> list[tuple[int, int]]:
     opened one is used as it is: a large manifest is not parsed twice)."""
     if not isinstance(capture, Capture):
         capture = Capture.open(capture)
-    host = [(r.base, r.size) for r in plan_host_ranges(capture.host_regions)]  # as the server plans them
     try:
-        plan = plan_address_space(capture.regions, _GRANULARITY, avoid=host)
+        plan, _, _ = plan_replay(capture, _GRANULARITY)  # as the server plans them
     except SpanConflict:  # the server refuses such a capture itself, naming why
         plan = plan_address_space(capture.regions, _GRANULARITY)
     return [(s.base, s.size) for s in plan.spans]

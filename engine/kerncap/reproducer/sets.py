@@ -31,6 +31,7 @@ from kerncap.errors import KerncapError
 from kerncap.reproducer.buckets import Bucket
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import SET_JSON, SET_VARIANT_JSON
+from kerncap.reproducer.sequence_variant import is_sequence_variant
 from kerncap.reproducer.store import Store, store_of
 from kerncap.reproducer.stored import hydrate, missing_blobs, store_reproducer
 
@@ -208,7 +209,8 @@ def expand(paths: list[str | os.PathLike], variant: str | os.PathLike | None
     (variants/<n>.json; None: `variant` itself for every one)."""
     dirs: list[Path] = []
     cubins: list[Path | None] = []
-    per_member = variant is not None and Path(variant).suffix == ".json"
+    # variants/<n>.json is a set's variant unless it is a sequence's (reproducer/sequence_variant.py)
+    per_member = variant is not None and Path(variant).suffix == ".json" and not is_sequence_variant(variant)
     for p in map(Path, paths):
         if is_set(p):
             s = ReproducerSet.open(p)
