@@ -372,7 +372,12 @@ def test_the_workbench_rebuilds_a_kernel_of_the_pipeline_and_records_the_sequenc
             source.action_save()
             app.post_message(SourceChanged(source.path))
             await pilot.pause(0.6)  # the debounce
-            await settle(pilot)
+            for _ in range(600):  # the build: recompile, baseline, interleaved timing, validation (no timing asserted)
+                await settle(pilot)
+                said = "\n".join(line.text for line in app.query_one("#log").lines)
+                if len(app.session.history.variants) >= 2 or "build: " in said or "replay could not run" in said:
+                    break
+                await pilot.pause(0.5)
             history = app.session.history
             log = "\n".join(line.text for line in app.query_one("#log").lines)
             assert len(history.variants) == 2, f"no History row after the save; the log:\n{log}"
