@@ -40,6 +40,8 @@ from kerncap_tui.messages import (
     BuildFinished,
     BuildLog,
     ExtractRequested,
+    LaunchSelected,
+    LaunchShown,
     SessionOpened,
     SourceChanged,
 )
@@ -95,6 +97,8 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.session: api.Session | api.SetSession | None = None
         self.watcher: SourceWatcher | None = None
         self._debounce: Timer | None = None
+        self.launch: int | None = None        # a sequence: the launch the panes follow
+        self.saved_kernels: list[int] = []    # a sequence: kernels whose sources were saved since the last build
         self.theme_names: list[str] = []
 
     # -- layout -------------------------------------------------------------------------
@@ -165,6 +169,8 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.capture = None
         self.set = None
         self.inspect = {}
+        self.launch = None
+        self.saved_kernels = []
         try:
             self.session = replay_limit.open_session(self.root)
         except KerncapError as exc:
@@ -182,6 +188,8 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         if self.capture is not None:
             k, launch = self.capture.kernel, self.capture.launch
             self.sub_title = k.get("demangled") or k.get("name", "?")
+            if self.sequence is not None:
+                self.sub_title = f"sequence: {self.sequence.summary()}"
             self.log_line(f"kernel {k.get('name')} grid {launch.get('grid')} block {launch.get('block')} "
                           f"· {len(self.capture.regions)} regions, {len(self.capture.globals)} globals")
             for w in self.capture.warnings:
@@ -195,6 +203,11 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
             except KerncapError as exc:
                 self.report_error("history", exc)
         self.tell_panes(lambda: SessionOpened(self.session, self.root, self.capture, history))
+        if self.sequence is not None:
+            self.log_line(f"a sequence: {self.sequence.summary()}; a save in kernels/<k>/source rebuilds kernel k "
+                          "and records the whole sequence")
+            if self.sequence.launches:
+                self.on_launch_selected(LaunchSelected(0))
         self.fit_split()
         self.load_inspect()
         if self.source_dir is not None and history is not None:
@@ -239,9 +252,20 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.action_tab("memory")
 
     @property
+    def sequence(self):
+        """The open sequence (kerncap.reproducer.sequence.Sequence), else None."""
+        return getattr(self.capture, "sequence", None)
+
+    @property
     def source_dir(self) -> Path | None:
-        d = self.root / "source"
+        """source/; a sequence's kernel entries' sources live under kernels/ (watched whole,
+        a save counts only inside kernels/<k>/source)."""
+        d = self.root / ("kernels" if self.sequence is not None else "source")
         return d if d.is_dir() else None
+
+    def on_launch_selected(self, message: LaunchSelected) -> None:
+        self.launch = message.launch
+        self.tell_panes(lambda: LaunchShown(self.root, self.capture, message.launch))
 
     @work(thread=True, exclusive=True, group="git")
     def prepare_history(self) -> None:
@@ -253,6 +277,12 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
 
     # -- the live loop -------------------------------------------------------------------
     def on_source_changed(self, message: SourceChanged) -> None:
+        if self.sequence is not None:
+            kernel = api.sequence_kernel_of_source(self.root, message.path)
+            if kernel is None:
+                return  # a build's output under kernels/<k>/ (variants/, build/), not a source
+            if kernel not in self.saved_kernels:
+                self.saved_kernels.append(kernel)
         if self._debounce is not None:
             self._debounce.stop()
         self._debounce = self.set_timer(DEBOUNCE_S, self.action_build)
@@ -264,7 +294,13 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         if self.session is None:
             self.notify(f"{self.root} could not be opened: see the log (5)", severity="warning", title="build")
             return
-        self.run_worker(self._build, thread=True, exclusive=True, group="build", name="build")
+        requests = [api.BuildRequest()]
+        if self.sequence is not None:
+            # each kernel saved since the last build (one row each), else the selected launch's (b by hand)
+            kernels = self.saved_kernels or [self.sequence.launches[self.launch or 0].kernel]
+            self.saved_kernels = []
+            requests = [api.BuildRequest(kernel=str(k)) for k in kernels]
+        self.run_worker(lambda: self._build(requests), thread=True, exclusive=True, group="build", name="build")
 
     def action_baseline(self) -> None:
         if self.session is None:
@@ -284,22 +320,25 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.post_message(BuildFinishedHere(api.BuildResult("recorded", variant=v, baseline=v,
                                                             set_run=getattr(self.session, "last_run", None))))
 
-    def _build(self) -> None:
+    def _build(self, requests: list[api.BuildRequest]) -> None:
         """The engine's build (kerncap.session: recompile → (baseline once) → interleaved
         timing → validation → History row). A newer save cancels this worker; the session
         asks between steps and drops a superseded result."""
         worker = get_current_worker()
-        try:
-            result = self.session.build(progress=self._progress, cancelled=lambda: worker.is_cancelled)
-        except api.ReplayNotRun as exc:
-            # It compiled; the replay could not run here (no GPU, no replay core): say that.
-            self.call_from_thread(self.report_replay_not_run, exc)
-            return
-        except KerncapError as exc:
-            self.call_from_thread(self.report_error, "build", exc)
-            return
-        if result.status == "recorded":
-            self.post_message(BuildFinishedHere(result))
+        for request in requests:  # one, or one per saved kernel of a sequence
+            try:
+                result = self.session.build(request, progress=self._progress, cancelled=lambda: worker.is_cancelled)
+            except api.ReplayNotRun as exc:
+                # It compiled; the replay could not run here (no GPU, no replay core): say that.
+                self.call_from_thread(self.report_replay_not_run, exc)
+                return
+            except KerncapError as exc:
+                self.call_from_thread(self.report_error, "build", exc)
+                return
+            if result.status == "recorded":
+                self.post_message(BuildFinishedHere(result))
+            if worker.is_cancelled:
+                return
 
     def on_build_log(self, message: BuildLog) -> None:
         self.log_line(message.text, message.style)

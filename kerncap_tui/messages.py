@@ -73,3 +73,23 @@ class ExtractRequested(Message):
         super().__init__()
         self.kernel = kernel
 
+
+
+class LaunchSelected(Message):
+    """The Profile pane's cursor is on launch `launch` of the open sequence (to the app)."""
+
+    def __init__(self, launch: int) -> None:
+        super().__init__()
+        self.launch = launch
+
+
+class LaunchShown(SessionMessage):
+    """A sequence (docs/sequences.md): the panes follow launch `launch` (its index) of
+    `capture`'s sequence — Memory marks what its arguments point at, Source shows its
+    kernel entry's sources (kernels/<k>/source), where a save rebuilds that kernel."""
+
+    def __init__(self, root: Path, capture, launch: int) -> None:
+        super().__init__()
+        self.root = root
+        self.capture = capture
+        self.launch = launch

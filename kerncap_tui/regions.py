@@ -44,10 +44,12 @@ class MapRow:
         )
 
 
-def map_rows(capture) -> list[MapRow]:
+def map_rows(capture, params=None) -> list[MapRow]:
     """Regions and host regions by address, then module globals, then CUDA arrays (they
-    live where the driver puts them, outside the captured address range)."""
-    referenced = {p.region for p in capture.params if p.region is not None}
+    live where the driver puts them, outside the captured address range). `params`: the
+    arguments whose pointers mark regions (default the captured launch's; a sequence's
+    selected launch's)."""
+    referenced = {p.region for p in (capture.params if params is None else params) if p.region is not None}
     host_referenced = {hp.get("host_region") for p in capture.manifest.get("params", [])
                        for hp in p.get("host_pointers") or []}
     rows = [

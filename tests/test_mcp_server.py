@@ -457,3 +457,34 @@ def test_info_and_validate_take_a_reproducer_set(root, fake_set, monkeypatch, tm
         "members/0", "members/1"]
     assert report["summary"] == "PASS on 2 inputs of 2 reproducers (2 captured + 0 perturbed)"
     assert other.is_error and "is not a reproducer" in other.content[0].text
+
+
+def test_extract_selects_a_sequence_through_the_engines_arguments(root, monkeypatch):
+    """MCP's extract takes a sequence (docs/sequences.md) as `kerncap extract --sequence`
+    does: the same SequenceRequest and NVTX Selection reach api.extract; a run without its
+    bound is refused with the CLI's message before any app runs."""
+    from kerncap import api
+    from kerncap.errors import KerncapError
+
+    seen = {}
+
+    def fake_extract(kernel, command, **kw):
+        seen.update(kernel=kernel, **kw)
+        raise KerncapError("stopped by the test")
+
+    [unbounded] = call(build_server([root]), ("extract", {"kernel": "k", "command": ["true"], "sequence": "run"}))
+    assert unbounded.is_error and "--sequence run needs --count C or --until PATTERN" in unbounded.content[0].text
+    monkeypatch.setattr(api, "extract", fake_extract)
+
+    async def go():
+        async with Client(build_server([root])) as c:
+            return (await c.list_tools()).tools
+    tools = {t.name: t for t in anyio.run(go)}
+    schema = json.dumps(tools["extract"].input_schema["properties"]["sequence"])
+    assert all(f'"{m}"' in schema for m in api.SEQUENCE_MODES)
+    assert "kernel" in tools["build"].input_schema["properties"]  # a sequence's build names its kernel
+    [nvtx] = call(build_server([root]), ("extract", {"kernel": "", "command": ["true"], "sequence": "nvtx",
+                                                     "nvtx": "step.1/layer.1", "dispatch": 2}))
+    assert nvtx.is_error and "stopped by the test" in nvtx.content[0].text
+    assert seen["sequence"] == api.SequenceRequest("nvtx") and seen["selection"].nvtx == "step.1/layer.1"
+    assert seen["dispatch"] == 2 and seen["output"].name.startswith("step.1_layer.1")

@@ -208,6 +208,16 @@ def test_info_shows_the_launches_and_the_window(seq, capsys):
                                                                   "add(float const*, float*)"]
 
 
+def test_list_names_a_sequence_and_its_launches(seq, capsys):
+    """`kerncap list` (and the MCP's list_reproducers, the same rows): a sequence is not
+    listed as its first launch's kernel."""
+    assert main(["list", str(seq.parent)]) == 0
+    assert "sequence (run): 2 launches of 2 kernels" in capsys.readouterr().out
+    assert main(["list", str(seq.parent), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["sequence"] == {"mode": "run", "launches": 2, "kernels": 2, "streams": 2, "steps": 7}
+
+
 @pytest.mark.parametrize("argv, words", [
     (["extract", "--sequence", "run", "k", "--", "true"], "--sequence run needs --count C or --until PATTERN"),
     (["extract", "--sequence", "nvtx", "--", "true"], "--sequence nvtx needs --nvtx PATH"),
@@ -281,6 +291,82 @@ def test_a_kernel_of_a_sequence_is_rebuilt_whole_unit_into_a_variant_of_its_modu
     (module, path), = v.modules.items()
     assert module == 0 and path == Path(built.cubin).resolve() and path.is_relative_to(repro / "kernels" / "1")
     assert {"_Z8sp_scalePKfPfi", "_Z6sp_addPKfPfi"} <= kernel_names(open_elf(path.read_bytes(), str(path)))
+
+
+def _pipeline_with_entries(tmp_path, monkeypatch):
+    """The synthetic sequence over seq_pipeline.cu's real module (compiled here), with its
+    kernel entries and their sources; the simulated core runs sp_scale/sp_add as scale/add,
+    from the captured module and from a rebuilt one (variants/1.cubin of the entry)."""
+    import subprocess
+
+    from kerncap.capture.sequence_extract import write_kernel_entries
+
+    src = Path(__file__).resolve().parents[1] / "testapps" / "cuda"
+    cubin = tmp_path / "pipeline.cubin"
+    subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-lineinfo", f"-I{src}", "-o", str(cubin),
+                    str(src / "seq_pipeline.cu")], check=True, capture_output=True, timeout=600)
+    repro = S.pipeline_kernels_sequence(tmp_path / "seq", cubin.read_bytes())
+    write_kernel_entries(repro, src, None, [])
+    for module in ("captured", "1.cubin", "2.cubin"):
+        monkeypatch.setitem(S.SEQ_KERNELS, (module, "_Z8sp_scalePKfPfi"), S.scale)
+        monkeypatch.setitem(S.SEQ_KERNELS, (module, "_Z6sp_addPKfPfi"), S.add)
+    S.install(monkeypatch)
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", S.SeqClient)
+    return repro
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (the pipeline's kernels are compiled)")
+def test_a_sequence_build_rebuilds_one_kernel_and_records_the_sequence_and_its_launches(tmp_path, monkeypatch):
+    """Session.build on a sequence (the workbench's save, `kerncap build --kernel`): kernel
+    1's entry rebuilt whole unit, the whole sequence timed and validated, a History row with
+    the kernel and every launch's time; the baseline holds the launches' times too; an
+    unchanged source builds nothing; two editable kernels and no --kernel is refused."""
+    repro = _pipeline_with_entries(tmp_path, monkeypatch)
+    with api.open_session(repro, compile_worker=False) as s:
+        with pytest.raises(UsageError, match="2 have sources"):
+            s.build(api.BuildRequest(rounds=5, iterations=2, runs=2))
+        r = s.build(api.BuildRequest(kernel="sp_add", rounds=5, iterations=2, runs=2))
+        assert r.status == "recorded", r
+        base, v = s.history.variants
+        assert base.launch_ms == [0.01, 0.01] and base.kernel is None
+        assert v.kernel == 1 and v.validation == "pass" and v.launch_ms == [0.01, 0.01]
+        assert v.cubin == "variants/kernel-1-1.json" and v.median_ms == pytest.approx(0.02)
+        assert api.changed_launch_ms(v, s.capture) == pytest.approx(0.01)
+        assert api.changed_launch_ms(base, s.capture) is None
+        again = s.build(api.BuildRequest(kernel="1", rounds=5, iterations=2, runs=2))
+        assert again.status == "unchanged" and again.variant.id == v.id
+    # the row survives a reload (history.json's schema knows the fields); kernels/ is versioned
+    h = api.History.load(repro)
+    assert h.variants[-1].launch_ms == [0.01, 0.01] and h.versioned == "kernels"
+    assert api.sequence_kernel_of_source(repro, repro / "kernels" / "1" / "source" / "x.cu") == 1
+    assert api.sequence_kernel_of_source(repro, repro / "kernels" / "1" / "variants" / "1.cubin") is None
+
+
+def test_mcp_info_validate_and_build_take_a_sequence(seq):
+    """MCP's info shows the sequence (as `info --json`), validate goes through the same
+    session and passes byte-exact on the captured input, build without kernel entries says
+    which step is missing (the simulated core; the GPU suite's MCP tests run the real one)."""
+    import anyio
+    from mcp import Client
+
+    from kerncap.frontends.mcp_server import build_server
+
+    async def go():
+        async with Client(build_server([seq.parent])) as c:
+            return [await c.call_tool(name, args) for name, args in (
+                ("info", {"reproducer": seq.name}), ("validate", {"reproducer": seq.name, "runs": 2}),
+                ("build", {"reproducer": seq.name}))]
+
+    info, validate, build = anyio.run(go)
+    assert not info.is_error and len(info.structured_content["sequence"]["launches"]) == 2
+    assert not validate.is_error and validate.structured_content["verdict"] == "pass", validate.content[0].text
+    assert build.is_error and "none has sources" in build.content[0].text
+
+
+def test_build_kernel_on_one_dispatch_is_refused(capsys):
+    repro = Path(__file__).resolve().parent / "fixtures" / "captures" / "axpy_small"
+    assert main(["build", str(repro), "--kernel", "0"]) == 2
+    assert "--kernel picks one kernel of a sequence" in capsys.readouterr().err
 
 
 def test_a_sequence_variant_is_validated_through_the_request_api_not_taken_for_a_set_variant(seq, monkeypatch):

@@ -142,6 +142,7 @@ __all__ = [
     # a sequence of launches as one reproducer (issue 29, docs/sequences.md)
     "SEQUENCE_MODES", "SEQUENCE_ORDERS", "SequenceRequest", "format_sequence_extract", "format_localization",
     "format_sequence_launches", "fuse_build", "fuse_skeleton", "is_sequence", "localize", "recompile_sequence_kernel",
+    "changed_launch_ms", "sequence_kernel_of_source", "sequence_extract_arguments",
 ]
 
 PathLike = str | os.PathLike
@@ -927,3 +928,29 @@ def recompile_sequence_kernel(reproducer: PathLike, kernel: str, *, trust: bool 
     entry's sources (kernels/<k>/source) and writes the sequence variant that uses the new
     cubin: (the build, variants/kernel-<k>-<n>.json)."""
     return _sequence_kernel.recompile_kernel(reproducer, kernel, trust=trust, mode=mode)
+
+
+def sequence_extract_arguments(mode: str | None, *, nvtx: str | None = None, count: int | None = None,
+                               until: str | None = None) -> dict[str, Any]:
+    """`extract`'s `sequence` and `selection` for a window (what `extract --sequence MODE
+    --nvtx --count --until` passes; the workbench's extract dialog and MCP's extract too):
+    {} for one dispatch (mode None); checked when extract runs (SequenceRequest.check)."""
+    if not mode:
+        if count is not None or until:
+            raise UsageError("--count and --until bound a run of launches", "add --sequence run")
+        return {"selection": Selection(nvtx=nvtx)} if nvtx else {}
+    out: dict[str, Any] = {"sequence": SequenceRequest(mode=mode, count=count, until=until or None)}
+    if nvtx:
+        out["selection"] = Selection(nvtx=nvtx)
+    return out
+
+
+def sequence_kernel_of_source(reproducer: PathLike, path: PathLike) -> int | None:
+    """The kernel of a sequence whose entry's sources hold `path` (kernels/<k>/source/...),
+    else None: what a save in the workbench rebuilds (BuildRequest(kernel=str(k)))."""
+    return _sequence_kernel.kernel_of_source(reproducer, path)
+
+
+def changed_launch_ms(variant: Variant, capture: Capture) -> float | None:
+    """A sequence's History row: the replayed time of its rebuilt kernel's launches."""
+    return _session.changed_launch_ms(variant, capture)

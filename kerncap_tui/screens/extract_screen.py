@@ -1,5 +1,7 @@
 """Extract a kernel from the profiled application: command line, dispatch index, output
-directory. The extraction runs in a worker (the app keeps responding); this screen
+directory; or a sequence of launches (docs/sequences.md: an NVTX range's instance, the
+graph launch running the dispatch, a run from the dispatch bounded by a count or a kernel)
+through the engine's extract arguments (kerncap.api.sequence_extract_arguments). The extraction runs in a worker (the app keeps responding); this screen
 shows that it is running and how long it has been."""
 
 from __future__ import annotations
@@ -14,11 +16,17 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.timer import Timer
-from textual.widgets import Button, Input, Label, ProgressBar
+from textual.widgets import Button, Input, Label, ProgressBar, Select
 from textual.worker import get_current_worker
 
 from kerncap import api
 from kerncap.errors import KerncapError
+
+
+# what the dialog captures: None one dispatch, else a sequence mode (kerncap.api.SEQUENCE_MODES)
+WHAT = [("one dispatch", ""), ("sequence: an NVTX range's instance", "nvtx"),
+        ("sequence: the graph launch running the dispatch", "graph"),
+        ("sequence: a run from the dispatch", "run")]
 
 
 class ExtractScreen(ModalScreen[Path | None]):
@@ -40,6 +48,11 @@ class ExtractScreen(ModalScreen[Path | None]):
             with Horizontal(classes="row"):
                 yield Label("dispatch ")
                 yield Input("0", id="extract-dispatch", type="integer")
+                yield Select(WHAT, value="", allow_blank=False, id="extract-what", compact=True)
+            with Horizontal(classes="row", id="extract-window"):
+                yield Input(placeholder="NVTX path (step.3/layer.5)", id="extract-nvtx")
+                yield Input(placeholder="run: count", id="extract-count", type="integer")
+                yield Input(placeholder="run: until kernel", id="extract-until")
             yield Label("output")
             yield Input(str(self.output), id="extract-output")
             yield ProgressBar(total=None, show_eta=False, id="extract-progress")
@@ -70,6 +83,14 @@ class ExtractScreen(ModalScreen[Path | None]):
         try:
             command = shlex.split(self.query_one("#extract-command", Input).value)
             dispatch = int(self.query_one("#extract-dispatch", Input).value or 0)
+            count = self.query_one("#extract-count", Input).value.strip()
+            window = api.sequence_extract_arguments(
+                self.query_one("#extract-what", Select).value or None,
+                nvtx=self.query_one("#extract-nvtx", Input).value.strip() or None,
+                count=int(count) if count else None, until=self.query_one("#extract-until", Input).value.strip() or None)
+        except KerncapError as exc:
+            self.notify(f"{exc.message}\n{exc.hint or ''}", severity="error", title="extract")
+            return
         except ValueError as exc:
             self.notify(f"cannot parse the command or dispatch: {exc}", severity="error", title="extract")
             return
@@ -81,15 +102,18 @@ class ExtractScreen(ModalScreen[Path | None]):
         self.query_one("#extract-status", Label).remove_class("error")
         self.started = time.monotonic()
         self.ticker = self.set_interval(0.5, self._tick)
-        self.run_extract(command, dispatch, Path(self.query_one("#extract-output", Input).value).expanduser())
+        self.run_extract(command, dispatch, Path(self.query_one("#extract-output", Input).value).expanduser(), window)
 
     def _tick(self) -> None:
         self.query_one("#extract-status", Label).update(f"extracting… {time.monotonic() - self.started:.0f} s")
 
     @work(thread=True, exclusive=True, group="extract")
-    def run_extract(self, command: list[str], dispatch: int, output: Path) -> None:
+    def run_extract(self, command: list[str], dispatch: int, output: Path, window: dict | None = None) -> None:
+        window = window or {}
+        # an NVTX range's instance is every launch in it: the kernel is not part of the choice
+        kernel = "" if getattr(window.get("sequence"), "mode", None) == "nvtx" else self.kernel
         try:
-            result = api.extract(self.kernel, command, output=output, dispatch=dispatch)
+            result = api.extract(kernel, command, output=output, dispatch=dispatch, **window)
         except KerncapError as exc:
             if not get_current_worker().is_cancelled:
                 self.app.call_from_thread(self._failed, exc)

@@ -18,6 +18,8 @@ from kerncap_tui.charts import bar, speedup_cells
 from kerncap_tui.widgets.history_plot import HistoryPlot
 
 BAR_WIDTH = 16
+# A sequence's extra columns (the median is the whole sequence's time).
+SEQUENCE_COLUMNS = ("rebuilt kernel", "its launches ms")
 VALIDATION_STYLE = {"pass": ("✓ pass", "green"), "fail": ("✗ FAIL", "bold red"),
                     "inconclusive": ("? inconclusive", "yellow"), "error": ("! error", "yellow"),
                     "skipped": ("– skipped", "dim")}
@@ -59,10 +61,12 @@ class HistoryPane(Vertical):
         self.inspect: dict[int, VI.VariantInspect] = {}
         self._extra: tuple[str, ...] = ()
         self.is_set = False
+        self.capture = None  # a sequence's rows name the rebuilt kernel and its launches' time
 
     # -- the open session ------------------------------------------------------------------
     def on_session_opened(self, message: messages.SessionOpened) -> None:
         self.is_set = bool(getattr(message.session, "is_set", False))
+        self.capture = message.capture
         self.marked = None
         self.show(message.history, {})
 
@@ -94,6 +98,8 @@ class HistoryPane(Vertical):
             self.inspect = inspect
         extra = (tuple(h for _, h in VI.METRIC_COLUMNS) if any(i.ncu for i in self.inspect.values()) else ()) + (
             ("sanitizer",) if any(i.sanitize for i in self.inspect.values()) else ())
+        if getattr(self.capture, "sequence", None) is not None:
+            extra = SEQUENCE_COLUMNS + extra
         t = self.query_one(DataTable)
         cursor = t.cursor_row
         if extra != self._extra:
@@ -111,6 +117,8 @@ class HistoryPane(Vertical):
                 tools += [VI.metric_cell(key, metrics.get(key)) if metrics else "" for key, _ in VI.METRIC_COLUMNS]
             if "sanitizer" in extra:
                 tools.append(VI.sanitize_cell(info))
+            if extra[:2] == SEQUENCE_COLUMNS:
+                tools = [*self._sequence_cells(v), *tools]
             t.add_row(
                 "●" if v.id == self.marked else " ",
                 Text(v.label, style="bold" if v.id == 0 else ""),
@@ -126,6 +134,8 @@ class HistoryPane(Vertical):
         if variants:
             t.move_cursor(row=min(max(cursor, 0), len(variants) - 1))
         summary = f"{len(variants)} variant(s)"
+        if extra[:2] == SEQUENCE_COLUMNS:
+            summary += " · median: the whole sequence"
         if any(v.id for v in variants):
             best = history.best_significant()
             if best is not None:
@@ -143,6 +153,16 @@ class HistoryPane(Vertical):
             status.styles.height = "auto"
             status.update(f"{latest.label}: {latest.note}\n{status.content}")
         self.query_one(HistoryPlot).show(variants)
+
+    def _sequence_cells(self, v) -> tuple[str, str]:
+        """(the rebuilt kernel, its launches' replayed time): median_ms is the whole sequence's."""
+        from kerncap import api
+
+        if v.kernel is None:
+            return "captured", "—"
+        ms = api.changed_launch_ms(v, self.capture)
+        k = self.capture.sequence.kernels[v.kernel]
+        return f"{v.kernel} {(k.demangled or k.name).split('(')[0]}", "—" if ms is None else f"{ms:.4f}"
 
     def selected(self):
         t = self.query_one(DataTable)

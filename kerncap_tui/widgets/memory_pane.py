@@ -56,15 +56,26 @@ class MemoryPane(Vertical):
         if message.capture is not None:
             self.show(message.capture)
 
-    def show(self, capture) -> None:
+    def on_launch_shown(self, message: messages.LaunchShown) -> None:
+        """A sequence's selected launch: its arguments mark the regions (flag A)."""
+        launch = message.capture.sequence.launches[message.launch]
+        self.show(message.capture, launch.params, keep=self.selected)
+        self.query_one(".status", Static).update(
+            f"launch {launch.index}: flags: A its argument points here · W written by the sequence "
+            "(= unchanged) · 0 all zero")
+
+    def show(self, capture, params=None, keep: str | None = None) -> None:
         self.capture = capture
         t = self.query_one("#region-table", DataTable)
         t.clear()
-        self.rows = {row.key: row for row in R.map_rows(capture)}
+        self.rows = {row.key: row for row in R.map_rows(capture, params)}
         for row in self.rows.values():
             t.add_row(row.flags, row.label, f"0x{row.base:x}", human_bytes(row.size), row.kind, key=row.key)
         self.query_one(MemoryMap).show(list(self.rows.values()))
-        if self.rows:
+        if keep in self.rows:
+            t.move_cursor(row=list(self.rows).index(keep))
+            self.select(keep)
+        elif self.rows:
             self.select(next(iter(self.rows)))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -1,10 +1,13 @@
 """Profile ranking: kernels by total GPU time, sortable by any column, filtered by name.
 Enter on a kernel asks the app to extract it. The captured kernel is marked. A
 reproducer without a profile shows the app's launch counts up to the capture instead
-(launches.json, recorded by `kerncap extract`: counts, no times)."""
+(launches.json, recorded by `kerncap extract`: counts, no times). A sequence
+(docs/sequences.md) shows its launches in order instead, each with its stream and its
+replayed time (a worker times them on the session's replay server once it opens)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.text import Text
@@ -47,6 +50,29 @@ LAUNCH_COLUMNS = [
 CAPTURED_STYLE = "bold reverse"
 
 
+@dataclass
+class LaunchRow:
+    """One launch of a sequence, as the pane lists it (`ms`: its replayed median, once timed)."""
+
+    index: int
+    name: str
+    demangled: str
+    stream: int
+    grid: tuple
+    block: tuple
+    ms: float | None = None
+
+
+SEQUENCE_COLUMNS = [
+    ("launch", "#", lambda l: (str(l.index), l.index)),
+    ("ms", "ms", lambda l: ("…" if l.ms is None else f"{l.ms:.4f}", -1.0 if l.ms is None else l.ms)),
+    ("stream", "stream", lambda l: (str(l.stream), l.stream)),
+    ("kernel", "kernel", lambda l: (l.demangled or l.name, (l.demangled or l.name).lower())),
+    ("grid", "grid", lambda l: (format_dim(l.grid, sep="×", trim=False), str(l.grid))),
+    ("block", "block", lambda l: (format_dim(l.block, sep="×", trim=False), str(l.block))),
+]
+
+
 class ProfilePane(Vertical):
     DEFAULT_CLASSES = "session-pane"  # told of the open session (kerncap_tui.messages)
     BINDINGS = [
@@ -64,6 +90,8 @@ class ProfilePane(Vertical):
         self.columns = COLUMNS
         self.captured: set[str] = set()  # names (mangled and demangled) of the captured kernel
         self.note = ""
+        self.selected_launch: int | None = None  # a sequence: the launch the other panes follow
+        self.shown_count = 0
         self.profile = None  # the loaded api.ProfileResult (its command prefills extraction)
 
     # -- the open session ------------------------------------------------------------------
@@ -71,7 +99,67 @@ class ProfilePane(Vertical):
         k = message.capture.kernel if message.capture is not None else {}
         self.captured = {n for n in (k.get("name"), k.get("demangled")) if n}
         self.profile = None
+        self.selected_launch = None
+        seq = getattr(message.capture, "sequence", None)
+        if seq is not None:
+            self.show_sequence(seq)
+            if message.session is not None:
+                self.time_launches(message.session)
+            return
         self.load(message.root)
+
+    # -- a sequence: its launches in order, timed on the session's replay server -------------
+    def show_sequence(self, seq) -> None:
+        if self.columns is not SEQUENCE_COLUMNS:
+            self._use_columns(SEQUENCE_COLUMNS, "launch")
+        self.sort_reverse = False
+        self.captured = set()
+        self.kernels = [LaunchRow(l.index, seq.kernels[l.kernel].name, seq.kernels[l.kernel].demangled, l.stream,
+                                  l.grid, l.block) for l in seq.launches]
+        self.selected_launch = 0 if self.kernels else None
+        self.note = ""
+        self.refill()
+
+    def _launch_cell(self, row: LaunchRow):
+        text = SEQUENCE_COLUMNS[3][2](row)[0]
+        return Text(f"▶ {text}", style=CAPTURED_STYLE) if row.index == self.selected_launch else text
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """A sequence: the launch under the cursor is the selected one; the app has Memory
+        and Source follow it."""
+        if self.columns is not SEQUENCE_COLUMNS or event.row_key is None:
+            return
+        row = self.kernels[int(event.row_key.value)]
+        if row.index == self.selected_launch:
+            return
+        old, self.selected_launch = self.selected_launch, row.index
+        table = self.query_one(DataTable)
+        for i in (old, row.index):
+            if i is not None and str(i) in table.rows:
+                table.update_cell(str(i), "kernel", self._launch_cell(self.kernels[i]))
+        self._status()
+        self.post_message(messages.LaunchSelected(row.index))
+
+    @work(thread=True, exclusive=True, group="profile")
+    def time_launches(self, session) -> None:
+        call = self.app.call_from_thread
+        try:
+            result = session.replay(api.ReplayRequest(iterations=10, warmup=2, per_launch=True))
+        except KerncapError as exc:
+            call(self.show_note, f"launch times: {exc.message}")
+            return
+        call(self.show_launch_times, result.launches or [], result.median_ms,
+             getattr(session, "sequence_order", None) or "streams")
+
+    def show_launch_times(self, launches: list[dict], whole_ms: float, order: str = "streams") -> None:
+        for row, timed in zip(self.kernels, launches):
+            row.ms = timed["median_ms"]
+        self.note = f"whole {whole_ms:.4f} ms ({order} order)"
+        self.refill()
+
+    def show_note(self, text: str) -> None:
+        self.note = text
+        self.refill()
 
     @staticmethod
     def profile_path(root: Path) -> Path | None:
@@ -160,14 +248,23 @@ class ProfilePane(Vertical):
         shown.sort(key=lambda ik: self.columns[sort_index][2](ik[1])[1], reverse=self.sort_reverse)
         for i, k in shown:  # keyed by position: a profile may list one name twice (template instances)
             cells = [fn(k)[0] for _, _, fn in self.columns]
-            if self._is_captured(k):
+            if self.columns is SEQUENCE_COLUMNS:
+                cells[3] = self._launch_cell(k)
+            elif self._is_captured(k):
                 at = [c[0] for c in self.columns].index("kernel")
                 cells[at] = Text(f"▶ {cells[at]}", style=CAPTURED_STYLE)
             table.add_row(*cells, key=str(i))
+        self.shown_count = len(shown)
+        self._status()
+
+    def _status(self) -> None:
         arrow = "↓" if self.sort_reverse else "↑"
         marked = " · ▶ captured" if any(self._is_captured(k) for k in self.kernels) else ""
+        what, verb = ("launches", "") if self.columns is SEQUENCE_COLUMNS else ("kernels", " · enter/x: extract")
+        if self.columns is SEQUENCE_COLUMNS and self.selected_launch is not None:
+            marked = f" · ▶ launch {self.selected_launch} (Memory, Source follow it)"
         self.query_one("#profile-status", Static).update(
-            f"{len(shown)}/{len(self.kernels)} kernels · sorted by {self.sort_column} {arrow}{marked} · enter/x: extract"
+            f"{self.shown_count}/{len(self.kernels)} {what} · sorted by {self.sort_column} {arrow}{marked}{verb}"
             + (f" · {self.note}" if self.note else "")
         )
 
@@ -184,6 +281,8 @@ class ProfilePane(Vertical):
         self.refill()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if self.columns is SEQUENCE_COLUMNS:
+            return  # a sequence's launch: nothing to extract, it is in the reproducer
         self.post_message(ExtractRequested(self.kernels[int(event.row_key.value)].name))
 
     def action_focus_filter(self) -> None:
@@ -201,6 +300,6 @@ class ProfilePane(Vertical):
 
     def action_extract(self) -> None:
         table = self.query_one(DataTable)
-        if table.row_count:
+        if table.row_count and self.columns is not SEQUENCE_COLUMNS:
             row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
             self.post_message(ExtractRequested(self.kernels[int(row_key.value)].name))

@@ -46,10 +46,26 @@ class SourcePane(Horizontal):
             yield editor
 
     def on_session_opened(self, message: messages.SessionOpened) -> None:
+        if getattr(message.capture, "sequence", None) is not None:
+            return  # a sequence: its selected launch's kernel entry (on_launch_shown)
         source = message.root / "source"
         self.show(source if source.is_dir() else None)
         if message.capture is not None:
             self.open_kernel_source(message.root, message.capture.kernel)
+
+    def on_launch_shown(self, message: messages.LaunchShown) -> None:
+        """A sequence: the selected launch's kernel entry, kernels/<k>/source; a save
+        there rebuilds that kernel and records the whole sequence (kerncap.session)."""
+        seq = message.capture.sequence
+        k = seq.launches[message.launch].kernel
+        entry = message.root / "kernels" / str(k)
+        source = entry / "source"
+        if self.source_dir != source:
+            self.show(source if source.is_dir() else None,
+                      empty=f"kernel {k} ({seq.kernels[k].demangled or seq.kernels[k].name}) has no sources in "
+                            f"kernels/{k}/source (extract the sequence with --source-dir; library kernels have none)")
+            if source.is_dir():
+                self.open_kernel_source(entry, {"name": seq.kernels[k].name, "demangled": seq.kernels[k].demangled})
 
     @work(thread=True, exclusive=True, group="source-locate")
     def open_kernel_source(self, root: Path, kernel: dict) -> None:
@@ -61,17 +77,22 @@ class SourcePane(Horizontal):
         if site is not None:
             self.app.call_from_thread(self.open_at, site.path, site.line)
 
-    def show(self, source_dir: Path | None) -> None:
+    def show(self, source_dir: Path | None, empty: str = "") -> None:
         self.source_dir = source_dir
-        for old in self.query(SourceTree):
-            old.remove()
-        empty = self.query_one("#source-empty", Label)
+        trees = self.query(SourceTree)
+        label = self.query_one("#source-empty", Label)
         if source_dir is None or not source_dir.is_dir():
-            empty.update("this reproducer has no editable source/ (kerncap extract --source-dir)")
-            empty.display = True
+            for old in trees:
+                old.display = False
+            label.update(empty or "this reproducer has no editable source/ (kerncap extract --source-dir)")
+            label.display = True
             return
-        empty.display = False
-        self.mount(SourceTree(source_dir, id="source-tree"), before=0)
+        label.display = False
+        if trees:  # another directory (a sequence's launches): the same tree, shown again
+            tree = trees.first()
+            tree.path, tree.display = source_dir, True
+        else:
+            self.mount(SourceTree(source_dir, id="source-tree"), before=0)
         first = self.primary_source(source_dir)
         if first:
             self.open_file(first)

@@ -314,3 +314,80 @@ def test_a_cuda_graph_launch_replays_byte_exact(seqs):
     for order in ("streams", "graph"):
         report, text = validated(res.reproducer_dir, order=order)
         assert report.verdict == "pass", f"{order}: {text}"
+
+
+# -- the workbench on a real sequence ------------------------------------------------------------
+
+
+def test_the_workbench_rebuilds_a_kernel_of_the_pipeline_and_records_the_sequence(seqs, testapps_build, tmp_path,
+                                                                                   monkeypatch):
+    """The pipeline sequence open in the workbench (Textual's pilot): its five launches
+    listed with their replayed times; the cursor on sp_add's launch opens kernels/<k>/source;
+    a save (unchanged text) rebuilds sp_add, replays and validates the whole sequence and
+    records a History row: PASS (byte-exact), the sequence's time and sp_add's launch's."""
+    import asyncio
+
+    from textual.widgets import DataTable
+
+    from kerncap_tui.app import KerncapApp
+    from kerncap_tui.messages import SourceChanged
+    from kerncap_tui.widgets.history_pane import HistoryPane
+    from kerncap_tui.widgets.profile_pane import ProfilePane
+    from kerncap_tui.widgets.source_pane import SourcePane
+    from textual.worker import WorkerCancelled
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    res, _, _ = pipeline(seqs, testapps_build)
+    repro = copy_of(res, tmp_path)
+    seq = api.open_capture(repro).sequence
+    k = kernel_index(api.open_capture(repro), "sp_add")
+    row = next(l.index for l in seq.launches if l.kernel == k)
+
+    async def settle(pilot):
+        await pilot.pause()
+        ours = [w for w in pilot.app.workers if w.group in ("profile", "git", "build", "source-locate")]
+        if ours:
+            try:
+                await pilot.app.workers.wait_for_complete(ours)
+            except WorkerCancelled:
+                pass
+        await pilot.pause()
+
+    async def run():
+        app = KerncapApp(repro)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(pilot)
+            profile = app.query_one(ProfilePane)
+            table = profile.query_one(DataTable)
+            times = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+            print(f"launch times on screen: {times}; status: {profile.query_one('#profile-status').content}")
+            assert table.row_count == len(PIPELINE_KERNELS) and all(t != "…" and float(t) > 0 for t in times), times
+            table.focus()
+            for _ in range(row):
+                await pilot.press("down")
+            await settle(pilot)
+            source = app.query_one(SourcePane)
+            assert app.launch == row and source.source_dir == repro / "kernels" / str(k) / "source", source.source_dir
+            assert source.path is not None, "no source file open for sp_add's kernel entry"
+            source.action_save()
+            app.post_message(SourceChanged(source.path))
+            await pilot.pause(0.6)  # the debounce
+            for _ in range(600):  # the build: recompile, baseline, interleaved timing, validation (no timing asserted)
+                await settle(pilot)
+                said = "\n".join(line.text for line in app.query_one("#log").lines)
+                if len(app.session.history.variants) >= 2 or "build: " in said or "replay could not run" in said:
+                    break
+                await pilot.pause(0.5)
+            history = app.session.history
+            log = "\n".join(line.text for line in app.query_one("#log").lines)
+            assert len(history.variants) == 2, f"no History row after the save; the log:\n{log}"
+            base, v = history.variants
+            print(f"baseline {base.median_ms:.4f} ms {base.launch_ms}; v1 {v.median_ms:.4f} ms {v.launch_ms} "
+                  f"validation {v.validation} {v.validation_detail}")
+            assert v.validation == "pass", f"{v.validation} {v.note}\n{log}"
+            assert v.kernel == k and v.median_ms > 0 and len(v.launch_ms) == len(PIPELINE_KERNELS)
+            assert api.changed_launch_ms(v, app.capture) > 0
+            cells = [str(c) for c in app.query_one(HistoryPane).query_one(DataTable).get_row_at(1)]
+            assert cells[1] == "v1" and cells[8].startswith(f"{k} sp_add") and cells[9] != "—", cells
+
+    asyncio.run(run())

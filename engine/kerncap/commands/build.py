@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     how.add_argument("--reduced", action="store_true", help="CUDA: compile only what the kernel needs, no fallback")
     p.add_argument("--trust", action="store_true",
                    help="run recorded compile flags outside the allow-list (see recompile --trust)")
+    p.add_argument("--kernel", metavar="K",
+                   help="a sequence: the kernel to rebuild from kernels/<k>/source (its number or a part of its "
+                        "name); the whole sequence is then timed, validated and recorded with each launch's time")
     O.add_options(p, (O.BUILD_ROUNDS, O.BUILD_ITERATIONS, O.BUILD_PERTURB, O.RUNS))
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -44,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     request = api.BuildRequest(config=args.config, mode="full" if args.full else "reduced" if args.reduced else "auto",
                                trust=args.trust, rounds=args.rounds, iterations=args.iterations, perturb=args.perturb,
-                               runs=args.runs)
+                               runs=args.runs, kernel=args.kernel)
     log: list[str] = []
 
     def progress(text: str, _level: str = "") -> None:

@@ -83,9 +83,8 @@ def handle(args: argparse.Namespace) -> int:
     command = api.app_command(args.app_command, args.cmd)
     if not args.kernel and not args.sequence:
         raise UsageError("no kernel name given", "run `kerncap profile -- CMD` to see the kernel names")
-    sequence = (api.SequenceRequest(mode=args.sequence, count=args.count, until=args.until) if args.sequence else None)
-    if sequence is None and (args.count is not None or args.until):
-        raise UsageError("--count and --until bound a run of launches", "add --sequence run")
+    # the same arguments as the workbench's extract dialog and MCP's extract
+    sequence = api.sequence_extract_arguments(args.sequence, count=args.count, until=args.until).get("sequence")
     output = args.output or api.Workspace(args.workspace).new_reproducer_path(
         args.kernel or (args.nvtx or "sequence").replace("/", "_"))
     selection = api.Selection(nvtx=args.nvtx, nvtx_match=args.nvtx_match, rank=args.rank, pid=args.pid,

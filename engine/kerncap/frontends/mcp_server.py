@@ -292,10 +292,27 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                                            Field(description="entry: interposed driver entry points, cheaper "
                                                              "per launch, or cupti callbacks (default: the server's "
                                                              "KERNCAP_INTERCEPT, else entry)")] = None,
+                      sequence: Annotated[Literal[api.SEQUENCE_MODES] | None,
+                                          Field(description="capture a window of launches as one reproducer "
+                                                            "(docs/sequences.md): nvtx (instance `dispatch` of the "
+                                                            "range `nvtx`; kernel may be empty), graph (the graph "
+                                                            "launch running dispatch `dispatch` of kernel), run "
+                                                            "(from dispatch `dispatch` of kernel, `count` launches "
+                                                            "or `until` a kernel)")] = None,
+                      nvtx: Annotated[str | None, Field(description="only launches in NVTX ranges matching this "
+                                                                    "path ('step.3/layer.5'); with sequence=nvtx "
+                                                                    "the range whose instance is captured")] = None,
+                      count: Annotated[int | None, Field(ge=1, description="sequence=run: launches in the "
+                                                                           "window")] = None,
+                      until: Annotated[str | None, Field(description="sequence=run: up to and including the next "
+                                                                     "launch of a kernel matching this")] = None,
                       ) -> dict[str, Any]:
         """Capture one dispatch of a kernel of the app into a new reproducer (what `kerncap
-        extract` does); returns the reproducer's path and what `info` says about it."""
-        out = R.path(output, "output") if output else api.Workspace(R.dirs[0] / "kerncap-workspace").new_reproducer_path(kernel)
+        extract` does), or a sequence of launches (`sequence`); returns the reproducer's
+        path and what `info` says about it."""
+        window = api.sequence_extract_arguments(sequence, nvtx=nvtx, count=count, until=until)
+        out = R.path(output, "output") if output else api.Workspace(R.dirs[0] / "kerncap-workspace").new_reproducer_path(
+            kernel or (nvtx or "sequence").replace("/", "_"))
         src = R.path(source_dir, "source_dir") if source_dir else None
         bld = R.path(build_dir, "build_dir") if build_dir else None
         workdir = R.path(cwd, "cwd") if cwd else R.dirs[0]
@@ -303,7 +320,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         result = await state.blocking(ctx, "extract", lambda: api.extract(
             kernel, command, output=out, dispatch=dispatch, match=match, keep_running=keep_running,
             timeout=timeout_s, source_dir=src,
-            build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune, intercept=intercept))
+            build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune, intercept=intercept,
+            **window))
         return {"reproducer": str(result.reproducer_dir), "seconds": result.seconds, "sources": result.sources,
                 "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,
                 "info": api.info(result.reproducer_dir).to_dict(), "app_output_tail": tail.lines}
@@ -374,6 +392,10 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     async def build(ctx: Context, reproducer: Reproducer, config: Config = None, mode: Mode = "auto",
                     rounds: BuildRounds = O.BUILD_ROUNDS.default, iterations: BuildIterations = O.BUILD_ITERATIONS.default,
                     perturb: BuildPerturb = O.BUILD_PERTURB.default, runs: Runs = O.RUNS.default,
+                    kernel: Annotated[str | None, Field(description="a sequence: the kernel to rebuild from its "
+                                                                    "entry's sources (its number or a part of its "
+                                                                    "name); the row holds the whole sequence's time "
+                                                                    "and each launch's")] = None,
                     ) -> dict[str, Any]:
         """The workbench's build, for an agent (as `kerncap build --json`): recompile the
         edited sources, time the new cubin interleaved with the captured one (speedup with
@@ -383,7 +405,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         (the source equals a recorded variant's: nothing built); `variant` is the row."""
         repro = R.reproducer(reproducer, allow_set=True)
         request = api.BuildRequest(config=config, mode=mode, rounds=rounds, iterations=iterations, perturb=perturb,
-                                   runs=runs)
+                                   runs=runs, kernel=kernel)
         log: list[str] = []
         result = await state.blocking(ctx, "build", lambda: state.pool.run(repro, lambda s: s.build(
             request, progress=lambda text, _level="": log.append(text))), reproducer=repro)

@@ -7,11 +7,13 @@ one set of module globals)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 from kerncap.errors import KerncapError, UsageError
 from kerncap.recompile import recompile
+from kerncap.reproducer.editable import source_fingerprint
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.sequence_variant import write_variant
 from kerncap.reproducer.variants import RecompileResult
@@ -35,6 +37,37 @@ def kernel_index(cap: Capture, selector: str) -> int:
     return hits[0]
 
 
+def entry_dir(root: Path, k: int) -> Path:
+    return Path(root) / KERNELS_DIR / str(k)
+
+
+def kernel_of_source(root: str | os.PathLike, path: str | os.PathLike) -> int | None:
+    """The kernel whose entry's sources hold `path` (kernels/<k>/source/...), else None."""
+    try:
+        rel = Path(path).resolve().relative_to((Path(root) / KERNELS_DIR).resolve())
+    except ValueError:
+        return None
+    parts = rel.parts
+    return int(parts[0]) if len(parts) > 2 and parts[0].isdigit() and parts[1] == "source" else None
+
+
+def editable_kernels(cap: Capture) -> list[int]:
+    """The kernels of the sequence whose entries have sources to rebuild."""
+    assert cap.sequence is not None
+    return [k.id for k in cap.sequence.kernels if (entry_dir(cap.reproducer_dir, k.id) / "source").is_dir()]
+
+
+def source_hash(root: Path, k: int) -> str:
+    """The fingerprint a History row of kernel k's rebuild keeps (its entry's sources and k)."""
+    inner = source_fingerprint(entry_dir(root, k) / "source")
+    return hashlib.sha256(f"kernel {k}:{inner}".encode()).hexdigest()
+
+
+def launches_of(cap: Capture, k: int) -> list[int]:
+    assert cap.sequence is not None
+    return [l.index for l in cap.sequence.launches if l.kernel == k]
+
+
 def recompile_kernel(repro: str | os.PathLike, selector: str, *, trust: bool = False,
                      mode: str = "auto") -> tuple[RecompileResult, Path]:
     """(the rebuild of the kernel's entry, the sequence variant that uses it)."""
@@ -43,7 +76,7 @@ def recompile_kernel(repro: str | os.PathLike, selector: str, *, trust: bool = F
         raise UsageError("--kernel picks one kernel of a sequence", f"{repro} holds one dispatch: recompile it whole")
     root = cap.reproducer_dir
     k = kernel_index(cap, selector)
-    entry = root / KERNELS_DIR / str(k)
+    entry = entry_dir(root, k)
     if not (entry / "capture" / "manifest.json").is_file():
         raise KerncapError(f"{entry} is missing: the sequence has no kernel entry for kernel {k}",
                            "extract the sequence again with this kerncap")

@@ -29,7 +29,7 @@ from kerncap.reproducer.schemas import HISTORY_JSON, VALIDATIONS
 HISTORY_FILE = "history.json"
 HISTORY_VERSION = 1
 MAX_HISTORY_BYTES = 64 << 20
-GITIGNORE = "# kerncap: payloads and build outputs stay out of the variant history\ncapture/blobs/\nvariants/\nbuild/\n"
+GITIGNORE = "# kerncap: payloads and build outputs stay out of the variant history\ncapture/blobs/\nvariants/\nbuild/\nkernels/*/capture/\n"
 _UNREADABLE_HINT = ("the git log of the reproducer still holds every variant; move the file away to start a new "
                     "history")
 
@@ -57,6 +57,10 @@ class Variant:
     speedup_high: float | None = None
     confidence: float | None = None
     significant: bool | None = None
+    # A sequence (docs/sequences.md): the kernel whose entry was rebuilt (None: the
+    # baseline) and every launch's replayed median, in launch order (None: not timed).
+    kernel: int | None = None
+    launch_ms: list[float] | None = None
 
     @property
     def label(self) -> str:
@@ -161,15 +165,23 @@ class History:
             write_atomic(ignore, GITIGNORE, what=f"write {ignore}")
         return repo
 
+    @property
+    def versioned(self) -> str:
+        """What each variant commits: source/, or for a sequence (no source/ of its own) its
+        kernel entries, kernels/ (each entry's source/; their builds are in .gitignore)."""
+        if not (self.root / "source").is_dir() and (self.root / "kernels").is_dir():
+            return "kernels"
+        return "source"
+
     def _commit_source(self, message: str) -> str:
         import git
 
         repo = self.repo()
-        source = self.root / "source"
+        source = self.root / self.versioned
         if not source.is_dir():
             raise KerncapError(f"{source} does not exist", "this reproducer has no editable source to version")
         try:
-            repo.git.add("--all", "--", "source", ".gitignore")
+            repo.git.add("--all", "--", self.versioned, ".gitignore")
             actor = git.Actor("kerncap", "kerncap@localhost")
             return repo.index.commit(message, author=actor, committer=actor).hexsha
         except git.GitError as exc:
@@ -244,7 +256,7 @@ class History:
         import git
 
         try:
-            return self.repo().git.diff(self._commit_of(a), self._commit_of(b), "--", "source")
+            return self.repo().git.diff(self._commit_of(a), self._commit_of(b), "--", self.versioned)
         except git.GitError as exc:
             raise KerncapError(
                 f"git diff {a.label}..{b.label} failed in {self.root} ({exc})",
@@ -256,7 +268,7 @@ class History:
         import git
 
         try:
-            self.repo().git.checkout(self._commit_of(v), "--", "source")
+            self.repo().git.checkout(self._commit_of(v), "--", self.versioned)
         except git.GitError as exc:
             raise KerncapError(f"restoring {v.label} into {self.root / 'source'} failed ({exc})", "check `git status` in the reproducer") from None
 

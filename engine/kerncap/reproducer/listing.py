@@ -85,7 +85,8 @@ def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Pa
 
 def _row(path: Path) -> dict[str, Any]:
     return {"path": str(path), "kernel": None, "mangled": None, "command": None, "time": None, "logical": None,
-            "stored": None, "in_store": False, "validation": None, "variants": 0, "payloads": None, "error": None}
+            "stored": None, "in_store": False, "validation": None, "variants": 0, "payloads": None, "error": None,
+            "sequence": None}
 
 
 def describe_reproducer(repro: Path, *, verify: bool = False) -> dict[str, Any]:
@@ -105,6 +106,11 @@ def describe_reproducer(repro: Path, *, verify: bool = False) -> dict[str, Any]:
             stored=cap.stored_bytes,
             in_store=(cap.root / "stored.json").is_file(),  # payloads in the workspace store (`kerncap store`)
         )
+        seq = cap.sequence
+        if seq is not None:  # docs/sequences.md: its first launch's kernel stands in the manifest
+            row.update(kernel=f"sequence ({seq.mode}): {len(seq.launches)} launches of {len(seq.kernels)} kernels",
+                       sequence={"mode": seq.mode, "launches": len(seq.launches), "kernels": len(seq.kernels),
+                                 "streams": len(seq.streams), "steps": len(seq.steps)})
         payloads = check_payloads(cap, verify=verify)
         row["payloads"] = "ok" if payloads.ok else payloads.summary()
     except KerncapError as exc:

@@ -316,6 +316,7 @@ HISTORY_VARIANT = Obj({
     "source_hash?": Opt(Str(pattern=r"[0-9a-f]{64}")), "validation_detail?": Str(max_len=256),
     "speedup?": _RATIO, "speedup_low?": _RATIO, "speedup_high?": _RATIO,
     "confidence?": Opt(Num(min=0.0, max=1.0)), "significant?": Opt(Bool()),
+    "kernel?": Opt(Int(min=0, max=1 << 16)), "launch_ms?": Opt(List(_MS, max_len=1 << 20)),
 })
 HISTORY_JSON = Obj({"version": Int(min=1, max=1), "variants": List(HISTORY_VARIANT, max_len=1 << 20)})
 

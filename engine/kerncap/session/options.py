@@ -285,6 +285,7 @@ class BuildRequest:
     iterations: int = BUILD_ITERATIONS.default
     perturb: int = BUILD_PERTURB.default
     runs: int = RUNS.default
+    kernel: str | None = None      # a sequence: the kernel (its number or a part of its name) to rebuild
 
     def checked(self) -> BuildRequest:
         if self.mode not in ("auto", "reduced", "full"):

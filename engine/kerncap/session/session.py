@@ -28,6 +28,7 @@ from typing import Any
 from kerncap.core.units import interval_text, speedup_text
 from kerncap.errors import GpuUnavailable, KerncapError, NativeUnavailable, UsageError
 from kerncap.recompile import recompile as recompile_kernel
+from kerncap.recompile import sequence_kernel
 from kerncap.replay import client as replay_client
 from kerncap.replay import dump as dump_tool
 from kerncap.replay import mismatch_request
@@ -41,6 +42,7 @@ from kerncap.replay.significance import TimingComparison
 from kerncap.reproducer.editable import source_fingerprint
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History, Variant
+from kerncap.reproducer.sequence import is_sequence
 from kerncap.reproducer.variants import RecompileResult
 from kerncap.session.options import BuildRequest, CompareRequest, ReplayRequest, ValidateRequest, check_order
 from kerncap.triton.worker import CompileWorker, is_triton_reproducer
@@ -336,7 +338,8 @@ class Session(Opened):
         the history's baseline (row 0)."""
         progress("replaying the captured cubin (baseline) …", "")
         out = self.measure(None, request.checked())
-        v = self.history.record(baseline=True, **out.fields())
+        extra = {"launch_ms": self.launch_ms(None, progress)} if is_sequence(self.root) else {}
+        v = self.history.record(baseline=True, **out.fields(), **extra)
         progress(f"baseline: {out.median_ms:.4f} ms (±{out.spread_pct:.1f}%), validation "
                  f"{out.validation} {out.validation_detail}".rstrip(), "")
         return v
@@ -350,6 +353,10 @@ class Session(Opened):
         steps: a superseded build records nothing."""
         started = time.monotonic()
         r = request.checked()
+        if is_sequence(self.root):
+            return self._build_sequence_kernel(r, progress, cancelled, started)
+        if r.kernel is not None:
+            raise UsageError("--kernel picks one kernel of a sequence", f"{self.root} holds one dispatch: drop --kernel")
         if self.source_dir is None:
             raise KerncapError(f"{self.root} has no source/ to build",
                                "extract with --source-dir (CUDA C++), or capture a Triton kernel")
@@ -382,6 +389,69 @@ class Session(Opened):
                  + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
                  + f" ({seconds:.1f} s)", "pass" if out.validation == "pass" else "fail")
         return BuildResult("recorded", variant=v, compiled=compiled, baseline=base, reused=reused, seconds=seconds)
+
+    # -- a sequence (docs/sequences.md): one kernel rebuilt, the whole sequence measured ----------
+    def sequence_kernel(self, selector: str | None) -> int:
+        """The kernel a sequence build rebuilds: `selector` (its number or a part of its
+        name), else the only kernel whose entry has sources."""
+        if selector is not None:
+            return sequence_kernel.kernel_index(self.capture, selector)
+        editable = sequence_kernel.editable_kernels(self.capture)
+        if len(editable) != 1:
+            seq = self.capture.sequence
+            names = "; ".join(f"{k}: {seq.kernels[k].demangled or seq.kernels[k].name}" for k in editable[:12])
+            raise UsageError(f"{self.root} is a sequence: a build rebuilds one of its kernels, and "
+                             + (f"{len(editable)} have sources ({names})" if editable else "none has sources"),
+                             "name the kernel (build --kernel K)" if editable else
+                             "extract the sequence with --source-dir (CUDA C++)")
+        return editable[0]
+
+    def launch_ms(self, cubin: Path | None, progress: Progress = _quiet) -> list[float] | None:
+        """Every launch's replayed median (per-launch timing on the resident server), None
+        when the order has no per-launch times (graph) or the timing failed (said in progress)."""
+        if self.sequence_order == "graph":
+            return None
+        try:
+            result = self.replay(ReplayRequest(cubin=None if cubin is None else str(cubin), per_launch=True))
+        except KerncapError as exc:
+            if needs_gpu(exc):
+                raise
+            progress(f"per-launch timing failed: {exc.message}", "warning")
+            return None
+        return [float(l["median_ms"]) for l in result.launches or []]
+
+    def _build_sequence_kernel(self, r: BuildRequest, progress: Progress, cancelled: Callable[[], bool],
+                               started: float) -> BuildResult:
+        """recompile kernel K's entry (its whole unit) into a sequence variant → (baseline once)
+        → the whole sequence timed interleaved with the captured one, validated, and each
+        launch timed → one History row (`kernel`, `launch_ms`)."""
+        k = self.sequence_kernel(r.kernel)
+        seq = self.capture.sequence
+        fingerprint = sequence_kernel.source_hash(self.root, k)
+        same = self.history.built_from(fingerprint)
+        if same is not None:
+            progress(f"kernel {k}'s sources are unchanged since {same.label} ({same.validation}): no new variant",
+                     "detail")
+            return BuildResult("unchanged", variant=same, seconds=time.monotonic() - started)
+        progress(f"rebuilding kernel {k} ({seq.kernels[k].demangled or seq.kernels[k].name}) of the sequence …", "")
+        compiled, variant = sequence_kernel.recompile_kernel(self.root, str(k), trust=r.trust, mode=r.mode)
+        _report_compile(compiled, progress)
+        if cancelled():
+            return self._superseded(progress, started, compiled=compiled)
+        base, (out, launches) = self._after_baseline(
+            r, progress, variant, compiled.seconds, lambda: (self.measure(variant, r), self.launch_ms(variant, progress)))
+        if cancelled():
+            return self._superseded(progress, started, compiled=compiled, baseline=base)
+        v = self.history.record(cubin=str(variant.relative_to(self.root)), build_seconds=compiled.seconds,
+                                source_hash=fingerprint, kernel=k, launch_ms=launches, **out.fields())
+        seconds = time.monotonic() - started
+        changed = changed_launch_ms(v, self.capture)
+        progress(f"{v.label}: sequence {out.median_ms:.4f} ms, {speedup_phrase(v)}; kernel {k}: "
+                 + ("not timed per launch" if changed is None else f"{changed:.4f} ms over its "
+                    f"{len(sequence_kernel.launches_of(self.capture, k))} launch(es)")
+                 + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
+                 + f" ({seconds:.1f} s)", "pass" if out.validation == "pass" else "fail")
+        return BuildResult("recorded", variant=v, compiled=compiled, baseline=base, seconds=seconds)
 
     def measure(self, cubin: Path | None, request: BuildRequest) -> Measured:
         """The baseline (cubin None): its timing and validation (determinism included).
@@ -451,6 +521,17 @@ class Session(Opened):
 def trust_options(r: ValidateRequest) -> TrustOptions:
     return TrustOptions(perturb=r.perturb, seed=r.seed, keep=tuple(r.keep), region_dtypes=dict(r.region_dtypes),
                         atol=r.atol, rtol=r.rtol, dtype=r.dtype, runs=r.runs, region_shapes=dict(r.region_shapes))
+
+
+def changed_launch_ms(v: Variant, cap: Capture) -> float | None:
+    """A sequence's History row: the replayed time of the rebuilt kernel's launches (their
+    medians summed), None for the baseline or a row without per-launch times."""
+    if v.kernel is None or not v.launch_ms or cap.sequence is None:
+        return None
+    launches = sequence_kernel.launches_of(cap, v.kernel)
+    if len(v.launch_ms) != len(cap.sequence.launches) or not launches:
+        return None
+    return sum(v.launch_ms[i] for i in launches)
 
 
 def speedup_phrase(v: Variant) -> str:

@@ -1,0 +1,146 @@
+"""The workbench on a sequence (issue 29, docs/sequences.md), over the SYNTHETIC sequence of
+tests/sequence_sim.py (seq_pipeline.cu's real module compiled here, its kernel entries with
+their sources, the simulated replay core): the Profile pane lists the launches in order
+with their stream and replayed time, the selected launch marked; Memory and Source follow
+it; a save in kernel 1's source rebuilds that kernel, replays and validates the whole
+sequence and records a History row with the sequence's and the kernel's launches' times.
+The GPU suite opens a real capture the same way (tests/gpu/test_tui_sequence_gpu.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Label, Static
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from test_sequences import NVCC, _pipeline_with_entries  # noqa: E402
+
+from kerncap_tui.app import KerncapApp  # noqa: E402
+from kerncap_tui.messages import SourceChanged  # noqa: E402
+from kerncap_tui.widgets.history_pane import HistoryPane  # noqa: E402
+from kerncap_tui.widgets.memory_pane import MemoryPane  # noqa: E402
+from kerncap_tui.widgets.profile_pane import ProfilePane  # noqa: E402
+from kerncap_tui.widgets.source_pane import SourcePane  # noqa: E402
+
+pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc (the pipeline's kernels are compiled)")
+
+
+def _cells(table: DataTable) -> list[list[str]]:
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def test_the_workbench_shows_a_sequence_follows_its_launch_and_records_a_rebuild(tmp_path, monkeypatch, settle):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    repro = _pipeline_with_entries(tmp_path, monkeypatch)
+
+    async def run():
+        app = KerncapApp(repro)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(pilot)
+            profile = app.query_one(ProfilePane)
+            rows = _cells(profile.query_one(DataTable))
+            assert [r[0] for r in rows] == ["0", "1"] and [r[1] for r in rows] == ["0.0100", "0.0100"]
+            assert rows[0][3].startswith("▶ sp_scale") and rows[1][3].startswith("sp_add")
+            status = str(profile.query_one("#profile-status", Static).content)
+            assert "2/2 launches" in status and "▶ launch 0 " in status and "whole 0.0200 ms (streams order)" in status
+            source = app.query_one(SourcePane)
+            assert source.source_dir == repro / "kernels" / "0" / "source"
+            # the cursor on launch 1: it is marked, Source shows kernel 1's entry, Memory its arguments
+            profile.query_one(DataTable).focus()
+            await pilot.press("down")
+            await settle(pilot)
+            rows = _cells(profile.query_one(DataTable))
+            assert rows[1][3].startswith("▶ sp_add") and not rows[0][3].startswith("▶")
+            assert app.launch == 1 and source.source_dir == repro / "kernels" / "1" / "source"
+            memory = app.query_one(MemoryPane)
+            # launch 1 (add) takes tmp and y: regions 1 and 2 (by address), not x (region 0)
+            assert [k for k, r in memory.rows.items() if r.by_argument] == ["r1", "r2"]
+            assert "launch 1" in str(memory.query_one(".status", Static).content)
+            # a save in kernel 1's source (unchanged text): rebuilt, the sequence recorded
+            assert source.path is not None and source.path.is_relative_to(repro / "kernels" / "1" / "source")
+            await pilot.press("3")
+            source.action_save()
+            app.post_message(SourceChanged(source.path))  # what the watchdog posts (also without inotify)
+            await pilot.pause(0.6)
+            await settle(pilot)
+            history = app.session.history
+            base, v = history.variants
+            assert v.kernel == 1 and v.validation == "pass" and v.launch_ms == [0.01, 0.01]
+            table = _cells(app.query_one(HistoryPane).query_one(DataTable))
+            assert table[1][1] == "v1" and table[1][2] == "0.0200"
+            assert table[1][8:10] == ["1 sp_add", "0.0100"] and table[0][8:10] == ["captured", "—"]
+            # saves in both kernels within one debounce: kernel 0 recorded, kernel 1 unchanged since v1
+            for k in (0, 1):
+                app.post_message(SourceChanged(next((repro / "kernels" / str(k) / "source").rglob("*.cu"))))
+            app.post_message(SourceChanged(repro / "kernels" / "0" / "variants" / "9.cubin"))  # a build's output
+            await pilot.pause(0.6)
+            await settle(pilot)
+            assert [(x.id, x.kernel) for x in app.session.history.variants] == [(0, None), (1, 1), (2, 0)]
+
+    asyncio.run(run())
+
+
+def test_snapshot_of_a_sequences_launches(snap_compare, settle, tmp_path, monkeypatch):
+    """The Profile tab of the sequence at 140x40, launch 1 selected (its times from the
+    simulated core: 0.01 ms a launch)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    repro = _pipeline_with_entries(tmp_path, monkeypatch)
+
+    async def run_before(pilot):
+        await settle(pilot)
+        pilot.app.query_one(ProfilePane).query_one(DataTable).focus()
+        await pilot.press("down")
+        await settle(pilot)
+
+    assert snap_compare(KerncapApp(repro), terminal_size=(140, 40), run_before=run_before)
+
+
+def test_the_extract_dialog_selects_a_sequence_through_the_engines_arguments(make_app, settle, tmp_path, monkeypatch):
+    """The extract dialog's choice of a window reaches api.extract as `extract --sequence`
+    sends it (api.sequence_extract_arguments); a run's bound without a sequence is refused
+    in the dialog, nothing started."""
+    from kerncap import api
+    from kerncap.errors import KerncapError
+    from textual.widgets import Select
+
+    seen = []
+
+    def fake_extract(kernel, command, **kw):
+        seen.append((kernel, kw))
+        raise KerncapError("stopped by the test")
+
+    monkeypatch.setattr(api, "extract", fake_extract)
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            await pilot.press("1", "enter")
+            await pilot.pause()
+            screen = app.screen
+            assert type(screen).__name__ == "ExtractScreen"
+            screen.query_one("#extract-output").value = str(tmp_path / "out")
+            screen.query_one("#extract-count").value = "3"
+            screen.start()  # one dispatch with a run's count: refused here
+            await settle(pilot)
+            assert not seen and not screen.query_one("#extract-go").disabled
+            screen.query_one("#extract-what", Select).value = "run"
+            await pilot.pause()
+            screen.start()
+            await settle(pilot)
+            (kernel, kw), = seen
+            assert kernel == screen.kernel and kw["sequence"] == api.SequenceRequest("run", count=3)
+            screen.query_one("#extract-what", Select).value = "nvtx"
+            screen.query_one("#extract-count").value = ""
+            screen.query_one("#extract-nvtx").value = "step.1/layer.1"
+            await pilot.pause()
+            screen.start()
+            await settle(pilot)
+            kernel, kw = seen[-1]
+            assert kernel == "" and kw["sequence"] == api.SequenceRequest("nvtx") and kw["selection"].nvtx == "step.1/layer.1"
+
+    asyncio.run(run())
