@@ -9,7 +9,7 @@
 #   KC_STEPS="python3 bench/foo.py --json \$OUT/foo.json" bash tests/gpu/batch.sh ...   (after the tests)
 #
 # Each argument is one shard's pytest arguments. With no argument the whole suite runs in
-# four shards. KC_BESIDE="cmd": a command run beside the shards (its output in $OUT/beside.log).
+# seven shards, then the host-memory and profile tests alone. KC_BESIDE="cmd": a command run beside the shards (its output in $OUT/beside.log).
 # Logs: $OUT/shards.log (every shard's log, one after another; failures on stdout),
 # $OUT/summary.txt, $OUT/steps.log (the device tool brings back at most 8 files; build logs
 # stay in /tmp/kc-*.log).
@@ -33,11 +33,16 @@ export KERNCAP_TESTAPPS_PREBUILT=1
 echo "build: $(( $(date +%s) - t_start )) s" | tee -a "$OUT/summary.txt"
 
 if [ $# -eq 0 ]; then
-  # The whole suite, balanced by the durations seen on 2026-11-30 (docs/testing.md).
+  # The profile's timings and the host-memory tests' arenas need the GPU to themselves.
+  KC_ALONE=${KC_ALONE:-tests/gpu/test_hostmem_gpu.py tests/gpu/test_profile.py}
+  # The whole suite as the 2026-12-01 H200 runs split it (docs/testing.md): seven shards at once.
   set -- "tests/gpu/test_capture_apps.py tests/gpu/test_prune_gpu.py tests/gpu/test_store_gpu.py" \
          "tests/gpu/test_scale.py tests/gpu/test_sources_gpu.py tests/gpu/test_sigkill_gpu.py" \
-         "tests/gpu/test_triton_repro.py tests/gpu/test_graphs.py tests/gpu/test_fingerprints.py tests/gpu/test_profile.py" \
-         "tests/gpu/test_replay_apps.py tests/gpu/test_interception_paths.py tests/gpu/test_selection.py tests/gpu/test_inspect_gpu.py tests/gpu/test_trust_gpu.py tests/gpu/test_replay_errors.py tests/gpu/test_capture_errors.py tests/gpu/test_buckets.py tests/gpu/test_tui_loop.py tests/gpu/test_tui_triton_loop.py tests/gpu/test_recompile_big.py tests/gpu/test_sweep_gpu.py tests/gpu/test_mcp_gpu.py tests/gpu/test_check_gpu.py tests/gpu/test_multigpu.py"
+         "tests/gpu/test_triton_repro.py tests/gpu/test_graphs.py tests/gpu/test_fingerprints.py" \
+         "tests/gpu/test_replay_apps.py tests/gpu/test_interception_paths.py" \
+         "tests/gpu/test_selection.py tests/gpu/test_inspect_gpu.py tests/gpu/test_trust_gpu.py tests/gpu/test_replay_errors.py tests/gpu/test_capture_errors.py tests/gpu/test_buckets.py" \
+         "tests/gpu/test_tui_loop.py tests/gpu/test_tui_triton_loop.py tests/gpu/test_session_gpu.py tests/gpu/test_mcp_gpu.py tests/gpu/test_check_gpu.py tests/gpu/test_sweep_gpu.py tests/gpu/test_recompile_big.py tests/gpu/test_mismatch_gpu.py tests/gpu/test_textures.py tests/gpu/test_launch_kinds.py tests/gpu/test_compare_gpu.py tests/gpu/test_hang_gpu.py tests/gpu/test_multigpu.py tests/test_native_units.py" \
+         "tests/gpu/test_sequences.py"
 fi
 
 run_shard() {  # index, pytest args...

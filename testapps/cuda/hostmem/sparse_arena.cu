@@ -11,9 +11,13 @@
 
 __global__ void fill_data(float* data, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    unsigned h = unsigned(i) * 2654435761u + seed;
-    h ^= h >> 15;
-    data[i] = float(h % 2048) * 0.0625f + 1.0f;  // exact, non-zero
+    // splitmix64 of the index: no two 4 MiB chunks alike (a 32-bit multiplicative hash
+    // repeated every 2^26 floats, so 1 GiB of data stored as 260 MiB of distinct chunks)
+    unsigned long long z = i + 0x9E3779B97F4A7C15ull * seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    data[i] = float(z % 2048) * 0.0625f + 1.0f;  // exact, non-zero
   }
 }
 
