@@ -54,13 +54,13 @@ def main() -> int:
         t_extract, result = timed(lambda: extract("tile2d", [str(build / "tile2d"), str(args.rows), str(args.cols)],
                                                   output=work / "reproducer", timeout=900))
         repro = Path(result.reproducer_dir)
-        capture = api.open_capture(repro)
         print(f"extract: {t_extract:.1f} s")
         shape = (args.rows, args.cols)
         pool = _pooler()
-        with api.ReplayClient(repro, timeout=900) as rc:
-            t_open = rc.info.get("open_seconds", 0.0)
-            t_first, maps = timed(lambda: api.mismatch_maps(rc, capture, cubin=variant, items=["arg:0"], shape=shape,
+        with api.open_session(repro, replay_timeout=900, compile_worker=False) as session:
+            rc = session._resident()  # the session's one replay server: the baseline's check runs there too
+            t_open = rc.start().get("open_seconds", 0.0)
+            t_first, maps = timed(lambda: api.mismatch_maps(session, cubin=variant, items=["arg:0"], shape=shape,
                                                             grid=(96, 200)))
             print(f"replay server open (state resident): {t_open:.2f} s; first heatmap after it: {t_first:.2f} s")
             print(f"summary: {maps[0].summary()}")
@@ -71,7 +71,7 @@ def main() -> int:
                 base.append(t)
 
                 def picture():
-                    m, = api.mismatch_maps(rc, capture, cubin=variant, items=["arg:0"], shape=shape, grid=(96, 200))
+                    m, = api.mismatch_maps(session, cubin=variant, items=["arg:0"], shape=shape, grid=(96, 200))
                     if pool is not None:
                         pool(m, 48, 200)
                     return m
