@@ -1,4 +1,5 @@
 #include "capture_session.hpp"
+#include "provenance_util.hpp"
 
 #include <unistd.h>
 
@@ -23,23 +24,6 @@ extern char** environ;
 namespace kc {
 
 namespace {
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-bool selected_env(const std::string& name) {
-  static const char* exact[] = {"CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "PYTORCH_CUDA_ALLOC_CONF",
-                                "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_ORDER", "CUBLAS_WORKSPACE_CONFIG"};
-  for (const char* e : exact)
-    if (name == e) return true;
-  return name.rfind("TRITON_", 0) == 0 || name.rfind("KERNCAP_", 0) == 0;
-}
 
 }  // namespace
 
@@ -416,7 +400,7 @@ void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
   for (char** e = environ; e && *e; ++e) {
     std::string kv(*e);
     size_t eq = kv.find('=');
-    if (eq != std::string::npos && selected_env(kv.substr(0, eq))) env_kv.push_back(kv);
+    if (eq != std::string::npos && kept_env(kv.substr(0, eq))) env_kv.push_back(kv);
   }
   std::sort(env_kv.begin(), env_kv.end());
   w.key("env").begin_object();

@@ -1,4 +1,5 @@
 #include "sequence_capture.hpp"
+#include "provenance_util.hpp"
 
 #include <unistd.h>
 
@@ -23,26 +24,8 @@ namespace kc {
 
 namespace {
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// The environment a capture's provenance keeps (capture_session.cpp keeps the same).
-bool kept_env(const std::string& name) {
-  static const char* exact[] = {"CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "PYTORCH_CUDA_ALLOC_CONF",
-                                "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_ORDER", "CUBLAS_WORKSPACE_CONFIG"};
-  for (const char* e : exact)
-    if (name == e) return true;
-  return name.rfind("TRITON_", 0) == 0 || name.rfind("KERNCAP_", 0) == 0;
 }
 
 std::string region_label(size_t i, const TrackedRegion& r) {
