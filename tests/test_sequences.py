@@ -342,6 +342,46 @@ def test_a_sequence_build_rebuilds_one_kernel_and_records_the_sequence_and_its_l
     assert api.sequence_kernel_of_source(repro, repro / "kernels" / "1" / "variants" / "1.cubin") is None
 
 
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (the pipeline's kernels are compiled)")
+def test_mcp_reads_and_writes_a_sequence_kernels_sources_and_builds_from_them(tmp_path, monkeypatch):
+    """An agent edits a sequence through MCP alone: list_sources, read_source and
+    write_source with `kernel` reach kernels/<k>/source/ (nothing outside it), and `build`
+    with that kernel rebuilds from what was written; without `kernel` on a sequence of two
+    editable kernels the tools name both."""
+    import anyio
+    from mcp import Client
+
+    from kerncap.frontends.mcp_server import build_server
+
+    repro = _pipeline_with_entries(tmp_path, monkeypatch)
+
+    async def go():
+        async with Client(build_server([repro.parent])) as c:
+            listed = await c.call_tool("list_sources", {"reproducer": repro.name, "kernel": "sp_add"})
+            name = next(f["path"] for f in listed.structured_content["files"] if f["path"].endswith(".cu"))
+            read = await c.call_tool("read_source", {"reproducer": repro.name, "file": name, "kernel": "sp_add"})
+            text = read.structured_content["text"] + "\n// edited over MCP\n"
+            wrote = await c.call_tool("write_source", {"reproducer": repro.name, "file": name, "text": text,
+                                                       "kernel": "1"})
+            escape = await c.call_tool("read_source", {"reproducer": repro.name, "file": "../../reproducer.json",
+                                                       "kernel": "1"})
+            unnamed = await c.call_tool("list_sources", {"reproducer": repro.name})
+            built = await c.call_tool("build", {"reproducer": repro.name, "kernel": "sp_add", "rounds": 5,
+                                                "iterations": 2, "runs": 2})
+            return name, listed, read, wrote, escape, unnamed, built
+
+    name, listed, read, wrote, escape, unnamed, built = anyio.run(go)
+    assert not listed.is_error and listed.structured_content["kernel"] == "sp_add"
+    assert "__global__ void sp_add" in read.structured_content["text"]
+    assert not wrote.is_error
+    assert (repro / "kernels" / "1" / "source" / name).read_text().endswith("// edited over MCP\n")
+    assert escape.is_error and "without '..'" in escape.content[0].text
+    assert unnamed.is_error and "2 have sources" in unnamed.content[0].text
+    assert not built.is_error, built.content[0].text
+    v = api.History.load(repro).variants[-1]
+    assert v.kernel == 1 and v.validation == "pass"
+
+
 def test_mcp_info_validate_and_build_take_a_sequence(seq):
     """MCP's info shows the sequence (as `info --json`), validate goes through the same
     session and passes byte-exact on the captured input, build without kernel entries says

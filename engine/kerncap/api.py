@@ -683,10 +683,25 @@ def prune(reproducer: PathLike, *, validate: bool = True, output: PathLike | Non
 # -- front ends without a person: resident replay, editable sources, stacks (issue 16) ----------
 
 
-def list_sources(reproducer: PathLike) -> list[SourceFile]:
+def _sources_of(reproducer: PathLike, kernel: str | None) -> Path:
+    """Whose source/ a source call reaches: the reproducer's, or for a sequence its kernel
+    `kernel`'s entry (kernels/<k>/; None: the only one with sources)."""
+    root = Path(reproducer)
+    if kernel is None and not _sequence.is_sequence(root):
+        return root
+    cap = Capture.open(root)
+    if cap.sequence is None:
+        raise UsageError(f"{root} is one dispatch, not a sequence: its sources are {root / 'source'}",
+                         "leave out the kernel")
+    return _sequence_kernel.entry_dir(cap.reproducer_dir, _sequence_kernel.choose(cap, kernel))
+
+
+def list_sources(reproducer: PathLike, kernel: str | None = None) -> list[SourceFile]:
     """The files under `<reproducer>/source/` that `recompile` builds from, each with its
-    size and whether it is editable (kerncap's build records are listed, not editable)."""
-    return _editable.list_sources(reproducer)
+    size and whether it is editable (kerncap's build records are listed, not editable).
+    A sequence's: those of `kernel`'s entry, `kernels/<k>/source/` (its number or a part of
+    its name; None: the only kernel with sources)."""
+    return _editable.list_sources(_sources_of(reproducer, kernel))
 
 
 def is_source_file(path: PathLike, source_dir: PathLike | None = None) -> bool:
@@ -701,15 +716,17 @@ def source_fingerprint(source_dir: PathLike) -> str:
     return _editable.source_fingerprint(source_dir)
 
 
-def read_source(reproducer: PathLike, name: str) -> str:
-    """The text of one source file (`name` relative to source/; nothing outside it)."""
-    return _editable.read_source(reproducer, name)
+def read_source(reproducer: PathLike, name: str, kernel: str | None = None) -> str:
+    """The text of one source file (`name` relative to source/, or to a sequence kernel's
+    `kernels/<k>/source/` as for list_sources; nothing outside it)."""
+    return _editable.read_source(_sources_of(reproducer, kernel), name)
 
 
-def write_source(reproducer: PathLike, name: str, text: str) -> SourceFile:
-    """Replace or create one source file atomically (`name` relative to source/); the
-    next `recompile` builds from it."""
-    return _editable.write_source(reproducer, name, text)
+def write_source(reproducer: PathLike, name: str, text: str, kernel: str | None = None) -> SourceFile:
+    """Replace or create one source file atomically (`name` relative to source/, or to a
+    sequence kernel's `kernels/<k>/source/`); the next `recompile` (`build --kernel K` for
+    a sequence) builds from it."""
+    return _editable.write_source(_sources_of(reproducer, kernel), name, text)
 
 
 def running_stack(device: int | None = None) -> dict[str, Any]:

@@ -81,6 +81,9 @@ Mode = Annotated[Literal["auto", "reduced", "full"], Field(description=(
     "reduced never falls back; full compiles the whole unit"))]
 Config = Annotated[str | None, Field(description="Triton only: options or an autotune config to pin, e.g. "
                                                  "\"num_warps=4,BLOCK=64\"")]
+SourceKernel = Annotated[str | None, Field(description="a sequence: whose sources (kernels/<k>/source/), its number "
+                                                       "or a part of its name; omit for one dispatch, or for the "
+                                                       "sequence's only kernel with sources")]
 
 
 class Roots:
@@ -349,30 +352,36 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
 
     @server.tool()
     @kerncap_tool
-    async def list_sources(reproducer: Reproducer) -> dict[str, Any]:
-        """The reproducer's editable source files (under its source/), with sizes."""
+    async def list_sources(reproducer: Reproducer, kernel: SourceKernel = None) -> dict[str, Any]:
+        """The reproducer's editable source files (under its source/; a sequence's: under
+        kernels/<k>/source/ of the kernel named), with sizes."""
         repro = R.reproducer(reproducer)
-        return {"reproducer": str(repro), "source_dir": str(repro / "source"),
-                "files": [f.__dict__ for f in api.list_sources(repro)]}
+        files = [f.__dict__ for f in api.list_sources(repro, kernel)]
+        where = repro / "source" if kernel is None and not api.is_sequence(repro) else None
+        return {"reproducer": str(repro), "source_dir": str(where) if where else None, "kernel": kernel,
+                "files": files}
 
     @server.tool()
     @kerncap_tool
     async def read_source(reproducer: Reproducer,
                           file: Annotated[str, Field(description="path relative to the reproducer's source/")],
+                          kernel: SourceKernel = None,
                           ) -> dict[str, Any]:
         """The text of one source file of the reproducer."""
         repro = R.reproducer(reproducer)
-        return {"file": file, "text": api.read_source(repro, file)}
+        return {"file": file, "text": api.read_source(repro, file, kernel)}
 
     @server.tool()
     @kerncap_tool
     async def write_source(reproducer: Reproducer,
                            file: Annotated[str, Field(description="path relative to the reproducer's source/")],
                            text: Annotated[str, Field(description="the file's complete new content")],
+                           kernel: SourceKernel = None,
                            ) -> dict[str, Any]:
-        """Replace (or create) one source file of the reproducer; `recompile` builds from it."""
+        """Replace (or create) one source file of the reproducer; `recompile` builds from it
+        (a sequence's kernel: `build` with that `kernel`)."""
         repro = R.reproducer(reproducer)
-        return {"written": api.write_source(repro, file, text).__dict__}
+        return {"written": api.write_source(repro, file, text, kernel).__dict__}
 
     @server.tool()
     @kerncap_tool

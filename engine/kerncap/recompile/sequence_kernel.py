@@ -37,6 +37,22 @@ def kernel_index(cap: Capture, selector: str) -> int:
     return hits[0]
 
 
+def choose(cap: Capture, selector: str | None) -> int:
+    """The kernel a build (or a source edit) of a sequence reaches: `selector` (its number
+    or a part of its name), else the only kernel whose entry has sources."""
+    if selector is not None:
+        return kernel_index(cap, selector)
+    editable = editable_kernels(cap)
+    if len(editable) != 1:
+        seq = cap.sequence
+        names = "; ".join(f"{k}: {seq.kernels[k].demangled or seq.kernels[k].name}" for k in editable[:12])
+        raise UsageError(f"{cap.reproducer_dir} is a sequence: a build rebuilds one of its kernels, and "
+                         + (f"{len(editable)} have sources ({names})" if editable else "none has sources"),
+                         "name the kernel (build --kernel K)" if editable else
+                         "extract the sequence with --source-dir (CUDA C++)")
+    return editable[0]
+
+
 def entry_dir(root: Path, k: int) -> Path:
     return Path(root) / KERNELS_DIR / str(k)
 

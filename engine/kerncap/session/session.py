@@ -392,19 +392,8 @@ class Session(Opened):
 
     # -- a sequence (docs/sequences.md): one kernel rebuilt, the whole sequence measured ----------
     def sequence_kernel(self, selector: str | None) -> int:
-        """The kernel a sequence build rebuilds: `selector` (its number or a part of its
-        name), else the only kernel whose entry has sources."""
-        if selector is not None:
-            return sequence_kernel.kernel_index(self.capture, selector)
-        editable = sequence_kernel.editable_kernels(self.capture)
-        if len(editable) != 1:
-            seq = self.capture.sequence
-            names = "; ".join(f"{k}: {seq.kernels[k].demangled or seq.kernels[k].name}" for k in editable[:12])
-            raise UsageError(f"{self.root} is a sequence: a build rebuilds one of its kernels, and "
-                             + (f"{len(editable)} have sources ({names})" if editable else "none has sources"),
-                             "name the kernel (build --kernel K)" if editable else
-                             "extract the sequence with --source-dir (CUDA C++)")
-        return editable[0]
+        """The kernel a sequence build rebuilds (recompile.sequence_kernel.choose)."""
+        return sequence_kernel.choose(self.capture, selector)
 
     def launch_ms(self, cubin: Path | None, progress: Progress = _quiet) -> list[float] | None:
         """Every launch's replayed median (per-launch timing on the resident server), None
