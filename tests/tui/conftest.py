@@ -30,6 +30,23 @@ def settle():
     return _settle
 
 
+async def _open_extract(pilot, output=None):
+    """Enter on the Profile's first kernel: the extract dialog, its output set to `output`."""
+    await _settle(pilot)
+    await pilot.press("1", "enter")
+    await pilot.pause()
+    screen = pilot.app.screen
+    assert type(screen).__name__ == "ExtractScreen"
+    if output is not None:
+        screen.query_one("#extract-output").value = str(output)
+    return screen
+
+
+@pytest.fixture
+def open_extract():
+    return _open_extract
+
+
 @pytest.fixture
 def demo_root(tmp_path, monkeypatch):
     if not demo.available():

@@ -99,7 +99,7 @@ def test_snapshot_of_a_sequences_launches(snap_compare, settle, tmp_path, monkey
     assert snap_compare(KerncapApp(repro), terminal_size=(140, 40), run_before=run_before)
 
 
-def test_the_extract_dialog_selects_a_sequence_through_the_engines_arguments(make_app, settle, tmp_path, monkeypatch):
+def test_the_extract_dialog_selects_a_sequence_through_the_engines_arguments(make_app, settle, open_extract, tmp_path, monkeypatch):
     """The extract dialog's choice of a window reaches api.extract as `extract --sequence`
     sends it (api.sequence_extract_arguments); a run's bound without a sequence is refused
     in the dialog, nothing started."""
@@ -118,12 +118,7 @@ def test_the_extract_dialog_selects_a_sequence_through_the_engines_arguments(mak
     async def run():
         app = make_app()
         async with app.run_test(size=(120, 40)) as pilot:
-            await settle(pilot)
-            await pilot.press("1", "enter")
-            await pilot.pause()
-            screen = app.screen
-            assert type(screen).__name__ == "ExtractScreen"
-            screen.query_one("#extract-output").value = str(tmp_path / "out")
+            screen = await open_extract(pilot, tmp_path / "out")
             screen.query_one("#extract-count").value = "3"
             screen.start()  # one dispatch with a run's count: refused here
             await settle(pilot)

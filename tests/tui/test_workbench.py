@@ -64,7 +64,7 @@ def test_footer_keeps_quit_at_80_columns(make_app, settle):
     asyncio.run(run())
 
 
-def test_a_failed_extraction_stops_the_clock_and_keeps_the_error(make_app, settle, tmp_path, monkeypatch):
+def test_a_failed_extraction_stops_the_clock_and_keeps_the_error(make_app, settle, open_extract, tmp_path, monkeypatch):
     from textual.widgets import Label
 
     monkeypatch.setenv("KERNCAP_INJECT_LIB", str(tmp_path / "missing.so"))  # fails at once: no capture library
@@ -72,12 +72,7 @@ def test_a_failed_extraction_stops_the_clock_and_keeps_the_error(make_app, settl
     async def run():
         app = make_app()
         async with app.run_test(size=(100, 30)) as pilot:
-            await settle(pilot)
-            await pilot.press("1", "enter")
-            await pilot.pause()
-            screen = app.screen
-            assert type(screen).__name__ == "ExtractScreen"
-            screen.query_one("#extract-output").value = str(tmp_path / "out")
+            screen = await open_extract(pilot, tmp_path / "out")
             screen.start()
             await settle(pilot)
             await pilot.pause(1.2)  # longer than the 0.5 s tick that used to overwrite the message
