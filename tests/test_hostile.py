@@ -251,6 +251,22 @@ def test_recompile_refuses_a_variants_link_out_of_the_reproducer(demo, tmp_path)
     assert not any(outside.iterdir())
 
 
+def test_source_edits_refuse_a_source_link_out_of_the_reproducer(tmp_path):
+    """Found while adding MCP's sequence-kernel sources: a reproducer whose source/ is a
+    link elsewhere had list_sources/read_source/write_source read and write through it."""
+    repro = tmp_path / "r"
+    shutil.copytree(AXPY, repro)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.cu").write_text("kept")
+    (repro / "source").symlink_to(outside)
+    for call in (lambda: api.write_source(repro, "x.cu", "evil"), lambda: api.read_source(repro, "secret.cu"),
+                 lambda: api.list_sources(repro)):
+        with pytest.raises(KerncapError, match="source is a symbolic link"):
+            call()
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.cu"]
+
+
 def test_store_refuses_a_blobs_link_and_deletes_nothing_outside(tmp_path):
     """Issue: a symlinked capture/blobs/ made store delete another directory's files."""
     repro = tmp_path / "r"

@@ -376,6 +376,12 @@ def test_mcp_reads_and_writes_a_sequence_kernels_sources_and_builds_from_them(tm
     assert not wrote.is_error
     assert (repro / "kernels" / "1" / "source" / name).read_text().endswith("// edited over MCP\n")
     assert escape.is_error and "without '..'" in escape.content[0].text
+    # a hostile sequence whose kernels/ leads elsewhere: refused before anything is read or written
+    outside = tmp_path / "elsewhere"
+    shutil.move(repro / "kernels", outside)
+    (repro / "kernels").symlink_to(outside)
+    with pytest.raises(UsageError, match="leads outside"):
+        api.write_source(repro, name, "evil", "sp_add")
     assert unnamed.is_error and "2 have sources" in unnamed.content[0].text
     assert not built.is_error, built.content[0].text
     v = api.History.load(repro).variants[-1]

@@ -693,7 +693,11 @@ def _sources_of(reproducer: PathLike, kernel: str | None) -> Path:
     if cap.sequence is None:
         raise UsageError(f"{root} is one dispatch, not a sequence: its sources are {root / 'source'}",
                          "leave out the kernel")
-    return _sequence_kernel.entry_dir(cap.reproducer_dir, _sequence_kernel.choose(cap, kernel))
+    entry = _sequence_kernel.entry_dir(cap.reproducer_dir, _sequence_kernel.choose(cap, kernel))
+    if not entry.resolve().is_relative_to(cap.reproducer_dir.resolve()):  # kernels/ a link out of the reproducer
+        raise UsageError(f"{entry} leads outside {cap.reproducer_dir} (a symbolic link?)",
+                         "replace the link by the directory itself, or unpack the reproducer again")
+    return entry
 
 
 def list_sources(reproducer: PathLike, kernel: str | None = None) -> list[SourceFile]:

@@ -37,6 +37,11 @@ def source_root(reproducer: str | os.PathLike) -> Path:
     if not root.is_dir():
         raise KerncapError(f"{reproducer} has no editable sources ({root} does not exist)",
                            "extract with --source-dir (CUDA C++), or capture a Triton kernel, to get source/")
+    # A reproducer from someone else may hold source/ as a link to anywhere: reads and
+    # writes through it would leave the reproducer.
+    if root.is_symlink() or not root.resolve().is_relative_to(Path(reproducer).resolve()):
+        raise UsageError(f"{root} is a symbolic link (to {root.resolve()}): its sources would lie outside "
+                         f"{reproducer}", "replace the link by the directory itself, or unpack the reproducer again")
     return root
 
 
