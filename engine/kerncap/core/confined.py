@@ -95,6 +95,9 @@ class Tree:
         self.root = Path(root)
         self.fd = os.open(self.root, _DIR_FLAGS)
         self._dirs: dict[PurePosixPath, int] = {PurePosixPath("."): self.fd}
+        # Temp files of `replace` creates not yet committed or discarded: a Ctrl-C between the
+        # open and the caller's own clean-up (in `create` itself) must not leave one behind.
+        self._temps: set[tuple[int, str]] = set()
 
     def __enter__(self) -> "Tree":
         return self
@@ -103,6 +106,12 @@ class Tree:
         self.close()
 
     def close(self) -> None:
+        for parent, name in self._temps:
+            try:
+                os.unlink(name, dir_fd=parent)
+            except OSError:
+                pass
+        self._temps.clear()
         for fd in self._dirs.values():
             try:
                 os.close(fd)
@@ -151,6 +160,7 @@ class Tree:
         parent = self.dir_fd(rel.parent, create=True)
         if replace:
             name = temp_name(Path(rel.name)).name
+            self._temps.add((parent, name))  # before the file exists: no moment without a record
         else:
             name = rel.name
         try:
@@ -178,15 +188,18 @@ class Tree:
             f.close()
         if name != final:
             os.rename(name, final, src_dir_fd=parent, dst_dir_fd=parent)
+            self._temps.discard((parent, name))
 
     def discard(self, f: BinaryIO) -> None:
         """Close and remove a file from `create` that is not to be kept (never raises)."""
-        parent, name, _ = f.kerncap_name  # type: ignore[attr-defined]
+        parent, name, final = f.kerncap_name  # type: ignore[attr-defined]
         try:
             f.close()
             os.unlink(name, dir_fd=parent)
         except OSError:
             pass
+        if name != final:
+            self._temps.discard((parent, name))
 
     def set_dir(self, rel: PurePosixPath | str, *, mode: int, mtime: float | None = None) -> None:
         fd = self.dir_fd(rel)
