@@ -54,7 +54,7 @@ def child(args: argparse.Namespace) -> int:
         from kerncap_tui.app import KerncapApp
 
         app = KerncapApp(repro)
-        result: dict = {"side": args.side, "saves": [], "error": None}
+        result: dict = {"side": args.child, "saves": [], "error": None}
         async with app.run_test(size=(140, 40)) as pilot:
             table = app.query_one("#history-table", DataTable)
 
@@ -73,8 +73,8 @@ def child(args: argparse.Namespace) -> int:
                            and table.row_count >= 1, "baseline row")
             if args.kind == "triton":  # the resident compile worker is warm before the first save
                 session = getattr(app, "session", None)
-                worker = session._compiler if session is not None else getattr(app.compiler, "_worker", None)
-                warm = await asyncio.to_thread(worker.wait_ready)
+                wait = session.wait_warm if session is not None else app.compiler._worker.wait_ready
+                warm = await asyncio.to_thread(wait)
                 result["warmup"] = warm
             for k in range(args.saves):
                 await pilot.pause(0.5)  # the previous build's workers are done
@@ -92,7 +92,7 @@ def child(args: argparse.Namespace) -> int:
     try:
         out = asyncio.run(drive())
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which prints it
-        out = {"side": args.side, "saves": [], "error": f"{type(exc).__name__}: {exc}"}
+        out = {"side": args.child, "saves": [], "error": f"{type(exc).__name__}: {exc}"}
     Path(args.result).write_text(json.dumps(out))
     return 0 if out["error"] is None else 1
 
@@ -101,12 +101,13 @@ def child(args: argparse.Namespace) -> int:
 
 
 def prepare_old(dest: Path) -> int:
-    """The old code (engine/kerncap, kerncap_tui without the demo) from git, here."""
+    """The old code (engine/kerncap, kerncap_tui without the demo, and the themes its
+    stylesheet loads from the checkout's top) from git, here."""
     dest = dest.resolve()
     if dest.exists():
         sys.exit(f"{dest} exists; remove it first")
     dest.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD_COMMIT, "engine/kerncap", "kerncap_tui"],
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD_COMMIT, "engine/kerncap", "kerncap_tui", "themes"],
                              capture_output=True)
     if archive.returncode != 0:
         sys.exit(f"git archive {OLD_COMMIT} failed: {archive.stderr.decode(errors='replace')}")
