@@ -16,6 +16,13 @@ interval over the groups]. Costs are CPU ns of the launching threads per launch.
   graph      launch_paired graph 1: cudaGraphLaunch of a one-node graph
   torch      testapps/python/paired_launches.py --kind torch: x.add_(1.0)
   triton     paired_launches.py --kind triton: a one-block Triton kernel
+  wrapper    the cudart row at 1 thread, a = the entry-point wrapper with a dispatcher that
+             does nothing (KC_PAIRED_ARMED=wrapper): the wrapper's half of the cudart cost
+  skip-callback, skip-launch, skip-quiesce
+             the cudart row at 1 thread with the dispatcher stopping early
+             (KERNCAP_BENCH_SKIP, bench processes only): at its entry (on_driver), after
+             decoding and counting the launch, or without the quiesce flag; differences
+             between the rows place the cost
   preloaded  libkerncap_entry.so preloaded but not attached (what every process the app
              starts pays) against no library: launch_paired kernel 1 in --repeat
              interleaved processes each way; difference of medians [interval]
@@ -41,12 +48,13 @@ from common import (PYAPPS, bootstrap, build_testapps, diff_interval, median, me
 
 GOAL_NS = 40.0
 GOAL_SCALING = 1.5
-ROWS = ("cudart", "graph", "torch", "triton", "preloaded")
+SKIPS = ("skip-callback", "skip-launch", "skip-quiesce")
+ROWS = ("cudart", "wrapper", *SKIPS, "graph", "torch", "triton", "preloaded")
 
 
 def row_command(row: str, threads: int, args, build_dir: Path) -> tuple[list[str], int]:
     """The app's command for a row and the launches of one block (all threads)."""
-    if row in ("cudart", "graph", "preloaded"):
+    if row in ("cudart", "wrapper", *SKIPS, "graph", "preloaded"):
         kind = "graph" if row == "graph" else "kernel"
         return ([str(build_dir / "launch_paired"), kind, str(threads), str(args.blocks), str(args.per_block)],
                 threads * args.per_block)
@@ -62,6 +70,10 @@ def armed_run(row: str, command: list[str], workdir: Path, n: int) -> str:
 
     out: list[bytes] = []
     env = {**os.environ, "KERNCAP_BENCH_PASSTHROUGH": "1", "KERNCAP_INTERCEPT": "entry"}
+    if row == "wrapper":
+        env["KC_PAIRED_ARMED"] = "wrapper"
+    if row in SKIPS:
+        env["KERNCAP_BENCH_SKIP"] = row.removeprefix("skip-")
     target, dispatch = ("kc_paired_tiny", 10**12) if row == "graph" else ("kc_never", 0)
     try:
         extract(target, command, output=workdir / f"never-{row}-{n}", dispatch=dispatch, keep_running=True, env=env,
@@ -72,7 +84,7 @@ def armed_run(row: str, command: list[str], workdir: Path, n: int) -> str:
     else:
         sys.exit(f"{row}: {target} was captured?")
     text = b"".join(out).decode(errors="replace")
-    if "switch=paired" not in text:
+    if "switch=paired" not in text or (row == "wrapper") != ("armed=wrapper" in text):
         sys.exit(f"{row}: the bench switch was not available in the app:\n{text[-2000:]}")
     return text
 
@@ -94,7 +106,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3, help="processes per row")
     parser.add_argument("--threads", default="1,2,8,16", help="thread counts of the cudart row")
-    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--rows", default=",".join(r for r in ROWS if r != "wrapper" and r not in SKIPS),
+                        help=f"from {', '.join(ROWS)} (default: the rows with goals and the preloaded one)")
     parser.add_argument("--blocks", type=int, default=64, help="blocks per process (a multiple of 4)")
     parser.add_argument("--per-block", type=int, default=4096, help="launches per thread and block (cudart, graph)")
     parser.add_argument("--build-dir", type=Path, default=Path(tempfile.gettempdir()) / "kerncap-testapps")

@@ -105,3 +105,31 @@ def test_paired_bench_rows_and_goals(common, monkeypatch, tmp_path, capsys):
     saved = json.loads(out.read_text())["results"]
     assert saved["cudart x1"]["estimates"] and len(saved["cudart x1"]["processes"]) == 2
     assert set(saved["preloaded"]["cpu_ns_per_launch"]) == {"none", "preloaded"}
+
+
+def test_the_decomposition_rows_run_the_cudart_app_with_their_switch(monkeypatch, tmp_path, capsys, common):
+    """--rows wrapper,skip-launch: the cudart app at one thread, each row's process told
+    which part to leave out (KC_PAIRED_ARMED / KERNCAP_BENCH_SKIP reach extract's env)."""
+    paired = load_bench("paired")
+    seen = []
+
+    def fake_extract(target, command, *, env, output_sink, **_):
+        seen.append((command[1:3], env.get("KC_PAIRED_ARMED"), env.get("KERNCAP_BENCH_SKIP")))
+        armed = "armed=wrapper" if env.get("KC_PAIRED_ARMED") == "wrapper" else "armed=full"
+        blocks = fake_blocks(common, cost=10.0, base=2000.0, per_block=1024, n_blocks=32, seed=len(seen))
+        text = f"switch=paired\n{armed}\n" + "\n".join(f"block={i} mode={m} wall_ns={v:.0f} cpu_ns={v:.0f}"
+                                                       for i, (m, v) in enumerate(blocks))
+        output_sink("stdout", text.encode())
+        from kerncap.errors import KerncapError
+        raise KerncapError("kc_never never ran")
+
+    import kerncap.capture.extract as ex
+    monkeypatch.setattr(ex, "extract", fake_extract)
+    monkeypatch.setattr(paired, "build_testapps", lambda d: d)
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--repeat", "1", "--blocks", "32", "--per-block", "1024",
+                                      "--rows", "wrapper,skip-launch"])
+    paired.main()
+    printed = capsys.readouterr().out
+    assert seen == [(["kernel", "1"], "wrapper", None), (["kernel", "1"], None, "launch")]
+    assert any(line.startswith("wrapper ") for line in printed.splitlines())
+    assert any(line.startswith("skip-launch ") for line in printed.splitlines())

@@ -207,9 +207,9 @@ def _entry_env(built, entry: Path, out: Path, dispatch: int, **extra: str) -> di
 
 
 def _inject_run(built, tmp_path: Path, entry: Path, inject: Path, dispatch: int, threads: int = 0,
-                launches: int = 0) -> dict:
+                launches: int = 0, stdout: list[str] | None = None) -> dict:
     """inject_app.c under the stand-in driver with the injection library attached to the
-    entry points; its proc-<pid>.json."""
+    entry points; its proc-<pid>.json (the app's stdout appended to `stdout`)."""
     exe = B.inject_app(tmp_path)
     out = tmp_path / "run"
     out.mkdir()
@@ -217,6 +217,8 @@ def _inject_run(built, tmp_path: Path, entry: Path, inject: Path, dispatch: int,
     p = _run([str(exe), str(inject), str(threads), str(launches)], env=env)
     assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
     assert not (out / "capture.lock").exists() and not (out / "capture").exists()
+    if stdout is not None:
+        stdout.append(p.stdout)
     (report,) = out.glob("proc-*.json")
     return json.loads(report.read_text())
 
@@ -257,6 +259,18 @@ def test_launches_from_many_threads_are_each_counted_once(built, tmp_path):
     assert proc["launches"] == 7 + 16 * 20000
     assert proc["kernels_seen"] == {"target()": 5 + 16 * 10000, "other()": 2 + 16 * 10000}
     assert proc["target_matches"] == 5 + 16 * 10000
+
+
+def test_an_armed_capture_asks_no_context_for_the_launches_it_does_not_take(built, tmp_path):
+    """Capture mode resolves a launch's context only for the target's launches: the
+    wrappers skip cuCtxGetCurrent on every other launch (a driver call per launch that the
+    armed path paid for nothing, issue 31)."""
+    entry, inject = _native_libs()
+    out: list[str] = []
+    proc = _inject_run(built, tmp_path, entry, inject, dispatch=10**9, threads=1, launches=20000, stdout=out)
+    assert proc["errors"] == [] and proc["launches"] == 7 + 20000
+    calls = int(_lines(out[0].replace("=", ":"))["ctx_calls"])
+    assert calls < 1000, calls  # the allocations, the module load and the setup ask; 20,007 launches do not
 
 
 def test_nvtx_ranges_reach_kerncap_as_its_own_nvtx_tool(built, tmp_path):
@@ -387,6 +401,22 @@ def test_the_bench_switch_bypasses_the_dispatcher_only_where_allowed(built, tmp_
     assert proc["interception"]["bench_passthrough"] is True and proc["errors"] == []
     # 2 threads x 4000 launches in 8 blocks, half of them armed: those were counted.
     assert proc["launches"] == 7 + 2 * 4000 // 2
+
+
+def test_the_bench_decomposition_stops_the_dispatcher_where_asked(built, tmp_path):
+    """KERNCAP_BENCH_SKIP (bench/paired.py's decomposition rows): `callback` returns before
+    a launch is counted, `launch` and `quiesce` still count it; without
+    KERNCAP_BENCH_PASSTHROUGH=1 the variable is ignored."""
+    counted = {}
+    for skip in ("callback", "launch", "quiesce"):
+        (tmp_path / skip).mkdir()
+        p, proc = _bench_run(built, tmp_path / skip, 10**9, "2", "4000", "8", KERNCAP_BENCH_PASSTHROUGH="1",
+                             KERNCAP_BENCH_SKIP=skip)
+        assert p.returncode == 0 and "done" in p.stdout and proc["errors"] == [], p.stdout + p.stderr
+        counted[skip] = proc["launches"]
+    assert counted == {"callback": 0, "launch": 7 + 4000, "quiesce": 7 + 4000}  # the 7 set-up launches are armed too
+    p, proc = _bench_run(built, tmp_path, 10**9, "1", "100", KERNCAP_BENCH_SKIP="callback")
+    assert p.returncode == 0 and proc["launches"] == 7 + 100, p.stdout + p.stderr
 
 
 def test_a_bench_process_never_captures(built, tmp_path):

@@ -275,6 +275,13 @@ Config Config::from_env() {
   c.command_json = env("KERNCAP_COMMAND");
   c.entry_requested = env("KERNCAP_INTERCEPT") == "entry";
   c.bench_passthrough = env("KERNCAP_BENCH_PASSTHROUGH") == "1";
+  if (c.bench_passthrough) {
+    const std::string skip = env("KERNCAP_BENCH_SKIP");
+    c.bench_skip = skip == "callback" ? Config::BenchSkip::Callback
+                   : skip == "launch" ? Config::BenchSkip::Launch
+                   : skip == "quiesce" ? Config::BenchSkip::Quiesce
+                                       : Config::BenchSkip::None;
+  }
   const std::string fault = env("KERNCAP_FAULT_ENOSPC_AFTER");
   if (!fault.empty()) c.fault_enospc_after = std::strtoll(fault.c_str(), nullptr, 10);
   parse_sequence(c);

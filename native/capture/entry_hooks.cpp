@@ -41,6 +41,10 @@ using GetProcV2Fn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverP
 using CtxGetCurrentFn = CUresult (*)(CUcontext*);
 
 std::atomic<Dispatch> g_dispatch{nullptr};
+// Set by a dispatcher that resolves a launch's context itself where it reads it (capture
+// mode: only the target's launches and a sequence's do): the wrappers then skip
+// cuCtxGetCurrent on every launch, a driver call the armed path paid for nothing.
+std::atomic<bool> g_lazy_launch_context{false};
 std::atomic<uint64_t> g_handed{0};  // wrappers handed out (diagnostics)
 
 struct Entry {
@@ -48,6 +52,7 @@ struct Entry {
   CUpti_CallbackId cbid;
   void* wrapper;
   bool old_abi;  // an old version cuda.h no longer declares by this name (kc_v1_*)
+  bool launch;   // a kernel launch (cuLaunchKernel, ...Ex, ...Cooperative, their _ptsz)
 };
 
 enum Slot : size_t {
@@ -150,7 +155,7 @@ CUresult around(const Table& t, size_t slot, Dispatch d, const void* params, Cal
   // Unique per thread: the dispatcher pairs a launch's exit with its entry on one thread.
   cb.correlationId = ++tl_correlation;
   CUcontext ctx = nullptr;
-  if (t.ctx_current) t.ctx_current(&ctx);
+  if (t.ctx_current && !(e.launch && g_lazy_launch_context.load(std::memory_order_relaxed))) t.ctx_current(&ctx);
   cb.context = ctx;
   d(e.cbid, &cb);
   ret = call();
@@ -183,12 +188,19 @@ constexpr bool old_abi(const char* proto) {
   return proto[0] == 'k' && proto[1] == 'c' && proto[2] == '_' && proto[3] == 'v' && proto[4] == '1';
 }
 
+constexpr bool launch_call(CUpti_CallbackId cbid) {
+  return cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz;
+}
+
 // Constant-initialized (no constructor runs before a call can arrive through the PLT).
 Entry g_entries[kSlotCount] = {
 #define KC_ENTRY(name, proto, roles) \
   {#name, CUPTI_DRIVER_TRACE_CBID_##name,                                                     \
    reinterpret_cast<void*>(&Wrap<kSlot_##name, name##_params, decltype(&::proto)>::call),              \
-   old_abi(#proto)},
+   old_abi(#proto), launch_call(CUPTI_DRIVER_TRACE_CBID_##name)},
     KC_WATCHED_CALLS(KC_ENTRY)
 #undef KC_ENTRY
 };
@@ -310,6 +322,11 @@ KC_EXPORT int kerncap_entry_attach(Dispatch d) {
   return t ? int(t->n) : 0;
 }
 
+// 1: the dispatcher resolves a launch's context itself (cb->context is null for launches).
+KC_EXPORT void kerncap_entry_lazy_launch_context(int on) {
+  g_lazy_launch_context.store(on != 0, std::memory_order_relaxed);
+}
+
 // The paired measure's switch (bench/paired.py, bench/entry_cost.py). Exists only where
 // the injection library allowed it: it does so only in a process started with
 // KERNCAP_BENCH_PASSTHROUGH=1, which therefore never captures (inject.cpp claim_capture),
@@ -320,12 +337,17 @@ std::atomic<Dispatch> g_bench_dispatch{nullptr};
 
 KC_EXPORT void kerncap_entry_allow_bench(Dispatch d) { g_bench_dispatch.store(d, std::memory_order_release); }
 
-// 1: the wrappers jump straight to the driver; 0: through kerncap's dispatcher again.
+// The bench's third mode: the wrapper's own half (the callback data, the context as the
+// dispatcher asked, two calls) with a dispatcher that does nothing.
+static void bench_noop(CUpti_CallbackId, const CUpti_CallbackData*) {}
+
+// 1: the wrappers jump straight to the driver; 0: through kerncap's dispatcher again;
+// 2: through the wrapper to a dispatcher that does nothing (what the wrapper costs).
 // Returns 0, or -1 where the switch was not allowed (nothing changes then).
 KC_EXPORT int kerncap_bench_passthrough(int on) {
   Dispatch d = g_bench_dispatch.load(std::memory_order_acquire);
   if (!d) return -1;
-  g_dispatch.store(on ? nullptr : d, std::memory_order_release);
+  g_dispatch.store(on == 1 ? nullptr : on == 2 ? &bench_noop : d, std::memory_order_release);
   return 0;
 }
 

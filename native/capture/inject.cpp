@@ -679,6 +679,7 @@ void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
   ThreadSlot::Kernel* per_thread = nullptr;
   FuncInfo* fi = func_info(s, t, d.f, &per_thread);
   count_launch(s, t, *fi, per_thread);
+  if (__builtin_expect(s.cfg.bench_skip == Config::BenchSkip::Launch, 0)) return;
 
   if (fi->xla_helper) s.xla.on_helper(XlaAutotune::now_ns());
   if (s.seq_trigger && sequence_launch_enter(s, t, d, *fi, cb)) {
@@ -705,7 +706,7 @@ void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
   t.f = d.f;
   t.is_kernel = fi->is_kernel;
   t.n_lazy = 0;
-  quiesce_enter(s, t);
+  if (__builtin_expect(s.cfg.bench_skip != Config::BenchSkip::Quiesce, 1)) quiesce_enter(s, t);
 }
 
 // Pairs modules that were lazily loaded during this launch with the launched
@@ -1439,7 +1440,12 @@ bool record_sequence_launch(State& s, ThreadState& t, const LaunchDesc& d, FuncI
     abort_sequence(s, t, "capture_failed", at + " is recorded into a CUDA graph by stream capture, not run: " + why);
     return false;
   }
-  if (cb->context && cb->context != s.seq->context()) {
+  CUcontext ctx = cb->context;
+  if (!ctx) {  // the entry points leave a launch's context to us (attach_entry_points)
+    Guard guard;
+    if (KC_CU(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS) ctx = nullptr;
+  }
+  if (ctx && ctx != s.seq->context()) {
     CUdevice dev = -1;
     {
       Guard guard;
@@ -2116,6 +2122,7 @@ Recovered recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
 void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const uint16_t roles = call_roles(cbid);
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
+  if (__builtin_expect(s.cfg.bench_skip == Config::BenchSkip::Callback, 0) && (roles & kLaunch)) return;
   if (s.cfg.mode == Mode::Profile) {
     if (s.sampled) sampled_call(s, t, cbid, cb, roles, enter);
     else if (enter && (roles & (kLaunch | kGraphLaunch))) profile_tag(s, t, cbid, cb, roles);
@@ -2265,6 +2272,8 @@ std::vector<std::pair<std::string, std::string>> profile_extras(State& s) {
 void at_exit() {
   State* s = g;
   if (!s || g_forked.load()) return;  // a fork child: its parent reports
+  static std::atomic<bool> reported{false};  // kerncap_at_exit may have run it already
+  if (reported.exchange(true)) return;
   if (s->active && s->sampled) {
     Guard guard;
     s->sampled->sampler.drain(5.0);  // every pair still pending, read (a GPU that hangs gets 5 s)
@@ -2357,6 +2366,11 @@ bool attach_entry_points(State& s) {
   s.active = true;
   s.armed.store(true, std::memory_order_release);
   if (attach(entry_dispatch) > 0) {
+    // Capture mode reads a launch's context only for the target's launches (selected_launch)
+    // and a sequence's (record_sequence_launch), and asks the driver there: every other
+    // launch skips the wrapper's cuCtxGetCurrent.
+    using Lazy = void (*)(int);
+    if (auto lazy = reinterpret_cast<Lazy>(dlsym(RTLD_DEFAULT, "kerncap_entry_lazy_launch_context"))) lazy(1);
     if (s.cfg.bench_passthrough) allow_bench_switch();
     return true;
   }
@@ -2561,6 +2575,10 @@ KC_EXPORT int InitializeInjection(void) {
   }
   return 1;
 }
+
+// What the exit handler writes, now: for a process that leaves by _exit (kerncap's own
+// replay server does, kerncap/replay/server.py), so it can be profiled as an app is.
+KC_EXPORT void kerncap_at_exit(void) { kc::at_exit(); }
 
 KC_EXPORT void kerncap_benchmark_enter(void) { kc::g_benchmark.fetch_add(1, std::memory_order_acq_rel); }
 

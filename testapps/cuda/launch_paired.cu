@@ -5,7 +5,8 @@
 // main thread flips kerncap_bench_passthrough (libkerncap_entry.so, allowed only under
 // KERNCAP_BENCH_PASSTHROUGH=1) in ABBA order: a = kerncap's dispatcher, p = the wrapper
 // jumping straight to the driver. Without the switch (no kerncap, or kerncap preloaded
-// but not attached) every block runs as it is, mode n. Each block ends with its stream
+// but not attached) every block runs as it is, mode n. KC_PAIRED_ARMED=wrapper: a is the
+// wrapper with a dispatcher that does nothing (what the wrapper's own half costs). Each block ends with its stream
 // synchronized; one line per block:
 //   block=<i> mode=<a|p|n> wall_ns=<block wall> cpu_ns=<CPU of all threads in the block>
 //   launch_paired <kernel|graph> [threads=1] [blocks=64] [per_block=4096]
@@ -13,6 +14,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -98,6 +100,9 @@ int main(int argc, char** argv) {
   auto passthrough = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "kerncap_bench_passthrough"));
   const bool paired = passthrough && passthrough(0) == 0;
   std::printf("switch=%s\n", paired ? "paired" : passthrough ? "refused" : "absent");
+  const char* armed_env = std::getenv("KC_PAIRED_ARMED");
+  const int armed = armed_env && !std::strcmp(armed_env, "wrapper") ? 2 : 0;  // kerncap_bench_passthrough's modes
+  std::printf("armed=%s\n", armed == 2 ? "wrapper" : "full");
   sh.block_cpu.assign(sh.blocks, 0);
   pthread_barrier_init(&sh.start, nullptr, sh.threads + 1);
   pthread_barrier_init(&sh.end, nullptr, sh.threads + 1);
@@ -112,7 +117,7 @@ int main(int argc, char** argv) {
     char mode = 'n';
     if (paired) {
       const bool pass = b % 4 == 1 || b % 4 == 2;  // a p p a a p p a ...
-      passthrough(pass ? 1 : 0);
+      passthrough(pass ? 1 : armed);
       mode = pass ? 'p' : 'a';
     }
     const long long w0 = now_ns(CLOCK_MONOTONIC);
