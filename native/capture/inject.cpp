@@ -2272,8 +2272,6 @@ std::vector<std::pair<std::string, std::string>> profile_extras(State& s) {
 void at_exit() {
   State* s = g;
   if (!s || g_forked.load()) return;  // a fork child: its parent reports
-  static std::atomic<bool> reported{false};  // kerncap_at_exit may have run it already
-  if (reported.exchange(true)) return;
   if (s->active && s->sampled) {
     Guard guard;
     s->sampled->sampler.drain(5.0);  // every pair still pending, read (a GPU that hangs gets 5 s)
@@ -2575,10 +2573,6 @@ KC_EXPORT int InitializeInjection(void) {
   }
   return 1;
 }
-
-// What the exit handler writes, now: for a process that leaves by _exit (kerncap's own
-// replay server does, kerncap/replay/server.py), so it can be profiled as an app is.
-KC_EXPORT void kerncap_at_exit(void) { kc::at_exit(); }
 
 KC_EXPORT void kerncap_benchmark_enter(void) { kc::g_benchmark.fetch_add(1, std::memory_order_acq_rel); }
 

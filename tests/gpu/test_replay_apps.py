@@ -119,19 +119,3 @@ def test_replay_times_the_launch_the_app_ran(captures, testapps_build, tmp_path,
     assert timing.iterations == 50 and len(timing.times_ms) == 50 and min(timing.times_ms) > 0, timing
     print(f"{app}: replay median {timing.median_ms * 1e6:.0f} ns vs {stat.avg_ns:.0f} ns in the app")
 
-
-def test_a_replay_profiled_as_its_app_was_names_its_kernel(captures):
-    """`kerncap profile -- kerncap replay DIR`: the replay server leaves by os._exit, so it
-    runs the capture library's exit report itself (replay/server.py); the profile then holds
-    the captured kernel with every replayed launch (warm-up and timed), timed by CUPTI as
-    the app's profile was (bench/sequences.py compares the two)."""
-    import sys
-
-    from kerncap import api
-
-    got = captures.get("axpy_inplace")
-    prof = api.profile([sys.executable, "-m", "kerncap", "replay", str(got.reproducer), "--iterations", "20",
-                        "--warmup", "3"], output=lambda *_: None)
-    assert prof.timing == "exact" and prof.processes >= 1
-    (kernel,) = [k for k in prof.kernels if k.name == got.capture.kernel["name"]]
-    assert kernel.calls >= 23 and kernel.total_ns > 0, kernel

@@ -193,22 +193,6 @@ class Server:
         return 0
 
 
-def report_to_capture_library() -> None:
-    """A server run under `kerncap profile` (a replay profiled as its app was, e.g.
-    bench/sequences.py) holds kerncap's capture library, which writes its report at exit;
-    os._exit below skips exit handlers, so run that one now. Nothing when not loaded."""
-    path = os.environ.get("CUDA_INJECTION64_PATH")
-    if not path:
-        return
-    try:
-        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)  # only if the driver loaded it
-    except OSError:
-        return
-    report = getattr(lib, "kerncap_at_exit", None)
-    if report is not None:
-        report()
-
-
 def main() -> None:
     # Stray prints (from Python or from native code) go to stderr, not into the channel.
     out = protocol_channel()
@@ -220,8 +204,6 @@ def main() -> None:
         log.debug("guard pages at %s", ", ".join(hex(g) for g in guards))
     status = Server(out).serve(sys.stdin)
     out.flush()
-    if status == 0:
-        report_to_capture_library()
     # Skip interpreter teardown: after a sticky error, releasing CUDA objects can hang,
     # and the driver releases everything at process exit anyway.
     os._exit(status)
