@@ -17,6 +17,7 @@ simulated memory by address, and the events order nothing (one thread runs every
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 from pathlib import Path
@@ -167,7 +168,20 @@ class SimSeqSession(sim.SimSession):
 
 
 class SeqClient(sim.InProcessClient):
-    """The in-process client with the sequence requests of the real one."""
+    """The in-process client with the sequence requests of the real one; the order it
+    opens the capture in reaches the server as the real client's does."""
+
+    def __init__(self, capture_dir, device=0, sequence_order=None, **_ignored):
+        super().__init__(capture_dir, device)
+        self.sequence_order = sequence_order
+
+    def _start(self):
+        from kerncap.replay.server import Server
+
+        self.server = Server(io.StringIO())
+        self.starts += 1
+        self.info = self._send({"op": "open", "capture": str(self.capture_dir),
+                                **({"sequence_order": self.sequence_order} if self.sequence_order else {})})
 
     localize = sim.ReplayClient.localize
     sequence_time = sim.ReplayClient.sequence_time

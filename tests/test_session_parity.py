@@ -217,8 +217,9 @@ def test_an_mcp_built_variant_is_what_check_and_the_workbench_see(tmp_path, monk
 
 # (command, MCP tool, the option declarations both render)
 DECLARED = [
-    ("validate", "validate", ["RUNS", "SEED", "ATOL", "RTOL"]),
+    ("validate", "validate", ["RUNS", "SEED", "ATOL", "RTOL", "PER_LAUNCH"]),
     ("replay", "compare", ["ROUNDS", "MIN_TIME", "MAX_TIME", "CONFIDENCE"]),
+    ("replay", "replay", ["PER_LAUNCH", "FLUSH_L2"]),
     ("build", "build", ["BUILD_ROUNDS", "BUILD_ITERATIONS", "BUILD_PERTURB", "RUNS"]),
     ("check", None, ["FLEET_ITERATIONS", "FLEET_WARMUP", "RUNS", "SEED", "REPLAY_TIMEOUT"]),
 ]
@@ -251,6 +252,26 @@ def test_argparse_and_the_mcp_schema_render_the_declarations(tmp_path, command, 
                 bound = prop.get("minimum", next((b.get("minimum") for b in prop.get("anyOf", []) if "minimum" in b),
                                                  None))
                 assert bound == option.minimum, (tool, name, prop)
+
+
+@pytest.mark.parametrize("command,tool", [("validate", "validate"), ("replay", "replay"), ("replay", "compare")])
+def test_the_sequence_order_is_one_declaration_in_argparse_and_the_mcp_schema(tmp_path, command, tool):
+    """--order and MCP's `order` (docs/sequences.md): the same choices from SEQUENCE_ORDER;
+    the CLI leaves it unset (None: the replay server's default), MCP says that default."""
+    from kerncap.session import options as O
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    action = {a.dest: a for a in sub._actions}[O.SEQUENCE_ORDER.name]
+    assert tuple(action.choices) == O.SEQUENCE_ORDERS == api.SEQUENCE_ORDERS and action.default is None
+
+    async def go():
+        async with Client(build_server([tmp_path])) as c:
+            return {t.name: t for t in (await c.list_tools()).tools}[tool].input_schema
+    prop = anyio.run(go)["properties"]["order"]
+    assert tuple(prop["enum"]) == O.SEQUENCE_ORDERS and prop["default"] == O.SEQUENCE_ORDER.default == "streams"
+    with pytest.raises(api.UsageError, match="--order 'sideways'"):
+        O.check_order("sideways")
 
 
 def test_the_mcp_validate_defaults_are_the_clis():

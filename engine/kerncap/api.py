@@ -142,6 +142,7 @@ __all__ = [
     # a sequence of launches as one reproducer (issue 29, docs/sequences.md)
     "SEQUENCE_MODES", "SEQUENCE_ORDERS", "SequenceRequest", "format_sequence_extract", "format_localization",
     "format_sequence_launches", "fuse_build", "fuse_skeleton", "is_sequence", "localize", "recompile_sequence_kernel",
+    "fuse_edit", "fused_variant_info", "fusion_info",
     "changed_launch_ms", "sequence_kernel_of_source", "sequence_extract_arguments",
 ]
 
@@ -941,6 +942,26 @@ def fuse_build(reproducer: PathLike, name: str, *, intermediates: Sequence[str] 
     naming every buffer the comparison leaves out (inferred, or declared in `intermediates`);
     returns it (`kerncap fuse --build`)."""
     return _fusion.build(reproducer, name, intermediates=tuple(intermediates))
+
+
+def fusion_info(reproducer: PathLike, name: str) -> dict[str, Any]:
+    """A fusion's skeleton: its range, fused.cu (path and text), fusion.json, the launch to
+    edit and every parameter (`kerncap fuse --json`, MCP's fuse_skeleton)."""
+    return _fusion.describe(reproducer, name)
+
+
+def fuse_edit(reproducer: PathLike, name: str, *, source: str | None = None, grid: Sequence[int] | None = None,
+              block: Sequence[int] | None = None, shared_mem_bytes: int | None = None) -> None:
+    """Writes a fusion's kernel text (fused.cu) and/or its launch (fusion.json) inside the
+    reproducer (MCP's fuse_build; on the command line you edit the files)."""
+    _fusion.edit(reproducer, name, source=source, grid=None if grid is None else list(grid),
+                 block=None if block is None else list(block), shared_mem_bytes=shared_mem_bytes)
+
+
+def fused_variant_info(variant: PathLike) -> dict[str, Any]:
+    """A built fusion: the variant's path, range, fused launch and the buffers its comparison
+    leaves out (`kerncap fuse --build --json`, MCP's fuse_build)."""
+    return _fusion.variant_summary(variant)
 
 
 def recompile_sequence_kernel(reproducer: PathLike, kernel: str, *, trust: bool = False,

@@ -232,6 +232,73 @@ def test_two_launches_fused_into_one_kernel_validate_and_are_timed_against_the_p
           f"{fused.speedup:.3f} [{fused.low:.3f}, {fused.high:.3f}]")
 
 
+def test_the_pipeline_over_mcp_validates_per_launch_times_each_launch_and_fuses(seqs, testapps_build, tmp_path):
+    """The same flow through the MCP server (the SDK's client, in memory; the replay servers
+    are the real ones): validate per_launch (PASS, byte-exact, every launch compared),
+    replay per_launch (a time for every launch), the graph order, then the fusion of
+    sp_add + sp_combine written by fuse_skeleton/fuse_build alone (the body as the API test
+    writes it), validated per_launch with y named as not compared, and timed."""
+    pytest.importorskip("mcp")
+    anyio = pytest.importorskip("anyio")
+    from mcp import Client
+
+    from kerncap.frontends.mcp_server import build_server
+
+    res, report, _ = pipeline(seqs, testapps_build)
+    repro = copy_of(res, tmp_path)
+    log: list[str] = []
+
+    async def go():
+        async with Client(build_server([tmp_path])) as c:
+            async def call(name, **args):
+                r = await c.call_tool(name, {"reproducer": repro.name, **args})
+                text = "\n".join(getattr(x, "text", "") for x in r.content)
+                log.append(f"{name} {json.dumps(args)[:100]} -> {'ERROR ' + text[:2000] if r.is_error else 'ok'}")
+                assert not r.is_error, "\n".join(log)
+                return r.structured_content
+
+            validated_ = await call("validate", per_launch=True, runs=2)
+            timed = await call("replay", per_launch=True, iterations=10, warmup=2)
+            graph = await call("validate", runs=1, order="graph")
+            skeleton = await call("fuse_skeleton", first=2, last=3, name="pair")
+            body, names = _fused_body(skeleton, report)
+            built = await call("fuse_build", name="pair", source=skeleton["text"].replace(
+                "  // TODO: the work of the replaced launches\n", body))
+            variant = built["variant"]
+            fused = await call("validate", cubin=variant, per_launch=True, runs=2)
+            fused_timed = await call("replay", cubin=variant, per_launch=True, iterations=10, warmup=2)
+            compared = await call("compare", cubins=[variant], rounds=10, iterations=5)
+            return validated_, timed, graph, names, built, fused, fused_timed, compared
+
+    try:
+        validated_, timed, graph, names, built, fused, fused_timed, compared = anyio.run(go)
+    finally:
+        print("\n".join(log))
+    assert validated_["verdict"] == "pass" and validated_["mode"] == "exact", validated_["summary"]
+    assert all(r["mismatched_bytes"] == 0 for r in validated_["regions"]) and validated_["regions"]
+    local = validated_["per_launch"]
+    assert not local["diverged"] and local["launches_checked"] == len(PIPELINE_KERNELS), local
+    print(api.format_sequence_launches(timed["launches"]))
+    assert [re.search(r"\((\w+)\(", l["label"]).group(1) for l in timed["launches"]] == PIPELINE_KERNELS
+    assert all(l["median_ms"] > 0 for l in timed["launches"]), timed["launches"]
+    assert graph["verdict"] == "pass", graph["summary"]
+    assert [(e["name"], e["why"], e["address"]) for e in built["excluded"]] == [(names["y"], "inferred", report["y"])]
+    notes = [n for i in fused["reproducers"][0]["inputs"] for n in i["notes"]]
+    assert fused["verdict"] == "pass", (fused["summary"], notes)
+    assert any(n.startswith(f"not compared: {names['y']}") for n in notes), notes
+    assert not fused["per_launch"]["diverged"], fused["per_launch"]
+    assert fused["per_launch"]["launches_checked"] == len(PIPELINE_KERNELS) - 1  # the fused pair counts as one
+    print(api.format_sequence_launches(fused_timed["launches"]))
+    assert len(fused_timed["launches"]) == len(PIPELINE_KERNELS) - 1 and all(
+        l["median_ms"] > 0 for l in fused_timed["launches"])
+    pair = timed["launches"][2]["median_ms"] + timed["launches"][3]["median_ms"]
+    one = fused_timed["launches"][2]["median_ms"]
+    interval = compared["programs"][1]["interval"]
+    print(f"over MCP: the pair {pair:.4f} ms, the fused kernel {one:.4f} ms; whole-sequence speedup "
+          f"{interval['speedup']:.3f} [{interval['low']:.3f}, {interval['high']:.3f}]")
+    assert interval["low"] <= interval["speedup"] <= interval["high"]
+
+
 def test_a_fused_kernel_whose_parameters_differ_from_its_skeleton_is_named(seqs, testapps_build, tmp_path):
     res, report, _ = pipeline(seqs, testapps_build)
     repro = copy_of(res, tmp_path)

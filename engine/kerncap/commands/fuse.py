@@ -5,6 +5,7 @@ compile it into a sequence variant (docs/sequences.md, "Fusions")."""
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 from pathlib import Path
 
@@ -33,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--intermediate", action="append", default=[], metavar="BUF",
                    help="--build: a skeleton buffer only the replaced launches use, left out of the comparison "
                         "(repeatable; kerncap also infers them)")
+    p.add_argument("--json", action="store_true", help="print the skeleton (its parameters, the launch) or the "
+                                                       "built variant (what it leaves out) as JSON")
     p.set_defaults(handler=handle)
 
 
@@ -42,6 +45,9 @@ def handle(args: argparse.Namespace) -> int:
         if args.first is not None or args.last is not None:
             raise UsageError("--build compiles an existing skeleton", "drop --first/--last")
         variant = api.fuse_build(args.path, args.name, intermediates=args.intermediate)
+        if args.json:
+            print(json.dumps(api.fused_variant_info(variant), indent=1))
+            return 0
         print(f"built       {variant}")
         print(f"next        kerncap validate {q} --cubin {shlex.quote(str(variant))} --per-launch  |  "
               f"kerncap replay {q} --compare {shlex.quote(str(variant))}")
@@ -51,6 +57,9 @@ def handle(args: argparse.Namespace) -> int:
     if args.intermediate:
         raise UsageError("--intermediate goes with --build", "declare intermediates when you build the fusion")
     source = api.fuse_skeleton(args.path, args.first, args.last, args.name, force=args.force)
+    if args.json:
+        print(json.dumps(api.fusion_info(args.path, args.name), indent=1))
+        return 0
     print(f"skeleton    {source}")
     print(f"launch      {source.parent / 'fusion.json'} (grid, block, shared_mem_bytes)")
     print(f"next        edit the kernel, then: kerncap fuse {q} --name {shlex.quote(args.name)} --build")

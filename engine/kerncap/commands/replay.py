@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     api.options.add_options(c, (O.ROUNDS, O.MIN_TIME, O.MAX_TIME, O.CONFIDENCE))
     q = p.add_argument_group("sequences (docs/sequences.md)")
     O.PER_LAUNCH.add_to(q)
-    O.SEQUENCE_ORDER.add_to(q, default=None, choices=api.SEQUENCE_ORDERS)
+    O.SEQUENCE_ORDER.add_to(q, default=None)
     p.add_argument("--device", type=non_negative_int, default=0,
                    help="GPU ordinal (0): any GPU of the capture's architecture; the result says which ran")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

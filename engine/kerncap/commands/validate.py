@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     O.RUNS.add_to(g)
     q = p.add_argument_group("sequences (docs/sequences.md)")
     O.PER_LAUNCH.add_to(q)
-    O.SEQUENCE_ORDER.add_to(q, default=None, choices=api.SEQUENCE_ORDERS)
+    O.SEQUENCE_ORDER.add_to(q, default=None)
     p.add_argument("--device", type=non_negative_int, default=0,
                    help="GPU ordinal (0): any GPU of the capture's architecture; the report says which ran")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -80,6 +80,10 @@ def handle(args: argparse.Namespace) -> int:
                              f"pass one member, e.g. {args.paths[0] / 'members' / '0'}")
         return inspect_tools.handle_sanitize(args)
     inspect_tools.check_tool_flags(args, "--sanitize")
+    if args.per_launch and (len(args.paths) != 1 or not api.is_sequence(args.paths[0])):
+        # refused before anything runs (MCP's validate: Session.validate_per_launch)
+        raise UsageError("--per-launch localizes inside one sequence reproducer",
+                         "pass one reproducer made with `kerncap extract --sequence`")
     request = request_from(args)
     if one_set and args.cubin is not None:
         # A set's variant is also timed on every member (its speedup on the workload), in
@@ -90,9 +94,6 @@ def handle(args: argparse.Namespace) -> int:
         report, timing = api.validate_request(args.paths, request, device=args.device, order=args.sequence_order), None
     localized = None
     if args.per_launch:
-        if len(args.paths) != 1 or not api.is_sequence(args.paths[0]):
-            raise UsageError("--per-launch localizes inside one sequence reproducer",
-                             "pass one reproducer made with `kerncap extract --sequence`")
         localized = api.localize(args.paths[0], cubin=args.cubin, device=args.device, order=args.sequence_order)
     if args.json:
         print(json.dumps({**report.to_dict(), "set_timing": timing.to_dict() if timing else None,

@@ -52,6 +52,8 @@ that replays it at its original addresses. Loop: `info` a reproducer, `list_sour
 validate, and record the variant in the reproducer's history, as the workbench does), or the steps one by one:
 `recompile` (Triton: optional `config` pins), `validate` the new cubin (byte-exact unless atol/rtol; `perturb` K
 also on K perturbed inputs), `compare` its timing with the captured cubin; `ncu` for Nsight Compute's metrics. `profile` and `extract` run the application itself.
+A sequence (extract with `sequence`) replays whole in an `order`; `validate`/`replay` with `per_launch` name the first
+launch that departs / time each launch; `fuse_skeleton` and `fuse_build` replace a range of its launches by one kernel.
 Paths must lie under the server's roots; relative paths are taken from the first root."""
 
 # Argument types shared by the tools (module level: the SDK evaluates the annotations here).
@@ -81,6 +83,10 @@ Mode = Annotated[Literal["auto", "reduced", "full"], Field(description=(
     "reduced never falls back; full compiles the whole unit"))]
 Config = Annotated[str | None, Field(description="Triton only: options or an autotune config to pin, e.g. "
                                                  "\"num_warps=4,BLOCK=64\"")]
+PerLaunch = O.PER_LAUNCH.annotated()
+Order = O.SEQUENCE_ORDER.annotated()
+FusionName = Annotated[str, Field(description="the fusion's name: fusions/<name>/ and variants/fuse-<name>.json "
+                                              "(letters, digits, '-', '_')")]
 SourceKernel = Annotated[str | None, Field(description="a sequence: whose sources (kernels/<k>/source/), its number "
                                                        "or a part of its name; omit for one dispatch, or for the "
                                                        "sequence's only kernel with sources")]
@@ -217,6 +223,14 @@ class KerncapMCP:
         if failure is not None:
             raise failure
         return result
+
+    def session(self, reproducer: Path, call: Callable[[Any], T], order: str | None = None) -> T:
+        """`call(session)` on the reproducer's open session, replaying a sequence in `order`
+        (None: streams; a session in another order restarts its replay server first)."""
+        def in_order(s):
+            s.use_order(order)
+            return call(s)
+        return self.pool.run(reproducer, in_order)
 
     def shutdown(self) -> None:
         """The client went away: every replay server and compile worker is killed (a client
@@ -392,7 +406,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         `mode`, `phases` (seconds per compile phase) and `notes` (e.g. why the whole unit
         was compiled) say what ran."""
         repro = R.reproducer(reproducer)
-        result = await state.blocking(ctx, "recompile", lambda: state.pool.run(
+        result = await state.blocking(ctx, "recompile", lambda: state.session(
             repro, lambda s: s.recompile(config, mode=mode)))
         return recompile_json(result)
 
@@ -416,9 +430,62 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         request = api.BuildRequest(config=config, mode=mode, rounds=rounds, iterations=iterations, perturb=perturb,
                                    runs=runs, kernel=kernel)
         log: list[str] = []
-        result = await state.blocking(ctx, "build", lambda: state.pool.run(repro, lambda s: s.build(
+        result = await state.blocking(ctx, "build", lambda: state.session(repro, lambda s: s.build(
             request, progress=lambda text, _level="": log.append(text))), reproducer=repro)
         return {**result.to_dict(), "log": log}
+
+    @server.tool()
+    @kerncap_tool
+    async def fuse_skeleton(reproducer: Reproducer,
+                            first: Annotated[int, Field(ge=0, description="first launch of the range (info lists "
+                                                                          "the sequence's launches)")],
+                            last: Annotated[int, Field(ge=0, description="last launch of the range, included")],
+                            name: FusionName = "1",
+                            force: Annotated[bool, Field(description="write the skeleton again over an existing "
+                                                                     "one")] = False,
+                            ) -> dict[str, Any]:
+        """Replace launches first..last of a sequence by one kernel you write (as `kerncap fuse
+        --first --last --json`): writes fusions/<name>/fused.cu, a kernel kc_fused whose
+        parameters are every buffer those launches take (typed, role read/written, the
+        launches that use it) then each launch's scalar arguments, and fusion.json with their
+        captured values and the launch (the first replaced launch's). Returns both paths, the
+        skeleton's `text`, `params`, the launch and the steps between the replaced launches.
+        Write the body (keep the parameter list) and build it with fuse_build."""
+        repro = R.reproducer(reproducer)
+        api.fuse_skeleton(repro, first, last, name, force=force)
+        return api.fusion_info(repro, name)
+
+    @server.tool()
+    @kerncap_tool
+    async def fuse_build(ctx: Context, reproducer: Reproducer, name: FusionName = "1",
+                         intermediates: Annotated[list[str] | None, Field(description=(
+                             "skeleton buffers (buf<i>) only the replaced launches use, left out of the comparison "
+                             "(kerncap also infers them)"))] = None,
+                         source: Annotated[str | None, Field(description=(
+                             "the fused kernel's complete text, written to fusions/<name>/fused.cu first (omit: "
+                             "build what is there)"))] = None,
+                         grid: Annotated[list[Annotated[int, Field(ge=1)]] | None,
+                                         Field(min_length=1, max_length=3, description="the fused launch's grid, "
+                                                                                       "written to fusion.json")] = None,
+                         block: Annotated[list[Annotated[int, Field(ge=1)]] | None,
+                                          Field(min_length=1, max_length=3, description="its block")] = None,
+                         shared_mem_bytes: Annotated[int | None, Field(ge=0, description="its dynamic shared "
+                                                                                         "memory")] = None,
+                         ) -> dict[str, Any]:
+        """Compile a fusion's kernel with the local nvcc for the captured GPU into the sequence
+        variant variants/fuse-<name>.json (as `kerncap fuse --name --build --json`), after
+        writing `source` and the launch when given. Returns the `variant` path and what its
+        comparison leaves out (`excluded`: each intermediate, inferred or declared). Then:
+        validate with cubin=<variant> and per_launch (the first launch that departs), replay
+        with it and per_launch (the fused launch's time against the replaced launches'), and
+        compare with cubins=[<variant>] (the whole sequence's speedup with its interval)."""
+        repro = R.reproducer(reproducer)
+
+        def build_it() -> dict[str, Any]:
+            if source is not None or grid is not None or block is not None or shared_mem_bytes is not None:
+                api.fuse_edit(repro, name, source=source, grid=grid, block=block, shared_mem_bytes=shared_mem_bytes)
+            return api.fused_variant_info(api.fuse_build(repro, name, intermediates=intermediates or ()))
+        return await state.blocking(ctx, "fuse_build", build_it)
 
     @server.tool()
     @kerncap_tool
@@ -440,7 +507,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                        region_dtypes: Annotated[dict[int, str] | None, Field(description="region id -> element type")] = None,
                        perturb: Perturb = O.PERTURB.default, seed: Seed = O.SEED.default,
                        keep: Annotated[list[int] | None, Field(description="region ids never perturbed")] = None,
-                       runs: Runs = O.RUNS.default,
+                       runs: Runs = O.RUNS.default, per_launch: PerLaunch = O.PER_LAUNCH.default,
+                       order: Order = O.SEQUENCE_ORDER.default,
                        ) -> dict[str, Any]:
         """Validation you can trust, as `kerncap validate --json` (the same request, the same
         result): `runs` replays of the captured kernel decide whether it is deterministic,
@@ -451,14 +519,22 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         verdict covers; `regions` lists every region of the captured input. Uses the
         reproducer's resident replay server. A reproducer set counts as its members (each
         checked in a replay server of its own; `cubin` may be a set variant,
-        variants/<n>.json): one verdict over all their inputs."""
+        variants/<n>.json): one verdict over all their inputs. A sequence (docs/sequences.md)
+        replays in `order`; `cubin` may be its variant (variants/<name>.json: a rebuilt kernel
+        or a fusion, whose left-out intermediates the notes name); `per_launch` also names the
+        first launch after which the variant's state departs from the captured one
+        (`per_launch`: at, launches_checked, checks)."""
         repro = R.reproducer(reproducer, allow_set=True)
         variant = R.cubin(repro, cubin)
         request = api.ValidateRequest(cubin=None if variant is None else str(variant), runs=runs, perturb=perturb,
                                       seed=seed, keep=tuple(keep or ()), atol=atol, rtol=rtol, dtype=dtype,
                                       region_dtypes=dict(region_dtypes or {})).checked()
-        report = await state.blocking(ctx, "validate", lambda: state.pool.run(repro, lambda s: s.validate(request)),
-                                      reproducer=repro)
+        if per_launch:
+            report, localized = await state.blocking(ctx, "validate", lambda: state.session(
+                repro, lambda s: s.validate_per_launch(request), order), reproducer=repro)
+            return {**report.to_dict(), "per_launch": localized}
+        report = await state.blocking(ctx, "validate", lambda: state.session(repro, lambda s: s.validate(request),
+                                                                             order), reproducer=repro)
         return {"set": True, **report.to_dict()} if api.is_set(repro) else report.to_dict()
 
     @server.tool()
@@ -492,7 +568,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         options = dict(cubin=variant, perturbation=perturbation, seed=seed, dtype=dtype,
                        shape=tuple(shape) if shape else None, output=out)
         if gpu:
-            result = await state.blocking(ctx, "dump", lambda: state.pool.run(repro, lambda s: api.dump(
+            result = await state.blocking(ctx, "dump", lambda: state.session(repro, lambda s: api.dump(
                 repro, items or (), chosen, session=s, **options)), reproducer=repro)
         else:
             result = await state.blocking(ctx, "dump", lambda: api.dump(repro, items or (), chosen, **options))
@@ -503,14 +579,18 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     async def replay(ctx: Context, reproducer: Reproducer, cubin: Cubin = None,
                      iterations: ReplayIterations = O.REPLAY_ITERATIONS.default,
                      warmup: ReplayWarmup = O.REPLAY_WARMUP.default, flush_l2: FlushL2 = O.FLUSH_L2.default,
+                     per_launch: PerLaunch = O.PER_LAUNCH.default, order: Order = O.SEQUENCE_ORDER.default,
                      ) -> dict[str, Any]:
-        """Time the kernel (or the variant) at the captured addresses: per-launch times,
-        median, min, spread (as `kerncap replay --json`)."""
+        """Time the kernel (or the variant) at the captured addresses: per-iteration times,
+        median, min, spread (as `kerncap replay --json`). A sequence replays whole in `order`;
+        with `per_launch` each launch is timed on its stream too (`launches`: label, stream,
+        median_ms; a fusion's launch stands for the launches it replaced; not in the graph
+        order)."""
         repro = R.reproducer(reproducer)
         variant = R.cubin(repro, cubin)
         request = api.ReplayRequest(cubin=None if variant is None else str(variant), iterations=iterations,
-                                    warmup=warmup, flush_l2=flush_l2)
-        result = await state.blocking(ctx, "replay", lambda: state.pool.run(repro, lambda s: s.replay(request)),
+                                    warmup=warmup, flush_l2=flush_l2, per_launch=per_launch)
+        result = await state.blocking(ctx, "replay", lambda: state.session(repro, lambda s: s.replay(request), order),
                                       reproducer=repro)
         return result.to_dict()
 
@@ -523,19 +603,21 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                       rounds: Rounds = O.ROUNDS.default, warmup: CompareWarmup = O.COMPARE_WARMUP.default,
                       flush_l2: FlushL2 = O.FLUSH_L2.default, min_time_s: MinTime = O.MIN_TIME.default,
                       max_time_s: MaxTime = O.MAX_TIME.default, confidence: Confidence = O.CONFIDENCE.default,
+                      order: Order = O.SEQUENCE_ORDER.default,
                       ) -> dict[str, Any]:
         """Time the captured cubin and each variant interleaved on the resident replay
         server (as `kerncap replay --compare --json`): per program the round timings,
         median and spread; per variant its speedup over the captured cubin with a
         bootstrap confidence interval over rounds and a verdict (faster, slower or
-        within noise); the launch floor, the SM clock and warnings."""
+        within noise); the launch floor, the SM clock and warnings. A sequence's variants
+        (a fusion: variants/fuse-<name>.json) are timed as whole sequences in `order`."""
         repro = R.reproducer(reproducer)
         variants = [R.cubin(repro, c) for c in cubins]
         request = api.CompareRequest(cubins=tuple(str(v) for v in variants), iterations=iterations, rounds=rounds,
                                      warmup=warmup, flush_l2=flush_l2, min_seconds=min_time_s, max_seconds=max_time_s,
                                      confidence=confidence)
-        result = await state.blocking(ctx, "compare", lambda: state.pool.run(repro, lambda s: s.compare(request)),
-                                      reproducer=repro)
+        result = await state.blocking(ctx, "compare", lambda: state.session(repro, lambda s: s.compare(request),
+                                                                            order), reproducer=repro)
         return result.to_dict()
 
     @server.tool()
@@ -561,7 +643,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         repro = R.reproducer(reproducer)
         variant = R.cubin(repro, cubin)
         cancel = api.Cancellation()
-        result = await state.blocking(ctx, "ncu", lambda: state.pool.run(repro, lambda s: s.ncu(
+        result = await state.blocking(ctx, "ncu", lambda: state.session(repro, lambda s: s.ncu(
             variant, sections=sections, ncu_set=ncu_set, warmup=warmup, flush_l2=flush_l2, reuse=reuse,
             timeout=timeout_s, cancel=cancel)), on_cancel=cancel.cancel)
         return result.to_dict()

@@ -27,11 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kerncap.core.fsio import make_dirs, write_atomic
+from kerncap.core.confined import link_error, real_dir
+from kerncap.core.fsio import write_atomic
+from kerncap.core.schema import check
 from kerncap.errors import KerncapError, UsageError
 from kerncap.recompile.trust import local_nvcc, tool_env
 from kerncap.replay.region_types import classify_cxx_type, cxx_parameter_types
 from kerncap.reproducer.format import Capture, read_json
+from kerncap.reproducer.schemas import FUSION_JSON
 from kerncap.reproducer.sequence_variant import write_variant
 from kerncap.sources.attach import capture_arch
 
@@ -66,10 +69,34 @@ def _clean_ctype(text: str | None) -> tuple[str, bool | None]:
     return f"{'const ' if const else ''}{base}{stars}", not const
 
 
-def _fusion_dir(repro: Path, name: str) -> Path:
+def _fusion_dir(repro: Path, name: str, *, create: bool = False) -> Path:
+    """fusions/<name>/ of the reproducer; a reproducer from someone else may hold a link there
+    (to anywhere): refused, never written or read through (kerncap.core.confined)."""
     if not NAME_RE.fullmatch(name):
         raise UsageError(f"fusion name {name!r}", "letters, digits, '-' and '_' (e.g. --name norm-gemm)")
-    return repro / FUSIONS / name
+    return real_dir(repro, f"{FUSIONS}/{name}", create=create)
+
+
+def _file(d: Path, name: str) -> Path:
+    """A file of a fusion directory, refused when it is a link (fused.cu linking out of the
+    reproducer would be compiled, its text returned to an agent)."""
+    path = d / name
+    if path.is_symlink():
+        raise link_error(path, "read or write")
+    return path
+
+
+def _config(root: Path, name: str) -> tuple[Path, dict[str, Any]]:
+    """fusions/<name>/ and its fusion.json, checked (FUSION_JSON)."""
+    d = _fusion_dir(root, name)
+    path = _file(d, "fusion.json")
+    hint = "write the skeleton again (kerncap fuse DIR --first A --last B --name NAME --force)"
+    config = read_json(path, 16 << 20, f"no fusion {name} in {root}: write its skeleton first "
+                       "(kerncap fuse DIR --first A --last B --name NAME)", hint)
+    if not isinstance(config, dict) or config.get("format") != "kerncap-fusion":
+        raise KerncapError(f"{path} is not a fusion description", hint)
+    check(config, FUSION_JSON, path, hint)
+    return d, config
 
 
 def _open(repro: str | os.PathLike) -> tuple[Path, Capture]:
@@ -94,6 +121,8 @@ def skeleton(repro: str | os.PathLike, first: int, last: int, name: str, *, forc
     d = _fusion_dir(root, name)
     if d.exists() and not force:
         raise KerncapError(f"{d} exists (maybe edited)", "pass another --name, or --force to write it again")
+    for f in ("fused.cu", "fusion.json"):
+        _file(d, f)
     buffers: dict[int, Buffer] = {}
     scalars: list[dict[str, Any]] = []
     for i in range(first, last + 1):
@@ -172,7 +201,7 @@ def skeleton(repro: str | os.PathLike, first: int, last: int, name: str, *, forc
               "kernel": KERNEL, "source": "fused.cu", "grid": list(first_launch.grid),
               "block": list(first_launch.block), "shared_mem_bytes": 0, "params": params,
               "intermediates": [], "steps_inside": inside, "other_steps": len(between)}
-    make_dirs(d)
+    _fusion_dir(root, name, create=True)
     write_atomic(d / "fused.cu", text)
     write_atomic(d / "fusion.json", json.dumps(config, indent=1) + "\n")
     return d / "fused.cu"
@@ -223,24 +252,21 @@ def build(repro: str | os.PathLike, name: str, *, intermediates: tuple[str, ...]
           timeout: float = 600.0) -> Path:
     """Compiles fusions/<name>/fused.cu and writes variants/fuse-<name>.json; returns it."""
     root, cap = _open(repro)
-    d = _fusion_dir(root, name)
-    config = read_json(d / "fusion.json", 16 << 20, f"no fusion {name} in {root}: write its skeleton first "
-                       "(kerncap fuse DIR --first A --last B --name NAME)", "write the skeleton again (--force)")
-    if not isinstance(config, dict) or config.get("format") != "kerncap-fusion":
-        raise KerncapError(f"{d / 'fusion.json'} is not a fusion description", "write the skeleton again (--force)")
+    d, config = _config(root, name)
+    source = _file(d, config["source"])
     arch = capture_arch(cap)
     if arch is None:
         raise KerncapError("the capture does not say which GPU it ran on", "extract again")
-    cubin = d / "fused.cubin"
+    cubin = _file(d, "fused.cubin")
     nvcc = local_nvcc("nvcc", root)
-    cmd = [nvcc, "-cubin", f"-arch=sm_{arch}", "-O3", "-lineinfo", "-o", str(cubin), str(d / config["source"])]
+    cmd = [nvcc, "-cubin", f"-arch=sm_{arch}", "-O3", "-lineinfo", "-o", str(cubin), str(source)]
     try:
         p = subprocess.run(cmd, cwd=d, env=tool_env(root), capture_output=True, text=True, timeout=timeout,
                            check=False)
     except subprocess.TimeoutExpired:
-        raise KerncapError(f"nvcc did not finish compiling {d / 'fused.cu'} within {timeout:g} s") from None
+        raise KerncapError(f"nvcc did not finish compiling {source} within {timeout:g} s") from None
     if p.returncode != 0:
-        raise KerncapError(f"nvcc could not compile {d / 'fused.cu'}:\n{(p.stderr or p.stdout)[-3000:]}",
+        raise KerncapError(f"nvcc could not compile {source}:\n{(p.stderr or p.stdout)[-3000:]}",
                            "fix the fused kernel and build again")
     excluded = infer_intermediates(cap, config, tuple(intermediates) + tuple(config.get("intermediates") or ()))
     fuse = {"name": name, "first": config["first"], "last": config["last"], "cubin": str(cubin.relative_to(root)),
@@ -251,3 +277,54 @@ def build(repro: str | os.PathLike, name: str, *, intermediates: tuple[str, ...]
             "excluded": excluded}
     return write_variant(root, f"fuse-{name}", fuse=fuse,
                          note=f"launches {config['first']}-{config['last']} fused into {config['kernel']}")
+
+
+def describe(repro: str | os.PathLike, name: str) -> dict[str, Any]:
+    """A fusion as the front ends report it (`kerncap fuse --json`, MCP's fuse_skeleton): the
+    range, the skeleton's path and text, fusion.json's path, the launch to edit, and every
+    parameter (buffers with their address, role and uses; scalars with the captured value)."""
+    root, _cap = _open(repro)
+    d, config = _config(root, name)
+    source = _file(d, config["source"])
+    try:
+        text = source.read_text(errors="replace")
+    except FileNotFoundError:
+        raise KerncapError(f"{source} is missing", "write the skeleton again (--force)") from None
+    return {"name": name, "first": config["first"], "last": config["last"], "kernel": config["kernel"],
+            "source": str(source), "config": str(d / "fusion.json"), "grid": config["grid"],
+            "block": config["block"], "shared_mem_bytes": config.get("shared_mem_bytes", 0),
+            "params": config["params"], "steps_inside": config.get("steps_inside", []), "text": text}
+
+
+def edit(repro: str | os.PathLike, name: str, *, source: str | None = None, grid: list[int] | None = None,
+         block: list[int] | None = None, shared_mem_bytes: int | None = None) -> None:
+    """Writes the fused kernel's text (fused.cu) and/or its launch (fusion.json's grid, block,
+    shared_mem_bytes) for a front end that edits no files itself (MCP's fuse_build)."""
+    root, _cap = _open(repro)
+    d, config = _config(root, name)
+    launch = {k: v for k, v in (("grid", grid), ("block", block), ("shared_mem_bytes", shared_mem_bytes))
+              if v is not None}
+    if launch:
+        # a grid or block of fewer than 3 sizes: the others are 1, as in CUDA's dim3
+        updated = {**config, **{k: [*v, *[1] * (3 - len(v))] if isinstance(v, (list, tuple)) and len(v) <= 3
+                                else v for k, v in launch.items()}}
+        check(updated, FUSION_JSON, d / "fusion.json", "grid and block: 1 to 3 sizes each; shared_mem_bytes >= 0")
+        if any(x < 1 for x in (*updated["grid"], *updated["block"])):
+            raise UsageError(f"launch grid {updated['grid']} block {updated['block']}: every size must be >= 1",
+                             "e.g. grid [4096, 1, 1], block [256, 1, 1]")
+        write_atomic(_file(d, "fusion.json"), json.dumps(updated, indent=1) + "\n")
+    if source is not None:
+        write_atomic(_file(d, config["source"]), source)
+
+
+def variant_summary(variant: str | os.PathLike) -> dict[str, Any]:
+    """A fused variant as the front ends report it (`kerncap fuse --build --json`, MCP's
+    fuse_build): its path, the range and the fused launch, and every buffer the comparison
+    leaves out (name, extent, inferred or declared, why)."""
+    path = Path(variant)
+    doc = read_json(path, 64 << 20, f"no sequence variant at {path}", "build the fusion again")
+    fuse = doc.get("fuse") or {}
+    return {"variant": str(path), "name": fuse.get("name"), "first": fuse.get("first"), "last": fuse.get("last"),
+            "kernel": fuse.get("kernel"), "cubin": fuse.get("cubin"), "grid": fuse.get("grid"),
+            "block": fuse.get("block"), "shared_mem_bytes": fuse.get("shared_mem_bytes", 0),
+            "excluded": fuse.get("excluded", []), "note": doc.get("note", "")}

@@ -378,6 +378,20 @@ EXCLUDED_SPAN = Obj({
     "name": Str(max_len=256), "address": Int(min=0, max=U64), "bytes": Int(min=1, max=MAX_REGION_BYTES),
     "why": Str(choices=("inferred", "declared")), "detail?": Str(max_len=4096),
 })
+# fusions/<name>/fusion.json (kerncap.recompile.fusion): the skeleton's parameters with their
+# captured values, the range it replaces and the launch the user edits.
+FUSION_PARAM = Obj({
+    "name": FUSED_PARAM.field("name"), "kind": Str(choices=("buffer", "scalar")),
+    "size": Int(min=1, max=MAX_PARAM_BYTES), "value": HEX, "address?": Int(min=0, max=U64),
+    "region?": Opt(Int(min=0, max=U64)), "launches?": List(SEQ_ID, max_len=MAX_STEPS),
+})
+FUSION_JSON = Obj({
+    "format": Str(choices=("kerncap-fusion",)), "format_version": Int(min=1, max=1), "name?": Str(max_len=256),
+    "first": SEQ_ID, "last": SEQ_ID, "kernel": Str(pattern=r"[A-Za-z_][A-Za-z0-9_]{0,255}"),
+    "source": Str(pattern=r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"), "grid": DIM, "block": DIM,
+    "shared_mem_bytes?": Int(min=0, max=1 << 32), "params": List(FUSION_PARAM, max_len=MAX_PARAMS),
+    "intermediates?": List(Str(max_len=256), max_len=1 << 12),
+})
 SEQUENCE_VARIANT_JSON = Obj({
     "format": Str(choices=("kerncap-sequence-variant",)), "format_version": Int(min=1, max=1),
     "created?": Str(), "note?": Str(max_len=1 << 16),

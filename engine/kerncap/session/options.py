@@ -13,7 +13,7 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from kerncap.core import dtypes
 from kerncap.errors import KerncapError, UsageError
@@ -41,12 +41,15 @@ class Option:
     metavar: str | None = None
     short: str | None = None
     nullable: bool = False       # None is a value (atol: no tolerance)
+    choices: tuple[str, ...] | None = None  # the only values (argparse choices, an MCP enum)
 
     # -- checking one value -----------------------------------------------------------------
     def problem(self, value: Any) -> str | None:
         """What is wrong with `value` in words ("must be >= 1 (got 0)"), or None."""
         if value is None:
             return None if self.nullable else "must be given"
+        if self.choices is not None:
+            return None if value in self.choices else f"must be one of {', '.join(self.choices)} (got {value!r})"
         if self.kind is float and isinstance(value, float) and math.isnan(value) and self.minimum is None \
                 and self.above is None:
             return f"must be a number (got {value})"  # NaN fails every bound below: said as that bound
@@ -91,6 +94,8 @@ class Option:
         if self.kind is bool:
             parser.add_argument(*flags, action="store_true", help=text, dest=self.name, **extra)
             return
+        if self.choices is not None:
+            extra = {"choices": self.choices, **extra}
         parser.add_argument(*flags, type=self.parse, metavar=self.metavar, help=text, dest=self.name,
                             default=self.default if default is _NO_DEFAULT else default, **extra)
 
@@ -100,7 +105,8 @@ class Option:
 
         bounds = {k: v for k, v in (("ge", self.minimum), ("le", self.maximum), ("gt", self.above),
                                     ("lt", self.below)) if v is not None}
-        kind = self.kind | None if self.nullable else self.kind
+        kind = Literal[self.choices] if self.choices is not None else self.kind
+        kind = kind | None if self.nullable else kind
         return Annotated[kind, Field(description=description or self.help, **bounds)]
 
 
@@ -164,7 +170,7 @@ SEQUENCE_ORDERS = ("streams", "serial", "graph")
 SEQUENCE_ORDER = Option("sequence_order", "--order", str, "streams", "how a sequence replays: streams (each step on a "
                         "stream standing for the app's, events and host syncs kept), serial (one stream, the recorded "
                         "order) or graph (the streams order captured once into a CUDA graph: no launch gaps)",
-                        metavar="ORDER")
+                        metavar="ORDER", choices=SEQUENCE_ORDERS)
 PER_LAUNCH = Option("per_launch", "--per-launch", bool, False, "a sequence: replay also times each launch; validate "
                     "also finds the first launch after which the variant's state departs from the captured one")
 

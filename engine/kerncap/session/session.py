@@ -154,6 +154,16 @@ class Opened:
     def close(self) -> None:
         raise NotImplementedError
 
+    def use_order(self, order: str | None) -> None:
+        """How a sequence replays (Session); a set's members are single dispatches."""
+        check_order(order)
+
+    def validate_per_launch(self, request: ValidateRequest = ValidateRequest(), *,
+                            progress: Callable[[str], None] | None = None) -> tuple[TrustReport, dict[str, Any]]:
+        raise UsageError(f"--per-launch localizes inside a sequence: {self.root} is a reproducer set",
+                         "leave out --per-launch (per_launch), or pass a reproducer made with "
+                         "`kerncap extract --sequence`")
+
     def baseline(self, request, *, progress: Progress = _quiet) -> Variant:
         raise NotImplementedError
 
@@ -245,8 +255,8 @@ class Session(Opened):
     def replay(self, request: ReplayRequest = ReplayRequest()) -> ReplayResult:
         """Time the captured kernel (or request.cubin) at the captured addresses."""
         r = request.checked()
-        if r.per_launch and self.capture.sequence is None:
-            raise UsageError("--per-launch times the launches of a sequence", f"{self.root} holds one dispatch")
+        if r.per_launch:
+            self._sequence_only("--per-launch times the launches of a sequence")
         with self._lock:
             return self._resident().replay(cubin=r.cubin, iterations=r.iterations, warmup=r.warmup,
                                            flush_l2=r.flush_l2, **({"per_launch": True} if r.per_launch else {}))
@@ -254,10 +264,36 @@ class Session(Opened):
     def localize(self, cubin: str | Path | None, *, tolerances: dict | None = None) -> dict[str, Any]:
         """A sequence: the first launch after which `cubin`'s state departs from the captured
         program's, each prefix run from the captured pre-state (kerncap.replay.sequence_ops)."""
-        if self.capture.sequence is None:
-            raise UsageError("--per-launch localizes inside a sequence", f"{self.root} holds one dispatch")
+        self._sequence_only("--per-launch localizes inside a sequence")
         with self._lock:
             return self._resident().localize(cubin, tolerances)
+
+    def validate_per_launch(self, request: ValidateRequest = ValidateRequest(), *,
+                            progress: Callable[[str], None] | None = None) -> tuple[TrustReport, dict[str, Any]]:
+        """`validate --per-launch` on one server: the validation, then where request.cubin's
+        state first departs from the captured sequence's (`localize`). A reproducer of one
+        dispatch is refused before anything runs."""
+        self._sequence_only("--per-launch localizes inside a sequence")
+        with self._lock:
+            report = self.validate(request, progress=progress)
+            return report, self.localize(request.cubin)
+
+    def use_order(self, order: str | None) -> None:
+        """How a sequence replays from now on (streams, serial or graph; None: streams). The
+        order is fixed when a replay server opens the capture: one running in another order
+        is closed, and the next request starts one in this order."""
+        order = check_order(order)
+        if (order or "streams") == (self.sequence_order or "streams"):
+            return
+        with self._lock:
+            self.close_replay()
+            self.sequence_order = order
+
+    def _sequence_only(self, what: str) -> None:
+        if self.capture.sequence is None:
+            raise UsageError(f"{what}: {self.root} holds one dispatch",
+                             "leave out --per-launch (per_launch), or pass a reproducer made with "
+                             "`kerncap extract --sequence`")
 
     def validate(self, request: ValidateRequest = ValidateRequest(), *,
                  progress: Callable[[str], None] | None = None) -> TrustReport:
