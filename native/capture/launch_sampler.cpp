@@ -19,6 +19,7 @@ namespace {
 constexpr uint32_t kWords = 1024;            // holds (samples awaiting their read) per context
 constexpr uint64_t kOverdueNs = 5'000'000;   // a hold the watchdog releases: 5 ms
 constexpr int kCalibrationPairs = 32;
+constexpr uint64_t kCalibrationWaitNs = 50'000'000;  // a calibration pair not done in 50 ms: give up
 constexpr int kCalibrationWarmup = 4;  // pairs left out: the first launches of the empty kernel load it
 
 uint64_t now_ns() {
@@ -199,7 +200,17 @@ double LaunchSampler::held_pair(Context& c, CUstream stream, CUfunction body, CU
   if (r == CUDA_SUCCESS) r = KC_CU(cuEventRecord)(e1, stream), *call = "cuEventRecord";
   std::atomic_thread_fence(std::memory_order_seq_cst);
   c.words[w].store(1, std::memory_order_release);  // released whatever failed: nothing stays held
-  if (r == CUDA_SUCCESS) r = KC_CU(cuStreamSynchronize)(stream), *call = "cuStreamSynchronize";
+  // Polled, with a deadline, not cuStreamSynchronize: where the driver puts kerncap's
+  // stream on a hardware queue behind a stream the app holds itself, a sync would wait
+  // for the app, which waits inside this launch call for kerncap.
+  const uint64_t deadline = now_ns() + kCalibrationWaitNs;
+  if (r == CUDA_SUCCESS) *call = "cuEventQuery";
+  while (r == CUDA_SUCCESS) {
+    const CUresult q = KC_CU(cuEventQuery)(e1);
+    if (q == CUDA_SUCCESS) break;
+    if (q != CUDA_ERROR_NOT_READY) r = q;
+    else if (now_ns() > deadline) r = CUDA_ERROR_TIMEOUT, *call = "waiting for the calibration's pair (timed out)";
+  }
   float ms = 0;
   if (r == CUDA_SUCCESS) r = KC_CU(cuEventElapsedTime)(&ms, e0, e1), *call = "cuEventElapsedTime";
   *err = r;

@@ -17,6 +17,11 @@
 // context), and a graph is uploaded before its first held launch; cooperative launches
 // are never held.
 //
+// Each sample loses the calibration (once per context, on a stream of kerncap's own):
+// the median held pair around kerncap's empty kernel less CUPTI's time of that kernel,
+// at least the median held pair around nothing; what a held pair adds to any kernel
+// (the front end's event and launch work, the end event's wait for idle).
+//
 // Samples are read back lazily: before a new sample a thread polls a few of its
 // context's oldest pending pairs (cuEventQuery, never blocking); at exit every context
 // is drained. Never while any stream capture is in progress in the process (nothing is
