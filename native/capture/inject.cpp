@@ -63,9 +63,14 @@ namespace {
 std::atomic<int> g_benchmark{0};
 
 struct State {
+  // What every launch reads, first and in one cache line (issue 31, ThreadState's note).
+  std::atomic<bool> active{false};  // subscribed and configured: callbacks do work
+  std::atomic<bool> armed{false};    // capture mode, target not reached yet: quiesce and count
+  Mode mode = Mode::Capture;                               // cfg.mode, copied at initialize()
+  Config::BenchSkip bench_skip = Config::BenchSkip::None;  // cfg.bench_skip, copied there
+  bool sequence = false;                                   // seq_trigger is set (create_selection)
   Config cfg;
   std::unique_ptr<KernelMatcher> matcher;
-  std::atomic<bool> active{false};  // subscribed and configured: callbacks do work
   CUpti_SubscriberHandle subscriber = nullptr;
   // Driver calls reach the dispatcher from libkerncap_entry.so's wrappers, not CUPTI:
   // no CUPTI subscriber exists until the capture (docs/interposer.md).
@@ -78,7 +83,6 @@ struct State {
   ModuleRegistry modules;
   ThreadSlots slots;  // per-thread quiesce flags and launch counters
   Quiesce quiesce;
-  std::atomic<bool> armed{false};    // capture mode, target not reached yet: quiesce and count
   std::atomic<bool> claimed{false};  // this process tried to take the run's capture lock
   std::atomic<bool> owns_lock{false};  // ... and holds it: its (set's) captures land here
   JobIdentity job;
@@ -128,20 +132,33 @@ void on_fork_child() { g_forked.store(true, std::memory_order_relaxed); }
 // PyTorch launch costs the app ~6 us of CPU; every 100 ns here is ~1.6% of its loop.
 constexpr int kLazyIds = 8;      // modules lazily loaded by one launch (more: pairing falls back)
 constexpr int kFuncSlots = 8;    // recently launched handles, direct-mapped
+// The armed path of a launch reads this: one cache line for the fields every launch
+// touches (issue 31: on the H200 the dispatcher's cost is the lines it touches after
+// the driver's launch has run, ~10-30 ns each, docs/facts.md §31).
+struct FuncSlot {
+  CUfunction key;
+  FuncInfo* info;
+  ThreadSlot::Kernel* count;  // this thread's count of that kernel (null: the shared one)
+  bool plain;                 // never the target nor an XLA helper: launch_enter's short path
+  bool is_kernel;
+};
 struct ThreadState {
   bool guard;         // kerncap itself is calling the driver: not the app's calls
-  int shared_depth;   // nesting of enqueueing calls while armed (the outermost sets slot->inside)
-  ThreadSlot* slot;   // this thread's quiesce flag and launch counters (claimed on first use)
   bool slot_tried;
   // The launch in flight (between its API entry and exit).
   bool in_launch;
   bool is_kernel;
-  CUfunction f;
+  bool seq_owner;     // sequences: this thread owns the open window (below)
+  int shared_depth;   // nesting of enqueueing calls while armed (the outermost sets slot->inside)
   int n_lazy;
-  uint32_t lazy[kLazyIds];
-  // The capture in flight.
-  CaptureSession* session;
+  ThreadSlot* slot;   // this thread's quiesce flag and launch counters (claimed on first use)
+  CUfunction f;
+  CaptureSession* session;  // the capture in flight
   uint32_t correlation;
+  uint64_t func_epoch;  // the function cache below is valid while this matches FuncCache::epoch
+  uint32_t lazy[kLazyIds];
+  alignas(32) FuncSlot funcs[kFuncSlots];  // handle -> FuncInfo of recent launches, direct-mapped
+  // The capture in flight (session and correlation above).
   uint32_t bucket;         // its bucket (set captures)
   uint64_t index;          // its dispatch index
   // --device: the device of the context last launched on (resolved once per context).
@@ -157,16 +174,10 @@ struct ThreadState {
   // Sequences: this thread's number, whether it owns the open window (its own calls are
   // then recorded, never held), and what ends the window at a call's exit.
   uint64_t seq_tid;
-  bool seq_owner;
   bool seq_graph;          // the window is this thread's cuGraphLaunch in flight
   bool seq_close_pending;  // close at the exit of the launch with seq_close_corr
   uint32_t seq_close_corr;
   bool seq_in_call;        // a recorded memory or stream call in flight (its result is checked)
-  // Handle -> FuncInfo for this thread's recent launches, valid while epoch matches.
-  uint64_t func_epoch;
-  CUfunction func_key[kFuncSlots];
-  FuncInfo* func_info[kFuncSlots];
-  ThreadSlot::Kernel* func_count[kFuncSlots];  // this thread's count of that kernel (null: the shared one)
   // Sampled profile: the launch in flight, its timed pair (if any), the thread's random
   // state, and a small cache of executable graph -> record (valid while graph_epoch matches).
   FuncInfo* sampled_fi;
@@ -559,10 +570,11 @@ bool in_stream_capture(State& s, CUstream stream, bool per_thread) {
 
 // The handle's FuncInfo, from this thread's direct-mapped cache; `count` (if asked) gets
 // this thread's launch counter of the kernel (null: count on the FuncInfo's shared one).
-FuncInfo* func_info(State& s, ThreadState& t, CUfunction f, ThreadSlot::Kernel** count = nullptr) {
+// This thread's cache entry for `f` (resolving it on a miss).
+FuncSlot& func_slot(State& s, ThreadState& t, CUfunction f) {
   const uint64_t epoch = s.funcs.epoch();
   if (t.func_epoch != epoch) {
-    std::fill(std::begin(t.func_key), std::end(t.func_key), nullptr);
+    for (FuncSlot& e : t.funcs) e.key = nullptr;
     t.func_epoch = epoch;
   }
   // Fibonacci hashing: handles a few bytes apart (one module's functions) land in
@@ -570,19 +582,23 @@ FuncInfo* func_info(State& s, ThreadState& t, CUfunction f, ThreadSlot::Kernel**
   // missed on every launch.
   const size_t slot = size_t((uint64_t(reinterpret_cast<uintptr_t>(f)) * 0x9E3779B97F4A7C15ull) >> 61);
   static_assert(kFuncSlots == 8, "the hash above takes 3 bits");
-  if (t.func_key[slot] != f) {
+  FuncSlot& e = t.funcs[slot];
+  if (__builtin_expect(e.key != f, 0)) {
     FuncInfo* fi;
     {
       Guard guard;
       fi = s.funcs.get(f, s.matcher.get());
     }
-    t.func_key[slot] = f;
-    t.func_info[slot] = fi;
     ThreadSlot* mine = my_slot(s, t);
-    t.func_count[slot] = mine ? mine->counter_for(fi) : nullptr;
+    e = FuncSlot{f, fi, mine ? mine->counter_for(fi) : nullptr, !fi->matched && !fi->xla_helper, fi->is_kernel};
   }
-  if (count) *count = t.func_count[slot];
-  return t.func_info[slot];
+  return e;
+}
+
+FuncInfo* func_info(State& s, ThreadState& t, CUfunction f, ThreadSlot::Kernel** count = nullptr) {
+  FuncSlot& e = func_slot(s, t, f);
+  if (count) *count = e.count;
+  return e.info;
 }
 
 // One launch of `fi` by this thread, counted in its own slot (no shared cache line).
@@ -676,37 +692,41 @@ void sequence_launch_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb
 void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   LaunchDesc d;
   if (!decode_launch(cbid, cb->functionParams, d)) return;
-  ThreadSlot::Kernel* per_thread = nullptr;
-  FuncInfo* fi = func_info(s, t, d.f, &per_thread);
-  count_launch(s, t, *fi, per_thread);
-  if (__builtin_expect(s.cfg.bench_skip == Config::BenchSkip::Launch, 0)) return;
+  FuncSlot& e = func_slot(s, t, d.f);
+  FuncInfo* fi = e.info;
+  count_launch(s, t, *fi, e.count);
+  if (__builtin_expect(s.bench_skip == Config::BenchSkip::Launch, 0)) return;
 
-  if (fi->xla_helper) s.xla.on_helper(XlaAutotune::now_ns());
-  if (s.seq_trigger && sequence_launch_enter(s, t, d, *fi, cb)) {
-    // recorded in the open window: it runs as the app launched it
-  } else if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0 &&
-             !(s.xla.seen() && s.xla.skip_target(XlaAutotune::now_ns()))) {
-    std::string why;
-    // Only processes that ever began a stream capture pay for asking the driver.
-    if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why)) {
-      // Recorded into a graph, not run: the kernel node is counted when a launch of the
-      // instantiated graph runs it (graph_launch_enter).
-      s.recorded_into_graphs.fetch_add(1, std::memory_order_relaxed);
-    } else if (selected_launch(s, t, cb->context)) {
-      const uint64_t index = s.target_matches.fetch_add(1, std::memory_order_acq_rel);
-      if (s.seq_trigger) {
-        if (index == s.cfg.dispatch && s.cfg.seq_mode == SeqMode::Run) start_sequence_run(s, t, d, *fi, cb);
-      } else if (s.cfg.set ? set_launch(s, d, *fi, cb, index)
-                           : index == s.cfg.dispatch && start_capture(s, d, *fi, cb, index, UINT32_MAX)) {
-        return;
+  // Most launches are not the target and no sequence is asked for: nothing below
+  // applies to them (and the FuncInfo's cache line is not touched).
+  if (!e.plain || s.sequence) {
+    if (fi->xla_helper) s.xla.on_helper(XlaAutotune::now_ns());
+    if (s.seq_trigger && sequence_launch_enter(s, t, d, *fi, cb)) {
+      // recorded in the open window: it runs as the app launched it
+    } else if (fi->matched && s.armed.load(std::memory_order_acquire) && g_benchmark.load(std::memory_order_acquire) == 0 &&
+               !(s.xla.seen() && s.xla.skip_target(XlaAutotune::now_ns()))) {
+      std::string why;
+      // Only processes that ever began a stream capture pay for asking the driver.
+      if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why)) {
+        // Recorded into a graph, not run: the kernel node is counted when a launch of the
+        // instantiated graph runs it (graph_launch_enter).
+        s.recorded_into_graphs.fetch_add(1, std::memory_order_relaxed);
+      } else if (selected_launch(s, t, cb->context)) {
+        const uint64_t index = s.target_matches.fetch_add(1, std::memory_order_acq_rel);
+        if (s.seq_trigger) {
+          if (index == s.cfg.dispatch && s.cfg.seq_mode == SeqMode::Run) start_sequence_run(s, t, d, *fi, cb);
+        } else if (s.cfg.set ? set_launch(s, d, *fi, cb, index)
+                             : index == s.cfg.dispatch && start_capture(s, d, *fi, cb, index, UINT32_MAX)) {
+          return;
+        }
       }
     }
   }
   t.in_launch = true;
   t.f = d.f;
-  t.is_kernel = fi->is_kernel;
+  t.is_kernel = e.is_kernel;
   t.n_lazy = 0;
-  if (__builtin_expect(s.cfg.bench_skip != Config::BenchSkip::Quiesce, 1)) quiesce_enter(s, t);
+  if (__builtin_expect(s.bench_skip != Config::BenchSkip::Quiesce, 1)) quiesce_enter(s, t);
 }
 
 // Pairs modules that were lazily loaded during this launch with the launched
@@ -2122,8 +2142,8 @@ Recovered recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
 void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const uint16_t roles = call_roles(cbid);
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
-  if (__builtin_expect(s.cfg.bench_skip == Config::BenchSkip::Callback, 0) && (roles & kLaunch)) return;
-  if (s.cfg.mode == Mode::Profile) {
+  if (__builtin_expect(s.bench_skip == Config::BenchSkip::Callback, 0) && (roles & kLaunch)) return;
+  if (s.mode == Mode::Profile) {
     if (s.sampled) sampled_call(s, t, cbid, cb, roles, enter);
     else if (enter && (roles & (kLaunch | kGraphLaunch))) profile_tag(s, t, cbid, cb, roles);
     return;
@@ -2456,6 +2476,7 @@ void create_selection(State& s) {
   if ((profile && s.cfg.profile_buckets) || (!profile && s.cfg.set)) s.buckets = std::make_unique<LaunchBuckets>();
   if (!profile && s.cfg.sequence()) {
     s.seq_trigger = std::make_unique<SequenceTrigger>(s.cfg.dispatch, s.cfg.seq_count, !s.cfg.seq_until.empty());
+    s.sequence = true;
     s.keep_all = std::make_unique<KernelMatcher>(std::string(), MatchMode::Substring);
     if (!s.cfg.seq_until.empty()) s.seq_until = std::make_unique<KernelMatcher>(s.cfg.seq_until, s.cfg.match);
   }
@@ -2483,6 +2504,8 @@ void initialize() {
   State& s = *g;
   pthread_atfork(nullptr, nullptr, on_fork_child);
   s.cfg = Config::from_env();
+  s.mode = s.cfg.mode;
+  s.bench_skip = s.cfg.bench_skip;
   if (s.cfg.out_dir.empty()) {
     if (!s.cfg.error.empty()) std::fprintf(stderr, "kerncap: %s; the interposer stays inactive\n", s.cfg.error.c_str());
     return;  // nowhere to report: stay inert

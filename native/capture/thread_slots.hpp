@@ -28,8 +28,10 @@ struct SampleSchedule {
 
 struct alignas(64) ThreadSlot {
   // Inside an enqueueing call (outermost) while a capture may come: read by the
-  // capturing thread (quiesce.hpp). Alone in the first cache line, with the fields the
-  // owner writes only when it claims the slot.
+  // capturing thread (quiesce.hpp). In the first cache line with `launches`: every launch
+  // writes both, and one line is cheaper than two (issue 31: the armed path's cost on the
+  // H200 is the lines it touches). The capturing thread reads `inside` only while it
+  // waits for the others, which by then launch nothing new.
   std::atomic<uint32_t> inside{0};
   std::atomic<bool> owned{false};
   ThreadSlot* next = nullptr;  // the registry's list; set before the slot is published
@@ -45,7 +47,7 @@ struct alignas(64) ThreadSlot {
     std::atomic<uint64_t> count{0};
     SampleSchedule schedule;  // owner only
   };
-  alignas(64) std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> launches{0};
   // The sampled profile's interleaving check (inject.cpp, sampled_exit): cuGraphLaunch
   // calls, and the returns of every launch whose entry was counted.
   std::atomic<uint64_t> graph_launches{0};
