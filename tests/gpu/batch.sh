@@ -67,7 +67,7 @@ for shard in "$@"; do
   run_shard "$i" $shard &
 done
 for job in $(jobs -p); do [ "$job" = "${beside:-}" ] || wait "$job"; done
-if [ -n "${KC_ALONE:-}" ]; then
+if [ -n "${KC_ALONE:-}" ] && [ "$KC_ALONE" != none ]; then  # KC_ALONE=none: the seven shards only
   i=$((i + 1))
   # shellcheck disable=SC2086
   run_shard "$i" $KC_ALONE

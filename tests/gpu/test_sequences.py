@@ -250,10 +250,10 @@ def test_the_pipeline_over_mcp_validates_per_launch_times_each_launch_and_fuses(
 
     async def go():
         async with Client(build_server([tmp_path])) as c:
-            async def call(name, **args):
-                r = await c.call_tool(name, {"reproducer": repro.name, **args})
+            async def call(tool, **args):  # not `name`: fuse_skeleton and fuse_build take one
+                r = await c.call_tool(tool, {"reproducer": repro.name, **args})
                 text = "\n".join(getattr(x, "text", "") for x in r.content)
-                log.append(f"{name} {json.dumps(args)[:100]} -> {'ERROR ' + text[:2000] if r.is_error else 'ok'}")
+                log.append(f"{tool} {json.dumps(args)[:100]} -> {'ERROR ' + text[:2000] if r.is_error else 'ok'}")
                 assert not r.is_error, "\n".join(log)
                 return r.structured_content
 
