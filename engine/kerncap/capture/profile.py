@@ -282,7 +282,7 @@ def run_profile(
 
 
 def _is_kerncap_replay(command: Sequence[str]) -> bool:
-    """`kerncap replay ...` or `python -m kerncap replay ...`."""
+    """`kerncap replay ...` (or validate), by the console script or through Python's -m."""
     words = [os.path.basename(w) for w in command[:4]]
     for i, w in enumerate(words):
         if w == "kerncap" and i + 1 < len(command) and command[i + 1] in ("replay", "validate"):
