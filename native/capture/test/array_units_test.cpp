@@ -19,14 +19,7 @@
 
 using namespace kc;
 
-static int failures = 0;
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                                   \
-    }                                                                               \
-  } while (0)
+#include "unit_check.hpp"
 
 static std::vector<unsigned char> read_file(const std::string& p) {
   std::ifstream f(p, std::ios::binary);

@@ -11,14 +11,7 @@
 
 using namespace kc;
 
-static int failures = 0;
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                                   \
-    }                                                                               \
-  } while (0)
+#include "unit_check.hpp"
 
 int main() {
   // nvtx: instance 1 of a range; thread 7 opens it, thread 8's matches are not instances
