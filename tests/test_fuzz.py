@@ -670,3 +670,37 @@ def test_fuzz_covered_ten_thousand_cases():
               for name, fn in vars(sys.modules[__name__]).items()
               if name.startswith("test_fuzz_") and hasattr(fn, "_hypothesis_internal_use_settings")}
     assert len(budget) >= 10 and sum(budget.values()) >= 10_000, budget
+
+
+@pytest.fixture(scope="module")
+def fusion_repro(tmp_path_factory):
+    import sequence_sim  # synthetic: tests/sequence_sim.py
+
+    root = sequence_sim.synthetic_sequence(tmp_path_factory.mktemp("fuzz-fusion") / "seq")
+    api.fuse_skeleton(root, 0, 1, "f")
+    return root
+
+
+@settings(FUZZ, max_examples=400)
+@given(data=st.data())
+def test_fuzz_fusion_json(fusion_repro, data):
+    """fusions/<name>/fusion.json (issue 29; MCP's fuse_skeleton and fuse_build read it): a
+    hostile one gives a KerncapError or a description whose files stay inside the
+    reproducer; reading it writes nothing."""
+    from kerncap.reproducer.schemas import FUSION_JSON
+
+    path = fusion_repro / "fusions" / "f" / "fusion.json"
+    original = path.read_text()
+    before = listing(fusion_repro)
+    try:
+        path.write_text(json.dumps(mutate(data, json.loads(original), FUSION_JSON)))
+        with no_hang():
+            got = assert_only_kerncap_errors(api.fusion_info, fusion_repro, "f")
+        if isinstance(got, dict):
+            for key in ("source", "config"):
+                if isinstance(got.get(key), str):
+                    assert Path(got[key]).resolve().is_relative_to(fusion_repro.resolve()), got[key]
+    finally:
+        path.write_text(original)
+    assert listing(fusion_repro) == before
+    counted("fusion.json")
