@@ -118,7 +118,8 @@ def _zero_fingerprint(nbytes: int) -> str:
 
 def test_exported_symbols_only_the_injection_api():
     """The built interposer (if a build tree is around) exports exactly the injection API:
-    CUDA's and NVTX's entry points and the autotuner hook's two calls."""
+    CUDA's and NVTX's entry points, the autotuner hook's two calls and the report-now call
+    of a process that ends with _exit (the replay server)."""
     from kerncap.core.native import NATIVE_DIR
 
     candidates = [Path(p) for p in os.environ.get("KERNCAP_INJECT_LIB", "").split(os.pathsep) if p]
@@ -132,4 +133,4 @@ def test_exported_symbols_only_the_injection_api():
     assert r.returncode == 0, r.stderr
     names = {line.split()[-1] for line in r.stdout.splitlines() if line.strip()}
     assert names == {"InitializeInjection", "InitializeInjectionNvtx2", "InitializeInjectionNvtxExtension",
-                     "kerncap_benchmark_enter", "kerncap_benchmark_exit"}
+                     "kerncap_benchmark_enter", "kerncap_benchmark_exit", "kerncap_report_now"}

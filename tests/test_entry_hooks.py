@@ -511,3 +511,37 @@ def test_without_stream_memory_operations_the_pairs_go_unheld_and_say_so(built, 
     assert target.timed and target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)
     assert any("without holding their stream" in w and "cuStreamWaitValue32" in w for w in result.warnings), \
         result.warnings
+
+
+_SERVER_UNDER_A_CAPTURE = r"""
+import ctypes, io, os, sys
+ctypes.CDLL("libcuda.so.1")                               # the app's driver (the stand-in)
+inject = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])  # as the driver loads it in cuInit
+assert inject.InitializeInjection() == 1
+from kerncap.replay import server
+if sys.argv[1] == "without":
+    server.report_to_capture_library = lambda: False      # the server as it was before
+sys.stdin = io.StringIO("")                               # no requests: serve returns 0
+server.main()                                             # ends with os._exit
+"""
+
+
+@pytest.mark.parametrize("report", ["with", "without"])
+def test_a_replay_server_reports_to_the_profile_or_capture_around_it(built, tmp_path, report):
+    """kerncap's replay server ends with os._exit, which skips the capture library's
+    atexit handler: a `kerncap profile` of `kerncap replay` found no report at all on the
+    H200. The server has the library write it first; without that, none is written."""
+    entry, inject = _native_libs()
+    out = tmp_path / "run"
+    out.mkdir()
+    env = {**_entry_env(built, entry, out, dispatch=1000), "CUDA_INJECTION64_PATH": str(inject),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    p = _run([sys.executable, "-c", _SERVER_UNDER_A_CAPTURE, report], env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    reports = list(out.glob("proc-*.json"))
+    if report == "without":
+        assert reports == []
+        return
+    (path,) = reports
+    proc = json.loads(path.read_text())
+    assert proc["pid"] == int(path.stem.split("-")[1]) and proc["errors"] == []

@@ -2292,6 +2292,9 @@ std::vector<std::pair<std::string, std::string>> profile_extras(State& s) {
 void at_exit() {
   State* s = g;
   if (!s || g_forked.load()) return;  // a fork child: its parent reports
+  // Once: kerncap_report_now (a process about to os._exit) runs it before libc would.
+  static std::atomic<bool> reported{false};
+  if (reported.exchange(true)) return;
   if (s->active && s->sampled) {
     Guard guard;
     s->sampled->sampler.drain(5.0);  // every pair still pending, read (a GPU that hangs gets 5 s)
@@ -2596,6 +2599,10 @@ KC_EXPORT int InitializeInjection(void) {
   }
   return 1;
 }
+
+// The exit report now, for a process that ends with _exit (kerncap's replay server: its
+// teardown can hang after a sticky error), which skips the atexit handler that writes it.
+KC_EXPORT void kerncap_report_now(void) { kc::at_exit(); }
 
 KC_EXPORT void kerncap_benchmark_enter(void) { kc::g_benchmark.fetch_add(1, std::memory_order_acq_rel); }
 

@@ -47,3 +47,25 @@ def replay_module():
             "reinstall kerncap on a machine with the CUDA toolkit (pip install .) to replay.",
         ) from None
     return _replay
+
+
+def report_to_capture_library() -> bool:
+    """Have kerncap's capture library, when a profile or capture around this process
+    loaded it (the driver does, inside cuInit, from CUDA_INJECTION64_PATH), write its
+    exit report now. For a process that ends with os._exit (the replay server), which
+    skips the atexit handler that writes it: a `kerncap profile` of a replay then found
+    no report at all (docs/facts.md §33). False when the library is not loaded here."""
+    import ctypes
+
+    path = os.environ.get("CUDA_INJECTION64_PATH")
+    if not path or not os.environ.get("KERNCAP_MODE"):
+        return False
+    try:  # RTLD_NOLOAD: the library the driver loaded, never a fresh copy
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        report = lib.kerncap_report_now
+    except (OSError, AttributeError):
+        return False
+    report.restype = None
+    report.argtypes = []
+    report()
+    return True

@@ -18,6 +18,7 @@ import traceback
 from typing import Any, Callable, TextIO
 
 from kerncap.core.child import protocol_channel
+from kerncap.core.native import report_to_capture_library
 from kerncap.errors import AddressUnavailable, CaptureFormatError, KerncapError, NativeUnavailable
 from kerncap.replay import mismatch_ops, sequence_ops, session_ops, va_guards
 from kerncap.replay.native_session import NativeSession
@@ -204,6 +205,10 @@ def main() -> None:
         log.debug("guard pages at %s", ", ".join(hex(g) for g in guards))
     status = Server(out).serve(sys.stdin)
     out.flush()
+    if report_to_capture_library():
+        log.debug("reported to the kerncap profile or capture around this server")
+    elif os.environ.get("KERNCAP_MODE"):
+        log.debug("KERNCAP_MODE is set but kerncap's capture library is not loaded in this server")
     # Skip interpreter teardown: after a sticky error, releasing CUDA objects can hang,
     # and the driver releases everything at process exit anyway.
     os._exit(status)
