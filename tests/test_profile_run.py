@@ -184,26 +184,3 @@ def test_nvtx_filter_that_keeps_nothing_lists_the_ranges_seen(app):
         profile(app, spec, nvtx="layer.9")
     listed = [line.strip() for line in e.value.message.splitlines()[1:]]
     assert set(listed[:2]) == {"layer.5", "layer.8"} and "forward.S1024" in listed
-
-
-def test_a_profiled_kerncap_replay_that_reports_nothing_is_named(tmp_path, monkeypatch):
-    """`kerncap profile -- kerncap replay DIR`: the replay runs but its server writes no
-    report (docs/facts.md §32). The message names that and the next step, not "does the app
-    use CUDA?"; any other command that reports nothing keeps the general message."""
-    lib = tmp_path / "libkerncap_inject.so"
-    lib.write_bytes(b"")
-    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
-    fake = tmp_path / "bin" / "kerncap"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho replayed\n")
-    fake.chmod(0o755)
-    with pytest.raises(KerncapError) as e:
-        run_profile([str(fake), "replay", "somewhere"], output=lambda s, d: None)
-    assert "replay server does not report to a profile" in e.value.message
-    assert "kerncap replay --ncu" in e.value.hint
-    other = tmp_path / "bin" / "app"
-    other.write_text("#!/bin/sh\necho ran\n")
-    other.chmod(0o755)
-    with pytest.raises(KerncapError) as e:
-        run_profile([str(other), "replay"], output=lambda s, d: None)
-    assert "loaded the capture library" in e.value.message
