@@ -513,6 +513,51 @@ def test_without_stream_memory_operations_the_pairs_go_unheld_and_say_so(built, 
         result.warnings
 
 
+def test_each_sample_gives_back_what_a_held_pair_reads_around_an_empty_kernel(built, tmp_path):
+    """The calibration times held pairs around nothing and around kerncap's own empty
+    kernel (the stand-in runs it as a 1 us kernel) on a stream of its own, and each sample
+    loses the empty kernel's pair less the empty kernel's own time
+    (KERNCAP_PROFILE_EMPTY_KERNEL_NS): 1000 - 400 = 600 ns here, so the 5 us and 1 us
+    kernels read 4.4 and 0.4 us. profile_timing says the pairs were held and how the
+    bracket was found."""
+    entry, inject = _native_libs()
+    run_dir = tmp_path / "run"
+    from kerncap.capture.profile import run_profile
+
+    drv = tmp_path / "drv-events"
+    B.fake_driver(drv, events=True)
+    result = run_profile([str(B.inject_app(tmp_path)), str(inject), "1", "2000"], sampled=True, run_dir=run_dir,
+                         env={"LD_LIBRARY_PATH": str(drv), "KERNCAP_PROFILE_EMPTY_KERNEL_NS": "400"},
+                         output=lambda *_: None, timeout=120)
+    kernels = {k.name: k for k in result.kernels}
+    assert kernels["_Z6targetv"].total_ns == pytest.approx(4400 * kernels["_Z6targetv"].calls, rel=1e-4)
+    assert kernels["_Z5otherv"].total_ns == pytest.approx(400 * kernels["_Z5otherv"].calls, rel=1e-4)
+    (prof,) = [json.loads(p.read_text()) for p in run_dir.glob("profile-*.json")]
+    s = prof["sampling"]
+    assert (s["calibration"], s["pair_ns"], s["empty_kernel_pair_ns"], s["empty_kernel_ns"], s["bracket_ns"]) == \
+        ("empty kernel", 0, 1000, 400, 600), s
+    (proc,) = [json.loads(p.read_text()) for p in run_dir.glob("proc-*.json")]
+    assert proc["profile_timing"] == {"used": "sampled", "held": True, "calibration": "empty kernel"}, proc
+
+
+def test_unheld_pairs_are_not_calibrated_against_a_held_empty_kernel(built, tmp_path):
+    """Where cuStreamWaitValue32 fails the calibration cannot hold its own stream either:
+    nothing is subtracted, and profile_timing says the pairs were not held and why."""
+    entry, inject = _native_libs()
+    run_dir = tmp_path / "run"
+    from kerncap.capture.profile import run_profile
+
+    drv = tmp_path / "drv-events"
+    B.fake_driver(drv, events=True)
+    run_profile([str(B.inject_app(tmp_path)), str(inject), "1", "200"], sampled=True, run_dir=run_dir,
+                env={"LD_LIBRARY_PATH": str(drv), "FAKE_NO_MEMOPS": "1"}, output=lambda *_: None, timeout=120)
+    (proc,) = [json.loads(p.read_text()) for p in run_dir.glob("proc-*.json")]
+    timing = proc["profile_timing"]
+    assert timing["held"] is False and "cuStreamWaitValue32" in timing["unheld"], timing
+    (prof,) = [json.loads(p.read_text()) for p in run_dir.glob("profile-*.json")]
+    assert prof["sampling"]["bracket_ns"] == 0 and prof["sampling"]["calibration"].startswith("none"), prof["sampling"]
+
+
 _SERVER_UNDER_A_CAPTURE = r"""
 import ctypes, io, os, sys
 ctypes.CDLL("libcuda.so.1")                               # the app's driver (the stand-in)

@@ -2305,6 +2305,7 @@ void at_exit() {
       s->report.add_error("disk", std::string("profile not written: ") + e.what());
     }
     s->report.set_finalize_result("not used");  // no CUPTI in this process
+    s->report.set_section("profile_timing", s->sampled->sampler.timing_json());  // held or not, how calibrated
     write_proc(*s);
     return;
   }

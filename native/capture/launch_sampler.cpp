@@ -18,7 +18,9 @@ namespace {
 
 constexpr uint32_t kWords = 1024;            // holds (samples awaiting their read) per context
 constexpr uint64_t kOverdueNs = 5'000'000;   // a hold the watchdog releases: 5 ms
-constexpr int kCalibrationPairs = 16;
+constexpr int kCalibrationPairs = 32;
+constexpr uint64_t kCalibrationWaitNs = 50'000'000;  // a calibration pair not done in 50 ms: give up
+constexpr int kCalibrationWarmup = 4;  // pairs left out: the first launches of the empty kernel load it
 
 uint64_t now_ns() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -108,13 +110,22 @@ struct LaunchSampler::Context {
   std::atomic<bool> overdue[kWords] = {};         // the watchdog released it: drop the sample
   bool calibrated = false;
   std::atomic<bool> hold{true};  // false once cuStreamWaitValue32 failed here: unheld pairs from then on
-  double bracket_ns = 0;
+  double bracket_ns = 0;            // subtracted from each sample
+  double pair_ns = -1;              // calibration: a held pair around nothing (median; -1: not measured)
+  double empty_kernel_pair_ns = -1; // ... and around kerncap's empty kernel
+  std::string calibration;          // how bracket_ns was found
+  CUmodule empty_module = nullptr;  // kc_sampler_empty (never unloaded: it goes with the context)
   std::vector<CUstream> streams;  // streams with timed launches
   std::vector<std::thread::id> stream_thread;  // per stream: the first thread that timed a launch there
   std::vector<bool> stream_shared;             // per stream: a second thread timed one there too
 };
 
 LaunchSampler::LaunchSampler() {
+  if (const char* e = std::getenv("KERNCAP_PROFILE_EMPTY_KERNEL_NS")) {
+    char* end = nullptr;
+    const double ns = std::strtod(e, &end);
+    if (*e && end && !*end && ns >= 0) empty_kernel_ns_ = ns;
+  }
   const char* v = std::getenv("KERNCAP_PROFILE_BRACKET");
   const std::string mode = v ? v : "";
   if (mode == "none") {
@@ -161,39 +172,129 @@ LaunchSampler::Context* LaunchSampler::context_for(CUcontext ctx) {
   return c;
 }
 
+namespace {
+
+// kerncap's own empty kernel, JIT-compiled in each context the sampler times in: what a
+// held pair reads around it is the calibration of every sample (docs/interposer.md).
+const char kEmptyKernelPtx[] =
+    ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry kc_sampler_empty()\n{\n\tret;\n}\n";
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return -1.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+// One held pair on `stream` around `body` (nothing when null), read at once: ns, or -1
+// when a driver call failed (its CUresult in *err, its name in *call).
+double LaunchSampler::held_pair(Context& c, CUstream stream, CUfunction body, CUevent e0, CUevent e1, uint32_t w,
+                                CUresult* err, const char** call) {
+  c.words[w].store(0, std::memory_order_release);
+  CUresult r = KC_CU(cuStreamWaitValue32)(stream, c.words_dev + 4 * w, 1, CU_STREAM_WAIT_VALUE_GEQ);
+  *call = "cuStreamWaitValue32";
+  if (r == CUDA_SUCCESS) r = KC_CU(cuEventRecord)(e0, stream), *call = "cuEventRecord";
+  if (r == CUDA_SUCCESS && body)
+    r = KC_CU(cuLaunchKernel)(body, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr), *call = "cuLaunchKernel";
+  if (r == CUDA_SUCCESS) r = KC_CU(cuEventRecord)(e1, stream), *call = "cuEventRecord";
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  c.words[w].store(1, std::memory_order_release);  // released whatever failed: nothing stays held
+  // Polled, with a deadline, not cuStreamSynchronize: where the driver puts kerncap's
+  // stream on a hardware queue behind a stream the app holds itself, a sync would wait
+  // for the app, which waits inside this launch call for kerncap.
+  const uint64_t deadline = now_ns() + kCalibrationWaitNs;
+  if (r == CUDA_SUCCESS) *call = "cuEventQuery";
+  while (r == CUDA_SUCCESS) {
+    const CUresult q = KC_CU(cuEventQuery)(e1);
+    if (q == CUDA_SUCCESS) break;
+    if (q != CUDA_ERROR_NOT_READY) r = q;
+    else if (now_ns() > deadline) r = CUDA_ERROR_TIMEOUT, *call = "waiting for the calibration's pair (timed out)";
+  }
+  float ms = 0;
+  if (r == CUDA_SUCCESS) r = KC_CU(cuEventElapsedTime)(&ms, e0, e1), *call = "cuEventElapsedTime";
+  *err = r;
+  return r == CUDA_SUCCESS ? double(ms) * 1e6 : -1.0;
+}
+
 void LaunchSampler::calibrate(Context& c) {
   c.calibrated = true;
   if (bracket_mode_ != "auto") {
     c.bracket_ns = bracket_mode_ == "fixed" ? bracket_fixed_ns_ : 0.0;
+    c.calibration = bracket_mode_;
     return;
   }
-  // What a held pair with nothing between costs, on a stream of kerncap's own: what every
-  // sample's pair adds to the kernel it brackets, at least.
+  // On a stream of kerncap's own, with the GPU idle: held pairs around nothing and around
+  // an empty kernel, interleaved. A sample reads the kernel plus what the pair and the
+  // kernel's launch add on the GPU (front end, grid setup, the end event's wait for
+  // idle), which CUPTI's start-end does not hold; the empty kernel's pair reads that plus
+  // the empty kernel's own CUPTI time (empty_kernel_ns_), which is given back.
+  if (!c.hold.load(std::memory_order_relaxed) || c.free_words.empty()) {
+    c.calibration = "none (stream not held)";
+    return;
+  }
   CUstream own = nullptr;
-  if (KC_CU(cuStreamCreate)(&own, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return;
-  std::vector<CUevent> ev;
-  bool ok = true;
-  for (int i = 0; i < 2 * kCalibrationPairs && ok; ++i) {
-    CUevent e = nullptr;
-    ok = KC_CU(cuEventCreate)(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
-    if (ok) ev.push_back(e);
+  CUresult r = KC_CU(cuStreamCreate)(&own, CU_STREAM_NON_BLOCKING);
+  if (r != CUDA_SUCCESS) {
+    c.calibration = "failed: cuStreamCreate: " + cu_error_string(r);
+    return;
   }
-  std::vector<double> ns;
-  const uint32_t w = c.free_words.empty() ? kWords : c.free_words.back();
-  for (int i = 0; i < kCalibrationPairs && ok && w < kWords; ++i) {
-    c.words[w].store(0, std::memory_order_release);
-    ok = KC_CU(cuStreamWaitValue32)(own, c.words_dev + 4 * w, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS &&
-         KC_CU(cuEventRecord)(ev[2 * i], own) == CUDA_SUCCESS && KC_CU(cuEventRecord)(ev[2 * i + 1], own) == CUDA_SUCCESS;
-    c.words[w].store(1, std::memory_order_release);
-    if (ok) ok = KC_CU(cuStreamSynchronize)(own) == CUDA_SUCCESS;
-    float ms = 0;
-    if (ok && KC_CU(cuEventElapsedTime)(&ms, ev[2 * i], ev[2 * i + 1]) == CUDA_SUCCESS) ns.push_back(double(ms) * 1e6);
+  CUevent e0 = nullptr, e1 = nullptr;
+  r = KC_CU(cuEventCreate)(&e0, CU_EVENT_DEFAULT);
+  if (r == CUDA_SUCCESS) r = KC_CU(cuEventCreate)(&e1, CU_EVENT_DEFAULT);
+  CUfunction empty = nullptr;
+  std::string no_kernel;
+  if (r == CUDA_SUCCESS) {
+    if (!c.empty_module) {
+      const CUresult m = KC_CU(cuModuleLoadData)(&c.empty_module, kEmptyKernelPtx);
+      if (m != CUDA_SUCCESS) {
+        c.empty_module = nullptr;
+        no_kernel = "cuModuleLoadData: " + cu_error_string(m);
+      }
+    }
+    if (c.empty_module) {
+      const CUresult f = KC_CU(cuModuleGetFunction)(&empty, c.empty_module, "kc_sampler_empty");
+      if (f != CUDA_SUCCESS) {
+        empty = nullptr;
+        no_kernel = "cuModuleGetFunction: " + cu_error_string(f);
+      }
+    }
   }
-  if (!ns.empty()) {
-    std::sort(ns.begin(), ns.end());
-    c.bracket_ns = ns[ns.size() / 2];
+  const uint32_t w = c.free_words.back();  // nothing of this context is in flight yet
+  std::vector<double> pair, kernel;
+  const char* call = "cuEventCreate";
+  for (int i = 0; i < kCalibrationWarmup && r == CUDA_SUCCESS; ++i) held_pair(c, own, empty, e0, e1, w, &r, &call);
+  for (int i = 0; i < kCalibrationPairs && r == CUDA_SUCCESS; ++i) {
+    const double p = held_pair(c, own, nullptr, e0, e1, w, &r, &call);
+    if (r == CUDA_SUCCESS) pair.push_back(p);
+    if (r == CUDA_SUCCESS && empty) {
+      const double k = held_pair(c, own, empty, e0, e1, w, &r, &call);
+      if (r == CUDA_SUCCESS) kernel.push_back(k);
+    }
   }
-  for (CUevent e : ev) KC_CU(cuEventDestroy)(e);
+  if (r != CUDA_SUCCESS && std::strcmp(call, "cuStreamWaitValue32") == 0) {
+    // Stream memory operations unavailable here: the app's launches go unheld too (begin()
+    // would find the same), and an unheld pair has nothing to calibrate against.
+    c.hold.store(false, std::memory_order_relaxed);
+    c.calibration = "none (stream not held)";
+    std::lock_guard<std::mutex> g(mu_);
+    if (unheld_.empty()) unheld_ = "cuStreamWaitValue32: " + cu_error_string(r);
+  } else if (r != CUDA_SUCCESS) {
+    c.calibration = std::string("failed: ") + call + ": " + cu_error_string(r);
+  } else {
+    c.pair_ns = median_of(pair);
+    c.empty_kernel_pair_ns = median_of(kernel);
+    if (empty && !kernel.empty()) {
+      // At least what the pair alone reads: an empty kernel cannot make a pair shorter.
+      c.bracket_ns = std::max(c.pair_ns, c.empty_kernel_pair_ns - empty_kernel_ns_);
+      c.calibration = "empty kernel";
+    } else {
+      c.bracket_ns = std::max(0.0, c.pair_ns);
+      c.calibration = "empty pair (no empty kernel: " + no_kernel + ")";
+    }
+  }
+  if (e0) KC_CU(cuEventDestroy)(e0);
+  if (e1) KC_CU(cuEventDestroy)(e1);
   KC_CU(cuStreamDestroy)(own);
 }
 
@@ -456,21 +557,41 @@ std::string LaunchSampler::summary_json() const {
   std::lock_guard<std::mutex> lock(mu_);
   JsonWriter w;
   w.begin_object().field("bracket", bracket_mode_);
-  double bracket = 0;
+  double bracket = 0, pair = -1, kernel = -1;
+  std::string calibration;
   size_t streams = 0, contexts = 0, shared = 0;
   for (const Context* c : contexts_) {
     if (!c->calibrated) continue;
     ++contexts;
-    bracket = std::max(bracket, c->bracket_ns);
+    if (calibration.empty() || c->bracket_ns > bracket) {  // the context with the largest bracket speaks
+      bracket = c->bracket_ns;
+      pair = c->pair_ns;
+      kernel = c->empty_kernel_pair_ns;
+      calibration = c->calibration;
+    }
     streams = std::max(streams, c->streams.size());
     shared += size_t(std::count(c->stream_shared.begin(), c->stream_shared.end(), true));
   }
-  w.field("bracket_ns", bracket).field("contexts", uint64_t(contexts)).field("streams", uint64_t(streams));
+  w.field("bracket_ns", bracket).field("calibration", calibration).field("pair_ns", pair);
+  w.field("empty_kernel_pair_ns", kernel).field("empty_kernel_ns", empty_kernel_ns_);
+  w.field("contexts", uint64_t(contexts)).field("streams", uint64_t(streams));
   w.field("errors", errors_).field("first_error", first_error_).field("no_event", no_event_);
   w.field("overdue", overdue_).field("unfinished", unfinished_).field("failed_launches", failed_launches_);
   w.field("interleaved", interleaved_).field("shared_streams", uint64_t(shared));
   w.field("unheld", unheld_);
   w.end_object();
+  return w.str();
+}
+
+std::string LaunchSampler::timing_json() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string calibration;
+  for (const Context* c : contexts_)
+    if (c->calibrated && calibration.empty()) calibration = c->calibration;
+  JsonWriter w;
+  w.begin_object().field("used", "sampled").field("held", unheld_.empty());
+  if (!unheld_.empty()) w.field("unheld", unheld_);
+  w.field("calibration", calibration).end_object();
   return w.str();
 }
 

@@ -17,6 +17,11 @@
 // context), and a graph is uploaded before its first held launch; cooperative launches
 // are never held.
 //
+// Each sample loses the calibration (once per context, on a stream of kerncap's own):
+// the median held pair around kerncap's empty kernel less CUPTI's time of that kernel,
+// at least the median held pair around nothing; what a held pair adds to any kernel
+// (the front end's event and launch work, the end event's wait for idle).
+//
 // Samples are read back lazily: before a new sample a thread polls a few of its
 // context's oldest pending pairs (cuEventQuery, never blocking); at exit every context
 // is drained. Never while any stream capture is in progress in the process (nothing is
@@ -57,7 +62,8 @@ class LaunchSampler {
   // One held, bracketed launch in flight (between its API entry and exit).
   struct Pending;
 
-  // Reads KERNCAP_PROFILE_BRACKET (auto | none | a number of ns).
+  // Reads KERNCAP_PROFILE_BRACKET (auto | none | a number of ns) and
+  // KERNCAP_PROFILE_EMPTY_KERNEL_NS.
   LaunchSampler();
   LaunchSampler(const LaunchSampler&) = delete;
   LaunchSampler& operator=(const LaunchSampler&) = delete;
@@ -68,7 +74,8 @@ class LaunchSampler {
   // The same without per-thread state (a kernel beyond the thread's slot table): `n` is
   // the process's launch number; an independent draw with p = min(1, K/n) per launch.
   static bool due_shared(uint64_t n, uint64_t& rng, double* weight);
-  static constexpr double kAlwaysTimed = 32.0;  // K: a kernel's first 32 launches on a thread are all timed
+  static constexpr double kAlwaysTimed = 32.0;
+  static constexpr double kEmptyKernelNs = 1000.0;  // K: a kernel's first 32 launches on a thread are all timed
 
   // At the launch's API entry: holds `stream` and records e0. Null when nothing was
   // recorded (no context, the pool exhausted, a driver call failed: counted).
@@ -89,12 +96,17 @@ class LaunchSampler {
   // Per key (a FuncInfo or a graph's record): what was timed.
   std::unordered_map<const void*, SampleStats> stats() const;
   std::string summary_json() const;  // bracket, errors, dropped samples, streams seen
+  // proc-<pid>.json's profile_timing: {"used": "sampled", "held": ..., "calibration": ...}
+  // ("held": false, with "unheld" saying why, where a context timed unheld pairs).
+  std::string timing_json() const;
 
  private:
   struct Context;
   Context* context_for(CUcontext ctx);
   void poll(Context& c, size_t max_reads, bool wait);
   void calibrate(Context& c);
+  static double held_pair(Context& c, CUstream stream, CUfunction body, CUevent e0, CUevent e1, uint32_t word,
+                          CUresult* err, const char** call);
   void start_watchdog();
   static void watchdog(LaunchSampler* self);
 
@@ -103,6 +115,9 @@ class LaunchSampler {
   std::unordered_map<const void*, SampleStats> stats_;
   std::string bracket_mode_ = "auto";
   double bracket_fixed_ns_ = 0;
+  // What CUPTI times kerncap's empty kernel at (KERNCAP_PROFILE_EMPTY_KERNEL_NS): given
+  // back from the empty kernel's pair, since CUPTI's time of any kernel holds it too.
+  double empty_kernel_ns_ = kEmptyKernelNs;
   uint64_t errors_ = 0, no_event_ = 0, overdue_ = 0, unfinished_ = 0, failed_launches_ = 0, interleaved_ = 0;
   std::string first_error_;
   std::string unheld_;  // why some context times unheld pairs (empty: every pair was held)

@@ -134,15 +134,24 @@ def comparison(exact, sampled) -> tuple[str, list[str]]:
 SAMPLED_DISAGREES = {"triton_flash_attn", "triton_moe", "torch_compile", "moe_scale", "decode_loop"}
 
 
+def fresh_caches(where) -> dict[str, str]:
+    """Inductor's and Triton's caches of one run alone. Shared, the second run of a pair
+    loaded the first one's autotuning results and benchmarked nothing: torch_compile's
+    sampled run counted 3 launches of its kernel against exact's 215 (docs/facts.md §31),
+    the benchmark's launches were never made, not missed."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton")}
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
     strict=False, reason="issue 31: the sampled profile does not yet agree with exact within 2 points here"))
     if n in SAMPLED_DISAGREES else n for n in AGREEMENT])
-def test_sampled_profile_ranks_like_exact(name):
+def test_sampled_profile_ranks_like_exact(name, tmp_path):
     from kerncap.capture.profile import run_profile
 
     command = [sys.executable, str(PYAPPS / f"{name}.py"), *AGREEMENT[name]]
-    exact = run_profile(command, timeout=600, output=lambda *_: None)
-    sampled = run_profile(command, timeout=600, output=lambda *_: None, sampled=True)
+    exact = run_profile(command, timeout=600, output=lambda *_: None, env=fresh_caches(tmp_path / "exact"))
+    sampled = run_profile(command, timeout=600, output=lambda *_: None, sampled=True,
+                          env=fresh_caches(tmp_path / "sampled"))
     assert exact.timing == "exact" and sampled.timing == "sampled", sampled.warnings
     table, problems = comparison(exact, sampled)
     print(f"\n{name}: exact {exact.total_ns / 1e6:.3f} ms / {exact.dispatches} dispatches, sampled "
@@ -163,3 +172,33 @@ def test_sampled_profile_says_when_streams_may_overlap(testapps_build):
     assert any("streams of one context" in w for w in result.warnings), result.warnings
     names = {k.name for k in result.kernels}
     assert any("ms_target" in n for n in names) and any("ms_writer" in n for n in names), names
+
+
+def test_a_held_stream_waits_for_its_word_and_held_pairs_leave_the_cpu_out(testapps_build):
+    """hold_probe: a stream held on a mapped host word (what the sampled profile does
+    around a timed launch) runs nothing until the word is set, and 50 us the CPU spends
+    between the start event and the launch do not reach a held pair (they do reach an
+    unheld one). Prints what held pairs read around nothing, an empty kernel and a 5 us
+    kernel (bench/profile_bias.py --app hold_probe compares them with CUPTI's times)."""
+    proc = subprocess.run([str(testapps_build / "hold_probe"), "200"], capture_output=True, text=True, timeout=120)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not ready (held)" in proc.stdout and "the hold works" in proc.stdout, proc.stdout
+
+
+def test_the_sampled_profile_says_it_held_its_streams_and_how_it_calibrated(testapps_build, tmp_path):
+    """profile_timing in proc-<pid>.json: every pair was held, and each sample's bracket
+    came from kerncap's own empty kernel timed in a held pair on the GPU."""
+    from kerncap.capture.profile import run_profile
+
+    run_dir = tmp_path / "run"
+    result = run_profile([str(testapps_build / "hold_probe"), "50"], timeout=180, output=lambda *_: None,
+                         sampled=True, run_dir=run_dir)
+    assert result.timing == "sampled" and result.exit_status == 0, result.warnings
+    (proc,) = [json.loads(p.read_text()) for p in run_dir.glob("proc-*.json")]
+    (prof,) = [json.loads(p.read_text()) for p in run_dir.glob("profile-*.json")]
+    print(proc["profile_timing"], prof["sampling"])
+    assert proc["profile_timing"] == {"used": "sampled", "held": True, "calibration": "empty kernel"}, proc
+    s = prof["sampling"]
+    assert s["calibration"] == "empty kernel" and 0 < s["pair_ns"] <= s["empty_kernel_pair_ns"], s
+    assert s["bracket_ns"] == pytest.approx(max(s["pair_ns"], s["empty_kernel_pair_ns"] - s["empty_kernel_ns"]), abs=1), s

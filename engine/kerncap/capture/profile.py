@@ -307,6 +307,10 @@ def sampling_warnings(kernels: list[KernelStat], profiles: list[dict], procs: li
         if s.get("unheld"):
             out.append(f"process {prof.get('pid')}: launches were timed without holding their stream ({s['unheld']}): "
                        "a launch on an idle stream then reads long by the CPU's launch latency; without --sampled CUPTI times them")
+        calibration = str(s.get("calibration") or "")
+        if calibration.startswith("failed") or calibration.startswith("empty pair"):
+            out.append(f"process {prof.get('pid')}: the timed pairs' calibration {calibration}; short kernels may "
+                       "read long by what a pair adds on the GPU (~1 us); without --sampled CUPTI times them")
         if int(s.get("streams") or 0) > 1:
             out.append(f"process {prof.get('pid')}: kernels were timed on {s['streams']} streams of one context; a "
                        "timed launch that overlapped another stream's kernels includes time spent waiting for the "
