@@ -263,6 +263,19 @@ void LaunchSampler::calibrate(Context& c) {
   const uint32_t w = c.free_words.back();  // nothing of this context is in flight yet
   std::vector<double> pair, kernel;
   const char* call = "cuEventCreate";
+  // The empty kernel's first launch unheld: under lazy module loading (the driver's
+  // default) a first launch loads its code inside the launch call, and that load waits
+  // for work queued before it; behind a held stream the release would never come.
+  if (r == CUDA_SUCCESS && empty) {
+    r = KC_CU(cuLaunchKernel)(empty, 1, 1, 1, 1, 1, 1, 0, own, nullptr, nullptr), call = "cuLaunchKernel";
+    const uint64_t deadline = now_ns() + kCalibrationWaitNs;
+    while (r == CUDA_SUCCESS) {
+      const CUresult q = KC_CU(cuStreamQuery)(own);
+      if (q == CUDA_SUCCESS) break;
+      if (q != CUDA_ERROR_NOT_READY) r = q, call = "cuStreamQuery";
+      else if (now_ns() > deadline) r = CUDA_ERROR_TIMEOUT, call = "waiting for the empty kernel's first launch";
+    }
+  }
   for (int i = 0; i < kCalibrationWarmup && r == CUDA_SUCCESS; ++i) held_pair(c, own, empty, e0, e1, w, &r, &call);
   for (int i = 0; i < kCalibrationPairs && r == CUDA_SUCCESS; ++i) {
     const double p = held_pair(c, own, nullptr, e0, e1, w, &r, &call);

@@ -117,6 +117,15 @@ int main(int argc, char** argv) {
   const CUstream cs = reinterpret_cast<CUstream>(s);
   const CUdeviceptr addr = reinterpret_cast<CUdeviceptr>(dword);
 
+  // Both kernels launched once unheld first: under lazy module loading a first launch
+  // loads the code inside the launch call, and the load waits for the held stream.
+  kc_probe_empty<<<1, 1, 0, s>>>();
+  kc_probe_spin<<<1, 1, 0, s>>>(1000ull);
+  TA_CHECK(cudaGetLastError());
+  TA_CHECK(cudaStreamSynchronize(s));
+  std::printf("kernels loaded\n");
+  std::fflush(stdout);
+
   // The hold holds: a kernel behind it does not run until the word is set.
   word->store(0);
   cu_check(wait_value(cs, addr, 1, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32 (hold check)");
