@@ -74,8 +74,10 @@ class LaunchSampler {
   // The same without per-thread state (a kernel beyond the thread's slot table): `n` is
   // the process's launch number; an independent draw with p = min(1, K/n) per launch.
   static bool due_shared(uint64_t n, uint64_t& rng, double* weight);
-  static constexpr double kAlwaysTimed = 32.0;
-  static constexpr double kEmptyKernelNs = 1000.0;  // K: a kernel's first 32 launches on a thread are all timed
+  static constexpr double kAlwaysTimed = 32.0;  // K: a kernel's first 32 launches on a thread are all timed
+  // CUPTI's time of an empty <<<1,1>>> kernel on the H200: 594 ns in each of 3 runs
+  // (bench/probes/empty_kernel_ns.py, docs/facts.md §33); another GPU: measure it there.
+  static constexpr double kEmptyKernelNs = 594.0;
 
   // At the launch's API entry: holds `stream` and records e0. Null when nothing was
   // recorded (no context, the pool exhausted, a driver call failed: counted).
