@@ -91,6 +91,7 @@ from kerncap.recompile import set_variant as _set_variant
 from kerncap.recompile.set_variant import SetVariant
 from kerncap.replay.set_run import MemberRun, SetRun
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
+from kerncap.session import fusions as _fusion_row
 from kerncap.session import opening as _opening
 from kerncap.session import options as _options
 from kerncap.session import pool as _pool
@@ -144,6 +145,7 @@ __all__ = [
     "format_sequence_launches", "fuse_build", "fuse_skeleton", "is_sequence", "localize", "recompile_sequence_kernel",
     "fuse_edit", "fused_variant_info", "fusion_info",
     "changed_launch_ms", "sequence_kernel_of_source", "sequence_extract_arguments",
+    "fusions", "fusion_name", "fusion_of_source", "fusion_phrase",
 ]
 
 PathLike = str | os.PathLike
@@ -996,3 +998,27 @@ def sequence_kernel_of_source(reproducer: PathLike, path: PathLike) -> int | Non
 def changed_launch_ms(variant: Variant, capture: Capture) -> float | None:
     """A sequence's History row: the replayed time of its rebuilt kernel's launches."""
     return _session.changed_launch_ms(variant, capture)
+
+
+def fusions(reproducer: PathLike) -> list[dict[str, Any]]:
+    """The fusions of a sequence written so far: name, first, last (the workbench offers
+    the one of a marked range again)."""
+    return _fusion.existing(reproducer)
+
+
+def fusion_name(reproducer: PathLike, first: int, last: int) -> str:
+    """A free name for a fusion of launches first..last ("sp_add-sp_combine"), as the
+    workbench prefills it."""
+    return _fusion.suggest_name(reproducer, first, last)
+
+
+def fusion_of_source(reproducer: PathLike, path: PathLike) -> str | None:
+    """The fusion whose kernel `path` is (fusions/<name>/fused.cu), else None: what a save in
+    the workbench builds (BuildRequest(fusion=name), Session.build_fusion)."""
+    return _fusion.of_source(reproducer, path)
+
+
+def fusion_phrase(variant: Variant) -> str:
+    """A fusion's History row in words: the fused launch's time against the replaced
+    launches' and what its comparison left out."""
+    return _fusion_row.fusion_phrase(variant)

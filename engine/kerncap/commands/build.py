@@ -1,4 +1,4 @@
-"""`kerncap build DIR|SET [--config C] [--full|--reduced] [--trust] [--rounds R] [--perturb K] [--json]`:
+"""`kerncap build DIR|SET [--config C] [--full|--reduced] [--trust] [--kernel K | --fusion N] [--rounds R] [--perturb K] [--json]`:
 the workbench's build from the command line — recompile the edited source, time the new
 cubin interleaved with the captured one, validate it and record a History row."""
 
@@ -38,6 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernel", metavar="K",
                    help="a sequence: the kernel to rebuild from kernels/<k>/source (its number or a part of its "
                         "name); the whole sequence is then timed, validated and recorded with each launch's time")
+    p.add_argument("--fusion", metavar="N",
+                   help="a sequence: build the fusion fusions/N/ (kerncap fuse) instead; the fused sequence is timed "
+                        "against the captured one, validated on what is live after the range and recorded with the "
+                        "fused launch's time against the replaced launches'")
+    p.add_argument("--intermediate", action="append", default=[], metavar="BUF",
+                   help="--fusion: a skeleton buffer only the replaced launches use, left out of the comparison "
+                        "(repeatable; kerncap also infers them)")
     O.add_options(p, (O.BUILD_ROUNDS, O.BUILD_ITERATIONS, O.BUILD_PERTURB, O.RUNS))
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -47,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     request = api.BuildRequest(config=args.config, mode="full" if args.full else "reduced" if args.reduced else "auto",
                                trust=args.trust, rounds=args.rounds, iterations=args.iterations, perturb=args.perturb,
-                               runs=args.runs, kernel=args.kernel)
+                               runs=args.runs, kernel=args.kernel, fusion=args.fusion,
+                               intermediates=tuple(args.intermediate))
     log: list[str] = []
 
     def progress(text: str, _level: str = "") -> None:

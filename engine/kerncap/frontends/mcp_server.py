@@ -419,6 +419,14 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                                                                     "entry's sources (its number or a part of its "
                                                                     "name); the row holds the whole sequence's time "
                                                                     "and each launch's")] = None,
+                    fusion: Annotated[str | None, Field(description=(
+                        "a sequence: build the fusion fusions/<name>/ (fuse_skeleton) instead: the fused sequence "
+                        "timed against the captured one, validated on what is live after the range, recorded with "
+                        "`fusion` (range, what was not compared, the fused launch's time against the replaced "
+                        "launches')"))] = None,
+                    intermediates: Annotated[list[str] | None, Field(description=(
+                        "with fusion: skeleton buffers only the replaced launches use, left out of the comparison "
+                        "(kerncap also infers them)"))] = None,
                     ) -> dict[str, Any]:
         """The workbench's build, for an agent (as `kerncap build --json`): recompile the
         edited sources, time the new cubin interleaved with the captured one (speedup with
@@ -428,7 +436,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         (the source equals a recorded variant's: nothing built); `variant` is the row."""
         repro = R.reproducer(reproducer, allow_set=True)
         request = api.BuildRequest(config=config, mode=mode, rounds=rounds, iterations=iterations, perturb=perturb,
-                                   runs=runs, kernel=kernel)
+                                   runs=runs, kernel=kernel, fusion=fusion, intermediates=tuple(intermediates or ()))
         log: list[str] = []
         result = await state.blocking(ctx, "build", lambda: state.session(repro, lambda s: s.build(
             request, progress=lambda text, _level="": log.append(text))), reproducer=repro)

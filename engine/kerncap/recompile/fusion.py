@@ -23,6 +23,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,25 @@ def infer_intermediates(cap: Capture, config: dict[str, Any], declared: tuple[st
 def build(repro: str | os.PathLike, name: str, *, intermediates: tuple[str, ...] = (),
           timeout: float = 600.0) -> Path:
     """Compiles fusions/<name>/fused.cu and writes variants/fuse-<name>.json; returns it."""
+    return compile_fusion(repro, name, intermediates=intermediates, timeout=timeout).variant
+
+
+@dataclass
+class Compiled:
+    """One fusion compiled: the variant written, the cubin, the nvcc command, its output
+    (warnings) and how long it took."""
+
+    variant: Path
+    cubin: Path
+    command: list[str]
+    log: str
+    seconds: float
+
+
+def compile_fusion(repro: str | os.PathLike, name: str, *, intermediates: tuple[str, ...] = (),
+                   timeout: float = 600.0) -> Compiled:
+    """`build`, with what a front end reports of the compile (kerncap.session's fusion build)."""
+    started = time.monotonic()
     root, cap = _open(repro)
     d, config = _config(root, name)
     source = _file(d, config["source"])
@@ -275,8 +295,9 @@ def build(repro: str | os.PathLike, name: str, *, intermediates: tuple[str, ...]
             "params": [{"name": q["name"], "size": q["size"], "value": q["value"], "kind": q.get("kind", "scalar")}
                        for q in config["params"]],
             "excluded": excluded}
-    return write_variant(root, f"fuse-{name}", fuse=fuse,
-                         note=f"launches {config['first']}-{config['last']} fused into {config['kernel']}")
+    variant = write_variant(root, f"fuse-{name}", fuse=fuse,
+                            note=f"launches {config['first']}-{config['last']} fused into {config['kernel']}")
+    return Compiled(variant, cubin, cmd, (p.stderr or p.stdout or "").strip(), time.monotonic() - started)
 
 
 def describe(repro: str | os.PathLike, name: str) -> dict[str, Any]:
@@ -328,3 +349,86 @@ def variant_summary(variant: str | os.PathLike) -> dict[str, Any]:
             "kernel": fuse.get("kernel"), "cubin": fuse.get("cubin"), "grid": fuse.get("grid"),
             "block": fuse.get("block"), "shared_mem_bytes": fuse.get("shared_mem_bytes", 0),
             "excluded": fuse.get("excluded", []), "note": doc.get("note", "")}
+
+
+# -- what a front end that edits fusions in place needs (the workbench) ---------------------------
+
+
+def existing(repro: str | os.PathLike) -> list[dict[str, Any]]:
+    """The fusions written so far (name, first, last), by name; one whose fusion.json cannot
+    be read is left out (describe/build name what is wrong with it)."""
+    root = Path(repro)
+    d = root / FUSIONS
+    if d.is_symlink() or not d.is_dir():
+        return []
+    out = []
+    for entry in sorted(d.iterdir()):
+        if not NAME_RE.fullmatch(entry.name):
+            continue
+        try:
+            _d, config = _config(root, entry.name)
+        except KerncapError:
+            continue
+        out.append({"name": entry.name, "first": config["first"], "last": config["last"]})
+    return out
+
+
+def suggest_name(repro: str | os.PathLike, first: int, last: int) -> str:
+    """A free fusion name for launches first..last, from the kernels at its ends
+    ("sp_add-sp_combine", then "-2", "-3" …)."""
+    _root, cap = _open(repro)
+    seq = cap.sequence
+    n = len(seq.launches)
+
+    def short(i: int) -> str:
+        if not 0 <= i < n:
+            return str(i)
+        k = seq.kernel_of(i)
+        text = (k.demangled or k.name).split("(")[0].split("<")[0].split("::")[-1].split()[-1:] or [str(i)]
+        return re.sub(r"[^A-Za-z0-9_-]", "", text[0])[:28] or str(i)
+
+    base = f"{short(first)}-{short(last)}"
+    if not NAME_RE.fullmatch(base):
+        base = f"l{first}-l{last}"
+    d = Path(repro) / FUSIONS
+    taken = {p.name for p in d.iterdir()} if d.is_dir() and not d.is_symlink() else set()
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}-{i}", i + 1
+    return name
+
+
+def of_source(repro: str | os.PathLike, path: str | os.PathLike) -> str | None:
+    """The fusion whose kernel `path` is (fusions/<name>/<its fusion.json's source>), else
+    None (fusion.json, the fused cubin, an editor's dropping)."""
+    root = Path(repro)
+    try:
+        rel = Path(path).resolve().relative_to((root / FUSIONS).resolve())
+    except (ValueError, OSError):
+        return None
+    if len(rel.parts) != 2 or not NAME_RE.fullmatch(rel.parts[0]):
+        return None
+    try:
+        _d, config = _config(root, rel.parts[0])
+    except KerncapError:
+        return None
+    return rel.parts[0] if rel.parts[1] == config["source"] else None
+
+
+def source_hash(repro: str | os.PathLike, name: str, intermediates: tuple[str, ...] = ()) -> str:
+    """The fingerprint a fusion's History row keeps: its kernel's text, its launch and the
+    intermediates declared (equal fingerprints: nothing to build again)."""
+    import hashlib
+
+    root, _cap = _open(repro)
+    d, config = _config(root, name)
+    source = _file(d, config["source"])
+    try:
+        text = source.read_bytes()
+    except OSError as exc:
+        raise KerncapError(f"cannot read {source}: {exc.strerror}", "write the skeleton again (--force)") from None
+    h = hashlib.sha256(f"fusion {name}:{config['first']}-{config['last']}:".encode())
+    h.update(json.dumps([config["grid"], config["block"], config.get("shared_mem_bytes", 0),
+                         sorted({*intermediates, *(config.get("intermediates") or ())})]).encode())
+    h.update(text)
+    return h.hexdigest()

@@ -29,7 +29,9 @@ from kerncap.reproducer.schemas import HISTORY_JSON, VALIDATIONS
 HISTORY_FILE = "history.json"
 HISTORY_VERSION = 1
 MAX_HISTORY_BYTES = 64 << 20
-GITIGNORE = "# kerncap: payloads and build outputs stay out of the variant history\ncapture/blobs/\nvariants/\nbuild/\nkernels/*/capture/\n"
+GITIGNORE = ("# kerncap: payloads and build outputs stay out of the variant history\ncapture/blobs/\nvariants/\nbuild/\n"
+             "kernels/*/capture/\nfusions/*/*.cubin\n")
+FUSIONS = "fusions"  # a sequence's fusions (kerncap.recompile.fusion): versioned with kernels/
 _UNREADABLE_HINT = ("the git log of the reproducer still holds every variant; move the file away to start a new "
                     "history")
 
@@ -61,6 +63,12 @@ class Variant:
     # baseline) and every launch's replayed median, in launch order (None: not timed).
     kernel: int | None = None
     launch_ms: list[float] | None = None
+    # A sequence's fusion (kerncap.session.fusions): its name, the launches it replaced
+    # (first..last), the buffers its comparison left out (name, address, bytes, why), and
+    # the fused launch's median against the replaced launches' (summed), timed one after
+    # the other in the same build (None: not timed per launch). launch_ms is then the
+    # fused sequence's launches, the fused one at index `first`.
+    fusion: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -168,10 +176,21 @@ class History:
     @property
     def versioned(self) -> str:
         """What each variant commits: source/, or for a sequence (no source/ of its own) its
-        kernel entries, kernels/ (each entry's source/; their builds are in .gitignore)."""
-        if not (self.root / "source").is_dir() and (self.root / "kernels").is_dir():
-            return "kernels"
+        kernel entries, kernels/ (each entry's source/; their builds are in .gitignore), or
+        with no kernel entries its fusions/."""
+        if not (self.root / "source").is_dir():
+            for d in ("kernels", FUSIONS):  # a sequence extracted without sources: only its fusions
+                if (self.root / d).is_dir():
+                    return d
         return "source"
+
+    @property
+    def versioned_paths(self) -> list[str]:
+        """What a commit holds: `versioned`, and a sequence's fusions/ (each fused kernel and
+        its launch; the fused cubins are ignored) once it has one."""
+        extra = [FUSIONS] if self.versioned == "kernels" and (self.root / FUSIONS).is_dir() \
+            and not (self.root / FUSIONS).is_symlink() else []
+        return [self.versioned, *extra]
 
     def _commit_source(self, message: str) -> str:
         import git
@@ -180,8 +199,11 @@ class History:
         source = self.root / self.versioned
         if not source.is_dir():
             raise KerncapError(f"{source} does not exist", "this reproducer has no editable source to version")
+        paths = self.versioned_paths
+        # a .gitignore written before fusions existed does not ignore their cubins
+        excluded = [f":(exclude){FUSIONS}/*/*.cubin"] if FUSIONS in paths else []
         try:
-            repo.git.add("--all", "--", self.versioned, ".gitignore")
+            repo.git.add("--all", "--", *paths, ".gitignore", *excluded)
             actor = git.Actor("kerncap", "kerncap@localhost")
             return repo.index.commit(message, author=actor, committer=actor).hexsha
         except git.GitError as exc:
@@ -245,6 +267,10 @@ class History:
             trailers.append(f"Kerncap-Validation-Detail: {v.validation_detail}")
         if v.cubin:
             trailers.append(f"Kerncap-Cubin: {v.cubin}")
+        if v.fusion:
+            excluded = ", ".join(e["name"] for e in v.fusion.get("excluded") or []) or "nothing"
+            trailers.append(f"Kerncap-Fusion: {v.fusion['name']} (launches {v.fusion['first']}-{v.fusion['last']}; "
+                            f"not compared: {excluded})")
         return head + ("\n\n" + v.note if v.note else "") + "\n\n" + "\n".join(trailers) + "\n"
 
     def _commit_of(self, v: Variant) -> str:
@@ -256,7 +282,7 @@ class History:
         import git
 
         try:
-            return self.repo().git.diff(self._commit_of(a), self._commit_of(b), "--", self.versioned)
+            return self.repo().git.diff(self._commit_of(a), self._commit_of(b), "--", *self.versioned_paths)
         except git.GitError as exc:
             raise KerncapError(
                 f"git diff {a.label}..{b.label} failed in {self.root} ({exc})",
@@ -268,7 +294,10 @@ class History:
         import git
 
         try:
-            self.repo().git.checkout(self._commit_of(v), "--", self.versioned)
+            repo, commit = self.repo(), self._commit_of(v)
+            # fusions/ as that commit holds it, when it holds any (an older row's commit may not)
+            paths = [p for p in self.versioned_paths if p == self.versioned or repo.git.ls_tree(commit, "--", p)]
+            repo.git.checkout(commit, "--", *paths)
         except git.GitError as exc:
             raise KerncapError(f"restoring {v.label} into {self.root / 'source'} failed ({exc})", "check `git status` in the reproducer") from None
 

@@ -317,6 +317,14 @@ HISTORY_VARIANT = Obj({
     "speedup?": _RATIO, "speedup_low?": _RATIO, "speedup_high?": _RATIO,
     "confidence?": Opt(Num(min=0.0, max=1.0)), "significant?": Opt(Bool()),
     "kernel?": Opt(Int(min=0, max=1 << 16)), "launch_ms?": Opt(List(_MS, max_len=1 << 20)),
+    # a sequence's fusion (kerncap.session.fusions): the range replaced, what was not compared
+    "fusion?": Opt(Obj({
+        "name": Str(pattern=r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"), "first": Int(min=0, max=1 << 20),
+        "last": Int(min=0, max=1 << 20),
+        "excluded?": List(Obj({"name": Str(max_len=256), "address?": Int(min=0, max=U64),
+                               "bytes?": Int(min=0, max=U64), "why?": Str(max_len=64)}), max_len=1 << 12),
+        "fused_ms?": _MS, "replaced_ms?": _MS,
+    })),
 })
 HISTORY_JSON = Obj({"version": Int(min=1, max=1), "variants": List(HISTORY_VARIANT, max_len=1 << 20)})
 

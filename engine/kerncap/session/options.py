@@ -292,10 +292,17 @@ class BuildRequest:
     perturb: int = BUILD_PERTURB.default
     runs: int = RUNS.default
     kernel: str | None = None      # a sequence: the kernel (its number or a part of its name) to rebuild
+    fusion: str | None = None      # a sequence: the fusion (fusions/<name>/) to build instead
+    intermediates: tuple[str, ...] = ()  # a fusion: skeleton buffers declared intermediates
 
     def checked(self) -> BuildRequest:
         if self.mode not in ("auto", "reduced", "full"):
             raise UsageError(f"mode {self.mode!r} is none of auto, reduced, full", "e.g. mode auto")
+        if self.fusion is not None and self.kernel is not None:
+            raise UsageError("--kernel and --fusion: a build rebuilds one kernel or builds one fusion",
+                             "drop one of them")
+        if self.intermediates and self.fusion is None:
+            raise UsageError("--intermediate goes with --fusion", "declare intermediates of the fusion you build")
         for option in (BUILD_ROUNDS, BUILD_ITERATIONS, BUILD_PERTURB, RUNS):
             option.check(getattr(self, option.name))
         return self

@@ -27,6 +27,7 @@ from typing import Any
 
 from kerncap.core.units import interval_text, speedup_text
 from kerncap.errors import GpuUnavailable, KerncapError, NativeUnavailable, UsageError
+from kerncap.recompile import fusion as fusion_tool
 from kerncap.recompile import recompile as recompile_kernel
 from kerncap.recompile import sequence_kernel
 from kerncap.replay import client as replay_client
@@ -44,6 +45,7 @@ from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History, Variant
 from kerncap.reproducer.sequence import is_sequence
 from kerncap.reproducer.variants import RecompileResult
+from kerncap.session import fusions as fusion_row
 from kerncap.session.options import BuildRequest, CompareRequest, ReplayRequest, ValidateRequest, check_order
 from kerncap.triton.worker import CompileWorker, is_triton_reproducer
 
@@ -389,6 +391,8 @@ class Session(Opened):
         steps: a superseded build records nothing."""
         started = time.monotonic()
         r = request.checked()
+        if r.fusion is not None:
+            return self.build_fusion(r.fusion, r, progress=progress, cancelled=cancelled)
         if is_sequence(self.root):
             return self._build_sequence_kernel(r, progress, cancelled, started)
         if r.kernel is not None:
@@ -478,6 +482,55 @@ class Session(Opened):
                  + f" ({seconds:.1f} s)", "pass" if out.validation == "pass" else "fail")
         return BuildResult("recorded", variant=v, compiled=compiled, baseline=base, seconds=seconds)
 
+    def build_fusion(self, name: str, request: BuildRequest = BuildRequest(), *, progress: Progress = _quiet,
+                     cancelled: Callable[[], bool] = lambda: False) -> BuildResult:
+        """A sequence's fusion (fusions/<name>/, docs/sequences.md): fused.cu compiled into
+        variants/fuse-<name>.json → (baseline once) → the fused sequence timed interleaved
+        with the captured one, validated on what is live after the range (each excluded
+        intermediate named in the report), the fused launch timed against the replaced
+        launches → one History row with `fusion` (its name, range, what was not compared,
+        those two times) and the fused sequence's `launch_ms`. Unchanged fused.cu, launch
+        and intermediates build nothing; a fused kernel whose parameters differ from its
+        skeleton is refused by the replay, naming the parameter."""
+        started = time.monotonic()
+        r = replace(request, fusion=name).checked()
+        fingerprint = fusion_tool.source_hash(self.root, name, tuple(r.intermediates))
+        same = self.history.built_from(fingerprint)
+        if same is not None:
+            progress(f"fusion {name} is unchanged since {same.label} ({same.validation}): no new variant", "detail")
+            return BuildResult("unchanged", variant=same, seconds=time.monotonic() - started)
+        progress(f"building fusion {name} …", "")
+        built = fusion_tool.compile_fusion(self.root, name, intermediates=tuple(r.intermediates))
+        compiled = RecompileResult(cubin=built.cubin, seconds=built.seconds, command=built.command, log=built.log,
+                                   mode="nvcc")
+        _report_compile(compiled, progress)
+        summary = fusion_tool.variant_summary(built.variant)
+        first, last = summary["first"], summary["last"]
+        progress(f"launches {first}-{last} replaced by {summary['kernel']}; not compared (only the replaced launches "
+                 "use them): " + ("; ".join(f"{e['name']} ({e['why']})" for e in summary["excluded"]) or "nothing"),
+                 "detail")
+        if cancelled():
+            return self._superseded(progress, started, compiled=compiled)
+
+        def measure():
+            out = self.measure(built.variant, r)
+            fused = self.launch_ms(built.variant, progress)
+            # the captured sequence's launches right after, on the same server: what the fused launch replaced
+            return out, fused, self.launch_ms(None, progress) if fused is not None else None
+
+        base, (out, fused, captured) = self._after_baseline(r, progress, built.variant, built.seconds, measure)
+        if cancelled():
+            return self._superseded(progress, started, compiled=compiled, baseline=base)
+        v = self.history.record(cubin=str(built.variant.relative_to(self.root)), build_seconds=built.seconds,
+                                source_hash=fingerprint, launch_ms=fused, **out.fields(),
+                                fusion=fusion_row.record(name, first, last, summary["excluded"], fused, captured))
+        seconds = time.monotonic() - started
+        progress(f"{v.label}: fusion {name}: sequence {out.median_ms:.4f} ms, {speedup_phrase(v)}; "
+                 f"{fusion_row.fusion_phrase(v)}"
+                 + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
+                 + f" ({seconds:.1f} s)", "pass" if out.validation == "pass" else "fail")
+        return BuildResult("recorded", variant=v, compiled=compiled, baseline=base, seconds=seconds)
+
     def measure(self, cubin: Path | None, request: BuildRequest) -> Measured:
         """The baseline (cubin None): its timing and validation (determinism included).
         A variant: timed interleaved with the captured cubin (the speedup with its
@@ -550,7 +603,10 @@ def trust_options(r: ValidateRequest) -> TrustOptions:
 
 def changed_launch_ms(v: Variant, cap: Capture) -> float | None:
     """A sequence's History row: the replayed time of the rebuilt kernel's launches (their
-    medians summed), None for the baseline or a row without per-launch times."""
+    medians summed), or of a fusion's fused launch; None for the baseline or a row without
+    per-launch times."""
+    if v.fusion is not None:
+        return v.fusion.get("fused_ms")  # the fused launch
     if v.kernel is None or not v.launch_ms or cap.sequence is None:
         return None
     launches = sequence_kernel.launches_of(cap, v.kernel)
