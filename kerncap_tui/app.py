@@ -40,6 +40,8 @@ from kerncap_tui.messages import (
     BuildFinished,
     BuildLog,
     ExtractRequested,
+    FuseRequested,
+    FusionChanged,
     LaunchSelected,
     LaunchShown,
     SessionOpened,
@@ -47,6 +49,7 @@ from kerncap_tui.messages import (
 )
 from kerncap_tui.screens.diff_screen import DiffScreen
 from kerncap_tui.screens.extract_screen import ExtractScreen
+from kerncap_tui.screens.fuse_screen import FuseScreen
 from kerncap_tui.watcher import SourceWatcher
 from kerncap_tui.widgets.history_pane import speedup_phrase
 from kerncap_tui.widgets.live_history import STEP as SPLIT_STEP
@@ -99,6 +102,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self._debounce: Timer | None = None
         self.launch: int | None = None        # a sequence: the launch the panes follow
         self.saved_kernels: list[int] = []    # a sequence: kernels whose sources were saved since the last build
+        self.saved_fusions: list[str] = []    # a sequence: fusions whose fused.cu (or launch) changed since then
         self.theme_names: list[str] = []
 
     # -- layout -------------------------------------------------------------------------
@@ -171,6 +175,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.inspect = {}
         self.launch = None
         self.saved_kernels = []
+        self.saved_fusions = []
         try:
             self.session = replay_limit.open_session(self.root)
         except KerncapError as exc:
@@ -205,20 +210,33 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.tell_panes(lambda: SessionOpened(self.session, self.root, self.capture, history))
         if self.sequence is not None:
             self.log_line(f"a sequence: {self.sequence.summary()}; a save in kernels/<k>/source rebuilds kernel k "
-                          "and records the whole sequence")
+                          "and records the whole sequence; m marks a range of launches (Profile), F fuses it")
             if self.sequence.launches:
                 self.on_launch_selected(LaunchSelected(0))
         self.fit_split()
         self.load_inspect()
         if self.source_dir is not None and history is not None:
             self.prepare_history()
-        if self.source_dir is not None:
-            self.watcher = SourceWatcher(self.source_dir, self.post_message)
-            try:
+        for d in (self.source_dir, self.fusions_dir):
+            if d is not None:
+                self.watch(d)
+
+    def watch(self, directory: Path) -> None:
+        """Have the watchdog observer watch `directory` too (started on first use)."""
+        try:
+            if self.watcher is None:
+                self.watcher = SourceWatcher(directory, self.post_message)
                 self.watcher.start()
-            except OSError as exc:
-                self.report_error("watch", KerncapError(f"cannot watch {self.source_dir} ({exc})",
-                                                        "press b to build by hand"))
+            else:
+                self.watcher.watch(directory)
+        except OSError as exc:
+            self.report_error("watch", KerncapError(f"cannot watch {directory} ({exc})", "press b to build by hand"))
+
+    @property
+    def fusions_dir(self) -> Path | None:
+        """A sequence's fusions/ (kerncap fuse, F in Profile), once it has one."""
+        d = self.root / "fusions"
+        return d if self.sequence is not None and d.is_dir() and not d.is_symlink() else None
 
     def start_compiler(self) -> None:
         """A Triton reproducer's compile worker starts warming up now, before the first save."""
@@ -279,28 +297,75 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
     def on_source_changed(self, message: SourceChanged) -> None:
         if self.sequence is not None:
             kernel = api.sequence_kernel_of_source(self.root, message.path)
-            if kernel is None:
-                return  # a build's output under kernels/<k>/ (variants/, build/), not a source
-            if kernel not in self.saved_kernels:
+            fusion = api.fusion_of_source(self.root, message.path) if kernel is None else None
+            if kernel is None and fusion is None:
+                return  # a build's output under kernels/<k>/ or fusions/<name>/, fusion.json, not a source
+            if kernel is not None and kernel not in self.saved_kernels:
                 self.saved_kernels.append(kernel)
+            if fusion is not None and fusion not in self.saved_fusions:
+                self.saved_fusions.append(fusion)
+        self._debounced_build()
+
+    def on_fusion_changed(self, message: FusionChanged) -> None:
+        """The fusion panel wrote the fused launch: build it, as a save of fused.cu does."""
+        if message.name not in self.saved_fusions:
+            self.saved_fusions.append(message.name)
+        self._debounced_build()
+
+    def _debounced_build(self) -> None:
         if self._debounce is not None:
             self._debounce.stop()
         self._debounce = self.set_timer(DEBOUNCE_S, self.action_build)
 
     def action_build(self) -> None:
-        if self.source_dir is None:
-            self.notify("this reproducer has no source/ to build", severity="warning", title="build")
+        shown_fusion = self.query_one(SourcePane).fusion if self.sequence is not None else None
+        if self.source_dir is None and not (self.saved_fusions or shown_fusion):
+            self.notify("this reproducer has no source/ to build" if self.sequence is None else
+                        "this sequence has no kernel sources (kernels/<k>/source): mark launches with m and fuse "
+                        "them with F (Profile)", severity="warning", title="build")
             return
         if self.session is None:
             self.notify(f"{self.root} could not be opened: see the log (5)", severity="warning", title="build")
             return
         requests = [api.BuildRequest()]
         if self.sequence is not None:
-            # each kernel saved since the last build (one row each), else the selected launch's (b by hand)
-            kernels = self.saved_kernels or [self.sequence.launches[self.launch or 0].kernel]
-            self.saved_kernels = []
-            requests = [api.BuildRequest(kernel=str(k)) for k in kernels]
+            # each kernel and fusion saved since the last build (one row each); else (b by hand) the
+            # fusion Source shows, or the selected launch's kernel
+            requests = [api.BuildRequest(kernel=str(k)) for k in self.saved_kernels]
+            requests += [api.BuildRequest(fusion=name) for name in self.saved_fusions]
+            if not requests:
+                requests = [api.BuildRequest(fusion=shown_fusion) if shown_fusion is not None else
+                            api.BuildRequest(kernel=str(self.sequence.launches[self.launch or 0].kernel))]
+            self.saved_kernels, self.saved_fusions = [], []
         self.run_worker(lambda: self._build(requests), thread=True, exclusive=True, group="build", name="build")
+
+    # -- fusions (a sequence) -----------------------------------------------------------------
+    def on_fuse_requested(self, message: FuseRequested) -> None:
+        """F on a marked range: its name (FuseScreen writes the skeleton), then the fusion opens in Source."""
+        if self.sequence is None:
+            return
+        seq = self.sequence
+        names = [(seq.kernel_of(i).demangled or seq.kernel_of(i).name).split("(")[0]
+                 for i in range(message.first, message.last + 1) if 0 <= i < len(seq.launches)]
+        if len(names) > 6:
+            names = [*names[:3], f"… {len(names) - 5} more …", *names[-2:]]
+        kernels = " → ".join(names)
+
+        def opened(name: str | None) -> None:
+            if name is not None:
+                self.open_fusion(name)
+
+        self.push_screen(FuseScreen(self.root, message.first, message.last, kernels), opened)
+
+    def open_fusion(self, name: str) -> None:
+        """fusions/<name>/fused.cu in Source with its parameters and launch; a save there builds it."""
+        fusions = self.fusions_dir
+        if fusions is not None:
+            self.watch(fusions)
+        self.action_tab("source")
+        self.query_one(SourcePane).show_fusion(self.root, name)
+        self.log_line(f"fusion {name}: write the body of fusions/{name}/fused.cu (keep its parameters), set its "
+                      "launch above the editor; a save builds it, validates the fused sequence and times it")
 
     def action_baseline(self) -> None:
         if self.session is None:

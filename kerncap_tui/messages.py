@@ -93,3 +93,22 @@ class LaunchShown(SessionMessage):
         self.root = root
         self.capture = capture
         self.launch = launch
+
+
+class FuseRequested(Message):
+    """The Profile pane's marked range of a sequence's launches, `first`..`last`, is to be
+    replaced by one kernel (to the app, which asks for the fusion's name)."""
+
+    def __init__(self, first: int, last: int) -> None:
+        super().__init__()
+        self.first = first
+        self.last = last
+
+
+class FusionChanged(Message):
+    """The launch of fusion `name` was written (the Source pane's fusion panel): build it,
+    as a save of its fused.cu does (to the app)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name

@@ -1,4 +1,5 @@
-"""A watchdog observer on <reproducer>/source, in its own thread, posting SourceChanged.
+"""A watchdog observer on <reproducer>/source (a sequence: kernels/, and fusions/ once it
+has one), in its own thread, posting SourceChanged.
 
 Debouncing happens in the app (one timer on the event loop), so bursts of editor
 writes (temp file + rename + chmod) become one build."""
@@ -19,15 +20,14 @@ def is_source_event(path: str, source_dir: Path | None = None) -> bool:
 class SourceWatcher:
     def __init__(self, source_dir: Path, post) -> None:
         self.source_dir = source_dir
+        self.watched: list[Path] = []
         self._post = post
         self._observer = None
 
-    def start(self) -> None:
+    def _handler(self, source_dir: Path):
         from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
 
         post = self._post
-        source_dir = self.source_dir
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event) -> None:
@@ -37,10 +37,22 @@ class SourceWatcher:
                 if is_source_event(path, source_dir):
                     post(SourceChanged(Path(path)))
 
+        return Handler()
+
+    def start(self) -> None:
+        from watchdog.observers import Observer
+
         self._observer = Observer()
         self._observer.daemon = True
-        self._observer.schedule(Handler(), str(self.source_dir), recursive=True)
         self._observer.start()
+        self.watch(self.source_dir)
+
+    def watch(self, directory: Path) -> None:
+        """Watch one more directory (a sequence's fusions/ once the first skeleton is written)."""
+        if self._observer is None or directory in self.watched:
+            return
+        self._observer.schedule(self._handler(directory), str(directory), recursive=True)
+        self.watched.append(directory)
 
     @property
     def running(self) -> bool:

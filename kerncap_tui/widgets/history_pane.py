@@ -148,6 +148,13 @@ class HistoryPane(Vertical):
         status = self.query_one("#history-status", Static)
         status.update(summary + " · space mark · d diff · m metrics diff · n ncu · k sanitize · ctrl+r restore")
         latest = variants[-1] if variants else None
+        if latest is not None and latest.fusion is not None:
+            # a fusion's row: what it replaced and left out of the comparison, on a line of its own
+            from kerncap import api
+
+            status.styles.height = "auto"
+            status.update(f"{latest.label}: fusion {latest.fusion['name']} of launches {latest.fusion['first']}-"
+                          f"{latest.fusion['last']}: {api.fusion_phrase(latest)}\n{status.content}")
         if self.is_set and latest is not None and latest.id and latest.note:
             # A set's row: its weighted speedup and worst member, on a line of its own.
             status.styles.height = "auto"
@@ -158,6 +165,11 @@ class HistoryPane(Vertical):
         """(the rebuilt kernel, its launches' replayed time): median_ms is the whole sequence's."""
         from kerncap import api
 
+        if v.fusion is not None:
+            f = v.fusion
+            fused, replaced = f.get("fused_ms"), f.get("replaced_ms")
+            return (f"fused {f['first']}-{f['last']} {f['name']}",
+                    "—" if fused is None or replaced is None else f"{fused:.4f} (was {replaced:.4f})")
         if v.kernel is None:
             return "captured", "—"
         ms = api.changed_launch_ms(v, self.capture)

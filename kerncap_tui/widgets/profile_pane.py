@@ -80,6 +80,10 @@ class ProfilePane(Vertical):
         Binding("s", "sort_next", "Sort", id="profile.sort"),
         Binding("R", "sort_reverse", "Reverse", id="profile.reverse"),
         Binding("x", "extract", "Extract", id="profile.extract"),
+        # a sequence: mark a range of launches (its first, then its last), fuse it into one kernel;
+        # in the status line and the palette, not the footer: at 80 columns it must keep `q Quit`
+        Binding("m", "mark_range", "Mark range", id="profile.mark", show=False),
+        Binding("F", "fuse", "Fuse range", id="profile.fuse", show=False),
     ]
 
     def __init__(self, **kw) -> None:
@@ -91,6 +95,7 @@ class ProfilePane(Vertical):
         self.captured: set[str] = set()  # names (mangled and demangled) of the captured kernel
         self.note = ""
         self.selected_launch: int | None = None  # a sequence: the launch the other panes follow
+        self.marked: tuple[int, int] | None = None  # a sequence: the range to fuse (first, last), inclusive
         self.shown_count = 0
         self.profile = None  # the loaded api.ProfileResult (its command prefills extraction)
 
@@ -117,8 +122,47 @@ class ProfilePane(Vertical):
         self.kernels = [LaunchRow(l.index, seq.kernels[l.kernel].name, seq.kernels[l.kernel].demangled, l.stream,
                                   l.grid, l.block) for l in seq.launches]
         self.selected_launch = 0 if self.kernels else None
+        self.marked = None
         self.note = ""
         self.refill()
+
+    def _index_cell(self, row: LaunchRow):
+        """The launch's number, with the marked range drawn beside it (┏ first, ┃, ┗ last)."""
+        text = str(row.index)
+        if self.marked is None or not self.marked[0] <= row.index <= self.marked[1]:
+            return text
+        first, last = self.marked
+        mark = "◆" if first == last else "┏" if row.index == first else "┗" if row.index == last else "┃"
+        return Text(f"{mark} {text}", style="bold yellow")
+
+    def action_mark_range(self) -> None:
+        """m on a launch marks it as the range's first; m on another makes it the range's
+        other end; m again starts a new range (on the marked launch alone: clears it)."""
+        if self.columns is not SEQUENCE_COLUMNS or self.selected_launch is None:
+            self.app.notify("m marks a range of a sequence's launches", title="fusion")
+            return
+        at = self.selected_launch
+        old = self.marked
+        if old is not None and old[0] == old[1]:
+            self.marked = None if old[0] == at else (min(old[0], at), max(old[0], at))
+        else:
+            self.marked = (at, at)
+        # only the marks change: the rows stay (a refill would move the cursor, and the selection, to the top)
+        table = self.query_one(DataTable)
+        for lo, hi in {old or (0, -1), self.marked or (0, -1)}:
+            for i in range(lo, hi + 1):
+                if str(i) in table.rows:
+                    table.update_cell(str(i), "launch", self._index_cell(self.kernels[i]), update_width=True)
+        self._status()
+
+    def action_fuse(self) -> None:
+        if self.columns is not SEQUENCE_COLUMNS:
+            self.app.notify("F fuses launches of a sequence (kerncap extract --sequence)", title="fusion")
+            return
+        if self.marked is None:
+            self.app.notify("mark the range's first and last launch with m, then F", title="fusion")
+            return
+        self.post_message(messages.FuseRequested(*self.marked))
 
     def _launch_cell(self, row: LaunchRow):
         text = SEQUENCE_COLUMNS[3][2](row)[0]
@@ -249,6 +293,7 @@ class ProfilePane(Vertical):
         for i, k in shown:  # keyed by position: a profile may list one name twice (template instances)
             cells = [fn(k)[0] for _, _, fn in self.columns]
             if self.columns is SEQUENCE_COLUMNS:
+                cells[0] = self._index_cell(k)
                 cells[3] = self._launch_cell(k)
             elif self._is_captured(k):
                 at = [c[0] for c in self.columns].index("kernel")
@@ -263,6 +308,12 @@ class ProfilePane(Vertical):
         what, verb = ("launches", "") if self.columns is SEQUENCE_COLUMNS else ("kernels", " · enter/x: extract")
         if self.columns is SEQUENCE_COLUMNS and self.selected_launch is not None:
             marked = f" · ▶ launch {self.selected_launch} (Memory, Source follow it)"
+            if self.marked is None:
+                marked += " · m: mark a range to fuse"
+            elif self.marked[0] == self.marked[1]:
+                marked += f" · range from {self.marked[0]}: m on its last launch"
+            else:
+                marked += f" · range {self.marked[0]}-{self.marked[1]}: F fuses it"
         self.query_one("#profile-status", Static).update(
             f"{self.shown_count}/{len(self.kernels)} {what} · sorted by {self.sort_column} {arrow}{marked}{verb}"
             + (f" · {self.note}" if self.note else "")

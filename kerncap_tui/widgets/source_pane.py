@@ -18,6 +18,7 @@ from kerncap import api
 from kerncap.errors import KerncapError
 from kerncap_tui import messages
 from kerncap_tui.highlight import language_for, register_cpp
+from kerncap_tui.widgets.fusion_panel import FusionPanel
 
 
 class SourceTree(DirectoryTree):
@@ -36,16 +37,19 @@ class SourcePane(Horizontal):
         super().__init__(**kw)
         self.source_dir: Path | None = None
         self.path: Path | None = None
+        self.fusion: str | None = None  # a sequence: the fusion shown (fusions/<name>/), else None
 
     def compose(self) -> ComposeResult:
         yield Label("no source", id="source-empty")
         with Vertical(id="editor-box"):
+            yield FusionPanel(id="fusion-panel")
             yield Label("", id="editor-title")
             editor = TextArea.code_editor("", id="editor", soft_wrap=False, theme="css")
             self.has_cpp = register_cpp(editor)
             yield editor
 
     def on_session_opened(self, message: messages.SessionOpened) -> None:
+        self._leave_fusion()
         if getattr(message.capture, "sequence", None) is not None:
             return  # a sequence: its selected launch's kernel entry (on_launch_shown)
         source = message.root / "source"
@@ -61,11 +65,25 @@ class SourcePane(Horizontal):
         entry = message.root / "kernels" / str(k)
         source = entry / "source"
         if self.source_dir != source:
+            self._leave_fusion()
             self.show(source if source.is_dir() else None,
                       empty=f"kernel {k} ({seq.kernels[k].demangled or seq.kernels[k].name}) has no sources in "
                             f"kernels/{k}/source (extract the sequence with --source-dir; library kernels have none)")
             if source.is_dir():
                 self.open_kernel_source(entry, {"name": seq.kernels[k].name, "demangled": seq.kernels[k].demangled})
+
+    def show_fusion(self, root: Path, name: str) -> None:
+        """A sequence's fusion: fusions/<name>/ with fused.cu in the editor (a save builds the
+        fusion: kerncap.session's build_fusion), its parameters and launch above it."""
+        self.show(root / "fusions" / name)
+        self.fusion = name
+        self.query_one(FusionPanel).load(root, name)
+        self._title()
+
+    def _leave_fusion(self) -> None:
+        if self.fusion is not None:
+            self.fusion = None
+            self.query_one(FusionPanel).clear()
 
     @work(thread=True, exclusive=True, group="source-locate")
     def open_kernel_source(self, root: Path, kernel: dict) -> None:
@@ -135,7 +153,8 @@ class SourcePane(Horizontal):
             return
         rel = self.path.relative_to(self.source_dir) if self.source_dir else self.path
         hl = self.query_one(TextArea).language or "plain"
-        self.query_one("#editor-title", Label).update(f"{rel} · {hl} · ctrl+s save → rebuild · ctrl+o $EDITOR")
+        then = "build the fusion" if self.fusion is not None else "rebuild"
+        self.query_one("#editor-title", Label).update(f"{rel} · {hl} · ctrl+s save → {then} · ctrl+o $EDITOR")
 
     def action_save(self) -> None:
         if self.path is None:

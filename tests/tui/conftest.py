@@ -7,7 +7,8 @@ import pytest
 
 from kerncap_tui import demo
 
-WORKBENCH_GROUPS = {"profile", "git", "build", "memory-preview", "extract", "inspect-load", "source-locate", "inspect"}
+WORKBENCH_GROUPS = {"profile", "git", "build", "memory-preview", "extract", "inspect-load", "source-locate", "inspect",
+                    "fuse", "fusion"}
 
 
 async def _settle(pilot) -> None:
