@@ -458,3 +458,104 @@ def test_the_workbench_rebuilds_a_kernel_of_the_pipeline_and_records_the_sequenc
             assert cells[1] == "v1" and cells[8].startswith(f"{k} sp_add") and cells[9] != "—", cells
 
     asyncio.run(run())
+
+
+def test_the_workbench_fuses_two_launches_of_the_pipeline_and_records_the_fusion(seqs, testapps_build, tmp_path,
+                                                                                 monkeypatch):
+    """The fusion of sp_add + sp_combine made in the workbench (Textual's pilot) alone: m on
+    launch 2 and on launch 3 marks the range in Profile, F and a name write the skeleton,
+    which opens in Source; the body the API test writes, saved, builds the fusion
+    (Session.build_fusion in the build worker): the fused sequence timed against the
+    captured one, validated on what is live after the range, and a History row that is a
+    fusion — PASS, y named as not compared, the fused launch's time against the pair's."""
+    import asyncio
+
+    from textual.widgets import DataTable, Input, TextArea
+    from textual.worker import WorkerCancelled
+
+    from kerncap_tui.app import KerncapApp
+    from kerncap_tui.messages import SourceChanged
+    from kerncap_tui.screens.fuse_screen import FuseScreen
+    from kerncap_tui.widgets.history_pane import HistoryPane
+    from kerncap_tui.widgets.profile_pane import ProfilePane
+    from kerncap_tui.widgets.source_pane import SourcePane
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    res, report, _ = pipeline(seqs, testapps_build)
+    repro = copy_of(res, tmp_path)
+
+    def log_text(app) -> str:  # also what the log holds back until its tab is first shown
+        log = app.query_one("#log")
+        pending = [getattr(d.content, "plain", str(d.content)) for d in getattr(log, "_deferred_renders", ())]
+        return "\n".join([line.text for line in log.lines] + pending)
+
+    async def settle(pilot):
+        await pilot.pause()
+        ours = [w for w in pilot.app.workers if w.group in ("profile", "git", "build", "source-locate", "fuse",
+                                                             "fusion")]
+        if ours:
+            try:
+                await pilot.app.workers.wait_for_complete(ours)
+            except WorkerCancelled:
+                pass
+        await pilot.pause()
+
+    async def run():
+        app = KerncapApp(repro)
+        async with app.run_test(size=(160, 44)) as pilot:
+            await settle(pilot)
+            profile = app.query_one(ProfilePane)
+            table = profile.query_one(DataTable)
+            table.focus()
+            for row in (2, 3):
+                table.move_cursor(row=row)
+                await settle(pilot)
+                await pilot.press("m")
+            assert profile.marked == (2, 3), (profile.marked, log_text(app))
+            await pilot.press("F")
+            await settle(pilot)
+            assert isinstance(app.screen, FuseScreen), f"no fusion dialog; the log:\n{log_text(app)}"
+            app.screen.query_one("#fuse-name", Input).value = "pair"
+            await pilot.press("enter")
+            await settle(pilot)
+            source = app.query_one(SourcePane)
+            d = repro / "fusions" / "pair"
+            assert source.fusion == "pair" and source.path == d / "fused.cu", (source.fusion, source.path,
+                                                                               log_text(app))
+            config = json.loads((d / "fusion.json").read_text())
+            body, names = _fused_body(config, report)
+            editor = source.query_one(TextArea)
+            assert "  // TODO: the work of the replaced launches\n" in editor.text, editor.text
+            editor.load_text(editor.text.replace("  // TODO: the work of the replaced launches\n", body))
+            source.action_save()
+            app.post_message(SourceChanged(source.path))  # what the watchdog posts (also without inotify)
+            await pilot.pause(0.6)  # the debounce
+            for _ in range(600):  # compile, baseline, interleaved timing, validation, per-launch times
+                await settle(pilot)
+                said = log_text(app)
+                if len(app.session.history.variants) >= 2 or "build: " in said or "replay could not run" in said:
+                    break
+                await pilot.pause(0.5)
+            log = log_text(app)
+            history = app.session.history
+            assert len(history.variants) == 2, f"no History row after the save; the log:\n{log}"
+            base, v = history.variants
+            f = v.fusion
+            print(f"baseline {base.median_ms:.4f} ms {base.launch_ms}\nv1 {v.median_ms:.4f} ms {v.launch_ms} "
+                  f"validation {v.validation} {v.validation_detail}; speedup {v.speedup} "
+                  f"[{v.speedup_low}, {v.speedup_high}]\nfusion {f}\n{api.fusion_phrase(v)}")
+            assert v.validation == "pass", f"{v.validation} {v.note}\n{log}"
+            assert f is not None and (f["name"], f["first"], f["last"]) == ("pair", 2, 3), f
+            assert [(e["name"], e["why"], e["address"]) for e in f["excluded"]] == [
+                (names["y"], "inferred", report["y"])], f
+            assert f["fused_ms"] > 0 and f["replaced_ms"] > 0, f
+            assert len(v.launch_ms) == len(PIPELINE_KERNELS) - 1 and v.cubin == "variants/fuse-pair.json"
+            assert v.speedup_low is not None and v.speedup_low <= v.speedup <= v.speedup_high
+            pane = app.query_one(HistoryPane)
+            cells = [str(c) for c in pane.query_one(DataTable).get_row_at(1)]
+            assert cells[1] == "v1" and cells[8] == "fused 2-3 pair" and "(was " in cells[9], cells
+            status = str(pane.query_one("#history-status").content)
+            assert f"not compared: {names['y']}" in status, status
+            assert f"not compared: {names['y']}" in log or f"{names['y']} (inferred)" in log, log
+
+    asyncio.run(run())
