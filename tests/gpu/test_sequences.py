@@ -386,6 +386,27 @@ def test_a_cuda_graph_launch_replays_byte_exact(seqs):
 # -- the workbench on a real sequence ------------------------------------------------------------
 
 
+async def settle(pilot):
+    """Let the workbench's thread workers finish (a superseded exclusive worker ends cancelled)."""
+    from textual.worker import WorkerCancelled
+
+    await pilot.pause()
+    ours = [w for w in pilot.app.workers if w.group in ("profile", "git", "build", "source-locate", "fuse", "fusion")]
+    if ours:
+        try:
+            await pilot.app.workers.wait_for_complete(ours)
+        except WorkerCancelled:
+            pass
+    await pilot.pause()
+
+
+def log_text(app) -> str:
+    """The log pane's text, also what it holds back until its tab is first shown."""
+    log = app.query_one("#log")
+    pending = [getattr(d.content, "plain", str(d.content)) for d in getattr(log, "_deferred_renders", ())]
+    return "\n".join([line.text for line in log.lines] + pending)
+
+
 def test_the_workbench_rebuilds_a_kernel_of_the_pipeline_and_records_the_sequence(seqs, testapps_build, tmp_path,
                                                                                    monkeypatch):
     """The pipeline sequence open in the workbench (Textual's pilot): its five launches
@@ -401,7 +422,6 @@ def test_the_workbench_rebuilds_a_kernel_of_the_pipeline_and_records_the_sequenc
     from kerncap_tui.widgets.history_pane import HistoryPane
     from kerncap_tui.widgets.profile_pane import ProfilePane
     from kerncap_tui.widgets.source_pane import SourcePane
-    from textual.worker import WorkerCancelled
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     res, _, _ = pipeline(seqs, testapps_build)
@@ -409,16 +429,6 @@ def test_the_workbench_rebuilds_a_kernel_of_the_pipeline_and_records_the_sequenc
     seq = api.open_capture(repro).sequence
     k = kernel_index(api.open_capture(repro), "sp_add")
     row = next(l.index for l in seq.launches if l.kernel == k)
-
-    async def settle(pilot):
-        await pilot.pause()
-        ours = [w for w in pilot.app.workers if w.group in ("profile", "git", "build", "source-locate")]
-        if ours:
-            try:
-                await pilot.app.workers.wait_for_complete(ours)
-            except WorkerCancelled:
-                pass
-        await pilot.pause()
 
     async def run():
         app = KerncapApp(repro)
@@ -441,12 +451,12 @@ def test_the_workbench_rebuilds_a_kernel_of_the_pipeline_and_records_the_sequenc
             await pilot.pause(0.6)  # the debounce
             for _ in range(600):  # the build: recompile, baseline, interleaved timing, validation (no timing asserted)
                 await settle(pilot)
-                said = "\n".join(line.text for line in app.query_one("#log").lines)
+                said = log_text(app)
                 if len(app.session.history.variants) >= 2 or "build: " in said or "replay could not run" in said:
                     break
                 await pilot.pause(0.5)
             history = app.session.history
-            log = "\n".join(line.text for line in app.query_one("#log").lines)
+            log = log_text(app)
             assert len(history.variants) == 2, f"no History row after the save; the log:\n{log}"
             base, v = history.variants
             print(f"baseline {base.median_ms:.4f} ms {base.launch_ms}; v1 {v.median_ms:.4f} ms {v.launch_ms} "
@@ -471,7 +481,6 @@ def test_the_workbench_fuses_two_launches_of_the_pipeline_and_records_the_fusion
     import asyncio
 
     from textual.widgets import DataTable, Input, TextArea
-    from textual.worker import WorkerCancelled
 
     from kerncap_tui.app import KerncapApp
     from kerncap_tui.messages import SourceChanged
@@ -483,22 +492,6 @@ def test_the_workbench_fuses_two_launches_of_the_pipeline_and_records_the_fusion
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     res, report, _ = pipeline(seqs, testapps_build)
     repro = copy_of(res, tmp_path)
-
-    def log_text(app) -> str:  # also what the log holds back until its tab is first shown
-        log = app.query_one("#log")
-        pending = [getattr(d.content, "plain", str(d.content)) for d in getattr(log, "_deferred_renders", ())]
-        return "\n".join([line.text for line in log.lines] + pending)
-
-    async def settle(pilot):
-        await pilot.pause()
-        ours = [w for w in pilot.app.workers if w.group in ("profile", "git", "build", "source-locate", "fuse",
-                                                             "fusion")]
-        if ours:
-            try:
-                await pilot.app.workers.wait_for_complete(ours)
-            except WorkerCancelled:
-                pass
-        await pilot.pause()
 
     async def run():
         app = KerncapApp(repro)
