@@ -160,6 +160,15 @@ def test_what_a_fusion_build_refuses_is_one_message(fusable, capsys):
         with pytest.raises(KerncapError, match=r"(?s)nvcc could not compile .*fused\.cu.*undeclared_thing"):
             s.build_fusion("pair", api.BuildRequest(**QUICK))
         assert s.history.variants == []
+        # from someone else's reproducer: a FIFO as fused.cu is named, never read (a read would block)
+        import os
+
+        source.unlink()
+        os.mkfifo(source)
+        with pytest.raises(KerncapError, match=r"fused\.cu is not a regular file"):
+            s.build_fusion("pair", api.BuildRequest(**QUICK))
+        with pytest.raises(KerncapError, match=r"fused\.cu is not a regular file"):
+            api.fusion_info(fusable, "pair")
     one = Path(__file__).resolve().parent / "fixtures" / "captures" / "axpy_small"
     assert main(["build", str(one), "--fusion", "pair"]) == 2
     assert "holds one dispatch, not a sequence" in capsys.readouterr().err

@@ -34,7 +34,7 @@ from kerncap.core.schema import check
 from kerncap.errors import KerncapError, UsageError
 from kerncap.recompile.trust import local_nvcc, tool_env
 from kerncap.replay.region_types import classify_cxx_type, cxx_parameter_types
-from kerncap.reproducer.format import Capture, read_json
+from kerncap.reproducer.format import Capture, cubin_problem, read_json
 from kerncap.reproducer.schemas import FUSION_JSON
 from kerncap.reproducer.sequence_variant import write_variant
 from kerncap.sources.attach import capture_arch
@@ -85,6 +85,20 @@ def _file(d: Path, name: str) -> Path:
     if path.is_symlink():
         raise link_error(path, "read or write")
     return path
+
+
+MAX_SOURCE_BYTES = 16 << 20
+
+
+def _source_bytes(source: Path) -> bytes:
+    """The fused kernel's text: a regular file (a FIFO there never blocks the read), bounded."""
+    problem = cubin_problem(source, read=True)
+    if problem is None and source.stat().st_size > MAX_SOURCE_BYTES:
+        problem = f"is larger than {MAX_SOURCE_BYTES >> 20} MiB"
+    if problem is not None:
+        raise KerncapError(f"{source} {problem}", "write the skeleton again (kerncap fuse DIR --first A --last B "
+                                                  "--name NAME --force)")
+    return source.read_bytes()
 
 
 def _config(root: Path, name: str) -> tuple[Path, dict[str, Any]]:
@@ -307,10 +321,7 @@ def describe(repro: str | os.PathLike, name: str) -> dict[str, Any]:
     root, _cap = _open(repro)
     d, config = _config(root, name)
     source = _file(d, config["source"])
-    try:
-        text = source.read_text(errors="replace")
-    except FileNotFoundError:
-        raise KerncapError(f"{source} is missing", "write the skeleton again (--force)") from None
+    text = _source_bytes(source).decode(errors="replace")
     return {"name": name, "first": config["first"], "last": config["last"], "kernel": config["kernel"],
             "source": str(source), "config": str(d / "fusion.json"), "grid": config["grid"],
             "block": config["block"], "shared_mem_bytes": config.get("shared_mem_bytes", 0),
@@ -422,11 +433,7 @@ def source_hash(repro: str | os.PathLike, name: str, intermediates: tuple[str, .
 
     root, _cap = _open(repro)
     d, config = _config(root, name)
-    source = _file(d, config["source"])
-    try:
-        text = source.read_bytes()
-    except OSError as exc:
-        raise KerncapError(f"cannot read {source}: {exc.strerror}", "write the skeleton again (--force)") from None
+    text = _source_bytes(_file(d, config["source"]))
     h = hashlib.sha256(f"fusion {name}:{config['first']}-{config['last']}:".encode())
     h.update(json.dumps([config["grid"], config["block"], config.get("shared_mem_bytes", 0),
                          sorted({*intermediates, *(config.get("intermediates") or ())})]).encode())
