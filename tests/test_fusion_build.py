@@ -169,6 +169,8 @@ def test_what_a_fusion_build_refuses_is_one_message(fusable, capsys):
             s.build_fusion("pair", api.BuildRequest(**QUICK))
         with pytest.raises(KerncapError, match=r"fused\.cu is not a regular file"):
             api.fusion_info(fusable, "pair")
+        with pytest.raises(KerncapError, match=r"fused\.cu is not a regular file"):
+            api.fuse_build(fusable, "pair")
     one = Path(__file__).resolve().parent / "fixtures" / "captures" / "axpy_small"
     assert main(["build", str(one), "--fusion", "pair"]) == 2
     assert "holds one dispatch, not a sequence" in capsys.readouterr().err

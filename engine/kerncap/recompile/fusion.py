@@ -288,6 +288,7 @@ def compile_fusion(repro: str | os.PathLike, name: str, *, intermediates: tuple[
     root, cap = _open(repro)
     d, config = _config(root, name)
     source = _file(d, config["source"])
+    _source_bytes(source)  # what nvcc is given: a regular file (a FIFO would hold it until the timeout)
     arch = capture_arch(cap)
     if arch is None:
         raise KerncapError("the capture does not say which GPU it ran on", "extract again")
