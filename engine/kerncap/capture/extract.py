@@ -111,7 +111,7 @@ def extract(
     set_mode = buckets or len(dispatches) > 1
     selection = selection or Selection()
     if sequence is not None:
-        sequence.check(kernel, selection, dispatches, set_mode, prune)
+        sequence.check(kernel, selection, dispatches, set_mode)
     if sequence is None or kernel:
         _check_pattern(kernel, match, dispatches[0])
     selection.check()

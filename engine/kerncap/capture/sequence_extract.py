@@ -39,15 +39,12 @@ class SequenceRequest:
     count: int | None = None   # run: launches in the window
     until: str | None = None   # run: the window ends with the next launch of a kernel matching it
 
-    def check(self, kernel: str, selection: Selection, dispatches: list[int], set_mode: bool, prune: bool) -> None:
+    def check(self, kernel: str, selection: Selection, dispatches: list[int], set_mode: bool) -> None:
         if self.mode not in SEQUENCE_MODES:
             raise UsageError(f"--sequence {self.mode!r}", f"use one of: {', '.join(SEQUENCE_MODES)}")
         if set_mode:
             raise UsageError("--sequence captures one window; a dispatch list or --buckets makes a set",
                              "pass one --dispatch")
-        if prune:
-            raise UsageError("--prune works on one dispatch, not on a sequence",
-                             "a sequence's regions are what its launches reach together; replay it whole")
         if self.mode == "nvtx" and selection.nvtx is None:
             raise UsageError("--sequence nvtx needs --nvtx PATH (the range whose instance is captured)",
                              "e.g. --sequence nvtx --nvtx 'step.3/layer.5' --dispatch 0")

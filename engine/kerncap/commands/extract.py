@@ -147,6 +147,8 @@ def format_extract_summary(r: api.ExtractResult) -> str:
     lines.append(f"time        {snap}{r.seconds:.1f} s in all")
     if r.prune is not None:
         lines.append(f"prune       {r.prune.summary()}")
+        if r.prune.by_reason_text():
+            lines.append(f"            {r.prune.by_reason_text()}")
     lines.append(f"reproducer  {r.reproducer_dir}")
     if r.run_dir.exists():
         lines.append(f"run dir     {r.run_dir} (kept)")

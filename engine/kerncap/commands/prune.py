@@ -16,9 +16,10 @@ SHOWN_REASONS = 20
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prune",
-        help="shrink a reproducer to the memory its kernel can reach, if replay proves it",
+        help="shrink a reproducer to the memory its kernel (or sequence) can reach, if replay proves it",
         description="Keep only the regions reachable from the kernel's arguments by following pointers in the "
-                    "captured memory. The pruned reproducer replaces DIR only if replaying it validates "
+                    "captured memory (a sequence: from every launch's arguments and every copy and fill of the "
+                    "window, following pointers before and after it). The pruned reproducer replaces DIR only if replaying it validates "
                     "byte-exact against the captured post-state (needs the GPU); otherwise DIR stays as it is "
                     "and the reason is printed and recorded in DIR/reproducer.json.",
         epilog="without a GPU: kerncap prune DIR --no-validate writes an unvalidated DIR-pruned next to DIR",
@@ -42,6 +43,8 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=1))
         return 0
     print(report.summary())
+    if report.by_reason_text():
+        print(report.by_reason_text())
     if report.kept == "pruned":
         reasons = sorted(report.reasons.items())
         for rid, why in reasons[:SHOWN_REASONS]:

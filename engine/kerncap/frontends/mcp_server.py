@@ -302,7 +302,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                       timeout_s: Annotated[float, Field(gt=0, description="stop the app after this long")] = DEFAULT_APP_TIMEOUT_S,
                       keep_running: Annotated[bool, Field(description="let the app run to its end after the "
                                                                       "capture (default: stop it)")] = False,
-                      prune: Annotated[bool, Field(description="shrink to the kernel's pointer closure if that "
+                      prune: Annotated[bool, Field(description="shrink to the pointer closure of the kernel (a "
+                                                               "sequence: of its launches and copies) if that "
                                                                "validates (GPU)")] = False,
                       force: Annotated[bool, Field(description="replace a non-empty output")] = False,
                       intercept: Annotated[Literal[api.INTERCEPT_PATHS] | None,

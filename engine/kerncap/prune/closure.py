@@ -1,22 +1,25 @@
-"""The pointer closure of a capture: the regions a kernel can reach from its arguments.
+"""The pointer closure of a capture: the regions its launches can reach.
 
-Roots are the regions that the launch names: the manifest's parameter annotations
-(`pointer`, `pointers`), every 8-byte-aligned value of the raw parameter buffer (a
-struct parameter may hold pointers the manifest did not annotate), the launch
-attribute values and the pre-state of the module globals, and the memory of texture objects over linear or
-pitched memory (the kernel reads it through the object's handle). From there a worklist reads
-the pre-state of every kept region and treats each 8-byte-aligned little-endian u64 as
-a candidate pointer: a value in [base, base + size) of a captured region adds that
-region, and so does its one-past-the-end value base + size unless another region
-begins there (then the value is that region's base).
+The roots (kerncap.prune.roots) are what the launch names — the manifest's parameter
+annotations (`pointer`, `pointers`), every 8-byte-aligned value of the raw parameter
+buffer (a struct parameter may hold pointers the manifest did not annotate), the launch
+attribute values, the pre-state of the module globals and host regions, the memory of
+texture objects over linear or pitched memory (the kernel reads it through the object's
+handle) — or, for a sequence, what every launch names plus every region a memory
+operation of the window writes or reads. From there a worklist reads the pre-state of
+every kept region (for a sequence its post-state too: a launch may store a pointer that
+a later launch follows) and treats each 8-byte-aligned little-endian u64 as a candidate
+pointer: a value in [base, base + size) of a captured region adds that region, and so
+does its one-past-the-end value base + size unless another region begins there (then
+the value is that region's base).
 
 Granularity is the whole allocation: one pointer into a caching allocator's segment
 keeps the segment, and with it everything the segment points to. A value that merely
 looks like a pointer keeps its region too; the closure errs towards keeping.
 
-A region the kernel wrote (pre != post) that the closure does not reach means the
-kernel found memory through something the closure cannot see: such a capture must not
-be pruned (`Closure.refusal`).
+A region written (pre != post) that the closure does not reach means the launches found
+memory through something the closure cannot see: such a capture must not be pruned
+(`Closure.refusal`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Iterable
 import numpy as np
 
 from kerncap.core.units import human_bytes
+from kerncap.prune.roots import KINDS, POINTERS, STORED, STORED_SUFFIX, Named, Roots, dispatch_roots, sequence_roots
 from kerncap.reproducer.format import Capture, Region
 
 # Threads that read and scan chunks; each holds one chunk (4 MiB) at a time.
@@ -47,6 +51,9 @@ class Closure:
     stored_pruned: int                   # the same for the kept regions and the globals
     unreached_written: list[Region] = field(default_factory=list)  # written, yet outside the closure
     seconds: float = 0.0
+    kinds: dict[int, str] = field(default_factory=dict)  # region id -> kind of its reason (roots.KINDS)
+    by_reason: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> {"regions", "logical"}
+    roots: Roots = field(default_factory=Roots)
 
     @property
     def regions_pruned(self) -> int:
@@ -64,62 +71,64 @@ class Closure:
         shown = ", ".join(f"{r.id} ({r.base:#x}, {human_bytes(r.size)})" for r in self.unreached_written[:5])
         more = f" and {len(self.unreached_written) - 5} more" if len(self.unreached_written) > 5 else ""
         which = "region" if len(self.unreached_written) == 1 else "regions"
-        return (f"the kernel wrote {which} {shown}{more}, which no pointer in the arguments, the globals or the "
-                "captured memory reaches: it found that memory some other way, so only the full capture replays it")
+        r = self.roots
+        return (f"{r.subject} wrote {which} {shown}{more}, which no pointer in {r.sources} reaches: {r.writer} "
+                "found that memory some other way, so only the full capture replays it")
 
 
-def compute_closure(capture: Capture) -> Closure:
-    """The regions reachable from the launch of `capture` by following pointers in memory."""
+def compute_closure(capture: Capture, roots: Roots | None = None) -> Closure:
+    """The regions reachable from `roots` (default: the launch of `capture`, or every launch
+    and memory operation of a sequence capture) by following pointers in memory."""
     t0 = time.perf_counter()
     cap = capture
+    if roots is None:
+        roots = sequence_roots(cap) if cap.sequence is not None else dispatch_roots(cap)
     finder = _PointerFinder(cap.regions)
     reasons: dict[int, str] = {}
+    kinds: dict[int, str] = {}
     frontier: list[Region] = []
 
-    def keep(index: int, why: str) -> None:
+    def keep(index: int, why: str, kind: str) -> None:
         region = finder.regions[index]
         if region.id not in reasons:
             reasons[region.id] = why
+            kinds[region.id] = kind
             frontier.append(region)
 
     by_id = {r.id: i for i, r in enumerate(finder.regions)}
-    for p in cap.manifest.get("params", []):
-        annotated = [p.get("pointer")] if p.get("pointer") else []
-        annotated += p.get("pointers") or []
-        for ptr in annotated:
-            if ptr.get("region") in by_id:
-                keep(by_id[ptr["region"]], f"argument {p.get('index')}")
-    buffer = cap.param_buffer
-    for index, offset in finder.hits(buffer):
-        keep(index, _param_name(cap, offset))
-    for o in cap.texture_objects:
-        region = o.resource.get("region")
-        if o.resource.get("type") in ("linear", "pitch2d") and region in by_id:
-            keep(by_id[region], f"{o.kind} object {o.id}")
-    for attr in cap.launch.get("attributes", []):
-        for index, offset in finder.hits(bytes.fromhex(attr.get("value", ""))):
-            keep(index, f"launch attribute {attr.get('id')}+{offset:#x}")
+    for root in roots.direct:
+        if isinstance(root, Named):
+            if root.region in by_id:
+                keep(by_id[root.region], root.why, root.kind)
+        else:
+            for index, offset in finder.hits(root.data):
+                keep(index, root.why(offset), root.kind)
+    states = (0, 1) if roots.post else (0,)
     cache: dict[str, list[tuple[int, int]]] = {}  # blob -> hits (region index, offset in chunk)
     with ThreadPoolExecutor(SCAN_WORKERS, thread_name_prefix="kerncap-closure") as pool:
-        for g in cap.globals:
-            _scan(cap, finder, [(g.pre, g.size)], cache, pool)
-            for index, offset in _item_hits(cap, g.pre, cache):
-                keep(index, f"global {g.name}+{offset:#x}")
-        # Host regions are always kept (they are few and small), so their pointers are roots.
-        for h in cap.snapshotted_host_regions:
-            _scan(cap, finder, [(h.pre, h.size)], cache, pool)
-            for index, offset in _item_hits(cap, h.pre, cache):
-                keep(index, f"pointer at host region {h.id}+{offset:#x}")
+        _scan(cap, finder, [(chunks, item.size) for item in roots.items for chunks in item.states], cache, pool)
+        for item in roots.items:
+            for n, chunks in enumerate(item.states):
+                for index, offset in _item_hits(cap, chunks, cache):
+                    keep(index, f"{item.prefix}+{offset:#x}" + (STORED_SUFFIX if n else ""), item.kind)
         while frontier:  # breadth first: a region's reason names the shortest path to it
             level, frontier = frontier, []
-            _scan(cap, finder, [(r.pre, r.size) for r in level], cache, pool)
+            scanned = [(s, r.size) for r in level for s in _region_states(r, states)]
+            _scan(cap, finder, scanned, cache, pool)
             for region in level:
-                for index, offset in _item_hits(cap, region.pre, cache):
-                    keep(index, f"pointer at region {region.id}+{offset:#x}")
+                for n, chunks in enumerate(_region_states(region, states)):
+                    for index, offset in _item_hits(cap, chunks, cache):
+                        keep(index, f"pointer at region {region.id}+{offset:#x}" + (STORED_SUFFIX if n else ""),
+                             STORED if n else POINTERS)
 
     kept = sorted(reasons)
     kept_set = set(kept)
     kept_regions = [r for r in cap.regions if r.id in kept_set]
+    by_reason: dict[str, dict[str, int]] = {}
+    for r in kept_regions:
+        tally = by_reason.setdefault(kinds[r.id], {"regions": 0, "logical": 0})
+        tally["regions"] += 1
+        tally["logical"] += r.size
     return Closure(
         kept=kept,
         reasons=reasons,
@@ -128,16 +137,30 @@ def compute_closure(capture: Capture) -> Closure:
         logical_pruned=sum(r.size for r in kept_regions),
         stored_full=stored_bytes(cap, cap.regions),
         stored_pruned=stored_bytes(cap, kept_regions),
-        unreached_written=[r for r in cap.regions if r.written and r.id not in kept_set],
+        # pre != post, whatever the manifest's flag says: a dropped region is never compared
+        unreached_written=[r for r in cap.regions if (r.written or r.pre != r.post) and r.id not in kept_set],
         seconds=time.perf_counter() - t0,
+        kinds=kinds,
+        by_reason={k: by_reason[k] for k in KINDS if k in by_reason},
+        roots=roots,
     )
+
+
+def _region_states(region: Region, states: tuple[int, ...]) -> list[list[str | None]]:
+    """The chunk lists of `region` to scan: its pre-state, and its post-state when asked
+    and different (an unwritten region's post-state is its pre-state)."""
+    out = [region.pre]
+    if 1 in states and region.post != region.pre:
+        out.append(region.post)
+    return out
 
 
 def stored_bytes(cap: Capture, regions: Iterable[Region]) -> int:
     """Bytes of the distinct non-null chunks of `regions`, of every global, every CUDA
-    array (arrays are never dropped: objects reach them, not pointers) and every host region."""
+    array (arrays are never dropped: objects reach them, not pointers), every host region
+    and a sequence's host-to-device payloads."""
     sizes: dict[str, int] = {}
-    for item in [*regions, *cap.globals, *(a for a in cap.arrays if a.captured), *cap.snapshotted_host_regions]:
+    for item in [*regions, *kept_items(cap)]:
         for chunks in (item.pre, item.post):
             for i, h in enumerate(chunks):
                 if h is not None:
@@ -145,11 +168,11 @@ def stored_bytes(cap: Capture, regions: Iterable[Region]) -> int:
     return sum(sizes.values())
 
 
-def _param_name(cap: Capture, offset: int) -> str:
-    for p in cap.params:
-        if p.offset <= offset < p.offset + p.size:
-            return f"argument {p.index}" + (f"+{offset - p.offset:#x}" if offset != p.offset else "")
-    return f"parameter buffer+{offset:#x}"
+def kept_items(cap: Capture) -> list:
+    """The stored items a pruned reproducer always keeps: every module global, captured CUDA
+    array, snapshotted host region and sequence payload (host-to-device copies' bytes)."""
+    seq = cap.sequence.payload_items if cap.sequence is not None else []
+    return [*cap.globals, *(a for a in cap.arrays if a.captured), *cap.snapshotted_host_regions, *seq]
 
 
 def _scan(cap: Capture, finder: "_PointerFinder", items: list[tuple[list[str | None], int]],

@@ -36,14 +36,12 @@ from kerncap.errors import (
     GpuUnavailable,
     KerncapError,
     NativeUnavailable,
-    UsageError,
 )
-from kerncap.prune.closure import Closure, compute_closure
+from kerncap.prune.closure import Closure, compute_closure, kept_items
 from kerncap.replay.client import ReplayClient
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.record import read_record
-from kerncap.reproducer.sequence import is_sequence
 from kerncap.reproducer.stored import hydrate
 
 __all__ = ["Closure", "PruneReport", "compute_closure", "default_pruned_path", "prune_reproducer", "write_pruned"]
@@ -126,6 +124,7 @@ def pruned_manifest(cap: Capture, closure: Closure, *, source: Path) -> dict[str
         "logical_pruned": closure.logical_pruned,
         "stored_pruned": closure.stored_pruned,
         "reasons": {str(k): closure.reasons[k] for k in closure.kept},
+        "by_reason": closure.by_reason,
     }
     return m
 
@@ -145,8 +144,7 @@ def _copy_tree(src: Path, dst: Path, *, skip_in: Path) -> None:
 def _link_blobs(cap: Capture, closure: Closure, blobs: Path) -> None:
     kept = set(closure.kept)
     needed: set[str] = set()
-    for item in [*(r for r in cap.regions if r.id in kept), *cap.globals, *(a for a in cap.arrays if a.captured),
-                 *cap.snapshotted_host_regions]:
+    for item in [*(r for r in cap.regions if r.id in kept), *kept_items(cap)]:
         needed.update(h for h in (*item.pre, *item.post) if h is not None)
     can_link = True
     for h in sorted(needed):
@@ -190,9 +188,6 @@ def prune_reproducer(
         root = root.resolve()  # swap the directory itself, not the link to it
     if not root.is_dir():
         Capture.open(root)  # says what is missing
-    if is_sequence(root):
-        raise UsageError(f"{root} is a sequence: prune keeps what one kernel's pointers reach",
-                         "a sequence's regions are what its launches reach together; replay or pack it whole")
     with exclusive(root, "pruning"):  # two prunes of one reproducer must not swap it twice
         return _prune_locked(root, validate=validate, output=output, device=device, timeout=timeout)
 
@@ -207,7 +202,7 @@ def _prune_locked(root: Path, *, validate: bool, output, device: int, timeout: f
         logical_full=closure.logical_full, logical_pruned=closure.logical_pruned,
         stored_full=closure.stored_full, stored_pruned=closure.stored_pruned,
         seconds={"closure": closure.seconds, "write": 0.0, "validate": 0.0}, reasons=dict(closure.reasons),
-        notes=stale,
+        by_reason=dict(closure.by_reason), notes=stale,
     )
     if closure.refusal:
         return _keep_full(report, closure.refusal, record=validate)

@@ -12,7 +12,7 @@ from kerncap.errors import KerncapError
 from kerncap.reproducer.arrays import OLDER_CAPTURE
 from kerncap.reproducer.format import NOT_SNAPSHOTTED_OLD, Capture
 from kerncap.reproducer.payloads import check_payloads
-from kerncap.reproducer.prune_report import PruneReport
+from kerncap.reproducer.prune_report import PruneReport, by_reason_text
 from kerncap.reproducer.record import read_record
 from kerncap.reproducer import sequence_text
 
@@ -327,6 +327,9 @@ def format_summary(s: dict[str, Any]) -> str:
         out.append(f"pruned      from {pruned.get('from', '?')}: held {pruned.get('regions_full', '?')} regions "
                    f"({human_bytes(pruned.get('logical_full', 0))} logical, "
                    f"{human_bytes(pruned.get('stored_full', 0))} stored); {pruned.get('regions_dropped', '?')} dropped")
+        kept_for = by_reason_text(pruned.get("by_reason") or {})
+        if kept_for:
+            out.append(f"            {kept_for}")
     record = rep.get("prune")
     if isinstance(record, dict):
         out.append(f"prune       {PruneReport.from_json(record).summary()}")

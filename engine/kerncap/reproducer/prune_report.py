@@ -14,6 +14,18 @@ from kerncap import __version__
 from kerncap.core.units import human_bytes
 
 
+def by_reason_text(by_reason: dict[str, Any]) -> str:
+    """"kept for arguments: 5 regions (20.0 MiB); memory operations: 1 (4.0 MiB)": what the
+    closure kept per kind of reason (kerncap.prune.roots.KINDS), logical bytes; "" when a
+    record predates the tally."""
+    parts = []
+    for kind, t in by_reason.items():
+        t = t if isinstance(t, dict) else {}
+        n, size = int(t.get("regions", 0)), human_bytes(int(t.get("logical", 0)))
+        parts.append(f"{kind}: {n}{' regions' if not parts else ''} ({size})")
+    return "kept for " + "; ".join(parts) if parts else ""
+
+
 @dataclass
 class PruneReport:
     path: Path                      # the reproducer that was pruned
@@ -29,6 +41,8 @@ class PruneReport:
     validated: bool = False         # the pruned reproducer replayed byte-exact against the capture
     output: Path | None = None      # where the pruned reproducer is (the original path once swapped in)
     reasons: dict[int, str] = field(default_factory=dict)  # region id -> why the closure holds it
+    # kind of reason (kerncap.prune.roots.KINDS) -> {"regions": n, "logical": bytes} of the closure
+    by_reason: dict[str, dict[str, int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     time: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
@@ -54,6 +68,9 @@ class PruneReport:
         return (f"pruned {self._sizes()} into {self.output}; NOT validated: run `kerncap validate {self.output}` "
                 "on a GPU before relying on it")
 
+    def by_reason_text(self) -> str:
+        return by_reason_text(self.by_reason)
+
     def to_json(self) -> dict[str, Any]:
         ratio = self.ratio
         return {
@@ -65,6 +82,7 @@ class PruneReport:
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "output": str(self.output) if self.output is not None else None,
             "reasons": {str(k): v for k, v in sorted(self.reasons.items())},
+            "by_reason": {k: dict(v) for k, v in self.by_reason.items()},
             "notes": list(self.notes), "time": self.time, "tool_version": __version__,
         }
 
@@ -79,5 +97,7 @@ class PruneReport:
             seconds={k: float(v) for k, v in (d.get("seconds") or {}).items()},
             validated=bool(d.get("validated")), output=Path(d["output"]) if d.get("output") else None,
             reasons={int(k): v for k, v in (d.get("reasons") or {}).items()},
+            by_reason={str(k): {"regions": int((v or {}).get("regions", 0)), "logical": int((v or {}).get("logical", 0))}
+                       for k, v in (d.get("by_reason") or {}).items() if isinstance(v, dict)},
             notes=list(d.get("notes") or []), time=d.get("time", ""),
         )

@@ -110,8 +110,9 @@ PARAM = Obj({
 
 COMMAND = OneOf(List(Str()), Str())
 SIZES = Obj({k + "?": Int(min=0) for k in ("logical", "snapshotted", "unchanged", "zero", "stored")})
+BY_REASON = Map(Obj({"regions?": Int(min=0), "logical?": Int(min=0)}))  # kind of reason -> what it kept
 PRUNED = Obj({
-    "from?": Str(), "time?": Str(), "tool_version?": Str(), "reasons?": Map(Str()),
+    "from?": Str(), "time?": Str(), "tool_version?": Str(), "reasons?": Map(Str()), "by_reason?": BY_REASON,
     **{k + "?": Int(min=0) for k in ("regions_full", "regions_dropped", "logical_full", "stored_full",
                                      "logical_pruned", "stored_pruned")},
 })
@@ -176,6 +177,7 @@ SOURCES = Obj({
 })
 PRUNE_RECORD = Obj({  # reproducer.json "prune" (kerncap.reproducer.prune_report)
     "kept?": Str(), "reason?": Str(), "validated?": Bool(), "output?": Opt(Str()), "reasons?": Map(Str()),
+    "by_reason?": BY_REASON,
     "seconds?": Map(Num()), "notes?": List(Str()), "time?": Str(), "ratio?": OneOf(Num(), Str()),
     **{k + "?": Int(min=0) for k in ("regions_full", "regions_pruned", "logical_full", "logical_pruned",
                                      "stored_full", "stored_pruned")},

@@ -101,6 +101,11 @@ def format_extract(result) -> str:
     if isinstance(secs.get("total"), (int, float)):
         lines.append(f"time        snapshots {secs.get('pre', 0):.2f} + {secs.get('post', 0):.2f} s, window "
                      f"{secs.get('window', 0):.3f} s, {result.seconds:.1f} s in all")
+    prune = getattr(result, "prune", None)  # extract --prune
+    if prune is not None:
+        lines.append(f"prune       {prune.summary()}")
+        if prune.by_reason_text():
+            lines.append(f"            {prune.by_reason_text()}")
     lines.append(f"reproducer  {result.reproducer_dir}")
     if result.run_dir.exists():
         lines.append(f"run dir     {result.run_dir} (kept)")
