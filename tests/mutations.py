@@ -85,12 +85,19 @@ MUTATIONS = [
              ("tests/test_pack.py",)),
     # -- prune ------------------------------------------------------------------------------------
     Mutation("prune: pointers in memory are not followed", "prune", "engine/kerncap/prune/closure.py",
-             '                    keep(index, f"pointer at region {region.id}+{offset:#x}")', "                    pass",
+             '                        keep(index, f"pointer at region {region.id}+{offset:#x}" + (STORED_SUFFIX if n else ""),\n'
+             "                             STORED if n else POINTERS)", "                        pass",
              ("tests/test_prune.py",)),
     Mutation("prune: a write no pointer reaches goes unnoticed", "prune", "engine/kerncap/prune/closure.py",
-             "        unreached_written=[r for r in cap.regions if r.written and r.id not in kept_set],",
+             "        unreached_written=[r for r in cap.regions if (r.written or r.pre != r.post) and r.id not in kept_set],",
              "        unreached_written=[],",
              ("tests/test_prune.py",)),
+    Mutation("prune: a sequence's post-states are not scanned", "prune", "engine/kerncap/prune/closure.py",
+             "    states = (0, 1) if roots.post else (0,)", "    states = (0,)",
+             ("tests/test_sequence_prune.py",)),
+    Mutation("prune: a sequence's copies and fills are not roots", "prune", "engine/kerncap/prune/roots.py",
+             "        for start, length, role in _touched(st):", "        for start, length, role in []:",
+             ("tests/test_sequence_prune.py",)),
     # -- sources ----------------------------------------------------------------------------------
     Mutation("sources: the first of several objects wins over the captured cubin's", "sources",
              "engine/kerncap/sources/discover.py",

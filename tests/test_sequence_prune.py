@@ -163,19 +163,24 @@ def test_a_pointer_among_a_host_copys_bytes_is_followed(tmp_path):
     assert c.reasons[IDS["ballast"]] == "step 6: h2d copy's bytes+0x0" and c.kinds[IDS["ballast"]] == MEMORY_OPS
 
 
-def test_a_fill_over_two_regions_and_a_device_to_host_copy_are_roots(tmp_path):
+def test_a_device_to_host_copys_source_a_2d_fill_and_a_span_over_two_regions_are_roots(tmp_path):
+    from kerncap.prune.roots import _Spans, _touched
+    from kerncap.reproducer.sequence import SeqStep
+
     def edit(m, seq, cap):
         seq["steps"].append({"op": "copy", "api": "cuMemcpyDtoHAsync_v2", "stream": 0, "kind": "d2h",
                              "dst": 0x1000, "src": EXTRA["ballast"] + 16, "bytes": 64})
 
-    c = compute_closure(Capture.open(linked_sequence(tmp_path / "seq", edit=edit)))
-    assert c.reasons[IDS["ballast"]] == "step 9: d2h copy source"
+    cap = Capture.open(linked_sequence(tmp_path / "seq", edit=edit))
+    c = compute_closure(cap)
+    assert c.reasons[IDS["ballast"]] == "step 9: d2h copy source" and c.refusal == ""
     # A 2-D fill: rows of `width` elements `pitch` bytes apart, the last row's end included.
-    from kerncap.prune.roots import _touched
-    from kerncap.reproducer.sequence import SeqStep
-
     fill = SeqStep(op="memset", dst=0x1000, element=4, width=8, height=3, pitch=256)
     assert _touched(fill) == [(0x1000, 2 * 256 + 32, "fill")]
+    spans = _Spans(cap)
+    assert spans.overlapping(S.BASES["tmp"] + 1000, S.BASES["y"] - S.BASES["tmp"]) == [IDS["tmp"], IDS["y"]]
+    assert spans.overlapping(S.BASES["tmp"] + S.BYTES, 16) == []  # the gap after tmp
+    assert spans.overlapping(S.BASES["tmp"] - 8, 9) == [IDS["tmp"]]  # its first byte
 
 
 def test_a_written_region_no_root_reaches_is_refused_naming_the_launches(tmp_path, sim):

@@ -225,7 +225,6 @@ def test_list_names_a_sequence_and_its_launches(seq, capsys):
     (["extract", "k", "--count", "3", "--", "true"], "--count and --until bound a run"),
     (["extract", "k", "--sequence", "nvtx", "--nvtx", "l", "--count", "3", "--", "true"], "bound a run"),
     (["extract", "k", "--sequence", "run", "--count", "3", "--dispatch", "1,2", "--", "true"], "one window"),
-    (["extract", "k", "--sequence", "run", "--count", "3", "--prune", "--", "true"], "--prune works on one dispatch"),
 ])
 def test_the_cli_refuses_what_does_not_make_a_sequence(argv, words, capsys):
     assert main(argv) == 2
@@ -233,8 +232,7 @@ def test_the_cli_refuses_what_does_not_make_a_sequence(argv, words, capsys):
 
 
 def test_commands_of_one_dispatch_refuse_a_sequence_or_its_kernel_entries(seq, capsys):
-    assert main(["prune", str(seq)]) == 2
-    assert "is a sequence: prune keeps what one kernel's pointers reach" in capsys.readouterr().err
+    # (prune takes a sequence: tests/test_sequence_prune.py)
     assert main(["recompile", str(seq)]) == 2
     assert "pick the kernel to rebuild" in capsys.readouterr().err
     assert main(["replay", str(seq), "--per-launch", "--compare", "x.cubin"]) == 2

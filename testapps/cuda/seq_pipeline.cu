@@ -17,6 +17,18 @@
 // Modes (argv[1]): pipeline (default); unclosed (the range's push has no pop); graph_host
 // (a captured graph with a host node, launched once); crossproc (the run's end kernel
 // runs in a child process); ctx2 (a launch of the window in a second CUDA context).
+//
+// The pruned sequences of docs/prune.md (tests/gpu/test_sequences.py), each in its own
+// NVTX range, instance 0, before the pipeline's rounds:
+//   chain:  sp_stash  table[0] = masked ^ key    (the address of `hidden`, in no aligned
+//                                                 parameter word: only table's post-state holds it)
+//           fill `mark` (0x11 bytes)             (no launch takes mark: a memory operation keeps it)
+//           sp_follow sink = 3 * hidden[i]       (through table[0])
+//           with `ballast` (16 MiB of 0x5a) that nothing reaches
+//   hidden: sp_scale  tmp = 2 x + 0.5
+//           sp_hide   hidden[i] = i / 2           (through masked ^ key, stored nowhere: prune refuses)
+// Neither prints anything but errors; the pipeline's `flag` is reached by no launch of
+// the pipeline's window either.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
@@ -53,6 +65,19 @@ __global__ void sp_bias(float* out, const float* bias, const unsigned* scratch, 
   if (i < n) out[i] += bias[i % 1024] + float(scratch[i] & 0xf);
 }
 __global__ void sp_marker(unsigned* flag) { *flag += 1u; }
+__global__ void sp_stash(unsigned long long* table, unsigned long long masked, unsigned long long key) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) table[0] = masked ^ key;
+}
+__global__ void sp_follow(const unsigned long long* table, float* sink, int n) {
+  const float* src = reinterpret_cast<const float*>(table[0]);
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) sink[i] = 3.0f * src[i];
+}
+__global__ void sp_hide(unsigned long long masked, unsigned long long key, int n) {
+  float* p = reinterpret_cast<float*>(masked ^ key);
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = 0.5f * float(i);
+}
 __global__ void sp_init(float* x, int n, float k) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] = float(i % 1009) * k - 3.0f;
@@ -120,8 +145,60 @@ int main(int argc, char** argv) {
   report.add("out", out);
   report.add("bias", bias);
   report.add("scratch", scratch);
+  report.add("flag", flag);
   report.add("n", static_cast<unsigned long long>(n));
+  // chain and hidden: their own buffers (the other modes' captures stay as they were)
+  const bool linked = mode == "chain" || mode == "hidden";
+  unsigned long long* table = nullptr;
+  float *hidden = nullptr, *sink = nullptr;
+  unsigned char *mark = nullptr, *ballast = nullptr;
+  const size_t mark_bytes = 1 << 20, ballast_bytes = 16 << 20;
+  const unsigned long long key = 0x5a5a5a5a5a5a5a5aull;  // masked ^ key: no region's address either
+  if (linked) {
+    TA_CHECK(cudaMalloc(&table, 4096));
+    TA_CHECK(cudaMalloc(&hidden, bytes));
+    TA_CHECK(cudaMalloc(&sink, bytes));
+    TA_CHECK(cudaMalloc(&mark, mark_bytes));
+    TA_CHECK(cudaMalloc(&ballast, ballast_bytes));
+    TA_CHECK(cudaMemset(table, 0, 4096));
+    TA_CHECK(cudaMemset(sink, 0, bytes));
+    TA_CHECK(cudaMemset(mark, 0, mark_bytes));
+    TA_CHECK(cudaMemset(ballast, 0x5a, ballast_bytes));
+    sp_init<<<grid, 256>>>(hidden, n, 0.003f);
+    TA_CHECK(cudaGetLastError());
+    sp_init<<<grid, 256>>>(x, n, 0.001f);
+    TA_CHECK(cudaGetLastError());
+    TA_CHECK(cudaDeviceSynchronize());
+    report.add("table", table);
+    report.add("hidden", hidden);
+    report.add("sink", sink);
+    report.add("mark", mark);
+    report.add("ballast", ballast);
+    report.add("key", key);
+  }
   report.write();
+
+  if (linked) {
+    const unsigned long long masked = static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(hidden)) ^ key;
+    nvtxRangePushA(mode.c_str());
+    if (mode == "chain") {
+      sp_stash<<<1, 32, 0, s0>>>(table, masked, key);
+      TA_CHECK(cudaGetLastError());
+      TA_CHECK(cudaMemsetAsync(mark, 0x11, mark_bytes, s0));
+      sp_follow<<<grid, 256, 0, s0>>>(table, sink, n);
+      TA_CHECK(cudaGetLastError());
+    } else {
+      sp_scale<<<grid, 256, 0, s0>>>(x, tmp, n);
+      TA_CHECK(cudaGetLastError());
+      sp_hide<<<grid, 256, 0, s0>>>(masked, key, n);
+      TA_CHECK(cudaGetLastError());
+    }
+    nvtxRangePop();
+    TA_CHECK(cudaStreamSynchronize(s0));
+    TA_CHECK(cudaDeviceSynchronize());
+    testapp::mark_done();
+    return 0;
+  }
 
   if (mode == "graph_host") {
     // A graph holding a kernel and a host node: a sequence of its launch is refused.

@@ -16,6 +16,8 @@ import json
 import re
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -381,6 +383,147 @@ def test_a_cuda_graph_launch_replays_byte_exact(seqs):
     for order in ("streams", "graph"):
         report, text = validated(res.reproducer_dir, order=order)
         assert report.verdict == "pass", f"{order}: {text}"
+
+
+# -- pruned sequences (docs/prune.md, "Sequences") ------------------------------------------------
+
+
+def _pruned(report, what: str):
+    print(f"[{what}] {report.summary()}\n  {report.by_reason_text()}")
+    for rid, why in sorted(report.reasons.items()):
+        print(f"  region {rid:<4} {why}")
+    assert report.kept == "pruned" and report.validated, f"{what}: kept {report.kept}: {report.reason}"
+    assert report.regions_pruned < report.regions_full and report.logical_pruned < report.logical_full, report.summary()
+
+
+def _kerncap(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "kerncap", *args], capture_output=True, text=True, timeout=600)
+    print(f"$ kerncap {' '.join(args)}  -> {proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return proc
+
+
+def test_a_pruned_pipeline_drops_what_no_launch_reaches_and_still_validates_everywhere(seqs, testapps_build,
+                                                                                       tmp_path):
+    """The pipeline's window reaches every buffer but `flag` (sp_marker's, launched only in
+    crossproc mode): prune drops it, validates on the GPU, and the pruned sequence then
+    validates, replays, packs, unpacks, lists, shows its info and passes `kerncap check`."""
+    res, report, _ = pipeline(seqs, testapps_build)
+    repro = copy_of(res, tmp_path)
+    full = api.open_capture(repro)
+    pr = api.prune(repro)
+    _pruned(pr, "pipeline")
+    cap = api.open_capture(repro)
+    kept = {r.id for r in cap.regions}
+    assert full.region_of(report["flag"]).id not in kept
+    for key in ("x", "tmp", "y", "z", "w", "out", "bias", "scratch"):
+        assert full.region_of(report[key]).id in kept, key
+    assert cap.sequence.steps == full.sequence.steps and (repro / "kernels").is_dir()
+    cap.verify()
+    for order in ("streams", "graph"):
+        v, text = validated(repro, order=order)
+        assert v.verdict == "pass", f"{order}: {text}"
+    r = api.replay(repro, iterations=5, warmup=1, per_launch=True)
+    assert len(r.launches) == len(PIPELINE_KERNELS)
+    packed = api.pack(repro, tmp_path / "pruned.kcap")
+    api.unpack(packed.path, tmp_path / "unpacked")
+    v, text = validated(tmp_path / "unpacked")
+    assert v.verdict == "pass", text
+    info = _kerncap("info", str(repro))
+    assert info.returncode == 0 and "pruned      from" in info.stdout and "kept for arguments" in info.stdout
+    listed = _kerncap("list", str(tmp_path))
+    assert listed.returncode == 0 and "sequence (nvtx): 5 launches" in listed.stdout
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "pipeline").symlink_to(repro)
+    checked = _kerncap("check", str(corpus), "--iterations", "20")
+    assert checked.returncode == 0, checked.stdout[-2000:]
+
+
+def chain(seqs, testapps_build, *, prune: bool):
+    return seqs.get("chain-pruned" if prune else "chain", pipeline_app("chain"), "",
+                    sequence=api.SequenceRequest("nvtx"), selection=api.Selection(nvtx="chain"), prune=prune)
+
+
+def test_a_pointer_one_launch_stores_and_the_next_follows_is_kept_and_the_prune_validates(seqs, testapps_build):
+    """extract --sequence nvtx --nvtx chain --prune: sp_stash stores hidden's address in
+    table, sp_follow reads hidden through it. Only table's post-state holds that address,
+    so hidden is kept for it; mark is kept for the window's fill; the 16 MiB ballast is
+    dropped; the pruned reproducer validated byte-exact before it replaced the full one."""
+    res, report, _ = chain(seqs, testapps_build, prune=True)
+    assert res.prune is not None, res.notes
+    _pruned(res.prune, "chain")
+    cap = res.capture
+    ids = {r.id for r in cap.regions}
+    table, hidden = cap.region_of(report["table"]), cap.region_of(report["hidden"])
+    mark, sink = cap.region_of(report["mark"]), cap.region_of(report["sink"])
+    assert None not in (table, hidden, mark, sink) and cap.region_of(report["ballast"]) is None
+    why = res.prune.reasons
+    assert why[hidden.id] == f"pointer at region {table.id}+0x0 (stored in the window)", why
+    assert why[mark.id] == "step 1: fill", why
+    assert why[table.id] == "launch 0: argument 0" and why[sink.id] == "launch 1: argument 1", why
+    assert res.prune.by_reason["pointers stored in the window"]["regions"] == 1, res.prune.by_reason
+    assert res.prune.logical_full - res.prune.logical_pruned >= 16 << 20
+    assert {hidden.id, table.id, mark.id, sink.id} <= ids
+    v, text = validated(res.reproducer_dir)
+    assert v.verdict == "pass", text
+
+
+def test_without_the_post_state_the_chain_prune_fails_its_validation_and_keeps_the_full_one(seqs, testapps_build,
+                                                                                            tmp_path, monkeypatch):
+    """The control: a closure of pre-states only drops hidden; replaying sp_follow then
+    faults or reads nothing, the GPU validation says so, and the full reproducer stays."""
+    from kerncap.prune import closure as closure_mod
+    from kerncap.prune.roots import sequence_roots
+
+    def pre_only(cap):
+        roots = sequence_roots(cap)
+        roots.post = False
+        return roots
+
+    res, report, _ = chain(seqs, testapps_build, prune=False)
+    repro = copy_of(res, tmp_path)
+    monkeypatch.setattr(closure_mod, "sequence_roots", pre_only)
+    pr = api.prune(repro)
+    print(f"[chain, pre-states only] {pr.summary()}")
+    assert pr.kept == "full", pr.summary()
+    assert pr.reason.startswith(("replaying the pruned reproducer failed", "the pruned reproducer does not replay "
+                                 "byte-exact")), pr.reason
+    assert api.open_capture(repro).region_of(report["hidden"]) is not None
+
+
+def test_a_sequence_writing_memory_no_pointer_reaches_is_not_pruned(seqs, testapps_build, tmp_path):
+    """sp_hide writes hidden through an address it computes (masked ^ key) and stores
+    nowhere: prune refuses before any replay, naming the region and the launches."""
+    res, report, _ = seqs.get("hidden", pipeline_app("hidden"), "", sequence=api.SequenceRequest("nvtx"),
+                              selection=api.Selection(nvtx="hidden"))
+    repro = copy_of(res, tmp_path)
+    hidden = api.open_capture(repro).region_of(report["hidden"])
+    assert hidden.written
+    pr = api.prune(repro)
+    print(f"[hidden] {pr.summary()}")
+    assert pr.kept == "full" and not pr.validated, pr.summary()
+    from kerncap.core.units import human_bytes
+
+    assert pr.reason.startswith(f"the sequence wrote region {hidden.id} ({hidden.base:#x}, {human_bytes(hidden.size)}), "
+                                "which no pointer"), pr.reason
+    assert "one of its 2 launches (launch 0 (sp_scale" in pr.reason and "launch 1 (sp_hide" in pr.reason, pr.reason
+    record = json.loads((repro / "reproducer.json").read_text())["prune"]
+    assert record["kept"] == "full" and record["reason"] == pr.reason
+
+
+def test_a_pruned_decoder_layer_drops_the_ballast_and_validates(seqs, tmp_path):
+    """The eager layer.1 of step.1 (Triton, cuBLAS, cuDNN, elementwise): the 64 MiB ballast
+    segment is reached by no launch and dropped; the pruned layer validates byte-exact."""
+    res, report, _ = seqs.get("layer", layer_app("eager"), "", sequence=api.SequenceRequest("nvtx"),
+                              selection=api.Selection(nvtx="step.1/layer.1"))
+    repro = copy_of(res, tmp_path)
+    ballast = api.open_capture(repro).region_of(report["ballast"])
+    assert ballast is not None and ballast.size >= 64 << 20
+    pr = api.prune(repro)
+    _pruned(pr, "layer")
+    assert ballast.id not in pr.reasons and api.open_capture(repro).region_of(report["ballast"]) is None
+    v, text = validated(repro, order="graph")
+    assert v.verdict == "pass", text
 
 
 # -- the workbench on a real sequence ------------------------------------------------------------

@@ -19,9 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="shrink a reproducer to the memory its kernel (or sequence) can reach, if replay proves it",
         description="Keep only the regions reachable from the kernel's arguments by following pointers in the "
                     "captured memory (a sequence: from every launch's arguments and every copy and fill of the "
-                    "window, following pointers before and after it). The pruned reproducer replaces DIR only if replaying it validates "
-                    "byte-exact against the captured post-state (needs the GPU); otherwise DIR stays as it is "
-                    "and the reason is printed and recorded in DIR/reproducer.json.",
+                    "window, following pointers before and after it). The pruned reproducer replaces DIR only "
+                    "if replaying it validates byte-exact against the captured post-state (needs the GPU); "
+                    "otherwise DIR stays as it is and the reason is printed and recorded in DIR/reproducer.json.",
         epilog="without a GPU: kerncap prune DIR --no-validate writes an unvalidated DIR-pruned next to DIR",
     )
     p.add_argument("path", type=Path, metavar="DIR", help="reproducer directory")

@@ -97,7 +97,7 @@ class PruneReport:
             seconds={k: float(v) for k, v in (d.get("seconds") or {}).items()},
             validated=bool(d.get("validated")), output=Path(d["output"]) if d.get("output") else None,
             reasons={int(k): v for k, v in (d.get("reasons") or {}).items()},
-            by_reason={str(k): {"regions": int((v or {}).get("regions", 0)), "logical": int((v or {}).get("logical", 0))}
+            by_reason={str(k): {"regions": int(v.get("regions", 0)), "logical": int(v.get("logical", 0))}
                        for k, v in (d.get("by_reason") or {}).items() if isinstance(v, dict)},
             notes=list(d.get("notes") or []), time=d.get("time", ""),
         )
