@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import xxhash
 
 import sequence_sim as S
 from kerncap import api
@@ -63,14 +62,6 @@ def sim(monkeypatch):
     monkeypatch.setattr(prune_mod, "ReplayClient", S.SeqClient)
 
 
-def _put(cap: Path, data: bytes) -> str | None:
-    if not any(data):
-        return None
-    h = xxhash.xxh64_hexdigest(data)
-    (cap / "blobs" / f"{h}.bin").write_bytes(data)
-    return h
-
-
 def _param(index: int, offset: int, value: bytes, region: int | None = None) -> dict:
     p = {"index": index, "offset": offset, "size": len(value), "value": value.hex()}
     if region is not None:
@@ -90,7 +81,7 @@ def linked_sequence(dest: Path, *, edit=None) -> Path:
               "sink": (bytes(S.BYTES), (np.float32(3) * HIDDEN).tobytes()),
               "ballast": (b"\x5a" * S.BYTES, b"\x5a" * S.BYTES)}
     for name, base in EXTRA.items():
-        pre, post = (_put(cap, s) for s in states[name])
+        pre, post = (S._blob(cap, s) for s in states[name])
         m["regions"].append({"id": IDS[name], "base": base, "size": S.BYTES, "api": "cuMemAlloc_v2",
                              "kind": "device", "written": pre != post, "zero_fraction": 0.0, "pre": [pre],
                              "post": [post]})
@@ -157,7 +148,7 @@ def test_a_pointer_among_a_host_copys_bytes_is_followed(tmp_path):
     inside the window), even where the destination's post-state no longer shows them."""
     def edit(m, seq, cap):
         data = struct.pack("<Q", EXTRA["ballast"]) + bytes(8)
-        seq["steps"][6]["payload"] = [_put(cap, data)]
+        seq["steps"][6]["payload"] = [S._blob(cap, data)]
 
     c = compute_closure(Capture.open(linked_sequence(tmp_path / "seq", edit=edit)))
     assert c.reasons[IDS["ballast"]] == "step 6: h2d copy's bytes+0x0" and c.kinds[IDS["ballast"]] == MEMORY_OPS
