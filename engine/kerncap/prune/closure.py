@@ -103,7 +103,7 @@ def compute_closure(capture: Capture, roots: Roots | None = None) -> Closure:
         else:
             for index, offset in finder.hits(root.data):
                 keep(index, root.why(offset), root.kind)
-    states = (0, 1) if roots.post else (0,)
+    post = roots.post  # a sequence: post-states hold the pointers its launches stored
     cache: dict[str, list[tuple[int, int]]] = {}  # blob -> hits (region index, offset in chunk)
     with ThreadPoolExecutor(SCAN_WORKERS, thread_name_prefix="kerncap-closure") as pool:
         _scan(cap, finder, [(chunks, item.size) for item in roots.items for chunks in item.states], cache, pool)
@@ -113,10 +113,10 @@ def compute_closure(capture: Capture, roots: Roots | None = None) -> Closure:
                     keep(index, f"{item.prefix}+{offset:#x}" + (STORED_SUFFIX if n else ""), item.kind)
         while frontier:  # breadth first: a region's reason names the shortest path to it
             level, frontier = frontier, []
-            scanned = [(s, r.size) for r in level for s in _region_states(r, states)]
+            scanned = [(s, r.size) for r in level for s in _region_states(r, post)]
             _scan(cap, finder, scanned, cache, pool)
             for region in level:
-                for n, chunks in enumerate(_region_states(region, states)):
+                for n, chunks in enumerate(_region_states(region, post)):
                     for index, offset in _item_hits(cap, chunks, cache):
                         keep(index, f"pointer at region {region.id}+{offset:#x}" + (STORED_SUFFIX if n else ""),
                              STORED if n else POINTERS)
@@ -146,11 +146,11 @@ def compute_closure(capture: Capture, roots: Roots | None = None) -> Closure:
     )
 
 
-def _region_states(region: Region, states: tuple[int, ...]) -> list[list[str | None]]:
+def _region_states(region: Region, post: bool) -> list[list[str | None]]:
     """The chunk lists of `region` to scan: its pre-state, and its post-state when asked
     and different (an unwritten region's post-state is its pre-state)."""
     out = [region.pre]
-    if 1 in states and region.post != region.pre:
+    if post and region.post != region.pre:
         out.append(region.post)
     return out
 
