@@ -53,7 +53,12 @@ run_shard() {  # index, pytest args...
   TMPDIR=$dir/tmp TRITON_CACHE_DIR=$dir/triton TORCHINDUCTOR_CACHE_DIR=$dir/inductor \
     timeout -s INT -k 20 "${KC_SHARD_TIMEOUT:-100000}" python3 -m pytest -m "${KC_MARK:-gpu or native}" -p no:cacheprovider -p no:randomly -o addopts="" -ra --durations=8 \
     --basetemp="$dir/pt" $@ >"/tmp/kc-shard-$i.log" 2>&1
-  echo $? >"$dir/rc"
+  local rc=$?
+  echo $rc >"$dir/rc"
+  # At once, on stdout: a call that runs out of time still shows what each finished shard did.
+  echo "shard $i done (rc $rc, $(( $(date +%s) - t_start )) s): $(tail -1 "/tmp/kc-shard-$i.log")"
+  grep -E "^(FAILED|ERROR) " "/tmp/kc-shard-$i.log" | head -10
+  [ "$rc" = 0 ] || grep -E "^E  " "/tmp/kc-shard-$i.log" | head -20
 }
 
 if [ -n "${KC_BESIDE:-}" ]; then
