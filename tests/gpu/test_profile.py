@@ -97,7 +97,10 @@ def comparison(exact, sampled) -> tuple[str, list[str]]:
     s = {k.name: k for k in sampled.kernels}
     top_e = [k.name for k in exact.kernels[:AGREE_TOP]]
     top_s = [k.name for k in sampled.kernels[:AGREE_TOP]]
-    lines = [f"{'exact %':>8} {'sampled %':>9} {'±%':>6} {'calls e/s':>15} {'timed':>7}  kernel"]
+    # Per launch: exact's average and the sampled (timed) minimum and maximum, in µs: one
+    # slow timed launch among a few tells a first-launch cost from a per-launch bias.
+    lines = [f"{'exact %':>8} {'sampled %':>9} {'±%':>6} {'calls e/s':>15} {'timed':>7} {'avg e':>7} "
+             f"{'min s':>7} {'max s':>7}  kernel"]
     problems = []
     for name in dict.fromkeys(top_e + top_s):
         ke, ks = e.get(name), s.get(name)
@@ -105,8 +108,10 @@ def comparison(exact, sampled) -> tuple[str, list[str]]:
         half = ""
         if ks and ks.total_hi_ns is not None and ks.total_ns:
             half = f"{50 * (ks.total_hi_ns - ks.total_lo_ns) / ks.total_ns:.1f}"
+        us = (f"{(ke.avg_ns / 1e3 if ke else 0):7.2f} {(ks.min_ns / 1e3 if ks else 0):7.2f} "
+              f"{(ks.max_ns / 1e3 if ks else 0):7.2f}")
         lines.append(f"{pe:8.2f} {ps:9.2f} {half:>6} {(ke.calls if ke else 0):>7}/{(ks.calls if ks else 0):<7} "
-                     f"{(ks.timed or 0) if ks else 0:>7}  {(ke or ks).display_name[:90]}")
+                     f"{(ks.timed or 0) if ks else 0:>7} {us}  {(ke or ks).display_name[:80]}")
         if abs(pe - ps) > AGREE_PP:
             problems.append(f"{name}: {pe:.2f} % exact, {ps:.2f} % sampled")
     # The same top-10 set; a kernel at the boundary may trade places with one whose share
