@@ -125,7 +125,10 @@ def test_exported_symbols_only_the_injection_api():
     candidates = [Path(p) for p in os.environ.get("KERNCAP_INJECT_LIB", "").split(os.pathsep) if p]
     candidates += [NATIVE_DIR / "libkerncap_inject.so"]  # an installed kerncap (the GPU flow's package build)
     candidates += list(ROOT.glob("build/*/native/capture/libkerncap_inject.so"))
-    lib = next((p for p in candidates if p.is_file()), None)
+    # An explicit override first; else the newest build (a stale build tree lacks new exports).
+    found = [p for p in candidates if p.is_file()]
+    lib = found[0] if os.environ.get("KERNCAP_INJECT_LIB") and found else max(found, key=lambda p: p.stat().st_mtime,
+                                                                               default=None)
     nm = shutil.which("nm")
     if lib is None or nm is None:
         pytest.skip("no built libkerncap_inject.so (set KERNCAP_INJECT_LIB) or no nm")
