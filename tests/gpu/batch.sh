@@ -9,7 +9,7 @@
 #   KC_STEPS="python3 bench/foo.py --json \$OUT/foo.json" bash tests/gpu/batch.sh ...   (after the tests)
 #
 # Each argument is one shard's pytest arguments. With no argument the whole suite runs in
-# seven shards, then the host-memory and profile tests alone. KC_BESIDE="cmd": a command run beside the shards (its output in $OUT/beside.log).
+# seven shards (KC_EXTRA: an eighth), then the host-memory and profile tests alone. KC_BESIDE="cmd": a command run beside the shards (its output in $OUT/beside.log).
 # Logs: $OUT/shards.log (every shard's log, one after another; failures on stdout),
 # $OUT/summary.txt, $OUT/steps.log (the device tool brings back at most 8 files; build logs
 # stay in /tmp/kc-*.log).
@@ -43,6 +43,8 @@ if [ $# -eq 0 ]; then
          "tests/gpu/test_selection.py tests/gpu/test_inspect_gpu.py tests/gpu/test_trust_gpu.py tests/gpu/test_replay_errors.py tests/gpu/test_capture_errors.py tests/gpu/test_buckets.py" \
          "tests/gpu/test_tui_loop.py tests/gpu/test_tui_triton_loop.py tests/gpu/test_session_gpu.py tests/gpu/test_mcp_gpu.py tests/gpu/test_check_gpu.py tests/gpu/test_sweep_gpu.py tests/gpu/test_recompile_big.py tests/gpu/test_mismatch_gpu.py tests/gpu/test_textures.py tests/gpu/test_launch_kinds.py tests/gpu/test_compare_gpu.py tests/gpu/test_hang_gpu.py tests/gpu/test_multigpu.py tests/test_native_units.py" \
          "tests/gpu/test_sequences.py"
+  # KC_EXTRA="tests/gpu/test_x.py ...": one more shard beside the seven.
+  [ -z "${KC_EXTRA:-}" ] || set -- "$@" "$KC_EXTRA"
 fi
 
 run_shard() {  # index, pytest args...
