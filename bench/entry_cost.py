@@ -17,6 +17,13 @@ launches alternate, in ABBA order, kerncap's full armed path and its pass-throug
 entry-point wrapper jumping straight to the driver, kerncap_bench_passthrough), so
 both halves of each pair see the same CPU state.
 
+--driver-work DATA_KIB:CODE_KIB makes the stand-in's launch do what the real driver's
+does to the CPU's caches (fake_libcuda.c KC_FAKE_WORK): read DATA_KIB of memory and run
+through CODE_KIB of distinct code before it returns, so kerncap's path finds its lines,
+branch predictions and TLB entries evicted on every launch, as on the H200 (docs/facts.md
+§33). 256:128 costs this machine ~5 us per launch, about a real launch's 4 us; without
+it the stand-in returns at once and everything kerncap touches stays hot.
+
 Costs are CPU nanoseconds of the launching threads per launch (their CLOCK_THREAD_CPUTIME_ID
 summed): with more threads than cores the wall time says nothing per launch, CPU time
 does, and cache lines bouncing between cores show in it. --launches is the total, split
@@ -25,18 +32,19 @@ Needs the package built (pip install ., or KERNCAP_INJECT_LIB), a C/C++ compiler
 the CUDA / CUPTI headers.
 
   python3 bench/entry_cost.py [--launches 2000000] [--threads 1,2,8,16] [--repeat 7]
-                              [--baseline DIR] [--blocks 200] [--json F]
+                              [--baseline DIR] [--blocks 200] [--driver-work 256:128] [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 
-from common import REPO, median, paired_cost, parse_blocks, print_table, ratio_interval, write_json
+from common import REPO, median, median_interval, paired_cost, parse_blocks, print_table, ratio_interval, write_json
 
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "entry_hooks"))
 import entry_build as B  # noqa: E402
@@ -44,12 +52,15 @@ import entry_build as B  # noqa: E402
 MODES = ("direct", "preloaded", "armed", "armed-other")
 
 
-def app_env(mode: str, libs: tuple[Path, Path], drv: Path, out: Path) -> tuple[dict[str, str], str]:
+def app_env(mode: str, libs: tuple[Path, Path], drv: Path, out: Path,
+            driver_work: str | None = None) -> tuple[dict[str, str], str]:
     """The environment and the injection library argument of inject_app for `mode`."""
     entry, inject = libs
     env = {**os.environ, "LD_LIBRARY_PATH": str(drv)}
-    for k in [k for k in env if k.startswith("KERNCAP_")]:
+    for k in [k for k in env if k.startswith(("KERNCAP_", "KC_FAKE_"))]:
         del env[k]
+    if driver_work:
+        env["KC_FAKE_DRIVER_WORK"] = driver_work
     if mode == "direct":
         return env, "-"
     env["LD_PRELOAD"] = str(entry)
@@ -61,14 +72,21 @@ def app_env(mode: str, libs: tuple[Path, Path], drv: Path, out: Path) -> tuple[d
     return env, str(inject)
 
 
+# The paired measure's decomposition (--decompose; bench/paired.py has the same rows): a
+# is the wrapper with a dispatcher that does nothing, or the dispatcher stopping early.
+PARTS = {"wrapper": {"KC_PAIRED_ARMED": "wrapper"}, "skip-callback": {"KERNCAP_BENCH_SKIP": "callback"},
+         "skip-launch": {"KERNCAP_BENCH_SKIP": "launch"}, "skip-quiesce": {"KERNCAP_BENCH_SKIP": "quiesce"}}
+
+
 def one_run(mode: str, exe: Path, libs: tuple[Path, Path], drv: Path, out: Path, threads: int, launches: int,
-            blocks: int = 0) -> dict:
-    env, inject = app_env(mode.replace("baseline-", "").replace("paired", "armed"), libs, drv, out)
+            blocks: int = 0, driver_work: str | None = None, part: str | None = None) -> dict:
+    env, inject = app_env(mode.replace("baseline-", "").replace("paired", "armed"), libs, drv, out, driver_work)
     if blocks:
         env["KERNCAP_BENCH_PASSTHROUGH"] = "1"
+        env.update(PARTS.get(part or "", {}))
     per_thread = launches // threads // max(blocks, 1) * max(blocks, 1)
     p = B.run([str(exe), inject, str(threads), str(per_thread)] + ([str(blocks)] if blocks else []), env=env)
-    if p.returncode != 0 or "loop_ns=" not in p.stdout:
+    if p.returncode != 0 or "loop_ns=" not in p.stdout or (driver_work and "driver_work: data_kib" not in p.stdout):
         sys.exit(f"{mode}: inject_app failed\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     total = threads * per_thread
     if blocks:
@@ -79,19 +97,35 @@ def one_run(mode: str, exe: Path, libs: tuple[Path, Path], drv: Path, out: Path,
 
 
 def measure(threads: int, args, exe: Path, libs: dict[str, tuple[Path, Path]], drv: Path, d: Path) -> dict:
-    modes = list(MODES) + (["baseline-armed", "baseline-armed-other"] if "baseline" in libs else [])
+    modes = [] if args.paired_only else list(MODES) + (
+        ["baseline-armed", "baseline-armed-other"] if "baseline" in libs else [])
     runs: dict[str, list[float]] = {m: [] for m in modes}
-    paired: list[dict] = []
+    paired: dict[str, list[dict]] = {which: [] for which in libs}
+    parts: dict[str, list[dict]] = {p: [] for p in (PARTS if args.decompose else ())}
     for i in range(args.repeat):  # interleaved: drift hits every mode alike
         for mode in modes:
             which = libs["baseline" if mode.startswith("baseline-") else "current"]
             runs[mode].append(one_run(mode, exe, which, drv, d / f"t{threads}-{mode}-{i}", threads,
-                                      args.launches)["cpu"])
-        if args.blocks:
-            got = one_run("paired", exe, libs["current"], drv, d / f"t{threads}-paired-{i}", threads, args.launches,
-                          args.blocks)
-            paired.append(paired_cost(got["blocks"], got["per_block"]))
-    return {"cpu_ns_per_launch": runs, "paired": paired}
+                                      args.launches, driver_work=args.driver_work)["cpu"])
+        for which in libs if args.blocks else ():
+            got = one_run("paired", exe, libs[which], drv, d / f"t{threads}-paired-{which}-{i}", threads,
+                          args.launches, args.blocks, args.driver_work)
+            paired[which].append(paired_cost(got["blocks"], got["per_block"]))
+        for part in parts:
+            got = one_run("paired", exe, libs["current"], drv, d / f"t{threads}-{part}-{i}", threads,
+                          args.launches, args.blocks, args.driver_work, part)
+            parts[part].append(paired_cost(got["blocks"], got["per_block"]))
+    return {"cpu_ns_per_launch": runs, "paired": paired["current"], "baseline_paired": paired.get("baseline", []),
+            "parts": parts}
+
+
+def paired_line(procs: list[dict]) -> str:
+    """Each process's estimate [interval], and the groups of all pooled: median [interval]."""
+    pooled = [e for p in procs for e in p["estimates"]]
+    lo, hi = median_interval(pooled)
+    return (", ".join(f"{p['per_launch']:.1f} [{p['interval'][0]:.1f}-{p['interval'][1]:.1f}]" for p in procs)
+            + f" ns; pooled {median(pooled):.1f} [{lo:.1f}-{hi:.1f}] ns over "
+            f"{median([p['passthrough_per_launch'] for p in procs]):.0f} ns pass-through")
 
 
 def main() -> None:
@@ -103,10 +137,17 @@ def main() -> None:
                         help="blocks of the in-process paired measure (multiple of 4; 0: skip it)")
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="a directory with another build's libkerncap_inject.so and libkerncap_entry.so")
+    parser.add_argument("--decompose", action="store_true",
+                        help="also the paired rows wrapper, skip-callback, skip-launch, skip-quiesce (bench/paired.py's)")
+    parser.add_argument("--paired-only", action="store_true", help="only the paired measure (no whole-process modes)")
+    parser.add_argument("--driver-work", metavar="DATA_KIB:CODE_KIB",
+                        help="each stand-in launch reads DATA_KIB of memory and runs CODE_KIB of code (e.g. 256:128)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
-    if args.blocks % 4:
-        parser.error("--blocks must be a multiple of 4 (a p p a groups)")
+    if args.blocks % 4 or (args.paired_only and not args.blocks):
+        parser.error("--blocks must be a multiple of 4 (a p p a groups), and not 0 with --paired-only")
+    if args.driver_work and not re.fullmatch(r"\d{1,7}:\d{1,7}", args.driver_work):
+        parser.error(f"--driver-work {args.driver_work}: expected DATA_KIB:CODE_KIB, e.g. 256:128")
     if not (B.HEADERS and B.CC and B.CXX):
         sys.exit("needs a C/C++ compiler and the CUDA / CUPTI headers (CUDA_HOME, or Triton's wheel)")
     from kerncap.core.native import entry_library, inject_library
@@ -125,29 +166,40 @@ def main() -> None:
     results: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="kerncap-entry-cost-") as tmp:
         d = Path(tmp)
-        drv, exe = B.fake_driver(d / "drv"), B.inject_app(d)
+        drv, exe = B.fake_driver(d / "drv", work=bool(args.driver_work)), B.inject_app(d)
         for t in thread_counts:
             results[t] = measure(t, args, exe, libs, drv, d)
 
-    print(f"{args.launches} launches in all through cuGetProcAddress into a stand-in driver; CPU ns of the launching "
-          f"threads per launch, median of {args.repeat} interleaved processes [90 % bootstrap interval of the ratio]")
+    work = (f" whose launches each read {args.driver_work.split(':')[0]} KiB and run {args.driver_work.split(':')[1]} "
+            "KiB of code" if args.driver_work else " that returns at once")
+    print(f"{args.launches} launches in all through cuGetProcAddress into a stand-in driver{work}; CPU ns of the "
+          f"launching threads per launch, median of {args.repeat} interleaved processes [90 % bootstrap interval of "
+          "the ratio]")
     summary = []
     for t, r in results.items():
         runs = r["cpu_ns_per_launch"]
-        base = median(runs["direct"])
-        rows = []
-        for mode, values in runs.items():
-            m = median(values)
-            lo, hi = ratio_interval(values, runs["direct"])
-            rows.append([mode, f"{m:.1f}", f"{m - base:+.1f}", f"{m / base:.2f} [{lo:.2f}-{hi:.2f}]"])
         print(f"\n{t} thread(s)")
-        print_table(["mode", "cpu ns/launch", "vs direct", "ratio [90 %]"], rows)
+        if runs:
+            base = median(runs["direct"])
+            rows = []
+            for mode, values in runs.items():
+                m = median(values)
+                lo, hi = ratio_interval(values, runs["direct"])
+                rows.append([mode, f"{m:.1f}", f"{m - base:+.1f}", f"{m / base:.2f} [{lo:.2f}-{hi:.2f}]"])
+            print_table(["mode", "cpu ns/launch", "vs direct", "ratio [90 %]"], rows)
         if r["paired"]:
-            costs = [p["per_launch"] for p in r["paired"]]
             print(f"  paired (armed - pass-through in one process, {r['paired'][0]['groups']} a-p-p-a groups each): "
-                  + ", ".join(f"{p['per_launch']:.1f} [{p['interval'][0]:.1f}-{p['interval'][1]:.1f}]"
-                              for p in r["paired"]) + f" ns; median {median(costs):.1f} ns")
+                  + paired_line(r["paired"]))
+        if r["baseline_paired"]:
+            print("  baseline-paired (the same with --baseline's libraries): " + paired_line(r["baseline_paired"]))
+        for part, procs in r["parts"].items():
+            print(f"  {part}: " + paired_line(procs))
         summary.append((t, r))
+    if args.paired_only:
+        write_json(args.json, {"bench": "entry_cost", "launches": args.launches, "repeat": args.repeat,
+                               "blocks": args.blocks, "baseline": str(args.baseline) if args.baseline else None,
+                               "driver_work": args.driver_work, "results": {str(t): r for t, r in results.items()}})
+        return
     one = dict(summary).get(1) if 1 in dict(summary) else None
     rows = []
     for t, r in summary:
@@ -178,6 +230,7 @@ def main() -> None:
     print_table(headers, rows)
     write_json(args.json, {"bench": "entry_cost", "launches": args.launches, "repeat": args.repeat,
                            "blocks": args.blocks, "baseline": str(args.baseline) if args.baseline else None,
+                           "driver_work": args.driver_work,
                            "results": {str(t): r for t, r in results.items()}})
 
 
