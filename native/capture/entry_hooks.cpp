@@ -26,6 +26,7 @@
 #include <functional>
 #include <new>
 
+#include "entry_abi.hpp"
 #include "watched_list.hpp"
 
 #undef cuGetProcAddress  // cuda.h maps it to _v2; both ABIs are defined here
@@ -40,12 +41,30 @@ using GetProcFn = CUresult (*)(const char*, void**, int, cuuint64_t);
 using GetProcV2Fn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 using CtxGetCurrentFn = CUresult (*)(CUcontext*);
 
-std::atomic<Dispatch> g_dispatch{nullptr};
-// Set by a dispatcher that resolves a launch's context itself where it reads it (capture
-// mode: only the target's launches and a sequence's do): the wrappers then skip
-// cuCtxGetCurrent on every launch, a driver call the armed path paid for nothing.
-std::atomic<bool> g_lazy_launch_context{false};
+struct Table;
+
+// What every wrapper reads, in one cache line (issue 31: on the H200 each line the path
+// touches is a miss after the driver's launch, docs/facts.md §33).
+struct alignas(64) Hooks {
+  std::atomic<Table*> table{nullptr};  // libcuda's entry points (table() below)
+  std::atomic<Dispatch> dispatch{nullptr};
+  // The launch fast path (entry_abi.hpp); enter null: none. exit is set before enter and
+  // never cleared, so a launch that was handed to enter always finds it.
+  std::atomic<kc_entry::LaunchEnter> launch_enter{nullptr};
+  std::atomic<kc_entry::LaunchExit> launch_exit{nullptr};
+  std::atomic<void*> launch_ctx{nullptr};  // set with exit
+  // Set by a dispatcher that resolves a launch's context itself where it reads it
+  // (capture mode: only the target's launches and a sequence's do): the wrappers then
+  // skip cuCtxGetCurrent on every launch, a driver call the armed path paid for nothing.
+  std::atomic<bool> lazy_launch_context{false};
+};
+Hooks g_hooks;
 std::atomic<uint64_t> g_handed{0};  // wrappers handed out (diagnostics)
+
+// The injection library's per-thread state (entry_abi.hpp kThreadBlock). initial-exec:
+// this library is only ever preloaded, so its TLS is static (a %fs-relative address, no
+// __tls_get_addr); zero at every thread's start, as the injection library expects.
+alignas(64) __attribute__((tls_model("initial-exec"))) thread_local unsigned char tl_block[kc_entry::kThreadBlock];
 
 struct Entry {
   const char* name;
@@ -99,11 +118,9 @@ struct Table {
   GetProcV2Fn gpa2;
   CtxGetCurrentFn ctx_current;
 };
-std::atomic<Table*> g_table{nullptr};
-
 // The table, or null while libcuda is not loaded.
 const Table* table() {
-  Table* t = g_table.load(std::memory_order_acquire);
+  Table* t = g_hooks.table.load(std::memory_order_acquire);
   if (t) return t;
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!h) return nullptr;
@@ -125,7 +142,7 @@ const Table* table() {
     return nullptr;
   }
   Table* expected = nullptr;
-  if (g_table.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return fresh;
+  if (g_hooks.table.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return fresh;
   delete fresh;  // another thread published the same table first
   return expected;
 }
@@ -155,7 +172,7 @@ CUresult around(const Table& t, size_t slot, Dispatch d, const void* params, Cal
   // Unique per thread: the dispatcher pairs a launch's exit with its entry on one thread.
   cb.correlationId = ++tl_correlation;
   CUcontext ctx = nullptr;
-  if (t.ctx_current && !(e.launch && g_lazy_launch_context.load(std::memory_order_relaxed))) t.ctx_current(&ctx);
+  if (t.ctx_current && !(e.launch && g_hooks.lazy_launch_context.load(std::memory_order_relaxed))) t.ctx_current(&ctx);
   cb.context = ctx;
   d(e.cbid, &cb);
   ret = call();
@@ -164,20 +181,62 @@ CUresult around(const Table& t, size_t slot, Dispatch d, const void* params, Cal
   return ret;
 }
 
+constexpr bool launch_call(CUpti_CallbackId cbid) {
+  return cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel ||
+         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz;
+}
+
+// Each slot's cbid at compile time: a launch's wrapper is built with its fast path.
+constexpr CUpti_CallbackId kCbid[kSlotCount] = {
+#define KC_CBID(name, proto, roles) CUPTI_DRIVER_TRACE_CBID_##name,
+    KC_WATCHED_CALLS(KC_CBID)
+#undef KC_CBID
+};
+
+
 template <size_t S, class Params, class Fn>
 struct Wrap;
 
 template <size_t S, class Params, class... A>
 struct Wrap<S, Params, CUresult (*)(A...)> {
+  using Real = CUresult (*)(A...);
   static CUresult CUDAAPI call(A... a) {
-    using Real = CUresult (*)(A...);
+    const Table* t = g_hooks.table.load(std::memory_order_acquire);
+    if (__builtin_expect(!t, 0)) return first(a...);
+    Real real = reinterpret_cast<Real>(t->real[S]);
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED;  // the driver has no such entry point
+    Dispatch d = g_hooks.dispatch.load(std::memory_order_acquire);
+    if (!d) return real(a...);
+    return armed(*t, real, d, a...);
+  }
+  // The same before the table is published (it may be built here).
+  __attribute__((noinline, cold)) static CUresult first(A... a) {
     const Table* t = table();
     Real real = t ? reinterpret_cast<Real>(t->real[S]) : nullptr;
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;  // no driver loaded: nothing could have run
-    Dispatch d = g_dispatch.load(std::memory_order_acquire);
+    Dispatch d = g_hooks.dispatch.load(std::memory_order_acquire);
     if (!d) return real(a...);
+    return armed(*t, real, d, a...);
+  }
+  __attribute__((always_inline)) static inline CUresult armed(const Table& t, Real real, Dispatch d, A... a) {
+    if constexpr (launch_call(kCbid[S])) {
+      if (kc_entry::LaunchEnter enter = g_hooks.launch_enter.load(std::memory_order_acquire)) {
+        // Both read before the driver runs (its launch evicts this line).
+        void* ctx = g_hooks.launch_ctx.load(std::memory_order_relaxed);
+        const kc_entry::LaunchExit exit = g_hooks.launch_exit.load(std::memory_order_relaxed);
+        void* thread = tl_block;
+        const int v = enter(ctx, thread, kCbid[S], Params{a...}.f);
+        if (__builtin_expect(v != kc_entry::kFull, 1)) {
+          const CUresult r = real(a...);
+          if (v == kc_entry::kExit) exit(ctx, thread);
+          return r;
+        }
+      }
+    }
     const Params p{a...};  // CUPTI's params struct: the arguments, in order
-    return around(*t, S, d, &p, [&] { return real(a...); });
+    return around(t, S, d, &p, [&] { return real(a...); });
   }
 };
 
@@ -186,13 +245,6 @@ struct Wrap<S, Params, CUresult (*)(A...)> {
 namespace {
 constexpr bool old_abi(const char* proto) {
   return proto[0] == 'k' && proto[1] == 'c' && proto[2] == '_' && proto[3] == 'v' && proto[4] == '1';
-}
-
-constexpr bool launch_call(CUpti_CallbackId cbid) {
-  return cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz;
 }
 
 // Constant-initialized (no constructor runs before a call can arrive through the PLT).
@@ -318,13 +370,31 @@ __attribute__((constructor)) static void kc_entry_init() {
 // watched entry points the driver has (0: libcuda is not loaded yet).
 KC_EXPORT int kerncap_entry_attach(Dispatch d) {
   const Table* t = table();
-  g_dispatch.store(d, std::memory_order_release);
+  if (!d) g_hooks.launch_enter.store(nullptr, std::memory_order_release);
+  g_hooks.dispatch.store(d, std::memory_order_release);
   return t ? int(t->n) : 0;
 }
 
 // 1: the dispatcher resolves a launch's context itself (cb->context is null for launches).
 KC_EXPORT void kerncap_entry_lazy_launch_context(int on) {
-  g_lazy_launch_context.store(on != 0, std::memory_order_relaxed);
+  g_hooks.lazy_launch_context.store(on != 0, std::memory_order_relaxed);
+}
+
+// The calling thread's block of the injection library's per-thread state (entry_abi.hpp).
+KC_EXPORT void* kerncap_entry_thread_block(void) { return tl_block; }
+KC_EXPORT size_t kerncap_entry_thread_block_size(void) { return sizeof tl_block; }
+
+// The launch fast path, after kerncap_entry_attach (entry_abi.hpp). 0: taken; -1: refused
+// (another ABI, or no exit function); nothing changes then.
+kc_entry::LaunchEnter g_attached_enter = nullptr;  // what kerncap_bench_passthrough(0) restores
+KC_EXPORT int kerncap_entry_attach_launch(int abi, void* ctx, kc_entry::LaunchEnter enter,
+                                          kc_entry::LaunchExit exit) {
+  if (abi != kc_entry::kAbi || !exit || g_hooks.launch_exit.load(std::memory_order_acquire)) return -1;
+  g_hooks.launch_ctx.store(ctx, std::memory_order_relaxed);
+  g_hooks.launch_exit.store(exit, std::memory_order_release);  // before enter: never changed again
+  g_attached_enter = enter;
+  g_hooks.launch_enter.store(enter, std::memory_order_release);
+  return 0;
 }
 
 // The paired measure's switch (bench/paired.py, bench/entry_cost.py). Exists only where
@@ -338,8 +408,10 @@ std::atomic<Dispatch> g_bench_dispatch{nullptr};
 KC_EXPORT void kerncap_entry_allow_bench(Dispatch d) { g_bench_dispatch.store(d, std::memory_order_release); }
 
 // The bench's third mode: the wrapper's own half (the callback data, the context as the
-// dispatcher asked, two calls) with a dispatcher that does nothing.
+// dispatcher asked, two calls; for a launch with the fast path, one call that declines
+// nothing) with a dispatcher that does nothing.
 static void bench_noop(CUpti_CallbackId, const CUpti_CallbackData*) {}
+static int bench_launch_noop(void*, void*, CUpti_CallbackId, CUfunction) { return kc_entry::kDone; }
 
 // 1: the wrappers jump straight to the driver; 0: through kerncap's dispatcher again;
 // 2: through the wrapper to a dispatcher that does nothing (what the wrapper costs).
@@ -347,7 +419,9 @@ static void bench_noop(CUpti_CallbackId, const CUpti_CallbackData*) {}
 KC_EXPORT int kerncap_bench_passthrough(int on) {
   Dispatch d = g_bench_dispatch.load(std::memory_order_acquire);
   if (!d) return -1;
-  g_dispatch.store(on == 1 ? nullptr : on == 2 ? &bench_noop : d, std::memory_order_release);
+  if (g_attached_enter)
+    g_hooks.launch_enter.store(on == 2 ? &bench_launch_noop : g_attached_enter, std::memory_order_release);
+  g_hooks.dispatch.store(on == 1 ? nullptr : on == 2 ? &bench_noop : d, std::memory_order_release);
   return 0;
 }
 

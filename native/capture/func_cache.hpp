@@ -56,8 +56,9 @@ class FuncCache {
   std::vector<std::string> refused_names(const ExtraCounts* extra = nullptr) const;
 
  private:
-  mutable std::shared_mutex mu_;
+  // First: every launch reads it (inject.cpp keeps it in State's first cache line).
   std::atomic<uint64_t> epoch_{1};  // per-thread caches start at 0: invalid
+  mutable std::shared_mutex mu_;
   std::unordered_map<CUfunction, FuncInfo*> live_;
   std::vector<std::unique_ptr<FuncInfo>> all_;  // owns live and retired entries
 };

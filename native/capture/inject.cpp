@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 
 #include "capture_session.hpp"
@@ -30,6 +31,7 @@
 #include "config.hpp"
 #include "crash_report.hpp"
 #include "driver.hpp"
+#include "entry_abi.hpp"
 #include "func_cache.hpp"
 #include "graph_model.hpp"
 #include "job_identity.hpp"
@@ -62,27 +64,31 @@ namespace {
 // Python hook may call in before the driver has initialized the injection.
 std::atomic<int> g_benchmark{0};
 
-struct State {
-  // What every launch reads, first and in one cache line (issue 31, ThreadState's note).
+struct alignas(64) State {
+  // What every launch reads, first and in two cache lines (issue 31, ThreadState's note):
+  // these flags and the function cache's epoch, then the quiesce flag's `pending`.
   std::atomic<bool> active{false};  // subscribed and configured: callbacks do work
   std::atomic<bool> armed{false};    // capture mode, target not reached yet: quiesce and count
   Mode mode = Mode::Capture;                               // cfg.mode, copied at initialize()
   Config::BenchSkip bench_skip = Config::BenchSkip::None;  // cfg.bench_skip, copied there
   bool sequence = false;                                   // seq_trigger is set (create_selection)
+  std::atomic<bool> forked{false};                         // g_forked, for the launch fast path
+  FuncCache funcs;   // its epoch first
+  Quiesce quiesce;   // 64-aligned: its pending flag opens the next line
   Config cfg;
   std::unique_ptr<KernelMatcher> matcher;
   CUpti_SubscriberHandle subscriber = nullptr;
   // Driver calls reach the dispatcher from libkerncap_entry.so's wrappers, not CUPTI:
   // no CUPTI subscriber exists until the capture (docs/interposer.md).
   bool entry_points = false;
+  bool launch_fast_path = false;  // plain launches skip the callbacks (launch_enter_fast)
+  std::atomic<uint64_t> full_path_launches{0};  // with it: launches that took launch_enter
   ModuleImages images;  // entry points only: what each handle was loaded from
   ProcReport report;
-  FuncCache funcs;
   MemoryTracker mem;
   ArrayTracker arrays;  // CUDA arrays, texture and surface objects
   ModuleRegistry modules;
   ThreadSlots slots;  // per-thread quiesce flags and launch counters
-  Quiesce quiesce;
   std::atomic<bool> claimed{false};  // this process tried to take the run's capture lock
   std::atomic<bool> owns_lock{false};  // ... and holds it: its (set's) captures land here
   JobIdentity job;
@@ -125,7 +131,10 @@ struct State {
 State* g = nullptr;
 // Set in a fork child (pthread_atfork): CUDA is unusable there and the parent reports.
 std::atomic<bool> g_forked{false};
-void on_fork_child() { g_forked.store(true, std::memory_order_relaxed); }
+void on_fork_child() {
+  g_forked.store(true, std::memory_order_relaxed);
+  if (State* s = g) s->forked.store(true, std::memory_order_relaxed);
+}
 
 // Everything a callback keeps per thread, in one trivially constructible object: the
 // hot path (every launch of the app) pays one TLS lookup and no TLS init guard. A
@@ -141,6 +150,7 @@ struct FuncSlot {
   ThreadSlot::Kernel* count;  // this thread's count of that kernel (null: the shared one)
   bool plain;                 // never the target nor an XLA helper: launch_enter's short path
   bool is_kernel;
+  bool fast;                  // plain and counted per thread: launch_enter_fast takes it
 };
 struct ThreadState {
   bool guard;         // kerncap itself is calling the driver: not the app's calls
@@ -191,13 +201,35 @@ struct ThreadState {
   ProfGraph* graph_rec[4];
   ThreadSlot::Kernel* graph_count[4];
 };
-thread_local ThreadState tl;  // zero-initialised, trivial: no guard, no destructor
+static_assert(std::is_trivial<ThreadState>::value, "zero-initialised storage is a ThreadState");
+static_assert(sizeof(ThreadState) <= kc_entry::kThreadBlock && alignof(ThreadState) <= 64,
+              "ThreadState must fit libkerncap_entry.so's per-thread block (entry_abi.hpp)");
+
+// Each thread's ThreadState: in libkerncap_entry.so's per-thread block when that library
+// is preloaded (its static TLS: the launch fast path gets it by pointer, and nothing
+// here pays __tls_get_addr for it), else in this library's own TLS. Chosen once, when
+// this library is loaded, before any callback can run.
+thread_local ThreadState tl_own;  // zero-initialised, trivial: no guard, no destructor
+using ThreadBlockFn = void* (*)();
+ThreadBlockFn g_thread_block = nullptr;
+
+__attribute__((constructor)) void find_thread_block() {
+  using SizeFn = size_t (*)();
+  auto size = reinterpret_cast<SizeFn>(dlsym(RTLD_DEFAULT, "kerncap_entry_thread_block_size"));
+  auto block = reinterpret_cast<ThreadBlockFn>(dlsym(RTLD_DEFAULT, "kerncap_entry_thread_block"));
+  if (size && block && size() >= sizeof(ThreadState)) g_thread_block = block;
+}
+
+ThreadState& this_thread() {
+  return g_thread_block ? *static_cast<ThreadState*>(g_thread_block()) : tl_own;
+}
 
 // Set while kerncap itself calls the driver, so its own calls are not treated as the app's.
 struct Guard {
+  ThreadState& t;
   bool prev;
-  Guard() : prev(tl.guard) { tl.guard = true; }
-  ~Guard() { tl.guard = prev; }
+  Guard() : t(this_thread()), prev(t.guard) { t.guard = true; }
+  ~Guard() { t.guard = prev; }
 };
 
 thread_local std::optional<ModuleCollector> tl_load_collector; // inside cuModuleLoad*/cuLibraryLoad*
@@ -275,6 +307,10 @@ std::string interception_json(const State& s) {
   if (handed) w.field("wrappers_handed", handed());
   if (s.cfg.bench_passthrough) w.field("bench_passthrough", true);  // counts may miss bypassed calls
   if (s.entry_points) w.field("images_seen", uint64_t(s.images.size()));
+  if (s.entry_points) w.field("launch_fast_path", s.launch_fast_path);
+  // With the fast path: launches that took the full one (the target's, a handle's first
+  // on a thread); the others were counted by the fast path.
+  if (s.launch_fast_path) w.field("full_path_launches", s.full_path_launches.load());
   w.end_object();
   return w.str();
 }
@@ -458,6 +494,7 @@ bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpt
                    uint32_t bucket) {
   if (!claim_capture(s)) return false;
   // Waits until no other thread is inside an enqueueing call; new ones wait for unlock.
+  ThreadState& tl = this_thread();
   if (!hold_other_threads(s, tl, fi.demangled, index, bucket)) return false;
   Recovered recovered;
   if (s.entry_points) {
@@ -504,6 +541,7 @@ bool start_capture(State& s, const LaunchDesc& d, const FuncInfo& fi, const CUpt
 }
 
 void finish_capture(State& s, const CUpti_CallbackData* cb) {
+  ThreadState& tl = this_thread();
   std::unique_ptr<CaptureSession> session(tl.session);
   const uint32_t bucket = tl.bucket;
   const uint64_t index = tl.index;
@@ -568,6 +606,14 @@ bool in_stream_capture(State& s, CUstream stream, bool per_thread) {
   return stream_is_capturing(d, why);
 }
 
+// Fibonacci hashing: handles a few bytes apart (one module's functions) land in
+// different slots, where `>> 4` put neighbours together and two alternating kernels
+// missed on every launch.
+inline size_t func_slot_index(CUfunction f) {
+  static_assert(kFuncSlots == 8, "the hash takes 3 bits");
+  return size_t((uint64_t(reinterpret_cast<uintptr_t>(f)) * 0x9E3779B97F4A7C15ull) >> 61);
+}
+
 // The handle's FuncInfo, from this thread's direct-mapped cache; `count` (if asked) gets
 // this thread's launch counter of the kernel (null: count on the FuncInfo's shared one).
 // This thread's cache entry for `f` (resolving it on a miss).
@@ -577,12 +623,7 @@ FuncSlot& func_slot(State& s, ThreadState& t, CUfunction f) {
     for (FuncSlot& e : t.funcs) e.key = nullptr;
     t.func_epoch = epoch;
   }
-  // Fibonacci hashing: handles a few bytes apart (one module's functions) land in
-  // different slots, where `>> 4` put neighbours together and two alternating kernels
-  // missed on every launch.
-  const size_t slot = size_t((uint64_t(reinterpret_cast<uintptr_t>(f)) * 0x9E3779B97F4A7C15ull) >> 61);
-  static_assert(kFuncSlots == 8, "the hash above takes 3 bits");
-  FuncSlot& e = t.funcs[slot];
+  FuncSlot& e = t.funcs[func_slot_index(f)];
   if (__builtin_expect(e.key != f, 0)) {
     FuncInfo* fi;
     {
@@ -590,7 +631,9 @@ FuncSlot& func_slot(State& s, ThreadState& t, CUfunction f) {
       fi = s.funcs.get(f, s.matcher.get());
     }
     ThreadSlot* mine = my_slot(s, t);
-    e = FuncSlot{f, fi, mine ? mine->counter_for(fi) : nullptr, !fi->matched && !fi->xla_helper, fi->is_kernel};
+    ThreadSlot::Kernel* count = mine ? mine->counter_for(fi) : nullptr;
+    const bool plain = !fi->matched && !fi->xla_helper;
+    e = FuncSlot{f, fi, count, plain, fi->is_kernel, plain && count};
   }
   return e;
 }
@@ -692,6 +735,7 @@ void sequence_launch_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb
 void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   LaunchDesc d;
   if (!decode_launch(cbid, cb->functionParams, d)) return;
+  if (s.launch_fast_path) s.full_path_launches.fetch_add(1, std::memory_order_relaxed);
   FuncSlot& e = func_slot(s, t, d.f);
   FuncInfo* fi = e.info;
   count_launch(s, t, *fi, e.count);
@@ -758,6 +802,57 @@ void launch_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb) {
   // More than kLazyIds modules in one launch: those are not paired by handle, and the
   // capture selects the cubin by symbol and attributes instead (docs/interposer.md).
   if (t.n_lazy > 0) pair_lazy_modules(s, t);
+}
+
+// The launch fast path (entry_abi.hpp, docs/interposer.md): what on_callback ->
+// launch_enter does for a launch whose handle this thread has cached as plain (never the
+// target nor an XLA helper), in capture mode without a sequence, done with the state the
+// wrapper passes and nothing else: count it, mark it in flight, raise the quiesce flag.
+// Everything else is refused (kFull) before anything is changed, and takes the full path,
+// which also fills the cache. Kept small and branch-light: on the GPU machine every line
+// it touches is cold (the driver's launch ran in between).
+// Attached only without a sequence (so seq_owner is false) and in capture mode. `Skip`:
+// the bench's decomposition (KERNCAP_BENCH_SKIP) stops where the full path would stop,
+// in its own instance, so the one every other process runs has no such branches.
+template <Config::BenchSkip Skip>
+__attribute__((hot)) int launch_enter_fast(void* ctx, void* thread, CUpti_CallbackId, CUfunction f) noexcept {
+  State* s = static_cast<State*>(ctx);  // g
+  if (__builtin_expect(!s->active.load(std::memory_order_acquire) || s->forked.load(std::memory_order_relaxed), 0))
+    return kc_entry::kDone;  // on_callback would do nothing, at entry and exit
+  ThreadState& t = *static_cast<ThreadState*>(thread);
+  if (__builtin_expect(t.guard, 0)) return kc_entry::kDone;  // kerncap's own call
+  if (Skip == Config::BenchSkip::Callback) return kc_entry::kDone;
+  const FuncSlot& e = t.funcs[func_slot_index(f)];
+  // e.fast: plain, with a per-thread counter (so this thread has its slot).
+  if (__builtin_expect(t.func_epoch != s->funcs.epoch() || e.key != f || !e.fast, 0)) return kc_entry::kFull;
+  ThreadSlot::bump(t.slot->launches);  // count_launch
+  ThreadSlot::bump(e.count->count);
+  if (Skip == Config::BenchSkip::Launch) return kc_entry::kDone;
+  t.in_launch = true;
+  t.f = f;
+  t.is_kernel = e.is_kernel;
+  t.n_lazy = 0;
+  // quiesce_enter, with the slot known to exist.
+  if (Skip != Config::BenchSkip::Quiesce && s->armed.load(std::memory_order_acquire) && t.shared_depth++ == 0)
+    s->quiesce.enter(*t.slot);
+  return kc_entry::kExit;
+}
+
+// launch_exit for a launch launch_enter_fast took (no capture session, no sequence).
+__attribute__((hot)) void launch_exit_fast(void* ctx, void* thread) noexcept {
+  ThreadState& t = *static_cast<ThreadState*>(thread);
+  // quiesce_exit; the fast path is taken only by threads that have a slot.
+  if (t.shared_depth > 0 && --t.shared_depth == 0) Quiesce::exit(*t.slot);
+  if (!t.in_launch) return;
+  t.in_launch = false;
+  if (__builtin_expect(t.n_lazy > 0, 0)) {
+    State& s = *static_cast<State*>(ctx);
+    try {
+      pair_lazy_modules(s, t);
+    } catch (const std::exception& e) {  // as on_callback reports it
+      s.report.add_error("capture_failed", std::string("kerncap internal error after a launch: ") + e.what());
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------
@@ -1105,7 +1200,7 @@ CUresult run_graph_copy(CUgraph g, CUstream stream, const std::string& what) {
 void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t index, CUstream stream,
                          bool per_thread, uint32_t bucket) {
   if (!claim_capture(s)) return;
-  if (!hold_other_threads(s, tl, target.func->demangled, index, bucket)) return;
+  if (!hold_other_threads(s, this_thread(), target.func->demangled, index, bucket)) return;
   Guard guard;
   std::vector<CUlaunchAttribute> attrs;
   std::string dir;
@@ -1901,9 +1996,9 @@ void sampled_call(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
 // A kernel node entered a graph (explicitly, or recorded by stream capture): remember
 // graphs that hold the target, to say what happened when the dispatch is never reached.
 void on_graph_node_created(State& s, const CUpti_GraphData* gd) {
-  if (!gd || gd->nodeType != CU_GRAPH_NODE_TYPE_KERNEL || !s.armed.load(std::memory_order_acquire) || tl.guard ||
-      tl.in_graph_call)
-    return;
+  if (!gd || gd->nodeType != CU_GRAPH_NODE_TYPE_KERNEL || !s.armed.load(std::memory_order_acquire)) return;
+  const ThreadState& tl = this_thread();
+  if (tl.guard || tl.in_graph_call) return;
   Guard guard;
   CUDA_KERNEL_NODE_PARAMS p{};
   if (KC_CU(cuGraphKernelNodeGetParams)(gd->node, &p) != CUDA_SUCCESS) return;
@@ -2006,6 +2101,7 @@ void entry_only_call(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* 
     case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2: {
       // The primary context goes when reset, or released for the last time.
       const CUdevice dev = static_cast<const cuDevicePrimaryCtxReset_v2_params*>(p)->dev;  // same layout
+      ThreadState& tl = this_thread();
       if (enter) {
         tl.primary_ctx = nullptr;
         Guard guard;
@@ -2225,6 +2321,7 @@ void on_resource(State& s, CUpti_CallbackId cbid, const CUpti_ResourceData* rd) 
       if (!md || loading_own_module()) return;  // kerncap's fingerprint kernel is not the app's code
       // A load call's collector (or the capture's) takes it first; else it was loaded
       // lazily by the launch in flight on this thread.
+      ThreadState& tl = this_thread();
       if (!ModuleCollector::note_loaded(md->moduleId) && tl.in_launch && tl.n_lazy++ < kLazyIds)
         tl.lazy[tl.n_lazy - 1] = md->moduleId;
       if (const KernelMatcher* m = registry_matcher(s); m && md->pCubin && md->cubinSize)
@@ -2255,10 +2352,10 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
       on_resource(*s, cbid, static_cast<const CUpti_ResourceData*>(data));
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
-      ThreadState& t = tl;
+      ThreadState& t = this_thread();
       if (!t.guard) on_driver(*s, t, cbid, static_cast<const CUpti_CallbackData*>(data));
     } else if (domain == CUPTI_CB_DOMAIN_NVTX) {
-      if (s->nvtx && s->seq_trigger) sequence_nvtx(*s, tl, cbid, static_cast<const CUpti_NvtxData*>(data));
+      if (s->nvtx && s->seq_trigger) sequence_nvtx(*s, this_thread(), cbid, static_cast<const CUpti_NvtxData*>(data));
       else if (s->nvtx) s->nvtx->on_callback(cbid, static_cast<const CUpti_NvtxData*>(data));
     }
   } catch (const std::exception& e) {
@@ -2393,6 +2490,17 @@ bool attach_entry_points(State& s) {
     // launch skips the wrapper's cuCtxGetCurrent.
     using Lazy = void (*)(int);
     if (auto lazy = reinterpret_cast<Lazy>(dlsym(RTLD_DEFAULT, "kerncap_entry_lazy_launch_context"))) lazy(1);
+    // Plain launches through the fast path, where this library's per-thread state is the
+    // block the wrapper passes (a sequence's launches all take the full path).
+    using AttachLaunch = int (*)(int, void*, kc_entry::LaunchEnter, kc_entry::LaunchExit);
+    auto attach_launch = reinterpret_cast<AttachLaunch>(dlsym(RTLD_DEFAULT, "kerncap_entry_attach_launch"));
+    using B = Config::BenchSkip;
+    const kc_entry::LaunchEnter enter = s.bench_skip == B::Callback ? launch_enter_fast<B::Callback>
+                                        : s.bench_skip == B::Launch ? launch_enter_fast<B::Launch>
+                                        : s.bench_skip == B::Quiesce ? launch_enter_fast<B::Quiesce>
+                                                                     : launch_enter_fast<B::None>;
+    s.launch_fast_path = attach_launch && g_thread_block && !s.sequence &&
+                         attach_launch(kc_entry::kAbi, &s, enter, launch_exit_fast) == 0;
     if (s.cfg.bench_passthrough) allow_bench_switch();
     return true;
   }

@@ -58,7 +58,7 @@ class Quiesce {
     }
     if (__builtin_expect(pending_.load(std::memory_order_seq_cst) != 0, 0)) wait_out(mine);
   }
-  void exit(ThreadSlot& mine) { mine.inside.store(0, std::memory_order_release); }
+  static void exit(ThreadSlot& mine) { mine.inside.store(0, std::memory_order_release); }
   // The same for threads without a slot (ThreadSlots::claim failed): one shared count.
   void enter_shared();
   void exit_shared() { shared_inside_.fetch_sub(1, std::memory_order_release); }
