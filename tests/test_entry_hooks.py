@@ -207,13 +207,13 @@ def _entry_env(built, entry: Path, out: Path, dispatch: int, **extra: str) -> di
 
 
 def _inject_run(built, tmp_path: Path, entry: Path, inject: Path, dispatch: int, threads: int = 0,
-                launches: int = 0, stdout: list[str] | None = None) -> dict:
+                launches: int = 0, stdout: list[str] | None = None, **extra: str) -> dict:
     """inject_app.c under the stand-in driver with the injection library attached to the
     entry points; its proc-<pid>.json (the app's stdout appended to `stdout`)."""
     exe = B.inject_app(tmp_path)
     out = tmp_path / "run"
     out.mkdir()
-    env = _entry_env(built, entry, out, dispatch)
+    env = _entry_env(built, entry, out, dispatch, **extra)
     p = _run([str(exe), str(inject), str(threads), str(launches)], env=env)
     assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
     assert not (out / "capture.lock").exists() and not (out / "capture").exists()
@@ -259,6 +259,24 @@ def test_launches_from_many_threads_are_each_counted_once(built, tmp_path):
     assert proc["launches"] == 7 + 16 * 20000
     assert proc["kernels_seen"] == {"target()": 5 + 16 * 10000, "other()": 2 + 16 * 10000}
     assert proc["target_matches"] == 5 + 16 * 10000
+    # The launch fast path counted the other kernel's launches: all but a thread's first
+    # took it (the main thread's and, at most, each worker's: a worker that reuses an
+    # exited one's slot finds the kernel in its table); the target's never do.
+    assert proc["interception"]["launch_fast_path"] is True
+    assert 5 + 16 * 10000 + 1 <= proc["interception"]["full_path_launches"] <= 5 + 16 * 10000 + 1 + 16
+
+
+def test_the_fast_path_forgets_a_handle_when_its_module_is_unloaded(built, tmp_path):
+    """A module unload may free a launch handle for another kernel (the stand-in names
+    `other`'s handle "third" after cuModuleUnload): the launches that follow are counted
+    for the new kernel, not for the one the fast path's table held that handle for."""
+    entry, inject = _native_libs()
+    proc = _inject_run(built, tmp_path, entry, inject, dispatch=10**9, threads=2, launches=1000, KC_APP_UNLOAD="300")
+    assert proc["errors"] == []
+    assert proc["kernels_seen"] == {"target()": 5 + 1000, "other()": 2 + 1000, "third()": 300}
+    assert proc["launches"] == 7 + 2000 + 300
+    # The first launch after the unload takes the full path (and re-arms the table).
+    assert 5 + 1000 + 1 + 1 <= proc["interception"]["full_path_launches"] <= 5 + 1000 + 1 + 2 + 1
 
 
 def test_an_armed_capture_asks_no_context_for_the_launches_it_does_not_take(built, tmp_path):
@@ -369,6 +387,7 @@ def test_a_capture_holds_every_other_launching_thread(built, tmp_path):
         assert f"quiesce: drains=1 inflight_at_drain=0 launches_in_window=0 launches={total}" in p.stdout, p.stdout
         (report,) = out.glob("proc-*.json")
         proc = json.loads(report.read_text())
+        assert proc["interception"]["launch_fast_path"] is True  # the other kernel's launches took it
         assert proc["launches"] == total
         assert proc["kernels_seen"] == {"target()": 5 + threads * each // 2, "other()": 2 + threads * each // 2}
         assert [e["kind"] for e in proc["errors"]] == ["capture_failed"]

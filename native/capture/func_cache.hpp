@@ -38,6 +38,9 @@ struct FuncInfo {
 
 class FuncCache {
  public:
+  // `epoch` is kept by the owner, beside what every launch reads (inject.cpp State): it
+  // starts at 1 (per-thread caches start at 0: invalid) and only clear() changes it.
+  explicit FuncCache(std::atomic<uint64_t>& epoch) : epoch_(epoch) {}
   // Call with kerncap's reentrancy guard set: resolving makes driver calls.
   FuncInfo* get(CUfunction f, const KernelMatcher* matcher);
   // Forget every handle (a module was unloaded and handles may be reused). Entries
@@ -56,8 +59,7 @@ class FuncCache {
   std::vector<std::string> refused_names(const ExtraCounts* extra = nullptr) const;
 
  private:
-  // First: every launch reads it (inject.cpp keeps it in State's first cache line).
-  std::atomic<uint64_t> epoch_{1};  // per-thread caches start at 0: invalid
+  std::atomic<uint64_t>& epoch_;
   mutable std::shared_mutex mu_;
   std::unordered_map<CUfunction, FuncInfo*> live_;
   std::vector<std::unique_ptr<FuncInfo>> all_;  // owns live and retired entries

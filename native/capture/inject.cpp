@@ -65,16 +65,17 @@ namespace {
 std::atomic<int> g_benchmark{0};
 
 struct alignas(64) State {
-  // What every launch reads, first and in two cache lines (issue 31, ThreadState's note):
-  // these flags and the function cache's epoch, then the quiesce flag's `pending`.
+  // What every launch reads, first and in one cache line (issue 31, ThreadState's note):
+  // these flags, the function cache's epoch and the quiesce's `pending` (its first bytes).
   std::atomic<bool> active{false};  // subscribed and configured: callbacks do work
   std::atomic<bool> armed{false};    // capture mode, target not reached yet: quiesce and count
+  std::atomic<bool> forked{false};   // g_forked, for the launch fast path
+  bool sequence = false;             // seq_trigger is set (create_selection)
   Mode mode = Mode::Capture;                               // cfg.mode, copied at initialize()
   Config::BenchSkip bench_skip = Config::BenchSkip::None;  // cfg.bench_skip, copied there
-  bool sequence = false;                                   // seq_trigger is set (create_selection)
-  std::atomic<bool> forked{false};                         // g_forked, for the launch fast path
-  FuncCache funcs;   // its epoch first
-  Quiesce quiesce;   // 64-aligned: its pending flag opens the next line
+  std::atomic<uint64_t> func_epoch{1};  // FuncCache's (funcs below)
+  Quiesce quiesce;
+  FuncCache funcs{func_epoch};
   Config cfg;
   std::unique_ptr<KernelMatcher> matcher;
   CUpti_SubscriberHandle subscriber = nullptr;
@@ -150,7 +151,6 @@ struct FuncSlot {
   ThreadSlot::Kernel* count;  // this thread's count of that kernel (null: the shared one)
   bool plain;                 // never the target nor an XLA helper: launch_enter's short path
   bool is_kernel;
-  bool fast;                  // plain and counted per thread: launch_enter_fast takes it
 };
 struct ThreadState {
   bool guard;         // kerncap itself is calling the driver: not the app's calls
@@ -631,9 +631,7 @@ FuncSlot& func_slot(State& s, ThreadState& t, CUfunction f) {
       fi = s.funcs.get(f, s.matcher.get());
     }
     ThreadSlot* mine = my_slot(s, t);
-    ThreadSlot::Kernel* count = mine ? mine->counter_for(fi) : nullptr;
-    const bool plain = !fi->matched && !fi->xla_helper;
-    e = FuncSlot{f, fi, count, plain, fi->is_kernel, plain && count};
+    e = FuncSlot{f, fi, mine ? mine->counter_for(fi) : nullptr, !fi->matched && !fi->xla_helper, fi->is_kernel};
   }
   return e;
 }
@@ -739,6 +737,12 @@ void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_C
   FuncSlot& e = func_slot(s, t, d.f);
   FuncInfo* fi = e.info;
   count_launch(s, t, *fi, e.count);
+  if (s.launch_fast_path && e.plain && t.slot) {
+    // From the next launch on, the fast path takes this kernel on this thread. The table
+    // is valid for the epoch func_slot checked (a module unloaded since: forgotten then).
+    if (t.slot->launch_epoch != t.func_epoch) t.slot->forget_launch_handles(t.func_epoch);
+    t.slot->add_launch(d.f, fi);
+  }
   if (__builtin_expect(s.bench_skip == Config::BenchSkip::Launch, 0)) return;
 
   // Most launches are not the target and no sequence is asked for: nothing below
@@ -822,37 +826,28 @@ __attribute__((hot)) int launch_enter_fast(void* ctx, void* thread, CUpti_Callba
   ThreadState& t = *static_cast<ThreadState*>(thread);
   if (__builtin_expect(t.guard, 0)) return kc_entry::kDone;  // kerncap's own call
   if (Skip == Config::BenchSkip::Callback) return kc_entry::kDone;
-  const FuncSlot& e = t.funcs[func_slot_index(f)];
-  // e.fast: plain, with a per-thread counter (so this thread has its slot).
-  if (__builtin_expect(t.func_epoch != s->funcs.epoch() || e.key != f || !e.fast, 0)) return kc_entry::kFull;
-  ThreadSlot::bump(t.slot->launches);  // count_launch
-  ThreadSlot::bump(e.count->count);
+  ThreadSlot* slot = t.slot;
+  // A plain kernel this thread launched before, in this epoch (launch_enter added it).
+  ThreadSlot::Launch* e = slot && slot->launch_epoch == s->func_epoch.load(std::memory_order_acquire)
+                              ? slot->launch_for(f)
+                              : nullptr;
+  if (__builtin_expect(!e, 0)) return kc_entry::kFull;
+  ThreadSlot::bump(slot->launches);  // count_launch
+  ThreadSlot::bump(e->count);
   if (Skip == Config::BenchSkip::Launch) return kc_entry::kDone;
-  t.in_launch = true;
-  t.f = f;
-  t.is_kernel = e.is_kernel;
-  t.n_lazy = 0;
-  // quiesce_enter, with the slot known to exist.
+  // launch_enter also marks the launch in flight for on_resource's lazy-module pairing;
+  // with the entry points no CUPTI callback reaches on_resource, so nothing reads it.
+  // quiesce_enter, with the slot known to exist:
   if (Skip != Config::BenchSkip::Quiesce && s->armed.load(std::memory_order_acquire) && t.shared_depth++ == 0)
-    s->quiesce.enter(*t.slot);
+    s->quiesce.enter(*slot);
   return kc_entry::kExit;
 }
 
-// launch_exit for a launch launch_enter_fast took (no capture session, no sequence).
-__attribute__((hot)) void launch_exit_fast(void* ctx, void* thread) noexcept {
+// launch_exit for a launch launch_enter_fast took (no capture session, no sequence, no
+// launch marked in flight): quiesce_exit, for a thread that has a slot.
+__attribute__((hot)) void launch_exit_fast(void*, void* thread) noexcept {
   ThreadState& t = *static_cast<ThreadState*>(thread);
-  // quiesce_exit; the fast path is taken only by threads that have a slot.
   if (t.shared_depth > 0 && --t.shared_depth == 0) Quiesce::exit(*t.slot);
-  if (!t.in_launch) return;
-  t.in_launch = false;
-  if (__builtin_expect(t.n_lazy > 0, 0)) {
-    State& s = *static_cast<State*>(ctx);
-    try {
-      pair_lazy_modules(s, t);
-    } catch (const std::exception& e) {  // as on_callback reports it
-      s.report.add_error("capture_failed", std::string("kerncap internal error after a launch: ") + e.what());
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------
@@ -2499,7 +2494,7 @@ bool attach_entry_points(State& s) {
                                         : s.bench_skip == B::Launch ? launch_enter_fast<B::Launch>
                                         : s.bench_skip == B::Quiesce ? launch_enter_fast<B::Quiesce>
                                                                      : launch_enter_fast<B::None>;
-    s.launch_fast_path = attach_launch && g_thread_block && !s.sequence &&
+    s.launch_fast_path = attach_launch && g_thread_block && !s.sequence && !s.subscriber &&
                          attach_launch(kc_entry::kAbi, &s, enter, launch_exit_fast) == 0;
     if (s.cfg.bench_passthrough) allow_bench_switch();
     return true;

@@ -73,9 +73,12 @@ class Quiesce {
 
  private:
   void wait_out(ThreadSlot& mine);
+  // First and small: a reader reads only these two, and the owner keeps them in the
+  // cache line its launches read anyway (inject.cpp State). The rest is written only by
+  // captures and by threads without a slot (rare: an allocation failed).
   bool asymmetric_ = false;
   std::atomic<uint32_t> pending_{0};  // also the futex word waiting readers sleep on
-  alignas(64) std::atomic<uint32_t> shared_inside_{0};
+  std::atomic<uint32_t> shared_inside_{0};
   std::mutex writer_mu_;
 };
 

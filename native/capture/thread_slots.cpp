@@ -19,6 +19,25 @@ ThreadSlot::Kernel* ThreadSlot::counter_for(const void* key) {
   return nullptr;
 }
 
+ThreadSlot::Launch* ThreadSlot::add_launch(const void* handle, const void* key) {
+  Launch* set = launches_by_handle[launch_set(handle)];
+  for (int i = 0; i < 2; ++i) {
+    if (set[i].handle.load(std::memory_order_relaxed) == handle) return &set[i];
+    if (!set[i].key.load(std::memory_order_relaxed)) {  // never used (a forgotten one keeps its key)
+      set[i].key.store(key, std::memory_order_release);  // readers see the key with its count at 0 or more
+      set[i].handle.store(handle, std::memory_order_relaxed);
+      return &set[i];
+    }
+  }
+  return nullptr;
+}
+
+void ThreadSlot::forget_launch_handles(uint64_t epoch) {
+  for (auto& set : launches_by_handle)
+    for (Launch& e : set) e.handle.store(nullptr, std::memory_order_relaxed);
+  launch_epoch = epoch;
+}
+
 ThreadSlots::ThreadSlots() { have_key_ = pthread_key_create(&key_, &ThreadSlots::release) == 0; }
 
 void ThreadSlots::release(void* slot) {
@@ -70,9 +89,13 @@ uint64_t ThreadSlots::exits() const {
 
 std::unordered_map<const void*, uint64_t> ThreadSlots::kernel_counts() const {
   std::unordered_map<const void*, uint64_t> out;
-  for (const ThreadSlot* s = head(); s; s = s->next)
+  for (const ThreadSlot* s = head(); s; s = s->next) {
     for (const ThreadSlot::Kernel& k : s->kernels)
       if (const void* key = k.key.load(std::memory_order_acquire)) out[key] += k.count.load(std::memory_order_relaxed);
+    for (const auto& set : s->launches_by_handle)
+      for (const ThreadSlot::Launch& e : set)
+        if (const void* key = e.key.load(std::memory_order_acquire)) out[key] += e.count.load(std::memory_order_relaxed);
+  }
   return out;
 }
 

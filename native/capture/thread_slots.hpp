@@ -52,7 +52,37 @@ struct alignas(64) ThreadSlot {
   // calls, and the returns of every launch whose entry was counted.
   std::atomic<uint64_t> graph_launches{0};
   std::atomic<uint64_t> exits{0};
+  // The launch fast path's table is valid for this FuncCache epoch (owner only).
+  uint64_t launch_epoch = 0;
   Kernel kernels[kKernels];
+
+  // The launch fast path's table (inject.cpp launch_enter_fast): this thread's plain
+  // kernels by launch handle, two to a cache line (one line per lookup), each with its
+  // own count (summed with kernels[] by FuncInfo for the report). Handles are valid for
+  // launch_epoch; when it changes (a module was unloaded: handles may be reused) they
+  // are forgotten, and an entry keeps its count and is never reused. A kernel whose set
+  // is full is counted through kernels[] (the full path).
+  static constexpr int kLaunchSets = 256;
+  struct alignas(32) Launch {
+    std::atomic<const void*> handle{nullptr};  // the CUfunction, for the owner's lookups
+    std::atomic<const void*> key{nullptr};     // its FuncInfo, for readers
+    std::atomic<uint64_t> count{0};
+  };
+  static size_t launch_set(const void* handle) {
+    return size_t((uint64_t(reinterpret_cast<uintptr_t>(handle)) * 0x9E3779B97F4A7C15ull) >> 56);
+  }
+  // The entry of `handle` (owner only), or null.
+  Launch* launch_for(const void* handle) {
+    Launch* set = launches_by_handle[launch_set(handle)];
+    if (set[0].handle.load(std::memory_order_relaxed) == handle) return &set[0];
+    if (set[1].handle.load(std::memory_order_relaxed) == handle) return &set[1];
+    return nullptr;
+  }
+  // Adds `handle` (of FuncInfo `key`) if its set has room; the entry, or null.
+  Launch* add_launch(const void* handle, const void* key);
+  // A new epoch: forget every handle, keep the counts.
+  void forget_launch_handles(uint64_t epoch);
+  alignas(64) Launch launches_by_handle[kLaunchSets][2];
 
   static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
