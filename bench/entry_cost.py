@@ -13,16 +13,19 @@ cuGetProcAddress into the stand-in libcuda (a function that returns), from 1, 2,
   baseline-*   with --baseline DIR: armed / armed-other with DIR's libraries (an older
                build, to compare before and after in the same run)
 and, in one process, the paired measure (bench/common.py paired_cost): blocks of
-launches alternate, in ABBA order, kerncap's full armed path and its pass-through (the
-entry-point wrapper jumping straight to the driver, kerncap_bench_passthrough), so
-both halves of each pair see the same CPU state.
+launches alternate, in ABBA order, kerncap's armed path (armed as `armed`, or with
+--paired-kernel never as `armed-other`, which is how bench/paired.py arms it on the GPU:
+every launch plain, the launch fast path's case) and its pass-through (the entry-point
+wrapper jumping straight to the driver, kerncap_bench_passthrough), so both halves of
+each pair see the same CPU state. --decompose adds bench/paired.py's decomposition rows.
 
 --driver-work DATA_KIB:CODE_KIB makes the stand-in's launch do what the real driver's
 does to the CPU's caches (fake_libcuda.c KC_FAKE_WORK): read DATA_KIB of memory and run
 through CODE_KIB of distinct code before it returns, so kerncap's path finds its lines,
 branch predictions and TLB entries evicted on every launch, as on the H200 (docs/facts.md
-§33). 256:128 costs this machine ~5 us per launch, about a real launch's 4 us; without
-it the stand-in returns at once and everything kerncap touches stays hot.
+§33). 256:128 costs this machine ~5 us per launch, about a real launch's 4 us (1024:256
+also evicts its 1 MiB L2); without it the stand-in returns at once and everything
+kerncap touches stays hot.
 
 Costs are CPU nanoseconds of the launching threads per launch (their CLOCK_THREAD_CPUTIME_ID
 summed): with more threads than cores the wall time says nothing per launch, CPU time
@@ -32,7 +35,8 @@ Needs the package built (pip install ., or KERNCAP_INJECT_LIB), a C/C++ compiler
 the CUDA / CUPTI headers.
 
   python3 bench/entry_cost.py [--launches 2000000] [--threads 1,2,8,16] [--repeat 7]
-                              [--baseline DIR] [--blocks 200] [--driver-work 256:128] [--json F]
+                              [--baseline DIR] [--blocks 200] [--driver-work 256:128]
+                              [--paired-kernel target|never] [--decompose] [--paired-only] [--json F]
 """
 
 from __future__ import annotations
@@ -79,8 +83,10 @@ PARTS = {"wrapper": {"KC_PAIRED_ARMED": "wrapper"}, "skip-callback": {"KERNCAP_B
 
 
 def one_run(mode: str, exe: Path, libs: tuple[Path, Path], drv: Path, out: Path, threads: int, launches: int,
-            blocks: int = 0, driver_work: str | None = None, part: str | None = None) -> dict:
-    env, inject = app_env(mode.replace("baseline-", "").replace("paired", "armed"), libs, drv, out, driver_work)
+            blocks: int = 0, driver_work: str | None = None, part: str | None = None,
+            paired_kernel: str = "target") -> dict:
+    paired_as = "armed" if paired_kernel == "target" else "armed-other"
+    env, inject = app_env(mode.replace("baseline-", "").replace("paired", paired_as), libs, drv, out, driver_work)
     if blocks:
         env["KERNCAP_BENCH_PASSTHROUGH"] = "1"
         env.update(PARTS.get(part or "", {}))
@@ -109,11 +115,11 @@ def measure(threads: int, args, exe: Path, libs: dict[str, tuple[Path, Path]], d
                                       args.launches, driver_work=args.driver_work)["cpu"])
         for which in libs if args.blocks else ():
             got = one_run("paired", exe, libs[which], drv, d / f"t{threads}-paired-{which}-{i}", threads,
-                          args.launches, args.blocks, args.driver_work)
+                          args.launches, args.blocks, args.driver_work, paired_kernel=args.paired_kernel)
             paired[which].append(paired_cost(got["blocks"], got["per_block"]))
         for part in parts:
             got = one_run("paired", exe, libs["current"], drv, d / f"t{threads}-{part}-{i}", threads,
-                          args.launches, args.blocks, args.driver_work, part)
+                          args.launches, args.blocks, args.driver_work, part, args.paired_kernel)
             parts[part].append(paired_cost(got["blocks"], got["per_block"]))
     return {"cpu_ns_per_launch": runs, "paired": paired["current"], "baseline_paired": paired.get("baseline", []),
             "parts": parts}
@@ -139,6 +145,10 @@ def main() -> None:
                         help="a directory with another build's libkerncap_inject.so and libkerncap_entry.so")
     parser.add_argument("--decompose", action="store_true",
                         help="also the paired rows wrapper, skip-callback, skip-launch, skip-quiesce (bench/paired.py's)")
+    parser.add_argument("--paired-kernel", choices=("target", "never"), default="target",
+                        help="the paired measure armed as `armed` (half the launches the target's, never its "
+                             "dispatch) or as `armed-other` (a kernel that never launches: every launch plain, as "
+                             "bench/paired.py arms it)")
     parser.add_argument("--paired-only", action="store_true", help="only the paired measure (no whole-process modes)")
     parser.add_argument("--driver-work", metavar="DATA_KIB:CODE_KIB",
                         help="each stand-in launch reads DATA_KIB of memory and runs CODE_KIB of code (e.g. 256:128)")
@@ -198,7 +208,8 @@ def main() -> None:
     if args.paired_only:
         write_json(args.json, {"bench": "entry_cost", "launches": args.launches, "repeat": args.repeat,
                                "blocks": args.blocks, "baseline": str(args.baseline) if args.baseline else None,
-                               "driver_work": args.driver_work, "results": {str(t): r for t, r in results.items()}})
+                               "driver_work": args.driver_work, "paired_kernel": args.paired_kernel,
+                               "results": {str(t): r for t, r in results.items()}})
         return
     one = dict(summary).get(1) if 1 in dict(summary) else None
     rows = []
@@ -230,7 +241,7 @@ def main() -> None:
     print_table(headers, rows)
     write_json(args.json, {"bench": "entry_cost", "launches": args.launches, "repeat": args.repeat,
                            "blocks": args.blocks, "baseline": str(args.baseline) if args.baseline else None,
-                           "driver_work": args.driver_work,
+                           "driver_work": args.driver_work, "paired_kernel": args.paired_kernel,
                            "results": {str(t): r for t, r in results.items()}})
 
 

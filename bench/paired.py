@@ -17,12 +17,17 @@ interval over the groups]. Costs are CPU ns of the launching threads per launch.
   torch      testapps/python/paired_launches.py --kind torch: x.add_(1.0)
   triton     paired_launches.py --kind triton: a one-block Triton kernel
   wrapper    the cudart row at 1 thread, a = the entry-point wrapper with a dispatcher that
-             does nothing (KC_PAIRED_ARMED=wrapper): the wrapper's half of the cudart cost
+             does nothing (KC_PAIRED_ARMED=wrapper; for a launch, a launch fast path that
+             declines nothing): the wrapper's half of the cudart cost
   skip-callback, skip-launch, skip-quiesce
              the cudart row at 1 thread with the dispatcher stopping early
-             (KERNCAP_BENCH_SKIP, bench processes only): at its entry (on_driver), after
-             decoding and counting the launch, or without the quiesce flag; differences
+             (KERNCAP_BENCH_SKIP, bench processes only): at its entry (the launch fast
+             path's), after counting the launch, or without the quiesce flag; differences
              between the rows place the cost
+  skip-fastpath
+             the cudart row at 1 thread without the launch fast path (KERNCAP_BENCH_SKIP=
+             fastpath): every launch through both callbacks, as before it
+             (docs/interposer.md), for a before/after in one run
   preloaded  libkerncap_entry.so preloaded but not attached (what every process the app
              starts pays) against no library: launch_paired kernel 1 in --repeat
              interleaved processes each way; difference of medians [interval]
@@ -48,7 +53,7 @@ from common import (PYAPPS, bootstrap, build_testapps, diff_interval, median, me
 
 GOAL_NS = 40.0
 GOAL_SCALING = 1.5
-SKIPS = ("skip-callback", "skip-launch", "skip-quiesce")
+SKIPS = ("skip-callback", "skip-launch", "skip-quiesce", "skip-fastpath")
 ROWS = ("cudart", "wrapper", *SKIPS, "graph", "torch", "triton", "preloaded")
 
 

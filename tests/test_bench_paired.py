@@ -108,8 +108,9 @@ def test_paired_bench_rows_and_goals(common, monkeypatch, tmp_path, capsys):
 
 
 def test_the_decomposition_rows_run_the_cudart_app_with_their_switch(monkeypatch, tmp_path, capsys, common):
-    """--rows wrapper,skip-launch: the cudart app at one thread, each row's process told
-    which part to leave out (KC_PAIRED_ARMED / KERNCAP_BENCH_SKIP reach extract's env)."""
+    """--rows wrapper,skip-launch,skip-fastpath: the cudart app at one thread, each row's
+    process told which part to leave out (KC_PAIRED_ARMED / KERNCAP_BENCH_SKIP reach
+    extract's env)."""
     paired = load_bench("paired")
     seen = []
 
@@ -127,9 +128,10 @@ def test_the_decomposition_rows_run_the_cudart_app_with_their_switch(monkeypatch
     monkeypatch.setattr(ex, "extract", fake_extract)
     monkeypatch.setattr(paired, "build_testapps", lambda d: d)
     monkeypatch.setattr(sys, "argv", ["paired.py", "--repeat", "1", "--blocks", "32", "--per-block", "1024",
-                                      "--rows", "wrapper,skip-launch"])
+                                      "--rows", "wrapper,skip-launch,skip-fastpath"])
     paired.main()
     printed = capsys.readouterr().out
-    assert seen == [(["kernel", "1"], "wrapper", None), (["kernel", "1"], None, "launch")]
-    assert any(line.startswith("wrapper ") for line in printed.splitlines())
-    assert any(line.startswith("skip-launch ") for line in printed.splitlines())
+    assert seen == [(["kernel", "1"], "wrapper", None), (["kernel", "1"], None, "launch"),
+                    (["kernel", "1"], None, "fastpath")]
+    for row in ("wrapper ", "skip-launch ", "skip-fastpath "):
+        assert any(line.startswith(row) for line in printed.splitlines()), row

@@ -280,7 +280,8 @@ Config Config::from_env() {
     c.bench_skip = skip == "callback" ? Config::BenchSkip::Callback
                    : skip == "launch" ? Config::BenchSkip::Launch
                    : skip == "quiesce" ? Config::BenchSkip::Quiesce
-                                       : Config::BenchSkip::None;
+                   : skip == "fastpath" ? Config::BenchSkip::FastPath
+                                        : Config::BenchSkip::None;
   }
   const std::string fault = env("KERNCAP_FAULT_ENOSPC_AFTER");
   if (!fault.empty()) c.fault_enospc_after = std::strtoll(fault.c_str(), nullptr, 10);

@@ -83,7 +83,7 @@ struct alignas(64) State {
   // no CUPTI subscriber exists until the capture (docs/interposer.md).
   bool entry_points = false;
   bool launch_fast_path = false;  // plain launches skip the callbacks (launch_enter_fast)
-  std::atomic<uint64_t> full_path_launches{0};  // with it: launches that took launch_enter
+  std::atomic<uint64_t> full_path_launches{0};  // with it: those of threads without a slot
   ModuleImages images;  // entry points only: what each handle was loaded from
   ProcReport report;
   MemoryTracker mem;
@@ -310,7 +310,7 @@ std::string interception_json(const State& s) {
   if (s.entry_points) w.field("launch_fast_path", s.launch_fast_path);
   // With the fast path: launches that took the full one (the target's, a handle's first
   // on a thread); the others were counted by the fast path.
-  if (s.launch_fast_path) w.field("full_path_launches", s.full_path_launches.load());
+  if (s.launch_fast_path) w.field("full_path_launches", s.full_path_launches.load() + s.slots.full_path_launches());
   w.end_object();
   return w.str();
 }
@@ -733,7 +733,10 @@ void sequence_launch_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb
 void launch_enter(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   LaunchDesc d;
   if (!decode_launch(cbid, cb->functionParams, d)) return;
-  if (s.launch_fast_path) s.full_path_launches.fetch_add(1, std::memory_order_relaxed);
+  if (s.launch_fast_path) {  // per thread, like the launch counts (no shared line)
+    if (ThreadSlot* slot = my_slot(s, t)) ThreadSlot::bump(slot->full_path_launches);
+    else s.full_path_launches.fetch_add(1, std::memory_order_relaxed);
+  }
   FuncSlot& e = func_slot(s, t, d.f);
   FuncInfo* fi = e.info;
   count_launch(s, t, *fi, e.count);
@@ -2495,6 +2498,7 @@ bool attach_entry_points(State& s) {
                                         : s.bench_skip == B::Quiesce ? launch_enter_fast<B::Quiesce>
                                                                      : launch_enter_fast<B::None>;
     s.launch_fast_path = attach_launch && g_thread_block && !s.sequence && !s.subscriber &&
+                         s.bench_skip != B::FastPath &&
                          attach_launch(kc_entry::kAbi, &s, enter, launch_exit_fast) == 0;
     if (s.cfg.bench_passthrough) allow_bench_switch();
     return true;

@@ -87,6 +87,12 @@ uint64_t ThreadSlots::exits() const {
   return n;
 }
 
+uint64_t ThreadSlots::full_path_launches() const {
+  uint64_t n = 0;
+  for (const ThreadSlot* s = head(); s; s = s->next) n += s->full_path_launches.load(std::memory_order_relaxed);
+  return n;
+}
+
 std::unordered_map<const void*, uint64_t> ThreadSlots::kernel_counts() const {
   std::unordered_map<const void*, uint64_t> out;
   for (const ThreadSlot* s = head(); s; s = s->next) {

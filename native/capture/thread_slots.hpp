@@ -54,6 +54,7 @@ struct alignas(64) ThreadSlot {
   std::atomic<uint64_t> exits{0};
   // The launch fast path's table is valid for this FuncCache epoch (owner only).
   uint64_t launch_epoch = 0;
+  std::atomic<uint64_t> full_path_launches{0};  // with the fast path: launches it declined
   Kernel kernels[kKernels];
 
   // The launch fast path's table (inject.cpp launch_enter_fast): this thread's plain
@@ -110,6 +111,7 @@ class ThreadSlots {
   uint64_t launches() const;
   uint64_t launches_and_graph_launches() const;
   uint64_t exits() const;
+  uint64_t full_path_launches() const;
   std::unordered_map<const void*, uint64_t> kernel_counts() const;
 
  private:
