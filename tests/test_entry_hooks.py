@@ -424,16 +424,20 @@ def test_the_bench_switch_bypasses_the_dispatcher_only_where_allowed(built, tmp_
 
 def test_the_bench_decomposition_stops_the_dispatcher_where_asked(built, tmp_path):
     """KERNCAP_BENCH_SKIP (bench/paired.py's decomposition rows): `callback` returns before
-    a launch is counted, `launch` and `quiesce` still count it; without
-    KERNCAP_BENCH_PASSTHROUGH=1 the variable is ignored."""
-    counted = {}
-    for skip in ("callback", "launch", "quiesce"):
+    a launch is counted, `launch` and `quiesce` still count it, `fastpath` counts every
+    launch through the full path; without KERNCAP_BENCH_PASSTHROUGH=1 the variable is
+    ignored."""
+    counted, fast = {}, {}
+    for skip in ("callback", "launch", "quiesce", "fastpath"):
         (tmp_path / skip).mkdir()
         p, proc = _bench_run(built, tmp_path / skip, 10**9, "2", "4000", "8", KERNCAP_BENCH_PASSTHROUGH="1",
                              KERNCAP_BENCH_SKIP=skip)
         assert p.returncode == 0 and "done" in p.stdout and proc["errors"] == [], p.stdout + p.stderr
         counted[skip] = proc["launches"]
-    assert counted == {"callback": 0, "launch": 7 + 4000, "quiesce": 7 + 4000}  # the 7 set-up launches are armed too
+        fast[skip] = proc["interception"]["launch_fast_path"]
+    # the 7 set-up launches are armed too
+    assert counted == {"callback": 0, "launch": 7 + 4000, "quiesce": 7 + 4000, "fastpath": 7 + 4000}
+    assert fast == {"callback": True, "launch": True, "quiesce": True, "fastpath": False}
     p, proc = _bench_run(built, tmp_path, 10**9, "1", "100", KERNCAP_BENCH_SKIP="callback")
     assert p.returncode == 0 and proc["launches"] == 7 + 100, p.stdout + p.stderr
 
