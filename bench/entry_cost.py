@@ -23,7 +23,7 @@ each pair see the same CPU state. --decompose adds bench/paired.py's decompositi
 does to the CPU's caches (fake_libcuda.c KC_FAKE_WORK): read DATA_KIB of memory and run
 through CODE_KIB of distinct code before it returns, so kerncap's path finds its lines,
 branch predictions and TLB entries evicted on every launch, as on the H200 (docs/facts.md
-§33). 256:128 costs this machine ~5 us per launch, about a real launch's 4 us (1024:256
+§34). 256:128 costs this machine ~5 us per launch, about a real launch's 4 us (1024:256
 also evicts its 1 MiB L2); without it the stand-in returns at once and everything
 kerncap touches stays hot.
 

@@ -3,7 +3,7 @@
 //
 // Between two launches the real driver runs ~4 us of code over a lot of memory, so
 // whatever kerncap touches per launch is cold every time: each distinct cache line,
-// code line, indirect call and TLS lookup costs a miss (docs/facts.md §33). Most of an
+// code line, indirect call and TLS lookup costs a miss (docs/facts.md §34). Most of an
 // app's launches are not the target's and need only counting and the quiescing flag, so
 // the wrapper of a kernel launch first offers it to the injection library's LaunchEnter:
 // one call, no CUpti_CallbackData, no __tls_get_addr (the injection library is dlopened,

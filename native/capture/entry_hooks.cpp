@@ -44,7 +44,7 @@ using CtxGetCurrentFn = CUresult (*)(CUcontext*);
 struct Table;
 
 // What every wrapper reads, in one cache line (issue 31: on the H200 each line the path
-// touches is a miss after the driver's launch, docs/facts.md §33).
+// touches is a miss after the driver's launch, docs/facts.md §34).
 struct alignas(64) Hooks {
   std::atomic<Table*> table{nullptr};  // libcuda's entry points (table() below)
   std::atomic<Dispatch> dispatch{nullptr};
