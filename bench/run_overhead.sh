@@ -6,7 +6,8 @@
 # whole-process runs instead of 11):
 #   1. bench/paired.py: the armed dispatcher's cost per launch, armed - pass-through in one
 #      process (cudart <<<>>> from 1/2/8/16 threads, cuGraphLaunch, PyTorch eager, Triton;
-#      preloaded-but-unused vs no library): ns [90 % interval]; goals 1 thread <= 40 ns,
+#      preloaded-but-unused vs no library; skip-fastpath: the cudart row without the
+#      launch fast path, the path before it): ns [90 % interval]; goals 1 thread <= 40 ns,
 #      16 threads <= 1.5x one thread                                           (~1 min)
 #   2. bench/overhead.py, the PyTorch launch loop (100k ops): process-wall medians of 11
 #      interleaved runs, plain / armed / profiling (sampled), spread stated; goals armed
@@ -28,7 +29,8 @@ REPEAT=11; PAIRED=3
 if [ -n "${QUICK:-}" ]; then REPEAT=7; PAIRED=2; fi
 status=0
 step() { echo; echo "== $1"; shift; local t0=$(date +%s); "$@" || status=1; echo "($(( $(date +%s) - t0 )) s)"; }
-step "paired dispatcher cost" python3 bench/paired.py --repeat "$PAIRED" --json "$OUT/paired.json"
+step "paired dispatcher cost" python3 bench/paired.py --repeat "$PAIRED" \
+  --rows cudart,skip-fastpath,graph,torch,triton,preloaded --json "$OUT/paired.json"
 step "PyTorch launch loop, whole process" python3 bench/overhead.py --launches 100000 --repeat "$REPEAT" \
   --modes armed,profiling --json "$OUT/overhead-python.json"
 step "token generation, whole process" python3 bench/overhead.py --app decode --tokens 300 --repeat "$REPEAT" \
