@@ -12,7 +12,9 @@
 // callback ids do); anything else passes through untouched. Until the injection library
 // attaches a dispatcher (inside cuInit, in capture mode), a wrapper is one load and a
 // jump. Attached, it hands the dispatcher the same CUpti_CallbackData CUPTI would, at
-// the call's entry and exit, so one dispatcher serves both paths.
+// the call's entry and exit, so one dispatcher serves both paths; a kernel launch is
+// first offered to the injection library's launch fast path (entry_abi.hpp), which
+// takes the app's plain launches with one call and no callback data.
 //
 // This library links nothing but libc and libdl: it is loaded into every process the
 // app starts (compilers included) and must cost them nothing.
@@ -220,6 +222,8 @@ struct Wrap<S, Params, CUresult (*)(A...)> {
     if (!d) return real(a...);
     return armed(*t, real, d, a...);
   }
+  // A dispatcher is attached: a kernel launch is offered to the launch fast path first
+  // (entry_abi.hpp); anything it declines, and every other call, takes the full path.
   __attribute__((always_inline)) static inline CUresult armed(const Table& t, Real real, Dispatch d, A... a) {
     if constexpr (launch_call(kCbid[S])) {
       if (kc_entry::LaunchEnter enter = g_hooks.launch_enter.load(std::memory_order_acquire)) {

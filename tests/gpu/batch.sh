@@ -39,7 +39,7 @@ if [ $# -eq 0 ]; then
   set -- "tests/gpu/test_capture_apps.py tests/gpu/test_prune_gpu.py tests/gpu/test_store_gpu.py" \
          "tests/gpu/test_scale.py tests/gpu/test_sources_gpu.py tests/gpu/test_sigkill_gpu.py" \
          "tests/gpu/test_triton_repro.py tests/gpu/test_graphs.py tests/gpu/test_fingerprints.py" \
-         "tests/gpu/test_replay_apps.py tests/gpu/test_interception_paths.py" \
+         "tests/gpu/test_replay_apps.py tests/gpu/test_interception_paths.py tests/gpu/test_fast_path.py" \
          "tests/gpu/test_selection.py tests/gpu/test_inspect_gpu.py tests/gpu/test_trust_gpu.py tests/gpu/test_replay_errors.py tests/gpu/test_capture_errors.py tests/gpu/test_buckets.py" \
          "tests/gpu/test_tui_loop.py tests/gpu/test_tui_triton_loop.py tests/gpu/test_session_gpu.py tests/gpu/test_mcp_gpu.py tests/gpu/test_check_gpu.py tests/gpu/test_sweep_gpu.py tests/gpu/test_recompile_big.py tests/gpu/test_mismatch_gpu.py tests/gpu/test_textures.py tests/gpu/test_launch_kinds.py tests/gpu/test_compare_gpu.py tests/gpu/test_hang_gpu.py tests/gpu/test_multigpu.py tests/test_native_units.py" \
          "tests/gpu/test_sequences.py"
