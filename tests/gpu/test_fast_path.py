@@ -5,7 +5,7 @@ app below runs to its end (keep-running) once through the entry points and once 
 CUPTI callbacks (KERNCAP_INTERCEPT=cupti, the full dispatcher on every launch): the
 per-kernel launch counts, the total and the target's dispatch count must be the same,
 and the entry run must say its fast path was attached and took all but each thread's
-first launch of each kernel and the target's. Covers cudart 13's `<<<>>>` launches, the
+first launch of each kernel and the target kernel's. Covers cudart 13's `<<<>>>` launches, the
 cooperative (coop_grid) and per-thread default stream (ptsz_stream) entry points, and
 eight launching threads (multistream8, whose capture test_scale.py validates byte-exact
 while the others launch).
@@ -23,9 +23,16 @@ from .test_interception_paths import extract_through
 
 pytestmark = pytest.mark.gpu
 
-# CUDA C++ apps whose launches do not depend on timing; launching threads besides main.
-CASES = {name: (APPS[name], 0) for name in ("multistream", "template_multi", "dyn_smem", "coop_grid", "ptsz_stream")}
+# CUDA C++ apps and their launching threads besides main (multistream: one; ptsz_stream:
+# two, each on its per-thread default stream).
+CASES = {name: (APPS[name], 0) for name in ("template_multi", "dyn_smem", "coop_grid")}
+CASES["multistream"] = (APPS["multistream"], 1)
+CASES["ptsz_stream"] = (APPS["ptsz_stream"], 2)
 CASES["multistream8"] = (MULTISTREAM8, MS8_THREADS)
+# Kernels launched until the app stops them, so as often as the path lets them in that
+# time: multistream8's workers ran ms8_count 268,682 times through the fast path and
+# 131,635 through CUPTI's callbacks on the H200 (2026-12-01). Their counts are not compared.
+TIMED_KERNELS = {"multistream8": ("ms8_count",)}
 
 
 def _one_proc(procs: list[dict], app: str) -> dict:
@@ -48,11 +55,21 @@ def test_fast_path_counts_what_the_full_path_counts(testapps_build, tmp_path, ap
     assert ei.get("path") == "entry points" and ci.get("path") == "cupti", (ei, ci)
     assert [e["kind"] for e in entry["errors"]] == [e["kind"] for e in cupti["errors"]], (entry["errors"],
                                                                                       cupti["errors"])
-    assert entry["kernels_seen"] == cupti["kernels_seen"]
-    assert entry["launches"] == cupti["launches"]
+    timed = TIMED_KERNELS.get(app, ())
+
+    def fixed(seen: dict) -> dict:
+        return {k: n for k, n in seen.items() if not any(t in k for t in timed)}
+
+    assert set(entry["kernels_seen"]) == set(cupti["kernels_seen"])
+    assert fixed(entry["kernels_seen"]) == fixed(cupti["kernels_seen"])
+    if not timed:
+        assert entry["launches"] == cupti["launches"]
     assert entry["target_matches"] == cupti["target_matches"]
     assert ei.get("launch_fast_path") is True and "launch_fast_path" not in ci
-    # The full path: every launch of the target, and at most each thread's first launch
-    # of each kernel (a thread reusing an exited one's slot may skip even that).
-    bound = entry["target_matches"] + len(entry["kernels_seen"]) * (threads + 1)
+    # The full path: every launch of the kernel the pattern matches (counted as target
+    # matches only up to the capture; ptsz_stream read 10 full-path launches against 3),
+    # and at most each thread's first launch of every other kernel (a thread reusing an
+    # exited one's slot may skip even that).
+    matched = sum(n for k, n in entry["kernels_seen"].items() if spec.kernel in k)
+    bound = max(matched, entry["target_matches"]) + len(entry["kernels_seen"]) * (threads + 1)
     assert entry["target_matches"] <= ei["full_path_launches"] <= bound, (ei["full_path_launches"], bound)
