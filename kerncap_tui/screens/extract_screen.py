@@ -14,13 +14,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Button, Input, Label, ProgressBar, Select
 from textual.worker import get_current_worker
 
 from kerncap import api
 from kerncap.errors import KerncapError
+from kerncap_tui.screens.form_screen import FormScreen
 
 
 # what the dialog captures: None one dispatch, else a sequence mode (kerncap.api.SEQUENCE_MODES)
@@ -29,7 +29,8 @@ WHAT = [("one dispatch", ""), ("sequence: an NVTX range's instance", "nvtx"),
         ("sequence: a run from the dispatch", "run")]
 
 
-class ExtractScreen(ModalScreen[Path | None]):
+class ExtractScreen(FormScreen[Path | None]):
+    GO_BUTTON = "extract-go"
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="extract.cancel")]
 
     def __init__(self, kernel: str, command: list[str], output: Path) -> None:
@@ -65,19 +66,8 @@ class ExtractScreen(ModalScreen[Path | None]):
         self.query_one("#extract-progress").display = False
         self.query_one("#extract-command", Input).focus()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.start()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "extract-go":
-            self.start()
-        else:
-            self.action_cancel()
-
-    def action_cancel(self) -> None:
-        # A running extraction cannot be interrupted safely mid-capture; it finishes in
-        # the background and its reproducer stays on disk.
-        self.dismiss(None)
+    # Cancel (FormScreen) only closes the dialog: a running extraction cannot be interrupted
+    # safely mid-capture; it finishes in the background and its reproducer stays on disk.
 
     def start(self) -> None:
         try:

@@ -12,14 +12,15 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
 from kerncap import api
 from kerncap.errors import KerncapError
+from kerncap_tui.screens.form_screen import FormScreen
 
 
-class FuseScreen(ModalScreen[str | None]):
+class FuseScreen(FormScreen[str | None]):
+    GO_BUTTON = "fuse-go"
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="fuse.cancel")]
 
     def __init__(self, root: Path, first: int, last: int, kernels: str = "") -> None:
@@ -64,18 +65,6 @@ class FuseScreen(ModalScreen[str | None]):
             self.existing = name
             self.query_one("#fuse-status", Label).update(
                 f"fusions/{name} replaces these launches already: enter opens it (another name writes a new one)")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.start()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "fuse-go":
-            self.start()
-        else:
-            self.action_cancel()
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
     def start(self) -> None:
         name = self.query_one("#fuse-name", Input).value.strip()
