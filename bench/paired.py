@@ -16,14 +16,15 @@ interval over the groups]. Costs are CPU ns of the launching threads per launch.
   graph      launch_paired graph 1: cudaGraphLaunch of a one-node graph
   torch      testapps/python/paired_launches.py --kind torch: x.add_(1.0)
   triton     paired_launches.py --kind triton: a one-block Triton kernel
-  wrapper    the cudart row at 1 thread, a = the entry-point wrapper with a dispatcher that
-             does nothing (KC_PAIRED_ARMED=wrapper; for a launch, a launch fast path that
-             declines nothing): the wrapper's half of the cudart cost
+  wrapper    the cudart row at 1 thread, a = the entry-point wrapper's full path with a
+             dispatcher that does nothing (KC_PAIRED_ARMED=wrapper; the launch fast path is
+             off meanwhile: it is all wrapper, so the cudart row is its cost)
   skip-callback, skip-launch, skip-quiesce
-             the cudart row at 1 thread with the dispatcher stopping early
-             (KERNCAP_BENCH_SKIP, bench processes only): at its entry (the launch fast
-             path's), after counting the launch, or without the quiesce flag; differences
-             between the rows place the cost
+             the cudart row at 1 thread through the full path (no fast path) with the
+             dispatcher stopping early (KERNCAP_BENCH_SKIP, bench processes only): at its
+             entry, after counting the launch, or without the quiesce flag; differences
+             between the rows place the full path's cost (the fast path, inline in the
+             wrapper, has no stopping points: bench/entry_lines.py counts its lines)
   skip-fastpath
              the cudart row at 1 thread without the launch fast path (KERNCAP_BENCH_SKIP=
              fastpath): every launch through both callbacks, as before it

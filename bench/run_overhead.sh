@@ -13,7 +13,7 @@
 #      interleaved runs, plain / armed / profiling (sampled), spread stated; goals armed
 #      <= 1.01, profiling <= 1.03                                              (~3 min)
 #   3. the same for token generation (decode_loop, 300 tokens): armed <= 1.01  (~2 min)
-# JSON of each goes to $OUT (default ./bench-out).
+# JSON of each goes to $OUT (default ./bench-out). NO_PAIRED=1: steps 2 and 3 only.
 set -uo pipefail
 OUT=${OUT:-$PWD/bench-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -29,7 +29,7 @@ REPEAT=11; PAIRED=3
 if [ -n "${QUICK:-}" ]; then REPEAT=7; PAIRED=2; fi
 status=0
 step() { echo; echo "== $1"; shift; local t0=$(date +%s); "$@" || status=1; echo "($(( $(date +%s) - t0 )) s)"; }
-step "paired dispatcher cost" python3 bench/paired.py --repeat "$PAIRED" \
+[ -n "${NO_PAIRED:-}" ] || step "paired dispatcher cost" python3 bench/paired.py --repeat "$PAIRED" \
   --rows cudart,skip-fastpath,graph,torch,triton,preloaded --json "$OUT/paired.json"
 step "PyTorch launch loop, whole process" python3 bench/overhead.py --launches 100000 --repeat "$REPEAT" \
   --modes armed,profiling --json "$OUT/overhead-python.json"

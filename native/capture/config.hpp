@@ -72,9 +72,9 @@ struct Config {
   // KERNCAP_BENCH_SKIP (with KERNCAP_BENCH_PASSTHROUGH=1 only; bench/paired.py's
   // decomposition rows): a launch's dispatcher stops early, to time its parts.
   //   callback: on_callback returns at once; launch: launch_enter returns after decoding
-  //   and counting (no quiesce); quiesce: only the quiesce flag is skipped (the launch
-  //   fast path stops at the same points); fastpath: the launch fast path is not
-  //   attached (every launch takes the full path, as before it).
+  //   and counting (no quiesce); quiesce: only the quiesce flag is skipped; fastpath:
+  //   nothing skipped. With any of them the launch fast path stays off (every launch
+  //   takes the full path, whose parts they time).
   enum class BenchSkip { None, Callback, Launch, Quiesce, FastPath } bench_skip = BenchSkip::None;
   // KERNCAP_SEQUENCE=nvtx|graph|run: capture a sequence of launches as one reproducer
   // (sequence_capture.hpp): every launch of one instance of the KERNCAP_NVTX range (the

@@ -12,9 +12,9 @@
 // callback ids do); anything else passes through untouched. Until the injection library
 // attaches a dispatcher (inside cuInit, in capture mode), a wrapper is one load and a
 // jump. Attached, it hands the dispatcher the same CUpti_CallbackData CUPTI would, at
-// the call's entry and exit, so one dispatcher serves both paths; a kernel launch is
-// first offered to the injection library's launch fast path (entry_abi.hpp), which
-// takes the app's plain launches with one call and no callback data.
+// the call's entry and exit, so one dispatcher serves both paths; the app's plain kernel
+// launches (not the target's) are counted and flagged here, inline, from data the
+// injection library laid out for it (entry_abi.hpp: the launch fast path).
 //
 // This library links nothing but libc and libdl: it is loaded into every process the
 // app starts (compilers included) and must cost them nothing.
@@ -50,11 +50,13 @@ struct Table;
 struct alignas(64) Hooks {
   std::atomic<Table*> table{nullptr};  // libcuda's entry points (table() below)
   std::atomic<Dispatch> dispatch{nullptr};
-  // The launch fast path (entry_abi.hpp); enter null: none. exit is set before enter and
-  // never cleared, so a launch that was handed to enter always finds it.
-  std::atomic<kc_entry::LaunchEnter> launch_enter{nullptr};
-  std::atomic<kc_entry::LaunchExit> launch_exit{nullptr};
-  std::atomic<void*> launch_ctx{nullptr};  // set with exit
+  // The launch fast path's switches, epoch and quiesce word (entry_abi.hpp), set by the
+  // injection library: read by the same launches that read the two above.
+  kc_entry::Gate gate;
+  // tl_block's offset from the thread pointer (the same in every thread: static TLS), so
+  // the fast path addresses it %fs-relative without loading the offset from the GOT, a
+  // line of its own (x86-64; elsewhere tl_block is read as the compiler reads it).
+  intptr_t tls_offset = 0;
   // Set by a dispatcher that resolves a launch's context itself where it reads it
   // (capture mode: only the target's launches and a sequence's do): the wrappers then
   // skip cuCtxGetCurrent on every launch, a driver call the armed path paid for nothing.
@@ -198,6 +200,72 @@ constexpr CUpti_CallbackId kCbid[kSlotCount] = {
 };
 
 
+// The launch fast path (entry_abi.hpp), the quiesce's reader side included: null, take
+// the full path; kCounted, counted (not armed: nothing to do when the launch returns);
+// else the slot, counted, whose flag is raised until the launch returns.
+kc_entry::SlotHot* const kCounted = reinterpret_cast<kc_entry::SlotHot*>(uintptr_t(1));
+// What the fast path reads of the calling thread's ThreadHot: its slot and table, and
+// guard and shared_depth as one word (nonzero: kerncap's own call, or a nested one).
+struct ThreadFast {
+  kc_entry::SlotHot* slot;
+  kc_entry::LaunchTable* table;
+  uint64_t busy;
+};
+static_assert(offsetof(kc_entry::ThreadHot, guard) == 0 && offsetof(kc_entry::ThreadHot, shared_depth) == 4 &&
+                  offsetof(kc_entry::ThreadHot, fast_slot) == 8 && offsetof(kc_entry::ThreadHot, fast_table) == 16,
+              "thread_fast reads ThreadHot by these offsets");
+
+__attribute__((always_inline)) inline ThreadFast thread_fast() {
+#if defined(__x86_64__)
+  const intptr_t off = g_hooks.tls_offset;
+  ThreadFast h;
+  uint64_t flags;
+  asm("movq %%fs:(%1), %0" : "=r"(flags) : "r"(off));
+  asm("movq %%fs:8(%1), %0" : "=r"(h.slot) : "r"(off));
+  asm("movq %%fs:16(%1), %0" : "=r"(h.table) : "r"(off));
+  h.busy = flags & 0xffffffff000000ffull;  // guard (byte 0) and shared_depth (bytes 4-7)
+  return h;
+#else
+  const auto& t = *reinterpret_cast<const kc_entry::ThreadHot*>(tl_block);
+  return {t.fast_slot, t.fast_table, uint64_t(t.guard) | uint64_t(t.shared_depth != 0)};
+#endif
+}
+
+// Laid out for the common case, a plain launch while armed: each branch is hinted, so
+// the path is straight code over as few cache lines as the compiler can make it.
+__attribute__((always_inline)) inline kc_entry::SlotHot* fast_enter(const void* f) {
+  const kc_entry::Gate& gate = g_hooks.gate;
+  if (__builtin_expect(!gate.on.load(std::memory_order_acquire), 0)) return nullptr;
+  const ThreadFast h = thread_fast();
+  kc_entry::SlotHot* slot = h.slot;
+  if (__builtin_expect(!slot || h.busy, 0)) return nullptr;
+  if (__builtin_expect(slot->launch_epoch != gate.epoch.load(std::memory_order_acquire), 0)) return nullptr;
+  kc_entry::FastLaunch* e = kc_entry::launch_for(*h.table, f);
+  if (__builtin_expect(!e, 0)) return nullptr;
+  const bool armed = gate.armed.load(std::memory_order_acquire);
+  if (__builtin_expect(armed, 1)) {  // Quiesce::enter; a capture pending: the full path waits (and counts)
+    if (__builtin_expect(gate.fence.load(std::memory_order_relaxed), 0)) {
+      slot->inside.store(1, std::memory_order_seq_cst);
+    } else {
+      slot->inside.store(1, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // the writer's membarrier is the fence
+    }
+    if (__builtin_expect(gate.pending.load(std::memory_order_seq_cst) != 0, 0)) {
+      slot->inside.store(0, std::memory_order_release);
+      return nullptr;
+    }
+  }
+  kc_entry::bump(slot->launches);
+  kc_entry::bump(e->count);
+  return armed ? slot : kCounted;
+}
+
+// The launched function of a launch call's arguments.
+template <class Params>
+const void* launched(const Params& p) {
+  return p.f;
+}
+
 template <size_t S, class Params, class Fn>
 struct Wrap;
 
@@ -207,38 +275,35 @@ struct Wrap<S, Params, CUresult (*)(A...)> {
   static CUresult CUDAAPI call(A... a) {
     const Table* t = g_hooks.table.load(std::memory_order_acquire);
     if (__builtin_expect(!t, 0)) return first(a...);
-    Real real = reinterpret_cast<Real>(t->real[S]);
-    if (!real) return CUDA_ERROR_NOT_INITIALIZED;  // the driver has no such entry point
-    Dispatch d = g_hooks.dispatch.load(std::memory_order_acquire);
-    if (!d) return real(a...);
-    return armed(*t, real, d, a...);
+    return go(*t, a...);
   }
   // The same before the table is published (it may be built here).
   __attribute__((noinline, cold)) static CUresult first(A... a) {
     const Table* t = table();
-    Real real = t ? reinterpret_cast<Real>(t->real[S]) : nullptr;
-    if (!real) return CUDA_ERROR_NOT_INITIALIZED;  // no driver loaded: nothing could have run
+    if (!t) return CUDA_ERROR_NOT_INITIALIZED;  // no driver loaded: nothing could have run
+    return go(*t, a...);
+  }
+  // Pass-through without a dispatcher; with one, a plain kernel launch takes the fast
+  // path here, and anything it declines, and every other call, the full path. The full
+  // path is its own function so that this one keeps a small frame: unarmed, the fast
+  // path ends in a tail call, as the pass-through does.
+  __attribute__((always_inline)) static inline CUresult go(const Table& t, A... a) {
+    Real real = reinterpret_cast<Real>(t.real[S]);
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED;  // the driver has no such entry point
     Dispatch d = g_hooks.dispatch.load(std::memory_order_acquire);
     if (!d) return real(a...);
-    return armed(*t, real, d, a...);
-  }
-  // A dispatcher is attached: a kernel launch is offered to the launch fast path first
-  // (entry_abi.hpp); anything it declines, and every other call, takes the full path.
-  __attribute__((always_inline)) static inline CUresult armed(const Table& t, Real real, Dispatch d, A... a) {
     if constexpr (launch_call(kCbid[S])) {
-      if (kc_entry::LaunchEnter enter = g_hooks.launch_enter.load(std::memory_order_acquire)) {
-        // Both read before the driver runs (its launch evicts this line).
-        void* ctx = g_hooks.launch_ctx.load(std::memory_order_relaxed);
-        const kc_entry::LaunchExit exit = g_hooks.launch_exit.load(std::memory_order_relaxed);
-        void* thread = tl_block;
-        const int v = enter(ctx, thread, kCbid[S], Params{a...}.f);
-        if (__builtin_expect(v != kc_entry::kFull, 1)) {
-          const CUresult r = real(a...);
-          if (v == kc_entry::kExit) exit(ctx, thread);
-          return r;
-        }
+      kc_entry::SlotHot* slot = fast_enter(launched(Params{a...}));
+      if (__builtin_expect(slot == kCounted, 0)) return real(a...);
+      if (__builtin_expect(slot != nullptr, 1)) {
+        const CUresult r = real(a...);
+        slot->inside.store(0, std::memory_order_release);  // Quiesce::exit
+        return r;
       }
     }
+    return full(t, real, d, a...);
+  }
+  __attribute__((noinline)) static CUresult full(const Table& t, Real real, Dispatch d, A... a) {
     const Params p{a...};  // CUPTI's params struct: the arguments, in order
     return around(t, S, d, &p, [&] { return real(a...); });
   }
@@ -366,6 +431,11 @@ KC_EXPORT void* dlsym(void* handle, const char* name) { return kc_dlsym_impl(han
 #endif
 
 __attribute__((constructor)) static void kc_entry_init() {
+#if defined(__x86_64__)
+  uintptr_t tp;
+  asm("movq %%fs:0, %0" : "=r"(tp));  // the thread pointer (the TCB's pointer to itself)
+  g_hooks.tls_offset = intptr_t(reinterpret_cast<uintptr_t>(tl_block) - tp);
+#endif
   kc_real_dlsym_ptr = reinterpret_cast<void*>(real_dlsym());
   table();  // an app linked against libcuda has it loaded already
 }
@@ -374,7 +444,7 @@ __attribute__((constructor)) static void kc_entry_init() {
 // watched entry points the driver has (0: libcuda is not loaded yet).
 KC_EXPORT int kerncap_entry_attach(Dispatch d) {
   const Table* t = table();
-  if (!d) g_hooks.launch_enter.store(nullptr, std::memory_order_release);
+  if (!d) g_hooks.gate.on.store(false, std::memory_order_release);
   g_hooks.dispatch.store(d, std::memory_order_release);
   return t ? int(t->n) : 0;
 }
@@ -388,18 +458,9 @@ KC_EXPORT void kerncap_entry_lazy_launch_context(int on) {
 KC_EXPORT void* kerncap_entry_thread_block(void) { return tl_block; }
 KC_EXPORT size_t kerncap_entry_thread_block_size(void) { return sizeof tl_block; }
 
-// The launch fast path, after kerncap_entry_attach (entry_abi.hpp). 0: taken; -1: refused
-// (another ABI, or no exit function); nothing changes then.
-kc_entry::LaunchEnter g_attached_enter = nullptr;  // what kerncap_bench_passthrough(0) restores
-KC_EXPORT int kerncap_entry_attach_launch(int abi, void* ctx, kc_entry::LaunchEnter enter,
-                                          kc_entry::LaunchExit exit) {
-  if (abi != kc_entry::kAbi || !exit || g_hooks.launch_exit.load(std::memory_order_acquire)) return -1;
-  g_hooks.launch_ctx.store(ctx, std::memory_order_relaxed);
-  g_hooks.launch_exit.store(exit, std::memory_order_release);  // before enter: never changed again
-  g_attached_enter = enter;
-  g_hooks.launch_enter.store(enter, std::memory_order_release);
-  return 0;
-}
+// The fast path's Gate (entry_abi.hpp) for an injection library of the same ABI, else
+// null (then it has no fast path).
+KC_EXPORT kc_entry::Gate* kerncap_entry_gate(int abi) { return abi == kc_entry::kAbi ? &g_hooks.gate : nullptr; }
 
 // The paired measure's switch (bench/paired.py, bench/entry_cost.py). Exists only where
 // the injection library allowed it: it does so only in a process started with
@@ -411,20 +472,24 @@ std::atomic<Dispatch> g_bench_dispatch{nullptr};
 
 KC_EXPORT void kerncap_entry_allow_bench(Dispatch d) { g_bench_dispatch.store(d, std::memory_order_release); }
 
-// The bench's third mode: the wrapper's own half (the callback data, the context as the
-// dispatcher asked, two calls; for a launch with the fast path, one call that declines
-// nothing) with a dispatcher that does nothing.
+// The bench's third mode: the wrapper's own half of the full path (the callback data,
+// the context as the dispatcher asked, two calls) with a dispatcher that does nothing;
+// the launch fast path is off meanwhile (it is all wrapper: cudart's row is its cost).
 static void bench_noop(CUpti_CallbackId, const CUpti_CallbackData*) {}
-static int bench_launch_noop(void*, void*, CUpti_CallbackId, CUfunction) { return kc_entry::kDone; }
+bool g_bench_wrapper = false, g_bench_fast_on = false;  // mode 2 is on; the fast path's switch before it
 
 // 1: the wrappers jump straight to the driver; 0: through kerncap's dispatcher again;
 // 2: through the wrapper to a dispatcher that does nothing (what the wrapper costs).
-// Returns 0, or -1 where the switch was not allowed (nothing changes then).
+// Returns 0, or -1 where the switch was not allowed (nothing changes then). Called by
+// one thread of the bench between its blocks.
 KC_EXPORT int kerncap_bench_passthrough(int on) {
   Dispatch d = g_bench_dispatch.load(std::memory_order_acquire);
   if (!d) return -1;
-  if (g_attached_enter)
-    g_hooks.launch_enter.store(on == 2 ? &bench_launch_noop : g_attached_enter, std::memory_order_release);
+  if ((on == 2) != g_bench_wrapper) {
+    if (on == 2) g_bench_fast_on = g_hooks.gate.on.load(std::memory_order_acquire);
+    g_hooks.gate.on.store(on == 2 ? false : g_bench_fast_on, std::memory_order_release);
+    g_bench_wrapper = on == 2;
+  }
   g_hooks.dispatch.store(on == 1 ? nullptr : on == 2 ? &bench_noop : d, std::memory_order_release);
   return 0;
 }

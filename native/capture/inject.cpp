@@ -64,25 +64,35 @@ namespace {
 // Python hook may call in before the driver has initialized the injection.
 std::atomic<int> g_benchmark{0};
 
+// libkerncap_entry.so's Gate (entry_abi.hpp), when it is preloaded with this ABI.
+kc_entry::Gate* find_gate() {
+  using GateFn = kc_entry::Gate* (*)(int);
+  auto gate = reinterpret_cast<GateFn>(dlsym(RTLD_DEFAULT, "kerncap_entry_gate"));
+  return gate ? gate(kc_entry::kAbi) : nullptr;
+}
+
 struct alignas(64) State {
-  // What every launch reads, first and in one cache line (issue 31, ThreadState's note):
-  // these flags, the function cache's epoch and the quiesce's `pending` (its first bytes).
+  // What every launch of the full path reads, first and in one cache line (issue 31,
+  // ThreadState's note): these flags, the function cache's epoch and the quiesce's
+  // `pending` pointer (its first bytes).
   std::atomic<bool> active{false};  // subscribed and configured: callbacks do work
   std::atomic<bool> armed{false};    // capture mode, target not reached yet: quiesce and count
-  std::atomic<bool> forked{false};   // g_forked, for the launch fast path
   bool sequence = false;             // seq_trigger is set (create_selection)
   Mode mode = Mode::Capture;                               // cfg.mode, copied at initialize()
   Config::BenchSkip bench_skip = Config::BenchSkip::None;  // cfg.bench_skip, copied there
-  std::atomic<uint64_t> func_epoch{1};  // FuncCache's (funcs below)
-  Quiesce quiesce;
-  FuncCache funcs{func_epoch};
+  // The wrappers' launch fast path reads the epoch and `pending` from the Gate, so with
+  // one both are the Gate's words; without, this object's own.
+  kc_entry::Gate* gate = find_gate();
+  std::atomic<uint64_t> func_epoch{1};
+  Quiesce quiesce{gate ? &gate->pending : nullptr};
+  FuncCache funcs{gate ? gate->epoch : func_epoch};
   Config cfg;
   std::unique_ptr<KernelMatcher> matcher;
   CUpti_SubscriberHandle subscriber = nullptr;
   // Driver calls reach the dispatcher from libkerncap_entry.so's wrappers, not CUPTI:
   // no CUPTI subscriber exists until the capture (docs/interposer.md).
   bool entry_points = false;
-  bool launch_fast_path = false;  // plain launches skip the callbacks (launch_enter_fast)
+  bool launch_fast_path = false;  // plain launches skip the callbacks (the wrappers count them)
   std::atomic<uint64_t> full_path_launches{0};  // with it: those of threads without a slot
   ModuleImages images;  // entry points only: what each handle was loaded from
   ProcReport report;
@@ -134,7 +144,15 @@ State* g = nullptr;
 std::atomic<bool> g_forked{false};
 void on_fork_child() {
   g_forked.store(true, std::memory_order_relaxed);
-  if (State* s = g) s->forked.store(true, std::memory_order_relaxed);
+  if (State* s = g; s && s->gate) s->gate->on.store(false, std::memory_order_relaxed);  // the full path ignores it
+}
+
+// s.armed, and the fast path's copy. Raised first there, lowered last: a launch that
+// reads the copy lowered reads s.armed lowered too, so no capture can miss its flag.
+void set_armed(State& s, bool on) {
+  if (on && s.gate) s.gate->armed.store(true, std::memory_order_release);
+  s.armed.store(on, std::memory_order_release);
+  if (!on && s.gate) s.gate->armed.store(false, std::memory_order_release);
 }
 
 // Everything a callback keeps per thread, in one trivially constructible object: the
@@ -152,14 +170,14 @@ struct FuncSlot {
   bool plain;                 // never the target nor an XLA helper: launch_enter's short path
   bool is_kernel;
 };
-struct ThreadState {
-  bool guard;         // kerncap itself is calling the driver: not the app's calls
+// It begins with what the wrappers' launch fast path reads (entry_abi.hpp ThreadHot:
+// guard, shared_depth, the slot and its table).
+struct ThreadState : kc_entry::ThreadHot {
   bool slot_tried;
   // The launch in flight (between its API entry and exit).
   bool in_launch;
   bool is_kernel;
   bool seq_owner;     // sequences: this thread owns the open window (below)
-  int shared_depth;   // nesting of enqueueing calls while armed (the outermost sets slot->inside)
   int n_lazy;
   ThreadSlot* slot;   // this thread's quiesce flag and launch counters (claimed on first use)
   CUfunction f;
@@ -356,6 +374,8 @@ ThreadSlot* my_slot(State& s, ThreadState& t) {
   if (!t.slot && !t.slot_tried) {
     t.slot_tried = true;
     t.slot = s.slots.claim();
+    if (t.slot) t.fast_table = &t.slot->launches_by_handle;
+    t.fast_slot = t.slot;  // after the table: the fast path reads the slot first
   }
   return t.slot;
 }
@@ -389,7 +409,7 @@ std::string lock_path(const State& s) { return path_join(s.cfg.out_dir, "capture
 void capture_failed(State& s, const char* kind, const std::string& message) {
   s.report.add_error(kind, message);
   if (s.cfg.set) return;  // a set goes on with its other dispatches (the failure is named)
-  s.armed.store(false, std::memory_order_release);
+  set_armed(s, false);
   ::unlink(lock_path(s).c_str());
 }
 
@@ -411,7 +431,7 @@ bool claim_capture(State& s) {
   int fd = ::open(lock_path(s).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int err = errno;
-    s.armed.store(false, std::memory_order_release);
+    set_armed(s, false);
     if (err != EEXIST)  // EEXIST: another process of the app captures; not an error
       s.report.add_error("disk", "cannot create " + lock_path(s) + ": " + std::strerror(err));
     return false;
@@ -442,7 +462,7 @@ void capture_over(State& s, const std::string& dir, uint64_t index, uint32_t buc
     }
     more = s.cfg.buckets || index < s.cfg.last_dispatch();
   }
-  s.armed.store(more, std::memory_order_release);
+  set_armed(s, more);
   if (!dir.empty()) s.report.set_captured(dir);
   write_proc(s);
   write_buckets(s, false);
@@ -809,48 +829,6 @@ void launch_exit(State& s, ThreadState& t, const CUpti_CallbackData* cb) {
   // More than kLazyIds modules in one launch: those are not paired by handle, and the
   // capture selects the cubin by symbol and attributes instead (docs/interposer.md).
   if (t.n_lazy > 0) pair_lazy_modules(s, t);
-}
-
-// The launch fast path (entry_abi.hpp, docs/interposer.md): what on_callback ->
-// launch_enter does for a launch whose handle this thread has cached as plain (never the
-// target nor an XLA helper), in capture mode without a sequence, done with the state the
-// wrapper passes and nothing else: count it, mark it in flight, raise the quiesce flag.
-// Everything else is refused (kFull) before anything is changed, and takes the full path,
-// which also fills the cache. Kept small and branch-light: on the GPU machine every line
-// it touches is cold (the driver's launch ran in between).
-// Attached only without a sequence (so seq_owner is false) and in capture mode. `Skip`:
-// the bench's decomposition (KERNCAP_BENCH_SKIP) stops where the full path would stop,
-// in its own instance, so the one every other process runs has no such branches.
-template <Config::BenchSkip Skip>
-__attribute__((hot)) int launch_enter_fast(void* ctx, void* thread, CUpti_CallbackId, CUfunction f) noexcept {
-  State* s = static_cast<State*>(ctx);  // g
-  if (__builtin_expect(!s->active.load(std::memory_order_acquire) || s->forked.load(std::memory_order_relaxed), 0))
-    return kc_entry::kDone;  // on_callback would do nothing, at entry and exit
-  ThreadState& t = *static_cast<ThreadState*>(thread);
-  if (__builtin_expect(t.guard, 0)) return kc_entry::kDone;  // kerncap's own call
-  if (Skip == Config::BenchSkip::Callback) return kc_entry::kDone;
-  ThreadSlot* slot = t.slot;
-  // A plain kernel this thread launched before, in this epoch (launch_enter added it).
-  ThreadSlot::Launch* e = slot && slot->launch_epoch == s->func_epoch.load(std::memory_order_acquire)
-                              ? slot->launch_for(f)
-                              : nullptr;
-  if (__builtin_expect(!e, 0)) return kc_entry::kFull;
-  ThreadSlot::bump(slot->launches);  // count_launch
-  ThreadSlot::bump(e->count);
-  if (Skip == Config::BenchSkip::Launch) return kc_entry::kDone;
-  // launch_enter also marks the launch in flight for on_resource's lazy-module pairing;
-  // with the entry points no CUPTI callback reaches on_resource, so nothing reads it.
-  // quiesce_enter, with the slot known to exist:
-  if (Skip != Config::BenchSkip::Quiesce && s->armed.load(std::memory_order_acquire) && t.shared_depth++ == 0)
-    s->quiesce.enter(*slot);
-  return kc_entry::kExit;
-}
-
-// launch_exit for a launch launch_enter_fast took (no capture session, no sequence, no
-// launch marked in flight): quiesce_exit, for a thread that has a slot.
-__attribute__((hot)) void launch_exit_fast(void*, void* thread) noexcept {
-  ThreadState& t = *static_cast<ThreadState*>(thread);
-  if (t.shared_depth > 0 && --t.shared_depth == 0) Quiesce::exit(*t.slot);
 }
 
 // ---------------------------------------------------------------------------------
@@ -2481,32 +2459,31 @@ bool attach_entry_points(State& s) {
   if (!attach || !s.cfg.entry_capable()) return false;
   s.entry_points = true;
   s.active = true;
-  s.armed.store(true, std::memory_order_release);
+  set_armed(s, true);
   if (attach(entry_dispatch) > 0) {
     // Capture mode reads a launch's context only for the target's launches (selected_launch)
     // and a sequence's (record_sequence_launch), and asks the driver there: every other
     // launch skips the wrapper's cuCtxGetCurrent.
     using Lazy = void (*)(int);
     if (auto lazy = reinterpret_cast<Lazy>(dlsym(RTLD_DEFAULT, "kerncap_entry_lazy_launch_context"))) lazy(1);
-    // Plain launches through the fast path, where this library's per-thread state is the
-    // block the wrapper passes (a sequence's launches all take the full path).
-    using AttachLaunch = int (*)(int, void*, kc_entry::LaunchEnter, kc_entry::LaunchExit);
-    auto attach_launch = reinterpret_cast<AttachLaunch>(dlsym(RTLD_DEFAULT, "kerncap_entry_attach_launch"));
-    using B = Config::BenchSkip;
-    const kc_entry::LaunchEnter enter = s.bench_skip == B::Callback ? launch_enter_fast<B::Callback>
-                                        : s.bench_skip == B::Launch ? launch_enter_fast<B::Launch>
-                                        : s.bench_skip == B::Quiesce ? launch_enter_fast<B::Quiesce>
-                                                                     : launch_enter_fast<B::None>;
-    s.launch_fast_path = attach_launch && g_thread_block && !s.sequence && !s.subscriber &&
-                         s.bench_skip != B::FastPath &&
-                         attach_launch(kc_entry::kAbi, &s, enter, launch_exit_fast) == 0;
+    // Plain launches through the wrappers' fast path (entry_abi.hpp), which reads this
+    // library's per-thread state from the block it lives in; a sequence's launches all
+    // take the full path, and so do the bench's decomposition rows.
+    ThreadState& t = this_thread();
+    s.launch_fast_path = s.gate && g_thread_block && !s.sequence && !s.subscriber &&
+                         s.bench_skip == Config::BenchSkip::None &&
+                         static_cast<void*>(static_cast<kc_entry::ThreadHot*>(&t)) == static_cast<void*>(&t);
+    if (s.launch_fast_path) {
+      s.gate->fence.store(!s.quiesce.asymmetric(), std::memory_order_relaxed);
+      s.gate->on.store(true, std::memory_order_release);  // armed was raised above
+    }
     if (s.cfg.bench_passthrough) allow_bench_switch();
     return true;
   }
   attach(nullptr);  // libcuda not loaded: cannot be (we are inside its cuInit); stay safe
   s.entry_points = false;
   s.active = false;
-  s.armed.store(false, std::memory_order_release);
+  set_armed(s, false);
   return false;
 }
 
@@ -2690,7 +2667,7 @@ void initialize() {
     return;  // a partial view would capture wrong state: stay out of the way
   }
   s.active = true;
-  s.armed.store(true, std::memory_order_release);
+  set_armed(s, true);
 }
 
 }  // namespace

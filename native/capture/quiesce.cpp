@@ -58,7 +58,7 @@ void backoff(unsigned& round) {
 
 }  // namespace
 
-Quiesce::Quiesce() {
+Quiesce::Quiesce(std::atomic<uint32_t>* pending) : pending_(pending ? pending : &own_pending_) {
   // Registered once, before any reader can rely on it (the dispatcher is armed after the
   // State that holds this is constructed); it never changes afterwards.
   asymmetric_ = membarrier(kMembarrierRegisterPrivateExpedited) == 0;
@@ -67,29 +67,29 @@ Quiesce::Quiesce() {
 void Quiesce::wait_out(ThreadSlot& mine) {
   for (;;) {
     mine.inside.store(0, std::memory_order_release);  // the writer must not wait for us
-    while (pending_.load(std::memory_order_acquire) != 0) futex_wait(&pending_, 1);
+    while (pending_->load(std::memory_order_acquire) != 0) futex_wait(pending_, 1);
     if (asymmetric_) {
       mine.inside.store(1, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);
     } else {
       mine.inside.store(1, std::memory_order_seq_cst);
     }
-    if (pending_.load(std::memory_order_seq_cst) == 0) return;  // else another capture began: wait again
+    if (pending_->load(std::memory_order_seq_cst) == 0) return;  // else another capture began: wait again
   }
 }
 
 void Quiesce::enter_shared() {
   for (;;) {
     shared_inside_.fetch_add(1, std::memory_order_seq_cst);
-    if (pending_.load(std::memory_order_seq_cst) == 0) return;
+    if (pending_->load(std::memory_order_seq_cst) == 0) return;
     shared_inside_.fetch_sub(1, std::memory_order_release);
-    while (pending_.load(std::memory_order_acquire) != 0) futex_wait(&pending_, 1);
+    while (pending_->load(std::memory_order_acquire) != 0) futex_wait(pending_, 1);
   }
 }
 
 std::string Quiesce::lock(const ThreadSlots& slots, const ThreadSlot* self) {
   writer_mu_.lock();
-  pending_.store(1, std::memory_order_seq_cst);
+  pending_->store(1, std::memory_order_seq_cst);
   if (asymmetric_ && membarrier(kMembarrierPrivateExpedited) != 0) {
     // Registered at start-up, so this does not happen; if it does, readers that passed
     // their check without a fence may be inside: hold nothing rather than guess.
@@ -111,8 +111,8 @@ std::string Quiesce::lock(const ThreadSlots& slots, const ThreadSlot* self) {
 }
 
 void Quiesce::unlock() {
-  pending_.store(0, std::memory_order_release);
-  futex_wake_all(&pending_);
+  pending_->store(0, std::memory_order_release);
+  futex_wake_all(pending_);
   writer_mu_.unlock();
 }
 

@@ -12,6 +12,9 @@
 //   writer: pending = 1; FENCE; wait while inside != 0    (lock)
 // — so at least one of them sees the other's store: either the writer waits for the
 // reader, or the reader backs off before its call reaches the driver.
+// A plain launch's wrapper does the reader's half itself, with the same stores and loads
+// (entry_abi.hpp; `pending` is then the Gate's word), and takes the full path, which
+// waits, when it finds `pending` raised.
 //
 // The reader's FENCE is the costly half (a locked instruction, ~20 cycles). Where the
 // kernel has membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) (Linux >= 4.14) it moves to the
@@ -44,7 +47,9 @@ namespace kc {
 
 class Quiesce {
  public:
-  Quiesce();
+  // `pending`: the word readers check, where the wrappers' launch fast path reads it
+  // (entry_abi.hpp Gate::pending); null: this object's own.
+  explicit Quiesce(std::atomic<uint32_t>* pending = nullptr);
   Quiesce(const Quiesce&) = delete;
   Quiesce& operator=(const Quiesce&) = delete;
 
@@ -56,7 +61,7 @@ class Quiesce {
     } else {
       mine.inside.store(1, std::memory_order_seq_cst);
     }
-    if (__builtin_expect(pending_.load(std::memory_order_seq_cst) != 0, 0)) wait_out(mine);
+    if (__builtin_expect(pending_->load(std::memory_order_seq_cst) != 0, 0)) wait_out(mine);
   }
   static void exit(ThreadSlot& mine) { mine.inside.store(0, std::memory_order_release); }
   // The same for threads without a slot (ThreadSlots::claim failed): one shared count.
@@ -77,7 +82,8 @@ class Quiesce {
   // cache line its launches read anyway (inject.cpp State). The rest is written only by
   // captures and by threads without a slot (rare: an allocation failed).
   bool asymmetric_ = false;
-  std::atomic<uint32_t> pending_{0};  // also the futex word waiting readers sleep on
+  std::atomic<uint32_t>* pending_;  // also the futex word waiting readers sleep on
+  std::atomic<uint32_t> own_pending_{0};
   std::atomic<uint32_t> shared_inside_{0};
   std::mutex writer_mu_;
 };

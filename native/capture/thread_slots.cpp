@@ -20,7 +20,7 @@ ThreadSlot::Kernel* ThreadSlot::counter_for(const void* key) {
 }
 
 ThreadSlot::Launch* ThreadSlot::add_launch(const void* handle, const void* key) {
-  Launch* set = launches_by_handle[launch_set(handle)];
+  Launch* set = launches_by_handle[kc_entry::launch_set(handle)];
   for (int i = 0; i < 2; ++i) {
     if (set[i].handle.load(std::memory_order_relaxed) == handle) return &set[i];
     if (!set[i].key.load(std::memory_order_relaxed)) {  // never used (a forgotten one keeps its key)

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <unordered_map>
 
+#include "entry_abi.hpp"
+
 namespace kc {
 
 // Per (thread, kernel) state of the sampled profile (launch_sampler.hpp), owned by the thread.
@@ -26,13 +28,12 @@ struct SampleSchedule {
   double weight = 1.0;  // 1/p of the gap that ends there
 };
 
-struct alignas(64) ThreadSlot {
-  // Inside an enqueueing call (outermost) while a capture may come: read by the
-  // capturing thread (quiesce.hpp). In the first cache line with `launches`: every launch
-  // writes both, and one line is cheaper than two (issue 31: the armed path's cost on the
-  // H200 is the lines it touches). The capturing thread reads `inside` only while it
-  // waits for the others, which by then launch nothing new.
-  std::atomic<uint32_t> inside{0};
+// The first line (kc_entry::SlotHot: the quiesce flag `inside`, `launches`, the table's
+// epoch) is what the wrappers' launch fast path writes (entry_abi.hpp); in one line with
+// the rest of the hot counters, because every line a launch touches costs a miss on the
+// H200 (issue 31). The capturing thread reads `inside` only while it waits for the
+// others, which by then launch nothing new.
+struct alignas(64) ThreadSlot : kc_entry::SlotHot {
   std::atomic<bool> owned{false};
   ThreadSlot* next = nullptr;  // the registry's list; set before the slot is published
 
@@ -47,51 +48,29 @@ struct alignas(64) ThreadSlot {
     std::atomic<uint64_t> count{0};
     SampleSchedule schedule;  // owner only
   };
-  std::atomic<uint64_t> launches{0};
   // The sampled profile's interleaving check (inject.cpp, sampled_exit): cuGraphLaunch
   // calls, and the returns of every launch whose entry was counted.
   std::atomic<uint64_t> graph_launches{0};
   std::atomic<uint64_t> exits{0};
-  // The launch fast path's table is valid for this FuncCache epoch (owner only).
-  uint64_t launch_epoch = 0;
   std::atomic<uint64_t> full_path_launches{0};  // with the fast path: launches it declined
   Kernel kernels[kKernels];
 
-  // The launch fast path's table (inject.cpp launch_enter_fast): this thread's plain
-  // kernels by launch handle, two to a cache line (one line per lookup), each with its
-  // own count (summed with kernels[] by FuncInfo for the report). Handles are valid for
-  // launch_epoch; when it changes (a module was unloaded: handles may be reused) they
-  // are forgotten, and an entry keeps its count and is never reused. A kernel whose set
-  // is full is counted through kernels[] (the full path).
-  static constexpr int kLaunchSets = 256;
-  struct alignas(32) Launch {
-    std::atomic<const void*> handle{nullptr};  // the CUfunction, for the owner's lookups
-    std::atomic<const void*> key{nullptr};     // its FuncInfo, for readers
-    std::atomic<uint64_t> count{0};
-  };
-  static size_t launch_set(const void* handle) {
-    return size_t((uint64_t(reinterpret_cast<uintptr_t>(handle)) * 0x9E3779B97F4A7C15ull) >> 56);
-  }
-  // The entry of `handle` (owner only), or null.
-  Launch* launch_for(const void* handle) {
-    Launch* set = launches_by_handle[launch_set(handle)];
-    if (set[0].handle.load(std::memory_order_relaxed) == handle) return &set[0];
-    if (set[1].handle.load(std::memory_order_relaxed) == handle) return &set[1];
-    return nullptr;
-  }
+  // The launch fast path's table (entry_abi.hpp): this thread's plain kernels by launch
+  // handle, each with its own count (summed with kernels[] by FuncInfo for the report).
+  // Handles are valid for launch_epoch; when it changes (a module was unloaded: handles
+  // may be reused) they are forgotten, and an entry keeps its count and is never reused.
+  // A kernel whose set is full is counted through kernels[] (the full path).
+  using Launch = kc_entry::FastLaunch;
   // Adds `handle` (of FuncInfo `key`) if its set has room; the entry, or null.
   Launch* add_launch(const void* handle, const void* key);
   // A new epoch: forget every handle, keep the counts.
   void forget_launch_handles(uint64_t epoch);
-  alignas(64) Launch launches_by_handle[kLaunchSets][2];
+  alignas(64) kc_entry::LaunchTable launches_by_handle;
 
-  static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
-    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  }
+  static void bump(std::atomic<uint64_t>& c, uint64_t n = 1) { kc_entry::bump(c, n); }
   // This thread's entry for `key` (inserted on first use); null when the table is full.
   Kernel* counter_for(const void* key);
 };
-
 class ThreadSlots {
  public:
   ThreadSlots();
