@@ -25,7 +25,7 @@ PURE_SOURCES = [
     NATIVE / "common" / "cubin_elf.cpp",
     *(NATIVE / "capture" / f"{name}.cpp" for name in
       ("config", "fsutil", "blob_store", "memory_tracker", "module_registry", "job_identity", "nvtx_ranges",
-       "closure_targets", "xla_autotune", "zero_fingerprint")),
+       "closure_targets", "xla_autotune", "zero_fingerprint", "sample_stats")),
 ]
 
 

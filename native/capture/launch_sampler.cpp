@@ -60,28 +60,6 @@ struct CurrentContext {
 
 }  // namespace
 
-void SampleStats::add(double t, double w) {
-  ++timed;
-  sw += w;
-  swt += w * t;
-  sw2 += w * w;
-  sw2t += w * w * t;
-  sw2t2 += w * w * t * t;
-  const uint64_t ns = uint64_t(t + 0.5);
-  min_ns = std::min(min_ns, ns);
-  max_ns = std::max(max_ns, ns);
-}
-
-double SampleStats::total(uint64_t calls) const { return sw > 0 ? double(calls) * swt / sw : 0.0; }
-
-double SampleStats::total_variance(uint64_t calls) const {
-  if (sw <= 0 || timed < 2) return 0.0;
-  const double mean = swt / sw;
-  // Hajek's estimator of the mean, linearised: sum w^2 (t - mean)^2 / (sum w)^2.
-  const double ss = std::max(0.0, sw2t2 - 2 * mean * sw2t + mean * mean * sw2);
-  return double(calls) * double(calls) * ss / (sw * sw);
-}
-
 struct LaunchSampler::Pending {
   Context* ctx = nullptr;
   CUevent e0 = nullptr, e1 = nullptr;

@@ -41,21 +41,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sample_stats.hpp"
 #include "thread_slots.hpp"  // SampleSchedule
 
 namespace kc {
-
-// What one kernel (or graph) accumulated from its timed launches.
-struct SampleStats {
-  uint64_t timed = 0;
-  double sw = 0, swt = 0, sw2 = 0, sw2t = 0, sw2t2 = 0;  // sums of w, w t, w^2, w^2 t, w^2 t^2 (t in ns)
-  uint64_t min_ns = UINT64_MAX, max_ns = 0;
-  unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};  // of the last timed launch
-  void add(double t_ns, double w);
-  // The total over `calls` launches and its variance (Hajek), 0 without a timed launch.
-  double total(uint64_t calls) const;
-  double total_variance(uint64_t calls) const;
-};
 
 class LaunchSampler {
  public:

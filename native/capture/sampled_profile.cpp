@@ -83,17 +83,6 @@ struct Row {
   bool graph = false;
 };
 
-void merge(SampleStats& into, const SampleStats& s) {
-  into.timed += s.timed;
-  into.sw += s.sw, into.swt += s.swt, into.sw2 += s.sw2, into.sw2t += s.sw2t, into.sw2t2 += s.sw2t2;
-  into.min_ns = std::min(into.min_ns, s.min_ns);
-  into.max_ns = std::max(into.max_ns, s.max_ns);
-  if (s.timed) {
-    std::copy(s.grid, s.grid + 3, into.grid);
-    std::copy(s.block, s.block + 3, into.block);
-  }
-}
-
 uint64_t count_of(const void* key, uint64_t shared, const std::unordered_map<const void*, uint64_t>& per_thread) {
   auto it = per_thread.find(key);
   return shared + (it == per_thread.end() ? 0 : it->second);
@@ -113,7 +102,7 @@ std::string SampledProfile::to_json(int pid, const FuncCache& funcs,
     r.demangled = fi->demangled;
     r.calls += calls;
     auto it = stats.find(fi);
-    if (it != stats.end()) merge(r.stats, it->second);
+    if (it != stats.end()) r.stats.merge(it->second);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -125,7 +114,7 @@ std::string SampledProfile::to_json(int pid, const FuncCache& funcs,
       r.graph = true;
       r.calls += calls;
       auto it = stats.find(g);
-      if (it != stats.end()) merge(r.stats, it->second);
+      if (it != stats.end()) r.stats.merge(it->second);
     }
   }
   std::vector<const Row*> order;
@@ -143,7 +132,10 @@ std::string SampledProfile::to_json(int pid, const FuncCache& funcs,
     w.field("min_ns", s.timed ? s.min_ns : 0).field("max_ns", s.max_ns);
     w.key("grid").begin_array().value(s.grid[0]).value(s.grid[1]).value(s.grid[2]).end_array();
     w.key("block").begin_array().value(s.block[0]).value(s.block[1]).value(s.block[2]).end_array();
-    w.field("timed", s.timed).field("total_var_ns2", s.total_variance(r->calls));
+    // timed: the samples the total comes from; preempted: those left out (sample_stats.hpp)
+    const SampleStats::Kept kept = s.kept();
+    w.field("timed", kept.timed).field("preempted", kept.preempted);
+    w.field("total_var_ns2", s.total_variance(r->calls));
     if (r->graph) w.field("graph", true);
     w.end_object();
   }

@@ -28,6 +28,7 @@
 #include "config.hpp"
 #include "cubin_elf.hpp"
 #include "fsutil.hpp"
+#include "sample_stats.hpp"
 #include "job_identity.hpp"
 #include "json_writer.hpp"
 #include "memory_tracker.hpp"
@@ -515,6 +516,39 @@ static void test_xla_autotune() {
   CHECK(!off.skip_target(2) && off.note(true).find("turned off") != std::string::npos);
 }
 
+// The sampled profile's totals: the Hajek estimate, and a sample that read another
+// context's time slice (issue 31: 1.49 ms around a ~21 us kernel) left out, while a
+// kernel's own spread, however wide below a millisecond, is kept.
+static void test_sample_stats() {
+  SampleStats s;
+  for (int i = 0; i < 19; ++i) s.add(21'000 + 100 * (i % 3), 1.0);
+  s.add(1'494'000, 1.0);  // the preempted sample
+  SampleStats::Kept k = s.kept();
+  CHECK(k.timed == 19 && k.preempted == 1);
+  CHECK(s.total(20) > 20 * 21'000.0 && s.total(20) < 20 * 21'300.0);
+  CHECK(s.max_ns == 1'494'000 && s.min_ns == 21'000 && s.timed == 20);
+
+  SampleStats wide;  // 0.18-0.9 ms: the spread of a real kernel, under 1 ms over the mean
+  for (double t : {180'000.0, 250'000.0, 900'000.0, 260'000.0, 270'000.0}) wide.add(t, 2.0);
+  CHECK(wide.kept().preempted == 0 && wide.kept().timed == 5);
+  CHECK(wide.total(10) > 3'719'999.0 && wide.total(10) < 3'720'001.0);
+
+  SampleStats few;  // two samples: nothing to compare a large one with
+  few.add(10'000, 1.0);
+  few.add(5'000'000, 1.0);
+  CHECK(few.kept().preempted == 0);
+
+  SampleStats many;  // at most kTop left out, largest first; merging keeps the largest
+  for (int i = 0; i < 40; ++i) many.add(50'000, 1.0);
+  SampleStats slices;
+  for (int i = 0; i < 6; ++i) slices.add(2'000'000 + 1000 * i, 1.0);
+  many.merge(slices);
+  CHECK(many.timed == 46 && many.n_top == SampleStats::kTop && many.top_t[0] == 2'005'000);
+  k = many.kept();
+  CHECK(k.preempted == uint64_t(SampleStats::kTop) && k.timed == 46 - SampleStats::kTop);
+  CHECK(many.total_variance(46) > 0);
+}
+
 // The host formula against a word-by-word evaluation of chunk_fingerprint.cu's mixing.
 static void test_zero_fingerprint(JsonWriter& facts) {
   auto direct = [](uint64_t bytes) {
@@ -562,6 +596,7 @@ int main(int argc, char** argv) {
     test_closure_targets(facts);
     test_xla_autotune();
     test_zero_fingerprint(facts);
+    test_sample_stats();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "unexpected exception: %s\n", e.what());
     ++failures;
