@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kerncap.capture.profile import ProfileResult, merge_profiles
+from kerncap.capture.profile import ProfileResult, merge_profiles, sampling_warnings
 from kerncap.core.units import format_dim, short_kernel_name
 from kerncap.errors import KerncapError
 
@@ -50,6 +50,26 @@ def test_merge_of_many_kernels_and_processes_sums_per_name():
     assert len(kernels) == 20_000 and kernels[0].calls == 400 and kernels[0].name == "kernel_19999"
     assert kernels[0].total_ns == 8 * 20_999 and kernels[-1].name == "kernel_0" and kernels[-1].total_ns == 8 * 1000
     assert sum(s.calls for s in kernels) == 8 * 50 * 20_000
+
+
+def test_preempted_samples_are_summed_named_and_kept_through_a_save(tmp_path):
+    """Sampled timing: the capture library leaves out a timed launch whose pair read another
+    process's GPU time slice (native/capture/sample_stats.hpp) and says how many per kernel;
+    the merge sums them per kernel, a warning names the kernels, and a saved profile keeps
+    the counts. A profile with none left out says nothing of it."""
+    def sk(name, calls, total, timed, preempted):
+        return {**k(name, calls, total, 20, 1500), "timed": timed, "preempted": preempted, "total_var_ns2": 4.0}
+    p1 = {"pid": 1, "kernels": [sk("add", 20, 420, 19, 1), sk("gemm", 20, 5600, 20, 0)]}
+    p2 = {"pid": 2, "kernels": [sk("add", 20, 430, 18, 2)]}
+    kernels, _ = merge_profiles([p1, p2])
+    by = {s.name: s for s in kernels}
+    assert (by["add"].timed, by["add"].preempted, by["gemm"].preempted) == (37, 3, 0)
+    (w,) = [w for w in sampling_warnings(kernels, [p1, p2], []) if "left out" in w]
+    assert w.startswith("3 timed launch(es) of 1 kernel(s) (add) were left out") and "1 ms" in w
+    res = ProfileResult(kernels=kernels, total_ns=6450, dispatches=60, processes=2, timing="sampled")
+    assert ProfileResult.load(res.save(tmp_path / "s.json")).kernels[1].preempted == 3
+    clean, _ = merge_profiles([p1 | {"kernels": [sk("gemm", 20, 5600, 20, 0)]}])
+    assert not [w for w in sampling_warnings(clean, [], []) if "left out" in w]
 
 
 def test_save_load_roundtrip(tmp_path):

@@ -70,6 +70,9 @@ class KernelStat:
     # Sampled timing: launches timed, and the 90 % interval of total_ns (sampling error
     # only, docs/interposer.md). None under exact timing. min/max are the timed ones'.
     timed: int | None = None
+    # Sampled timing: timed launches left out because their pair read another context's
+    # GPU time slice (native/capture/sample_stats.hpp); not in `timed`.
+    preempted: int | None = None
     total_lo_ns: int | None = None
     total_hi_ns: int | None = None
     graph: bool = False  # a row for a whole executable CUDA graph (sampled timing ranks graphs whole)
@@ -171,6 +174,7 @@ def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
                 calls, total = int(k["calls"]), int(k["total_ns"])
                 lo, hi = int(k["min_ns"]), int(k["max_ns"])
                 timed = None if k.get("timed") is None else int(k["timed"])
+                preempted = None if timed is None else int(k.get("preempted") or 0)
                 var = float(k.get("total_var_ns2") or 0.0)
             except (KeyError, TypeError, ValueError) as exc:
                 raise KerncapError(
@@ -183,7 +187,8 @@ def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
                     "demangled": k.get("demangled") or "", "calls": calls, "total_ns": total,
                     "min_ns": lo if timed is None or timed else None, "max_ns": hi,
                     "grid": list(k.get("grid") or [0, 0, 0]), "block": list(k.get("block") or [0, 0, 0]),
-                    "best_total": total, "timed": timed, "var": var, "graph": bool(k.get("graph")),
+                    "best_total": total, "timed": timed, "preempted": preempted, "var": var,
+                    "graph": bool(k.get("graph")),
                 }
                 continue
             m["calls"] += calls
@@ -193,6 +198,7 @@ def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
             m["max_ns"] = max(m["max_ns"], hi)
             if timed is not None:
                 m["timed"] = (m["timed"] or 0) + timed
+                m["preempted"] = (m["preempted"] or 0) + (preempted or 0)
                 m["var"] += var
             m["demangled"] = m["demangled"] or k.get("demangled") or ""
             if total > m["best_total"]:
@@ -207,7 +213,7 @@ def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
             name=name, demangled=m["demangled"], calls=m["calls"], total_ns=m["total_ns"],
             avg_ns=m["total_ns"] / m["calls"] if m["calls"] else 0.0, min_ns=m["min_ns"] or 0, max_ns=m["max_ns"],
             grid=m["grid"], block=m["block"], percent=100.0 * m["total_ns"] / grand if grand else 0.0,
-            timed=m["timed"], graph=m["graph"],
+            timed=m["timed"], preempted=m["preempted"], graph=m["graph"],
             total_lo_ns=None if half is None else max(0, round(m["total_ns"] - half)),
             total_hi_ns=None if half is None else round(m["total_ns"] + half),
         ))
@@ -325,6 +331,13 @@ def sampling_warnings(kernels: list[KernelStat], profiles: list[dict], procs: li
         if lost > 0.01 * (timed + lost):  # a few (a thread preempted while it held its stream) change nothing
             out.append(f"process {prof.get('pid')}: {lost} of {timed + lost} timed launches could not be read "
                        "(held over 5 ms, or unfinished at exit) and were left out")
+    preempted = [k for k in kernels if k.preempted]
+    if preempted:
+        names = ", ".join(k.display_name for k in sorted(preempted, key=lambda k: -(k.preempted or 0))[:3])
+        out.append(f"{sum(k.preempted or 0 for k in preempted)} timed launch(es) of {len(preempted)} kernel(s) "
+                   f"({names}) were left out: each read at least 1 ms more than its kernel's other samples, and 4x "
+                   "their mean, as when the GPU runs another process's work inside the pair; those totals come from "
+                   "the other samples (docs/interposer.md); without --sampled CUPTI times every launch")
     untimed = [k for k in kernels if k.timed == 0]
     if untimed:
         names = ", ".join(k.display_name for k in sorted(untimed, key=lambda k: -k.calls)[:3])

@@ -252,7 +252,8 @@ PROFILE = Obj({
         "name": Str(), "demangled": Str(), "calls": Int(min=0), "total_ns": Int(min=0), "avg_ns": Num(min=0),
         "min_ns": Int(min=0), "max_ns": Int(min=0), "grid": DIM, "block": DIM, "percent": Num(min=0),
         # sampled timing (docs/interposer.md "Sampled profile"): launches timed, 90 % interval
-        "timed?": Opt(Int(min=0)), "total_lo_ns?": Opt(Int(min=0)), "total_hi_ns?": Opt(Int(min=0)), "graph?": Bool(),
+        "timed?": Opt(Int(min=0)), "preempted?": Opt(Int(min=0)), "total_lo_ns?": Opt(Int(min=0)),
+        "total_hi_ns?": Opt(Int(min=0)), "graph?": Bool(),
     })),
     "total_ns": Int(min=0), "dispatches": Int(min=0), "processes": Int(min=0),
     "timing?": Str(choices=("sampled", "exact")),
