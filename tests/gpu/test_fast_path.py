@@ -1,6 +1,6 @@
 """The launch fast path on real launches (issue 31, docs/interposer.md "The launch fast
 path"): through the entry points, a launch that is not the target's is counted by
-launch_enter_fast in the thread's slot table instead of through both callbacks. Each
+the wrapper itself, inline, in the thread's slot table instead of through both callbacks. Each
 app below runs to its end (keep-running) once through the entry points and once through
 CUPTI callbacks (KERNCAP_INTERCEPT=cupti, the full dispatcher on every launch): the
 per-kernel launch counts, the total and the target's dispatch count must be the same,
