@@ -68,6 +68,9 @@ def test_preempted_samples_are_summed_named_and_kept_through_a_save(tmp_path):
     assert w.startswith("3 timed launch(es) of 1 kernel(s) (add) were left out") and "1 ms" in w
     res = ProfileResult(kernels=kernels, total_ns=6450, dispatches=60, processes=2, timing="sampled")
     assert ProfileResult.load(res.save(tmp_path / "s.json")).kernels[1].preempted == 3
+    for bad in ("many", -1):  # a per-process file that is not what the capture library writes
+        with pytest.raises(KerncapError, match=r"profile-7\.json .*malformed kernel entry"):
+            merge_profiles([{"pid": 7, "kernels": [sk("add", 20, 420, 19, bad)]}])
     clean, _ = merge_profiles([p1 | {"kernels": [sk("gemm", 20, 5600, 20, 0)]}])
     assert not [w for w in sampling_warnings(clean, [], []) if "left out" in w]
 

@@ -175,6 +175,8 @@ def merge_profiles(reports: Sequence[dict]) -> tuple[list[KernelStat], int]:
                 lo, hi = int(k["min_ns"]), int(k["max_ns"])
                 timed = None if k.get("timed") is None else int(k["timed"])
                 preempted = None if timed is None else int(k.get("preempted") or 0)
+                if preempted is not None and preempted < 0:
+                    raise ValueError(f"preempted {preempted} < 0")
                 var = float(k.get("total_var_ns2") or 0.0)
             except (KeyError, TypeError, ValueError) as exc:
                 raise KerncapError(
