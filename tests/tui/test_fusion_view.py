@@ -212,34 +212,27 @@ def test_the_engines_refusals_are_shown_as_they_are(repro, settle):
     asyncio.run(run())
 
 
-def test_snapshot_of_a_marked_range(snap_compare, settle, repro):
-    """The Profile tab at 140x40 with launches 0-1 marked for a fusion."""
+def _marked_then(settle, *keys):
+    """A snapshot's run_before: launches 0-1 marked for a fusion, then `keys` pressed."""
     async def run_before(pilot):
         await settle(pilot)
         await _mark(pilot, settle, 0, 1)
+        for key in keys:
+            await pilot.press(key)
+            await settle(pilot)
+    return run_before
 
-    assert snap_compare(KerncapApp(repro), terminal_size=(140, 40), run_before=run_before)
+
+def test_snapshot_of_a_marked_range(snap_compare, settle, repro):
+    """The Profile tab at 140x40 with launches 0-1 marked for a fusion."""
+    assert snap_compare(KerncapApp(repro), terminal_size=(140, 40), run_before=_marked_then(settle))
 
 
 def test_snapshot_of_the_fusion_dialog(snap_compare, settle, repro):
     """The fusion dialog at 80x24 over the marked range, its name prefilled."""
-    async def run_before(pilot):
-        await settle(pilot)
-        await _mark(pilot, settle, 0, 1)
-        await pilot.press("F")
-        await settle(pilot)
-
-    assert snap_compare(KerncapApp(repro), terminal_size=(80, 24), run_before=run_before)
+    assert snap_compare(KerncapApp(repro), terminal_size=(80, 24), run_before=_marked_then(settle, "F"))
 
 
 def test_snapshot_of_a_fusion_open_in_source(snap_compare, settle, repro):
     """The Source tab at 140x40 with the skeleton open: its parameters and launch above the editor."""
-    async def run_before(pilot):
-        await settle(pilot)
-        await _mark(pilot, settle, 0, 1)
-        await pilot.press("F")
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
-
-    assert snap_compare(KerncapApp(repro), terminal_size=(140, 40), run_before=run_before)
+    assert snap_compare(KerncapApp(repro), terminal_size=(140, 40), run_before=_marked_then(settle, "F", "enter"))
