@@ -375,7 +375,7 @@ ThreadSlot* my_slot(State& s, ThreadState& t) {
     t.slot_tried = true;
     t.slot = s.slots.claim();
     if (t.slot) t.fast_table = &t.slot->launches_by_handle;
-    t.fast_slot = t.slot;  // after the table: the fast path reads the slot first
+    t.fast_slot = t.slot;  // the wrappers' fast path reads both (this thread only)
   }
   return t.slot;
 }
