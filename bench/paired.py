@@ -32,6 +32,12 @@ interval over the groups]. Costs are CPU ns of the launching threads per launch.
   preloaded  libkerncap_entry.so preloaded but not attached (what every process the app
              starts pays) against no library: launch_paired kernel 1 in --repeat
              interleaved processes each way; difference of medians [interval]
+--builds NAME=DIR,...: each row's processes run once per build in turn (interleaved, so
+drift reaches every build alike), DIR holding a libkerncap_inject.so and its sibling
+libkerncap_entry.so (bench/fast_variants.sh builds the fast path stopped early), NAME=
+installed the package's own; rows are then named "<row> [NAME]".
+--pool FILE:ROW ...: no run; the groups of those rows of earlier --json files pooled into
+one estimate (the same build measured in several runs: each run's machine state differs).
 Goals, met only when the whole interval is under them: cudart 1 thread <= 40 ns; 16
 threads <= 1.5x the 1-thread cost (ratio of the medians, groups resampled on both sides).
 
@@ -69,8 +75,25 @@ def row_command(row: str, threads: int, args, build_dir: Path) -> tuple[list[str
              "--per-block", str(per_block)], per_block)
 
 
-def armed_run(row: str, command: list[str], workdir: Path, n: int) -> str:
-    """The app's stdout, run under extract armed for a kernel it never dispatches."""
+def armed_run(row: str, command: list[str], workdir: Path, n: int, build: Path | None = None) -> str:
+    """The app's stdout, run under extract armed for a kernel it never dispatches, with
+    the libraries of `build` (a directory) instead of the installed ones."""
+    from kerncap.capture.extract import extract
+    from kerncap.errors import KerncapError
+
+    saved = os.environ.get("KERNCAP_INJECT_LIB")
+    if build is not None:  # extract resolves the libraries from the environment
+        os.environ["KERNCAP_INJECT_LIB"] = str(build / "libkerncap_inject.so")
+    try:
+        return _armed_run(row, command, workdir, n)
+    finally:
+        if saved is None:
+            os.environ.pop("KERNCAP_INJECT_LIB", None)
+        else:
+            os.environ["KERNCAP_INJECT_LIB"] = saved
+
+
+def _armed_run(row: str, command: list[str], workdir: Path, n: int) -> str:
     from kerncap.capture.extract import extract
     from kerncap.errors import KerncapError
 
@@ -117,11 +140,27 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=64, help="blocks per process (a multiple of 4)")
     parser.add_argument("--per-block", type=int, default=4096, help="launches per thread and block (cudart, graph)")
     parser.add_argument("--build-dir", type=Path, default=Path(tempfile.gettempdir()) / "kerncap-testapps")
+    parser.add_argument("--builds", default="", metavar="NAME=DIR,...",
+                        help="run every row once per build in turn (NAME=installed: the package's own)")
+    parser.add_argument("--pool", nargs="+", metavar="FILE:ROW", help="pool rows of earlier runs; run nothing")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
+    if args.pool:
+        return pool(args.pool, parser)
     rows = [r for r in args.rows.split(",") if r]
     if set(rows) - set(ROWS) or args.blocks % 4:
         parser.error(f"--rows from {', '.join(ROWS)}; --blocks a multiple of 4")
+    builds: dict[str, Path | None] = {}
+    for item in filter(None, args.builds.split(",")):
+        name, sep, where = item.partition("=")
+        if not sep or not name or name in builds:
+            parser.error(f"--builds: {item!r} is not a new NAME=DIR")
+        builds[name] = None if where == "installed" else Path(where)
+        if builds[name] is not None and not (builds[name] / "libkerncap_inject.so").is_file():
+            parser.error(f"--builds: {where} has no libkerncap_inject.so")
+    if builds and "preloaded" in rows:
+        parser.error("--builds: the preloaded row runs no dispatcher; leave it out")
+    builds = builds or {"": None}
     build_dir = build_testapps(args.build_dir)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="kerncap-bench-paired-") as tmp:
@@ -137,32 +176,59 @@ def main() -> None:
                 continue
             for threads in ([int(t) for t in args.threads.split(",")] if row == "cudart" else [1]):
                 command, per_block = row_command(row, threads, args, build_dir)
-                procs = [paired_cost(parse_blocks(armed_run(row, command, work, i)), per_block)
-                         for i in range(args.repeat)]
-                results[f"{row} x{threads}" if row == "cudart" else row] = {
-                    "threads": threads, "per_block": per_block, "processes": procs,
-                    "estimates": [e for p in procs for e in p["estimates"]]}
+                procs: dict[str, list[dict]] = {name: [] for name in builds}
+                for i in range(args.repeat):
+                    for j, (name, where) in enumerate(builds.items()):
+                        text = armed_run(row, command, work, len(builds) * i + j, where)
+                        procs[name].append(paired_cost(parse_blocks(text), per_block))
+                for name, ps in procs.items():
+                    key = (f"{row} x{threads}" if row == "cudart" else row) + (f" [{name}]" if name else "")
+                    results[key] = {"threads": threads, "per_block": per_block, "build": name or None,
+                                    "processes": ps, "estimates": [e for p in ps for e in p["estimates"]]}
     report(results, args)
     write_json(args.json, {"bench": "paired", "repeat": args.repeat, "blocks": args.blocks,
                            "per_block": args.per_block, "results": results})
+
+
+def pool(items: list[str], parser) -> None:
+    """One estimate from the a-p-p-a groups of rows saved by earlier runs."""
+    import json
+
+    estimates, parts = [], []
+    for item in items:
+        path, sep, row = item.partition(":")
+        try:
+            results = json.loads(Path(path).read_text())["results"]
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--pool: {path} is not a paired.py --json file ({exc})")
+        if not sep or row not in results or "estimates" not in results[row]:
+            parser.error(f"--pool: {path} has no row {row!r} (rows: {', '.join(results)})")
+        est = results[row]["estimates"]
+        estimates += est
+        parts.append(f"  {path}:{row}: {median(est):.1f} ns, {len(est)} groups")
+    lo, hi = median_interval(estimates)
+    print("\n".join(parts))
+    print(f"pooled: {median(estimates):.1f} ns [{lo:.1f}-{hi:.1f}] over {len(estimates)} a-p-p-a groups "
+          f"(goal <= {GOAL_NS:.0f} ns for cudart x1: {verdict(hi <= GOAL_NS)})")
 
 
 def report(results: dict[str, dict], args) -> None:
     print(f"kerncap's armed dispatcher per launch, paired in one process (ABBA blocks, {args.repeat} process(es) per "
           "row): CPU ns of the launching threads, median [90 % bootstrap interval over the a-p-p-a groups]")
     rows = []
-    one = results.get("cudart x1")
     for name, r in results.items():
         if name == "preloaded":
             continue
         est = r["estimates"]
         lo, hi = median_interval(est)
         through = median([p["passthrough_per_launch"] for p in r["processes"]])
+        build = f" [{r['build']}]" if r.get("build") else ""
+        one = results.get(f"cudart x1{build}")
         goal, met = "", ""
-        if name == "cudart x1":
+        if name == f"cudart x1{build}":
             goal, met = f"<= {GOAL_NS:.0f} ns", verdict(hi <= GOAL_NS)
         scale = ""
-        if one is not None and name.startswith("cudart x") and name != "cudart x1":
+        if one is not None and name.startswith("cudart x") and r is not one:
             ratio = median(est) / median(one["estimates"])
             slo, shi = bootstrap(lambda a, b: statistics.median(a) / statistics.median(b), est, one["estimates"])
             scale = f"{ratio:.2f}x [{slo:.2f}-{shi:.2f}]"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 import sys
 
 import pytest
@@ -75,7 +76,7 @@ def test_paired_bench_rows_and_goals(common, monkeypatch, tmp_path, capsys):
     cost = {1: 30.0, 2: 32.0, 8: 54.0, 16: 33.0}
     calls = {"n": 0}
 
-    def fake_armed(row, command, workdir, n):
+    def fake_armed(row, command, workdir, n, build=None):
         calls["n"] += 1
         threads = int(command[2]) if row in ("cudart", "graph") else 1
         c = cost[threads] if row == "cudart" else {"graph": 80.0, "torch": 120.0, "triton": 400.0}[row]
@@ -135,3 +136,79 @@ def test_the_decomposition_rows_run_the_cudart_app_with_their_switch(monkeypatch
                     (["kernel", "1"], None, "fastpath")]
     for row in ("wrapper ", "skip-launch ", "skip-fastpath "):
         assert any(line.startswith(row) for line in printed.splitlines()), row
+
+
+def test_builds_interleave_process_by_process_and_each_gets_its_own_row(monkeypatch, tmp_path, capsys, common):
+    """--builds: every row's processes alternate between the builds (drift reaches each
+    alike), each process loads its build's libraries (KERNCAP_INJECT_LIB while extract
+    runs, restored after), and each build has its own rows, goals and 16-thread ratio."""
+    paired = load_bench("paired")
+    for name in ("v1", "v3"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "libkerncap_inject.so").write_bytes(b"")
+    cost = {None: 30.0, str(tmp_path / "v1" / "libkerncap_inject.so"): 2.0,
+            str(tmp_path / "v3" / "libkerncap_inject.so"): 12.0}
+    seen = []
+
+    def fake_extract(target, command, *, env, output_sink, **_):
+        import os
+        lib = os.environ.get("KERNCAP_INJECT_LIB")
+        seen.append((command[2], lib and lib.split("/")[-2]))
+        threads = int(command[2])
+        blocks = fake_blocks(common, cost=cost[lib] * (1.2 if threads == 16 else 1), base=2000.0,
+                             per_block=1024 * threads, n_blocks=32, seed=len(seen), noise=0.0002)
+        output_sink("stdout", ("switch=paired\narmed=full\n" + "\n".join(
+            f"block={i} mode={m} wall_ns={v:.0f} cpu_ns={v:.0f}" for i, (m, v) in enumerate(blocks))).encode())
+        from kerncap.errors import KerncapError
+        raise KerncapError("kc_never never ran")
+
+    import kerncap.capture.extract as ex
+    monkeypatch.setattr(ex, "extract", fake_extract)
+    monkeypatch.setattr(paired, "build_testapps", lambda d: d)
+    monkeypatch.delenv("KERNCAP_INJECT_LIB", raising=False)
+    out = tmp_path / "p.json"
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--repeat", "2", "--blocks", "32", "--per-block", "1024",
+                                      "--rows", "cudart", "--threads", "1,16", "--json", str(out),
+                                      "--builds", f"base=installed,v1={tmp_path / 'v1'},v3={tmp_path / 'v3'}"])
+    paired.main()
+    import os
+    assert "KERNCAP_INJECT_LIB" not in os.environ
+    assert seen == [("1", None), ("1", "v1"), ("1", "v3")] * 2 + [("16", None), ("16", "v1"), ("16", "v3")] * 2
+    saved = json.loads(out.read_text())["results"]
+    assert set(saved) == {f"cudart x{t} [{b}]" for t in (1, 16) for b in ("base", "v1", "v3")}
+    assert saved["cudart x1 [v1]"]["build"] == "v1" and len(saved["cudart x1 [v1]"]["processes"]) == 2
+    assert statistics.median(saved["cudart x1 [v3]"]["estimates"]) == pytest.approx(12.0, rel=0.2)
+    lines = {" ".join(line.split()[:3]): line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("cudart")}
+    assert lines["cudart x1 [base]"].rstrip().endswith("ok") and "<= 40 ns" in lines["cudart x1 [v1]"]
+    ratio = float(lines["cudart x16 [v3]"].split("x [")[0].split()[-1])
+    assert 1.1 < ratio < 1.3 and "<= 1.5x" in lines["cudart x16 [v3]"]
+
+
+@pytest.mark.parametrize("builds, message", [("v1", "NAME=DIR"), ("a=installed,a=installed", "NAME=DIR"),
+                                             ("a=/nonexistent", "no libkerncap_inject.so")])
+def test_builds_are_checked_before_anything_runs(monkeypatch, capsys, builds, message):
+    paired = load_bench("paired")
+    monkeypatch.setattr(paired, "build_testapps", lambda d: pytest.fail("ran"))
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--rows", "cudart", "--builds", builds])
+    with pytest.raises(SystemExit):
+        paired.main()
+    assert message in capsys.readouterr().err
+
+
+def test_pool_gathers_the_groups_of_rows_from_earlier_runs(monkeypatch, tmp_path, capsys):
+    """--pool FILE:ROW ...: the groups of one build measured in several runs, one median
+    and interval over all of them; a missing row or a file that is not a run's is named."""
+    paired = load_bench("paired")
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"results": {"cudart x1 [full]": {"estimates": [30.0] * 10 + [50.0] * 10}}}))
+    b.write_text(json.dumps({"results": {"cudart x1": {"estimates": [20.0] * 30}}}))
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--pool", f"{a}:cudart x1 [full]", f"{b}:cudart x1"])
+    paired.main()
+    out = capsys.readouterr().out
+    assert "pooled: 20.0 ns" in out and "over 50 a-p-p-a groups" in out and out.rstrip().endswith("ok)")
+    for bad, message in ((f"{b}:cudart x16", "has no row 'cudart x16'"), (f"{tmp_path}/none.json:x", "is not a")):
+        monkeypatch.setattr(sys, "argv", ["paired.py", "--pool", bad])
+        with pytest.raises(SystemExit):
+            paired.main()
+        assert message in capsys.readouterr().err
