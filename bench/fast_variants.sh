@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds libkerncap_entry.so with the launch fast path stopped early (entry_hooks.cpp
-# KC_FAST_VARIANT 1-3) next to a copy of the installed injection library, one directory
+# KC_FAST_VARIANT 1-5) next to a copy of the installed injection library, one directory
 # per variant, for bench/paired.py to run against (KERNCAP_INJECT_LIB=DIR/libkerncap_inject.so
 # brings its sibling). Bench processes only: a variant miscounts launches on purpose.
-#   bash bench/fast_variants.sh OUTDIR [VARIANT ...]      (default: 1 2 3)
+#   bash bench/fast_variants.sh OUTDIR [VARIANT ...]      (default: 1 2 3 4 5)
 set -euo pipefail
 out=$1; shift
-variants=${*:-1 2 3}
+variants=${*:-1 2 3 4 5}
 here=$(cd "$(dirname "$0")/.." && pwd)
 inject=$(python3 -c 'from kerncap.core.native import inject_library; print(inject_library())')
 incs=()  # cuda.h and cupti.h, wherever this toolkit keeps them

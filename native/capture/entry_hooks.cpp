@@ -68,8 +68,7 @@ std::atomic<uint64_t> g_handed{0};  // wrappers handed out (diagnostics)
 // The injection library's per-thread state (entry_abi.hpp kThreadBlock). initial-exec:
 // this library is only ever preloaded, so its TLS is static (a %fs-relative address, no
 // __tls_get_addr); zero at every thread's start, as the injection library expects.
-alignas(64) __attribute__((tls_model("initial-exec"))) thread_local unsigned char tl_block[kc_entry::kThreadBlock] asm(
-    "kc_tl_block");
+alignas(64) __attribute__((tls_model("initial-exec"))) thread_local unsigned char tl_block[kc_entry::kThreadBlock];
 
 struct Entry {
   const char* name;
@@ -239,8 +238,7 @@ __attribute__((always_inline)) inline ThreadFast thread_fast() {
 //   3 after counting (no quiesce flag: the driver call is a tail call)
 //   4 counting and a plain call of the driver, no flag (what the call itself costs)
 //   5 the flag raised and lowered before a tail call (what the stores and load cost)
-//   6 the whole path, the driver tail-called with the caller's return address swapped
-//     for kc_fast_return, which lowers the flag and jumps back (no frame of ours)
+// (docs/facts.md §36 has what each cost on the H200.)
 #ifndef KC_FAST_VARIANT
 #define KC_FAST_VARIANT 0
 #endif
@@ -287,35 +285,6 @@ __attribute__((always_inline)) inline kc_entry::SlotHot* fast_enter(const void* 
   return armed ? slot : kCounted;
 }
 
-#if KC_FAST_VARIANT == 6 && defined(__x86_64__)
-// The caller's return address waits at the block's end (variant only: ThreadState ends
-// at 640 bytes) while kc_fast_return stands in for it; shared_depth 1 meanwhile sends
-// a nested call to the full path, which then leaves the flag to this one.
-constexpr size_t kSavedRet = kc_entry::kThreadBlock - 8;
-extern "C" void kc_fast_return();
-asm(R"(
-  .pushsection .text
-  .p2align 4
-  .type kc_fast_return, @function
-kc_fast_return:
-  movq kc_tl_block@gottpoff(%rip), %rcx
-  movq %fs:8(%rcx), %rdx
-  movl $0, (%rdx)
-  movl $0, %fs:4(%rcx)
-  jmp *%fs:1016(%rcx)
-  .size kc_fast_return, .-kc_fast_return
-  .popsection
-)");
-// `cfa`: the wrapper's CFA, just above the return address its caller's call pushed.
-__attribute__((always_inline)) inline bool swap_return(void* cfa) {
-  void** ret = static_cast<void**>(cfa) - 1;
-  const intptr_t off = g_hooks.tls_offset;
-  asm volatile("movq %0, %%fs:%c2(%1)\n\tmovl $1, %%fs:4(%1)" : : "r"(*ret), "r"(off), "i"(kSavedRet) : "memory");
-  *ret = reinterpret_cast<void*>(&kc_fast_return);
-  return true;
-}
-#endif
-
 // The launched function of a launch call's arguments.
 template <class Params>
 const void* launched(const Params& p) {
@@ -352,9 +321,6 @@ struct Wrap<S, Params, CUresult (*)(A...)> {
       kc_entry::SlotHot* slot = fast_enter(launched(Params{a...}));
       if (__builtin_expect(slot == kCounted, 0)) return real(a...);
       if (__builtin_expect(slot != nullptr, 1)) {
-#if KC_FAST_VARIANT == 6
-        if (swap_return(__builtin_dwarf_cfa())) return real(a...);
-#endif
         const CUresult r = real(a...);
         slot->inside.store(0, std::memory_order_release);  // Quiesce::exit
         return r;
