@@ -139,6 +139,25 @@ HIDDEN_WRITE = AppSpec("hidden_write", "hidden_write", writes=("out",), reads=("
 PROFILER_CONFLICT = AppSpec("cupti_first", "cupti_first_scale")
 
 
+class Once:
+    """Each key made once per session (or module); a failure is kept and raised again for
+    every test that asks for the key, so one broken extract fails its tests, not the run."""
+
+    def __init__(self):
+        self._done: dict = {}
+
+    def get(self, key, make):
+        if key not in self._done:
+            try:
+                self._done[key] = make()
+            except Exception as exc:  # noqa: BLE001 - re-raised for every test of this key
+                self._done[key] = exc
+        got = self._done[key]
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+
 def u64(raw: bytes) -> int:
     return struct.unpack("<Q", raw)[0]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .apps import APPS, TESTAPPS, AppSpec, app_env
+from .apps import APPS, TESTAPPS, AppSpec, Once, app_env
 
 
 def _gpu_present() -> bool:
@@ -95,18 +95,10 @@ class Captures:
     def __init__(self, build_dir: Path, root: Path):
         self.build_dir = build_dir
         self.root = root
-        self._done: dict[str, CapturedApp | BaseException] = {}
+        self._once = Once()
 
     def get(self, name: str) -> CapturedApp:
-        if name not in self._done:
-            try:
-                self._done[name] = self._extract(APPS[name])
-            except Exception as exc:  # noqa: BLE001 - re-raised for every test of this app
-                self._done[name] = exc
-        got = self._done[name]
-        if isinstance(got, BaseException):
-            raise got
-        return got
+        return self._once.get(name, lambda: self._extract(APPS[name]))
 
     def _extract(self, spec: AppSpec) -> CapturedApp:
         from kerncap.capture.extract import extract

@@ -14,7 +14,7 @@ import pytest
 
 from kerncap.errors import KerncapError
 
-from .apps import PYAPPS, TESTAPPS, AppSpec, app_env
+from .apps import PYAPPS, TESTAPPS, AppSpec, Once, app_env
 
 pytestmark = pytest.mark.gpu
 
@@ -25,27 +25,22 @@ class GraphCaptures:
     """One extract per (app, mode, dispatch) per session."""
 
     def __init__(self, build: Path, root: Path):
-        self.build, self.root, self.done = build, root, {}
+        self.build, self.root, self.once = build, root, Once()
 
     def get(self, spec: AppSpec, label: str, **kwargs):
+        return self.once.get(label, lambda: self._extract(spec, label, **kwargs))
+
+    def _extract(self, spec: AppSpec, label: str, **kwargs):
         from kerncap.reproducer.format import Capture
         from kerncap.capture.extract import extract
 
-        if label not in self.done:
-            work = self.root / label
-            work.mkdir(parents=True)
-            try:
-                res = extract(spec.kernel, spec.command(self.build), output=work / "reproducer",
-                              dispatch=spec.dispatch, match=spec.match, keep_running=spec.keep_running,
-                              timeout=spec.timeout, env=app_env(spec, work), **kwargs)
-                report = json.loads((work / "report.json").read_text()) if (work / "report.json").exists() else {}
-                self.done[label] = (Path(res.reproducer_dir), Capture.open(res.reproducer_dir), report, work)
-            except Exception as exc:  # noqa: BLE001 - re-raised for every test of this capture
-                self.done[label] = exc
-        got = self.done[label]
-        if isinstance(got, BaseException):
-            raise got
-        return got
+        work = self.root / label
+        work.mkdir(parents=True)
+        res = extract(spec.kernel, spec.command(self.build), output=work / "reproducer",
+                      dispatch=spec.dispatch, match=spec.match, keep_running=spec.keep_running,
+                      timeout=spec.timeout, env=app_env(spec, work), **kwargs)
+        report = json.loads((work / "report.json").read_text()) if (work / "report.json").exists() else {}
+        return Path(res.reproducer_dir), Capture.open(res.reproducer_dir), report, work
 
 
 @pytest.fixture(scope="module")

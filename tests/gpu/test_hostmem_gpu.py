@@ -27,7 +27,7 @@ import pytest
 
 from kerncap.errors import AddressUnavailable, CaptureFormatError, KerncapError
 
-from .apps import (HOST_REGISTER_SCALE, JAX_GEMM, PAGED_ATTENTION, SPARSE_ARENA, TESTAPPS, ZERO_COPY_GATHER, AppSpec,
+from .apps import (HOST_REGISTER_SCALE, JAX_GEMM, PAGED_ATTENTION, SPARSE_ARENA, TESTAPPS, ZERO_COPY_GATHER, AppSpec, Once,
                    app_env)
 
 pytestmark = pytest.mark.gpu
@@ -43,19 +43,10 @@ class Extracted:
     """One extract per app and module; a failure fails every test that needs it."""
 
     def __init__(self, build: Path, root: Path):
-        self.build, self.root, self.done = build, root, {}
+        self.build, self.root, self.once = build, root, Once()
 
     def get(self, spec: AppSpec, *, sources: bool = False, kernel: str | None = None, match: str | None = None):
-        key = spec.name
-        if key not in self.done:
-            try:
-                self.done[key] = self._extract(spec, sources, kernel, match)
-            except Exception as exc:  # noqa: BLE001 - re-raised for each test of the app
-                self.done[key] = exc
-        got = self.done[key]
-        if isinstance(got, BaseException):
-            raise got
-        return got
+        return self.once.get(spec.name, lambda: self._extract(spec, sources, kernel, match))
 
     def _extract(self, spec, sources, kernel, match):
         from kerncap.capture.extract import extract

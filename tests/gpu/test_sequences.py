@@ -25,7 +25,7 @@ import pytest
 from kerncap import api
 from kerncap.errors import KerncapError
 
-from .apps import TESTAPPS, AppSpec, app_env
+from .apps import TESTAPPS, AppSpec, Once, app_env
 
 pytestmark = pytest.mark.gpu
 
@@ -47,7 +47,7 @@ class Extracts:
     with kerncap's own message."""
 
     def __init__(self, build: Path, root: Path):
-        self.build, self.root, self.done = build, root, {}
+        self.build, self.root, self.once = build, root, Once()
 
     def run(self, label: str, spec: AppSpec, kernel: str, **kwargs):
         work = self.root / label
@@ -61,15 +61,7 @@ class Extracts:
         return res, report, work
 
     def get(self, label: str, spec: AppSpec, kernel: str, **kwargs):
-        if label not in self.done:
-            try:
-                self.done[label] = self.run(label, spec, kernel, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - re-raised for every test of this capture
-                self.done[label] = exc
-        got = self.done[label]
-        if isinstance(got, BaseException):
-            raise got
-        return got
+        return self.once.get(label, lambda: self.run(label, spec, kernel, **kwargs))
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from .apps import TESTAPPS, AppSpec, app_env
+from .apps import TESTAPPS, AppSpec, Once, app_env
 
 pytestmark = pytest.mark.gpu
 
@@ -56,30 +56,25 @@ class TexCaptures:
     """One extract per (app, interception path) per module, with the app's sources."""
 
     def __init__(self, build: Path, root: Path):
-        self.build, self.root, self.done = build, root, {}
+        self.build, self.root, self.once = build, root, Once()
 
     def get(self, app: str, intercept: str | None = None):
+        key = f"{app}-{intercept or 'default'}"
+        return self.once.get(key, lambda: self._extract(app, intercept, key))
+
+    def _extract(self, app: str, intercept: str | None, key: str):
         from kerncap.capture.extract import extract
         from kerncap.reproducer.format import Capture
 
-        key = f"{app}-{intercept or 'default'}"
-        if key not in self.done:
-            kernel, dispatch = GOOD.get(app, (app, 0))
-            spec = AppSpec(app, kernel, dispatch=dispatch)
-            work = self.root / key
-            work.mkdir(parents=True)
-            try:
-                res = extract(spec.kernel, spec.command(self.build), output=work / "reproducer", dispatch=dispatch,
-                              timeout=spec.timeout, env=app_env(spec, work), source_dir=TESTAPPS / "cuda",
-                              build_dir=self.build, intercept=intercept)
-                report = json.loads((work / "report.json").read_text())
-                self.done[key] = (Path(res.reproducer_dir), Capture.open(res.reproducer_dir), report)
-            except Exception as exc:  # noqa: BLE001 - re-raised for every test of this capture
-                self.done[key] = exc
-        got = self.done[key]
-        if isinstance(got, BaseException):
-            raise got
-        return got
+        kernel, dispatch = GOOD.get(app, (app, 0))
+        spec = AppSpec(app, kernel, dispatch=dispatch)
+        work = self.root / key
+        work.mkdir(parents=True)
+        res = extract(spec.kernel, spec.command(self.build), output=work / "reproducer", dispatch=dispatch,
+                      timeout=spec.timeout, env=app_env(spec, work), source_dir=TESTAPPS / "cuda",
+                      build_dir=self.build, intercept=intercept)
+        report = json.loads((work / "report.json").read_text())
+        return Path(res.reproducer_dir), Capture.open(res.reproducer_dir), report
 
 
 @pytest.fixture(scope="module")
