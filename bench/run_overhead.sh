@@ -9,11 +9,12 @@
 #      preloaded-but-unused vs no library; skip-fastpath: the cudart row without the
 #      launch fast path, the path before it): ns [90 % interval]; goals 1 thread <= 40 ns,
 #      16 threads <= 1.5x one thread                                           (~1 min)
-#   2. bench/overhead.py, the PyTorch launch loop (100k ops): process-wall medians of 11
-#      interleaved runs, plain / armed / profiling (sampled), spread stated; goals armed
-#      <= 1.01, profiling <= 1.03                                              (~3 min)
+#   2. bench/overhead.py, the PyTorch launch loop (the goal's 300k ops; LAUNCHES=N another
+#      size): process-wall medians of 11 interleaved runs, plain / armed / profiling
+#      (sampled), spread stated; goals armed <= 1.01, profiling <= 1.03    (~4.5 min)
 #   3. the same for token generation (decode_loop, 300 tokens): armed <= 1.01  (~2 min)
-# JSON of each goes to $OUT (default ./bench-out). NO_PAIRED=1: steps 2 and 3 only.
+# JSON of each goes to $OUT (default ./bench-out). NO_PAIRED=1: steps 2 and 3 only;
+# APPS="python" or "decode": only that one of steps 2 and 3.
 set -uo pipefail
 OUT=${OUT:-$PWD/bench-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -31,8 +32,9 @@ status=0
 step() { echo; echo "== $1"; shift; local t0=$(date +%s); "$@" || status=1; echo "($(( $(date +%s) - t0 )) s)"; }
 [ -n "${NO_PAIRED:-}" ] || step "paired dispatcher cost" python3 bench/paired.py --repeat "$PAIRED" \
   --rows cudart,skip-fastpath,graph,torch,triton,preloaded --json "$OUT/paired.json"
-step "PyTorch launch loop, whole process" python3 bench/overhead.py --launches 100000 --repeat "$REPEAT" \
-  --modes armed,profiling --json "$OUT/overhead-python.json"
-step "token generation, whole process" python3 bench/overhead.py --app decode --tokens 300 --repeat "$REPEAT" \
-  --modes armed --json "$OUT/overhead-decode.json"
+APPS=${APPS:-python decode}
+[[ " $APPS " != *" python "* ]] || step "PyTorch launch loop, whole process" python3 bench/overhead.py \
+  --launches "${LAUNCHES:-300000}" --repeat "$REPEAT" --modes armed,profiling --json "$OUT/overhead-python.json"
+[[ " $APPS " != *" decode "* ]] || step "token generation, whole process" python3 bench/overhead.py --app decode \
+  --tokens 300 --repeat "$REPEAT" --modes armed --json "$OUT/overhead-decode.json"
 exit $status

@@ -145,9 +145,12 @@ def comparison(exact, sampled) -> tuple[str, list[str]]:
 #   and torch_matmul agreed. Beside seven test shards: triton_autotune's fill kernel
 #   78.96 % exact, 76.53 % sampled, kc_autotune_add 21.01 / 23.43 % (2.4 points; one
 #   timed fill launch read 438 µs against a 66.6 µs average).
+# - fifth session (§36), alone: all agreed but moe_scale (cub's DeviceCompactInitKernel
+#   1.50 % exact, 8.46 % sampled) and decode_loop (the gemv 27.21 / 25.00 %). triton_moe
+#   (agreed in four runs since §33) and torch_compile (two) are plain tests again.
 # So exact timing stays `profile`'s default; these run and print their tables, and report
 # XFAIL or XPASS until the sampled profile meets the goal.
-SAMPLED_DISAGREES = {"triton_flash_attn", "triton_moe", "torch_compile", "moe_scale", "decode_loop", "triton_autotune"}
+SAMPLED_DISAGREES = {"triton_flash_attn", "moe_scale", "decode_loop", "triton_autotune"}
 
 
 def fresh_caches(where) -> dict[str, str]:
