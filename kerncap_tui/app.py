@@ -463,7 +463,12 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.query_one(TabbedContent).active = pane.tab
         target = self.query(pane.focus)
         if target:
-            target.first().focus()
+            # At once, not by Widget.focus (a later message): the widgets of the tab left
+            # behind are hidden one Hide event at a time, each handing focus on if it still
+            # has it, and the last could hand it to nothing (a fusion opened from its
+            # dialog was left without focus about one time in four).
+            widget = target.first()
+            widget.screen.set_focus(widget)  # its own screen: the palette may still be on top
 
     async def pane_action(self, tab: str, action: str) -> None:
         """Run a pane's action from the command palette: switch to its tab first."""
