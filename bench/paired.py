@@ -37,7 +37,8 @@ drift reaches every build alike), DIR holding a libkerncap_inject.so and its sib
 libkerncap_entry.so (bench/fast_variants.sh builds the fast path stopped early), NAME=
 installed the package's own; rows are then named "<row> [NAME]".
 --pool FILE:ROW ...: no run; the groups of those rows of earlier --json files pooled into
-one estimate (the same build measured in several runs: each run's machine state differs).
+one estimate (the same build measured in several runs: each run's machine state differs);
+with --over FILE:ROW ... also the ratio of the two pools' medians (16 threads over one).
 Goals, met only when the whole interval is under them: cudart 1 thread <= 40 ns; 16
 threads <= 1.5x the 1-thread cost (ratio of the medians, groups resampled on both sides).
 
@@ -143,10 +144,13 @@ def main() -> None:
     parser.add_argument("--builds", default="", metavar="NAME=DIR,...",
                         help="run every row once per build in turn (NAME=installed: the package's own)")
     parser.add_argument("--pool", nargs="+", metavar="FILE:ROW", help="pool rows of earlier runs; run nothing")
+    parser.add_argument("--over", nargs="+", metavar="FILE:ROW", help="with --pool: the ratio to this pool")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
+    if args.over and not args.pool:
+        parser.error("--over goes with --pool")
     if args.pool:
-        return pool(args.pool, parser)
+        return pool(args.pool, parser, args.over)
     rows = [r for r in args.rows.split(",") if r]
     if set(rows) - set(ROWS) or args.blocks % 4:
         parser.error(f"--rows from {', '.join(ROWS)}; --blocks a multiple of 4")
@@ -190,8 +194,8 @@ def main() -> None:
                            "per_block": args.per_block, "results": results})
 
 
-def pool(items: list[str], parser) -> None:
-    """One estimate from the a-p-p-a groups of rows saved by earlier runs."""
+def pooled(items: list[str], parser, option: str = "--pool") -> tuple[list[float], list[str]]:
+    """The a-p-p-a groups of rows saved by earlier runs, and a line per row."""
     import json
 
     estimates, parts = [], []
@@ -200,16 +204,33 @@ def pool(items: list[str], parser) -> None:
         try:
             results = json.loads(Path(path).read_text())["results"]
         except (OSError, ValueError, KeyError) as exc:
-            parser.error(f"--pool: {path} is not a paired.py --json file ({exc})")
+            parser.error(f"{option}: {path} is not a paired.py --json file ({exc})")
         if not sep or row not in results or "estimates" not in results[row]:
-            parser.error(f"--pool: {path} has no row {row!r} (rows: {', '.join(results)})")
+            parser.error(f"{option}: {path} has no row {row!r} (rows: {', '.join(results)})")
         est = results[row]["estimates"]
         estimates += est
         parts.append(f"  {path}:{row}: {median(est):.1f} ns, {len(est)} groups")
+    return estimates, parts
+
+
+def pool(items: list[str], parser, over: list[str] | None = None) -> None:
+    """One estimate from rows of earlier runs; with `over`, its ratio to another pool."""
+    def rows_are(chosen: list[str], threads: int) -> bool:  # the goals are for cudart rows
+        return all(item.rpartition(":")[2].split(" [")[0] == f"cudart x{threads}" for item in chosen)
+
+    estimates, parts = pooled(items, parser)
     lo, hi = median_interval(estimates)
     print("\n".join(parts))
-    print(f"pooled: {median(estimates):.1f} ns [{lo:.1f}-{hi:.1f}] over {len(estimates)} a-p-p-a groups "
-          f"(goal <= {GOAL_NS:.0f} ns for cudart x1: {verdict(hi <= GOAL_NS)})")
+    goal = f" (goal <= {GOAL_NS:.0f} ns: {verdict(hi <= GOAL_NS)})" if rows_are(items, 1) else ""
+    print(f"pooled: {median(estimates):.1f} ns [{lo:.1f}-{hi:.1f}] over {len(estimates)} a-p-p-a groups{goal}")
+    if over:
+        base, parts = pooled(over, parser, "--over")
+        ratio = median(estimates) / median(base)
+        rlo, rhi = bootstrap(lambda a, b: statistics.median(a) / statistics.median(b), estimates, base)
+        print("\n".join(parts))
+        goal = (f" (goal <= {GOAL_SCALING:.1f}x: {verdict(rhi <= GOAL_SCALING)})"
+                if rows_are(items, 16) and rows_are(over, 1) else "")
+        print(f"over {median(base):.1f} ns ({len(base)} groups): {ratio:.2f}x [{rlo:.2f}-{rhi:.2f}]{goal}")
 
 
 def report(results: dict[str, dict], args) -> None:

@@ -207,6 +207,12 @@ def test_pool_gathers_the_groups_of_rows_from_earlier_runs(monkeypatch, tmp_path
     paired.main()
     out = capsys.readouterr().out
     assert "pooled: 20.0 ns" in out and "over 50 a-p-p-a groups" in out and out.rstrip().endswith("ok)")
+    a.write_text(json.dumps({"results": {"cudart x16 [full]": {"estimates": [30.0] * 10 + [50.0] * 10}}}))
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--pool", f"{a}:cudart x16 [full]", "--over", f"{b}:cudart x1"])
+    paired.main()
+    out = capsys.readouterr().out  # 16 threads over one: median 40 (of 30s and 50s) over 20
+    assert "groups\n" in out  # no 40 ns goal for a 16-thread pool
+    assert "over 20.0 ns (30 groups): 2.00x" in out and out.rstrip().endswith("(goal <= 1.5x: MISSED)")
     for bad, message in ((f"{b}:cudart x16", "has no row 'cudart x16'"), (f"{tmp_path}/none.json:x", "is not a")):
         monkeypatch.setattr(sys, "argv", ["paired.py", "--pool", bad])
         with pytest.raises(SystemExit):
