@@ -79,9 +79,6 @@ def row_command(row: str, threads: int, args, build_dir: Path) -> tuple[list[str
 def armed_run(row: str, command: list[str], workdir: Path, n: int, build: Path | None = None) -> str:
     """The app's stdout, run under extract armed for a kernel it never dispatches, with
     the libraries of `build` (a directory) instead of the installed ones."""
-    from kerncap.capture.extract import extract
-    from kerncap.errors import KerncapError
-
     saved = os.environ.get("KERNCAP_INJECT_LIB")
     if build is not None:  # extract resolves the libraries from the environment
         os.environ["KERNCAP_INJECT_LIB"] = str(build / "libkerncap_inject.so")

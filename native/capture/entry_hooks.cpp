@@ -45,8 +45,9 @@ using CtxGetCurrentFn = CUresult (*)(CUcontext*);
 
 struct Table;
 
-// What every wrapper reads, in one cache line (issue 31: on the H200 each line the path
-// touches is a miss after the driver's launch, docs/facts.md §34).
+// What every wrapper reads, in one cache line (issue 31: after the driver's launch each
+// line a path touches can be a miss, docs/facts.md §34; the fast path's lines measured
+// ~0 ns on the H200, §36).
 struct alignas(64) Hooks {
   std::atomic<Table*> table{nullptr};  // libcuda's entry points (table() below)
   std::atomic<Dispatch> dispatch{nullptr};
@@ -256,12 +257,7 @@ __attribute__((always_inline)) inline kc_entry::SlotHot* fast_enter(const void* 
   kc_entry::FastLaunch* e = kc_entry::launch_for(*h.table, f);
   if (__builtin_expect(!e, 0)) return nullptr;
   if constexpr (KC_FAST_VARIANT == 2) return kCounted;
-  if constexpr (KC_FAST_VARIANT == 3 || KC_FAST_VARIANT == 4) {
-    kc_entry::bump(slot->launches);
-    kc_entry::bump(e->count);
-    return KC_FAST_VARIANT == 3 ? kCounted : slot;
-  }
-  const bool armed = gate.armed.load(std::memory_order_acquire);
+  const bool armed = KC_FAST_VARIANT != 3 && KC_FAST_VARIANT != 4 && gate.armed.load(std::memory_order_acquire);
   if (__builtin_expect(armed, 1)) {  // Quiesce::enter; a capture pending: the full path waits (and counts)
     if (__builtin_expect(gate.fence.load(std::memory_order_relaxed), 0)) {
       slot->inside.store(1, std::memory_order_seq_cst);
@@ -273,15 +269,12 @@ __attribute__((always_inline)) inline kc_entry::SlotHot* fast_enter(const void* 
       slot->inside.store(0, std::memory_order_release);
       return nullptr;
     }
-    if constexpr (KC_FAST_VARIANT == 5) {
-      slot->inside.store(0, std::memory_order_release);
-      kc_entry::bump(slot->launches);
-      kc_entry::bump(e->count);
-      return kCounted;
-    }
+    if constexpr (KC_FAST_VARIANT == 5) slot->inside.store(0, std::memory_order_release);
   }
   kc_entry::bump(slot->launches);
   kc_entry::bump(e->count);
+  if constexpr (KC_FAST_VARIANT == 3 || KC_FAST_VARIANT == 5) return kCounted;
+  if constexpr (KC_FAST_VARIANT == 4) return slot;
   return armed ? slot : kCounted;
 }
 

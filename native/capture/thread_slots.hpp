@@ -29,10 +29,10 @@ struct SampleSchedule {
 };
 
 // The first line (kc_entry::SlotHot: the quiesce flag `inside`, `launches`, the table's
-// epoch) is what the wrappers' launch fast path writes (entry_abi.hpp); in one line with
-// the rest of the hot counters, because every line a launch touches costs a miss on the
-// H200 (issue 31). The capturing thread reads `inside` only while it waits for the
-// others, which by then launch nothing new.
+// epoch) is what the wrappers' launch fast path writes (entry_abi.hpp), one line for the
+// hot counters (on a CPU each line a launch touches costs a miss, docs/facts.md §34; on
+// the H200 the fast path's lines measured ~0 ns, §36). The capturing thread reads
+// `inside` only while it waits for the others, which by then launch nothing new.
 struct alignas(64) ThreadSlot : kc_entry::SlotHot {
   std::atomic<bool> owned{false};
   ThreadSlot* next = nullptr;  // the registry's list; set before the slot is published
@@ -71,6 +71,7 @@ struct alignas(64) ThreadSlot : kc_entry::SlotHot {
   // This thread's entry for `key` (inserted on first use); null when the table is full.
   Kernel* counter_for(const void* key);
 };
+
 class ThreadSlots {
  public:
   ThreadSlots();
