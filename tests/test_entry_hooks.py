@@ -488,6 +488,8 @@ def test_the_sampled_profile_counts_every_launch_and_times_a_sample(built, tmp_p
     result, out = _sampled_profile(built, tmp_path, exe, str(inject), "4", "50000")
     assert result.timing == "sampled" and result.cupti_finalized is None, result.warnings
     assert "records_while_capturing=0" in out and "waits_unheld=0" in out, out
+    # pairs of kerncap's stamp kernels, not events (KERNCAP_PROFILE_TIMER=events: below)
+    assert "records=0 " in out and int(re.search(r"stamps=(\d+)", out).group(1)) > 4 * 32, out
     kernels = {k.name: k for k in result.kernels}
     target, other = kernels["_Z6targetv"], kernels["_Z5otherv"]
     assert (target.calls, other.calls) == (5 + 4 * 25000, 2 + 4 * 25000)
@@ -502,6 +504,31 @@ def test_the_sampled_profile_counts_every_launch_and_times_a_sample(built, tmp_p
     assert target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)  # every timed launch took 5 us
     assert other.total_ns == pytest.approx(1000 * other.calls, rel=1e-4)
     assert target.percent == pytest.approx(100 * 5 / 6, abs=0.01)
+
+
+def test_event_pairs_remain_and_calibrate_on_kerncaps_own_stream_when_asked(built, tmp_path):
+    """KERNCAP_PROFILE_TIMER=events times each sample with a held pair of CUDA events (the
+    path before stamps, kept for a driver where the stamp kernel cannot load) and
+    KERNCAP_PROFILE_CALIBRATE=own calibrates on a stream of kerncap's own: the same
+    estimates, no stamp launched."""
+    entry, inject = _native_libs()
+    run_dir = tmp_path / "run"
+    from kerncap.capture.profile import run_profile
+
+    drv = tmp_path / "drv-events"
+    B.fake_driver(drv, events=True)
+    out: list[bytes] = []
+    result = run_profile([str(B.inject_app(tmp_path)), str(inject), "1", "2000"], sampled=True, run_dir=run_dir,
+                         env={"LD_LIBRARY_PATH": str(drv), "KERNCAP_PROFILE_EMPTY_KERNEL_NS": "400",
+                              "KERNCAP_PROFILE_TIMER": "events", "KERNCAP_PROFILE_CALIBRATE": "own"},
+                         output=lambda stream, data: out.append(data) if stream == "stdout" else None, timeout=120)
+    text = b"".join(out).decode()
+    assert "stamps=0 " in text and int(re.search(r"records=(\d+)", text).group(1)) > 2 * 32, text
+    kernels = {k.name: k for k in result.kernels}
+    assert kernels["_Z6targetv"].total_ns == pytest.approx(4400 * kernels["_Z6targetv"].calls, rel=1e-4)
+    (prof,) = [json.loads(p.read_text()) for p in run_dir.glob("profile-*.json")]
+    s = prof["sampling"]
+    assert (s["calibration"], s["bracket_ns"], s["timer"], s["calibrated_on"]) == ("empty kernel", 600, "events", "own"), s
 
 
 def test_sampled_times_do_not_alias_with_a_periodic_kernel(built, tmp_path):
@@ -522,7 +549,7 @@ def test_the_sampled_profile_times_graphs_whole_and_never_records_into_a_capture
     that ran, and no event went into the capturing stream."""
     _native_libs()
     result, out = _sampled_profile(built, tmp_path, B.graph_app(tmp_path), str(_native_libs()[1]))
-    assert "records_while_capturing=0" in out and "uploads=1" in out, out
+    assert "records_while_capturing=0" in out and "stamps_while_capturing=0" in out and "uploads=1" in out, out
     (graph,) = result.kernels
     assert graph.graph and graph.name == "CUDA graph #1: 3 kernel node(s) (target() x2, other())"
     assert (graph.calls, graph.timed, graph.total_ns) == (4, 4, 4 * 11000)
@@ -563,6 +590,8 @@ def test_each_sample_gives_back_what_a_held_pair_reads_around_an_empty_kernel(bu
     s = prof["sampling"]
     assert (s["calibration"], s["pair_ns"], s["empty_kernel_pair_ns"], s["empty_kernel_ns"], s["bracket_ns"]) == \
         ("empty kernel", 0, 1000, 400, 600), s
+    # stamped, and calibrated on the stream the first timed launch went to (idle here)
+    assert (s["timer"], s["calibrated_on"]) == ("stamps", "app"), s
     (proc,) = [json.loads(p.read_text()) for p in run_dir.glob("proc-*.json")]
     assert proc["profile_timing"] == {"used": "sampled", "held": True, "calibration": "empty kernel"}, proc
 

@@ -92,7 +92,14 @@ struct LaunchSampler::Context {
   double pair_ns = -1;              // calibration: a held pair around nothing (median; -1: not measured)
   double empty_kernel_pair_ns = -1; // ... and around kerncap's empty kernel
   std::string calibration;          // how bracket_ns was found
+  std::string timer;                // "stamps" or "events" (and why not stamps, if asked for)
+  bool calibrated_on_app = false;   // on the stream of the context's first timed launch
   CUmodule empty_module = nullptr;  // kc_sampler_empty (never unloaded: it goes with the context)
+  CUfunction stamp = nullptr;       // kc_sampler_stamp, in empty_module: null when pairs are events
+  // Stamped pairs: per hold word, the GPU's %globaltimer at the pair's start and end
+  // (host memory the GPU writes, cuMemHostAlloc DEVICEMAP; 0: not written yet).
+  std::atomic<uint64_t>* stamps = nullptr;
+  CUdeviceptr stamps_dev = 0;
   std::vector<CUstream> streams;  // streams with timed launches
   std::vector<std::thread::id> stream_thread;  // per stream: the first thread that timed a launch there
   std::vector<bool> stream_shared;             // per stream: a second thread timed one there too
@@ -104,6 +111,10 @@ LaunchSampler::LaunchSampler() {
     const double ns = std::strtod(e, &end);
     if (*e && end && !*end && ns >= 0) empty_kernel_ns_ = ns;
   }
+  const char* t = std::getenv("KERNCAP_PROFILE_TIMER");
+  stamps_ = !(t && std::strcmp(t, "events") == 0);
+  const char* on = std::getenv("KERNCAP_PROFILE_CALIBRATE");
+  calibrate_on_app_ = !(on && std::strcmp(on, "own") == 0);
   const char* v = std::getenv("KERNCAP_PROFILE_BRACKET");
   const std::string mode = v ? v : "";
   if (mode == "none") {
@@ -154,8 +165,20 @@ namespace {
 
 // kerncap's own empty kernel, JIT-compiled in each context the sampler times in: what a
 // held pair reads around it is the calibration of every sample (docs/interposer.md).
+// kc_sampler_stamp writes the GPU's global timer to its argument (a stamped pair's
+// start or end); membar.sys: the host sees it no later than the kernel's completion.
 const char kEmptyKernelPtx[] =
-    ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry kc_sampler_empty()\n{\n\tret;\n}\n";
+    ".version 7.0\n.target sm_70\n.address_size 64\n"
+    ".visible .entry kc_sampler_empty()\n{\n\tret;\n}\n"
+    ".visible .entry kc_sampler_stamp(.param .u64 slot)\n{\n\t.reg .b64 %rd<3>;\n"
+    "\tld.param.u64 %rd1, [slot];\n\tmov.u64 %rd2, %globaltimer;\n"
+    "\tst.volatile.global.u64 [%rd1], %rd2;\n\tmembar.sys;\n\tret;\n}\n";
+
+// One stamp on `stream`: the global timer into the 8 bytes at `slot`.
+CUresult launch_stamp(CUfunction stamp, CUstream stream, CUdeviceptr slot) {
+  void* args[] = {&slot};
+  return KC_CU(cuLaunchKernel)(stamp, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr);
+}
 
 double median_of(std::vector<double> v) {
   if (v.empty()) return -1.0;
@@ -166,101 +189,142 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 // One held pair on `stream` around `body` (nothing when null), read at once: ns, or -1
-// when a driver call failed (its CUresult in *err, its name in *call).
+// when a driver call failed (its CUresult in *err, its name in *call). Stamped where the
+// context stamps its samples (c.stamp), with events e0 and e1 otherwise.
 double LaunchSampler::held_pair(Context& c, CUstream stream, CUfunction body, CUevent e0, CUevent e1, uint32_t w,
                                 CUresult* err, const char** call) {
   c.words[w].store(0, std::memory_order_release);
+  if (c.stamp) {
+    c.stamps[2 * w].store(0, std::memory_order_relaxed);
+    c.stamps[2 * w + 1].store(0, std::memory_order_release);
+  }
   CUresult r = KC_CU(cuStreamWaitValue32)(stream, c.words_dev + 4 * w, 1, CU_STREAM_WAIT_VALUE_GEQ);
   *call = "cuStreamWaitValue32";
-  if (r == CUDA_SUCCESS) r = KC_CU(cuEventRecord)(e0, stream), *call = "cuEventRecord";
+  if (r == CUDA_SUCCESS && c.stamp) r = launch_stamp(c.stamp, stream, c.stamps_dev + 16 * w), *call = "cuLaunchKernel";
+  else if (r == CUDA_SUCCESS) r = KC_CU(cuEventRecord)(e0, stream), *call = "cuEventRecord";
   if (r == CUDA_SUCCESS && body)
     r = KC_CU(cuLaunchKernel)(body, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr), *call = "cuLaunchKernel";
-  if (r == CUDA_SUCCESS) r = KC_CU(cuEventRecord)(e1, stream), *call = "cuEventRecord";
+  if (r == CUDA_SUCCESS && c.stamp) r = launch_stamp(c.stamp, stream, c.stamps_dev + 16 * w + 8), *call = "cuLaunchKernel";
+  else if (r == CUDA_SUCCESS) r = KC_CU(cuEventRecord)(e1, stream), *call = "cuEventRecord";
   std::atomic_thread_fence(std::memory_order_seq_cst);
   c.words[w].store(1, std::memory_order_release);  // released whatever failed: nothing stays held
   // Polled, with a deadline, not cuStreamSynchronize: where the driver puts kerncap's
   // stream on a hardware queue behind a stream the app holds itself, a sync would wait
   // for the app, which waits inside this launch call for kerncap.
   const uint64_t deadline = now_ns() + kCalibrationWaitNs;
-  if (r == CUDA_SUCCESS) *call = "cuEventQuery";
+  if (r == CUDA_SUCCESS) *call = c.stamp ? "waiting for the calibration's stamps" : "cuEventQuery";
   while (r == CUDA_SUCCESS) {
+    if (c.stamp) {
+      if (c.stamps[2 * w + 1].load(std::memory_order_acquire)) break;
+      if (now_ns() > deadline) r = CUDA_ERROR_TIMEOUT, *call = "waiting for the calibration's stamps (timed out)";
+      continue;
+    }
     const CUresult q = KC_CU(cuEventQuery)(e1);
     if (q == CUDA_SUCCESS) break;
     if (q != CUDA_ERROR_NOT_READY) r = q;
     else if (now_ns() > deadline) r = CUDA_ERROR_TIMEOUT, *call = "waiting for the calibration's pair (timed out)";
   }
+  *err = r;
+  if (r == CUDA_SUCCESS && c.stamp) return stamped_ns(c, w);
   float ms = 0;
   if (r == CUDA_SUCCESS) r = KC_CU(cuEventElapsedTime)(&ms, e0, e1), *call = "cuEventElapsedTime";
   *err = r;
   return r == CUDA_SUCCESS ? double(ms) * 1e6 : -1.0;
 }
 
-void LaunchSampler::calibrate(Context& c) {
+double LaunchSampler::stamped_ns(const Context& c, uint32_t w) {
+  const uint64_t t0 = c.stamps[2 * w].load(std::memory_order_acquire);
+  const uint64_t t1 = c.stamps[2 * w + 1].load(std::memory_order_acquire);
+  return t0 && t1 >= t0 ? double(t1 - t0) : -1.0;
+}
+
+namespace {
+
+// Runs `f` once, unheld, on `stream` and waits for it (50 ms at most): under lazy module
+// loading (the driver's default) a first launch loads its code inside the launch call,
+// and that load waits for work queued before it; behind a held stream the release would
+// never come. `arg`: its one argument, if any.
+CUresult first_launch(CUfunction f, CUstream stream, CUdeviceptr* arg, const char** call) {
+  void* args[] = {arg};
+  CUresult r = KC_CU(cuLaunchKernel)(f, 1, 1, 1, 1, 1, 1, 0, stream, arg ? args : nullptr, nullptr);
+  *call = "cuLaunchKernel";
+  const uint64_t deadline = now_ns() + kCalibrationWaitNs;
+  while (r == CUDA_SUCCESS) {
+    const CUresult q = KC_CU(cuStreamQuery)(stream);
+    if (q == CUDA_SUCCESS) break;
+    if (q != CUDA_ERROR_NOT_READY) r = q, *call = "cuStreamQuery";
+    else if (now_ns() > deadline) r = CUDA_ERROR_TIMEOUT, *call = "waiting for kerncap's kernel's first launch";
+  }
+  return r;
+}
+
+}  // namespace
+
+void LaunchSampler::calibrate(Context& c, CUstream app_stream) {
   c.calibrated = true;
-  if (bracket_mode_ != "auto") {
-    c.bracket_ns = bracket_mode_ == "fixed" ? bracket_fixed_ns_ : 0.0;
-    c.calibration = bracket_mode_;
-    return;
-  }
-  // On a stream of kerncap's own, with the GPU idle: held pairs around nothing and around
-  // an empty kernel, interleaved. A sample reads the kernel plus what the pair and the
-  // kernel's launch add on the GPU (front end, grid setup, the end event's wait for
-  // idle), which CUPTI's start-end does not hold; the empty kernel's pair reads that plus
-  // the empty kernel's own CUPTI time (empty_kernel_ns_), which is given back.
-  if (!c.hold.load(std::memory_order_relaxed) || c.free_words.empty()) {
-    c.calibration = "none (stream not held)";
-    return;
-  }
+  // On a stream of kerncap's own (KERNCAP_PROFILE_CALIBRATE=app: the app's), with the GPU
+  // idle: held pairs around nothing and around an empty kernel, interleaved. A sample
+  // reads the kernel plus what the pair and the kernel's launch add on the GPU (front
+  // end, grid setup, the end's wait for idle), which CUPTI's start-end does not hold; the
+  // empty kernel's pair reads that plus the empty kernel's own CUPTI time
+  // (empty_kernel_ns_), which is given back.
   CUstream own = nullptr;
   CUresult r = KC_CU(cuStreamCreate)(&own, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) {
     c.calibration = "failed: cuStreamCreate: " + cu_error_string(r);
     return;
   }
+  const char* call = "cuModuleLoadData";
+  CUfunction empty = nullptr;
+  std::string no_kernel;
+  if (!c.empty_module) {
+    const CUresult m = KC_CU(cuModuleLoadData)(&c.empty_module, kEmptyKernelPtx);
+    if (m != CUDA_SUCCESS) {
+      c.empty_module = nullptr;
+      no_kernel = "cuModuleLoadData: " + cu_error_string(m);
+    }
+  }
+  if (c.empty_module) {
+    const CUresult f = KC_CU(cuModuleGetFunction)(&empty, c.empty_module, "kc_sampler_empty");
+    if (f != CUDA_SUCCESS || first_launch(empty, own, nullptr, &call) != CUDA_SUCCESS) {
+      empty = nullptr;
+      no_kernel = std::string(f != CUDA_SUCCESS ? "cuModuleGetFunction" : call) + " failed";
+    }
+    CUfunction stamp = nullptr;
+    CUdeviceptr scratch = c.stamps_dev;
+    if (stamps_ && c.stamps && KC_CU(cuModuleGetFunction)(&stamp, c.empty_module, "kc_sampler_stamp") == CUDA_SUCCESS &&
+        first_launch(stamp, own, &scratch, &call) == CUDA_SUCCESS)
+      c.stamp = stamp;  // from here on this context's pairs are stamped
+  }
+  c.timer = c.stamp ? "stamps" : stamps_ ? "events (no stamp kernel: " + std::string(call) + ")" : "events";
+  if (bracket_mode_ != "auto") {
+    c.bracket_ns = bracket_mode_ == "fixed" ? bracket_fixed_ns_ : 0.0;
+    c.calibration = bracket_mode_;
+    KC_CU(cuStreamDestroy)(own);
+    return;
+  }
+  if (!c.hold.load(std::memory_order_relaxed) || c.free_words.empty()) {
+    c.calibration = "none (stream not held)";
+    KC_CU(cuStreamDestroy)(own);
+    return;
+  }
+  // Where the samples are taken (the app's stream, its hardware queue, a legacy stream's
+  // implicit waits), unless work is queued there: never behind the app's work.
+  c.calibrated_on_app = calibrate_on_app_ && KC_CU(cuStreamQuery)(app_stream) == CUDA_SUCCESS;
+  const CUstream on = c.calibrated_on_app ? app_stream : own;
   CUevent e0 = nullptr, e1 = nullptr;
   r = KC_CU(cuEventCreate)(&e0, CU_EVENT_DEFAULT);
   if (r == CUDA_SUCCESS) r = KC_CU(cuEventCreate)(&e1, CU_EVENT_DEFAULT);
-  CUfunction empty = nullptr;
-  std::string no_kernel;
-  if (r == CUDA_SUCCESS) {
-    if (!c.empty_module) {
-      const CUresult m = KC_CU(cuModuleLoadData)(&c.empty_module, kEmptyKernelPtx);
-      if (m != CUDA_SUCCESS) {
-        c.empty_module = nullptr;
-        no_kernel = "cuModuleLoadData: " + cu_error_string(m);
-      }
-    }
-    if (c.empty_module) {
-      const CUresult f = KC_CU(cuModuleGetFunction)(&empty, c.empty_module, "kc_sampler_empty");
-      if (f != CUDA_SUCCESS) {
-        empty = nullptr;
-        no_kernel = "cuModuleGetFunction: " + cu_error_string(f);
-      }
-    }
-  }
+  call = "cuEventCreate";
   const uint32_t w = c.free_words.back();  // nothing of this context is in flight yet
   std::vector<double> pair, kernel;
-  const char* call = "cuEventCreate";
-  // The empty kernel's first launch unheld: under lazy module loading (the driver's
-  // default) a first launch loads its code inside the launch call, and that load waits
-  // for work queued before it; behind a held stream the release would never come.
-  if (r == CUDA_SUCCESS && empty) {
-    r = KC_CU(cuLaunchKernel)(empty, 1, 1, 1, 1, 1, 1, 0, own, nullptr, nullptr), call = "cuLaunchKernel";
-    const uint64_t deadline = now_ns() + kCalibrationWaitNs;
-    while (r == CUDA_SUCCESS) {
-      const CUresult q = KC_CU(cuStreamQuery)(own);
-      if (q == CUDA_SUCCESS) break;
-      if (q != CUDA_ERROR_NOT_READY) r = q, call = "cuStreamQuery";
-      else if (now_ns() > deadline) r = CUDA_ERROR_TIMEOUT, call = "waiting for the empty kernel's first launch";
-    }
-  }
-  for (int i = 0; i < kCalibrationWarmup && r == CUDA_SUCCESS; ++i) held_pair(c, own, empty, e0, e1, w, &r, &call);
+  for (int i = 0; i < kCalibrationWarmup && r == CUDA_SUCCESS; ++i) held_pair(c, on, empty, e0, e1, w, &r, &call);
   for (int i = 0; i < kCalibrationPairs && r == CUDA_SUCCESS; ++i) {
-    const double p = held_pair(c, own, nullptr, e0, e1, w, &r, &call);
-    if (r == CUDA_SUCCESS) pair.push_back(p);
+    const double p = held_pair(c, on, nullptr, e0, e1, w, &r, &call);
+    if (r == CUDA_SUCCESS && p >= 0) pair.push_back(p);
     if (r == CUDA_SUCCESS && empty) {
-      const double k = held_pair(c, own, empty, e0, e1, w, &r, &call);
-      if (r == CUDA_SUCCESS) kernel.push_back(k);
+      const double k = held_pair(c, on, empty, e0, e1, w, &r, &call);
+      if (r == CUDA_SUCCESS && k >= 0) kernel.push_back(k);
     }
   }
   if (r != CUDA_SUCCESS && std::strcmp(call, "cuStreamWaitValue32") == 0) {
@@ -312,8 +376,15 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
       c->words = static_cast<std::atomic<uint32_t>*>(host);
       for (uint32_t i = 0; i < kWords; ++i) c->words[i].store(1, std::memory_order_relaxed);
       for (uint32_t i = kWords; i-- > 0;) c->free_words.push_back(i);
+      void* stamps = nullptr;  // without them the context's pairs are events (calibrate() says so)
+      if (stamps_ && KC_CU(cuMemHostAlloc)(&stamps, 2 * kWords * sizeof(uint64_t), CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS) {
+        if (KC_CU(cuMemHostGetDevicePointer)(&c->stamps_dev, stamps, 0) == CUDA_SUCCESS)
+          c->stamps = static_cast<std::atomic<uint64_t>*>(stamps);
+        else
+          KC_CU(cuMemFreeHost)(stamps);
+      }
     }
-    if (!c->calibrated) calibrate(*c);
+    if (!c->calibrated) calibrate(*c, stream);
     poll(*c, 4, false);  // read a few finished pairs back: the pool stays small
     if (c->free_words.empty() || (c->events.size() < 2 && c->events_made + 2 > 2 * size_t(kWords))) {
       std::lock_guard<std::mutex> g(mu_);
@@ -374,7 +445,14 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
       if (unheld_.empty()) unheld_ = "cuStreamWaitValue32: " + cu_error_string(w);
     }
   }
-  const CUresult r = KC_CU(cuEventRecord)(p->e0, stream);
+  CUresult r;
+  if (c->stamp) {
+    c->stamps[2 * p->word].store(0, std::memory_order_relaxed);
+    c->stamps[2 * p->word + 1].store(0, std::memory_order_release);
+    r = launch_stamp(c->stamp, stream, c->stamps_dev + 16 * p->word);
+  } else {
+    r = KC_CU(cuEventRecord)(p->e0, stream);
+  }
   if (r == CUDA_SUCCESS) return p;
   // Nothing is left held; this context's launches are counted from now on, not timed.
   c->words[p->word].store(1, std::memory_order_release);
@@ -386,7 +464,8 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
   c->spare.push_back(p);  // its word stays out of the pool: the GPU may not have passed the wait
   std::lock_guard<std::mutex> g(mu_);
   ++errors_;
-  if (first_error_.empty()) first_error_ = "cuEventRecord on the launch's stream: " + cu_error_string(r);
+  if (first_error_.empty())
+    first_error_ = std::string(c->stamp ? "the start stamp's launch" : "cuEventRecord") + " on the launch's stream: " + cu_error_string(r);
   return nullptr;
 }
 
@@ -395,7 +474,8 @@ void LaunchSampler::end(Pending* p, bool ok, bool interleaved) {
   CUresult r;
   {
     RelaxedCapture relaxed;
-    r = KC_CU(cuEventRecord)(p->e1, p->stream);
+    r = c->stamp ? launch_stamp(c->stamp, p->stream, c->stamps_dev + 16 * p->word + 8)
+                 : KC_CU(cuEventRecord)(p->e1, p->stream);
   }
   c->words[p->word].store(1, std::memory_order_release);
   c->held_since[p->word].store(0, std::memory_order_release);
@@ -417,14 +497,16 @@ void LaunchSampler::end(Pending* p, bool ok, bool interleaved) {
   c->spare.push_back(p);
   std::lock_guard<std::mutex> g(mu_);
   ++errors_;
-  if (first_error_.empty()) first_error_ = "cuEventRecord after the launch: " + cu_error_string(r);
+  if (first_error_.empty())
+    first_error_ = std::string(c->stamp ? "the end stamp's launch" : "cuEventRecord") + " after the launch: " + cu_error_string(r);
 }
 
 void LaunchSampler::poll(Context& c, size_t max_reads, bool wait) {
   const uint64_t deadline = now_ns() + 1'000'000'000ull;
   for (size_t n = 0; n < max_reads && !c.queue.empty();) {
     Pending* p = c.queue.front();
-    CUresult r = KC_CU(cuEventQuery)(p->e1);
+    CUresult r = c.stamp ? (c.stamps[2 * p->word + 1].load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY)
+                         : KC_CU(cuEventQuery)(p->e1);
     if (r == CUDA_ERROR_NOT_READY) {
       if (!wait || now_ns() > deadline) return;
       const timespec ts{0, 100 * 1000};
@@ -433,14 +515,22 @@ void LaunchSampler::poll(Context& c, size_t max_reads, bool wait) {
     }
     c.queue.pop_front();
     ++n;
-    float ms = 0;
-    if (r == CUDA_SUCCESS) r = KC_CU(cuEventElapsedTime)(&ms, p->e0, p->e1);
+    double ns = -1;
+    if (r == CUDA_SUCCESS && c.stamp) {
+      ns = stamped_ns(c, p->word);
+      if (ns < 0) r = CUDA_ERROR_INVALID_VALUE;  // a start stamp missing or after the end: never seen
+    } else if (r == CUDA_SUCCESS) {
+      float ms = 0;
+      r = KC_CU(cuEventElapsedTime)(&ms, p->e0, p->e1);
+      ns = double(ms) * 1e6;
+    }
     const bool overdue = c.overdue[p->word].load(std::memory_order_acquire);
     {
       std::lock_guard<std::mutex> g(mu_);
       if (r != CUDA_SUCCESS) {
         ++errors_;
-        if (first_error_.empty()) first_error_ = "reading a timed launch's events: " + cu_error_string(r);
+        if (first_error_.empty())
+          first_error_ = std::string("reading a timed launch's ") + (c.stamp ? "stamps" : "events") + ": " + cu_error_string(r);
       } else if (overdue) {
         ++overdue_;
       } else if (!p->ok) {
@@ -449,7 +539,7 @@ void LaunchSampler::poll(Context& c, size_t max_reads, bool wait) {
         ++interleaved_;
       } else {
         SampleStats& s = stats_[p->key];
-        s.add(std::max(0.0, double(ms) * 1e6 - c.bracket_ns), p->weight);
+        s.add(std::max(0.0, ns - c.bracket_ns), p->weight);
         std::memcpy(s.grid, p->grid, sizeof s.grid);
         std::memcpy(s.block, p->block, sizeof s.block);
       }
@@ -549,7 +639,8 @@ std::string LaunchSampler::summary_json() const {
   JsonWriter w;
   w.begin_object().field("bracket", bracket_mode_);
   double bracket = 0, pair = -1, kernel = -1;
-  std::string calibration;
+  std::string calibration, timer;
+  bool on_app = false;
   size_t streams = 0, contexts = 0, shared = 0;
   for (const Context* c : contexts_) {
     if (!c->calibrated) continue;
@@ -559,11 +650,14 @@ std::string LaunchSampler::summary_json() const {
       pair = c->pair_ns;
       kernel = c->empty_kernel_pair_ns;
       calibration = c->calibration;
+      timer = c->timer;
+      on_app = c->calibrated_on_app;
     }
     streams = std::max(streams, c->streams.size());
     shared += size_t(std::count(c->stream_shared.begin(), c->stream_shared.end(), true));
   }
-  w.field("bracket_ns", bracket).field("calibration", calibration).field("pair_ns", pair);
+  w.field("bracket_ns", bracket).field("calibration", calibration).field("timer", timer).field("pair_ns", pair);
+  w.field("calibrated_on", on_app ? "app" : "own");
   w.field("empty_kernel_pair_ns", kernel).field("empty_kernel_ns", empty_kernel_ns_);
   w.field("contexts", uint64_t(contexts)).field("streams", uint64_t(streams));
   w.field("errors", errors_).field("first_error", first_error_).field("no_event", no_event_);

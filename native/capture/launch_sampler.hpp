@@ -1,15 +1,18 @@
-// profile mode without CUPTI (the default; `profile --exact` keeps CUPTI's activity
-// records, profiler.hpp): every launch is counted through the entry points, and a
-// sample of each kernel's launches is timed with a pair of CUDA events recorded on the
-// launch's own stream around it (docs/interposer.md, "Sampled profile").
+// profile mode without CUPTI (`profile --sampled`; `--exact` is CUPTI's activity records,
+// profiler.hpp): every launch is counted through the entry points, and a sample of each
+// kernel's launches is timed between two stamps of the GPU's global timer written by
+// kerncap's one-thread kernel on the launch's own stream around it (docs/interposer.md,
+// "profile mode"; KERNCAP_PROFILE_TIMER=events: a pair of CUDA events instead).
 //
 // A sampled launch, on the app's thread:
 //   host word = 0; cuStreamWaitValue32(stream, word >= 1)   the stream is held ...
-//   cuEventRecord(e0, stream)
+//   kc_sampler_stamp(start slot)                           (or cuEventRecord(e0))
 //   <the app's launch>
-//   cuEventRecord(e1, stream); host word = 1                ... until the launch is in
-// so e0 fires when the kernel is already queued behind it: on an idle stream an
-// unheld e0 would fire at once and the pair would time the CPU's launch latency too.
+//   kc_sampler_stamp(end slot); host word = 1               ... until the launch is in
+// so the start stamp runs when the kernel is already queued behind it: on an idle stream
+// an unheld one would run at once and the pair would time the CPU's launch latency too.
+// Stamps, not events: an event pair around cub's DeviceCompactInitKernel read ~3 us more
+// than CUPTI in every sample, stamps ~0.3 us (docs/facts.md §37).
 // A watchdog thread (no driver calls) releases a hold left for more than 5 ms (a
 // launch blocked in the driver on something that needs the GPU: never a deadlock, the
 // sample is dropped). Before a kernel's first launch is held its code is loaded
@@ -17,13 +20,14 @@
 // context), and a graph is uploaded before its first held launch; cooperative launches
 // are never held.
 //
-// Each sample loses the calibration (once per context, on a stream of kerncap's own):
+// Each sample loses the calibration (once per context, on the first timed launch's
+// stream when nothing is queued there, else on one of kerncap's own):
 // the median held pair around kerncap's empty kernel less CUPTI's time of that kernel,
 // at least the median held pair around nothing; what a held pair adds to any kernel
 // (the front end's event and launch work, the end event's wait for idle).
 //
 // Samples are read back lazily: before a new sample a thread polls a few of its
-// context's oldest pending pairs (cuEventQuery, never blocking); at exit every context
+// context's oldest pending pairs (a load of the end slot, or cuEventQuery; never blocking); at exit every context
 // is drained. Never while any stream capture is in progress in the process (nothing is
 // recorded into a capturing stream, and kerncap's calls run in relaxed capture mode).
 //
@@ -51,8 +55,9 @@ class LaunchSampler {
   // One held, bracketed launch in flight (between its API entry and exit).
   struct Pending;
 
-  // Reads KERNCAP_PROFILE_BRACKET (auto | none | a number of ns) and
-  // KERNCAP_PROFILE_EMPTY_KERNEL_NS.
+  // Reads KERNCAP_PROFILE_BRACKET (auto | none | a number of ns),
+  // KERNCAP_PROFILE_EMPTY_KERNEL_NS, KERNCAP_PROFILE_TIMER (stamps | events) and
+  // KERNCAP_PROFILE_CALIBRATE (app | own).
   LaunchSampler();
   LaunchSampler(const LaunchSampler&) = delete;
   LaunchSampler& operator=(const LaunchSampler&) = delete;
@@ -68,11 +73,11 @@ class LaunchSampler {
   // (bench/probes/empty_kernel_ns.py, docs/facts.md §33); another GPU: measure it there.
   static constexpr double kEmptyKernelNs = 594.0;
 
-  // At the launch's API entry: holds `stream` and records e0. Null when nothing was
+  // At the launch's API entry: holds `stream` and stamps (or records e0). Null when nothing was
   // recorded (no context, the pool exhausted, a driver call failed: counted).
   Pending* begin(CUcontext ctx, CUstream stream, const void* key, double weight, const unsigned grid[3],
                  const unsigned block[3]);
-  // At its API exit: records e1 and releases the stream. `ok`: the launch succeeded;
+  // At its API exit: stamps the end (or records e1) and releases the stream. `ok`: the launch succeeded;
   // `interleaved`: another thread launched while the pair was open, so a launch of its
   // may sit between e0 and e1 on a stream both use (the sample is dropped, and counted).
   void end(Pending* p, bool ok, bool interleaved = false);
@@ -95,7 +100,8 @@ class LaunchSampler {
   struct Context;
   Context* context_for(CUcontext ctx);
   void poll(Context& c, size_t max_reads, bool wait);
-  void calibrate(Context& c);
+  void calibrate(Context& c, CUstream app_stream);
+  static double stamped_ns(const Context& c, uint32_t w);  // a stamped pair's ns (-1: unreadable)
   static double held_pair(Context& c, CUstream stream, CUfunction body, CUevent e0, CUevent e1, uint32_t word,
                           CUresult* err, const char** call);
   void start_watchdog();
@@ -105,6 +111,8 @@ class LaunchSampler {
   std::vector<Context*> contexts_;  // never freed: the watchdog reads their hold words
   std::unordered_map<const void*, SampleStats> stats_;
   std::string bracket_mode_ = "auto";
+  bool stamps_ = false;            // KERNCAP_PROFILE_TIMER=stamps: pairs of kc_sampler_stamp kernels, not events
+  bool calibrate_on_app_ = false;  // KERNCAP_PROFILE_CALIBRATE=app: on the first timed launch's stream
   double bracket_fixed_ns_ = 0;
   // What CUPTI times kerncap's empty kernel at (KERNCAP_PROFILE_EMPTY_KERNEL_NS): given
   // back from the empty kernel's pair, since CUPTI's time of any kernel holds it too.
