@@ -184,6 +184,31 @@ def test_paths_leaving_the_target_are_refused(tmp_path):
     assert not (tmp_path.parent / "evil").exists()
 
 
+@pytest.mark.parametrize("kind", ["dir", "file"])
+def test_an_entry_among_the_chunks_is_refused(tmp_path, kind):
+    """Only the pack's own chunks are restored into the capture's chunk directory: an
+    index entry there (a directory named like a chunk, found by the pack-index fuzzer) is
+    refused, so nothing no manifest uses is left among the chunks."""
+    entry = {"path": "capture/blobs/00.bin", "type": kind, "mode": 0o755, "mtime": 0}
+    if kind == "file":
+        entry.update(size=1, xxh64="0" * 16)
+    bad = crafted_pack(tmp_path / "among.kcap", [entry], [("files/capture/blobs/00.bin", compress(b"x"))] * (kind == "file"))
+    assert_clean_failure(tmp_path, bad, "capture/blobs/00.bin", "holds only the pack's chunks")
+
+
+def test_pack_leaves_out_a_directory_among_the_chunks(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(AXPY, src)
+    (src / "capture" / "blobs" / "stray").mkdir()
+    (src / "capture" / "blobs" / "stray" / "x.bin").write_bytes(b"x")
+    packed = pack(src, tmp_path / "p.kcap")
+    assert any(w.startswith("capture/blobs/stray (a directory among the chunks") for w in packed.left_out), \
+        packed.left_out
+    unpack(tmp_path / "p.kcap", tmp_path / "out")
+    assert not (tmp_path / "out" / "capture" / "blobs" / "stray").exists()
+    assert tree(tmp_path / "out" / "capture" / "blobs") == tree(AXPY / "capture" / "blobs")
+
+
 def test_unknown_entry_and_newer_version(tmp_path):
     bad = crafted_pack(tmp_path / "extra.kcap", [], [("files/stray", compress(b"x"))])
     assert_clean_failure(tmp_path, bad, "files/stray", "not in the index")

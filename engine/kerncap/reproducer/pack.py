@@ -264,6 +264,9 @@ def _walk(root: Path, blobs_dir: PurePosixPath, chunks: dict[str, int], skip: se
                     dirnames.remove(name)
             elif stat.S_ISLNK(st.st_mode):
                 left_out.append(f"{rel} (a symbolic link: unpack refuses links, so none are packed)")
+            elif stat.S_ISDIR(st.st_mode) and PurePosixPath(rel).parent == blobs_dir:
+                left_out.append(f"{rel} (a directory among the chunks: unpack refuses anything there but chunks)")
+                dirnames.remove(name)
             elif stat.S_ISDIR(st.st_mode):
                 entries.append({**meta, "type": "dir"})
             elif not stat.S_ISREG(st.st_mode):
@@ -571,8 +574,14 @@ def _read_index(src: Path, raw: bytes) -> dict[str, Any]:
         raise _corrupt(src, INDEX_NAME, f"field {found}")
     seen: set[str] = set()
     _check_relative(src, index["blobs_dir"])
+    blobs_dir = PurePosixPath(index["blobs_dir"])
     for i, e in enumerate(index["entries"]):
         _check_relative(src, e["path"])
+        if blobs_dir in PurePosixPath(e["path"]).parents:
+            # Only the pack's own chunks go there (restored from blobs/<h>): an entry there
+            # would leave the capture's chunk directory holding something no manifest uses.
+            raise _corrupt(src, INDEX_NAME, f"entry {e['path']!r} lies in the capture's chunk directory "
+                                            f"{blobs_dir.as_posix()}, which holds only the pack's chunks")
         if e["type"] == "symlink":
             raise _corrupt(src, INDEX_NAME, f"entry {e['path']!r} is a symbolic link; a pack holds only files and "
                                             "directories (a link could lead out of the target directory)")
