@@ -262,8 +262,9 @@ CUresult first_launch(CUfunction f, CUstream stream, CUdeviceptr* arg, const cha
 
 void LaunchSampler::calibrate(Context& c, CUstream app_stream) {
   c.calibrated = true;
-  // On a stream of kerncap's own (KERNCAP_PROFILE_CALIBRATE=app: the app's), with the GPU
-  // idle: held pairs around nothing and around an empty kernel, interleaved. A sample
+  // On the first timed launch's stream when it is idle (else, or with
+  // KERNCAP_PROFILE_CALIBRATE=own, on a stream of kerncap's own), with the GPU idle: held
+  // pairs around nothing and around an empty kernel, interleaved. A sample
   // reads the kernel plus what the pair and the kernel's launch add on the GPU (front
   // end, grid setup, the end's wait for idle), which CUPTI's start-end does not hold; the
   // empty kernel's pair reads that plus the empty kernel's own CUPTI time
@@ -290,13 +291,19 @@ void LaunchSampler::calibrate(Context& c, CUstream app_stream) {
       empty = nullptr;
       no_kernel = std::string(f != CUDA_SUCCESS ? "cuModuleGetFunction" : call) + " failed";
     }
+  }
+  std::string no_stamp = !stamps_ ? "" : !c.stamps ? "no host memory for the stamps" : !c.empty_module ? no_kernel : "";
+  if (stamps_ && no_stamp.empty()) {
     CUfunction stamp = nullptr;
     CUdeviceptr scratch = c.stamps_dev;
-    if (stamps_ && c.stamps && KC_CU(cuModuleGetFunction)(&stamp, c.empty_module, "kc_sampler_stamp") == CUDA_SUCCESS &&
-        first_launch(stamp, own, &scratch, &call) == CUDA_SUCCESS)
+    if (KC_CU(cuModuleGetFunction)(&stamp, c.empty_module, "kc_sampler_stamp") != CUDA_SUCCESS)
+      no_stamp = "cuModuleGetFunction failed";
+    else if (first_launch(stamp, own, &scratch, &call) != CUDA_SUCCESS)
+      no_stamp = std::string(call) + " failed";
+    else
       c.stamp = stamp;  // from here on this context's pairs are stamped
   }
-  c.timer = c.stamp ? "stamps" : stamps_ ? "events (no stamp kernel: " + std::string(call) + ")" : "events";
+  c.timer = c.stamp ? "stamps" : stamps_ ? "events (no stamp kernel: " + no_stamp + ")" : "events";
   if (bracket_mode_ != "auto") {
     c.bracket_ns = bracket_mode_ == "fixed" ? bracket_fixed_ns_ : 0.0;
     c.calibration = bracket_mode_;
