@@ -488,8 +488,9 @@ def test_the_sampled_profile_counts_every_launch_and_times_a_sample(built, tmp_p
     result, out = _sampled_profile(built, tmp_path, exe, str(inject), "4", "50000")
     assert result.timing == "sampled" and result.cupti_finalized is None, result.warnings
     assert "records_while_capturing=0" in out and "waits_unheld=0" in out, out
-    # pairs of kerncap's stamp kernels, not events (KERNCAP_PROFILE_TIMER=events: below)
-    assert "records=0 " in out and int(re.search(r"stamps=(\d+)", out).group(1)) > 4 * 32, out
+    # pairs of kerncap's stamp kernels, not events (KERNCAP_PROFILE_TIMER=events: below):
+    # none recorded, and none even made (a stamped pair takes none from the pool)
+    assert "creates=0 records=0 " in out and int(re.search(r"stamps=(\d+)", out).group(1)) > 4 * 32, out
     kernels = {k.name: k for k in result.kernels}
     target, other = kernels["_Z6targetv"], kernels["_Z5otherv"]
     assert (target.calls, other.calls) == (5 + 4 * 25000, 2 + 4 * 25000)
@@ -524,6 +525,7 @@ def test_event_pairs_remain_and_calibrate_on_kerncaps_own_stream_when_asked(buil
                          output=lambda stream, data: out.append(data) if stream == "stdout" else None, timeout=120)
     text = b"".join(out).decode()
     assert "stamps=0 " in text and int(re.search(r"records=(\d+)", text).group(1)) > 2 * 32, text
+    assert int(re.search(r"creates=(\d+)", text).group(1)) >= 4, text  # the calibration's pair and a sample's
     kernels = {k.name: k for k in result.kernels}
     assert kernels["_Z6targetv"].total_ns == pytest.approx(4400 * kernels["_Z6targetv"].calls, rel=1e-4)
     (prof,) = [json.loads(p.read_text()) for p in run_dir.glob("profile-*.json")]

@@ -194,18 +194,13 @@ double median_of(std::vector<double> v) {
 double LaunchSampler::held_pair(Context& c, CUstream stream, CUfunction body, CUevent e0, CUevent e1, uint32_t w,
                                 CUresult* err, const char** call) {
   c.words[w].store(0, std::memory_order_release);
-  if (c.stamp) {
-    c.stamps[2 * w].store(0, std::memory_order_relaxed);
-    c.stamps[2 * w + 1].store(0, std::memory_order_release);
-  }
+  const char* mark_call = c.stamp ? "cuLaunchKernel" : "cuEventRecord";
   CUresult r = KC_CU(cuStreamWaitValue32)(stream, c.words_dev + 4 * w, 1, CU_STREAM_WAIT_VALUE_GEQ);
   *call = "cuStreamWaitValue32";
-  if (r == CUDA_SUCCESS && c.stamp) r = launch_stamp(c.stamp, stream, c.stamps_dev + 16 * w), *call = "cuLaunchKernel";
-  else if (r == CUDA_SUCCESS) r = KC_CU(cuEventRecord)(e0, stream), *call = "cuEventRecord";
+  if (r == CUDA_SUCCESS) r = mark(c, stream, w, false, e0), *call = mark_call;
   if (r == CUDA_SUCCESS && body)
     r = KC_CU(cuLaunchKernel)(body, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr), *call = "cuLaunchKernel";
-  if (r == CUDA_SUCCESS && c.stamp) r = launch_stamp(c.stamp, stream, c.stamps_dev + 16 * w + 8), *call = "cuLaunchKernel";
-  else if (r == CUDA_SUCCESS) r = KC_CU(cuEventRecord)(e1, stream), *call = "cuEventRecord";
+  if (r == CUDA_SUCCESS) r = mark(c, stream, w, true, e1), *call = mark_call;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   c.words[w].store(1, std::memory_order_release);  // released whatever failed: nothing stays held
   // Polled, with a deadline, not cuStreamSynchronize: where the driver puts kerncap's
@@ -214,15 +209,12 @@ double LaunchSampler::held_pair(Context& c, CUstream stream, CUfunction body, CU
   const uint64_t deadline = now_ns() + kCalibrationWaitNs;
   if (r == CUDA_SUCCESS) *call = c.stamp ? "waiting for the calibration's stamps" : "cuEventQuery";
   while (r == CUDA_SUCCESS) {
-    if (c.stamp) {
-      if (c.stamps[2 * w + 1].load(std::memory_order_acquire)) break;
-      if (now_ns() > deadline) r = CUDA_ERROR_TIMEOUT, *call = "waiting for the calibration's stamps (timed out)";
-      continue;
-    }
-    const CUresult q = KC_CU(cuEventQuery)(e1);
+    const CUresult q = finished(c, w, e1);
     if (q == CUDA_SUCCESS) break;
     if (q != CUDA_ERROR_NOT_READY) r = q;
-    else if (now_ns() > deadline) r = CUDA_ERROR_TIMEOUT, *call = "waiting for the calibration's pair (timed out)";
+    else if (now_ns() > deadline)
+      r = CUDA_ERROR_TIMEOUT,
+      *call = c.stamp ? "waiting for the calibration's stamps (timed out)" : "waiting for the calibration's pair (timed out)";
   }
   *err = r;
   if (r == CUDA_SUCCESS && c.stamp) return stamped_ns(c, w);
@@ -236,6 +228,26 @@ double LaunchSampler::stamped_ns(const Context& c, uint32_t w) {
   const uint64_t t0 = c.stamps[2 * w].load(std::memory_order_acquire);
   const uint64_t t1 = c.stamps[2 * w + 1].load(std::memory_order_acquire);
   return t0 && t1 >= t0 ? double(t1 - t0) : -1.0;
+}
+
+CUresult LaunchSampler::mark(Context& c, CUstream stream, uint32_t w, bool end, CUevent e) {
+  if (!c.stamp) return KC_CU(cuEventRecord)(e, stream);
+  if (!end) {  // both slots unwritten before the pair's start: a finished pair is one whose end slot is set
+    c.stamps[2 * w].store(0, std::memory_order_relaxed);
+    c.stamps[2 * w + 1].store(0, std::memory_order_release);
+  }
+  return launch_stamp(c.stamp, stream, c.stamps_dev + 16 * w + (end ? 8 : 0));
+}
+
+CUresult LaunchSampler::finished(const Context& c, uint32_t w, CUevent e1) {
+  if (!c.stamp) return KC_CU(cuEventQuery)(e1);
+  return c.stamps[2 * w + 1].load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+void LaunchSampler::recycle_events(Context& c, Pending* p) {
+  if (p->e0) c.events.push_back(p->e0);
+  if (p->e1) c.events.push_back(p->e1);
+  p->e0 = p->e1 = nullptr;
 }
 
 namespace {
@@ -319,9 +331,9 @@ void LaunchSampler::calibrate(Context& c, CUstream app_stream) {
   // implicit waits), unless work is queued there: never behind the app's work.
   c.calibrated_on_app = calibrate_on_app_ && KC_CU(cuStreamQuery)(app_stream) == CUDA_SUCCESS;
   const CUstream on = c.calibrated_on_app ? app_stream : own;
-  CUevent e0 = nullptr, e1 = nullptr;
-  r = KC_CU(cuEventCreate)(&e0, CU_EVENT_DEFAULT);
-  if (r == CUDA_SUCCESS) r = KC_CU(cuEventCreate)(&e1, CU_EVENT_DEFAULT);
+  CUevent e0 = nullptr, e1 = nullptr;  // stamped pairs take none
+  r = c.stamp ? CUDA_SUCCESS : KC_CU(cuEventCreate)(&e0, CU_EVENT_DEFAULT);
+  if (r == CUDA_SUCCESS && !c.stamp) r = KC_CU(cuEventCreate)(&e1, CU_EVENT_DEFAULT);
   call = "cuEventCreate";
   const uint32_t w = c.free_words.back();  // nothing of this context is in flight yet
   std::vector<double> pair, kernel;
@@ -393,12 +405,14 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
     }
     if (!c->calibrated) calibrate(*c, stream);
     poll(*c, 4, false);  // read a few finished pairs back: the pool stays small
-    if (c->free_words.empty() || (c->events.size() < 2 && c->events_made + 2 > 2 * size_t(kWords))) {
+    // A pair of events from the pool, unless this context's pairs are stamps.
+    const size_t need = c->stamp ? 0 : 2;
+    if (c->free_words.empty() || (c->events.size() < need && c->events_made + need > 2 * size_t(kWords))) {
       std::lock_guard<std::mutex> g(mu_);
       ++no_event_;
       return nullptr;
     }
-    while (c->events.size() < 2) {
+    while (c->events.size() < need) {
       CUevent e = nullptr;
       const CUresult r = KC_CU(cuEventCreate)(&e, CU_EVENT_DEFAULT);
       if (r != CUDA_SUCCESS) {
@@ -417,10 +431,13 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
       c->spare.pop_back();
     }
     p->ctx = c;
-    p->e1 = c->events.back();
-    c->events.pop_back();
-    p->e0 = c->events.back();
-    c->events.pop_back();
+    p->e0 = p->e1 = nullptr;
+    if (need) {
+      p->e1 = c->events.back();
+      c->events.pop_back();
+      p->e0 = c->events.back();
+      c->events.pop_back();
+    }
     p->word = c->free_words.back();
     c->free_words.pop_back();
     const auto it = std::find(c->streams.begin(), c->streams.end(), stream);
@@ -452,22 +469,14 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
       if (unheld_.empty()) unheld_ = "cuStreamWaitValue32: " + cu_error_string(w);
     }
   }
-  CUresult r;
-  if (c->stamp) {
-    c->stamps[2 * p->word].store(0, std::memory_order_relaxed);
-    c->stamps[2 * p->word + 1].store(0, std::memory_order_release);
-    r = launch_stamp(c->stamp, stream, c->stamps_dev + 16 * p->word);
-  } else {
-    r = KC_CU(cuEventRecord)(p->e0, stream);
-  }
+  const CUresult r = mark(*c, stream, p->word, false, p->e0);
   if (r == CUDA_SUCCESS) return p;
   // Nothing is left held; this context's launches are counted from now on, not timed.
   c->words[p->word].store(1, std::memory_order_release);
   c->held_since[p->word].store(0, std::memory_order_release);
   std::lock_guard<std::mutex> lock(c->mu);
   c->disabled = true;
-  c->events.push_back(p->e0);
-  c->events.push_back(p->e1);
+  recycle_events(*c, p);
   c->spare.push_back(p);  // its word stays out of the pool: the GPU may not have passed the wait
   std::lock_guard<std::mutex> g(mu_);
   ++errors_;
@@ -481,8 +490,7 @@ void LaunchSampler::end(Pending* p, bool ok, bool interleaved) {
   CUresult r;
   {
     RelaxedCapture relaxed;
-    r = c->stamp ? launch_stamp(c->stamp, p->stream, c->stamps_dev + 16 * p->word + 8)
-                 : KC_CU(cuEventRecord)(p->e1, p->stream);
+    r = mark(*c, p->stream, p->word, true, p->e1);
   }
   c->words[p->word].store(1, std::memory_order_release);
   c->held_since[p->word].store(0, std::memory_order_release);
@@ -499,8 +507,7 @@ void LaunchSampler::end(Pending* p, bool ok, bool interleaved) {
   }
   // No end event: the pair cannot be read. Its word stays out of the pool (the GPU may
   // not have passed the wait yet); the events are reusable (re-recording one is fine).
-  c->events.push_back(p->e0);
-  c->events.push_back(p->e1);
+  recycle_events(*c, p);
   c->spare.push_back(p);
   std::lock_guard<std::mutex> g(mu_);
   ++errors_;
@@ -512,8 +519,7 @@ void LaunchSampler::poll(Context& c, size_t max_reads, bool wait) {
   const uint64_t deadline = now_ns() + 1'000'000'000ull;
   for (size_t n = 0; n < max_reads && !c.queue.empty();) {
     Pending* p = c.queue.front();
-    CUresult r = c.stamp ? (c.stamps[2 * p->word + 1].load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY)
-                         : KC_CU(cuEventQuery)(p->e1);
+    CUresult r = finished(c, p->word, p->e1);
     if (r == CUDA_ERROR_NOT_READY) {
       if (!wait || now_ns() > deadline) return;
       const timespec ts{0, 100 * 1000};
@@ -551,8 +557,7 @@ void LaunchSampler::poll(Context& c, size_t max_reads, bool wait) {
         std::memcpy(s.block, p->block, sizeof s.block);
       }
     }
-    c.events.push_back(p->e0);
-    c.events.push_back(p->e1);
+    recycle_events(c, p);
     c.free_words.push_back(p->word);
     c.spare.push_back(p);
   }

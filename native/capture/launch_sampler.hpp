@@ -102,6 +102,13 @@ class LaunchSampler {
   void poll(Context& c, size_t max_reads, bool wait);
   void calibrate(Context& c, CUstream app_stream);
   static double stamped_ns(const Context& c, uint32_t w);  // a stamped pair's ns (-1: unreadable)
+  // A pair's start (end false) or end on `stream` for hold word w: kerncap's stamp kernel
+  // into the word's slot where the context stamps (the start clears both slots first),
+  // else event e recorded. The one place the two timers differ on the way in.
+  static CUresult mark(Context& c, CUstream stream, uint32_t w, bool end, CUevent e);
+  // Whether the pair of word w has ended: its end slot written, or cuEventQuery(e1).
+  static CUresult finished(const Context& c, uint32_t w, CUevent e1);
+  static void recycle_events(Context& c, Pending* p);  // a stamped pair holds none
   static double held_pair(Context& c, CUstream stream, CUfunction body, CUevent e0, CUevent e1, uint32_t word,
                           CUresult* err, const char** call);
   void start_watchdog();
