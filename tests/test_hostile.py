@@ -414,6 +414,20 @@ def test_a_closed_pipe_ends_quietly():
     assert proc.returncode == 141 and proc.stderr == "", proc.stderr
 
 
+def test_a_closed_stdout_or_stderr_is_no_traceback(tmp_path):
+    """Issue 47: `kerncap info DIR >&-` (stdout closed) was an AttributeError traceback,
+    exit 1. A closed stdout is refused with one message (3); a closed stderr is /dev/null."""
+    def shell(redirect: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", "-c", f'exec "$0" -m kerncap info "$1" {redirect}', sys.executable, str(AXPY)],
+                              capture_output=True, text=True, env=env(), timeout=60)
+
+    closed = shell(">&-")
+    assert closed.returncode == 3 and "Traceback" not in closed.stderr, closed.stderr
+    assert closed.stderr.startswith("kerncap info: error: standard output is closed") and ">/dev/null" in closed.stderr
+    quiet = shell("2>&-")
+    assert quiet.returncode == 0 and quiet.stdout.startswith("reproducer  "), quiet
+
+
 def test_a_garbage_store_marker_is_one_line_not_four_of_three_chunks(tmp_path, capsys):
     repro = tmp_path / "r"
     shutil.copytree(AXPY, repro)

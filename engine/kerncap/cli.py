@@ -102,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     own, app_cmd = split_app_command(argv)
     as_json = "--json" in own
     command = next((a for a in own if not a.startswith("-")), None)
+    if sys.stdout is None or sys.stderr is None:  # started with `>&-` or `2>&-`
+        closed = _closed_streams(command)
+        if closed is not None:
+            return closed
     saved = sys.stdout, sys.stderr
     if command not in RAW_OUTPUT:
         sys.stdout, sys.stderr = _Printable(sys.stdout), _Printable(sys.stderr)
@@ -133,6 +137,23 @@ def _run(own: list[str], app_cmd: list[str], command: str | None, as_json: bool)
     except KeyboardInterrupt:
         print(f"kerncap {command or ''}: interrupted".replace("  ", " "), file=sys.stderr)
         return 130
+
+
+def _closed_streams(command: str | None) -> int | None:
+    """A closed stderr becomes /dev/null (on fd 2, so that no file kerncap opens, nor an
+    app it starts, gets that number). A closed stdout is refused (status 3): what the
+    command prints would be lost, and an app started would write into whatever file
+    kerncap opened on fd 1. None when the command can go on."""
+    if sys.stderr is None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != 2:
+            os.dup2(null, 2)
+            os.close(null)
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115  (the process's own stream)
+    if sys.stdout is not None:
+        return None
+    return report(KerncapError("standard output is closed (`>&-`): kerncap has nowhere to print what it says",
+                               "give it an output: `>/dev/null` to discard it, or `>FILE`"), command, False)
 
 
 def _pipe_closed() -> int:
