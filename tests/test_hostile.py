@@ -338,6 +338,34 @@ def test_mcp_write_source_with_a_nul_is_a_usage_error(demo):
         api.write_source(demo, "k\x00.cu", "x")
 
 
+def test_mcp_a_nul_in_the_reproducer_and_a_fifo_source_are_tool_errors(tmp_path):
+    """Issue 47: MCP `info`/`read_source` with a NUL in `reproducer` raised ValueError on
+    the server ("Error executing tool" for the client); `read_source` of a FIFO said "does
+    not exist"."""
+    pytest.importorskip("mcp")
+    anyio = pytest.importorskip("anyio")
+    from mcp import Client
+
+    from kerncap.frontends.mcp_server import build_server
+
+    root = tmp_path / "root"
+    shutil.copytree(AXPY.parent / "graph_explicit", root / "g")
+    os.mkfifo(root / "g" / "source" / "pipe.cu")
+
+    async def go():
+        async with Client(build_server([root])) as c:
+            return [await c.call_tool(name, args) for name, args in (
+                ("info", {"reproducer": "g\x00x"}), ("read_source", {"reproducer": "g\x00x", "file": "k.cu"}),
+                ("read_source", {"reproducer": "g", "file": "pipe.cu"}))]
+
+    nul_info, nul_read, fifo = anyio.run(go)
+    for r in (nul_info, nul_read):
+        assert r.is_error and "reproducer 'g\\x00x' holds a NUL character" in r.content[0].text, r.content
+        assert r.structured_content["error"]["type"] == "UsageError"
+    assert fifo.is_error and "pipe.cu is not a regular file (a FIFO or a device)" in fifo.content[0].text, fifo.content
+    assert "does not exist" not in fifo.content[0].text
+
+
 # The `kerncap` console script, in a child whose audit hook stops at the K-th import made
 # after kerncap.__main__ starts: it tells the test (fd READY), which sends SIGINT and then
 # lets it go on (fd GO). A handshake at a chosen import, instead of a sleep that lands

@@ -107,6 +107,9 @@ class Roots:
             self.dirs.append(p)
 
     def path(self, value: str, what: str = "path") -> Path:
+        if "\x00" in value:  # no file name holds one: os.stat would raise ValueError
+            raise UsageError(f"{what} {value!r} holds a NUL character, which no path can",
+                             "pass the directory's path as `list_reproducers` gives it")
         p = Path(value).expanduser()
         resolved = (p if p.is_absolute() else self.dirs[0] / p).resolve()
         if not any(resolved.is_relative_to(d) for d in self.dirs):

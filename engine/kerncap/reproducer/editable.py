@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,14 +101,22 @@ def source_path(reproducer: str | os.PathLike, name: str) -> Path:
 
 def read_source(reproducer: str | os.PathLike, name: str) -> str:
     path = source_path(reproducer, name)
-    if not path.is_file():
-        raise KerncapError(f"{path} does not exist", "list the files with list_sources")
-    if path.stat().st_size > MAX_SOURCE_BYTES:
-        raise KerncapError(f"{path} is larger than {MAX_SOURCE_BYTES >> 20} MiB", "edit it with a local editor")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise KerncapError(f"{path} is not UTF-8 text", "only text sources can be read this way") from None
+    try:  # opened without blocking, then looked at: a FIFO there must not hang the reader
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise KerncapError(f"{path} does not exist", "list the files with list_sources") from None
+    with open(fd, encoding="utf-8") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO or a device)"
+            raise KerncapError(f"{path} is {what}, not a source file kerncap can read",
+                               "replace it by the source file, or list the files with list_sources")
+        if st.st_size > MAX_SOURCE_BYTES:
+            raise KerncapError(f"{path} is larger than {MAX_SOURCE_BYTES >> 20} MiB", "edit it with a local editor")
+        try:
+            return f.read()
+        except UnicodeDecodeError:
+            raise KerncapError(f"{path} is not UTF-8 text", "only text sources can be read this way") from None
 
 
 def write_source(reproducer: str | os.PathLike, name: str, text: str) -> SourceFile:
