@@ -467,6 +467,47 @@ def test_a_garbage_store_marker_is_one_line_not_four_of_three_chunks(tmp_path, c
     assert "DAMAGED     the store marker: " in out and "3 of 3 chunks missing" in out and "4 of 3" not in out
 
 
+def test_hydrate_over_a_wrong_size_blob(tmp_path, capsys):
+    """Issue 47: `hydrate` said "every payload is already in place" over a blob file of the
+    wrong size that `info` calls DAMAGED. Stored: it is written back from the store; not
+    stored: one message saying there is nothing to write it back from (3)."""
+    repro = tmp_path / "r"
+    shutil.copytree(AXPY, repro)
+    blob = next((repro / "capture" / "blobs").iterdir())
+    blob.write_bytes(blob.read_bytes()[:100])
+    assert main(["hydrate", str(repro)]) == 3
+    out, err = capsys.readouterr()
+    assert "already in place" not in out and f"first: {blob.name} holds 100 bytes, expected 16384" in err, err
+    assert "in no store" in err and "kerncap info" in err
+    shutil.copyfile(AXPY / "capture" / "blobs" / blob.name, blob)
+    api.store(repro, tmp_path / "store")
+    blob.write_bytes(b"short")
+    assert not api.info(repro)["payloads"]["ok"]
+    assert main(["hydrate", str(repro)]) == 0
+    assert "hydrated" in capsys.readouterr().out and api.info(repro, verify=True)["payloads"]["ok"]
+
+
+def test_prune_beside_a_store_reads_the_moved_chunks_from_the_store(tmp_path, monkeypatch, capsys):
+    """Issue 47: `prune` beside a concurrent `store` of the same reproducer said "the
+    capture is incomplete; extract again" (the data was intact, moved to the store). Here
+    the store runs, in full, between prune's start and its copying of the chunks."""
+    from kerncap.prune import pruner
+
+    repro = synthetic_reproducer(tmp_path / "r", [os.urandom(4096) for _ in range(4)], unreachable=2)
+    closure = pruner.compute_closure
+
+    def store_meanwhile(cap, *args, **kwargs):
+        api.store(repro, tmp_path / "store")
+        return closure(cap, *args, **kwargs)
+
+    monkeypatch.setattr(pruner, "compute_closure", store_meanwhile)
+    out = tmp_path / "pruned"
+    assert main(["prune", str(repro), "--no-validate", "-o", str(out)]) == 0, capsys.readouterr().err
+    assert not list((repro / "capture" / "blobs").glob("*.bin"))  # the store did run
+    assert api.info(out, verify=True)["payloads"]["ok"]
+    assert len(api.info(out)["regions"]) == 1
+
+
 def test_info_verify_reads_the_cubin(tmp_path):
     """Issue: info --verify said "hashes verified" when the cubin could not be read."""
     t = shared_tmp()

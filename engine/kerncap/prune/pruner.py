@@ -39,9 +39,10 @@ from kerncap.errors import (
 )
 from kerncap.prune.closure import Closure, compute_closure, kept_items
 from kerncap.replay.client import ReplayClient
-from kerncap.reproducer.format import Capture
+from kerncap.reproducer.format import Capture, capture_chunks
 from kerncap.reproducer.prune_report import PruneReport
 from kerncap.reproducer.record import read_record
+from kerncap.reproducer.store import store_of
 from kerncap.reproducer.stored import hydrate
 
 __all__ = ["Closure", "PruneReport", "compute_closure", "default_pruned_path", "prune_reproducer", "write_pruned"]
@@ -149,17 +150,34 @@ def _link_blobs(cap: Capture, closure: Closure, blobs: Path) -> None:
     can_link = True
     for h in sorted(needed):
         src, dst = cap.blob_path(h), blobs / f"{h}.bin"
-        if not src.is_file():
-            raise CaptureFormatError(f"payload {src} is missing", "the capture is incomplete; extract again")
-        if can_link:
-            try:
-                os.link(src, dst)  # chunks are immutable and named by their hash: sharing is safe
-                continue
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP):
-                    raise
-                can_link = False  # another file system, or one without hard links: copy the rest
-        shutil.copyfile(src, dst)
+        try:
+            if can_link:
+                try:
+                    os.link(src, dst)  # chunks are immutable and named by their hash: sharing is safe
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP):
+                        raise
+                    can_link = False  # another file system, or one without hard links: copy the rest
+            shutil.copyfile(src, dst)
+        except FileNotFoundError:
+            _from_store(cap, h, dst)
+
+
+def _from_store(cap: Capture, h: str, dst: Path) -> None:
+    """A chunk file gone since prune began: a `kerncap store` running beside it moved the
+    payloads to the store (its marker is written before any blob goes), so the chunk is
+    written from there, verified."""
+    src = cap.blob_path(h)
+    store = store_of(cap.root)
+    if store is None or not store.has(h):
+        where = f"nor in the store {store.root}" if store is not None else "and the reproducer is in no store"
+        raise CaptureFormatError(f"payload {src} is missing, {where}",
+                                 f"`kerncap info {cap.reproducer_dir}` lists what is missing; unpack the reproducer "
+                                 "again from its pack, or extract it again")
+    length = dict(capture_chunks(cap))[h]
+    with open(dst, "xb") as out:
+        store.stream_into(h, length, out)
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kerncap.core.confined import Tree, TreeError, link_error, real_dir
 from kerncap.core.fsio import fs_error, remove_dead_temps, write_atomic
-from kerncap.errors import KerncapError
+from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.reproducer.format import Capture, capture_chunks
 from kerncap.reproducer.store import (
     DEFAULT_STORE,
@@ -75,7 +76,28 @@ def add_capture(store: Store, capture: Capture | str | os.PathLike) -> tuple[int
 
 
 def missing_blobs(cap: Capture) -> list[tuple[str, int]]:
-    return [(h, n) for h, n in capture_chunks(cap) if not cap.blob_path(h).is_file()]
+    """The chunks whose blob file is absent, or is not a plain file of the chunk's length
+    (what `info` calls DAMAGED): hydrate writes those back from the store."""
+    out = []
+    for h, n in capture_chunks(cap):
+        try:
+            st = cap.blob_path(h).lstat()
+        except FileNotFoundError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != n:
+            out.append((h, n))
+    return out
+
+
+def _blob_problem(cap: Capture, h: str, n: int) -> str:
+    path = cap.blob_path(h)
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return f"no {path.name}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path.name} is not a regular file"
+    return f"{path.name} holds {st.st_size} bytes, expected {n}"
 
 
 def _blobs_dir(cap: Capture, what: str) -> Path:
@@ -127,8 +149,13 @@ def hydrate(repro_dir: str | os.PathLike) -> HydrateResult:
     cap = Capture.open(repro)
     store = store_of(cap.root)
     missing = missing_blobs(cap)
-    if store is None or not missing:
+    if not missing:
         return HydrateResult(path=repro, chunks=0, bytes=0)
+    if store is None:
+        raise CaptureFormatError(
+            f"{repro}: {len(missing)} chunk file(s) missing or damaged (first: {_blob_problem(cap, *missing[0])}), "
+            "and its payloads are in no store (it has no capture/stored.json) to write them back from",
+            f"`kerncap info {repro}` lists them; unpack the reproducer again from its pack, or extract it again")
     blobs = _blobs_dir(cap, "write")
     remove_dead_temps(blobs)  # what a killed hydrate left
     written = 0
