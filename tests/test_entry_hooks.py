@@ -317,9 +317,12 @@ def test_nvtx_ranges_reach_kerncap_as_its_own_nvtx_tool(built, tmp_path):
 
 def test_graphs_through_the_entry_points(built, tmp_path):
     """Graph launches counted per target node from kerncap's model of the executable
-    graph; the graphs CUPTI would have reported node by node (an explicit kernel node, a
-    stream capture's graph) are found from the calls that make them, so a dispatch never
-    reached says what those graphs did."""
+    graph, whose edges carry data (a programmatic dependency, as XLA's command buffers'
+    do: the driver fails a query that leaves the data out with CUDA_ERROR_LOSSY_QUERY,
+    which kerncap used to refuse the graph with); the graphs CUPTI would have reported node
+    by node (an explicit kernel node, a stream capture's graph) are found from the calls
+    that make them, so a dispatch never reached says what those graphs did. A node added
+    after instantiation is in neither the executable graph nor kerncap's model."""
     entry, inject = _native_libs()
     exe = B.graph_app(tmp_path)
     out = tmp_path / "run"
@@ -327,10 +330,15 @@ def test_graphs_through_the_entry_points(built, tmp_path):
     env = _entry_env(built, entry, out, 1000)
     p = _run([str(exe), str(inject)], env=env)
     assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    # The driver's answers reach the app unchanged (fake_libcuda.c says why each).
+    assert "edges: added=0,0 lossy=402" in p.stdout  # CUDA_ERROR_LOSSY_QUERY for the 12.0 query
+    assert "graph: launches=4 last_launch_nodes=3" in p.stdout  # the snapshot, not the 4-node graph
+    assert "capture legacy: 900" in p.stdout  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    assert "capture: implicit=906 invalidated=901 graph=null" in p.stdout
     (report,) = out.glob("proc-*.json")
     proc = json.loads(report.read_text())
+    assert [e["kind"] for e in proc["errors"]] == ["graph_unreached"], proc["errors"]
     assert proc["target_matches"] == 8  # 4 launches x 2 target nodes; the recorded launch is not a dispatch
-    assert [e["kind"] for e in proc["errors"]] == ["graph_unreached"]
     why = proc["errors"][0]["message"]
     assert "1 launch(es) of the target were recorded into CUDA graphs by stream capture" in why
     assert "2 CUDA graph(s) holding the target were built but never instantiated" in why

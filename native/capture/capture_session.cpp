@@ -500,6 +500,9 @@ void CaptureSession::write_launch(JsonWriter& w) const {
     w.key("skipped").begin_object();
     for (const auto& [k, n] : g.skipped) w.field(k, uint64_t(n));
     w.end_object();
+    w.key("edges").begin_object();
+    for (const auto& [k, n] : g.edges) w.field(k, uint64_t(n));
+    w.end_object();
     w.field("restored_bytes", restored_bytes_);
     w.end_object();
   }

@@ -49,6 +49,7 @@ struct GraphOrigin {
   uint64_t instantiate_flags = 0;
   size_t prefix_nodes = 0;    // nodes run before the target to reach its pre-state
   std::map<std::string, size_t> skipped;  // node kinds in the prefix kerncap did not run
+  std::map<std::string, size_t> edges;    // the graph's edges by kind (graph_model.hpp edge_kind), all levels
 };
 
 class CaptureSession {

@@ -31,15 +31,46 @@ CUfunction kernel_node_function(CUgraphNode node) {
 
 void CUDA_CB neutral_host_fn(void*) {}
 
+// A graph's edges with their data. Edges may carry data (programmatic dependencies, as
+// XLA's command buffers make): the driver fails a query without the data array with
+// CUDA_ERROR_LOSSY_QUERY, so the data is always asked for (cuGraphGetEdges_v2).
+struct Edges {
+  std::vector<CUgraphNode> from, to;
+  std::vector<CUgraphEdgeData> data;
+};
+Edges graph_edges(CUgraph g) {
+  Edges e;
+  size_t n = 0;
+  KC_CHECK(cuGraphGetEdges, (g, nullptr, nullptr, nullptr, &n), "a CUDA graph's edge count");
+  e.from.resize(n), e.to.resize(n), e.data.resize(n);
+  if (n) KC_CHECK(cuGraphGetEdges, (g, e.from.data(), e.to.data(), e.data.data(), &n), "a CUDA graph's edges");
+  e.from.resize(n), e.to.resize(n), e.data.resize(n);
+  return e;
+}
+
+// A node's incoming (`dependents` false) or outgoing edges, with their data (as above).
+std::vector<CUgraphNode> node_edges(CUgraphNode node, bool dependents, std::vector<CUgraphEdgeData>& data) {
+  size_t n = 0;
+  if (dependents) KC_CHECK(cuGraphNodeGetDependentNodes, (node, nullptr, nullptr, &n), "a graph node's dependent count");
+  else KC_CHECK(cuGraphNodeGetDependencies, (node, nullptr, nullptr, &n), "a graph node's dependency count");
+  std::vector<CUgraphNode> out(n);
+  data.assign(n, CUgraphEdgeData{});
+  if (n && dependents)
+    KC_CHECK(cuGraphNodeGetDependentNodes, (node, out.data(), data.data(), &n), "a graph node's dependents");
+  else if (n)
+    KC_CHECK(cuGraphNodeGetDependencies, (node, out.data(), data.data(), &n), "a graph node's dependencies");
+  out.resize(n), data.resize(n);
+  return out;
+}
+
 // Removes `node` from `g` while keeping the order it imposed: every dependency of the
-// node becomes a dependency of every node that depended on it.
+// node becomes a dependency of every node that depended on it. The new edges are full
+// (default) dependencies whatever the data of the two they replace: a programmatic edge
+// through a node that does not run orders no less as a full one (it only runs later).
 void bypass_and_destroy(CUgraph g, CUgraphNode node) {
-  size_t nd = 0, nn = 0;
-  KC_CHECK(cuGraphNodeGetDependencies, (node, nullptr, nullptr, &nd), "a graph node's dependencies");
-  KC_CHECK(cuGraphNodeGetDependentNodes, (node, nullptr, nullptr, &nn), "a graph node's dependents");
-  std::vector<CUgraphNode> deps(nd), outs(nn);
-  if (nd) KC_CHECK(cuGraphNodeGetDependencies, (node, deps.data(), nullptr, &nd), "a graph node's dependencies");
-  if (nn) KC_CHECK(cuGraphNodeGetDependentNodes, (node, outs.data(), nullptr, &nn), "a graph node's dependents");
+  std::vector<CUgraphEdgeData> in_data, out_data;
+  const std::vector<CUgraphNode> deps = node_edges(node, false, in_data);
+  const std::vector<CUgraphNode> outs = node_edges(node, true, out_data);
   KC_CHECK(cuGraphDestroyNode, (node), "a graph node outside the replayed part");
   for (CUgraphNode a : deps)
     for (CUgraphNode b : outs) KC_CHECK(cuGraphAddDependencies, (g, &a, &b, nullptr, 1), "a bypass edge");
@@ -99,6 +130,27 @@ const char* node_type_name(CUgraphNodeType t) {
     case CU_GRAPH_NODE_TYPE_CONDITIONAL: return "conditional";
     default: return "unknown";
   }
+}
+
+std::string edge_kind(const CUgraphEdgeData& d) {
+  if (d.type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT && !d.from_port && !d.to_port) return "default";
+  if (d.type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC && !d.to_port) {
+    if (d.from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC) return "programmatic";
+    if (d.from_port == CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER) return "programmatic (launch order)";
+  }
+  return "type " + std::to_string(unsigned(d.type)) + ", ports " + std::to_string(unsigned(d.from_port)) + "->" +
+         std::to_string(unsigned(d.to_port));
+}
+
+std::map<std::string, size_t> edge_kinds(const ExecModel& m) {
+  std::map<std::string, size_t> out;
+  std::function<void(const ModelLevel&)> walk = [&](const ModelLevel& L) {
+    for (const auto& in : L.dep_data)
+      for (const CUgraphEdgeData& d : in) out[edge_kind(d)]++;
+    for (const auto& [i, child] : L.children) walk(*child);
+  };
+  if (m.top) walk(*m.top);
+  return out;
 }
 
 GraphRegistry::~GraphRegistry() = default;
@@ -178,14 +230,13 @@ std::unique_ptr<ModelLevel> GraphRegistry::build_level(CUgraph g, const KernelMa
         break;
     }
   }
-  size_t ne = 0;
-  KC_CHECK(cuGraphGetEdges, (g, nullptr, nullptr, nullptr, &ne), "a CUDA graph's edge count");
-  std::vector<CUgraphNode> from(ne), to(ne);
-  if (ne) KC_CHECK(cuGraphGetEdges, (g, from.data(), to.data(), nullptr, &ne), "a CUDA graph's edges");
-  for (size_t e = 0; e < ne; ++e) {
-    auto a = index.find(from[e]), b = index.find(to[e]);
+  L->dep_data.assign(n, {});
+  const Edges edges = graph_edges(g);
+  for (size_t e = 0; e < edges.from.size(); ++e) {
+    auto a = index.find(edges.from[e]), b = index.find(edges.to[e]);
     if (a == index.end() || b == index.end()) throw std::runtime_error("a CUDA graph edge names a node outside it");
     L->deps[size_t(b->second)].push_back(a->second);
+    L->dep_data[size_t(b->second)].push_back(edges.data[e]);
   }
   // Kahn's algorithm, ties broken by creation order: the same graph always gives the
   // same order, which is what makes "the N-th dispatch" well defined inside a graph.

@@ -39,6 +39,7 @@ struct ModelLevel {
   std::vector<CUgraphNodeType> types;
   std::vector<FuncInfo*> funcs;             // kernel nodes: the launched function, else null
   std::vector<std::vector<int>> deps;       // deps[i]: indices node i depends on
+  std::vector<std::vector<CUgraphEdgeData>> dep_data;  // dep_data[i][k]: the data of edge deps[i][k] -> i
   std::vector<int> order;                   // a topological order (ties: creation order)
   std::map<int, std::unique_ptr<ModelLevel>> children;  // child-graph node index -> its level
 };
@@ -158,6 +159,11 @@ CUgraphNode model_node(const ExecModel& m, const NodeRef& ref);
 // Index of `ref` in the linear order over all levels (0-based), for the manifest.
 size_t linear_index(const ExecModel& m, const NodeRef& ref);
 const char* node_type_name(CUgraphNodeType t);
+// An edge's kind for the manifest and messages: "default", "programmatic",
+// "programmatic (launch order)", or "type N, ports A->B" for data kerncap does not know.
+std::string edge_kind(const CUgraphEdgeData& d);
+// Edges of every kind in the model, all levels, by edge_kind (the manifest's launch.graph.edges).
+std::map<std::string, size_t> edge_kinds(const ExecModel& m);
 
 // Builds the graph of everything that runs before `target` in one launch of the
 // model (its ancestors, at every level), or of the target alone. The caller

@@ -1209,6 +1209,7 @@ void start_graph_capture(State& s, ExecModel& m, const NodeRef& target, uint64_t
     origin.built_by = m.built_by;
     origin.updates = m.updates;
     origin.instantiate_flags = m.instantiate_flags;
+    origin.edges = edge_kinds(m);
     KC_CHECK(cuStreamCreate, (&own, CU_STREAM_NON_BLOCKING), "kerncap's stream for the graph's nodes");
     KC_CHECK(cuEventCreate, (&neutral, CU_EVENT_DISABLE_TIMING), "kerncap's stand-in event");
     KC_CHECK(cuCtxSynchronize, (), "the target's context before the graph's nodes run");
@@ -1633,6 +1634,9 @@ void start_sequence_graph(State& s, ThreadState& t, ExecModel& m, CUstream strea
     w.field("order", "serial (kerncap's topological order of the graph)");
     w.key("skipped").begin_object();
     for (const auto& [k, n] : walk.skipped) w.field(k, uint64_t(n));
+    w.end_object();
+    w.key("edges").begin_object();
+    for (const auto& [k, n] : edge_kinds(m)) w.field(k, uint64_t(n));
     w.end_object().end_object();
     s.seq->set_graph_json(w.str());
   } catch (const IoError& e) {

@@ -46,7 +46,7 @@ _DROP = {"-c", "--compile", "-M", "-MM", "-MD", "-MMD", "-MP", "-dc", "--device-
 
 def _load_build(repro: Path) -> dict:
     path = repro / "source" / BUILD_JSON
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else there (a FIFO, a directory) is named by read_json
         raise KerncapError(
             f"{repro} has no editable CUDA source ({path} is missing)",
             "extract with `kerncap extract ... --source-dir <app tree>` to get one",
