@@ -161,6 +161,12 @@ void SequenceLog::sync_event(const char* api, uint64_t event) {
   steps_.push_back(std::move(s));
 }
 
+void SequenceLog::set_graph_deps(size_t step, std::vector<SeqEdge> deps) {
+  if (step >= steps_.size()) return;
+  steps_[step].graph_deps = std::move(deps);
+  graph_deps_ = true;
+}
+
 void SequenceLog::refuse(const std::string& why) {
   if (refusal_.empty()) refusal_ = why;
 }
@@ -192,6 +198,13 @@ void SequenceLog::write_json(JsonWriter& w) const {
     } else if (s.op == "sync") {
       w.field("scope", s.scope);
       if (s.event >= 0) w.field("event", s.event);
+    }
+    if (graph_deps_) {
+      w.key("graph_deps").begin_array();
+      for (const SeqEdge& e : s.graph_deps)
+        w.begin_object().field("step", uint64_t(e.step)).field("type", e.type).field("from_port", e.from_port)
+            .field("to_port", e.to_port).end_object();
+      w.end_array();
     }
     w.end_object();
   }

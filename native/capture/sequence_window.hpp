@@ -67,6 +67,17 @@ struct SeqStream {
   bool blocking = true;  // synchronizes with the legacy default stream (user streams without CU_STREAM_NON_BLOCKING)
 };
 
+// A graph launch's edge into a step (docs/sequences.md, "graph_deps"): the earlier step
+// it depends on and the edge's data as the driver gave it (CUgraphEdgeData: type 0
+// default, 1 programmatic; from_port 0 default, 1 programmatic, 2 launch order).
+struct SeqEdge {
+  size_t step = 0;
+  unsigned type = 0, from_port = 0, to_port = 0;
+  bool operator==(const SeqEdge& o) const {
+    return step == o.step && type == o.type && from_port == o.from_port && to_port == o.to_port;
+  }
+};
+
 struct SeqStep {
   std::string op;       // launch | copy | memset | record | wait | sync
   std::string api;      // the driver call
@@ -82,6 +93,9 @@ struct SeqStep {
   uint64_t width = 0, height = 1, pitch = 0;
   int event = -1;       // record / wait / sync on an event
   std::string scope;    // sync: context | stream | event
+  // A step of a graph launch (--sequence graph): the steps it depends on in the graph, with
+  // the edges' data (empty for a root). Written only when the log holds a graph launch.
+  std::vector<SeqEdge> graph_deps;
 };
 
 class SequenceLog {
@@ -105,6 +119,9 @@ class SequenceLog {
   void sync_context(const char* api);
   void sync_stream(const char* api, int stream);
   void sync_event(const char* api, uint64_t event);
+  // The graph edges into step `step` (a graph launch's node); from then on every step's
+  // graph_deps is written.
+  void set_graph_deps(size_t step, std::vector<SeqEdge> deps);
 
   // The first call that makes the sequence unreplayable: "cuMemcpy2DAsync_v2 (step 7)".
   void refuse(const std::string& why);
@@ -131,6 +148,7 @@ class SequenceLog {
   std::vector<std::string> notes_;
   uint64_t dropped_waits_ = 0;
   size_t launches_ = 0;
+  bool graph_deps_ = false;  // some step carries graph edges: write graph_deps for every step
 };
 
 }  // namespace kc

@@ -225,7 +225,8 @@ void SequenceProgram::build_graph(CUstream main) {
   CUresult code = CUDA_SUCCESS;
   try {
     spec_.mode = "streams";
-    enqueue(main, 0, spec_.steps.size(), nullptr);
+    if (spec_.graph_edges) capture_graph_edges(main);
+    else enqueue(main, 0, spec_.steps.size(), nullptr);
   } catch (const CudaError& e) {
     failed = e.what();
     code = e.code;
@@ -243,6 +244,64 @@ void SequenceProgram::build_graph(CUstream main) {
   const CUresult r = KC_CU(cuGraphInstantiateWithFlags)(&graph_, g, 0);
   KC_CU(cuGraphDestroy)(g);
   check(r, "cuGraphInstantiateWithFlags", "the CUDA graph of " + label_);
+}
+
+// The steps of one graph launch (all on one stream) captured with the app graph's edges:
+// before each step the capture's dependency set is replaced by the nodes of the steps it
+// depended on, with the edges' data; what the set is after the step is the step's node. A
+// step that made no node (an empty copy) stands for its own dependencies.
+void SequenceProgram::capture_graph_edges(CUstream main) {
+  const size_t n = spec_.steps.size();
+  std::vector<std::vector<CUgraphNode>> stands(n);
+  std::vector<bool> own(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const SeqStepSpec& st = spec_.steps[i];
+    std::vector<CUgraphNode> deps;
+    std::vector<CUgraphEdgeData> data;
+    for (const auto& [from, type, from_port, to_port] : st.graph_deps) {
+      if (from >= i)
+        throw Error("capture", st.label + ": its graph edge comes from step " + std::to_string(from) +
+                                   ", which is not an earlier step");
+      CUgraphEdgeData d{};
+      d.type = static_cast<unsigned char>(type);
+      d.from_port = static_cast<unsigned char>(from_port);
+      d.to_port = static_cast<unsigned char>(to_port);
+      const bool plain = type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT && !from_port && !to_port;
+      const bool programmatic = type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC && !to_port &&
+                                (from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC ||
+                                 from_port == CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER);
+      if (!plain && !programmatic)
+        throw Error("capture", st.label + ": its graph edge from step " + std::to_string(from) + " has type " +
+                                   std::to_string(type) + ", ports " + std::to_string(from_port) + "->" +
+                                   std::to_string(to_port) + "; kerncap rebuilds default and programmatic edges "
+                                   "only (replay it in the streams or serial order)");
+      if (!plain && (st.op != "launch" || spec_.steps[from].op != "launch" || !own[from]))
+        throw Error("capture", st.label + ": its programmatic graph edge from step " + std::to_string(from) +
+                                   " does not join two kernel launches");
+      for (CUgraphNode node : stands[from]) {
+        deps.push_back(node);
+        data.push_back(own[from] ? d : CUgraphEdgeData{});
+      }
+    }
+    on_step(st.label, [&] {
+      KC_CHECK(cuStreamUpdateCaptureDependencies,
+               (main, deps.data(), data.data(), deps.size(), CU_STREAM_SET_CAPTURE_DEPENDENCIES),
+               "the graph edges into " + st.label);
+      issue(i, main, nullptr);
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      const CUgraphNode* now = nullptr;
+      const CUgraphEdgeData* now_data = nullptr;
+      size_t count = 0;
+      KC_CHECK(cuStreamGetCaptureInfo, (main, &status, nullptr, nullptr, &now, &now_data, &count),
+               "the graph node of " + st.label);
+      if (count == 1 && !(deps.size() == 1 && now[0] == deps[0])) {
+        stands[i] = {now[0]};
+        own[i] = true;
+      } else {
+        stands[i] = deps;
+      }
+    });
+  }
 }
 
 }  // namespace kc::replay

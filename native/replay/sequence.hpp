@@ -11,7 +11,10 @@
 //   serial   every step on the session's stream, in the recorded order (a valid order of
 //            any race-free app: waits only name earlier records).
 //   graph    the streams order captured once into a CUDA graph (stream capture) and
-//            launched as one graph: no launch gaps between kernels.
+//            launched as one graph: no launch gaps between kernels. A graph launch's
+//            steps (`graph_edges`) are captured with the graph's own edges instead: each
+//            step's node depends on exactly the steps it depended on in the app's graph,
+//            with the edges' data (a programmatic dependency stays programmatic).
 // The session treats the program as it treats one kernel: restore, run, compare, time.
 #pragma once
 #include <cuda.h>
@@ -19,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernel.hpp"
@@ -52,6 +56,9 @@ struct SeqStepSpec {
   unsigned long long width = 0, height = 1, pitch = 0;
   int event = -1;
   std::string scope;   // sync: context | stream | event
+  // A graph launch's step: (earlier step, edge type, from_port, to_port) per edge into it
+  // (sequence.json "graph_deps"; CUgraphEdgeData's values).
+  std::vector<std::tuple<size_t, unsigned, unsigned, unsigned>> graph_deps;
 };
 
 struct SeqSpec {
@@ -62,6 +69,7 @@ struct SeqSpec {
   int events = 0;
   size_t globals = 0;                     // module globals of the session (numbered as it numbers them)
   std::string mode = "streams";           // streams | serial | graph
+  bool graph_edges = false;               // the steps are one graph launch's, with graph_deps
 };
 
 class SequenceProgram {
@@ -94,6 +102,7 @@ class SequenceProgram {
   void before_step(const SeqStepSpec& step, CUstream s, CUstream main);
   void after_step(const SeqStepSpec& step, CUstream s);
   void build_graph(CUstream main);
+  void capture_graph_edges(CUstream main);
 
   SeqSpec spec_;
   std::string label_;

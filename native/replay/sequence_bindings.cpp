@@ -43,7 +43,8 @@ void bind_sequence(py::module_& m, py::class_<Session>& session) {
       .def_readwrite("height", &SeqStepSpec::height)
       .def_readwrite("pitch", &SeqStepSpec::pitch)
       .def_readwrite("event", &SeqStepSpec::event)
-      .def_readwrite("scope", &SeqStepSpec::scope);
+      .def_readwrite("scope", &SeqStepSpec::scope)
+      .def_readwrite("graph_deps", &SeqStepSpec::graph_deps);
   py::class_<SeqSpec>(m, "SeqSpec")
       .def(py::init<>())
       .def_readwrite("modules", &SeqSpec::modules)
@@ -51,7 +52,8 @@ void bind_sequence(py::module_& m, py::class_<Session>& session) {
       .def_readwrite("stream_kinds", &SeqSpec::stream_kinds)
       .def_readwrite("blocking", &SeqSpec::blocking)
       .def_readwrite("events", &SeqSpec::events)
-      .def_readwrite("mode", &SeqSpec::mode);
+      .def_readwrite("mode", &SeqSpec::mode)
+      .def_readwrite("graph_edges", &SeqSpec::graph_edges);
   using release = py::call_guard<py::gil_scoped_release>;
   session
       .def("load_sequence", &Session::load_sequence, py::arg("key"), py::arg("spec"), py::arg("label"), release())

@@ -147,6 +147,11 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
     at = step_of[fuse.last] if fuse else -1
     steps, labels, launch_steps, launch_labels, launch_streams = [], [], [], [], []
     fused_at = None
+    # A graph launch recorded with its edges is rebuilt with them in the graph order (a
+    # fusion changes the steps: its graph is the serial order's).
+    graph_edges = order == "graph" and fuse is None and bool(seq.steps) and all(
+        s.graph_deps is not None for s in seq.steps)
+    spec.graph_edges = graph_edges
     for i, st in enumerate(seq.steps):
         if i in replaced and i != at:
             continue
@@ -179,6 +184,8 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
                 ss.event = st.event
             elif st.op == "sync":
                 ss.scope, ss.event = st.scope, st.event
+        if graph_edges:
+            ss.graph_deps = list(st.graph_deps or ())
         if ss.op == "launch":
             launch_steps.append(len(steps))
             launch_labels.append(ss.label.split(": ", 1)[-1])
@@ -188,6 +195,9 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
     spec.steps = steps
     if order == "serial":
         notes.append("replayed serially: every step on one stream, in the order the app enqueued them")
+    elif graph_edges:
+        kinds = sorted({_edge_kind(d) for st in seq.steps for d in st.graph_deps})
+        notes.append("replayed as one CUDA graph with the app graph's edges (" + (", ".join(kinds) or "none") + ")")
     elif order == "graph":
         notes.append("replayed as one CUDA graph captured from the streams order (no launch gaps)")
     if variant is not None:
@@ -206,6 +216,16 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
                          launch_streams=launch_streams, excluded=list(fuse.excluded) if fuse else [],
                          fused_at=fused_at, notes=notes)
     return spec, program
+
+
+def _edge_kind(dep: tuple) -> str:
+    """An edge's kind as the capture's manifest names it (native graph_model edge_kind)."""
+    _, kind, from_port, to_port = dep
+    if (kind, from_port, to_port) == (0, 0, 0):
+        return "default"
+    if kind == 1 and to_port == 0 and from_port in (1, 2):
+        return "programmatic" if from_port == 1 else "programmatic (launch order)"
+    return f"type {kind}, ports {from_port}->{to_port}"
 
 
 def mask_spans(items: list, excluded: list[ExcludedSpan]) -> list[tuple[int, int, int]]:

@@ -77,6 +77,10 @@ class SeqStep:
     pitch: int = 0
     event: int = -1
     scope: str = ""       # sync: context | stream | event
+    # A graph launch's step (--sequence graph): the edges into it in the app's graph, each
+    # (earlier step, type, from_port, to_port) as CUgraphEdgeData holds them; None in
+    # captures made before kerncap recorded them (replayed with the serial order's edges).
+    graph_deps: tuple | None = None
 
     def describe(self, launches: list[SeqLaunch] | None = None, kernels: list[SeqKernel] | None = None) -> str:
         if self.op == "launch":
@@ -153,7 +157,16 @@ def _steps(raw: list[dict]) -> list[SeqStep]:
                     kind=s.get("kind", ""), dst=s.get("dst", 0), src=s.get("src", 0), bytes=s.get("bytes", 0),
                     payload=tuple(s.get("payload", ())), value=s.get("value", 0), element=s.get("element", 1),
                     width=s.get("width", 0), height=s.get("height", 1), pitch=s.get("pitch", 0),
-                    event=s.get("event", -1), scope=s.get("scope", "")) for s in raw]
+                    event=s.get("event", -1), scope=s.get("scope", ""), graph_deps=_graph_deps(s))
+            for s in raw]
+
+
+def _graph_deps(raw: dict) -> tuple | None:
+    deps = raw.get("graph_deps")
+    if deps is None:
+        return None
+    return tuple((int(d["step"]), int(d.get("type", 0)), int(d.get("from_port", 0)), int(d.get("to_port", 0)))
+                 for d in deps)
 
 
 def parse_sequence(root: Path, raw: Any, chunk_count: Callable[[int], int], globals_count: int,
@@ -208,10 +221,16 @@ def parse_sequence(root: Path, raw: Any, chunk_count: Callable[[int], int], glob
             attributes=tuple((a["id"], a.get("value", "")) for a in l.get("attributes", [])),
             extra_form=l.get("param_form", "array") == "extra", params=params, param_buffer=buffer,
             nvtx=l.get("nvtx", "")))
-    steps = _steps(raw["steps"])
+    try:
+        steps = _steps(raw["steps"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise bad("steps", f"is malformed ({exc})") from None
     seen_launches = []
     for i, s in enumerate(steps):
         at = f"steps[{i}]"
+        for d in s.graph_deps or ():
+            if not 0 <= d[0] < i:
+                raise bad(f"{at}.graph_deps", f"names step {d[0]}; a graph edge comes from an earlier step")
         if s.op != "sync" and not 0 <= s.stream < len(streams):
             raise bad(f"{at}.stream", f"is {s.stream}; there are {len(streams)} streams")
         if s.op == "launch":
