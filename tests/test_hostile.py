@@ -122,6 +122,24 @@ def test_include_of_etc_passwd_is_refused_before_anything_runs(demo, capsys):
     assert "root:" not in err and not (demo / "variants").exists()
 
 
+def test_list_configs_of_a_cuda_reproducer_says_what_it_is(demo, tmp_path, capsys):
+    """Issue 47: `recompile --list-configs` of a CUDA reproducer said "extract again with
+    kerncap >= 0.1"; it is a usage error (2) naming the kind and what applies instead."""
+    assert main(["recompile", str(demo), "--list-configs"]) == 2
+    err = capsys.readouterr().err
+    assert "is a CUDA C++ reproducer, not a Triton one" in err and f"kerncap recompile {demo}" in err, err
+    assert ">= 0.1" not in err and "extract" not in err
+
+
+def test_a_fifo_build_json_is_named_not_missing(demo, capsys):
+    """Issue 47: a FIFO at source/build.json was reported missing."""
+    (demo / "source" / "build.json").unlink()
+    os.mkfifo(demo / "source" / "build.json")
+    assert main(["recompile", str(demo)]) == 3
+    err = capsys.readouterr().err
+    assert "source/build.json is not a regular file" in err and "missing" not in err, err
+
+
 # -- 2. privilege escalation --------------------------------------------------------------------
 
 
@@ -305,6 +323,21 @@ def test_a_nul_in_a_pack_entry_path_is_named(tmp_path, capsys):
     assert main(["unpack", str(evil), "-o", str(tmp_path / "out")]) == 3
     err = capsys.readouterr().err
     assert "holds a NUL character" in err and "Traceback" not in err
+
+
+def test_a_pack_listing_a_file_and_a_directory_under_it_is_named(tmp_path, capsys):
+    """Issue 47: a pack listing file `x` and directory `x/y` said "x is already exists
+    (listed twice?)"."""
+    packed = api.pack(AXPY, tmp_path / "a.kcap").path
+    index, frames = read_pack(packed)
+    index["entries"] += [{"path": "x", "type": "file", "mode": 0o644, "mtime": 0, "size": 2,
+                          "xxh64": xxhash.xxh64_hexdigest(b"hi")},
+                         {"path": "x/y", "type": "dir", "mode": 0o755, "mtime": 0}]
+    evil = write_pack(tmp_path / "xy.kcap", index, [*frames, ("files/x", compress(b"hi"))])
+    assert main(["unpack", str(evil), "-o", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err
+    assert "entry 'x/y' lies under 'x', which the index lists as a file" in err and "already" not in err, err
+    assert not (tmp_path / "out").exists()
 
 
 def test_pack_leaves_out_a_file_name_that_is_not_utf8(tmp_path, capsys):

@@ -167,7 +167,7 @@ class Tree:
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          safe_mode(mode) | 0o200, dir_fd=parent)
         except FileExistsError:
-            raise TreeError(str(rel), "already exists (listed twice?)") from None
+            raise TreeError(str(rel), "already there (a file or directory of that name was made before it)") from None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise TreeError(str(rel), "a symbolic link") from None

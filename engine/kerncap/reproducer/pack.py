@@ -595,6 +595,12 @@ def _read_index(src: Path, raw: bytes) -> dict[str, Any]:
         seen.add(key)
         e["path"] = key
         e["mode"], e["mtime"] = e["mode"] & 0o7777, float(e["mtime"])
+    files = {e["path"] for e in index["entries"] if e["type"] == "file"}
+    for e in index["entries"]:
+        under = next((str(p) for p in PurePosixPath(e["path"]).parents if str(p) in files), None)
+        if under is not None:  # a file cannot hold entries: one of the two is not what `pack` wrote
+            raise _corrupt(src, INDEX_NAME, f"entry {e['path']!r} lies under {under!r}, which the index lists as a "
+                                            "file (a path cannot be both a file and a directory)")
     manifest = (PurePosixPath(index["blobs_dir"]).parent / "manifest.json").as_posix()
     for e in index["entries"]:
         if e["path"] == manifest and e["type"] == "file" and e["size"] > MAX_MANIFEST_BYTES:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kerncap.errors import KerncapError, UsageError
+from kerncap.reproducer.record import sources_kind
 from kerncap.triton.configs import tuned_config
 from kerncap.triton.values import decode_value, jit_resolver
 
@@ -27,9 +28,8 @@ SPEC_FORMAT = "kerncap-triton-reproducer"
 
 def load_spec(reproducer_dir: Path) -> dict:
     path = Path(reproducer_dir) / "source" / SPEC_NAME
-    if not path.is_file():
-        raise KerncapError(f"{path} is missing: {reproducer_dir} is not a Triton reproducer",
-                           "extract the kernel again with kerncap >= 0.1 (the Python hook writes it)")
+    if not os.path.lexists(path):
+        raise _not_triton(Path(reproducer_dir), path)
     try:
         spec = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -37,6 +37,24 @@ def load_spec(reproducer_dir: Path) -> dict:
     if spec.get("format") != SPEC_FORMAT:
         raise KerncapError(f"{path} is not a kerncap Triton spec (format {spec.get('format')!r})")
     return spec
+
+
+def _not_triton(reproducer_dir: Path, path: Path) -> KerncapError:
+    """What a reproducer without source/triton.json is, and what applies to it instead."""
+    try:
+        kind = sources_kind(reproducer_dir)
+    except KerncapError:
+        kind = None
+    if kind == "cuda" or (reproducer_dir / "source" / "build.json").exists():
+        return UsageError(f"{reproducer_dir} is a CUDA C++ reproducer, not a Triton one: it has no Triton configs "
+                          "(autotune configs and --config are Triton's)",
+                          f"edit its source/ and run `kerncap recompile {reproducer_dir}` (or `kerncap build`)")
+    if kind == "triton":
+        return KerncapError(f"{path} is missing: {reproducer_dir} records a Triton kernel but not its spec",
+                            "restore source/triton.json from a copy of the reproducer (its pack), or extract again")
+    return UsageError(f"{reproducer_dir} is not a Triton reproducer: it has no source/{SPEC_NAME}",
+                      "Triton configs need a Triton kernel's reproducer; extract one with `kerncap extract` from "
+                      "the Triton app")
 
 
 def import_triton():
