@@ -399,6 +399,28 @@ def test_mcp_a_nul_in_the_reproducer_and_a_fifo_source_are_tool_errors(tmp_path)
     assert "does not exist" not in fifo.content[0].text
 
 
+def test_sweep_of_variants_and_configs_together_is_a_usage_error(capsys):
+    """Issue 47: `sweep --variants … --configs …` ran both and exited 3."""
+    assert main(["sweep", str(AXPY), "--variants", "v.cubin", "--config", "num_warps=4"]) == 2
+    err = capsys.readouterr().err
+    assert "--variants does not go with --configs, --config or --autotune" in err, err
+
+
+def test_mcp_http_on_a_busy_port_is_one_message(tmp_path):
+    """Issue 47: `kerncap mcp --http` on a port in use printed uvicorn's bare error."""
+    pytest.importorskip("mcp")
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = kerncap("mcp", "--root", str(tmp_path), "--http", f"127.0.0.1:{port}", timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.startswith(f"kerncap mcp: error: cannot serve MCP on 127.0.0.1:{port}: Address already in use")
+    assert "hint: pick another port" in proc.stderr and "ERROR" not in proc.stderr, proc.stderr
+
+
 # The `kerncap` console script, in a child whose audit hook stops at the K-th import made
 # after kerncap.__main__ starts: it tells the test (fd READY), which sends SIGINT and then
 # lets it go on (fd GO). A handshake at a chosen import, instead of a sleep that lands

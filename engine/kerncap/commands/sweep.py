@@ -34,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.variants and (args.configs or args.config or args.autotune):
+        raise UsageError("--variants does not go with --configs, --config or --autotune: a sweep is of Triton "
+                         "configs or of variant cubins, not both",
+                         "run one `kerncap sweep` for the configs and another for the cubins")
     configs = list(api.load_sweep_configs(args.configs)) if args.configs else []
     configs += args.config
     if args.autotune:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
@@ -697,9 +698,28 @@ def serve(roots: Sequence[str | os.PathLike], *, http: str | None = None, max_re
             server.run("stdio")
         else:
             host, port = parse_http(http)
+            check_port(host, port)
             server.run("streamable-http", host=host, port=port)
     finally:
         state.shutdown()
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind HOST:PORT once before the server starts, so that a busy port or an unknown
+    host is one message of kerncap's (uvicorn would log a bare error and exit)."""
+    hint = f"pick another port (`--http {host}:PORT`), or stop what listens on {port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise UsageError(f"--http {host}:{port}: cannot resolve {host!r} ({exc.strerror})",
+                         "give an address of this machine, e.g. --http 127.0.0.1:8765") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise KerncapError(f"cannot serve MCP on {host}:{port}: {exc.strerror or exc}", hint) from None
 
 
 def parse_http(text: str) -> tuple[str, int]:
