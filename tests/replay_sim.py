@@ -59,10 +59,17 @@ class SimSession:
         self.device = device
         self.items = []
         self.pre, self.post, self.target, self.ref = [], [], [], []
+        self.refs: dict[int, list] = {}  # reference slots other than 0 (slot 0 is self.ref)
         self.programs: dict[str, tuple[str, object]] = {}
         self.current = None
         self.runs = 0
         self.index: dict[int, int] = {}
+        # What the real core's check after every timed launch needs (session.cpp).
+        self.time_inputs: list[list] = [[]]
+        self.check_on, self.check_specs, self._last_check = True, [], []
+        # A program's own module globals, modelled as a dict its kernel may keep state in:
+        # the real core restores them to their load-time bytes before every launch.
+        self.own: dict = {}
 
     def granularity(self):
         return 2 << 20
@@ -138,6 +145,7 @@ class SimSession:
     # -- primitives ------------------------------------------------------------------------
     def restore(self):
         self.target = [bytearray(p) for p in self.pre]
+        self.own = {}
 
     def fill(self, fills):
         for f in fills:
@@ -164,22 +172,29 @@ class SimSession:
                 raise CudaError(f"cuStreamSynchronize on kernel of {label} failed: CUDA_ERROR_ILLEGAL_ADDRESS (700): "
                                 "an illegal memory access was encountered", 700)
 
-    def keep_reference(self, items):
+    def keep_reference(self, items, slot=0):
+        refs = self.ref if slot == 0 else self.refs.setdefault(slot, [None] * len(self.items))
         for i in items:
-            self.ref[i] = bytes(self.target[i])
+            refs[i] = bytes(self.target[i])
 
     def clear_references(self):
         self.ref = [None] * len(self.items)
+        self.refs = {}
+
+    def expected(self, i, against):
+        if against == "captured":
+            return self.post[i] if self.post[i] is not None else self.pre[i]
+        if against == "reference":
+            refs = self.ref
+        elif against.startswith("reference:"):
+            refs = self.ref if int(against[10:]) == 0 else self.refs.get(int(against[10:]), [None] * len(self.items))
+        else:
+            raise ReplayError(f"compare against {against}: expected \"captured\", \"reference\" or "
+                              "\"reference:N\"", "input")
+        return refs[i] if refs[i] is not None else self.pre[i]
 
     def compare(self, specs, against):
-        outs = []
-        for i, spec in enumerate(specs):
-            if against == "reference":
-                expected = self.ref[i] if self.ref[i] is not None else self.pre[i]
-            else:
-                expected = self.post[i] if self.post[i] is not None else self.pre[i]
-            outs.append(compare(bytes(self.target[i]), bytes(expected), spec))
-        return outs
+        return [compare(bytes(self.target[i]), bytes(self.expected(i, against)), spec) for i, spec in enumerate(specs)]
 
     def validate(self, specs):
         self.restore()
@@ -189,12 +204,49 @@ class SimSession:
     def read(self, item, offset, length):
         return bytes(self.target[item][offset : offset + length])
 
+    def set_time_inputs(self, inputs):
+        self.time_inputs = [list(i) for i in inputs] or [[]]
+
+    def set_check(self, on, specs=()):
+        self.check_on, self.check_specs = on, list(specs)
+
+    def last_check(self):
+        return list(self._last_check)
+
     def time(self, iterations, warmup, flush_l2):
+        """Runs every launch like the real core: written memory restored (here: all of it),
+        own state reset, the input of the rotation filled, the launch checked after it. A
+        kernel's time is its `ms`, or what it returns (a "fast path" it took)."""
         label, kernel = self.programs[self.current]
         base = getattr(kernel, "ms", 0.05)
         rng = np.random.default_rng(self.runs)
         self.runs += 1
-        return list(base * np.exp(rng.normal(0, 0.02, iterations)))
+        times, self._last_check = [], []
+        written = [i for i, p in enumerate(self.post) if p is not None]
+        redrawn = sorted({f.item for fills in self.time_inputs for f in fills})  # by any input
+        for it in range(warmup + iterations):
+            j = it % len(self.time_inputs)
+            fills = self.time_inputs[j]
+            for i in written + redrawn:
+                self.target[i] = bytearray(self.pre[i])
+            self.own = {} if not getattr(kernel, "persists", False) else self.own
+            self.fill(fills)
+            took = kernel(Memory(self), self)
+            if it < warmup:
+                continue
+            times.append(float(took) if isinstance(took, (int, float)) else base * float(np.exp(rng.normal(0, 0.02))))
+            if self.check_on:
+                against = "captured" if not fills else f"reference:{j}"
+                items = set(written) | {f.item for f in fills}
+                bad = 0
+                for i in sorted(items):
+                    spec = self.check_specs[i] if self.check_specs else Spec(dtype="", atol=0.0, rtol=0.0)
+                    if spec.dtype == "none":
+                        continue
+                    out = compare(bytes(self.target[i]), bytes(self.expected(i, against)), spec)
+                    bad += out["mismatched_elements"] if spec.dtype else out["mismatched_bytes"]
+                self._last_check.append((j, bad))
+        return times
 
     def time_empty(self, iterations):
         return [0.002] * iterations

@@ -76,7 +76,14 @@ class FakeSession:
         return []
 
     def time(self, iterations, warmup, flush_l2):
+        self.calls.append(("time", iterations, warmup, flush_l2))
         return [1.0] * iterations
+
+    def set_check(self, on, specs=()):
+        self.calls.append(("set_check", on, [s.dtype for s in specs]))
+
+    def last_check(self):
+        return [(0, 0)]
 
     def validate(self, specs):
         self.calls.append(("validate", [(s.dtype, s.atol, s.rtol) for s in specs]))

@@ -135,7 +135,7 @@ def test_replay_compare_names_the_significant_variant(axpy_repro, capsys):
     same, fast_ = axpy_repro.parent / "same.cubin", axpy_repro.parent / "fast.cubin"
     assert cli.main(["replay", str(axpy_repro), "--compare", str(same), str(fast_), "--rounds", "20"]) == 0
     out = capsys.readouterr().out
-    assert "20 interleaved rounds × 10 iterations per program (after 2 warm-up each), L2 warm" in out
+    assert "20 interleaved rounds × 10 iterations per program (after 2 warm-up each), rotating over 4 inputs" in out
     assert f"{same}" in out and "within noise" in out
     assert f"fastest significant: {fast_} (1.1" in out
 

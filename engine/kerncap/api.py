@@ -575,17 +575,19 @@ def compare_variants(reproducer: PathLike, cubins: Sequence[PathLike], *, device
                      warmup: int = _options.COMPARE_WARMUP.default, flush_l2: bool = False,
                      min_seconds: float = _options.MIN_TIME.default, max_seconds: float = _options.MAX_TIME.default,
                      confidence: float | None = None, timeout: float | None = None,
-                     order: str | None = None) -> TimingComparison:
+                     order: str | None = None, inputs: int = _options.TIMING_INPUTS.default,
+                     seed: int = _options.SEED.default) -> TimingComparison:
     """Time the captured cubin and the variants `cubins` interleaved (`kerncap replay
     --compare`, in a replay server of its own): `rounds` rounds (more until each has
     `min_seconds` of kernel time, at most `max_seconds`), each timing every program
     `iterations` times in a rotating order; each variant's speedup over the captured
     cubin with a bootstrap interval over rounds (`confidence`, default 0.99), "within
     noise" when it contains 1.0. `timeout` as for `replay` (the whole measurement is one
-    request)."""
+    request). Every timed launch is checked; they rotate over `inputs` inputs (the
+    captured one and perturbations of `seed`)."""
     request = CompareRequest(cubins=tuple(str(c) for c in cubins), rounds=rounds, iterations=iterations, warmup=warmup,
                              flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds,
-                             confidence=confidence or DEFAULT_CONFIDENCE)
+                             confidence=confidence or DEFAULT_CONFIDENCE, inputs=inputs, seed=seed)
     request.checked()
     with _session.Session(reproducer, device=device, timeout=timeout, compile_worker=False,
                           sequence_order=order) as s:

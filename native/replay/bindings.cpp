@@ -195,6 +195,9 @@ PYBIND11_MODULE(_replay, m) {
       .def("select_program", &Session::select_program, py::arg("key"))
       .def("drop_program", &Session::drop_program, py::arg("key"), release())
       .def("time", &Session::time, py::arg("iterations"), py::arg("warmup"), py::arg("flush_l2"), release())
+      .def("set_time_inputs", &Session::set_time_inputs, py::arg("inputs"), release())
+      .def("set_check", &Session::set_check, py::arg("on"), py::arg("specs") = std::vector<CompareSpec>{})
+      .def("last_check", &Session::last_check)
       .def(
           "validate",
           [](Session& s, const std::vector<CompareSpec>& specs) {
@@ -209,7 +212,7 @@ PYBIND11_MODULE(_replay, m) {
       .def("restore", &Session::restore, release())
       .def("fill", &Session::fill, py::arg("fills"), release())
       .def("run", &Session::run, release())
-      .def("keep_reference", &Session::keep_reference, py::arg("items"), release())
+      .def("keep_reference", &Session::keep_reference, py::arg("items"), py::arg("slot") = 0, release())
       .def("clear_references", &Session::clear_references)
       .def(
           "compare",

@@ -68,6 +68,12 @@ void LaunchConfig::launch(CUfunction f, CUstream s) {
 // ---------------------------------------------------------------------------
 namespace {
 
+std::string joined(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
 // How many parameters the image's .nv.info says the kernel takes (EIATTR_KPARAM_INFO),
 // or -1 when the image is no cubin we can read (e.g. a fatbin) or lacks the kernel.
 long cubin_param_count(const std::string& image, const std::string& kernel) {
@@ -182,6 +188,46 @@ LoadedKernel::LoadedKernel(const std::string& image, const std::string& label, c
     : module_(image.data(), label), label_(label) {
   func_ = prepare_function(module_.get(), image, spec, label, notes_);
   globals_ = resolve_globals(module_.get(), label, globals, notes_);
+  snapshot_own(image, globals);
+}
+
+void LoadedKernel::snapshot_own(const std::string& image, const std::vector<GlobalRef>& globals) {
+  std::vector<kc::ModuleGlobal> defined;
+  try {
+    defined = kc::Cubin::parse(image.data(), image.size(), /*copy=*/false).module_globals();
+  } catch (const kc::ElfError& e) {
+    notes_.push_back("the module globals of " + label_ + " could not be listed (" + e.what() +
+                     "): state it keeps in globals of its own is not reset between launches");
+    return;
+  }
+  std::vector<std::string> named;
+  size_t total = 0;
+  for (const kc::ModuleGlobal& g : defined) {
+    if (g.section.compare(0, 10, ".nv.global") != 0) continue;  // __constant__: the kernel cannot write it
+    bool captured = false;
+    for (const GlobalRef& r : globals) captured |= r.in_module == g.name;
+    if (captured) continue;  // restored from the capture like any region
+    OwnGlobal own;
+    own.name = g.name;
+    KC_CHECK(cuModuleGetGlobal, (&own.ptr, &own.size, module_.get(), g.name.c_str()), g.name + " in " + label_);
+    if (own.size == 0) continue;
+    own.initial = DeviceBuffer(own.size, "the load-time bytes of " + g.name + " in " + label_);
+    // cuMemcpy: a __managed__ variable's address is not device memory.
+    KC_CHECK(cuMemcpy, (own.initial.get(), own.ptr, own.size), "the load-time bytes of " + g.name + " in " + label_);
+    total += own.size;
+    if (named.size() < 4) named.push_back(g.name + " (" + format_bytes(own.size) + ")");
+    own_.push_back(std::move(own));
+  }
+  if (!own_.empty())
+    notes_.push_back(label_ + " defines " + std::to_string(own_.size()) + " writable module global" +
+                     (own_.size() == 1 ? "" : "s") + " the capture does not have (" + format_bytes(total) + ": " +
+                     joined(named) + (own_.size() > named.size() ? ", ..." : "") +
+                     "): restored to their load-time bytes before every launch");
+}
+
+void LoadedKernel::restore_own(CUstream s) const {
+  for (const OwnGlobal& g : own_)
+    KC_CHECK(cuMemcpyAsync, (g.ptr, g.initial.get(), g.size, s), "restoring " + g.name + " of " + label_);
 }
 
 std::map<std::string, long long> LoadedKernel::attributes() const { return function_attributes(func_, label_); }

@@ -82,11 +82,25 @@ class LoadedKernel {
   CUdeviceptr global_address(size_t i) const { return globals_.at(i); }
   std::map<std::string, long long> attributes() const;
   const std::vector<std::string>& notes() const { return notes_; }
+  // Puts the module's own writable globals (those the capture does not have) back to
+  // their bytes at load time, on `s`: state a program keeps there between launches
+  // (a "computed already" flag, a cache) must not reach the next launch.
+  void restore_own(CUstream s) const;
+  size_t own_globals() const { return own_.size(); }
 
  private:
+  struct OwnGlobal {
+    std::string name;
+    CUdeviceptr ptr = 0;
+    size_t size = 0;
+    DeviceBuffer initial;  // the load-time bytes
+  };
+  void snapshot_own(const std::string& image, const std::vector<GlobalRef>& globals);
+
   Module module_;
   CUfunction func_ = nullptr;
   std::vector<CUdeviceptr> globals_;
+  std::vector<OwnGlobal> own_;
   std::string label_;
   std::vector<std::string> notes_;  // e.g. a parameter layout the driver could not report
 };

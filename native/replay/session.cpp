@@ -410,6 +410,7 @@ void Session::restore_all() {
       for (const Segment& g : item.segments)
         copy(item, dst + g.offset, g.pre.get(), g.length, "restoring " + item.spec.label);
   if (arrays_) arrays_->push(stream_->get(), false);  // the staging buffers into the arrays
+  if (current_ && current_->kernel) current_->kernel->restore_own(stream_->get());
 }
 
 void Session::restore_written() {
@@ -424,6 +425,7 @@ void Session::restore_written() {
     }
   }
   if (arrays_) arrays_->push(stream_->get(), true);  // arrays a surface wrote
+  if (current_ && current_->kernel) current_->kernel->restore_own(stream_->get());
 }
 
 void Session::launch() {
@@ -440,11 +442,36 @@ std::vector<double> Session::time(int iterations, int warmup, bool flush_l2) {
   require_kernel("timing");
   if (iterations < 1 || warmup < 0) throw Error("input", "iterations must be >= 1 and warmup >= 0");
   if (flush_l2 && !l2_scratch_.get()) l2_scratch_ = DeviceBuffer(kL2ScratchBytes, "the L2 flush buffer");
+  if (time_inputs_.empty()) set_time_inputs({{}});
   std::vector<Event> start(iterations), stop(iterations);
   const CUstream s = stream_->get();
+  const size_t inputs = time_inputs_.size();
+  last_check_.clear();
+  if (check_) {
+    if (!check_specs_.empty() && check_specs_.size() != items_.size())
+      throw Error("input", "the timing check has " + std::to_string(check_specs_.size()) + " compare specs for " +
+                               std::to_string(items_.size()) + " regions and globals");
+    if (check_results_.size() < size_t(iterations) * sizeof(CmpResult))
+      check_results_ = DeviceBuffer(size_t(iterations) * sizeof(CmpResult), "the timing check's results");
+    const std::vector<CmpResult> zero(size_t(iterations), CmpResult{0, kNone, 0, 0});
+    KC_CHECK(cuMemcpyHtoDAsync, (check_results_.get(), zero.data(), zero.size() * sizeof(CmpResult), s),
+             "the timing check's results");
+    if (!comparer_) comparer_ = std::make_unique<Comparer>();
+  }
   restore_all();
   for (int it = 0; it < warmup + iterations; ++it) {
+    const size_t input = size_t(it) % inputs;
     restore_written();
+    if (inputs > 1) {  // the spans some input redraws: back to the captured bytes, then this input's
+      for (const auto& [index, offset, bytes] : input_spans_) {
+        const Item& item = items_[index];
+        for (const Segment& g : item.segments)
+          if (offset >= g.offset && offset + bytes <= g.offset + g.length)
+            copy(item, target_of(item) + offset, g.pre.get() + (offset - g.offset), bytes,
+                 "restoring the perturbed span of " + item.spec.label);
+      }
+      if (!time_inputs_[input].fills.empty()) fill(time_inputs_[input].fills);
+    }
     if (flush_l2)
       KC_CHECK(cuMemsetD32Async, (l2_scratch_.get(), static_cast<unsigned>(it + 1), kL2ScratchBytes / 4, s),
                "the L2 flush buffer");
@@ -452,9 +479,91 @@ std::vector<double> Session::time(int iterations, int warmup, bool flush_l2) {
     if (k >= 0) KC_CHECK(cuEventRecord, (start[k].get(), s), "a timing event");
     launch();
     if (k >= 0) KC_CHECK(cuEventRecord, (stop[k].get(), s), "a timing event");
+    if (k >= 0 && check_) {  // outside the timed interval, before the next restore
+      if (arrays_) arrays_->pull(s);
+      enqueue_check(time_inputs_[input], time_inputs_[input].fills.empty() ? -1 : int(input),
+                    check_results_.get() + size_t(k) * sizeof(CmpResult));
+    }
   }
   KC_CHECK(cuStreamSynchronize, (s), program_what());
+  if (check_) {
+    std::vector<CmpResult> host(static_cast<size_t>(iterations));
+    KC_CHECK(cuMemcpyDtoH, (host.data(), check_results_.get(), host.size() * sizeof(CmpResult)),
+             "the timing check's results");
+    for (int k = 0; k < iterations; ++k)
+      last_check_.emplace_back(int(size_t(k + warmup) % inputs), host[size_t(k)].mismatches);
+  }
   return elapsed_ms(start, stop);
+}
+
+void Session::set_time_inputs(const std::vector<std::vector<FillSpec>>& inputs) {
+  if (!stream_) throw Error("input", "load_state must come before set_time_inputs");
+  std::vector<TimeInput> out;
+  std::set<std::tuple<size_t, size_t, size_t>> spans;
+  for (size_t j = 0; j < std::max<size_t>(inputs.size(), 1); ++j) {
+    TimeInput in;
+    if (j < inputs.size()) in.fills = inputs[j];
+    for (size_t i = 0; i < items_.size(); ++i)  // what the captured kernel writes
+      for (const Written& w : items_[i].written) in.check.push_back(Range{i, w.segment, w.offset, w.length});
+    for (const FillSpec& f : in.fills) {  // and every span this input redraws
+      const Item& item = item_at(f.item, "a timing input");
+      const size_t bytes = size_t(f.count) * dtype_size(f.dtype);
+      if (!dtype_size(f.dtype) || f.offset > item.spec.size || bytes > item.spec.size - f.offset)
+        throw Error("input", "a timing input's span +" + std::to_string(f.offset) + " lies outside " +
+                                 item.spec.label + " or has an unsupported dtype " + f.dtype);
+      for (size_t k = 0; k < item.segments.size(); ++k) {
+        const Segment& g = item.segments[k];
+        if (f.offset >= g.offset && f.offset + bytes <= g.offset + g.length) {
+          in.check.push_back(Range{f.item, k, size_t(f.offset), bytes});
+          spans.emplace(f.item, size_t(f.offset), bytes);
+        }
+      }
+    }
+    out.push_back(std::move(in));
+  }
+  time_inputs_ = std::move(out);
+  input_spans_.assign(spans.begin(), spans.end());
+}
+
+void Session::set_check(bool on, const std::vector<CompareSpec>& specs) {
+  if (!specs.empty() && specs.size() != items_.size())
+    throw Error("input", "set_check got " + std::to_string(specs.size()) + " compare specs for " +
+                             std::to_string(items_.size()) + " regions and globals");
+  check_ = on;
+  check_specs_ = specs;
+}
+
+void Session::enqueue_check(const TimeInput& in, int slot, CUdeviceptr out) {
+  const CUstream s = stream_->get();
+  for (const Range& r : in.check) {
+    const Item& item = items_[r.item];
+    const Segment& g = item.segments[r.segment];
+    if (slot >= 0 && !item.refs.count(slot)) continue;  // nothing kept for it: not an output on this input
+    const CUdeviceptr actual = actual_of(item) + r.offset;
+    const CUdeviceptr expected = expected_at(item, g, slot) + (r.offset - g.offset);
+    const CompareSpec* spec = check_specs_.empty() ? nullptr : &check_specs_[r.item];
+    if (spec && spec->dtype == "none") continue;  // e.g. a fused variant's intermediates, left unwritten
+    if (spec && !spec->dtype.empty())
+      comparer_->elements(s, spec->dtype, spec->atol, spec->rtol, actual, expected, r.length, out, item.spec.label);
+    else
+      comparer_->bytes(s, actual, expected, r.length, out);
+  }
+}
+
+int Session::slot_of(const std::string& against) {
+  if (against == "captured") return -1;
+  if (against == "reference") return 0;
+  if (against.rfind("reference:", 0) == 0) {
+    const std::string n = against.substr(10);
+    if (!n.empty() && n.size() < 6 && n.find_first_not_of("0123456789") == std::string::npos) return std::stoi(n);
+  }
+  throw Error("input", "compare against " + against + ": expected \"captured\", \"reference\" or \"reference:N\"");
+}
+
+CUdeviceptr Session::expected_at(const Item& item, const Segment& g, int slot) const {
+  if (slot < 0) return g.post.get() ? g.post.get() : g.pre.get();
+  if (!item.refs.count(slot)) return g.pre.get();
+  return g.refs.at(slot).get();
 }
 
 std::vector<CompareOut> Session::validate(const std::vector<CompareSpec>& specs) {
@@ -507,7 +616,7 @@ void Session::run() {
   }
 }
 
-void Session::keep_reference(const std::vector<size_t>& indices) {
+void Session::keep_reference(const std::vector<size_t>& indices, int slot) {
   require_kernel("keep_reference");
   for (size_t i : indices) {
     item_at(i, "keep_reference");
@@ -515,17 +624,18 @@ void Session::keep_reference(const std::vector<size_t>& indices) {
     const CUdeviceptr actual = actual_of(item);
     const bool own = target_of(item) != 0;  // else actual is the pre-state buffer itself
     for (Segment& g : item.segments) {
-      if (!g.ref.get()) g.ref = DeviceBuffer(g.length, "reference state of " + item.spec.label);
-      copy(item, g.ref.get(), own ? actual + g.offset : actual, g.length,
+      DeviceBuffer& ref = g.refs[slot];
+      if (!ref.get()) ref = DeviceBuffer(g.length, "reference state of " + item.spec.label);
+      copy(item, ref.get(), own ? actual + g.offset : actual, g.length,
            "keeping the reference state of " + item.spec.label);
     }
-    item.has_ref = true;
+    item.refs.insert(slot);
   }
   KC_CHECK(cuStreamSynchronize, (stream_->get()), "keeping reference states");
 }
 
 void Session::clear_references() {
-  for (Item& item : items_) item.has_ref = false;
+  for (Item& item : items_) item.refs.clear();
 }
 
 std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, const std::string& against) {
@@ -533,13 +643,8 @@ std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, 
   if (specs.size() != items_.size())
     throw Error("input", "compare got " + std::to_string(specs.size()) + " compare specs for " +
                              std::to_string(items_.size()) + " regions and globals");
-  const bool reference = against == "reference";
-  if (!reference && against != "captured")
-    throw Error("input", "compare against " + against + ": expected \"captured\" or \"reference\"");
-  auto expected_of = [&](const Item& item, const Segment& g) -> CUdeviceptr {
-    if (reference) return item.has_ref ? g.ref.get() : g.pre.get();
-    return g.post.get() ? g.post.get() : g.pre.get();
-  };
+  const int slot = slot_of(against);
+  auto expected_of = [&](const Item& item, const Segment& g) -> CUdeviceptr { return expected_at(item, g, slot); };
   // Where a segment's bytes are for the selected program (see actual_of).
   auto actual_at = [&](const Item& item, const Segment& g) -> CUdeviceptr {
     return target_of(item) ? target_of(item) + g.offset : g.pre.get();
@@ -641,8 +746,7 @@ std::string Session::read(size_t index, unsigned long long offset, unsigned long
 Session::ItemPointers Session::item_pointers(size_t index, const std::string& against) const {
   require_kernel("item_pointers");
   const Item& item = item_at(index, "item_pointers");
-  if (against != "captured" && against != "reference")
-    throw Error("input", "expected state " + against + ": expected \"captured\" or \"reference\"");
+  const int slot = slot_of(against);
   // One whole-item segment (every item but a sparse region, whose copies cover only its
   // backed parts: no one buffer holds its expected state).
   if (item.spec.sparse)
@@ -652,8 +756,7 @@ Session::ItemPointers Session::item_pointers(size_t index, const std::string& ag
   ItemPointers p;
   p.actual = actual_of(item);
   p.pre = g.pre.get();
-  p.expected = against == "reference" ? (item.has_ref ? g.ref.get() : g.pre.get())
-                                      : (g.post.get() ? g.post.get() : g.pre.get());
+  p.expected = expected_at(item, g, slot);
   p.size = item.spec.size;
   p.label = item.spec.label;
   return p;

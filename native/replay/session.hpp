@@ -17,6 +17,7 @@
 #include <cuda.h>
 
 #include <map>
+#include <set>
 #include <tuple>
 #include <memory>
 #include <optional>
@@ -135,8 +136,23 @@ class Session {
   void drop_program(const std::string& key);
 
   // Warm-up, then one CUDA-event time per iteration (ms). Before each launch only
-  // what the baseline wrote is restored; the optional L2 flush is outside the timing.
+  // what the baseline wrote is restored (and the selected program's own globals reset);
+  // the optional L2 flush is outside the timing. Launch it (warm-up included) runs on
+  // timing input it % K (set_time_inputs), and with the check on (the default) every
+  // timed launch is followed, outside the timed interval, by a GPU compare of what it
+  // wrote with the expected state of its input: last_check() has the result.
   std::vector<double> time(int iterations, int warmup, bool flush_l2);
+  // The inputs time() rotates over: one list of fills per input; an empty list is the
+  // captured input (expected: the captured post-state), input j with fills is expected
+  // to leave reference slot j (keep_reference(items, j) after running the captured
+  // program on it). Default: the captured input alone.
+  void set_time_inputs(const std::vector<std::vector<FillSpec>>& inputs);
+  // Whether time() checks its launches, and how (one spec per item; empty: byte-exact;
+  // dtype "none": that item is not checked).
+  void set_check(bool on, const std::vector<CompareSpec>& specs);
+  // Per timed launch of the last time(): (its input, differing bytes or elements);
+  // empty when the check was off.
+  std::vector<std::pair<int, unsigned long long>> last_check() const { return last_check_; }
   // Restores the whole pre-state, launches once, compares every item on the GPU with
   // its expected post-state (pre-state for items the baseline did not write).
   std::vector<CompareOut> validate(const std::vector<CompareSpec>& specs);
@@ -146,12 +162,14 @@ class Session {
   void fill(const std::vector<FillSpec>& fills);
   // Launches the selected program once and waits for it; errors name its label.
   void run();
-  // Copies the current contents of the given items into their reference buffers.
-  void keep_reference(const std::vector<size_t>& items);
-  // Forgets every reference (the buffers are kept for reuse).
+  // Copies the current contents of the given items into their reference buffers of
+  // `slot` (0: "reference"; the timing inputs use 1..K-1; others are free).
+  void keep_reference(const std::vector<size_t>& items, int slot = 0);
+  // Forgets every reference of every slot (the buffers are kept for reuse).
   void clear_references();
   // Compares every item with `against`: "captured" (post-state where the baseline wrote,
-  // else pre-state) or "reference" (the item's reference, else its pre-state).
+  // else pre-state), "reference" or "reference:N" (the item's reference in slot 0 or N,
+  // else its pre-state).
   std::vector<CompareOut> compare(const std::vector<CompareSpec>& specs, const std::string& against);
   // `length` bytes of an item's replay memory from `offset` (tests, reports).
   std::string read(size_t item, unsigned long long offset, unsigned long long length);
@@ -179,7 +197,7 @@ class Session {
   struct Segment {
     size_t offset = 0, length = 0;                        // from the item's start
     DeviceBuffer pre, post;                               // resident copies (post: only if written)
-    DeviceBuffer ref;                                     // keep_reference(), allocated on first use
+    std::map<int, DeviceBuffer> refs;                     // keep_reference() per slot, allocated on first use
   };
   struct Written {
     size_t segment, offset, length;                       // offset from the item's start (chunk-granular)
@@ -189,9 +207,23 @@ class Session {
     CUdeviceptr target = 0;
     size_t global_index = 0;
     std::vector<Segment> segments;
-    bool has_ref = false;
+    std::set<int> refs;  // slots holding a reference now
     std::vector<Written> written;
   };
+  // A part of an item a checked timing compares: (item, segment, offset from the item's
+  // start, length); its expected bytes are at the same offset of the segment's copy.
+  struct Range {
+    size_t item, segment, offset, length;
+  };
+  struct TimeInput {
+    std::vector<FillSpec> fills;  // empty: the captured input
+    std::vector<Range> check;     // what a launch on it is checked on
+  };
+  // The slot of a compare's `against` ("captured": -1) or Error("input").
+  static int slot_of(const std::string& against);
+  // The expected bytes of segment g of `item` for slot (-1: captured post/pre).
+  CUdeviceptr expected_at(const Item& item, const Segment& g, int slot) const;
+  void enqueue_check(const TimeInput& in, int slot, CUdeviceptr out);
   struct Program {
     std::unique_ptr<LaunchConfig> launch;
     std::unique_ptr<LoadedKernel> kernel;
@@ -232,6 +264,12 @@ class Session {
   DeviceBuffer results_;
   DeviceBuffer l2_scratch_;
   DeviceBuffer zero_expected_;  // zeros, for checking a read-write zero backing
+  std::vector<TimeInput> time_inputs_;             // empty: the captured input alone
+  std::vector<std::tuple<size_t, size_t, size_t>> input_spans_;  // (item, offset, bytes) any input fills
+  bool check_ = true;
+  std::vector<CompareSpec> check_specs_;
+  std::vector<std::pair<int, unsigned long long>> last_check_;
+  DeviceBuffer check_results_;
 };
 
 }  // namespace kc::replay

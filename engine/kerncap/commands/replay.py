@@ -10,7 +10,7 @@ from pathlib import Path
 from kerncap import api
 from kerncap.commands import inspect_tools
 from kerncap.commands.arguments import non_negative_int
-from kerncap.errors import EXIT_CANNOT_RUN, EXIT_OK, KerncapError, UsageError
+from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_OK, KerncapError, UsageError
 
 O = api.options
 
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time these variants interleaved with the captured cubin; report each speedup with a "
                         "bootstrap confidence interval, or 'within noise' when it contains 1.0. With --ncu: "
                         "exactly two, A B (a cubin, or `captured`), their metrics side by side with B's change")
-    api.options.add_options(c, (O.ROUNDS, O.MIN_TIME, O.MAX_TIME, O.CONFIDENCE))
+    api.options.add_options(c, (O.ROUNDS, O.MIN_TIME, O.MAX_TIME, O.CONFIDENCE, O.TIMING_INPUTS, O.SEED))
     q = p.add_argument_group("sequences (docs/sequences.md)")
     O.PER_LAUNCH.add_to(q)
     O.SEQUENCE_ORDER.add_to(q, default=None)
@@ -71,7 +71,8 @@ def handle(args: argparse.Namespace) -> int:
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_replay(result))
     if result.launches and not args.json:
         print(api.format_sequence_launches(result.launches))
-    return 0
+    # A timed launch that left the wrong bytes: these are not times of the kernel's work.
+    return EXIT_FAILED if (result.check or {}).get("void") else 0
 
 
 def handle_compare(args: argparse.Namespace) -> int:
@@ -88,9 +89,9 @@ def handle_compare(args: argparse.Namespace) -> int:
                                   warmup=_or(args.warmup, O.COMPARE_WARMUP), flush_l2=args.flush_l2,
                                   min_seconds=args.min_seconds, max_seconds=args.max_seconds,
                                   confidence=args.confidence, device=args.device, timeout=args.timeout,
-                                  order=args.sequence_order)
+                                  order=args.sequence_order, inputs=args.inputs, seed=args.seed)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_comparison(result))
-    return 0
+    return EXIT_FAILED if any(p.void for p in result.programs) else 0
 
 
 def handle_set(args: argparse.Namespace) -> int:

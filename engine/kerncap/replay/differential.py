@@ -17,6 +17,14 @@
    spread on this input too); the variant runs on the same state and must match it. A
    perturbation that makes the captured kernel itself fault is reported as such and
    counted as not covered, not as a failure of the variant.
+4. **Does the verdict discriminate?** An input on which the captured kernel changes no
+   byte cannot tell it from a kernel that does nothing. When the captured dispatch wrote
+   nothing new ("written: none": its outputs already held those values), the memory its
+   non-const pointer parameters reach is filled with a canary (0xA5 bytes) and the
+   captured kernel run over it: what it overwrites is its write set, and the variant must
+   leave the same bytes there (the *canary input*). A verdict none of whose inputs
+   changed a byte is never a PASS: it is inconclusive and says that a kernel that does
+   nothing would pass.
 Several reproducers of the same kernel (several dispatches, a reproducer set's members) are checked one after the
 other; the report says how many inputs the verdict covers.
 """
@@ -124,6 +132,9 @@ class InputVerdict:
     mode: str  # "byte-exact" | "tolerance (…)"
     checks: list[RegionCheck] = field(default_factory=list)  # every item (captured input) or the failing ones
     notes: list[str] = field(default_factory=list)
+    # bytes the captured kernel changed in this input (0: a kernel that does nothing matches
+    # it here); None where not measured
+    changed_bytes: int | None = None
 
     @property
     def failures(self) -> list[RegionCheck]:
@@ -161,9 +172,15 @@ class TrustReport:
         covered = [i for i in self.inputs if i.covered]
         if any(i.status in ("fail", "variant fault") for i in covered):
             return "fail"
-        if not covered or any(i.status == "inconclusive" for i in covered):
+        if not covered or any(i.status == "inconclusive" for i in covered) or not self.discriminates:
             return "inconclusive"
         return "pass"
+
+    @property
+    def discriminates(self) -> bool:
+        """Some covered input on which the captured kernel changed a byte: a kernel that
+        does nothing would fail there."""
+        return any(i.covered and i.changed_bytes for i in self.inputs)
 
     @property
     def passed(self) -> bool:
@@ -183,6 +200,10 @@ class TrustReport:
         what = f"{len(covered)} input{'s' if len(covered) != 1 else ''} of {n} reproducer{'s' if n != 1 else ''} " \
                f"({captured} captured + {perturbed} perturbed)"
         text = f"{self.verdict.upper()} on {what}"
+        if self.verdict == "inconclusive" and covered and not self.discriminates and \
+                not any(i.status in ("inconclusive", "fail", "variant fault") for i in covered):
+            text += ("; NOT DISCRIMINATING: the captured kernel changed no byte on any of these inputs, so a kernel "
+                     "that does nothing would pass too (try --perturb K, or capture another dispatch)")
         if faulted:
             text += f"; {faulted} perturbed input{'s' if faulted != 1 else ''} made the captured kernel itself fault " \
                     "(not counted)"
@@ -197,17 +218,20 @@ class TrustReport:
         return "tolerance (nondeterministic)" if any("nondeterministic" in m for m in modes) else "tolerance"
 
     def short(self) -> str:
-        """For the workbench's History: "exact", "tolerance", "exact · p8"."""
-        perturbed = sum(1 for i in self.inputs if i.covered and i.input != "captured input")
+        """For the workbench's History: "exact", "tolerance", "exact · p8", "exact · no-op passes"."""
+        perturbed = sum(1 for i in self.inputs if i.covered and i.input.startswith("perturbation"))
         mode = {"exact": "exact", "tolerance": "tol", "tolerance (nondeterministic)": "nondet tol"}[self.mode]
-        return mode + (f" · p{perturbed}" if perturbed else "")
+        canary = any(i.covered and i.input.startswith("canary") for i in self.inputs)
+        return mode + (f" · p{perturbed}" if perturbed else "") + (" · canary" if canary else "") + \
+            ("" if self.discriminates else " · no-op passes")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for rd, r in zip(d["reproducers"], self.reproducers):
             for idict, i in zip(rd["inputs"], r.inputs):
                 idict["checks"] = [c.to_dict() for c in i.checks]
-        d.update(verdict=self.verdict, passed=self.passed, summary=self.summary(), mode=self.mode)
+        d.update(verdict=self.verdict, passed=self.passed, summary=self.summary(), mode=self.mode,
+                 discriminates=self.discriminates)
         # As `kerncap validate` always printed: every region and global of the first
         # reproducer's captured input.
         first = self.reproducers[0].inputs[0] if self.reproducers and self.reproducers[0].inputs else None
@@ -273,8 +297,19 @@ def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Option
     classes, mode = _classes(capture, det, options, notes)
     inputs = []
     say("checking the captured input")
-    inputs.append(_check(rc, cubin, None, classes, mode, "captured", "captured input", det.unjudgeable,
-                         options.region_shapes))
+    captured = _check(rc, cubin, None, classes, mode, "captured", "captured input", det.unjudgeable,
+                      options.region_shapes)
+    captured.changed_bytes = written_bytes(capture)
+    inputs.append(captured)
+    if not captured.changed_bytes and capture.sequence is None:
+        fills = canary_fills(capture)
+        if fills:
+            say("the captured dispatch wrote nothing new: finding its write set with a canary input")
+            inputs.append(_perturbed(rc, capture, cubin, None, -1, options, det, measure, fills=fills,
+                                     label=f"canary input ({canary_text(capture, fills)})"))
+        else:
+            notes.append("the captured dispatch wrote nothing new and no parameter reaches memory it could write: "
+                         "no write set could be established")
     plan_lines: list[str] = []
     if options.perturb and capture.sequence is not None:
         notes.append(f"--perturb {options.perturb}: a sequence is validated on its captured input only (which of its "
@@ -382,10 +417,11 @@ def _check(rc, cubin, fills, classes, mode, against, label, unjudgeable: set[int
     return InputVerdict(label, status, mode, checks, notes)
 
 
-def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan, k: int, options: Options, det: Determinism,
-               measure: dict[int, tuple]) -> InputVerdict:
-    fills = plan.fills(options.seed, k)
-    label = f"perturbation {k + 1} ({pt.MODES[k % 2]})"
+def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan | None, k: int, options: Options,
+               det: Determinism, measure: dict[int, tuple], *, fills: list[dict] | None = None,
+               label: str | None = None) -> InputVerdict:
+    fills = fills if fills is not None else plan.fills(options.seed, k)
+    label = label or f"perturbation {k + 1} ({pt.MODES[k % 2]})"
     runs = 2 if det.deterministic else max(2, options.runs)
     try:
         ref = rc.request("reference", cubin=None, fills=fills, runs=runs, tolerances=_wire(measure))
@@ -396,14 +432,19 @@ def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan, k: int, option
                 "drives its indexing, keep it: --keep REGION"])
         raise
     spreads = determinism_from(ref, runs, measure, against_capture=False)
-    notes = [_effect(capture, plan, [RegionCheck.from_dict(c) for c in ref["first"]])]
+    changed = ref.get("changed_bytes")
+    notes = [_effect(capture, plan, [RegionCheck.from_dict(c) for c in ref["first"]])] if plan is not None else \
+        [f"the captured kernel overwrote {human_bytes(changed or 0, trim=True)} of the canary: its write set"
+         if changed else "the captured kernel overwrote none of the canary: no write set"]
     if det.deterministic and not spreads.deterministic:
         notes.append("the captured kernel is nondeterministic on this input (it was not on the captured one)")
     # The class comes from the spread on this very input: magnitudes differ from the capture's.
     classes, mode = _classes(capture, spreads, options, notes)
     unknown = spreads.unjudgeable
-    return _with_notes(_check(rc, cubin, fills, classes, mode, "reference", label, unknown, options.region_shapes),
-                       notes)
+    verdict = _with_notes(_check(rc, cubin, fills, classes, mode, "reference", label, unknown, options.region_shapes),
+                          notes)
+    verdict.changed_bytes = None if changed is None else int(changed)
+    return verdict
 
 
 def _effect(capture: Capture, plan: pt.PerturbPlan, first: list[RegionCheck]) -> str:
@@ -416,6 +457,56 @@ def _effect(capture: Capture, plan: pt.PerturbPlan, first: list[RegionCheck]) ->
     if changed == 0:
         return "the captured kernel's outputs did not change on this input: it proves little"
     return f"the captured kernel's outputs differ from the captured ones in {human_bytes(changed, trim=True)}"
+
+
+def written_bytes(capture: Capture) -> int:
+    """Bytes of the chunks the captured dispatch changed (pre-state differs from post-state),
+    over regions, module globals, host regions and CUDA arrays."""
+    total = 0
+    for kind in ("regions", "globals", "host_regions", "arrays"):
+        for item in getattr(capture, kind, None) or []:
+            pre, post = getattr(item, "pre", None), getattr(item, "post", None)
+            if pre and post:
+                total += sum(capture.chunk_length(item.size, i) for i, (a, b) in enumerate(zip(pre, post)) if a != b)
+    return total
+
+
+CANARY = 0xA5
+
+
+def canary_fills(capture: Capture) -> list[dict]:
+    """Fills that set the memory a kernel could write, as far as its parameters say, to the
+    canary byte: each device region a pointer parameter reaches, unless the parameter's C++
+    type says it points to const (a Triton kernel's or an untyped launch's pointers all count)."""
+    from kerncap.replay.region_types import cxx_parameter_types
+
+    types = cxx_parameter_types(capture.kernel.get("demangled")) or []
+    regions = {r.id: r for r in capture.regions}
+    chosen: list[int] = []
+    for p in capture.params:
+        if p.region is None or p.region not in regions or p.region in chosen:
+            continue
+        t = types[p.index] if p.index < len(types) else None
+        if t is not None and _points_to_const(t):
+            continue
+        chosen.append(p.region)
+    return [{"region": rid, "offset": 0, "count": regions[rid].size, "dtype": "uint8", "seed": 0, "mode": "canary",
+             "mean": float(CANARY), "stddev": 0.0, "lo": float(CANARY), "hi": float(CANARY), "p_zero": 0.0}
+            for rid in chosen]
+
+
+def _points_to_const(text: str) -> bool:
+    """"float const*" and "const float*" point to const; "float*" and "float* const" do not."""
+    t = text.strip()
+    if t.endswith("const"):
+        t = t[:-5].rstrip()
+    if not t.endswith("*"):
+        return False  # not a pointer (a struct by value may hold pointers: kept as a candidate)
+    return "const" in t[:-1].split("*")[-1] if "*" in t[:-1] else "const" in t[:-1]
+
+
+def canary_text(capture: Capture, fills: list[dict]) -> str:
+    return "regions " + ", ".join(str(f["region"]) for f in fills) + f" filled with 0x{CANARY:02X}"
 
 
 def _with_notes(v: InputVerdict, notes: list[str]) -> InputVerdict:
@@ -484,6 +575,8 @@ def format_report(report: TrustReport) -> str:
         for i in r.inputs:
             status = {"pass": "pass", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "baseline fault": "not covered",
                       "variant fault": "FAIL (variant faulted)"}[i.status]
+            if i.covered and i.changed_bytes == 0:
+                status += " (the captured kernel changed nothing here: a no-op passes this input)"
             lines.append(f"  {i.input}: {status}" + (f" [{i.mode}]" if i.mode != "-" else ""))
             lines += ["  " + format_check(c) for c in (i.checks if i.input == "captured input" else i.failures)]
             lines += [f"      {n}" for n in i.notes]

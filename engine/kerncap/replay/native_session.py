@@ -25,6 +25,7 @@ from kerncap.replay import host_memory, sparse
 from kerncap.replay.plan import AddressPlan, MiB, SpanConflict
 from kerncap.replay import sequence_replay
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
+from kerncap.replay.launch_check import LaunchCheck
 from kerncap.replay.results import (
     RegionCheck,
     ReplayResult,
@@ -456,10 +457,35 @@ class NativeSession:
         if iterations < 1 or warmup < 0:
             raise KerncapError(f"--iterations must be >= 1 and --warmup >= 0 (got {iterations}, {warmup})")
         self.load(cubin)
+        self.configure_check()
         times = list(self.session.time(iterations, warmup, flush_l2))
         result = ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin, notes=self.notes())
+        result.check = LaunchCheck.from_rounds([self.session.last_check()], 1).to_dict()
         result.device = self.device
         return result
+
+    def configure_check(self) -> None:
+        """How the selected program's timed launches are checked (launch_check.py): byte-exact,
+        element-wise within the tolerance class of a region the captured kernel itself varies
+        in (determinism.json, written by validation), not at all where that cannot be judged
+        (a varying region of unknown dtype) or where a fused variant legitimately leaves
+        memory unwritten (its intermediates)."""
+        from kerncap.replay.differential import load_record
+
+        record = load_record(self.capture.reproducer_dir) or {}
+        varying = {int(r["region"]): r for r in record.get("regions", [])}
+        excluded = {index for index, _offset, _length in self.excluded_spans()}
+        specs = []
+        for i, item in enumerate(self.items):
+            spec = self.core.CompareSpec()
+            spec.dtype, spec.atol, spec.rtol = "", 0.0, 0.0
+            spread = varying.get(item.id) if isinstance(item, Region) else None
+            if i in excluded or (spread is not None and not spread.get("dtype")):
+                spec.dtype = "none"
+            elif spread is not None:
+                spec.dtype, spec.atol, spec.rtol = spread["dtype"], float(spread.get("atol") or 0.0), 0.0
+            specs.append(spec)
+        self.session.set_check(True, specs)
 
     def validate(self, cubin: str | None, atol: float | None, rtol: float | None, dtype: str | None,
                  dtypes: dict[int, str] | None) -> ValidationResult:

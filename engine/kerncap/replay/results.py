@@ -10,6 +10,7 @@ from typing import Any
 from kerncap.core import dtypes as dt
 from kerncap.core.units import human_bytes
 from kerncap.replay.devices import describe as describe_device
+from kerncap.replay.launch_check import LaunchCheck
 
 MAX_FIRST_MISMATCHES = 8
 
@@ -51,6 +52,8 @@ class ReplayResult:
     device: dict[str, Any] | None = None  # the GPU it ran on (kerncap.replay.devices)
     # a sequence with --per-launch: its launches' times (kerncap.replay.sequence_replay.op_sequence_time)
     launches: list[dict[str, Any]] | None = None
+    # the check after every timed launch (kerncap.replay.launch_check.LaunchCheck.to_dict); None: not checked
+    check: dict[str, Any] | None = None
 
     @classmethod
     def from_times(cls, times_ms: list[float], *, warmup: int, flush_l2: bool, cubin: str | None,
@@ -191,6 +194,9 @@ def format_replay(r: ReplayResult) -> str:
     per = "  ".join(format_ms(t, unit).removesuffix(" " + unit) for t in r.times_ms[:32])
     more = f"  ... ({len(r.times_ms) - 32} more; --json lists all)" if len(r.times_ms) > 32 else ""
     lines.append(f"per iteration ({unit}): {per}{more}")
+    check = LaunchCheck.from_dict(r.check)
+    if check is not None:
+        lines.append(f"check: {check.text()}")
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)
 

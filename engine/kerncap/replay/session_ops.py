@@ -22,6 +22,9 @@ from kerncap.replay.significance import rounds_needed
 
 FLOOR_ITERATIONS = 50
 MAX_ROUNDS = 100_000
+# The reference slot that holds an input as it was before the captured kernel ran on it
+# (op_reference's `changed`); timing inputs use 1..K-1.
+INPUT_SLOT = 1000
 
 
 def _item_index(ns) -> dict[int, int]:
@@ -85,11 +88,13 @@ def _checks(ns, specs, outs, differing_only: bool = False) -> list[dict[str, Any
             if not differing_only or out["mismatched_bytes"]]
 
 
-def _run_on(ns, cubin, fills, against: str = "captured") -> None:
+def _run_on(ns, cubin, fills, against: str = "captured", keep_input: list[int] | None = None) -> None:
     ns.load(cubin)
     ns.session.restore()
     if fills:
         ns.session.fill(fills)
+    if keep_input:
+        ns.session.keep_reference(keep_input, INPUT_SLOT)
     ns.session.run()
     ns.after_run(against)  # a fused sequence variant's intermediates are not compared
 
@@ -100,7 +105,8 @@ def op_reference(ns, req: dict[str, Any]) -> dict[str, Any]:
     the captured post-state? with fills: how much did the outputs change?) and kept as
     the reference; the others are compared with it (run-to-run spread, element-wise for
     the regions in `tolerances`, whose atol/rtol should be 0 to measure). Only items
-    with differing bytes are listed."""
+    with differing bytes are listed. With fills, `changed_bytes` counts what the first
+    run changed in its own input: 0 means a kernel that does nothing matches it there."""
     runs = int(req.get("runs", 1))
     if runs < 1:
         raise KerncapError(f"runs must be >= 1 (got {runs})")
@@ -109,7 +115,9 @@ def op_reference(ns, req: dict[str, Any]) -> dict[str, Any]:
     exact = compare_specs(ns, None)
     perturbed = {f.item for f in fills}
     ns.session.clear_references()
-    _run_on(ns, req.get("cubin"), fills)
+    _run_on(ns, req.get("cubin"), fills, keep_input=sorted(perturbed))
+    changed = sum(o["mismatched_bytes"] for o in ns.session.compare(exact, f"reference:{INPUT_SLOT}")) \
+        if fills else None
     first_specs = specs if not fills else exact
     outs = ns.session.compare(first_specs, "captured")
     # The reference holds what this run left in every item it may have changed.
@@ -122,7 +130,7 @@ def op_reference(ns, req: dict[str, Any]) -> dict[str, Any]:
         _run_on(ns, req.get("cubin"), fills, "reference")
         spread.append(_checks(ns, specs, ns.session.compare(specs, "reference"), differing_only=True))
     return {"first": first, "spread": spread, "references": [_label(ns.items[i]) for i in keep],
-            "perturbed_items": sorted(perturbed)}
+            "perturbed_items": sorted(perturbed), "changed_bytes": changed}
 
 
 def op_check(ns, req: dict[str, Any]) -> dict[str, Any]:
@@ -170,29 +178,58 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
     floor = statistics.median(ns.session.time_empty(FLOOR_ITERATIONS))
     sampler = _sampler(ns)
     times: list[list[list[float]]] = [[] for _ in keys]
+    checks: list[list[list[list[int]]]] = [[] for _ in keys]
     notes: list[str] = []
+    inputs = _timing_inputs(ns, keys[0], req.get("inputs") or [])
     t0 = time.monotonic()
     target, done = rounds, 0
     sampler.sample()
-    while done < target:
-        for j in [(j + done) % len(keys) for j in range(len(keys))]:
-            ns.select(keys[j])
-            times[j].append([float(t) for t in ns.session.time(iterations, warmup, flush_l2)])
-        sampler.sample()
-        done += 1
-        if min_seconds > 0:
-            per_round = [sum(sum(r) for r in t) / len(t) for t in times]
-            target = min(MAX_ROUNDS, rounds_needed(rounds, min_seconds, per_round))
-        if time.monotonic() - t0 > max_seconds and done < target:
-            notes.append(f"stopped after {done} of {target} rounds: the {max_seconds:g} s limit was reached")
-            break
+    try:
+        while done < target:
+            for j in [(j + done) % len(keys) for j in range(len(keys))]:
+                ns.select(keys[j])
+                ns.configure_check()
+                times[j].append([float(t) for t in ns.session.time(iterations, warmup, flush_l2)])
+                checks[j].append([[int(i), int(n)] for i, n in ns.session.last_check()])
+            sampler.sample()
+            done += 1
+            if min_seconds > 0:
+                per_round = [sum(sum(r) for r in t) / len(t) for t in times]
+                target = min(MAX_ROUNDS, rounds_needed(rounds, min_seconds, per_round))
+            if time.monotonic() - t0 > max_seconds and done < target:
+                notes.append(f"stopped after {done} of {target} rounds: the {max_seconds:g} s limit was reached")
+                break
+    finally:
+        ns.session.set_time_inputs([[]])  # a plain replay times the captured input again
     report = sampler.report()
     ns.select(keys[0])
     return {
-        "programs": [{"label": lab, "cubin": c, "rounds": t} for lab, c, t in zip(labels, cubins, times)],
+        "programs": [{"label": lab, "cubin": c, "rounds": t, "checks": k}
+                     for lab, c, t, k in zip(labels, cubins, times, checks)],
+        "inputs": inputs,
         "iterations": iterations, "warmup": warmup, "flush_l2": flush_l2, "floor_ms": floor,
         "clock": report, "seconds": time.monotonic() - t0, "notes": notes + list(ns.session.notes()),
     }
+
+
+def _timing_inputs(ns, captured_key: str, perturbed: list[list[dict[str, Any]]]) -> int:
+    """Sets the inputs the timing rotates over: the captured one, then each perturbed one
+    (fills as `check` takes them), whose expected state is the captured kernel's own output
+    on it, kept in reference slot j. A program whose speed comes from having seen an input
+    before then meets each input only every K-th launch, with everything it could have
+    kept restored in between. Returns K."""
+    specs = [[]]
+    for j, fills in enumerate(perturbed, start=1):
+        fs = fill_specs(ns, fills)
+        ns.select(captured_key)
+        ns.session.restore()
+        ns.session.fill(fs)
+        ns.session.run()
+        touched = {f.item for f in fs}
+        ns.session.keep_reference([i for i, item in enumerate(ns.items) if item.written or i in touched], j)
+        specs.append(fs)
+    ns.session.set_time_inputs(specs)
+    return len(specs)
 
 
 def _sampler(ns) -> ClockSampler:

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from kerncap.core.units import interval_text, speedup_text
 from kerncap.errors import KerncapError
+from kerncap.replay.launch_check import LaunchCheck
 from kerncap.replay.results import format_ms, percentile, time_unit
 
 DEFAULT_CONFIDENCE = 0.99
@@ -111,9 +112,15 @@ class ProgramTiming:
     label: str  # "captured cubin" or the variant's path
     cubin: str | None
     rounds: list[list[float]]  # ms, per round
-    interval: Interval | None = None  # vs the baseline (None for the baseline itself)
+    interval: Interval | None = None  # vs the baseline (None for the baseline itself, or a void timing)
     # a note for this program only ("shorter than the launch floor")
     notes: list[str] = field(default_factory=list)
+    check: LaunchCheck | None = None  # what the check after every timed launch found
+
+    @property
+    def void(self) -> bool:
+        """Some timed launch did not produce the expected state: the times are not of the work."""
+        return self.check is not None and self.check.void
 
     @property
     def times(self) -> list[float]:
@@ -174,6 +181,7 @@ class TimingComparison:
     clock: ClockReport
     seconds: float  # wall time of the measurement
     notes: list[str] = field(default_factory=list)
+    inputs: int = 1  # the inputs the timed launches rotated over (1: the captured input alone)
 
     @property
     def baseline(self) -> ProgramTiming:
@@ -196,6 +204,8 @@ class TimingComparison:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for p, pd in zip(self.programs, d["programs"]):
+            pd["check"] = p.check.to_dict() if p.check is not None else None
+            pd["void"] = p.void
             pd["median_ms"] = p.median_ms
             pd["spread_pct"] = p.spread_pct
             if p.interval is not None:
@@ -211,12 +221,12 @@ class TimingComparison:
             iv = p.get("interval")
             interval = None if iv is None else Interval(iv["speedup"], iv["low"], iv["high"], iv["confidence"])
             programs.append(ProgramTiming(p["label"], p.get("cubin"), [list(r) for r in p["rounds"]], interval,
-                                          list(p.get("notes", []))))
+                                          list(p.get("notes", [])), LaunchCheck.from_dict(p.get("check"))))
         c = d["clock"]
         clock = ClockReport(c["available"], list(c.get("samples_mhz", [])), c.get("max_mhz"),
                             list(c.get("throttle", [])), c.get("unavailable_reason", ""))
         return cls(programs, d["iterations"], d["warmup"], d["flush_l2"], d["confidence"], d.get("floor_ms"), clock,
-                   d.get("seconds", 0.0), list(d.get("notes", [])))
+                   d.get("seconds", 0.0), list(d.get("notes", [])), int(d.get("inputs", 1)))
 
 
 def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> TimingComparison:
@@ -226,11 +236,26 @@ def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> Timi
     clock = ClockReport(bool(raw["clock"]["available"]), list(raw["clock"].get("samples_mhz", [])),
                         raw["clock"].get("max_mhz"), list(raw["clock"].get("throttle", [])),
                         raw["clock"].get("unavailable_reason", ""))
-    programs = [ProgramTiming(p["label"], p.get("cubin"), [list(r) for r in p["rounds"]]) for p in raw["programs"]]
+    inputs = int(raw.get("inputs", 1))
+    programs = [ProgramTiming(p["label"], p.get("cubin"), [list(r) for r in p["rounds"]],
+                              check=LaunchCheck.from_rounds(p["checks"], inputs) if "checks" in p else None)
+                for p in raw["programs"]]
     if not programs:
         raise KerncapError("nothing was timed", "give the variants to compare: --compare A.cubin [B.cubin ...]")
     base = programs[0]
+    notes = list(raw.get("notes", []))
+    if base.void:
+        # The captured kernel itself: it varies from run to run and no tolerance is recorded
+        # yet. Its variants cannot be judged against it here (validation can).
+        notes.append(f"the captured cubin's own timed launches were not all identical to their expected state "
+                     f"({base.check.first()}): it varies from run to run; run `kerncap validate` once so its "
+                     "tolerance is recorded. No launch was judged by the check.")
+        for p in programs:
+            p.check = None
     for p in programs[1:]:
+        if p.void:
+            p.notes.append(f"timing VOID: {p.check.text()[6:]}; no speedup is reported")
+            continue
         p.interval = bootstrap_speedup(base.rounds, p.rounds, confidence)
     floor = raw.get("floor_ms")
     if floor:
@@ -240,18 +265,23 @@ def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> Timi
                                f"({format_ms(floor)}, an empty kernel timed the same way): differences this small "
                                "are mostly launch and timer overhead")
     return TimingComparison(programs, int(raw["iterations"]), int(raw["warmup"]), bool(raw["flush_l2"]), confidence,
-                            floor, clock, float(raw.get("seconds", 0.0)), list(raw.get("notes", [])))
+                            floor, clock, float(raw.get("seconds", 0.0)), notes, inputs)
 
 
 def format_comparison(c: TimingComparison) -> str:
     unit = time_unit(min(p.median_ms for p in c.programs))
     flush = "L2 flushed before each launch" if c.flush_l2 else "L2 warm"
+    on = (f"rotating over {c.inputs} inputs (the captured one and {c.inputs - 1} perturbed)" if c.inputs > 1
+          else "on the captured input only")
     lines = [f"{c.rounds} interleaved rounds × {c.iterations} iterations per program (after {c.warmup} warm-up "
-             f"each), {flush}; {c.confidence * 100:g}% bootstrap intervals over rounds; {c.seconds:.1f} s"]
+             f"each), {on}, {flush}; every timed launch checked; {c.confidence * 100:g}% bootstrap intervals over "
+             f"rounds; {c.seconds:.1f} s"]
     width = max(len(p.label) for p in c.programs)
     for p in c.programs:
         head = f"  {p.label:<{width}}  median {format_ms(p.median_ms, unit):>10}  spread {p.spread_pct:5.1f}%"
-        lines.append(head + ("   baseline" if p.interval is None else f"   speedup {p.interval.text()}"))
+        tail = "   VOID (wrong output)" if p.void else "   baseline" if p.interval is None else \
+            f"   speedup {p.interval.text()}"
+        lines.append(head + tail)
     lines.append(c.clock.text())
     if c.floor_ms:
         lines.append(f"launch floor: {format_ms(c.floor_ms, unit)} (an empty kernel)")

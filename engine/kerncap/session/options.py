@@ -137,6 +137,10 @@ COMPARE_ITERATIONS = Option("iterations", "--iterations", int, 10, "timed launch
                             minimum=1, maximum=100000, metavar="N", short="-n")
 COMPARE_WARMUP = Option("warmup", "--warmup", int, 2, "untimed launches per program and round", minimum=0,
                         maximum=10000, metavar="W", short="-w")
+TIMING_INPUTS = Option("inputs", "--inputs", int, 4, "inputs the timed launches rotate over: the captured one and "
+                       "K-1 perturbed ones (as validate --perturb draws them from --seed), so that a program "
+                       "whose speed comes from having seen an input before shows none (1: the captured input "
+                       "alone)", minimum=1, maximum=16, metavar="K")
 MIN_TIME = Option("min_seconds", "--min-time", float, 0.0, "add rounds until every program has S seconds of "
                   "measured kernel time", minimum=0.0, metavar="S")
 MAX_TIME = Option("max_seconds", "--max-time", float, 300.0, "stop adding rounds after S seconds of wall time",
@@ -268,12 +272,18 @@ class CompareRequest:
     min_seconds: float = MIN_TIME.default
     max_seconds: float = MAX_TIME.default
     confidence: float = CONFIDENCE.default
+    inputs: int = TIMING_INPUTS.default
+    seed: int = SEED.default
+    # perturbations (0-based, as validate numbers them minus one) the timing must not use:
+    # those that made the captured kernel itself fault in a validation just before
+    skip: tuple[int, ...] = ()
 
     def checked(self) -> CompareRequest:
         if self.rounds < MIN_ROUNDS:
             raise UsageError(f"--rounds {self.rounds} is too few for a confidence interval",
                              f"use at least {MIN_ROUNDS} ({ROUNDS.default} by default)")
-        for option in (ROUNDS, COMPARE_ITERATIONS, COMPARE_WARMUP, MIN_TIME, MAX_TIME, CONFIDENCE):
+        for option in (ROUNDS, COMPARE_ITERATIONS, COMPARE_WARMUP, MIN_TIME, MAX_TIME, CONFIDENCE, TIMING_INPUTS,
+                       SEED):
             option.check(getattr(self, option.name))
         return self
 
@@ -291,6 +301,7 @@ class BuildRequest:
     iterations: int = BUILD_ITERATIONS.default
     perturb: int = BUILD_PERTURB.default
     runs: int = RUNS.default
+    inputs: int = TIMING_INPUTS.default
     kernel: str | None = None      # a sequence: the kernel (its number or a part of its name) to rebuild
     fusion: str | None = None      # a sequence: the fusion (fusions/<name>/) to build instead
     intermediates: tuple[str, ...] = ()  # a fusion: skeleton buffers declared intermediates
@@ -303,12 +314,12 @@ class BuildRequest:
                              "drop one of them")
         if self.intermediates and self.fusion is None:
             raise UsageError("--intermediate goes with --fusion", "declare intermediates of the fusion you build")
-        for option in (BUILD_ROUNDS, BUILD_ITERATIONS, BUILD_PERTURB, RUNS):
+        for option in (BUILD_ROUNDS, BUILD_ITERATIONS, BUILD_PERTURB, RUNS, TIMING_INPUTS):
             option.check(getattr(self, option.name))
         return self
 
     def timing(self) -> CompareRequest:
-        return CompareRequest(rounds=self.rounds, iterations=self.iterations)
+        return CompareRequest(rounds=self.rounds, iterations=self.iterations, inputs=self.inputs)
 
     def validation(self, cubin: str | None) -> ValidateRequest:
         return ValidateRequest(cubin=cubin, runs=self.runs, perturb=self.perturb if cubin is not None else 0)

@@ -27,6 +27,7 @@ from typing import Any
 
 from kerncap.core.units import interval_text, speedup_text
 from kerncap.errors import GpuUnavailable, KerncapError, NativeUnavailable, UsageError
+from kerncap.recompile import built as built_record
 from kerncap.recompile import fusion as fusion_tool
 from kerncap.recompile import recompile as recompile_kernel
 from kerncap.recompile import sequence_kernel
@@ -334,10 +335,27 @@ class Session(Opened):
         with its bootstrap interval (kerncap.replay.significance)."""
         r = request.checked()
         with self._lock:
-            return self._resident().compare_timing([Path(c) for c in r.cubins], rounds=r.rounds,
-                                                   iterations=r.iterations, warmup=r.warmup, flush_l2=r.flush_l2,
-                                                   min_seconds=r.min_seconds, max_seconds=r.max_seconds,
-                                                   confidence=r.confidence)
+            inputs, notes = self._timing_inputs(r)
+            c = self._resident().compare_timing([Path(c) for c in r.cubins], rounds=r.rounds,
+                                                iterations=r.iterations, warmup=r.warmup, flush_l2=r.flush_l2,
+                                                min_seconds=r.min_seconds, max_seconds=r.max_seconds,
+                                                confidence=r.confidence, inputs=inputs)
+        c.notes += notes
+        return c
+
+    def _timing_inputs(self, r: CompareRequest) -> tuple[list[list[dict]], list[str]]:
+        """The perturbed inputs a timing rotates over besides the captured one (the fills of
+        validate's perturbations 1, 2, … from the same seed), and why there are fewer."""
+        if r.inputs <= 1:
+            return [], []
+        if self.capture.sequence is not None:
+            return [], ["timed on the captured input only: a sequence has no perturbed inputs yet"]
+        plan = self._plan(ValidateRequest(seed=r.seed))
+        if not plan.perturbed:
+            return [], ["timed on the captured input only: nothing in it can be perturbed (validate --perturb "
+                        "lists why)"]
+        usable = [k for k in range(r.inputs - 1 + len(r.skip)) if k not in r.skip][:r.inputs - 1]
+        return [plan.fills(r.seed, k) for k in usable], []
 
     # -- where a variant differs: mismatch maps and dumps on the resident server ----------------
     def mismatch_maps(self, **options: Any) -> list:
@@ -405,7 +423,8 @@ class Session(Opened):
         if same is not None:
             progress(f"source/ is unchanged since {same.label} ({same.validation}): no new variant", "detail")
             return BuildResult("unchanged", variant=same, seconds=time.monotonic() - started)
-        compiled = self._built.get(fingerprint)
+        compiled = self._built.get(fingerprint) or built_record.recall(self.root, fingerprint, mode=r.mode,
+                                                                      config=r.config)  # another process's build
         reused = compiled is not None and compiled.cubin.is_file()
         if reused:
             progress(f"source/ is unchanged since {compiled.cubin.name} was compiled: replaying it", "detail")
@@ -413,6 +432,7 @@ class Session(Opened):
             progress("recompiling …", "")
             compiled = self.recompile(r.config, mode=r.mode, trust=r.trust)
             self._built[fingerprint] = compiled
+            built_record.remember(self.root, fingerprint, compiled, mode=r.mode, config=r.config)
             _report_compile(compiled, progress)
         if cancelled():
             return self._superseded(progress, started, compiled=compiled, reused=reused)
@@ -425,7 +445,7 @@ class Session(Opened):
         v = self.history.record(cubin=rel, build_seconds=compiled.seconds, source_hash=fingerprint, **out.fields())
         self._built.pop(fingerprint, None)
         seconds = time.monotonic() - started
-        progress(f"{v.label}: {out.median_ms:.4f} ms, {speedup_phrase(v)}"
+        progress(f"{v.label}: {_ms(out.median_ms)}, {speedup_phrase(v)}"
                  + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
                  + f" ({seconds:.1f} s)", "pass" if out.validation == "pass" else "fail")
         return BuildResult("recorded", variant=v, compiled=compiled, baseline=base, reused=reused, seconds=seconds)
@@ -475,7 +495,7 @@ class Session(Opened):
                                 source_hash=fingerprint, kernel=k, launch_ms=launches, **out.fields())
         seconds = time.monotonic() - started
         changed = changed_launch_ms(v, self.capture)
-        progress(f"{v.label}: sequence {out.median_ms:.4f} ms, {speedup_phrase(v)}; kernel {k}: "
+        progress(f"{v.label}: sequence {_ms(out.median_ms)}, {speedup_phrase(v)}; kernel {k}: "
                  + ("not timed per launch" if changed is None else f"{changed:.4f} ms over its "
                     f"{len(sequence_kernel.launches_of(self.capture, k))} launch(es)")
                  + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
@@ -525,7 +545,7 @@ class Session(Opened):
                                 source_hash=fingerprint, launch_ms=fused, **out.fields(),
                                 fusion=fusion_row.record(name, first, last, summary["excluded"], fused, captured))
         seconds = time.monotonic() - started
-        progress(f"{v.label}: fusion {name}: sequence {out.median_ms:.4f} ms, {speedup_phrase(v)}; "
+        progress(f"{v.label}: fusion {name}: sequence {_ms(out.median_ms)}, {speedup_phrase(v)}; "
                  f"{fusion_row.fusion_phrase(v)}"
                  + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
                  + f" ({seconds:.1f} s)", "pass" if out.validation == "pass" else "fail")
@@ -536,23 +556,39 @@ class Session(Opened):
         A variant: timed interleaved with the captured cubin (the speedup with its
         interval) and validated on the captured input and request.perturb perturbed ones."""
         with self._lock:
+            # Validation first: it records the captured kernel's tolerance (determinism.json),
+            # which the check after every timed launch then applies, and says which perturbed
+            # inputs make the captured kernel itself fault (the timing leaves those out).
+            report, error = None, None
+            try:
+                report = self.validate(request.validation(None if cubin is None else str(cubin)))
+            except KerncapError as exc:
+                if needs_gpu(exc):
+                    raise
+                error = exc.message
+            faulted = tuple(k for k, i in enumerate(report.inputs[1:]) if i.status == "baseline fault") \
+                if report is not None else ()
             # The baseline goes through the same interleaved timing (alone): it also sets up
             # what the first variant's comparison would otherwise pay for (NVML, the floor).
-            timing = request.timing()
-            c = self.compare(CompareRequest(cubins=() if cubin is None else (str(cubin),), rounds=timing.rounds,
-                                            iterations=timing.iterations))
+            timing = replace(request.timing(), cubins=() if cubin is None else (str(cubin),), skip=faulted)
+            try:
+                c = self.compare(timing)
+            except KerncapError as exc:
+                if needs_gpu(exc) or cubin is None:
+                    raise
+                # The variant faulted in a timed launch (validation may have said so already).
+                out = Measured(None, None, None, validation="error", detail=error or f"timing: {exc.message}")
+                out.report = report
+                out.validation_detail = report.short() if report is not None else ""
+                return out
             p = c.programs[-1]
             out = Measured(p.median_ms, min(p.times), p.spread_pct)
             if p.interval is not None:
                 iv = p.interval
                 out.speedup, out.speedup_low, out.speedup_high = iv.speedup, iv.low, iv.high
                 out.confidence, out.significant = iv.confidence, iv.significant
-            try:
-                report = self.validate(request.validation(None if cubin is None else str(cubin)))
-            except KerncapError as exc:
-                if needs_gpu(exc):
-                    raise
-                out.validation, out.detail = "error", exc.message
+            if error is not None:
+                out.validation, out.detail = "error", error
                 return out
         out.report = report
         out.validation = report.verdict
@@ -563,6 +599,11 @@ class Session(Opened):
         if bad:
             out.detail = "; ".join(f"{i.input}: {i.status}" + (f" ({', '.join(c.name for c in i.failures[:3])})"
                                                                  if i.failures else "") for i in bad[:3])
+        if p.void:
+            # A timed launch left the wrong bytes: whatever validation saw, this program does
+            # not do the work every time it runs. No speedup, and not a pass.
+            out.validation = "fail"
+            out.detail = "; ".join(x for x in (f"timing void: {p.check.first()}", out.detail) if x)
         return out
 
     # -- ending ------------------------------------------------------------------------------
@@ -613,6 +654,10 @@ def changed_launch_ms(v: Variant, cap: Capture) -> float | None:
     if len(v.launch_ms) != len(cap.sequence.launches) or not launches:
         return None
     return sum(v.launch_ms[i] for i in launches)
+
+
+def _ms(ms: float | None) -> str:
+    return "not timed" if ms is None else f"{ms:.4f} ms"
 
 
 def speedup_phrase(v: Variant) -> str:
