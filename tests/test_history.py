@@ -68,7 +68,9 @@ def test_a_damaged_history_names_the_file_and_the_field(demo, change, field):
         History.load(demo)
     assert str(demo / hist.HISTORY_FILE) in exc.value.message and field in exc.value.message, exc.value.message
     assert exc.value.hint
-    assert summary(demo) == {"validation": "unreadable history.json"}  # kerncap list names it, lists the rest
+    # kerncap list names it (and why), lists the rest
+    assert summary(demo) == {"validation": "unreadable history.json",
+                             "problem": f"{exc.value.message}; {exc.value.hint}"}
 
 
 def test_two_variants_with_one_id_are_refused(demo):

@@ -595,6 +595,24 @@ def test_one_unreadable_reproducer_is_a_row_not_an_abort(tmp_path):
         shutil.rmtree(t)
 
 
+def test_list_names_a_garbage_record_or_history_and_exits_3(tmp_path, capsys):
+    """Issue 47: `list` exited 0 over an unreadable history.json or a garbage
+    reproducer.json (docs/cli.md: 3 when any row has a problem); each is named now."""
+    ws = tmp_path / "ws"
+    for name in ("a", "b", "c"):
+        shutil.copytree(AXPY, ws / "reproducers" / name)
+    (ws / "reproducers" / "a" / "reproducer.json").write_text("garbage")
+    (ws / "reproducers" / "b" / "history.json").write_text("garbage")
+    assert main(["list", "--workspace", str(ws)]) == 3
+    out = capsys.readouterr().out
+    assert f"! {ws}/reproducers/a: {ws}/reproducers/a/reproducer.json is not valid JSON" in out, out
+    assert f"! {ws}/reproducers/b: {ws}/reproducers/b/history.json is not valid JSON" in out, out
+    assert "reproducers/c:" not in out and out.count(" axpy_inplace  ") == 3  # every row still listed
+    assert main(["list", "--workspace", str(ws), "--json"]) == 3
+    rows = {Path(r["path"]).name: r for r in json.loads(capsys.readouterr().out)}
+    assert [len(rows[n]["problems"]) for n in "abc"] == [1, 1, 0]
+
+
 def test_pack_with_an_empty_output_name(tmp_path, capsys):
     """Issue: `pack -o ''` said ". already exists"."""
     assert main(["pack", str(AXPY), "-o", ""]) == 2

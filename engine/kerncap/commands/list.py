@@ -42,6 +42,7 @@ def format_list(rows: list[dict]) -> str:
     out = text_table(["kernel", "command", "captured", "logical", "stored", "valid", "path"], table, right={3, 4})
     out += [f"  ! {r['path']}: {r['error']}" for r in rows if r["error"]]
     out += [f"  ! {r['path']}: payloads: {r['payloads']}" for r in rows if r.get("payloads") not in (None, "ok")]
+    out += [f"  ! {r['path']}: {p}" for r in rows for p in r.get("problems") or ()]
     return "\n".join(out)
 
 
@@ -55,5 +56,5 @@ def handle(args: argparse.Namespace) -> int:
               + "; `kerncap extract KERNEL -- CMD` makes one")
     else:
         print(format_list(rows))
-    damaged = any(r["error"] or r.get("payloads") not in (None, "ok") for r in rows)
+    damaged = any(r["error"] or r.get("payloads") not in (None, "ok") or r.get("problems") for r in rows)
     return EXIT_CANNOT_RUN if damaged else EXIT_OK

@@ -343,12 +343,14 @@ def _inside(root: Path, cubin: str | None) -> bool:
 
 def summary(reproducer: str | Path) -> dict[str, Any]:
     """For `kerncap list`: the baseline's validation and the number of variants ({} for
-    a reproducer without a history; "unreadable history.json" when it is damaged)."""
+    a reproducer without a history; "unreadable history.json" when it is damaged, with
+    `problem`: why, and what to do)."""
     root = Path(reproducer)
-    if not (root / HISTORY_FILE).exists():
+    if not (root / HISTORY_FILE).exists() and not (root / HISTORY_FILE).is_symlink():
         return {}
     try:
         h = History.load(root)
-    except KerncapError:
-        return {"validation": f"unreadable {HISTORY_FILE}"}
+    except KerncapError as exc:
+        return {"validation": f"unreadable {HISTORY_FILE}",
+                "problem": exc.message + (f"; {exc.hint}" if exc.hint else "")}
     return {"validation": h.baseline.validation if h.baseline else None, "variants": len(h.variants)}

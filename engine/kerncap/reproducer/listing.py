@@ -13,6 +13,7 @@ from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import summary as history_summary
 from kerncap.reproducer.payloads import check_payloads
+from kerncap.reproducer.record import read_record
 from kerncap.reproducer.sets import is_set
 from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -86,7 +87,7 @@ def list_captures(root: str | Path = DEFAULT_WORKSPACE, extra: Sequence[str | Pa
 def _row(path: Path) -> dict[str, Any]:
     return {"path": str(path), "kernel": None, "mangled": None, "command": None, "time": None, "logical": None,
             "stored": None, "in_store": False, "validation": None, "variants": 0, "payloads": None, "error": None,
-            "sequence": None}
+            "sequence": None, "problems": []}
 
 
 def describe_reproducer(repro: Path, *, verify: bool = False) -> dict[str, Any]:
@@ -120,5 +121,11 @@ def describe_reproducer(repro: Path, *, verify: bool = False) -> dict[str, Any]:
     except Exception as exc:  # one broken reproducer must not hide the others' rows
         row["error"] = f"{type(exc).__name__}: {exc} (a kerncap bug: please report it)"
     if row["error"] is None:
-        row.update(history_summary(repro))  # the baseline's verdict in history.json, if any
+        history = history_summary(repro)  # the baseline's verdict in history.json, if any
+        problems = [history.pop("problem")] if "problem" in history else []
+        try:
+            read_record(repro)
+        except KerncapError as exc:  # the capture reads, its record does not: listed, and said (exit 3)
+            problems.insert(0, exc.message + (f"; {exc.hint}" if exc.hint else ""))
+        row.update(history, problems=problems)
     return row

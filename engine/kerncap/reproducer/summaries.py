@@ -66,4 +66,5 @@ class ReproducerRow(_Document):
     variants: int = _field("variants", "rows of its variant history")
     payloads: str = _field("payloads", '"ok", or what is missing or damaged')
     error: str = _field("error", "why it cannot be read, if it cannot")
+    problems: list = _field("problems", "what is wrong with its reproducer.json or history.json (its capture reads)")
     sequence: dict = _field("sequence", "a sequence: mode, launches, kernels, streams, steps (null: one dispatch)")
