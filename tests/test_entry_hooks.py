@@ -339,6 +339,7 @@ def test_graphs_through_the_entry_points(built, tmp_path):
     proc = json.loads(report.read_text())
     assert [e["kind"] for e in proc["errors"]] == ["graph_unreached"], proc["errors"]
     assert proc["target_matches"] == 8  # 4 launches x 2 target nodes; the recorded launch is not a dispatch
+    assert proc["not_counted"] == {"autotuner": 0, "recorded_into_graphs": 1}
     why = proc["errors"][0]["message"]
     assert "1 launch(es) of the target were recorded into CUDA graphs by stream capture" in why
     assert "2 CUDA graph(s) holding the target were built but never instantiated" in why
@@ -505,11 +506,16 @@ def test_the_sampled_profile_counts_every_launch_and_times_a_sample(built, tmp_p
     # The 4 threads launch into one stream (the null stream): a pair another thread's
     # launch may have landed in is left out, and said so (before, such pairs read up to
     # 1.8x long on this 2-core machine under load).
-    (warning,) = result.warnings
-    assert "1 stream(s) had timed launches from several threads" in warning, warning
+    (warning,) = [w for w in result.warnings if "1 stream(s) had timed launches from several threads" in w]
     left_out = int(re.search(r"; (\d+) timed launch\(es\) there were left out", warning).group(1))
+    # A thread descheduled for over 5 ms while it held the stream (a loaded machine) loses
+    # that sample to the watchdog: left out and, past 1 % of them, said so; never counted
+    # wrong. How many depends on the load, so the test accepts any number and counts them.
+    lost = [w for w in result.warnings if "could not be read (held over 5 ms, or unfinished at exit)" in w]
+    assert len(result.warnings) == 1 + len(lost), result.warnings
+    unread = sum(int(re.search(r"(\d+) of \d+ timed launches could not be read", w).group(1)) for w in lost)
     # a few hundred per thread (each times its first 32 launches, then ever fewer), not every launch
-    assert 4 * 32 < target.timed + left_out and target.timed < target.calls // 20, (target.timed, left_out)
+    assert 4 * 32 < target.timed + left_out + unread and target.timed < target.calls // 20, (target.timed, left_out)
     assert target.total_ns == pytest.approx(5000 * target.calls, rel=1e-4)  # every timed launch took 5 us
     assert other.total_ns == pytest.approx(1000 * other.calls, rel=1e-4)
     assert target.percent == pytest.approx(100 * 5 / 6, abs=0.01)

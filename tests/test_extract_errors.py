@@ -293,3 +293,32 @@ def test_bad_pattern_and_dispatch(fake):
         fake({}, match="fuzzy")
     with pytest.raises(KerncapError, match="negative"):
         fake({}, dispatch=-1)
+
+
+def test_a_kernel_that_ran_is_never_said_to_have_never_ran(fake):
+    """Issue 44: `--match exact gemm_fusion_dot` whose only launches outside graphs were
+    XLA's autotuner runs (not dispatches) said the kernel "never ran", listing it with its
+    30 launches. Now it says it ran, and why none counted."""
+    seen = {"gemm_fusion_dot": 30, "RedzoneAllocatorKernelImpl": 4}
+    with pytest.raises(KerncapError) as e:
+        fake({"proc": {"kernels_seen": seen, "target_matches": 0,
+                       "not_counted": {"autotuner": 30, "recorded_into_graphs": 0}}},
+             kernel="gemm_fusion_dot", match="exact")
+    msg = e.value.message
+    assert "never ran" not in msg, msg
+    assert "'gemm_fusion_dot' (--match exact) ran in" in msg and "gemm_fusion_dot (30 launches)" in msg, msg
+    assert "30 were XLA autotuner candidate runs" in msg, msg
+    assert "docs/graphs.md" in e.value.hint
+
+
+@pytest.mark.parametrize("kernel, match, ran", [
+    ("_Z6targetv", "exact", True),       # exact compares the demangled name kernels_seen holds
+    ("target", "exact", False),          # exact is the whole name
+    ("tar", "substring", True),
+    ("^targ.t", "regex", True),
+])
+def test_which_launches_of_the_pattern_ran_follows_the_match_mode(kernel, match, ran):
+    from kerncap.capture.extract import _runs_of
+
+    procs = [{"kernels_seen": {"target()": 3, "other()": 2}}]
+    assert bool(_runs_of(kernel, match, procs)) is ran

@@ -343,6 +343,14 @@ void write_proc(State& s) {
   if (s.nvtx) s.report.set_section("nvtx", s.nvtx->report_json(s.nvtx_inside.load(), s.nvtx_outside.load()));
   if (selection_requested(s.cfg)) s.report.set_section("selection", selection_json(s));
   if (s.seq_trigger) s.report.set_section("sequence", sequence_report(s));
+  if (s.cfg.mode == Mode::Capture) {
+    // Launches of the target that ran (or were recorded) but are not dispatches: the
+    // engine names them instead of saying the kernel never ran (docs/selection.md).
+    JsonWriter w;
+    w.begin_object().field("autotuner", s.xla.skipped()).field("recorded_into_graphs", s.recorded_into_graphs.load());
+    w.end_object();
+    s.report.set_section("not_counted", w.str());
+  }
   s.report.write(s.cfg.out_dir, counters(s));
 }
 

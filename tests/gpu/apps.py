@@ -129,6 +129,11 @@ ZERO_COPY_GATHER = AppSpec("zero_copy_gather", "gather_table", dispatch=1, write
 HOST_REGISTER_SCALE = AppSpec("host_register_scale", "scale_host", dispatch=1)
 SPARSE_ARENA = AppSpec("sparse_arena", "arena_reduce", dispatch=1, args=("2", "64"))
 JAX_GEMM = AppSpec("jax_gemm", "", python=True, timeout=400.0)  # kernel found by `kerncap profile`
+# Issue 43: XLA's command buffers (CUDA graphs with programmatic edges) under its default flags.
+JAX_CHAIN = AppSpec("jax_chain", "", python=True, env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, timeout=400.0)
+# Issue 43: a graph with a programmatic edge built through the runtime; dispatch 1 is launch L1.
+GRAPH_PDL = AppSpec("graph_pdl", "pdl_consumer", dispatch=1, keep_running=True, writes=("out",),
+                    reads=("mid",))
 PAGED_ATTENTION = AppSpec("paged_attention", "kc_paged_attn_decode", python=True, dispatch=1,
                           writes=("out",), reads=("q", "block_table", "seq_lens"), timeout=400.0)
 
@@ -180,3 +185,14 @@ def app_env(spec: AppSpec, workdir: Path, **extra: str) -> dict[str, str]:
 # Issue 30 (see the data): a 2-D output in 64 x 64 tiles; variants/tile2d_* plant bugs.
 TILE2D = AppSpec("tile2d", "tile2d", writes=("out",), reads=("colscale",), args=("1024", "1024"))
 TILE2D_BIG = AppSpec("tile2d", "tile2d", writes=("out",), reads=("colscale",), args=("32768", "32768"), timeout=600.0)
+
+
+def pick_gemm(profile) -> str:
+    """The name of the profile's GEMM kernel with the most time (JAX apps: found, not known)."""
+    import pytest
+
+    words = ("gemm", "dot", "matmul", "nvjet", "xmma", "cutlass", "triton")
+    for k in profile.kernels:  # by total time
+        if any(w in (k.name + k.demangled).lower() for w in words):
+            return k.name
+    pytest.fail("no GEMM kernel in the JAX app's profile: " + ", ".join(k.name for k in profile.kernels[:10]))

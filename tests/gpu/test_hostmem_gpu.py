@@ -28,7 +28,7 @@ import pytest
 from kerncap.errors import AddressUnavailable, CaptureFormatError, KerncapError
 
 from .apps import (HOST_REGISTER_SCALE, JAX_GEMM, PAGED_ATTENTION, SPARSE_ARENA, TESTAPPS, ZERO_COPY_GATHER, AppSpec, Once,
-                   app_env)
+                   app_env, pick_gemm)
 
 pytestmark = pytest.mark.gpu
 GiB, MiB = 1 << 30, 1 << 20
@@ -215,21 +215,13 @@ def test_a_mostly_empty_arena_is_stored_and_replayed_sparsely(extracted, variant
         assert dense.passed and not rc.info["sparse"], failing(dense)
 
 
-def _pick_gemm(profile) -> str:
-    words = ("gemm", "dot", "matmul", "nvjet", "xmma", "cutlass", "triton")
-    for k in profile.kernels:  # by total time
-        if any(w in (k.name + k.demangled).lower() for w in words):
-            return k.name
-    pytest.fail("no GEMM kernel in the JAX app's profile: " + ", ".join(k.name for k in profile.kernels[:10]))
-
-
 def test_jax_gemm_fusion_with_default_preallocation(extracted, tmp_path):
     from kerncap import api
     from kerncap.replay.client import ReplayClient
 
     spec = JAX_GEMM
     prof = api.profile(spec.command(extracted.build), env=app_env(spec, tmp_path), timeout=spec.timeout)
-    kernel = _pick_gemm(prof)
+    kernel = pick_gemm(prof)
     print(f"jax_gemm: kernels {[(k.name, k.calls) for k in prof.kernels[:6]]}; extracting {kernel}")
     repro, cap, report, _ = extracted.get(spec, kernel=kernel, match="exact")
     big = max(cap.regions, key=lambda r: r.size)

@@ -468,6 +468,9 @@ def diagnose_failure(
         )
     graphs = report_errors(procs, "graph_unreached")
     in_graphs = f"; in CUDA graphs: {graphs[0][1].get('message', '')}" if graphs else ""
+    ran = _runs_of(kernel, match, procs)
+    if not any(matches) and ran:
+        return _ran_uncounted(target, cmd, ran, procs, in_graphs)
     if not any(matches):
         return KerncapError(
             f"{target} never ran in `{cmd}`{in_graphs}" + _closest_listing(kernel, procs),
@@ -483,6 +486,50 @@ def diagnose_failure(
     return KerncapError(
         f"{target} matched {max(matches)} dispatches but no capture was written",
         "rerun with --keep-run-dir and look at the proc-*.json files of the run directory",
+    )
+
+
+def _runs_of(kernel: str, match: str, procs: list[dict]) -> dict[str, int]:
+    """The kernels the app launched whose name `kernel` matches as --match `match` does
+    (kernels_seen holds demangled names: an exact pattern is compared demangled too)."""
+    if match == "regex":
+        try:
+            pattern = re.compile(kernel)
+        except re.error:
+            return {}
+        hit = lambda name: pattern.search(name) is not None  # noqa: E731
+    elif match == "exact":
+        from kerncap.sources.names import demangle
+
+        wanted = {kernel, demangle(kernel)}
+        hit = lambda name: name in wanted  # noqa: E731
+    else:
+        hit = lambda name: kernel in name  # noqa: E731
+    out: dict[str, int] = {}
+    for p in procs:
+        for name, count in (p.get("kernels_seen") or {}).items():
+            if count and hit(name):
+                out[name] = out.get(name, 0) + int(count)
+    return out
+
+
+def _ran_uncounted(target: str, cmd: str, ran: dict[str, int], procs: list[dict], in_graphs: str) -> KerncapError:
+    """The target's kernel ran but no launch of it was a dispatch: say which launches those
+    were (never that it never ran)."""
+    names = ", ".join(f"{short_kernel_name(n, 120)} ({c} launches)" for n, c in sorted(ran.items(), key=lambda x: -x[1]))
+    autotuner = sum(int((p.get("not_counted") or {}).get("autotuner") or 0) for p in procs)
+    recorded = sum(int((p.get("not_counted") or {}).get("recorded_into_graphs") or 0) for p in procs)
+    why = []
+    if autotuner:
+        why.append(f"{autotuner} were XLA autotuner candidate runs, which are not the app's dispatches")
+    if recorded:
+        why.append(f"{recorded} were recorded into CUDA graphs by stream capture (they run, and count, at the "
+                   "graph's launches)")
+    reason = "; ".join(why) if why else "kerncap counted none of them as a dispatch"
+    return KerncapError(
+        f"{target} ran in `{cmd}` ({names}) but no launch of it counted as a dispatch: {reason}{in_graphs}",
+        "a kernel that runs inside CUDA graphs is counted at each launch of its executable graph (docs/graphs.md); "
+        "`kerncap profile -- CMD` shows where it ran; KERNCAP_XLA_AUTOTUNE_MS=0 counts XLA's autotuner runs too",
     )
 
 
