@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 
 from kerncap import __version__
 from kerncap.commands import (
@@ -38,8 +40,9 @@ from kerncap.commands import (
     validate,
 )
 from kerncap.commands import list as list_command
+from kerncap.core.fsio import clean_scratch
 from kerncap.core.units import printable
-from kerncap.errors import EXIT_CANNOT_RUN, KerncapError, UsageError
+from kerncap.errors import EXIT_CANNOT_RUN, EXIT_INTERRUPTED, EXIT_TERMINATED, KerncapError, Terminated, UsageError
 
 # The order of `kerncap --help`.
 COMMANDS = (profile, extract, replay, validate, dump, recompile, fuse, build, sources, info, list_command, pack, unpack,
@@ -109,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     saved = sys.stdout, sys.stderr
     if command not in RAW_OUTPUT:
         sys.stdout, sys.stderr = _Printable(sys.stdout), _Printable(sys.stderr)
+    previous = handle_sigterm()
     try:
         status = _run(own, app_cmd, command, as_json)
         sys.stdout.flush()  # now, not at the interpreter's exit, where a closed pipe cannot be handled
@@ -116,7 +120,39 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _pipe_closed()
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         sys.stdout, sys.stderr = saved
+
+
+def _terminate(_signum, _frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
+
+
+def handle_sigterm():
+    """SIGTERM ends a command as Ctrl-C does (Terminated is a KeyboardInterrupt): temp
+    files and scratch directories removed, child processes stopped, one line, status 143.
+    The previous handler (to restore), or None when it was not installed (not the main
+    thread, or an embedding program handles SIGTERM itself). The workbench and the MCP
+    server install their own while they run."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous not in (signal.SIG_DFL, None):
+            return None
+        signal.signal(signal.SIGTERM, _terminate)
+    except (ValueError, OSError):
+        return None
+    return previous
+
+
+def _remove_leftovers() -> None:
+    """What killed kerncap processes (SIGKILL, a crash) left in kerncap's scratch
+    directory: removed, and named."""
+    for left in clean_scratch():
+        print(f"kerncap: {left.removed()}", file=sys.stderr)
 
 
 def _run(own: list[str], app_cmd: list[str], command: str | None, as_json: bool) -> int:
@@ -124,6 +160,7 @@ def _run(own: list[str], app_cmd: list[str], command: str | None, as_json: bool)
         args = build_parser().parse_args(own)
         args.app_command = app_cmd
         command = args.command
+        _remove_leftovers()
         return int(args.handler(args) or 0)
     except KerncapError as exc:
         return report(exc, command, as_json)
@@ -134,9 +171,10 @@ def _run(own: list[str], app_cmd: list[str], command: str | None, as_json: bool)
         return report(KerncapError(f"{exc.strerror or exc}{where}",
                                    "check free space and permissions of that location, then run the command again"),
                       command, as_json)
-    except KeyboardInterrupt:
-        print(f"kerncap {command or ''}: interrupted".replace("  ", " "), file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"kerncap {command or ''}: {what}".replace("  ", " "), file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
 
 
 def _closed_streams(command: str | None) -> int | None:

@@ -6,6 +6,14 @@ EXIT_OK = 0           # success; a validation that passed
 EXIT_FAILED = 1       # a verdict of failure: validation FAIL (a check's regression)
 EXIT_USAGE = 2        # the command line is wrong (argparse's own status too)
 EXIT_CANNOT_RUN = 3   # could not run: damaged input, no GPU, missing tool, disk or permission trouble
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143   # SIGTERM (128 + SIGTERM)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C raises KeyboardInterrupt: everything
+    that cleans up after Ctrl-C (temp files, scratch directories, child processes) does
+    after SIGTERM too, and the command ends with one line and EXIT_TERMINATED."""
 
 
 class KerncapError(Exception):

@@ -10,6 +10,8 @@ import fcntl
 import os
 import re
 import shutil
+import stat
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,7 +85,7 @@ def make_dirs(path: Path, what: str | None = None) -> None:
 # Every multi-step write of kerncap goes through a sibling named <name>.<kind>-<pid> and
 # ends with one rename; a kill in between leaves that sibling, never a complete-looking
 # <name>. The next command that touches <name> names what to remove.
-_LEFTOVER = re.compile(r"^(?P<base>.+)\.(?P<kind>run|partial|prune|full)-(?P<pid>\d+)$")
+_LEFTOVER = re.compile(r"^(?P<base>.+)\.(?P<kind>run|partial|prune|full|scratch)-(?P<pid>\d+)$")
 _HIDDEN_TEMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$")
 _ADVICE = {
     "run": "an interrupted `kerncap extract` left its run directory (the raw capture): remove it",
@@ -92,17 +94,23 @@ _ADVICE = {
     "full": "an interrupted `kerncap prune` moved the full reproducer aside: if {base} is missing, rename this "
             "back to {base}; otherwise remove it",
     "tmp": "an interrupted write left a temporary file: remove it",
+    "scratch": "an interrupted compile left its scratch directory (the compiler's temporary files): remove it",
 }
 
 
 @dataclass(frozen=True)
 class Leftover:
     path: Path
-    kind: str        # run | partial | prune | full | tmp
+    kind: str        # run | partial | prune | full | tmp | scratch
     pid: int
 
     def advice(self) -> str:
         return f"{self.path}: " + _ADVICE[self.kind].format(base=self.path.parent / self.base)
+
+    def removed(self) -> str:
+        """What to say once kerncap removed it itself."""
+        what = "scratch directory" if self.kind == "scratch" else "temporary file"
+        return f"removed {self.path}, a {what} an interrupted kerncap (pid {self.pid}) left"
 
     @property
     def base(self) -> str:
@@ -146,18 +154,74 @@ def find_leftovers(directory: Path, base: str | None = None) -> list[Leftover]:
     return found
 
 
-def remove_dead_temps(directory: Path) -> int:
+def remove_dead_temps(directory: Path) -> list[Leftover]:
     """Remove the hidden temp files (`temp_name`) that processes now gone left in
-    `directory` (a store's object directory, capture/blobs): a killed `store` or
-    `hydrate` leaves one, and the next run there cleans it up. How many it removed."""
-    removed = 0
+    `directory` (a store's object directory, capture/blobs, variants/): a killed `store`,
+    `hydrate` or `recompile` leaves one, and the next run there cleans it up. What it
+    removed (`Leftover.removed()` says so)."""
+    removed = []
     for left in find_leftovers(directory):
         if left.kind == "tmp":
             try:
                 os.unlink(left.path)  # a file: a link or directory of that name is not ours
-                removed += 1
+                removed.append(left)
             except OSError:
                 pass
+    return removed
+
+
+# -- scratch directories: where the compilers kerncap runs keep their temporary files ---------
+
+
+def scratch_root() -> Path:
+    """`$TMPDIR/kerncap-<uid>`: a directory of this user's only (mode 0700), made if
+    missing. Every compile kerncap runs keeps its temporary files below it (the
+    preprocessed source among them), and `clean_scratch` removes what a killed run left."""
+    base = Path(tempfile.gettempdir()) / f"kerncap-{os.getuid()}"
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise fs_error(exc, f"create kerncap's scratch directory {base}",
+                       "set TMPDIR to a writable directory of your own") from None
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise KerncapError(f"{base} is not a private directory of yours (a link, another user's, or open to others): "
+                           "kerncap keeps its compilers' temporary files there",
+                           "remove it, or set TMPDIR to a directory of your own")
+    return base
+
+
+@contextmanager
+def scratch(kind: str) -> Iterator[Path]:
+    """A new directory `<scratch_root>/<kind>-<random>.scratch-<pid>`, removed with all it
+    holds when the block ends (also on Ctrl-C and SIGTERM); one that a SIGKILL left is
+    removed by the next kerncap (`clean_scratch`)."""
+    path = Path(tempfile.mkdtemp(prefix=f"{kind}-", suffix=f".scratch-{os.getpid()}", dir=scratch_root()))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def clean_scratch() -> list[Leftover]:
+    """Remove the scratch directories (and stray files) of kerncap processes that are gone
+    from `scratch_root`; what it removed. Never raises: a run must not fail over another's
+    leftovers."""
+    base = Path(tempfile.gettempdir()) / f"kerncap-{os.getuid()}"
+    try:
+        st = os.lstat(base)
+    except OSError:
+        return []  # none yet (made by the first compile)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return []  # not ours: scratch() names it when a compile needs it
+    removed = []
+    for left in find_leftovers(base):
+        if left.kind in ("scratch", "tmp"):
+            remove_quietly(left.path)
+            if not os.path.lexists(left.path):
+                removed.append(left)
     return removed
 
 

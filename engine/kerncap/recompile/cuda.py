@@ -17,12 +17,15 @@ import os
 import time
 from pathlib import Path
 
-from kerncap.core.fsio import fs_error, remove_quietly, temp_name
+from kerncap.core.fsio import fs_error, remove_dead_temps, remove_quietly, temp_name
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError
 from kerncap.recompile.devcompile.build import Request, compile_cubin
 from kerncap.recompile.devcompile.module_id import object_names
-from kerncap.recompile.trust import ReadPlaces, local_nvcc, require_trust, review
+from kerncap.recompile.inputs import check_tree, include_problems
+from kerncap.recompile.trust import (ReadPlaces, include_dirs, local_nvcc, require_trust, require_trusted_sources,
+                                     review)
+from kerncap.reproducer.editable import RECORDS
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
 from kerncap.reproducer.variants import VARIANTS, RecompileResult, publish_variant, variants_dir
@@ -41,7 +44,9 @@ _DROP = {"-c", "--compile", "-M", "-MM", "-MD", "-MMD", "-MP", "-dc", "--device-
          "--device-link", "-link", "-lib", "-cubin", "--cubin", "-ptx", "--ptx", "-fatbin", "--fatbin",
          "-E", "--preprocess", "-generate-dependencies", "--generate-dependencies",
          "--generate-nonsystem-dependencies", "--generate-dependencies-with-compile",
-         "--generate-nonsystem-dependencies-with-compile"}
+         "--generate-nonsystem-dependencies-with-compile",
+         # make's jobserver is not there when kerncap compiles: ptxas warns, and -Werror fails the build
+         "-jobserver", "--jobserver"}
 
 
 def _load_build(repro: Path) -> dict:
@@ -160,6 +165,7 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
     if not argv:
         raise KerncapError(f"{repro / 'source' / BUILD_JSON} holds an empty compile command", "extract again")
     source = repro / "source"
+    files = check_tree(source, repro)  # no link out, FIFO or device reaches the compiler
     tu_copy = source / build["tu"]
     if not tu_copy.is_file():
         raise KerncapError(f"the translation unit {tu_copy} is missing", "restore it (the original is under " + build.get("source_root", "?") + ")")
@@ -175,8 +181,12 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
     nvcc = [compiler, *shadow, *flags, f"-arch={arch_flag(build, capture, argv)}"]
     command = [*nvcc, "-cubin", "-o", str(tmp), str(tu_copy)]
     if not trust:  # before anything runs or is written
-        require_trust(review(flags, repro, read_places(build, repro, cwd, compiler)), command, source / BUILD_JSON)
+        places = read_places(build, repro, cwd, compiler)
+        require_trust(review(flags, repro, places), command, source / BUILD_JSON)
+        sources = [f for f in files if f.name not in RECORDS]
+        require_trusted_sources(include_problems(sources, places, include_dirs(shadow + flags, cwd)), source)
     variants_dir(repro)  # a real directory, not a link out of the reproducer
+    cleaned = [left.removed() for left in remove_dead_temps(variants)]  # what a killed recompile left
     try:  # fail on a read-only or full location now, not after a long compile
         tmp.write_bytes(b"")
     except OSError as exc:
@@ -212,7 +222,7 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
     if _same_machine_code(built.cubin, capture, kernel):
         summary = (summary + "; " if summary else "") + "the kernel's machine code is identical to the captured one"
     return RecompileResult(cubin=final, seconds=seconds, command=command, log=built.log, mode=built.mode,
-                           phases=built.timing.as_dict(), notes=built.notes, summary=summary)
+                           phases=built.timing.as_dict(), notes=[*cleaned, *built.notes], summary=summary)
 
 def _same_machine_code(data: bytes, capture: Capture, kernel: str) -> bool:
     """The kernel's `.text` equals the captured cubin's (an unmodified or reverted source

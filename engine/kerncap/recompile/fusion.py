@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from kerncap.core.confined import link_error, real_dir
-from kerncap.core.fsio import write_atomic
+from kerncap.core.fsio import scratch, write_atomic
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError, UsageError
-from kerncap.recompile.trust import local_nvcc, tool_env
+from kerncap.recompile.inputs import check_tree, include_problems
+from kerncap.recompile.trust import ReadPlaces, local_nvcc, tool_env
 from kerncap.replay.region_types import classify_cxx_type, cxx_parameter_types
 from kerncap.reproducer.format import Capture, cubin_problem, read_json
 from kerncap.reproducer.schemas import FUSION_JSON
@@ -294,10 +295,19 @@ def compile_fusion(repro: str | os.PathLike, name: str, *, intermediates: tuple[
         raise KerncapError("the capture does not say which GPU it ran on", "extract again")
     cubin = _file(d, "fused.cubin")
     nvcc = local_nvcc("nvcc", root)
+    # what nvcc may read: regular files of the fusion's directory, and includes inside the
+    # reproducer, the toolkit or the system's headers (a fusion has no --trust)
+    files = check_tree(d, root)
+    places = ReadPlaces(root, cwd=d, toolkit=Path(os.path.realpath(nvcc)).parent.parent)
+    problems = include_problems([f for f in files if f.suffix != ".cubin" and f.name != "fusion.json"], places)
+    if problems:
+        raise KerncapError(f"{source} includes files outside the reproducer:\n" + "\n".join(f"  {p}" for p in problems),
+                           "include headers of the reproducer, the CUDA toolkit or the system only")
     cmd = [nvcc, "-cubin", f"-arch=sm_{arch}", "-O3", "-lineinfo", "-o", str(cubin), str(source)]
     try:
-        p = subprocess.run(cmd, cwd=d, env=tool_env(root), capture_output=True, text=True, timeout=timeout,
-                           check=False)
+        with scratch("fuse") as work:
+            p = subprocess.run(cmd, cwd=d, env=tool_env(root, work), capture_output=True, text=True, timeout=timeout,
+                               check=False)
     except subprocess.TimeoutExpired:
         raise KerncapError(f"nvcc did not finish compiling {source} within {timeout:g} s") from None
     if p.returncode != 0:

@@ -32,6 +32,7 @@ VALUE_FLAGS = {
     "-U", "--undefine-macro", "-x", "--x", "-Xcompiler", "--compiler-options", "-Xptxas", "--ptxas-options",
     "-Xcudafe", "-Xfatbin", "--fatbin-options", "-ccbin", "--compiler-bindir", "-maxrregcount", "--maxrregcount",
     "-std", "--std", "-t", "--threads", "-default-stream", "--default-stream", "-split-compile", "--split-compile",
+    "-split-compile-extended", "--split-compile-extended",
     "-diag-suppress", "--diag-suppress", "-diag-error", "--diag-error", "-diag-warn", "--diag-warn",
     "-odir", "--output-directory", "-keep-dir", "--keep-dir", "-optf", "--options-file", "-Xnvlink",
     "--nvlink-options", "-Xarchive", "--archive-options", "-ftz", "-prec-div", "-prec-sqrt", "-fmad",
@@ -54,6 +55,8 @@ _NVCC_SAFE = re.compile(r"""
   | -extra-device-vectorization | --extra-device-vectorization | -noeh | --no-exceptions
   | -compress-mode | --compress-mode | -compress-all | --compress-all | -jump-table-density
   | -lto | -dlto | --dlink-time-opt
+  | -v | --verbose | -jobserver | --jobserver | -err-no | -no-err-no | --no-display-error-number
+  | -split-compile-extended | --split-compile-extended
 """, re.X)
 
 # Host compiler options (through -Xcompiler, or forwarded as unknown options) that only
@@ -129,6 +132,15 @@ _JOINED_DIR = re.compile(r"(-I|-isystem|-iquote|-idirafter|-isysroot|--sysroot=|
 # Where a system keeps the headers every compile may read.
 SYSTEM_INCLUDE_DIRS = ("/usr/include", "/usr/local/include", "/usr/lib/gcc", "/usr/lib64/gcc", "/usr/libexec/gcc",
                        "/usr/lib/clang", "/usr/lib64/clang", "/usr/local/cuda", "/opt/nvidia", "/opt/cuda")
+
+
+def include_dirs(flags: list[str], cwd: Path) -> list[Path]:
+    """The directories `flags` make the compiler search for headers (relative ones from `cwd`)."""
+    out = []
+    for name, value, _ in split(flags):
+        if name in _INCLUDE_DIR_FLAGS and value:
+            out.append(Path(value) if os.path.isabs(value) else Path(cwd) / value)
+    return out
 
 
 def _within(path: str, root: str) -> bool:
@@ -285,9 +297,14 @@ def search_path(reproducer: str | os.PathLike | None = None) -> str:
     return os.pathsep.join(keep)
 
 
-def tool_env(reproducer: str | os.PathLike | None = None) -> dict[str, str]:
-    """The environment kerncap runs nvcc and its steps in: the user's, PATH as `search_path`."""
-    return {**os.environ, "PATH": search_path(reproducer)}
+def tool_env(reproducer: str | os.PathLike | None = None, scratch: str | os.PathLike | None = None) -> dict[str, str]:
+    """The environment kerncap runs nvcc and its steps in: the user's, PATH as
+    `search_path`, and TMPDIR `scratch` (a directory kerncap removes afterwards,
+    kerncap.core.fsio.scratch: nvcc's and cicc's temporary files land there, not in /tmp)."""
+    env = {**os.environ, "PATH": search_path(reproducer)}
+    if scratch is not None:
+        env["TMPDIR"] = str(scratch)
+    return env
 
 
 def local_nvcc(recorded: str, reproducer: str | os.PathLike | None = None) -> str:
@@ -362,6 +379,17 @@ def review_steps(nvcc: str, programs: dict[str, str | None], reproducer: Path) -
         elif holder := _inside_a_reproducer(real):
             problems.append(f"{kind} step {exe}: a program inside the kerncap reproducer {holder}")
     return problems
+
+
+def require_trusted_sources(problems: list[str], source: Path) -> None:
+    """Refuse sources whose #include directives read outside (kerncap.recompile.inputs),
+    naming each, unless the caller was given --trust."""
+    if problems:
+        listing = "\n".join(f"  {p}" for p in problems)
+        raise UntrustedCommand(
+            f"the sources in {source} include files kerncap cannot confine to the reproducer:\n{listing}",
+            "read them; if you trust this reproducer, run `kerncap recompile DIR --trust` (or edit the source)",
+        )
 
 
 def require_trust(problems: list[str], command: list[str], build_json: Path) -> None:

@@ -15,9 +15,7 @@ the edit loop should not wait for it.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 from kerncap.recompile.devcompile import instantiate, phases
 from kerncap.recompile.devcompile.module_id import module_id
 from kerncap.recompile.devcompile.reduce import INSTANTIATION_FILE, Reduction, ReduceError, reduce_tu
+from kerncap.core.fsio import scratch
 from kerncap.errors import KerncapError
 from kerncap.recompile.trust import directs_files, require_trust, resolve_program, review_steps, tool_env
 
@@ -73,11 +72,8 @@ class Request:
 def compile_cubin(req: Request) -> Build:
     if req.mode not in MODES:
         raise KerncapError(f"unknown recompile mode {req.mode!r}", f"use one of {', '.join(MODES)}")
-    work = Path(tempfile.mkdtemp(prefix="kerncap-build-"))
-    try:
+    with scratch("build") as work:  # the preprocessed source and the compilers' temporary files
         return _compile(req, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _compile(req: Request, work: Path) -> Build:
@@ -87,7 +83,7 @@ def _compile(req: Request, work: Path) -> Build:
         return _plain_nvcc(req, argv, out, "the recorded flags say where nvcc keeps its files: compiled with nvcc "
                                            "as one step, as recorded")
     try:
-        plan = phases.plan(argv, req.cwd, work, env=tool_env(req.reproducer or req.user_root))
+        plan = phases.plan(argv, req.cwd, work, env=tool_env(req.reproducer or req.user_root, work))
     except phases.PlanError as exc:
         return _plain_nvcc(req, argv, out, f"nvcc's steps were not recognized ({exc}): compiled with nvcc as one step")
     # kerncap runs these programs itself, each by the absolute path reviewed here (nvcc's
@@ -204,7 +200,8 @@ def _plain_nvcc(req: Request, argv: list[str], out: Path, note: str) -> Build:
     timing = phases.Timing()
     start = time.perf_counter()
     try:
-        proc = subprocess.run(argv, cwd=req.cwd, env=tool_env(req.reproducer or req.user_root), capture_output=True,
+        proc = subprocess.run(argv, cwd=req.cwd, env=tool_env(req.reproducer or req.user_root, out.parent),
+                              capture_output=True,
                               text=True, errors="surrogateescape", check=False)
     except OSError as exc:
         raise KerncapError(f"cannot run {argv[0]}: {exc.strerror}", "check the CUDA toolkit installation") from None

@@ -24,6 +24,9 @@ from kerncap.errors import KerncapError
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+# What nvcc appends to a step it would run in a thread of its own (`--threads N`, `-t N`):
+# `> /tmp/tmpxft_…_stdout 2>/tmp/tmpxft_…_stderr`, a shell's redirections, not arguments.
+_REDIRECTIONS = re.compile(r'(?:\s+\d?>>?\s*(?:"[^"]*"|\S+))+\s*$')
 _HOST_CC = re.compile(r"(^|[-/])(gcc|g\+\+|cc|c\+\+|clang|clang\+\+|icpx|icpc|nvc\+\+)(-[\d.]+)?$")
 
 
@@ -99,7 +102,7 @@ def plan(nvcc_argv: list[str], cwd: Path, work: Path, env: dict[str, str] | None
     for raw in (proc.stderr + proc.stdout).splitlines():
         if not raw.startswith("#$ "):
             continue
-        line = raw[3:].strip()
+        line = _REDIRECTIONS.sub("", raw[3:].strip())  # kerncap captures each step's output itself
         m = _ASSIGN.match(line)
         if m and " " not in line.split("=", 1)[0]:
             env[m.group(1)] = " ".join(_expand(w, env) for w in shlex.split(m.group(2)))
