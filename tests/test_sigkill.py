@@ -191,3 +191,94 @@ def test_unpack_names_a_leftover_of_a_dead_process(tmp_path):
                             "remove it"]
     with pytest.raises(KerncapError, match="exists and is not empty"):
         api.unpack(packed)
+
+
+# -- issue 47: SIGTERM, and what a killed or failed compile leaves -----------------------------------
+
+NVCC = shutil.which("nvcc") or (os.path.isfile("/usr/local/cuda/bin/nvcc") and "/usr/local/cuda/bin/nvcc")
+needs_nvcc = pytest.mark.skipif(not NVCC, reason="needs the CUDA toolkit's nvcc")
+
+
+def demo_copy(tmp_path: Path) -> Path:
+    repro = tmp_path / "demo"
+    shutil.copytree(DEMO, repro, ignore=shutil.ignore_patterns("variants"))
+    return repro
+
+
+def private_tmp(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """TMPDIR for the commands of one test, and kerncap's scratch directory below it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    return {"TMPDIR": str(tmp)}, tmp / f"kerncap-{os.getuid()}"
+
+
+def signal_when(argv: list[str], sig: int, when, extra_env: dict[str, str]) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen([sys.executable, "-m", "kerncap", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**env(), **extra_env})
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and not when() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+@needs_nvcc
+def test_sigterm_during_recompile_is_one_line_143_and_leaves_nothing(tmp_path):
+    """Issue 47: SIGTERM was handled by no command (143 with no message) and left
+    variants/.variant.cubin.*.tmp and $TMPDIR/kerncap-build-* (the preprocessed source)."""
+    repro = demo_copy(tmp_path)
+    extra, scratch = private_tmp(tmp_path)
+    done = signal_when(["recompile", str(repro), "--full"], signal.SIGTERM,
+                       lambda: scratch.is_dir() and any(scratch.iterdir()), extra)
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert done.stderr == f"kerncap recompile: terminated (SIGTERM)\n", done.stderr
+    assert list((repro / "variants").iterdir()) == [] and list(scratch.iterdir()) == []
+    assert sorted(os.listdir(tmp_path / "tmp")) == [scratch.name]  # nothing of nvcc's or cicc's beside it
+
+
+def test_sigterm_during_unpack_is_one_line_143_and_leaves_no_partial_copy(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(DEMO, src)
+    for i in range(400):
+        (src / "source" / f"extra{i}.h").write_text(f"// {i}\n" * 50)
+    packed = api.pack(src, tmp_path / "demo.kcap").path
+    out = tmp_path / "u"
+    extra, _ = private_tmp(tmp_path)
+    done = signal_when(["unpack", str(packed), "-o", str(out)], signal.SIGTERM,
+                       appeared(tmp_path, "u.partial-*", 50), extra)
+    assert done.returncode == 143 and done.stderr == "kerncap unpack: terminated (SIGTERM)\n", done.stderr
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if fsio.is_leftover_name(p.name)]
+
+
+@needs_nvcc
+def test_the_next_command_removes_and_names_what_a_killed_recompile_left(tmp_path):
+    """A SIGKILL cannot be handled: the next run of any command removes the compile's
+    scratch directory and says so; the next recompile does the same for variants/."""
+    repro = demo_copy(tmp_path)
+    extra, scratch = private_tmp(tmp_path)
+    variants = repro / "variants"
+    done = signal_when(["recompile", str(repro), "--full"], signal.SIGKILL,
+                       lambda: scratch.is_dir() and any(scratch.iterdir()) and any(variants.iterdir()), extra)
+    assert done.returncode == -signal.SIGKILL
+    [left] = list(scratch.iterdir())
+    [tmp] = list(variants.iterdir())
+    info = run(["info", str(repro)], extra)
+    assert info.returncode == 0 and f"kerncap: removed {left}, a scratch directory an interrupted kerncap" in info.stderr
+    assert not left.exists() and tmp.exists()  # info writes nothing into the reproducer
+    again = run(["recompile", str(repro)], extra)
+    assert again.returncode == 0 and f"removed {tmp}, a temporary file an interrupted kerncap" in again.stdout
+    assert sorted(p.name for p in variants.iterdir()) == ["1.cubin"] and list(scratch.iterdir()) == []
+
+
+@needs_nvcc
+def test_a_failed_compile_leaves_nothing_in_tmpdir(tmp_path):
+    """Issue 47: a failed compile left 0-byte reduced-*.lgenfe.bc files (cicc's) in $TMPDIR."""
+    repro = demo_copy(tmp_path)
+    kernel = repro / "source" / "smooth" / "smooth_kernel.cuh"
+    kernel.write_text(kernel.read_text().replace("{", "{ undeclared_thing;", 1))
+    extra, scratch = private_tmp(tmp_path)
+    for mode in ([], ["--full"]):
+        done = run(["recompile", str(repro), *mode], extra)
+        assert done.returncode == 3 and "undeclared_thing" in done.stderr, done.stderr
+    assert sorted(os.listdir(tmp_path / "tmp")) == [scratch.name] and list(scratch.iterdir()) == []
