@@ -27,12 +27,12 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Footer, Header, RichLog, TabbedContent, TabPane
+from textual.widgets import Footer, Header, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from kerncap import api
 from kerncap.errors import KerncapError
-from kerncap_tui import demo, panes, replay_limit, theming
+from kerncap_tui import demo, panes, replay_limit, terminal, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.inspect_actions import InspectActions
 from kerncap_tui.mismatch_actions import MismatchActions
@@ -53,6 +53,7 @@ from kerncap_tui.screens.fuse_screen import FuseScreen
 from kerncap_tui.watcher import SourceWatcher
 from kerncap_tui.widgets.history_pane import speedup_phrase
 from kerncap_tui.widgets.live_history import STEP as SPLIT_STEP
+from kerncap_tui.widgets.log_pane import WorkbenchLog
 from kerncap_tui.widgets.memory_pane import MemoryPane
 from kerncap_tui.widgets.profile_pane import ProfilePane
 from kerncap_tui.widgets.source_pane import SourcePane
@@ -91,8 +92,15 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         Binding("q", "quit", "Quit", id="quit"),
     ]
 
-    def __init__(self, root: Path, *, demo: bool = False) -> None:
+    def __init__(self, root: Path, *, demo: bool = False, plain_glyphs: bool = False, dumb: bool = False) -> None:
+        """`plain_glyphs`: ASCII only; `dumb`: the 16 standard colours (kerncap_tui.terminal;
+        `run` decides both from the terminal, a test gets the defaults whatever its TERM)."""
         super().__init__()
+        self.plain_glyphs = plain_glyphs
+        # drawn text: control characters never reach the terminal; ASCII where Unicode does not
+        self._text_filters = [terminal.ControlFilter(), *([terminal.PlainGlyphs()] if plain_glyphs else [])]
+        if dumb:
+            terminal.limit_colours(self)
         self.root = Path(root)
         self.demo = demo
         self.capture = None
@@ -104,6 +112,16 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.saved_kernels: list[int] = []    # a sequence: kernels whose sources were saved since the last build
         self.saved_fusions: list[str] = []    # a sequence: fusions whose fused.cu (or launch) changed since then
         self.theme_names: list[str] = []
+
+    def get_line_filters(self):
+        return [*super().get_line_filters(), *self._text_filters]
+
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """Every notification is text, never markup: most name a kernel, a path or an error
+        from a reproducer (a `[/b]` in one would end the workbench with a MarkupError)."""
+        super().notify(terminal.shown(message), title=terminal.shown(title), severity=severity, timeout=timeout,
+                       markup=False)
 
     # -- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -168,7 +186,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
     def open_reproducer(self, root: Path) -> None:
         self.shutdown_engine()
         self.root = Path(root)
-        self.sub_title = "demo" if self.demo else str(self.root)
+        self.sub_title = "demo" if self.demo else terminal.one_line(self.root)
         self.log_line(f"opened {'the bundled demo' if self.demo else self.root}")
         self.capture = None
         self.set = None
@@ -192,9 +210,9 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
                 self.report_error("capture", exc)
         if self.capture is not None:
             k, launch = self.capture.kernel, self.capture.launch
-            self.sub_title = k.get("demangled") or k.get("name", "?")
+            self.sub_title = terminal.one_line(k.get("demangled") or k.get("name", "?"))
             if self.sequence is not None:
-                self.sub_title = f"sequence: {self.sequence.summary()}"
+                self.sub_title = terminal.one_line(f"sequence: {self.sequence.summary()}")
             self.log_line(f"kernel {k.get('name')} grid {launch.get('grid')} block {launch.get('block')} "
                           f"· {len(self.capture.regions)} regions, {len(self.capture.globals)} globals")
             for w in self.capture.warnings:
@@ -415,7 +433,8 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.load_inspect()
         latest = history.variants[-1] if history and history.variants else None
         if latest is not None:
-            self.notify(f"{latest.label}: {latest.median_ms:.4f} ms"
+            timed = "not timed" if latest.median_ms is None else f"{latest.median_ms:.4f} ms"
+            self.notify(f"{latest.label}: {timed}"
                         + (f" ({speedup_phrase(latest)})" if latest.id else "")
                         + f" · {latest.validation}", title="history",
                         severity="information" if latest.validation in ("pass", "skipped") else "error")
@@ -477,7 +496,8 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         await self.run_action(action, default_namespace=pane)
 
     def on_resize(self, event) -> None:
-        self.fit_split()
+        # the new width: this handler runs before App's own, so self.size is still the old one
+        self.fit_split(event.size.width)
 
     def action_leave_editor(self) -> None:
         if self.focused is not None and self.focused.id == "editor":
@@ -491,9 +511,11 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
 
     # -- errors and logging ----------------------------------------------------------------
     def log_line(self, text: str, style: str = "") -> None:
+        """One entry of the Log; its text (build and tool output, errors, names from the
+        reproducer) is escaped as the CLI prints it."""
         stamp = time.strftime("%H:%M:%S")
-        for i, line in enumerate(text.splitlines() or [""]):
-            self.query_one("#log", RichLog).write(Text(f"{stamp if i == 0 else ' ' * 8} {line}", style=style))
+        for i, line in enumerate(terminal.shown(text).splitlines() or [""]):
+            self.query_one("#log", WorkbenchLog).add_line(Text(f"{stamp if i == 0 else ' ' * 8} {line}", style=style))
 
     def report_error(self, where: str, exc: KerncapError) -> None:
         """A notification the user can act on, and the full text in the log; never a traceback."""
@@ -552,23 +574,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", nargs="?", type=Path,
                         help="reproducer (or workspace holding profile.json); default: the bundled demo")
     parser.add_argument("--no-mouse", action="store_true", help="do not capture the mouse (plain terminal selection over SSH)")
+    add_glyphs_argument(parser)
 
 
-def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui") -> int:
-    """Open the workbench; `prog` names the command the user typed in messages."""
+def add_glyphs_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--glyphs", choices=terminal.GLYPH_CHOICES, default=None,
+                        help=f"ascii: plain glyphs for a terminal without Unicode (default: ${terminal.GLYPHS_ENV}, "
+                             "else auto: from TERM and the locale)")
+
+
+def can_open(root: Path) -> bool:
+    """A reproducer, a reproducer set, a sequence or a workspace with a profile."""
+    return (api.is_set(root) or api.is_sequence(root) or (root / "capture").is_dir()
+            or (root / "manifest.json").is_file() or ProfilePane.profile_path(root) is not None)
+
+
+def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui", glyphs: str | None = None) -> int:
+    """Open the workbench; `prog` names the command the user typed in messages; `glyphs`:
+    --glyphs (kerncap_tui.terminal)."""
     try:
+        plain_glyphs = terminal.plain_glyphs(choice=glyphs)
         if directory is None:
             root, is_demo = demo.materialize(), True
         else:
             root, is_demo = directory.expanduser().resolve(), False
             if not root.is_dir():
                 raise KerncapError(f"{root} is not a directory", "give a reproducer from `kerncap extract --output`")
+            if not can_open(root):
+                raise KerncapError(
+                    f"{root} is not a reproducer, a reproducer set or a workspace "
+                    "(it has no capture/, set.json, profile.json or profiles/)",
+                    "give a directory written by `kerncap extract --output DIR` (`kerncap list` shows them), "
+                    "or run `kerncap profile -- CMD` in a workspace first")
     except KerncapError as exc:
         print(f"{prog}: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
-    app = KerncapApp(root, demo=is_demo)
+    app = KerncapApp(root, demo=is_demo, plain_glyphs=plain_glyphs, dumb=terminal.is_dumb())
     try:
         app.run(mouse=not no_mouse)
     finally:
@@ -579,7 +622,7 @@ def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return run(args.dir, args.no_mouse)
+    return run(args.dir, args.no_mouse, glyphs=args.glyphs)
 
 
 if __name__ == "__main__":

@@ -194,11 +194,12 @@ class TrustReport:
         """"PASS on 18 inputs of 2 reproducers (2 captured + 16 perturbed)"."""
         covered = [i for i in self.inputs if i.covered]
         captured = sum(1 for i in covered if i.input == "captured input")
-        perturbed = len(covered) - captured
+        canary = sum(1 for i in covered if i.input.startswith("canary"))
+        perturbed = len(covered) - captured - canary
         faulted = sum(1 for i in self.inputs if i.status == "baseline fault")
         n = len(self.reproducers)
         what = f"{len(covered)} input{'s' if len(covered) != 1 else ''} of {n} reproducer{'s' if n != 1 else ''} " \
-               f"({captured} captured + {perturbed} perturbed)"
+               f"({captured} captured + {perturbed} perturbed" + (f" + {canary} canary)" if canary else ")")
         text = f"{self.verdict.upper()} on {what}"
         if self.verdict == "inconclusive" and covered and not self.discriminates and \
                 not any(i.status in ("inconclusive", "fail", "variant fault") for i in covered):

@@ -453,18 +453,21 @@ class NativeSession:
             out += (program.notes if program else []) + sequence_replay.freed_note(self.capture)
         return out
 
-    def replay(self, cubin: str | None, iterations: int, warmup: int, flush_l2: bool) -> ReplayResult:
+    def replay(self, cubin: str | None, iterations: int, warmup: int, flush_l2: bool, check: bool = True
+               ) -> ReplayResult:
+        """`check` False only for bench/check_cost.py (the unchecked baseline of the check's
+        cost; the result then says the launches were not checked)."""
         if iterations < 1 or warmup < 0:
             raise KerncapError(f"--iterations must be >= 1 and --warmup >= 0 (got {iterations}, {warmup})")
         self.load(cubin)
-        self.configure_check()
+        self.configure_check(check)
         times = list(self.session.time(iterations, warmup, flush_l2))
         result = ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin, notes=self.notes())
         result.check = LaunchCheck.from_rounds([self.session.last_check()], 1).to_dict()
         result.device = self.device
         return result
 
-    def configure_check(self) -> None:
+    def configure_check(self, on: bool = True) -> None:
         """How the selected program's timed launches are checked (launch_check.py): byte-exact,
         element-wise within the tolerance class of a region the captured kernel itself varies
         in (determinism.json, written by validation), not at all where that cannot be judged
@@ -485,7 +488,7 @@ class NativeSession:
             elif spread is not None:
                 spec.dtype, spec.atol, spec.rtol = spread["dtype"], float(spread.get("atol") or 0.0), 0.0
             specs.append(spec)
-        self.session.set_check(True, specs)
+        self.session.set_check(on, specs)
 
     def validate(self, cubin: str | None, atol: float | None, rtol: float | None, dtype: str | None,
                  dtypes: dict[int, str] | None) -> ValidationResult:
