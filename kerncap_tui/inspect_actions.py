@@ -160,11 +160,12 @@ class InspectActions:
 
         self.query_one(LiveHistory).resize(delta, self.size.width)
 
-    def fit_split(self) -> None:
+    def fit_split(self, width: int | None = None) -> None:
+        """Show the split for `width` columns (a resize's new width; else the terminal's)."""
         from kerncap_tui.widgets.live_history import LiveHistory
 
         for live in self.query(LiveHistory):
-            live.fit(self.size.width)
+            live.fit(self.size.width if width is None else width)
 
 
 def _is_file(path: Path) -> bool:

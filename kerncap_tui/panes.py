@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from textual.containers import Horizontal
 from textual.widget import Widget
-from textual.widgets import RichLog
 
 from kerncap_tui.widgets.history_pane import HistoryPane
 from kerncap_tui.widgets.live_history import LiveHistory
+from kerncap_tui.widgets.log_pane import WorkbenchLog
 from kerncap_tui.widgets.memory_pane import MemoryPane
 from kerncap_tui.widgets.mismatch_pane import MismatchPane
 from kerncap_tui.widgets.profile_pane import ProfilePane
@@ -41,7 +41,7 @@ def _source() -> Widget:
 
 
 def _log() -> Widget:
-    return RichLog(id="log", wrap=True, markup=False, highlight=False, max_lines=5000)
+    return WorkbenchLog(id="log")
 
 
 PANES: tuple[Pane, ...] = (

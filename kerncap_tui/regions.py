@@ -36,7 +36,8 @@ class MapRow:
 
     @property
     def flags(self) -> str:
-        """A: an argument points into it, W: the kernel wrote it, 0: all zero, =: unchanged."""
+        """A: an argument points into it, W: the kernel changed it (post differs from pre),
+        =: it did not, 0: all zero."""
         return (
             ("A" if self.by_argument else "·")
             + ("W" if self.written else "=")

@@ -11,6 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from kerncap.core.units import speedup_text
+from kerncap_tui.terminal import one_line, plain
 from kerncap_tui import messages
 
 
@@ -47,7 +48,7 @@ class SetMembersPane(Vertical):
                                           else "✗ FAIL" if r.validation else "")
             t.add_row(str(m.index), f"{100 * m.weight:5.1f}%", str(m.dispatch),
                       "?" if not m.bucket else f"{m.bucket.launches:,}",
-                      speedup_text(r.speedup if r else None), valid, m.signature, key=str(m.index))
+                      speedup_text(r.speedup if r else None), valid, plain(one_line(m.signature)), key=str(m.index))
         refused = len(self.set.refused)
         status = f"{len(self.set.members)} member(s) of {self.set.demangled}"
         if refused:
@@ -55,7 +56,7 @@ class SetMembersPane(Vertical):
         if run and run.workload:
             worst = run.runs[run.workload.worst_member].member
             status += f" · weighted {speedup_text(run.workload.weighted)} · worst #{worst.index}"
-        self.query_one("#members-status", Static).update(status + " · enter: show in Memory")
+        self.query_one("#members-status", Static).update(plain(status + " · enter: show in Memory"))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         index = int(event.row_key.value)

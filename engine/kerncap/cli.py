@@ -78,8 +78,9 @@ def split_app_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-# Commands that own the terminal (the workbench) or speak a protocol on stdio (MCP):
-# their output is not text for a person, and is not escaped.
+# Commands that own the terminal (the workbench) or speak a protocol on stdio (MCP): their
+# stream is not text for a person and is not escaped here; the workbench escapes what it
+# draws itself, with the same printable (kerncap_tui.terminal).
 RAW_OUTPUT = {"tui", "mcp"}
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for `cmd | head` when cmd dies of it
 

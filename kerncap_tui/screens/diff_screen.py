@@ -9,6 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from kerncap_tui.terminal import plain, shown
+
 
 class DiffScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q", "dismiss", "Close", id="diff.close")]
@@ -19,9 +21,11 @@ class DiffScreen(ModalScreen[None]):
         self.diff = diff
 
     def compose(self) -> ComposeResult:
-        yield Label(self.title_text, id="diff-title")
+        yield Label(plain(self.title_text), id="diff-title")
         with VerticalScroll(id="diff-body"):
-            body = Syntax(self.diff, "diff", theme="ansi_dark", word_wrap=False) if self.diff.strip() else "no differences in source/"
+            # the sources' own text: escaped as the CLI prints it
+            body = (Syntax(shown(self.diff), "diff", theme="ansi_dark", word_wrap=False) if self.diff.strip()
+                    else "no differences in source/")
             yield Static(body, id="diff-text")
 
     def on_mount(self) -> None:

@@ -7,6 +7,7 @@ shows that it is running and how long it has been."""
 from __future__ import annotations
 
 import shlex
+import shutil
 import time
 from pathlib import Path
 
@@ -15,12 +16,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.timer import Timer
+from rich.text import Text
 from textual.widgets import Button, Input, Label, ProgressBar, Select
 from textual.worker import get_current_worker
 
 from kerncap import api
 from kerncap.errors import KerncapError
 from kerncap_tui.screens.form_screen import FormScreen
+from kerncap_tui.terminal import one_line, plain
 
 
 # what the dialog captures: None one dispatch, else a sequence mode (kerncap.api.SEQUENCE_MODES)
@@ -43,9 +46,10 @@ class ExtractScreen(FormScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="extract-box"):
-            yield Label(f"Extract [b]{self.kernel}[/b]", id="extract-title")
-            yield Label("command")
-            yield Input(shlex.join(self.command), id="extract-command")
+            yield Label(Text.assemble("Extract ", (one_line(self.kernel), "bold")), id="extract-title")
+            # the program that will run, whole: a long first argument can hide it in the input
+            yield Label(self.program_line(self.prefill), id="extract-program")
+            yield Input(self.prefill, id="extract-command")
             with Horizontal(classes="row"):
                 yield Label("dispatch ")
                 yield Input("0", id="extract-dispatch", type="integer")
@@ -61,6 +65,30 @@ class ExtractScreen(FormScreen[Path | None]):
             with Horizontal(classes="row"):
                 yield Button("Extract", variant="primary", id="extract-go")
                 yield Button("Cancel", id="extract-cancel")
+
+    @property
+    def prefill(self) -> str:
+        """The recorded command, as the input shows it; control characters in it are shown
+        escaped (what the input shows is what runs)."""
+        return one_line(shlex.join(self.command))
+
+    @staticmethod
+    def program_line(command: str) -> Text:
+        """`command · runs PROGRAM` (and where PATH finds it), or what is wrong with the line."""
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            return plain(f"command · cannot parse it: {exc}", style="bold")
+        if not argv:
+            return plain("command · give the application command to run")
+        program = argv[0]
+        found = shutil.which(program)
+        where = ("" if found == program else f" ({found})") if found else " (not found: check the path or PATH)"
+        return Text.assemble("command · runs ", (one_line(program), "bold"), one_line(where))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "extract-command":
+            self.query_one("#extract-program", Label).update(self.program_line(event.value))
 
     def on_mount(self) -> None:
         self.query_one("#extract-progress").display = False
@@ -125,7 +153,7 @@ class ExtractScreen(FormScreen[Path | None]):
         self.query_one("#extract-progress").display = False
         self.query_one("#extract-go", Button).disabled = False
         status = self.query_one("#extract-status", Label)
-        status.update(f"failed: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""))
+        status.update(plain(f"failed: {exc.message}" + (f"\n{exc.hint}" if exc.hint else "")))
         status.add_class("error")
         self.app.report_error("extract", exc)
 

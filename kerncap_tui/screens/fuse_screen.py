@@ -17,6 +17,7 @@ from textual.widgets import Button, Input, Label
 from kerncap import api
 from kerncap.errors import KerncapError
 from kerncap_tui.screens.form_screen import FormScreen
+from kerncap_tui.terminal import one_line, plain
 
 
 class FuseScreen(FormScreen[str | None]):
@@ -34,7 +35,7 @@ class FuseScreen(FormScreen[str | None]):
         with Vertical(id="fuse-box"):
             yield Label(f"Fuse launches [b]{self.first}-{self.last}[/b] into one kernel", id="fuse-title")
             if self.kernels:
-                yield Label(self.kernels, id="fuse-kernels")
+                yield Label(plain(one_line(self.kernels)), id="fuse-kernels")
             yield Label("name (fusions/<name>/fused.cu, variants/fuse-<name>.json)")
             yield Input("", id="fuse-name", placeholder="e.g. norm-gemm")
             yield Label("enter: write the skeleton and open it · esc: cancel", id="fuse-status")
@@ -63,8 +64,8 @@ class FuseScreen(FormScreen[str | None]):
             field.value = name
         if existing:
             self.existing = name
-            self.query_one("#fuse-status", Label).update(
-                f"fusions/{name} replaces these launches already: enter opens it (another name writes a new one)")
+            self.query_one("#fuse-status", Label).update(plain(
+                f"fusions/{one_line(name)} replaces these launches already: enter opens it (another name writes a new one)"))
 
     def start(self) -> None:
         name = self.query_one("#fuse-name", Input).value.strip()
@@ -87,6 +88,6 @@ class FuseScreen(FormScreen[str | None]):
         """The engine's message stays in the dialog: change the name (or esc) and try again."""
         self.query_one("#fuse-go", Button).disabled = False
         status = self.query_one("#fuse-status", Label)
-        status.update(f"{exc.message}" + (f"\n{exc.hint}" if exc.hint else ""))
+        status.update(plain(f"{exc.message}" + (f"\n{exc.hint}" if exc.hint else "")))
         status.add_class("error")
         self.app.log_line(f"fusion: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else ""), "red")

@@ -10,6 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
 from kerncap import api
+from kerncap_tui.terminal import plain
 
 
 class MetricsDiffScreen(ModalScreen[None]):
@@ -28,7 +29,7 @@ class MetricsDiffScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="metrics-box"):
-            yield Label(f"Nsight Compute: A = {self.a_label}, B = {self.b_label}   (esc: close)", id="metrics-title")
+            yield Label(plain(f"Nsight Compute: A = {self.a_label}, B = {self.b_label}   (esc: close)"), id="metrics-title")
             yield DataTable(id="metrics-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:

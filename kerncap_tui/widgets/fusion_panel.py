@@ -17,6 +17,7 @@ from textual.widgets import Input, Label, Static
 
 from kerncap import api
 from kerncap.core.units import format_dim
+from kerncap_tui.terminal import one_line, plain
 from kerncap.errors import KerncapError
 from kerncap_tui.messages import FusionChanged
 
@@ -69,7 +70,7 @@ class FusionPanel(Vertical):
     def load(self, root: Path, name: str) -> None:
         self.root, self.fusion = root, name
         self.display = True
-        self.query_one("#fusion-title", Label).update(f"fusion {name} …")
+        self.query_one("#fusion-title", Label).update(plain(f"fusion {one_line(name)} …"))
         self.read(root, name)
 
     @work(thread=True, exclusive=True, group="fusion")
@@ -85,10 +86,10 @@ class FusionPanel(Vertical):
         if info.get("name") != self.fusion:
             return  # another fusion was opened meanwhile
         self.info = info
-        self.query_one("#fusion-title", Label).update(
-            f"fusion {info['name']}: launches {info['first']}-{info['last']} → {info['kernel']} · "
-            "ctrl+s (or b) builds, validates and times it")
-        self.query_one("#fusion-params", Static).update("\n".join(param_lines(info)))
+        self.query_one("#fusion-title", Label).update(plain(
+            f"fusion {one_line(info['name'])}: launches {info['first']}-{info['last']} → {one_line(info['kernel'])} · "
+            "ctrl+s (or b) builds, validates and times it"))
+        self.query_one("#fusion-params", Static).update(plain("\n".join(param_lines(info))))
         self.query_one("#fusion-grid", Input).value = format_dim(info["grid"], sep=",", trim=False)
         self.query_one("#fusion-block", Input).value = format_dim(info["block"], sep=",", trim=False)
         self.query_one("#fusion-smem", Input).value = str(info.get("shared_mem_bytes", 0))

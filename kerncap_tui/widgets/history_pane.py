@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Static
 
 from kerncap_tui import variant_inspect as VI
 from kerncap.core.units import interval_text, speedup_text
+from kerncap_tui.terminal import plain
 from kerncap_tui import messages
 from kerncap_tui.charts import bar, speedup_cells
 from kerncap_tui.widgets.history_plot import HistoryPlot
@@ -146,19 +147,19 @@ class HistoryPane(Vertical):
             if any(v.id and not history.has_interval(v) for v in variants):
                 summary += " · (…): no interval"
         status = self.query_one("#history-status", Static)
-        status.update(summary + " · space mark · d diff · m metrics diff · n ncu · k sanitize · ctrl+r restore")
+        status.update(plain(summary + " · space mark · d diff · m metrics diff · n ncu · k sanitize · ctrl+r restore"))
         latest = variants[-1] if variants else None
         if latest is not None and latest.fusion is not None:
             # a fusion's row: what it replaced and left out of the comparison, on a line of its own
             from kerncap import api
 
             status.styles.height = "auto"
-            status.update(f"{latest.label}: fusion {latest.fusion['name']} of launches {latest.fusion['first']}-"
-                          f"{latest.fusion['last']}: {api.fusion_phrase(latest)}\n{status.content}")
+            status.update(plain(f"{latest.label}: fusion {latest.fusion['name']} of launches {latest.fusion['first']}-"
+                                f"{latest.fusion['last']}: {api.fusion_phrase(latest)}\n{status.content}"))
         if self.is_set and latest is not None and latest.id and latest.note:
             # A set's row: its weighted speedup and worst member, on a line of its own.
             status.styles.height = "auto"
-            status.update(f"{latest.label}: {latest.note}\n{status.content}")
+            status.update(plain(f"{latest.label}: {latest.note}\n{status.content}"))
         self.query_one(HistoryPlot).show(variants)
 
     def _sequence_cells(self, v) -> tuple[str, str]:

@@ -16,7 +16,13 @@ from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError
 from kerncap_tui import messages
 from kerncap_tui import regions as R
+from kerncap_tui.terminal import one_line, plain
 from kerncap_tui.widgets.memory_map import MemoryMap
+
+
+# The flags column: "written" is the manifest's (post differs from pre), so `=` is a region
+# the kernel left as it was (read, or written with the same bytes).
+FLAGS_LEGEND = "A argument points here · W the kernel changed it · = it did not · 0 all zero"
 
 
 class MemoryPane(Vertical):
@@ -42,7 +48,7 @@ class MemoryPane(Vertical):
             yield Label("", id="value-title")
             yield Select([(d, d) for d in R.DTYPES], value="float32", allow_blank=False, id="dtype", compact=True)
         yield DataTable(id="value-table", cursor_type="row", zebra_stripes=True)
-        yield Static("flags: A argument points here · W written (= unchanged) · 0 all zero", classes="status")
+        yield Static(FLAGS_LEGEND, classes="status")
 
     def on_mount(self) -> None:
         t = self.query_one("#region-table", DataTable)
@@ -61,8 +67,7 @@ class MemoryPane(Vertical):
         launch = message.capture.sequence.launches[message.launch]
         self.show(message.capture, launch.params, keep=self.selected)
         self.query_one(".status", Static).update(
-            f"launch {launch.index}: flags: A its argument points here · W written by the sequence "
-            "(= unchanged) · 0 all zero")
+            f"launch {launch.index}: A its argument · W the sequence changed it · = it did not · 0 zero")
 
     def show(self, capture, params=None, keep: str | None = None) -> None:
         self.capture = capture
@@ -70,7 +75,8 @@ class MemoryPane(Vertical):
         t.clear()
         self.rows = {row.key: row for row in R.map_rows(capture, params)}
         for row in self.rows.values():
-            t.add_row(row.flags, row.label, f"0x{row.base:x}", human_bytes(row.size), row.kind, key=row.key)
+            t.add_row(row.flags, plain(one_line(row.label)), f"0x{row.base:x}", human_bytes(row.size),
+                      plain(one_line(row.kind)), key=row.key)
         self.query_one(MemoryMap).show(list(self.rows.values()))
         if keep in self.rows:
             t.move_cursor(row=list(self.rows).index(keep))
@@ -105,11 +111,11 @@ class MemoryPane(Vertical):
         row = self.rows[key]
         title = self.query_one("#value-title", Label)
         if error is not None:
-            title.update(f"{row.label}: {error.message}")
+            title.update(plain(f"{one_line(row.label)}: {error.message}"))
             self.app.notify(f"{error.message}\n{error.hint or ''}", severity="error", title="memory")
             return
         changed = sum(r.changed for r in rows)
-        title.update(f"{row.label} · first {len(rows)} × {dtype} · {changed} changed")
+        title.update(plain(f"{one_line(row.label)} · first {len(rows)} × {dtype} · {changed} changed"))
         for r in rows:
             style = "bold" if r.changed else "dim"
             diff = R.format_value(r.diff) if r.changed else "·"

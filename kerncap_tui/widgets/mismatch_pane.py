@@ -25,6 +25,7 @@ from textual.widgets import Input, Label, Static
 from kerncap import api
 from kerncap.core.units import human_bytes
 from kerncap.errors import KerncapError
+from kerncap_tui.terminal import one_line, plain
 
 # |error| colours, small to large (perceptually ordered); NaN and inf stand apart.
 RAMP = ("#2b1a4f", "#3b3b8f", "#2f6db5", "#1f9ea8", "#35b779", "#8fd744", "#fde725", "#ffb000", "#ff5a36")
@@ -309,8 +310,8 @@ class MismatchPane(Vertical):
         """A build recorded a variant that did not validate: say where to look."""
         v = getattr(getattr(message, "result", None), "variant", None)
         if v is not None and v.id and v.validation in ("fail", "inconclusive") and not self.maps:
-            self.query_one("#mismatch-title", Label).update(
-                f"{v.label} did not validate ({v.validation}): select it in History (4), then v here")
+            self.query_one("#mismatch-title", Label).update(plain(
+                f"{v.label} did not validate ({v.validation}): select it in History (4), then v here"))
 
     def compose(self) -> ComposeResult:
         yield Label("select a variant in History (4), then v here: where its output differs", id="mismatch-title")
@@ -332,7 +333,7 @@ class MismatchPane(Vertical):
 
     def show_message(self, text: str) -> None:
         self.maps = []
-        self.query_one("#mismatch-title", Label).update(text)
+        self.query_one("#mismatch-title", Label).update(plain(text))
         self.query_one(MismatchHeatmap).show(None)
         for sel in ("#mismatch-scale", "#mismatch-cursor", "#mismatch-hist"):
             self.query_one(sel, Static).update("")
@@ -350,7 +351,7 @@ class MismatchPane(Vertical):
         others = f" · {self.index + 1}/{len(self.maps)} (r next)" if len(self.maps) > 1 else ""
         self.query_one("#mismatch-title", Label).update(Text.assemble(
             (f"{m.actual_label or 'got'}", "bold"), " vs ", (m.expected_label or "expected", "bold"),
-            f" · {m.name} ({human_bytes(m.size)}, {m.dtype or 'raw bytes'}) · {failing} failing{others}\n",
+            f" · {one_line(m.name)} ({human_bytes(m.size)}, {m.dtype or 'raw bytes'}) · {failing} failing{others}\n",
             (m.summary(), "bold red" if not m.passed else "green")))
         self.query_one(MismatchHeatmap).show(m)
         self._show_scale()

@@ -22,6 +22,7 @@ from kerncap.core.units import format_dim
 from kerncap.errors import KerncapError
 from kerncap_tui import messages
 from kerncap_tui.messages import ExtractRequested
+from kerncap_tui.terminal import one_line, plain
 
 PROFILE_FILE = "profile.json"
 
@@ -165,8 +166,8 @@ class ProfilePane(Vertical):
         self.post_message(messages.FuseRequested(*self.marked))
 
     def _launch_cell(self, row: LaunchRow):
-        text = SEQUENCE_COLUMNS[3][2](row)[0]
-        return Text(f"▶ {text}", style=CAPTURED_STYLE) if row.index == self.selected_launch else text
+        text = one_line(SEQUENCE_COLUMNS[3][2](row)[0])
+        return Text(f"▶ {text}", style=CAPTURED_STYLE) if row.index == self.selected_launch else Text(text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """A sequence: the launch under the cursor is the selected one; the app has Memory
@@ -275,7 +276,7 @@ class ProfilePane(Vertical):
         self.kernels = []
         self.note = ""
         self.refill()
-        self.query_one("#profile-status", Static).update(text)
+        self.query_one("#profile-status", Static).update(plain(text))
 
     def _is_captured(self, k) -> bool:
         return k.name in self.captured or (getattr(k, "demangled", "") or "") in self.captured
@@ -291,13 +292,14 @@ class ProfilePane(Vertical):
         sort_index = [c[0] for c in self.columns].index(self.sort_column)
         shown.sort(key=lambda ik: self.columns[sort_index][2](ik[1])[1], reverse=self.sort_reverse)
         for i, k in shown:  # keyed by position: a profile may list one name twice (template instances)
-            cells = [fn(k)[0] for _, _, fn in self.columns]
+            # Text, not str: a DataTable reads a str cell as markup, and a name is the profile's
+            cells = [Text(one_line(fn(k)[0])) for _, _, fn in self.columns]
             if self.columns is SEQUENCE_COLUMNS:
                 cells[0] = self._index_cell(k)
                 cells[3] = self._launch_cell(k)
             elif self._is_captured(k):
                 at = [c[0] for c in self.columns].index("kernel")
-                cells[at] = Text(f"▶ {cells[at]}", style=CAPTURED_STYLE)
+                cells[at] = Text(f"▶ {cells[at].plain}", style=CAPTURED_STYLE)
             table.add_row(*cells, key=str(i))
         self.shown_count = len(shown)
         self._status()
@@ -314,10 +316,10 @@ class ProfilePane(Vertical):
                 marked += f" · range from {self.marked[0]}: m on its last launch"
             else:
                 marked += f" · range {self.marked[0]}-{self.marked[1]}: F fuses it"
-        self.query_one("#profile-status", Static).update(
+        self.query_one("#profile-status", Static).update(plain(
             f"{self.shown_count}/{len(self.kernels)} {what} · sorted by {self.sort_column} {arrow}{marked}{verb}"
             + (f" · {self.note}" if self.note else "")
-        )
+        ))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.refill()

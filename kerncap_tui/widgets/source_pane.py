@@ -18,12 +18,17 @@ from kerncap import api
 from kerncap.errors import KerncapError
 from kerncap_tui import messages
 from kerncap_tui.highlight import language_for, register_cpp
+from kerncap_tui.terminal import one_line, plain
 from kerncap_tui.widgets.fusion_panel import FusionPanel
 
 
 class SourceTree(DirectoryTree):
     def filter_paths(self, paths):
         return [p for p in paths if not p.name.startswith(".") and p.name != "__pycache__"]
+
+    def process_label(self, label):
+        """A file's name is text: escaped, never markup (Tree reads a str label as markup)."""
+        return plain(one_line(label)) if isinstance(label, str) else label
 
 
 class SourcePane(Horizontal):
@@ -102,7 +107,7 @@ class SourcePane(Horizontal):
         if source_dir is None or not source_dir.is_dir():
             for old in trees:
                 old.display = False
-            label.update(empty or "this reproducer has no editable source/ (kerncap extract --source-dir)")
+            label.update(plain(empty or "this reproducer has no editable source/ (kerncap extract --source-dir)"))
             label.display = True
             return
         label.display = False
@@ -154,7 +159,7 @@ class SourcePane(Horizontal):
         rel = self.path.relative_to(self.source_dir) if self.source_dir else self.path
         hl = self.query_one(TextArea).language or "plain"
         then = "build the fusion" if self.fusion is not None else "rebuild"
-        self.query_one("#editor-title", Label).update(f"{rel} · {hl} · ctrl+s save → {then} · ctrl+o $EDITOR")
+        self.query_one("#editor-title", Label).update(plain(f"{one_line(rel)} · {hl} · ctrl+s save → {then} · ctrl+o $EDITOR"))
 
     def action_save(self) -> None:
         if self.path is None:
@@ -185,8 +190,8 @@ class SourcePane(Horizontal):
         if self.path == path:
             editor = self.query_one(TextArea)
             editor.move_cursor((max(line - 1, 0), 0), center=True)
-            self.query_one("#editor-title", Label).update(
-                f"{self._rel(path)}:{line} (the captured kernel) · ctrl+s save → rebuild · ctrl+o $EDITOR")
+            self.query_one("#editor-title", Label).update(plain(
+                f"{one_line(self._rel(path))}:{line} (the captured kernel) · ctrl+s save → rebuild · ctrl+o $EDITOR"))
 
     def _rel(self, path: Path):
         return path.relative_to(self.source_dir) if self.source_dir and path.is_relative_to(self.source_dir) else path

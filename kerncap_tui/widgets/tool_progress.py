@@ -9,6 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
+from kerncap_tui.terminal import one_line, plain
+
 
 class ToolProgress(Horizontal):
     DEFAULT_CSS = """
@@ -48,5 +50,5 @@ class ToolProgress(Horizontal):
 
     def _render_text(self) -> None:
         elapsed = time.monotonic() - self.started
-        self.query_one("#tool-progress-text", Label).update(
-            f"{self.what} · {elapsed:.0f} s · {self.step} · c (History) cancels")
+        self.query_one("#tool-progress-text", Label).update(plain(  # the step is the tool's own output
+            f"{self.what} · {elapsed:.0f} s · {one_line(self.step)} · c (History) cancels"))

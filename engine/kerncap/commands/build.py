@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--intermediate", action="append", default=[], metavar="BUF",
                    help="--fusion: a skeleton buffer only the replaced launches use, left out of the comparison "
                         "(repeatable; kerncap also infers them)")
-    O.add_options(p, (O.BUILD_ROUNDS, O.BUILD_ITERATIONS, O.BUILD_PERTURB, O.RUNS))
+    O.add_options(p, (O.BUILD_ROUNDS, O.BUILD_ITERATIONS, O.BUILD_PERTURB, O.RUNS, O.TIMING_INPUTS))
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=handle)
@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     request = api.BuildRequest(config=args.config, mode="full" if args.full else "reduced" if args.reduced else "auto",
                                trust=args.trust, rounds=args.rounds, iterations=args.iterations, perturb=args.perturb,
-                               runs=args.runs, kernel=args.kernel, fusion=args.fusion,
+                               runs=args.runs, inputs=args.inputs, kernel=args.kernel, fusion=args.fusion,
                                intermediates=tuple(args.intermediate))
     log: list[str] = []
 

@@ -77,6 +77,7 @@ MinTime = O.MIN_TIME.annotated("add rounds until every program has this much mea
 MaxTime = O.MAX_TIME.annotated("stop adding rounds after this long")
 Confidence = O.CONFIDENCE.annotated("of the intervals")
 BuildRounds = O.BUILD_ROUNDS.annotated()
+TimingInputs = O.TIMING_INPUTS.annotated()
 BuildIterations = O.BUILD_ITERATIONS.annotated()
 BuildPerturb = O.BUILD_PERTURB.annotated()
 Mode = Annotated[Literal["auto", "reduced", "full"], Field(description=(
@@ -420,6 +421,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     async def build(ctx: Context, reproducer: Reproducer, config: Config = None, mode: Mode = "auto",
                     rounds: BuildRounds = O.BUILD_ROUNDS.default, iterations: BuildIterations = O.BUILD_ITERATIONS.default,
                     perturb: BuildPerturb = O.BUILD_PERTURB.default, runs: Runs = O.RUNS.default,
+                    inputs: TimingInputs = O.TIMING_INPUTS.default,
                     kernel: Annotated[str | None, Field(description="a sequence: the kernel to rebuild from its "
                                                                     "entry's sources (its number or a part of its "
                                                                     "name); the row holds the whole sequence's time "
@@ -441,7 +443,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         (the source equals a recorded variant's: nothing built); `variant` is the row."""
         repro = R.reproducer(reproducer, allow_set=True)
         request = api.BuildRequest(config=config, mode=mode, rounds=rounds, iterations=iterations, perturb=perturb,
-                                   runs=runs, kernel=kernel, fusion=fusion, intermediates=tuple(intermediates or ()))
+                                   runs=runs, inputs=inputs, kernel=kernel, fusion=fusion, intermediates=tuple(intermediates or ()))
         log: list[str] = []
         result = await state.blocking(ctx, "build", lambda: state.session(repro, lambda s: s.build(
             request, progress=lambda text, _level="": log.append(text))), reproducer=repro)
@@ -616,7 +618,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                       rounds: Rounds = O.ROUNDS.default, warmup: CompareWarmup = O.COMPARE_WARMUP.default,
                       flush_l2: FlushL2 = O.FLUSH_L2.default, min_time_s: MinTime = O.MIN_TIME.default,
                       max_time_s: MaxTime = O.MAX_TIME.default, confidence: Confidence = O.CONFIDENCE.default,
-                      order: Order = O.SEQUENCE_ORDER.default,
+                      order: Order = O.SEQUENCE_ORDER.default, inputs: TimingInputs = O.TIMING_INPUTS.default,
                       ) -> dict[str, Any]:
         """Time the captured cubin and each variant interleaved on the resident replay
         server (as `kerncap replay --compare --json`): per program the round timings,
@@ -628,7 +630,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         variants = [R.cubin(repro, c) for c in cubins]
         request = api.CompareRequest(cubins=tuple(str(v) for v in variants), iterations=iterations, rounds=rounds,
                                      warmup=warmup, flush_l2=flush_l2, min_seconds=min_time_s, max_seconds=max_time_s,
-                                     confidence=confidence)
+                                     confidence=confidence, inputs=inputs)
         result = await state.blocking(ctx, "compare", lambda: state.session(repro, lambda s: s.compare(request),
                                                                             order), reproducer=repro)
         return result.to_dict()
