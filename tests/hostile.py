@@ -107,3 +107,62 @@ def listing(root: Path) -> dict[str, tuple]:
             st = p.lstat()
             out[str(p.relative_to(root))] = (st.st_mode, st.st_size if not p.is_dir() else 0)
     return out
+
+
+# -- issue 47: what a reproducer's source/ can hold ----------------------------------------------------
+
+SOURCE_SECRET = "KERNCAP_HOSTILE_SECRET"
+# (kind, hostile?): how a source tree can make the compiler read outside the reproducer, or
+# wait for ever, and the harmless look-alikes that must still build.
+SOURCE_PLANTS = [("link out to a file", True), ("link out to a directory", True), ("fifo", True), ("socket", True),
+                 ("absolute include", True), ("escaping include", True), ("computed include", True),
+                 ("digraph include", True), ("spliced include", True), ("commented include", True),
+                 ("link inside", False), ("toolkit include", False), ("include in a comment", False),
+                 ("relative include inside", False)]
+
+
+def plant_source(repro: Path, kind: str, where: str, secret: Path) -> Path:
+    """Plant `kind` at source/<where>/ of the demo reproducer `repro` and include it from its
+    translation unit (smooth/smooth.cu); `secret` is a file outside holding SOURCE_SECRET.
+    Returns the planted path."""
+    import socket
+
+    d = repro / "source" / where
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "planted.h"
+    rel = os.path.relpath(path, repro / "source" / "smooth")
+    line = f'#include "{rel}"'
+    if kind == "link out to a file":
+        path.symlink_to(secret)
+    elif kind == "link out to a directory":
+        path = d / "ext"
+        path.symlink_to(secret.parent)
+        line = f'#include "{os.path.relpath(path, repro / "source" / "smooth")}/{secret.name}"'
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        cwd = os.getcwd()
+        os.chdir(d)  # AF_UNIX paths are short
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(path.name)
+            s.close()
+        finally:
+            os.chdir(cwd)
+    elif kind == "link inside":
+        path.symlink_to(repro / "source" / "common" / "testapp.hpp")
+    else:
+        text = {"absolute include": f'#include "{secret}"',
+                "escaping include": '#include "' + "../" * len(path.parts) + str(secret).lstrip("/") + '"',
+                "computed include": f'#define PLANTED "{secret}"\n#include PLANTED',
+                "digraph include": f"%:include <{secret}>",
+                "spliced include": f'#  inc\\\nlude "{secret}"',
+                "commented include": f'#/**/include/**/"{secret}"',
+                "toolkit include": "#include <cuda_fp16.h>",
+                "include in a comment": f'// #include "{secret}"\n/* #include "{secret}" */',
+                "relative include inside":
+                    f'#include "{os.path.relpath(repro / "source" / "common" / "testapp.hpp", d)}"'}[kind]
+        path.write_text(text + "\n")
+    tu = repro / "source" / "smooth" / "smooth.cu"
+    tu.write_text(line + "\n" + tu.read_text())
+    return path

@@ -15,9 +15,13 @@ end of the run; the counts are in docs/testing.md).
   section no schema knows yet): no front end prints one raw;
 * a symbolic link at every directory of a reproducer: store, hydrate, prune, pack,
   recompile never write or delete through it;
-* SIGINT and SIGKILL at random points of pack, unpack, store, hydrate, prune and
-  recompile: no traceback, nothing half-written that looks complete, the next run cleans
-  up;
+* SIGINT, SIGTERM and SIGKILL at random points of pack, unpack, store, hydrate, prune
+  and recompile: no traceback, nothing half-written that looks complete, the next run
+  cleans up;
+* a source/ holding links out, FIFOs, sockets and #includes of files outside (absolute,
+  escaping, computed, written with digraphs, splices and comments), and their harmless
+  look-alikes, at drawn places: recompile refuses exactly the hostile ones, at once, and
+  never prints what lies outside;
 * readers (info/list --verify, pack) beside writers (store, hydrate) of one reproducer:
   never a transient DAMAGED.
 """
@@ -42,7 +46,8 @@ from pathlib import Path
 import pytest
 import xxhash
 from conftest import FUZZ_CASES
-from hostile import AXPY, DEMO, env, listing, read_pack, synthetic_reproducer, write_pack
+from hostile import (AXPY, DEMO, SOURCE_PLANTS, SOURCE_SECRET, env, listing, plant_source, read_pack,
+                     synthetic_reproducer, write_pack)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -396,7 +401,7 @@ COMMANDS = ["pack", "unpack", "store", "hydrate", "prune", "recompile"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])
 def test_interrupted_at_a_random_point(tmp_path, interrupt_sources, command, sig):
     if command == "recompile" and not NVCC:
         pytest.skip("needs nvcc")
@@ -419,10 +424,13 @@ def test_interrupted_at_a_random_point(tmp_path, interrupt_sources, command, sig
                 "recompile": ["recompile", str(repro)]}[command]
         done = interrupt(argv, sig, RNG.uniform(0.05, 1.2 if command == "recompile" else 0.7))
         assert "Traceback" not in done.stderr, done.stderr
-        if sig == signal.SIGINT:
-            # 130, or death by SIGINT when it arrived as the interpreter exited: both read 130 in a shell
-            assert done.returncode in (0, 130, -signal.SIGINT), (done.returncode, done.stderr)
-            assert not temp_files(work), temp_files(work)  # Ctrl-C cleans up after itself
+        if sig in (signal.SIGINT, signal.SIGTERM):
+            # 130 (143), or death by the signal when it arrived as the interpreter started or exited:
+            # both read 130 (143) in a shell
+            assert done.returncode in (0, 128 + sig, -sig), (done.returncode, done.stderr)
+            if done.returncode == 128 + sig:
+                assert len(done.stderr.splitlines()) == 1, done.stderr  # one line
+            assert not temp_files(work), temp_files(work)  # Ctrl-C and SIGTERM clean up after themselves
         # what exists looks complete and reads back
         for out in (work / "u", work / "pruned"):
             if out.exists():
@@ -436,6 +444,35 @@ def test_interrupted_at_a_random_point(tmp_path, interrupt_sources, command, sig
             if d.is_dir() and command in ("store", "hydrate"):
                 assert not [p for p in d.rglob("*.tmp")], list(d.rglob("*.tmp"))
         counted("adversarial interrupts")
+
+
+# -- a hostile source/ ----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not NVCC, reason="needs the CUDA toolkit's nvcc")
+@settings(FUZZ, max_examples=16)
+@given(data=st.data())
+def test_a_source_tree_reads_nothing_outside(tmp_path_factory, data):
+    kind, hostile = data.draw(st.sampled_from(SOURCE_PLANTS), label="plant")
+    where = data.draw(st.sampled_from(["common", "smooth", ".", "deep/er", ".hidden"]), label="where")
+    root = tmp_path_factory.mktemp("adv-source")
+    secret = root / "outside" / "secret.h"
+    secret.parent.mkdir()
+    secret.write_text(f"// {SOURCE_SECRET}\n")
+    repro = root / "demo"
+    shutil.copytree(DEMO, repro, ignore=shutil.ignore_patterns("variants"))
+    planted = plant_source(repro, kind, where, secret)
+    done = subprocess.run([sys.executable, "-m", "kerncap", "recompile", str(repro)], capture_output=True, text=True,
+                          env=env(), timeout=120)
+    said = done.stdout + done.stderr
+    assert SOURCE_SECRET not in said and "Traceback" not in said, said
+    if hostile:
+        assert done.returncode == 3, said
+        assert str(planted) in said or "smooth.cu:1:" in said or "smooth.cu:2:" in said, said  # named
+        assert not list((repro / "variants").glob("*.cubin"))
+    else:
+        assert done.returncode == 0, said
+    counted("adversarial source trees: refused" if hostile else "adversarial source trees: built")
 
 
 # -- readers beside writers ----------------------------------------------------------------------
