@@ -38,7 +38,7 @@ from kerncap.replay import ncu as ncu_tool
 from kerncap.replay import perturb
 from kerncap.replay import sanitize as sanitize_tool
 from kerncap.replay.differential import Options as TrustOptions
-from kerncap.replay.differential import TrustReport, validate_one
+from kerncap.replay.differential import TrustReport, is_fault, validate_one
 from kerncap.replay.results import ReplayResult, ValidationResult
 from kerncap.replay.significance import TimingComparison
 from kerncap.reproducer.editable import source_fingerprint
@@ -563,8 +563,8 @@ class Session(Opened):
             try:
                 report = self.validate(request.validation(None if cubin is None else str(cubin)))
             except KerncapError as exc:
-                if needs_gpu(exc):
-                    raise
+                if needs_gpu(exc) or isinstance(exc, replay_client.ServerTimeout):
+                    raise  # a kernel that never ends: nothing is recorded (the front end says so)
                 error = exc.message
             faulted = tuple(k for k, i in enumerate(report.inputs[1:]) if i.status == "baseline fault") \
                 if report is not None else ()
@@ -574,7 +574,7 @@ class Session(Opened):
             try:
                 c = self.compare(timing)
             except KerncapError as exc:
-                if needs_gpu(exc) or cubin is None:
+                if needs_gpu(exc) or cubin is None or not is_fault(exc):
                     raise
                 # The variant faulted in a timed launch (validation may have said so already).
                 out = Measured(None, None, None, validation="error", detail=error or f"timing: {exc.message}")
