@@ -25,7 +25,10 @@ def test_the_old_code_is_the_loop_before_issue_28(tmp_path):
     assert (old / "kerncap_tui" / "engine.py").is_file() and not (old / "engine" / "kerncap" / "session").exists()
     assert not (old / "kerncap_tui" / "demo" / "reproducer").exists()  # the demo's payloads stay home
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(old / "engine"), str(old)]))
-    probe = ("import kerncap, kerncap_tui.engine as e; from kerncap import api; "
+    # An editable install's import hook (scikit-build-core's, first on sys.meta_path) would
+    # import the working tree whatever PYTHONPATH says: the probe takes it out first.
+    probe = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("
+             "'_editable')]; import kerncap, kerncap_tui.engine as e; from kerncap import api; "
              "print(kerncap.__file__, hasattr(e, 'ResidentReplay'), hasattr(api, 'open_session'))")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
