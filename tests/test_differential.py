@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from kerncap.errors import KerncapError
+from kerncap.reproducer.format import Capture
 from kerncap.replay import differential as diff
 from kerncap.replay import perturb as pt
 
@@ -237,3 +238,48 @@ def test_a_build_records_what_the_validation_covered_and_the_interval(reproducer
         assert good.speedup_low <= 1.0 <= good.speedup_high and good.significant is False
         bad = s.measure(reproducer.parent / "abs.cubin", request)
         assert bad.validation == "fail" and "perturbation 2 (widened): fail (region 1)" in bad.detail
+
+
+def test_the_seed_picks_the_perturbed_inputs(reproducer, monkeypatch):
+    """`--seed` reaches the fills: the perturbed inputs the kernels see are the ones the
+    plan draws for that seed (the same again for the same seed, others for another)."""
+    seen: list[bytes] = []
+
+    def recording(m, s):
+        seen.append(m.f32(0).tobytes())  # x as this run found it
+        axpy(m, s)
+
+    monkeypatch.setitem(sim.KERNELS, "captured", recording)
+
+    def inputs(seed):
+        seen.clear()
+        assert validate(reproducer, "same.cubin", perturb=2, seed=seed).passed
+        return list(dict.fromkeys(seen))  # each distinct x, in the order the runs saw it
+
+    seven, again, eight = inputs(7), inputs(7), inputs(8)
+    assert len(seven) == 3 and seven == again  # the captured x, then perturbations 1 and 2
+    assert seven[0] == eight[0] and not set(seven[1:]) & set(eight[1:])
+    plan = pt.plan(Capture.open(reproducer))
+    for k, x in enumerate(seven[1:]):  # what the plan draws for seed 7, perturbation k
+        (fill,) = [f for f in plan.fills(7, k) if f["region"] == 0]
+        assert x == pt.reference_fill(**fill)
+
+
+def wrong_last(m, s):  # right everywhere but the last 4 elements of y, the capture's last region
+    axpy(m, s)
+    m.f32(1)[-4:] += np.float32(1)
+
+
+def test_a_one_run_validation_compares_every_region_the_last_too(reproducer, monkeypatch):
+    """`api.validate` (one run against the captured post-state; the replay server's
+    NativeSession.validate, also prune's and the sanitizer's check): a check per region,
+    the last one included, and a variant wrong only there fails on it."""
+    from kerncap import api
+
+    (reproducer.parent / "wrong_last.cubin").write_bytes(b"wrong_last.cubin")
+    monkeypatch.setitem(sim.KERNELS, "wrong_last.cubin", wrong_last)
+    ok = api.validate(reproducer)
+    assert [c.name for c in ok.regions] == ["region 0", "region 1"] and ok.passed
+    bad = api.validate(reproducer, cubin=reproducer.parent / "wrong_last.cubin")
+    assert not bad.passed and [c.name for c in bad.regions if not c.passed] == ["region 1"]
+    assert min(at for at, *_ in bad.regions[-1].first_mismatches) >= 16384 - 16  # in the last 4 floats
