@@ -35,6 +35,8 @@ CATEGORIES = [
     ("+inf vs +inf", 3, INF, INF, False, False),
     ("+inf vs -inf", 2, INF, -INF, True, True),
     ("within rtol, not atol (100 vs 102)", 7, 102.0, 100.0, False, True),
+    # rtol is of the expected value: 0.0625 > 0.01 + 0.05 * 1, though <= 0.01 + 0.05 * 1.0625
+    ("within rtol of the actual value only (1.0625 vs 1)", 4, 1.0625, 1.0, True, True),
     ("beyond both (2.0 vs 1.5)", 9, 2.0, 1.5, True, True),
     ("within atol at zero (0.005 vs 0)", 2, 0.005, 0.0, False, True),
     ("beyond atol at zero (0.02 vs 0)", 1, 0.02, 0.0, True, True),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import compare_cases as cc
@@ -35,6 +36,16 @@ def test_the_engine_predicate_per_category(name, count, actual, expected, bad, b
     a, e = as_float.get(actual, actual), as_float.get(expected, expected)
     assert dt.mismatches("float32", a, e, cc.ATOL, cc.RTOL) is bad
     assert dt.mismatches("float32", a, e, 0.0, 0.0) is bad_exactly
+
+
+@pytest.mark.parametrize("dtype", cc.FLOATS)
+@pytest.mark.parametrize("tol", cc.TOLERANCES, ids=["atol-rtol", "zero"])
+def test_the_mismatch_maps_predicate_counts_the_planted_cases(dtype, tol):
+    """kerncap.core.dtypes.mismatch_mask (the mismatch report's, on numpy arrays) gives the
+    planted counts too, on the values as decoded for the report."""
+    p = cc.plant(dtype, 16384)
+    a, e = (dt.as_float64(dtype, np.frombuffer(side, dt.numpy_dtype(dtype))) for side in (p.actual, p.expected))
+    assert int(dt.mismatch_mask(dtype, a, e, *tol).sum()) == p.mismatches[tol], (dtype, tol)
 
 
 def test_a_finite_value_against_an_infinite_one_is_a_mismatch_in_the_stand_in():
