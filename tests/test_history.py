@@ -54,6 +54,7 @@ def test_inconclusive_is_a_verdict_every_reader_accepts(demo):
 @pytest.mark.parametrize("change,field", [
     (lambda d: d["variants"][1].update(validation="great"), "variants[1].validation"),
     (lambda d: d["variants"][2].pop("id"), "variants[2].id is missing"),
+    (lambda d: d["variants"][1].update(id=-1), "variants[1].id"),
     (lambda d: d["variants"][0].update(median_ms=-1), "variants[0].median_ms"),
     (lambda d: d.update(variants={"0": {}}), "variants must be a list"),
     (lambda d: d["variants"][1].update(commit="not hex"), "variants[1].commit"),

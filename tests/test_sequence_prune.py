@@ -29,7 +29,7 @@ from kerncap import api
 from kerncap.cli import main
 from kerncap.prune import pruner as prune_mod
 from kerncap.prune.closure import compute_closure
-from kerncap.prune.roots import ARGUMENTS, MEMORY_OPS, STORED, sequence_roots
+from kerncap.prune.roots import ARGUMENTS, GLOBALS, HOST, MEMORY_OPS, STORED, STORED_SUFFIX, sequence_roots
 from kerncap.prune.pruner import prune_reproducer
 from kerncap.reproducer.format import Capture
 from test_extract_success import publish  # noqa: F401  (fixture)
@@ -141,6 +141,38 @@ def test_without_the_post_state_scan_the_stored_pointer_is_missed(tmp_path):
     roots.post = False
     c = compute_closure(cap, roots)
     assert IDS["hidden"] not in c.kept and IDS["table"] in c.kept
+
+
+def _stored_in(kind: str):
+    """An edit that adds a module global (kind "global") or a pinned host region ("host")
+    holding nothing before the window and the ballast's address after it: a pointer one of
+    the launches stored there, which only the post-state shows."""
+    def edit(m, seq, cap):
+        pre, post = S._blob(cap, bytes(64)), S._blob(cap, struct.pack("<Q", EXTRA["ballast"]) + bytes(56))
+        if kind == "global":
+            m["globals"].append({"name": "g_table", "size": 64, "address": 0x7F0000900000, "written": True,
+                                 "module": 0, "pre": [pre], "post": [post]})
+            seq["modules"][0]["globals"].append(len(m["globals"]) - 1)
+        else:
+            m["host_regions"].append({"id": 0, "base": 0x7E0000000000, "size": 64, "api": "cuMemHostAlloc",
+                                      "snapshotted": True, "written": True, "pre": [pre], "post": [post]})
+    return edit
+
+
+def test_a_pointer_stored_in_a_module_global_during_the_window_is_followed(tmp_path):
+    """A global's post-state is scanned like a region's: the ballast, which no argument,
+    memory operation or pre-state reaches, is kept through the pointer stored there."""
+    c = compute_closure(Capture.open(linked_sequence(tmp_path / "seq", edit=_stored_in("global"))))
+    assert c.reasons[IDS["ballast"]] == "global g_table+0x0" + STORED_SUFFIX and c.kinds[IDS["ballast"]] == GLOBALS
+    assert c.refusal == "" and c.dropped == 0
+
+
+def test_a_pointer_stored_in_a_host_region_during_the_window_is_followed(tmp_path):
+    """The same for a pinned host region's post-state (a launch wrote a device address
+    into mapped host memory)."""
+    c = compute_closure(Capture.open(linked_sequence(tmp_path / "seq", edit=_stored_in("host"))))
+    assert c.reasons[IDS["ballast"]] == "pointer at host region 0+0x0" + STORED_SUFFIX
+    assert c.kinds[IDS["ballast"]] == HOST and c.refusal == "" and c.dropped == 0
 
 
 def test_a_pointer_among_a_host_copys_bytes_is_followed(tmp_path):
