@@ -213,6 +213,87 @@ def test_an_mcp_built_variant_is_what_check_and_the_workbench_see(tmp_path, monk
     asyncio.run(run())
 
 
+def test_build_json_prints_the_documented_keys_and_a_reused_cubin_says_so(tmp_path, monkeypatch, capsys, compiles):
+    """`kerncap build --json` prints the keys docs/cli.md lists, `reused` among them; in one
+    session (the workbench, MCP) a cubin compiled from this very source whose replay could
+    not run is replayed the next time, not compiled again, and the result says so."""
+    import re
+
+    from kerncap.errors import NativeUnavailable
+
+    doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text()
+    documented = re.findall(r"`(\w+)`", re.search(r"`--json` prints (`status`.*?) lines\.", doc, re.S).group(1))
+    assert "reused" in documented, documented
+    status, built = cli_json(capsys, "build", str(with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))))
+    assert status == 0 and sorted(built) == sorted(documented) and built["reused"] is False
+
+    again = with_source(sim.axpy_reproducer(tmp_path / "again", monkeypatch, KERNELS))
+    real_start, starts = sim.InProcessClient._start, []
+
+    def no_gpu_the_first_time(self):
+        starts.append(1)
+        if len(starts) == 1:
+            raise NativeUnavailable("replay core not built (stand-in)", "a test's")
+        real_start(self)
+
+    monkeypatch.setattr(sim.InProcessClient, "_start", no_gpu_the_first_time)
+    with api.open_session(again, compile_worker=False) as session:
+        with pytest.raises(api.ReplayNotRun):
+            session.build()
+        second = session.build().to_dict()
+    assert len(compiles) == 2 and second["reused"] is True and second["status"] == "recorded"
+    assert sorted([*second, "log"]) == sorted(documented)
+
+
+def test_mcp_recompile_and_build_take_every_compile_mode(tmp_path, monkeypatch, compiles):
+    """MCP's `mode` offers what the CLI's --full/--reduced and the compiler take, and
+    reaches the compile (the stand-in records the mode it was asked for)."""
+    from kerncap.recompile.devcompile.build import MODES
+
+    async def schemas():
+        async with Client(build_server([tmp_path])) as c:
+            return {t.name: t.input_schema for t in (await c.list_tools()).tools}
+    tools = anyio.run(schemas)
+    for tool in ("recompile", "build"):
+        assert tuple(tools[tool]["properties"]["mode"]["enum"]) == MODES == ("auto", "reduced", "full"), tool
+        assert tools[tool]["properties"]["mode"]["default"] == "auto"
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    recompiled, built = mcp(tmp_path, ("recompile", {"reproducer": str(repro), "mode": "reduced"}),
+                            ("build", {"reproducer": str(repro), "mode": "reduced"}))
+    assert recompiled["mode"] == "reduced" and built["compiled"]["mode"] == "reduced"
+
+
+def noisy(m, _s):  # the last bit of some elements of y varies from run to run
+    y = m.f32(1)
+    out = y + np.float32(0.5) * m.f32(0)
+    flip = np.random.default_rng().random(len(out)) < 0.2
+    out[flip] = np.nextafter(out[flip], np.float32(np.inf))
+    y[:] = out
+
+
+def faulting(_m, _s):
+    raise sim.sticky("cuStreamSynchronize on kernel _Z12axpy_inplacefPKfPfi of 1.cubin failed: "
+                     "CUDA_ERROR_ILLEGAL_ADDRESS (700)")
+
+
+@pytest.mark.parametrize("verdict", ["error", "inconclusive"])
+def test_build_exit_status_is_three_for_an_error_or_an_inconclusive_verdict(tmp_path, monkeypatch, capsys, compiles,
+                                                                          verdict):
+    """docs/cli.md: 0 a pass, 1 a validation failure, 3 what could not be judged: a variant
+    that faults (`error`), or one whose only differences lie in a region the captured
+    kernel itself varies in and whose dtype is unknown (`inconclusive`)."""
+    kernels = dict(KERNELS, **({"1.cubin": faulting} if verdict == "error" else {"captured": noisy, "1.cubin": noisy}))
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, kernels))
+    if verdict == "inconclusive":  # no demangled signature: region 1's dtype is unknown
+        manifest = repro / "capture" / "manifest.json"
+        m = json.loads(manifest.read_text())
+        del m["kernel"]["demangled"]
+        manifest.write_text(json.dumps(m))
+    status, built = cli_json(capsys, "build", str(repro))
+    assert built["variant"]["validation"] == verdict, built["variant"]
+    assert status == 3
+
+
 # -- one declaration per option and default -----------------------------------------------------
 
 # (command, MCP tool, the option declarations both render)
