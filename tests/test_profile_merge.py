@@ -4,7 +4,9 @@ as the capture library writes them)."""
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 from kerncap.capture.profile import ProfileResult, merge_profiles, sampling_warnings
 from kerncap.core.units import format_dim, short_kernel_name
@@ -73,6 +75,33 @@ def test_preempted_samples_are_summed_named_and_kept_through_a_save(tmp_path):
             merge_profiles([{"pid": 7, "kernels": [sk("add", 20, 420, 19, bad)]}])
     clean, _ = merge_profiles([p1 | {"kernels": [sk("gemm", 20, 5600, 20, 0)]}])
     assert not [w for w in sampling_warnings(clean, [], []) if "left out" in w]
+
+
+def test_the_sampled_merge_sums_totals_and_variances_into_a_90_percent_interval():
+    """Sampled timing: each process estimates a kernel's total from the launches it timed
+    (equal weights: calls x mean, variance calls^2 x sum (t - mean)^2 / n^2, as
+    native/capture/sample_stats.cpp computes it) and the merge adds the totals and the
+    variances: total +- z(0.95) sqrt(sum of variances), z from the normal distribution."""
+    from statistics import NormalDist
+
+    rng = np.random.default_rng(44)
+    reports, totals, variances = [], [], []
+    for pid, (calls, n, mean, sd) in enumerate([(20_000, 300, 5000.0, 400.0), (8_000, 120, 5200.0, 900.0),
+                                                (50_000, 500, 4800.0, 250.0)]):
+        t = rng.normal(mean, sd, n)
+        total, var = calls * t.mean(), calls ** 2 * ((t - t.mean()) ** 2).sum() / n ** 2
+        totals.append(total)
+        variances.append(var)
+        reports.append({"pid": pid, "kernels": [{**k("gemm", calls, round(total), int(t.min()), int(t.max())),
+                                                 "timed": n, "preempted": 0, "total_var_ns2": var}]})
+    (gemm,), _ = merge_profiles(reports)
+    half = NormalDist().inv_cdf(0.95) * math.sqrt(sum(variances))
+    assert gemm.total_ns == sum(round(t) for t in totals) and gemm.timed == 920 and gemm.calls == 78_000
+    assert gemm.total_hi_ns - gemm.total_ns == pytest.approx(half, rel=1e-4, abs=1)
+    assert gemm.total_ns - gemm.total_lo_ns == pytest.approx(half, rel=1e-4, abs=1)
+    # exact timing (no `timed`): no interval
+    (exact,), _ = merge_profiles([{"kernels": [k("gemm", 10, 1000, 90, 110)]}])
+    assert exact.total_lo_ns is None and exact.total_hi_ns is None
 
 
 def test_save_load_roundtrip(tmp_path):
