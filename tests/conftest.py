@@ -6,6 +6,8 @@ run at its end."""
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +15,9 @@ from pathlib import Path
 import pytest
 
 FUZZ_CASES: dict[str, int] = {}
+# The fuzz tests' exploring half (test_fuzz.fuzz) draws new cases each run from this seed,
+# printed in the header and the summary; KERNCAP_FUZZ_SEED=N runs those cases again.
+FUZZ_SEED = int(os.environ.get("KERNCAP_FUZZ_SEED") or secrets.randbits(32))
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +28,21 @@ def _fresh_stack_look():
     stack._recent_stacks.clear()
     yield
     stack._recent_stacks.clear()
+
+
+@pytest.fixture(autouse=True)
+def _worker_pool_per_test():
+    """kerncap.fleet.tasks keeps one SessionPool per worker process, its replay servers
+    up between cases. Here the worker is this process (a serial `check`, tasks.measure):
+    the pool one test made, with its fake replay servers, lived on for the rest of the
+    run. Each test's pool is closed, and forgotten, when the test ends."""
+    yield
+    tasks = sys.modules.get("kerncap.fleet.tasks")
+    if tasks is not None:
+        with tasks._state_lock:
+            pool, tasks._pool = tasks._pool, None
+        if pool is not None:
+            pool.close_all()
 
 
 FUZZ_MODULE = "test_fuzz.py"
@@ -56,11 +76,17 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def pytest_report_header(config):
+    return f"fuzz seed: {FUZZ_SEED} (KERNCAP_FUZZ_SEED={FUZZ_SEED} repeats this run's exploring fuzz cases)"
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if FUZZ_CASES:
         total = sum(FUZZ_CASES.values())
         parts = ", ".join(f"{name} {n}" for name, n in sorted(FUZZ_CASES.items()))
         terminalreporter.write_line(f"fuzz: {total} cases tried ({parts}); none raised anything but KerncapError")
+        terminalreporter.write_line(f"fuzz: half of them new this run, seed {FUZZ_SEED} "
+                                    f"(KERNCAP_FUZZ_SEED={FUZZ_SEED} repeats them)")
     shortfall = fuzz_shortfall()
     if shortfall:
         terminalreporter.write_line(f"{shortfall}: FAILED (the run exits 1)", red=True)

@@ -12,14 +12,15 @@ import json
 import shutil
 import signal
 import struct
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import FUZZ_CASES
+from conftest import FUZZ_CASES, FUZZ_SEED
 from hostile import read_pack as read_frames
 from hostile import write_pack
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from kerncap import api
@@ -53,6 +54,21 @@ HANG_S = 10  # a case slower than this is a hang
 FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                        HealthCheck.data_too_large, HealthCheck.filter_too_much])
+EXPLORE = settings(FUZZ, derandomize=False)
+
+
+def fuzz(max_examples: int, **strategies):
+    """`@settings(FUZZ, max_examples=N) @given(**strategies)`, twice over one body: the test
+    itself runs the regression corpus (derandomized: the same cases every run, so a case
+    that once failed is tried again) and its twin `<name>_explore`, defined beside it,
+    cases of this run's seed (conftest.FUZZ_SEED, printed; KERNCAP_FUZZ_SEED=N repeats a
+    run). Half the cases each: a run tries as many as the corpus alone did."""
+    def deco(body):
+        corpus = settings(FUZZ, max_examples=max_examples - max_examples // 2)(given(**strategies)(body))
+        explore = seed(FUZZ_SEED)(settings(EXPLORE, max_examples=max_examples // 2)(given(**strategies)(body)))
+        sys._getframe(1).f_globals[f"{body.__name__}_explore"] = explore  # collected like any test
+        return corpus
+    return deco
 
 # Values a hostile or damaged file may hold anywhere.
 SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
@@ -294,8 +310,7 @@ MANIFESTS["textures"] = texture_manifest()
 MANIFESTS["axpy+host"] = _with_host_memory(MANIFESTS["axpy"])
 
 
-@settings(FUZZ, max_examples=2500)
-@given(data=st.data(), which=st.sampled_from(sorted(MANIFESTS)))
+@fuzz(2500, data=st.data(), which=st.sampled_from(sorted(MANIFESTS)))
 def test_fuzz_manifest(workspace, data, which):
     repro = workspace / which
     before = listing(workspace)
@@ -322,8 +337,7 @@ def test_fuzz_manifest(workspace, data, which):
     counted("manifest")
 
 
-@settings(FUZZ, max_examples=600)
-@given(data=st.data())
+@fuzz(600, data=st.data())
 def test_fuzz_manifest_raw_bytes(workspace, data):
     """Byte-level damage: truncation, flipped bytes, garbage."""
     repro = workspace / "axpy"
@@ -352,8 +366,7 @@ RECORD = json.loads((AXPY / "reproducer.json").read_text())
 BUILD = json.loads((DEMO / "source" / "build.json").read_text())
 
 
-@settings(FUZZ, max_examples=900)
-@given(data=st.data())
+@fuzz(900, data=st.data())
 def test_fuzz_reproducer_json(workspace, data):
     path = workspace / "axpy" / "reproducer.json"
     try:
@@ -368,8 +381,7 @@ def test_fuzz_reproducer_json(workspace, data):
     counted("reproducer.json")
 
 
-@settings(FUZZ, max_examples=900)
-@given(data=st.data())
+@fuzz(900, data=st.data())
 def test_fuzz_build_json(workspace, data):
     """source/build.json is read and its flags reviewed (the compiler is never run here)."""
     path = workspace / "demo" / "source" / "build.json"
@@ -384,8 +396,7 @@ def test_fuzz_build_json(workspace, data):
     counted("build.json")
 
 
-@settings(FUZZ, max_examples=600)
-@given(flags=st.lists(st.text(max_size=20) | st.sampled_from(sorted(trust.VALUE_FLAGS)), max_size=6))
+@fuzz(600, flags=st.lists(st.text(max_size=20) | st.sampled_from(sorted(trust.VALUE_FLAGS)), max_size=6))
 def test_fuzz_flag_review(tmp_path_factory, flags):
     problems = trust.review(flags, Path("/nonexistent/reproducer"))
     assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
@@ -403,8 +414,7 @@ def stored(tmp_path_factory):
     return root
 
 
-@settings(FUZZ, max_examples=900)
-@given(data=st.data())
+@fuzz(900, data=st.data())
 def test_fuzz_store_marker(stored, data):
     marker = stored / "repro" / "capture" / "stored.json"
     original = json.loads(marker.read_text())
@@ -426,8 +436,7 @@ def test_fuzz_store_marker(stored, data):
     counted("store marker")
 
 
-@settings(FUZZ, max_examples=900)
-@given(data=st.data())
+@fuzz(900, data=st.data())
 def test_fuzz_store_objects(stored, data):
     store = Store(stored / "store")
     objects = sorted(store.objects())
@@ -485,8 +494,7 @@ def unpack_confined(pack: Path, work: Path) -> None:
     shutil.rmtree(out, ignore_errors=True)
 
 
-@settings(FUZZ, max_examples=1300)
-@given(data=st.data())
+@fuzz(1300, data=st.data())
 def test_fuzz_pack_index(packed, tmp_path_factory, data):
     work = tmp_path_factory.mktemp("u", numbered=True)
     index, frames = read_frames(packed)
@@ -503,8 +511,7 @@ def test_fuzz_pack_index(packed, tmp_path_factory, data):
     counted("pack index")
 
 
-@settings(FUZZ, max_examples=700)
-@given(data=st.data())
+@fuzz(700, data=st.data())
 def test_fuzz_pack_bytes(packed, tmp_path_factory, data):
     work = tmp_path_factory.mktemp("b", numbered=True)
     raw = bytearray(packed.read_bytes())
@@ -534,8 +541,7 @@ def test_fuzz_pack_bytes(packed, tmp_path_factory, data):
 PROFILE_DOC = json.loads((DEMO / "profile.json").read_text())
 
 
-@settings(FUZZ, max_examples=700)
-@given(data=st.data())
+@fuzz(700, data=st.data())
 def test_fuzz_profile(tmp_path_factory, data):
     doc = mutate(data, PROFILE_DOC, PROFILE)
     from kerncap.capture.profile import ProfileResult
@@ -578,8 +584,7 @@ def reproducer_set(tmp_path_factory):
     return root
 
 
-@settings(FUZZ, max_examples=600)
-@given(data=st.data())
+@fuzz(600, data=st.data())
 def test_fuzz_set_json(reproducer_set, data):
     """set.json and a set variant: what info, list, validate's expansion and replay read;
     nothing may name a path outside the set."""
@@ -618,8 +623,7 @@ def sequence_repro(tmp_path_factory):
     return root
 
 
-@settings(FUZZ, max_examples=600)
-@given(data=st.data())
+@fuzz(600, data=st.data())
 def test_fuzz_sequence(sequence_repro, data):
     """sequence.json and a sequence variant: what Capture.open, info, pack's chunk list and
     the replay's program builder read; nothing a variant names may leave the reproducer."""
@@ -681,8 +685,7 @@ def fusion_repro(tmp_path_factory):
     return root
 
 
-@settings(FUZZ, max_examples=400)
-@given(data=st.data())
+@fuzz(400, data=st.data())
 def test_fuzz_fusion_json(fusion_repro, data):
     """fusions/<name>/fusion.json (issue 29; MCP's fuse_skeleton and fuse_build read it): a
     hostile one gives a KerncapError or a description whose files stay inside the

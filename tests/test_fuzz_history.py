@@ -11,9 +11,8 @@ import json
 import shutil
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fuzz import DEMO, FUZZ, assert_only_kerncap_errors, counted, listing, mutate, no_hang
+from test_fuzz import DEMO, assert_only_kerncap_errors, counted, fuzz, listing, mutate, no_hang
 
 from kerncap.fleet.check import cases_of
 from kerncap.reproducer.history import HISTORY_FILE, History, best_variant, summary
@@ -30,8 +29,7 @@ def reproducer(tmp_path_factory):
     return root
 
 
-@settings(FUZZ, max_examples=700)
-@given(data=st.data())
+@fuzz(700, data=st.data())
 def test_fuzz_history_json(reproducer, data):
     doc = mutate(data, HISTORY, HISTORY_JSON)
     (reproducer / HISTORY_FILE).write_text(json.dumps(doc))
