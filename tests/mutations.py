@@ -1,14 +1,24 @@
 """The mutation check: break the engine on purpose, one mutation at a time, and show that
-the CPU tests named for that behaviour fail. Run by hand (not collected by pytest, not
-in CI), from the repository root, with the suite's environment:
+the CPU tests named for that behaviour fail. Run by hand or in CI, from the repository
+root, with the suite's environment:
 
     PYTHONPATH=engine:. python3 tests/mutations.py [--only NAME ...] [--list]
+    python3 tests/mutations.py --changed-since REF [--budget SECONDS]
 
 Each mutation replaces one exact snippet of one file (which must occur exactly once) in
 a scratch copy of the tree (the working tree is never touched), runs its test files
 there (`pytest -x -q`, in the suite's random order), and counts it caught when they fail.
-The unmutated copy must pass the same tests first, so a failure is the mutation's. Exit
-status 0 when every mutation was caught, 1 otherwise. docs/testing.md shows a run.
+The unmutated copy must pass the same tests first, so a failure is the mutation's. The
+copy's own engine is what runs: an editable install's import hook (which would import
+the working tree instead) is taken out of every Python process the tests start.
+
+`--changed-since REF` runs only the mutations a change can affect: those whose mutated
+file, or one of whose test files (or a helper module a test file imports from tests/),
+differs between the merge base of REF and HEAD and the working tree, and those added or
+edited in this file since then. `--budget` stops starting mutations after that many
+seconds (the ones left are named, not counted). Exit status 0 when every mutation run
+was caught, 1 otherwise, 2 when the check itself cannot run (a snippet gone, the
+unmutated tests failing, REF unknown). docs/testing.md shows a run.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +56,7 @@ MUTATIONS = [
              "        if got in (None, _MAP_FAILED):\n            continue", "        if got in (None, _MAP_FAILED):\n            break",
              ("tests/test_va_guards.py",)),
     Mutation("workbench: restore does nothing", "workbench", "engine/kerncap/reproducer/history.py",
-             '            self.repo().git.checkout(self._commit_of(v), "--", "source")', "            self._commit_of(v)",
+             '            repo.git.checkout(commit, "--", *paths)', "            paths.clear()",
              ("tests/tui/test_app.py", "-k", "restore")),
     Mutation("MCP/validate: a set is checked on its first member only", "validation", "engine/kerncap/session/sets.py",
              "        reports = [x for m in run.runs for x in m.validation.reproducers]\n",
@@ -113,22 +124,84 @@ MUTATIONS = [
              "    return api.open_session(root, replay_timeout=replay_timeout(), **options)",
              "    return api.open_session(root, **options)",
              ("tests/tui/test_replay_timeout.py",)),
+    # -- issue 44: the survivors and weak kills of the audit (docs/testing.md) --------------------
+    Mutation("validate: the perturbation seed is ignored", "validation", "engine/kerncap/replay/differential.py",
+             "    fills = fills if fills is not None else plan.fills(options.seed, k)",
+             "    fills = fills if fills is not None else plan.fills(0, k)",
+             ("tests/test_differential.py", "-k", "seed")),
+    Mutation("validate: the last region is not compared", "validation", "engine/kerncap/replay/native_session.py",
+             "        specs = []\n        for item in self.items:", "        specs = []\n        for item in self.items[:-1]:",
+             ("tests/test_differential.py",)),
+    Mutation("compare: the tolerance is relative to the actual value", "validation", "engine/kerncap/core/dtypes.py",
+             "    return not (abs(actual - expected) <= atol + rtol * abs(expected))",
+             "    return not (abs(actual - expected) <= atol + rtol * abs(actual))",
+             ("tests/test_compare_semantics.py",)),
+    Mutation("compare: the mismatch map's tolerance is relative to the actual value", "validation",
+             "engine/kerncap/core/dtypes.py",
+             "        within = np.abs(a - e) <= atol + rtol * np.abs(e)", "        within = np.abs(a - e) <= atol + rtol * np.abs(a)",
+             ("tests/test_compare_semantics.py",)),
+    Mutation("significance: the bootstrap interval at the wrong quantile", "validation",
+             "engine/kerncap/replay/significance.py",
+             "    alpha = (1.0 - confidence) / 2", "    alpha = 1.0 - confidence",
+             ("tests/test_significance.py", "-k", "coverage")),
+    Mutation("history: a variant's id may be negative", "capture format", "engine/kerncap/reproducer/schemas.py",
+             '"id": Int(min=0, max=1 << 31), "time"', '"id": Int(max=1 << 31), "time"',
+             ("tests/test_history.py",)),
+    Mutation("prune: a sequence's module globals' post-states are not scanned", "prune", "engine/kerncap/prune/roots.py",
+             "    roots.items = _global_items(cap, True)", "    roots.items = _global_items(cap, False)",
+             ("tests/test_sequence_prune.py", "-k", "global")),
+    Mutation("prune: a sequence's host regions' post-states are not scanned", "prune", "engine/kerncap/prune/roots.py",
+             "_host_items(cap, True) + roots.items", "_host_items(cap, False) + roots.items",
+             ("tests/test_sequence_prune.py", "-k", "host_region")),
+    Mutation("MCP: recompile and build lose the reduced mode", "front ends", "engine/kerncap/frontends/mcp_server.py",
+             'Mode = Annotated[Literal["auto", "reduced", "full"]', 'Mode = Annotated[Literal["auto", "full"]',
+             ("tests/test_session_parity.py", "-k", "compile_mode")),
+    Mutation("build --json: `reused` renamed", "front ends", "engine/kerncap/session/session.py",
+             '"reused": self.reused,', '"reused_cubin": self.reused,',
+             ("tests/test_session_parity.py", "-k", "build_json")),
+    Mutation("build: an error or inconclusive verdict exits 1", "front ends", "engine/kerncap/commands/build.py",
+             'EXIT_FAILED if v.validation == "fail" else 3', "EXIT_FAILED",
+             ("tests/test_session_parity.py", "-k", "exit_status")),
+    Mutation("profile: the merged variance is one process's", "profile", "engine/kerncap/capture/profile.py",
+             '                m["var"] += var', '                m["var"] = var',
+             ("tests/test_profile_merge.py",)),
+    Mutation("profile: the 90 % interval loses its z factor", "profile", "engine/kerncap/capture/profile.py",
+             'half = Z90 * math.sqrt(m["var"])', 'half = math.sqrt(m["var"])',
+             ("tests/test_profile_merge.py",)),
+    Mutation("workbench: the Profile pane's x posts nothing", "workbench", "kerncap_tui/widgets/profile_pane.py",
+             "            self.post_message(ExtractRequested(self.kernels[int(row_key.value)].name))",
+             "            pass",
+             ("tests/tui/test_app.py", "-k", "extract")),
 ]
+
+
+# Put first on the tests' PYTHONPATH: after site-packages' .pth files ran, take out an
+# editable install's import hook (scikit-build-core's, setuptools'), which would import
+# the working tree's kerncap and not the mutated copy's.
+SITECUSTOMIZE = """import sys
+sys.meta_path[:] = [f for f in sys.meta_path
+                    if not type(f).__module__.startswith(("_editable", "__editable__"))]
+"""
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, check=True, capture_output=True, text=True).stdout
 
 
 def scratch_copy(dest: Path) -> None:
     """The tracked and untracked-but-not-ignored files of the tree (no build outputs)."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
-                           capture_output=True).stdout.decode().split("\0")
-    for rel in filter(None, files):
+    for rel in filter(None, git("ls-files", "-co", "--exclude-standard", "-z").split("\0")):
         src = REPO / rel
         if src.is_file() and not src.is_symlink():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    site = dest / ".mutations-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
 
 
 def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, str, float]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree / "engine"), str(tree)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree / ".mutations-site"), str(tree / "engine"), str(tree)]))
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=tree,
                           env=env, capture_output=True, text=True, timeout=1200)
@@ -136,16 +209,93 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, str, float]:
     return proc.returncode, (lines[-1] if lines else proc.stderr.strip()[-200:]), time.monotonic() - t0
 
 
+# -- --changed-since: the mutations a change can affect --------------------------------------------
+
+
+def test_files(m: Mutation) -> list[str]:
+    """The files among a mutation's pytest arguments (a node id's file part)."""
+    out = []
+    for arg, prev in zip(m.tests, ("", *m.tests)):
+        if prev != "-k" and not arg.startswith("-"):
+            out.append(arg.split("::")[0])
+    return out
+
+
+def helpers_of(test_file: str) -> set[str]:
+    """Modules of tests/ (and tests/tui/) that `test_file` imports by name (replay_sim,
+    sequence_sim, compare_cases, ...): a change there can weaken its tests too."""
+    path = REPO / test_file
+    if not path.is_file():
+        return set()
+    text = path.read_text(errors="replace")
+    out = set()
+    for folder in {path.parent, REPO / "tests"}:
+        for helper in folder.glob("*.py"):
+            name = helper.stem
+            if not name.startswith("test_") and (f"import {name}" in text or f"from {name} import" in text):
+                out.add(str(helper.relative_to(REPO)))
+    return out
+
+
+def base_mutations(base: str) -> set[Mutation]:
+    """The mutations this file held at `base` (none where it did not exist)."""
+    try:
+        text = git("show", f"{base}:tests/mutations.py")
+    except subprocess.CalledProcessError:
+        return set()
+    module = types.ModuleType("mutations_at_base")  # a module: its dataclasses look themselves up
+    module.__file__ = __file__
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(text, "mutations.py@base", "exec"), module.__dict__)
+    except Exception:  # an old file that no longer runs: every mutation counts as new
+        return set()
+    finally:
+        del sys.modules[module.__name__]
+    return {Mutation(*(getattr(m, f) for f in ("name", "area", "path", "old", "new", "tests")))
+            for m in getattr(module, "MUTATIONS", [])}
+
+
+def changed_since(ref: str, mutations: list[Mutation]) -> tuple[list[Mutation], str]:
+    base = git("merge-base", ref, "HEAD").strip()
+    changed = set(filter(None, git("diff", "--name-only", "-z", base).split("\0")))
+    changed |= set(filter(None, git("ls-files", "-o", "--exclude-standard", "-z").split("\0")))
+    before = base_mutations(base)
+    chosen = []
+    for m in mutations:
+        files = {m.path, *test_files(m)}
+        for t in test_files(m):
+            files |= helpers_of(t)
+        if files & changed or m not in before:
+            chosen.append(m)
+    return chosen, base
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", metavar="NAME", help="run the mutations whose name contains one of these")
+    ap.add_argument("--changed-since", metavar="REF",
+                    help="run only the mutations whose files (mutated file, test files, their helpers) changed since "
+                         "the merge base of REF and HEAD, and those added or edited here since then")
+    ap.add_argument("--budget", type=float, metavar="SECONDS",
+                    help="start no mutation after this many seconds (those left are named, not counted)")
     ap.add_argument("--list", action="store_true", help="list the mutations and exit")
     args = ap.parse_args()
     chosen = [m for m in MUTATIONS if not args.only or any(o in m.name for o in args.only)]
+    if args.changed_since:
+        try:
+            chosen, base = changed_since(args.changed_since, chosen)
+        except subprocess.CalledProcessError as exc:
+            print(f"--changed-since {args.changed_since}: {exc.stderr.strip() or exc}")
+            return 2
+        print(f"changed since {base[:12]}: {len(chosen)} of {len(MUTATIONS)} mutations apply", flush=True)
     if args.list:
         for m in chosen:
             print(f"{m.area:15} {m.name}  ({m.path}; {' '.join(m.tests)})")
         return 0
+    if not chosen:
+        return 0
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kerncap-mutations-") as tmp:
         tree = Path(tmp)
         scratch_copy(tree)
@@ -154,15 +304,17 @@ def main() -> int:
             if count != 1:
                 print(f"{m.name}: the snippet occurs {count} times in {m.path}; update the mutation")
                 return 2
-        baseline = {}
-        for tests in dict.fromkeys(m.tests for m in chosen):
-            rc, last, seconds = run_tests(tree, tests)
-            baseline[tests] = rc
-            if rc != 0:
-                print(f"unmutated tree: {' '.join(tests)} fails already ({last}); fix that first")
-                return 2
-        rows, missed = [], []
+        rows, missed, left, unmutated_ok = [], [], [], set()
         for m in chosen:
+            if args.budget is not None and time.monotonic() - started > args.budget:
+                left.append(m.name)
+                continue
+            if m.tests not in unmutated_ok:  # the tests pass unmutated first (once per set of tests)
+                rc, last, seconds = run_tests(tree, m.tests)
+                if rc != 0:
+                    print(f"unmutated tree: {' '.join(m.tests)} fails already ({last}); fix that first")
+                    return 2
+                unmutated_ok.add(m.tests)
             path = tree / m.path
             original = path.read_text()
             path.write_text(original.replace(m.old, m.new))
@@ -173,9 +325,11 @@ def main() -> int:
             caught = rc != 0
             if not caught:
                 missed.append(m.name)
-            rows.append((m.area, m.name, " ".join(m.tests), "caught" if caught else "MISSED", f"{seconds:.0f} s", last))
-            print(f"{'caught' if caught else 'MISSED':6}  {m.name}  [{' '.join(m.tests)}: {last}]", flush=True)
-    print(f"\n{len(rows) - len(missed)} of {len(rows)} mutations caught" + (f"; missed: {', '.join(missed)}" if missed else ""))
+            rows.append(m.name)
+            print(f"{'caught' if caught else 'MISSED':6}  {m.name}  [{' '.join(m.tests)}: {last}] ({seconds:.0f} s)",
+                  flush=True)
+    print(f"\n{len(rows) - len(missed)} of {len(rows)} mutations caught" + (f"; missed: {', '.join(missed)}" if missed else "")
+          + (f"; not run (--budget {args.budget:g} s): {', '.join(left)}" if left else ""))
     return 0 if not missed else 1
 
 
