@@ -146,6 +146,7 @@ class SimSession:
     def restore(self):
         self.target = [bytearray(p) for p in self.pre]
         self.own = {}
+        self.padding = 0
 
     def fill(self, fills):
         for f in fills:
@@ -203,6 +204,14 @@ class SimSession:
 
     def read(self, item, offset, length):
         return bytes(self.target[item][offset : offset + length])
+
+    def set_gaps(self, gaps):
+        """The padding of mapped pages; a kernel writes there through `s.padding` (bytes
+        left in it after its run), which a restore zeroes as the real core does."""
+        self.gaps = list(gaps)
+
+    def gap_bytes(self):
+        return getattr(self, "padding", 0)
 
     def set_time_inputs(self, inputs):
         self.time_inputs = [list(i) for i in inputs] or [[]]

@@ -62,11 +62,18 @@ def _noop(_m, _s):
     return 0.01
 
 
+def _pads(m, s):
+    """Right output, plus a 'done' mark in the padding of a region's last page."""
+    sim.axpy(m, s)
+    s.padding = 64
+
+
 @pytest.fixture
 def reproducer(tmp_path, monkeypatch):
     return sim.axpy_reproducer(tmp_path, monkeypatch, {
         "captured": sim.axpy, "same.cubin": sim.axpy, "lazy.cubin": _first_launch_only(),
-        "cache.cubin": _remembers_inputs(), "noop.cubin": _noop})
+        "cache.cubin": _remembers_inputs(), "noop.cubin": _noop,
+        "pads.cubin": _pads})
 
 
 def test_a_variant_that_stops_working_after_its_first_launch_has_a_void_timing(reproducer, capsys):
@@ -174,3 +181,14 @@ def test_a_verdict_that_cannot_tell_a_noop_from_the_kernel_is_not_a_pass(reprodu
     assert "NOT DISCRIMINATING" in r.summary() and "a kernel that does nothing would pass" in r.summary()
     assert r.short().endswith("no-op passes") and r.to_dict()["discriminates"] is False
     assert "no write set could be established" in " ".join(r.reproducers[0].notes)
+
+
+def test_a_variant_that_writes_into_the_padding_of_a_page_fails(reproducer):
+    """Bytes outside every region but inside its mapped page: compared with what the captured
+    kernel leaves there (nothing), and zeroed before every launch."""
+    r = diff.validate_reproducers([reproducer], reproducer.parent / "pads.cubin", diff.Options())
+    assert r.verdict == "fail"
+    (bad,) = r.inputs[0].failures
+    assert bad.kind == "padding" and bad.mismatched_bytes == 64 and "outside every region" in bad.name
+    assert "padding of mapped pages" in diff.format_report(r)
+    assert diff.validate_reproducers([reproducer], reproducer.parent / "same.cubin", diff.Options()).passed

@@ -79,6 +79,12 @@ class FakeSession:
         self.calls.append(("time", iterations, warmup, flush_l2))
         return [1.0] * iterations
 
+    def set_gaps(self, gaps):
+        self.calls.append(("set_gaps", list(gaps)))
+
+    def gap_bytes(self):
+        return 0
+
     def set_check(self, on, specs=()):
         self.calls.append(("set_check", on, [s.dtype for s in specs]))
 
@@ -154,8 +160,11 @@ def test_open_hands_the_core_spans_maps_items_and_launch(core, capture):
     assert launch.kernel_name == "_Z1kPfi" and launch.grid == [2, 1, 1] and launch.shared_mem_bytes == 65536
     assert launch.cooperative and not launch.extra_form and launch.attributes == [(4, b"\x01" * 64)]
     assert launch.params == [(0, 8), (8, 4)] and launch.param_buffer == bytes(12)
-    assert [c[0] for c in s.session.calls] == ["init", "reserve", "map", "load_state", "load_program",
+    assert [c[0] for c in s.session.calls] == ["init", "reserve", "map", "load_state", "set_gaps", "load_program",
                                                     "select_program"]
+    # the mapped page's bytes outside regions 0 and 1 (BASE starts the page): between and after them
+    assert BASE % (2 << 20) == 0
+    assert calls["set_gaps"] == ([(BASE + 16, 4096 - 16), (BASE + 4096 + 16, (2 << 20) - 4096 - 16)],)
     assert s.info()["gpu"] == {"name": "Fake H200", "cc": [9, 0]}
     assert s.info()["device"]["ordinal"] == 0 and s.replay(None, 1, 0, False).device["name"] == "Fake H200"
 

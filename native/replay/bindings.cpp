@@ -196,6 +196,8 @@ PYBIND11_MODULE(_replay, m) {
       .def("drop_program", &Session::drop_program, py::arg("key"), release())
       .def("time", &Session::time, py::arg("iterations"), py::arg("warmup"), py::arg("flush_l2"), release())
       .def("set_time_inputs", &Session::set_time_inputs, py::arg("inputs"), release())
+      .def("set_gaps", &Session::set_gaps, py::arg("gaps"), release())
+      .def("gap_bytes", &Session::gap_bytes, release())
       .def("set_check", &Session::set_check, py::arg("on"), py::arg("specs") = std::vector<CompareSpec>{})
       .def("last_check", &Session::last_check)
       .def(

@@ -411,6 +411,39 @@ void Session::restore_all() {
         copy(item, dst + g.offset, g.pre.get(), g.length, "restoring " + item.spec.label);
   if (arrays_) arrays_->push(stream_->get(), false);  // the staging buffers into the arrays
   if (current_ && current_->kernel) current_->kernel->restore_own(stream_->get());
+  zero_gaps();
+}
+
+void Session::zero_gaps() {
+  for (const auto& [base, size] : gaps_)
+    KC_CHECK(cuMemsetD8Async, (base, 0, size, stream_->get()), "the padding of a mapped page");
+}
+
+void Session::set_gaps(const std::vector<std::pair<unsigned long long, unsigned long long>>& gaps) {
+  if (!stream_) throw Error("input", "load_state must come before set_gaps");
+  size_t longest = 0;
+  for (const auto& g : gaps) longest = std::max<size_t>(longest, g.second);
+  gaps_ = gaps;
+  if (longest > gap_zero_.size()) {
+    gap_zero_ = DeviceBuffer(longest, "zeros for the padding of mapped pages");
+    KC_CHECK(cuMemsetD8Async, (gap_zero_.get(), 0, longest, stream_->get()), "zeros for the padding");
+  }
+  zero_gaps();
+  KC_CHECK(cuStreamSynchronize, (stream_->get()), "zeroing the padding of mapped pages");
+}
+
+unsigned long long Session::gap_bytes() {
+  if (gaps_.empty()) return 0;
+  if (!comparer_) comparer_ = std::make_unique<Comparer>();
+  const CUstream s = stream_->get();
+  const CmpResult zero{0, kNone, 0, 0};
+  if (results_.size() < sizeof(CmpResult)) results_ = DeviceBuffer(sizeof(CmpResult), "compare results");
+  KC_CHECK(cuMemcpyHtoDAsync, (results_.get(), &zero, sizeof zero, s), "compare results");
+  for (const auto& [base, size] : gaps_) comparer_->bytes(s, base, gap_zero_.get(), size, results_.get());
+  CmpResult out{};
+  KC_CHECK(cuStreamSynchronize, (s), "comparing the padding of mapped pages");
+  KC_CHECK(cuMemcpyDtoH, (&out, results_.get(), sizeof out), "compare results");
+  return out.mismatches;
 }
 
 void Session::restore_written() {
@@ -426,6 +459,7 @@ void Session::restore_written() {
   }
   if (arrays_) arrays_->push(stream_->get(), true);  // arrays a surface wrote
   if (current_ && current_->kernel) current_->kernel->restore_own(stream_->get());
+  zero_gaps();
 }
 
 void Session::launch() {

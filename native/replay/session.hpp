@@ -147,6 +147,11 @@ class Session {
   // to leave reference slot j (keep_reference(items, j) after running the captured
   // program on it). Default: the captured input alone.
   void set_time_inputs(const std::vector<std::vector<FillSpec>>& inputs);
+  // The bytes of mapped pages that no captured item covers (the padding of a region's
+  // last page): zeroed now and before every launch, so nothing a program leaves there
+  // reaches the next launch; gap_bytes() counts those that are not zero now.
+  void set_gaps(const std::vector<std::pair<unsigned long long, unsigned long long>>& gaps);
+  unsigned long long gap_bytes();
   // Whether time() checks its launches, and how (one spec per item; empty: byte-exact;
   // dtype "none": that item is not checked).
   void set_check(bool on, const std::vector<CompareSpec>& specs);
@@ -264,6 +269,9 @@ class Session {
   DeviceBuffer results_;
   DeviceBuffer l2_scratch_;
   DeviceBuffer zero_expected_;  // zeros, for checking a read-write zero backing
+  void zero_gaps();
+  std::vector<std::pair<unsigned long long, unsigned long long>> gaps_;
+  DeviceBuffer gap_zero_;  // zeros as long as the longest gap, for gap_bytes()
   std::vector<TimeInput> time_inputs_;             // empty: the captured input alone
   std::vector<std::tuple<size_t, size_t, size_t>> input_spans_;  // (item, offset, bytes) any input fills
   bool check_ = true;

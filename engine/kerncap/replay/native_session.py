@@ -22,7 +22,7 @@ from kerncap.recompile.devcompile.module_id import global_names_for, object_name
 from kerncap.replay.cubin import describe_arch_mismatch
 from kerncap.replay.devices import arch_refusal
 from kerncap.replay import host_memory, sparse
-from kerncap.replay.plan import AddressPlan, MiB, SpanConflict
+from kerncap.replay.plan import AddressPlan, MiB, SpanConflict, padding
 from kerncap.replay import sequence_replay
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.launch_check import LaunchCheck
@@ -114,6 +114,12 @@ class NativeSession:
         self.captured_key: str | None = None
         self.session.load_state(str(cap.root / "blobs"), cap.chunk_size, [self._item_spec(i) for i in self.items],
                                 reader_threads)
+        # Mapped bytes outside every region (a region's last page): zeroed before every launch.
+        device_items = [(r.base, r.size) for r in cap.regions] + \
+            [(h.device_pointer or h.base, h.size) for h in cap.host_regions if h.id in self.device_backed]
+        self.gaps = padding(self.plan.maps, device_items)
+        self.session.set_gaps(self.gaps)
+        self.captured_gap_bytes: int | None = None  # what the captured kernel leaves there (op_reference)
         # program key -> (label, function attributes), least recently used first
         self._programs: dict[str, tuple[str, dict[str, int]]] = {}
         self.current_key: str | None = None

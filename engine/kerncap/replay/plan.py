@@ -188,6 +188,13 @@ def plan_address_space(regions: Iterable[HasRange], granularity: int, *,
     return plan
 
 
+def padding(maps: Iterable[tuple[int, int]], items: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(base, size) of the mapped bytes no item covers: the padding of regions' pages. A
+    program could keep state there between launches; the replay zeroes it before each."""
+    taken = _merge(sorted((b, b + n) for b, n in items if n > 0))
+    return [(lo, hi - lo) for base, size in maps for lo, hi in _subtract((base, base + size), taken)]
+
+
 def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted [lo, hi) ranges merged where they touch or overlap."""
     out: list[list[int]] = []

@@ -210,7 +210,7 @@ def _value(v: Any) -> str:
 def format_check(c: RegionCheck) -> str:
     # Regions are named "region N"; globals by their symbol, so the kind is said for them.
     head = f"global {c.name:<24} {human_bytes(c.size, trim=True):>10}"
-    if c.kind == "array":
+    if c.kind in ("array", "padding"):
         head = f"{c.name:<31} {human_bytes(c.size, trim=True):>10}"
     if c.kind in ("region", "host"):  # "region 3", "host region 0": at an address
         head = f"{c.name:<10} 0x{c.base:012x} {human_bytes(c.size, trim=True):>10}"

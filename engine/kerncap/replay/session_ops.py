@@ -18,6 +18,7 @@ from kerncap.reproducer.format import Region
 from kerncap.errors import KerncapError
 from kerncap.replay.clocks import ClockSampler
 from kerncap.replay.native_session import MAX_PROGRAMS, item_label
+from kerncap.replay.results import RegionCheck
 from kerncap.replay.significance import rounds_needed
 
 FLOOR_ITERATIONS = 50
@@ -118,6 +119,8 @@ def op_reference(ns, req: dict[str, Any]) -> dict[str, Any]:
     _run_on(ns, req.get("cubin"), fills, keep_input=sorted(perturbed))
     changed = sum(o["mismatched_bytes"] for o in ns.session.compare(exact, f"reference:{INPUT_SLOT}")) \
         if fills else None
+    if not fills and req.get("cubin") is None:
+        ns.captured_gap_bytes = _gap_bytes(ns)
     first_specs = specs if not fills else exact
     outs = ns.session.compare(first_specs, "captured")
     # The reference holds what this run left in every item it may have changed.
@@ -141,9 +144,28 @@ def op_check(ns, req: dict[str, Any]) -> dict[str, Any]:
     specs = compare_specs(ns, req.get("tolerances"))
     _run_on(ns, req.get("cubin"), fills, req.get("against", "captured"))
     checks = _checks(ns, specs, ns.session.compare(specs, req.get("against", "captured")))
+    padding = _padding_check(ns)
+    if padding is not None:
+        checks.append(padding)
     if req.get("failures_only"):
         checks = [c for c in checks if not c["passed"]]
     return {"checks": checks, "notes": list(ns.session.notes()), "not_compared": ns.not_compared()}
+
+
+def _gap_bytes(ns) -> int:
+    return int(ns.session.gap_bytes()) if getattr(ns, "gaps", None) else 0
+
+
+def _padding_check(ns) -> dict[str, Any] | None:
+    """A failing check when the program just run left bytes in the padding of mapped pages
+    (outside every captured region) and the captured kernel leaves none there: memory no
+    output of the kernel lives in, where a variant could keep state or hide work."""
+    written = _gap_bytes(ns)
+    if not written or getattr(ns, "captured_gap_bytes", None):
+        return None
+    base, _ = ns.gaps[0]
+    return RegionCheck("padding", None, f"padding of mapped pages ({len(ns.gaps)} ranges outside every region)",
+                       base, sum(n for _, n in ns.gaps), None, written, None, None, None, [], True).to_dict()
 
 
 def op_read(ns, req: dict[str, Any]) -> dict[str, Any]:
