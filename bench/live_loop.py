@@ -10,6 +10,9 @@ interval. Goal: new/old ≤ 1 (no slower), within noise.
 
     # on a machine with git (the CPU one), once: the old code, carried to the GPU machine
     python3 bench/live_loop.py --prepare-old bench/old-21b6496
+    # any other commit (e.g. before issue 42's checked timing): its whole tree, whose native
+    # parts --old builds (pip --target DIR/site) on the GPU machine before the runs
+    python3 bench/live_loop.py --prepare-old bench/old-bb2e9ad --old-commit bb2e9ad
     # on the GPU machine, after `pip install --no-build-isolation .` (tests/gpu/run.sh does it)
     python3 bench/live_loop.py --old bench/old-21b6496 [--rounds 3] [--saves 3] [--apps smooth,flash]
 
@@ -100,24 +103,41 @@ def child(args: argparse.Namespace) -> int:
 # -- the parent ------------------------------------------------------------------------------------------
 
 
-def prepare_old(dest: Path) -> int:
+def prepare_old(dest: Path, commit: str = OLD_COMMIT) -> int:
     """The old code (engine/kerncap, kerncap_tui without the demo, and the themes its
-    stylesheet loads from the checkout's top) from git, here."""
+    stylesheet loads from the checkout's top) from git, here; for another commit than
+    21b6496 its whole tree (the native parts are built from it: see built_old)."""
     dest = dest.resolve()
     if dest.exists():
         sys.exit(f"{dest} exists; remove it first")
     dest.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD_COMMIT, "engine/kerncap", "kerncap_tui", "themes"],
-                             capture_output=True)
+    paths = ["engine/kerncap", "kerncap_tui", "themes"] if commit == OLD_COMMIT else ["."]
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, *paths], capture_output=True)
     if archive.returncode != 0:
-        sys.exit(f"git archive {OLD_COMMIT} failed: {archive.stderr.decode(errors='replace')}")
+        sys.exit(f"git archive {commit} failed: {archive.stderr.decode(errors='replace')}")
     untar = subprocess.run(["tar", "-x", "-C", str(dest), "--exclude", "kerncap_tui/demo/reproducer"],
                            input=archive.stdout, capture_output=True)
     if untar.returncode != 0:
         sys.exit(f"tar failed: {untar.stderr.decode(errors='replace')}")
-    (dest / "REVISION").write_text(OLD_COMMIT + "\n")
-    print(f"old code ({OLD_COMMIT}) in {dest}: {sum(1 for _ in dest.rglob('*.py'))} Python files")
+    (dest / "REVISION").write_text(commit + "\n")
+    print(f"old code ({commit}) in {dest}: {sum(1 for _ in dest.rglob('*.py'))} Python files")
     return 0
+
+
+def built_old(old: Path) -> Path | None:
+    """A whole old tree (pyproject.toml): installed with its own native parts into
+    old/site (once), which the old side's PYTHONPATH then names. None for 21b6496's."""
+    if not (old / "pyproject.toml").is_file():
+        return None
+    site = old / "site"
+    if not (site / "kerncap").is_dir():
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
+                               "--target", str(site), str(old)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"building the old code in {old} failed:\n{proc.stderr[-3000:]}")
+        print(f"old code built into {site} in {time.monotonic() - t0:.0f} s", flush=True)
+    return site
 
 
 def link_native(old: Path) -> None:
@@ -169,7 +189,9 @@ def run_side(side: str, old: Path, repro: Path, source: Path, kind: str, saves: 
     env = dict(os.environ, XDG_CONFIG_HOME=str(copy.parent / "config"), TRITON_CACHE_DIR=str(copy.parent / "triton"))
     env.pop("KERNCAP_THEME", None)
     if side == "old":
-        env["PYTHONPATH"] = os.pathsep.join([str(old / "engine"), str(old), env.get("PYTHONPATH", "")])
+        site = old / "site"
+        roots = [str(site)] if (site / "kerncap").is_dir() else [str(old / "engine"), str(old)]
+        env["PYTHONPATH"] = os.pathsep.join([*roots, env.get("PYTHONPATH", "")])
     result = copy.parent / "result.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", side, "--repro", str(copy),
            "--source", str(copy / source.relative_to(repro)), "--kind", kind, "--saves", str(saves),
@@ -186,6 +208,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old", type=Path, help="the old code, made by --prepare-old")
     ap.add_argument("--prepare-old", type=Path, metavar="DIR", help="write the old code into DIR (needs git)")
+    ap.add_argument("--old-commit", default=OLD_COMMIT, help=f"the old code's commit ({OLD_COMMIT})")
     ap.add_argument("--build", type=Path, help="testapps build directory (default: a temporary one, built now)")
     ap.add_argument("--apps", default="smooth,flash", help="smooth, flash or both (smooth,flash)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per app (each: old and new)")
@@ -198,16 +221,18 @@ def main() -> int:
     if args.child:
         return child(args)
     if args.prepare_old:
-        return prepare_old(args.prepare_old)
+        return prepare_old(args.prepare_old, args.old_commit)
+    whole = args.old is not None and (args.old / "pyproject.toml").is_file()
     if args.old is None or not (args.old / "engine" / "kerncap" / "api.py").is_file() \
-            or not (args.old / "kerncap_tui" / "engine.py").is_file():
+            or not (whole or (args.old / "kerncap_tui" / "engine.py").is_file()):
         sys.exit("--old DIR must hold the old code (engine/kerncap, kerncap_tui/engine.py): make it with "
                  f"--prepare-old DIR on a machine with git (commit {OLD_COMMIT})")
     old = args.old.resolve()
     sys.path.insert(0, str(HERE))
     from common import build_testapps, median, ratio_interval
 
-    link_native(old)
+    if built_old(old) is None:
+        link_native(old)
     work = Path(tempfile.mkdtemp(prefix="kerncap-live-loop-"))
     apps = [a.strip() for a in args.apps.split(",") if a.strip()]
     build = args.build or build_testapps(work / "testapps")
