@@ -183,3 +183,40 @@ def test_a_dispatch_whose_output_held_its_result_gets_a_canary_input(repro, caps
     status, out = kerncap("build", str(repro), "--rounds", "5", "--perturb", "0")
     v = out["variant"]
     assert v["validation"] == "fail" and "canary" in v["validation_detail"], v
+
+
+def test_mcp_build_and_check_judge_as_the_cli_does(repro, tmp_path, capsys):
+    """The same classes through MCP's `build` and `kerncap check`: a no-op's row fails and
+    has no speedup, a neutralized one passes without a speedup; `check` re-validates and
+    times the best passing row, and a history row that claims a no-op passed (hand-edited,
+    or recorded by an older kerncap) is failed there."""
+    from .test_session_gpu import mcp_build
+
+    header = kernel_header(repro)
+    write_variant(header, "noop")
+    noop = mcp_build(tmp_path, repro)["variant"]
+    write_variant(header, "first_launch")
+    lazy = mcp_build(tmp_path, repro)["variant"]
+    with capsys.disabled():
+        print(f"\n[integrity] MCP build: noop {noop['validation']} speedup {noop['speedup']}; first_launch "
+              f"{lazy['validation']} {lazy['speedup']:.3f} [{lazy['speedup_low']:.3f}-{lazy['speedup_high']:.3f}]",
+              flush=True)
+    assert noop["validation"] == "fail" and noop["speedup"] is None, noop
+    assert lazy["validation"] == "pass" and not (lazy["significant"] and lazy["speedup_low"] > 1.0), lazy
+
+    status, report = kerncap("check", str(repro), "--backend", "serial", "-n", "20")
+    cases = {c["label"]: c for c in report["cases"]}
+    assert status == 0 and set(cases) == {"baseline", f"v{lazy['id']}"}, report
+
+    path = repro / "history.json"
+    history = json.loads(path.read_text())
+    for v in history["variants"]:
+        if v["id"] == noop["id"]:
+            v["validation"], v["median_ms"] = "pass", 1e-4  # the claim the check must not believe
+    path.write_text(json.dumps(history))
+    status, report = kerncap("check", str(repro), "--backend", "serial", "-n", "20")
+    cases = {c["label"]: c for c in report["cases"]}
+    with capsys.disabled():
+        print(f"\n[integrity] check of a row claiming a no-op passed: exit {status}, "
+              f"{ {k: (c['status'], c.get('message')) for k, c in cases.items()} }", flush=True)
+    assert status == 1 and cases[f"v{noop['id']}"]["status"] == "fail", report
