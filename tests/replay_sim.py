@@ -95,6 +95,23 @@ class SimSession:
     def map(self, ranges):
         self.maps = list(ranges)
 
+    def map_shared(self, groups):
+        # The real core maps one physical allocation at every base of a group (resources.cpp).
+        self.shared = [(size, list(bases)) for size, bases in groups]
+
+    def view(self, address: int, length: int) -> memoryview:
+        """The replay memory at a device address, as a kernel reaches it: an address in an
+        alias of a shared allocation (map_shared) reaches its first mapping's bytes."""
+        for size, bases in getattr(self, "shared", []):
+            for b in bases[1:]:
+                if b <= address < b + size:
+                    address = bases[0] + (address - b)
+        for n, spec in enumerate(self.items):
+            if not getattr(spec, "host", False) and spec.base <= address and address + length <= spec.base + spec.size:
+                return memoryview(self.target[n])[address - spec.base:address - spec.base + length]
+        raise CudaError(f"simulated kernel: {length} bytes at {address:#x} lie in no restored item: "
+                        "CUDA_ERROR_ILLEGAL_ADDRESS (700)")
+
     def map_zero(self, ranges, chunk):
         self.zero_maps, self.zero_chunk = list(ranges), chunk
 

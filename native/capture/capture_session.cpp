@@ -254,6 +254,7 @@ void CaptureSession::prepare() {
     }
     regions_.push_back(r);
   }
+  for (std::string& w : alias_warnings(regions_)) warnings_.push_back(std::move(w));
   find_host_regions();
   if (array_tracker_) {
     arrays_ = std::make_unique<ArrayCapture>(array_tracker_->state(ctx_));
@@ -558,6 +559,8 @@ void CaptureSession::write_regions(JsonWriter& w) const {
     w.field("zero_fraction", r.size ? double(pre_[i].zero_bytes) / double(r.size) : 1.0);
     if (r.reserve_base)
       w.key("reservation").begin_object().field("base", r.reserve_base).field("size", r.reserve_size).end_object();
+    if (r.physical)  // one physical allocation mapped here and elsewhere (memory_tracker.hpp)
+      w.key("physical").begin_object().field("allocation", r.physical).field("offset", r.physical_offset).end_object();
     w.key("pre");
     write_hashes(w, pre_[i].chunks);
     w.key("post");

@@ -899,7 +899,7 @@ void track_memory(State& s, CUpti_CallbackId cbid, const CUpti_CallbackData* cb)
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
       auto* a = static_cast<const cuMemMap_params*>(p);
-      s.mem.on_map(a->ptr, a->size);
+      s.mem.on_map(a->ptr, a->size, a->offset, static_cast<uint64_t>(a->handle));
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: {

@@ -1,11 +1,22 @@
 #include "memory_tracker.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace kc {
 
 void MemoryTracker::carve(std::map<uint64_t, TrackedRegion>& m, uint64_t base, uint64_t size) {
   const uint64_t end = base + size;
+  auto refs = [&](const TrackedRegion& r, int delta) {
+    if (!r.physical) return;
+    size_t& n = physical_refs_[r.physical];
+    n += delta;
+    if (n == 0) {  // no mapping left: the handle's value may come back for a new allocation
+      physical_refs_.erase(r.physical);
+      for (auto h = physical_ids_.begin(); h != physical_ids_.end(); ++h)
+        if (h->second == r.physical) { physical_ids_.erase(h); break; }
+    }
+  };
   auto it = m.upper_bound(base);
   if (it != m.begin()) --it;
   while (it != m.end() && it->second.base < end) {
@@ -16,14 +27,18 @@ void MemoryTracker::carve(std::map<uint64_t, TrackedRegion>& m, uint64_t base, u
       TrackedRegion lo = r;
       lo.size = base - r.base;
       m.emplace(lo.base, lo);
+      refs(lo, +1);
     }
     if (r.end() > end) {  // and the part above it
       TrackedRegion hi = r;
       hi.base = end;
       hi.size = r.end() - end;
+      hi.physical_offset += end - r.base;
       it = m.emplace(hi.base, hi).first;
+      refs(hi, +1);
       ++it;
     }
+    refs(r, -1);
   }
 }
 
@@ -56,12 +71,19 @@ void MemoryTracker::on_address_free(uint64_t base) {
   reservations_.erase(it);
 }
 
-void MemoryTracker::on_map(uint64_t base, uint64_t size) {
+void MemoryTracker::on_map(uint64_t base, uint64_t size, uint64_t offset, uint64_t handle) {
   if (!base || !size) return;
   std::lock_guard<std::mutex> lock(mu_);
   carve(mapped_, base, size);
   TrackedRegion r;
   r.base = base; r.size = size; r.api = "cuMemMap"; r.kind = "vmm";
+  if (handle) {
+    auto id = physical_ids_.find(handle);
+    if (id == physical_ids_.end()) id = physical_ids_.emplace(handle, next_physical_++).first;
+    r.physical = id->second;
+    r.physical_offset = offset;
+    ++physical_refs_[r.physical];
+  }
   auto it = reservations_.upper_bound(base);
   if (it != reservations_.begin()) {
     --it;
@@ -99,13 +121,22 @@ std::vector<TrackedRegion> MemoryTracker::regions_for(CUcontext ctx) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [b, r] : allocs_)
     if (!ctx || !r.ctx || r.ctx == ctx) out.push_back(r);
-  for (const auto& [b, r] : mapped_) {
-    if (!out.empty() && out.back().kind == r.kind && out.back().end() == r.base &&
+  auto aliased = [&](const TrackedRegion& r) {
+    auto n = physical_refs_.find(r.physical);
+    return r.physical && n != physical_refs_.end() && n->second > 1;
+  };
+  bool last_aliased = false;
+  for (const auto& [b, m] : mapped_) {
+    TrackedRegion r = m;
+    const bool alias = aliased(r);
+    if (!alias) r.physical = r.physical_offset = 0;
+    if (!alias && !last_aliased && !out.empty() && out.back().kind == r.kind && out.back().end() == r.base &&
         out.back().reserve_base == r.reserve_base && r.reserve_base != 0) {
       out.back().size += r.size;  // PyTorch expandable segments map page by page
     } else {
-      out.push_back(r);
+      out.push_back(r);  // a mapping of an aliased allocation stays a region of its own
     }
+    last_aliased = alias;
   }
   std::sort(out.begin(), out.end(), [](const TrackedRegion& a, const TrackedRegion& b) { return a.base < b.base; });
   // Allocations and mappings come from disjoint address ranges; should a stale entry
@@ -125,6 +156,35 @@ std::vector<HostRegion> MemoryTracker::host_regions() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<HostRegion> out;
   for (const auto& [b, h] : host_) out.push_back(h);
+  return out;
+}
+
+std::vector<std::string> alias_warnings(const std::vector<TrackedRegion>& regions) {
+  std::map<uint64_t, std::vector<size_t>> by_physical;
+  for (size_t i = 0; i < regions.size(); ++i)
+    if (regions[i].physical) by_physical[regions[i].physical].push_back(i);
+  std::vector<std::string> out;
+  for (const auto& [phys, ids] : by_physical) {
+    if (ids.size() < 2) continue;
+    const TrackedRegion& first = regions[ids.front()];
+    bool same = true;
+    for (size_t i : ids)
+      same = same && regions[i].physical_offset == first.physical_offset && regions[i].size == first.size;
+    if (same) continue;
+    std::string list;
+    for (size_t i : ids) {
+      const TrackedRegion& r = regions[i];
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%sregion %zu (0x%llx, %llu bytes at offset %llu)", list.empty() ? "" : ", ", i,
+                    static_cast<unsigned long long>(r.base), static_cast<unsigned long long>(r.size),
+                    static_cast<unsigned long long>(r.physical_offset));
+      list += buf;
+    }
+    out.push_back("physical allocation " + std::to_string(phys) + " is mapped at " + std::to_string(ids.size()) +
+                  " places that cover different parts of it: " + list +
+                  "; the replay cannot map one allocation there and gives each region its own memory, so a "
+                  "kernel writing through one address and reading through another will not validate");
+  }
   return out;
 }
 

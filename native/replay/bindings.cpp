@@ -185,6 +185,7 @@ PYBIND11_MODULE(_replay, m) {
       .def("ordinal", &Session::ordinal)
       .def("reserve", &Session::reserve, release())
       .def("map", &Session::map, release())
+      .def("map_shared", &Session::map_shared, py::arg("groups"), release())
       .def("map_zero", &Session::map_zero, py::arg("ranges"), py::arg("chunk"), release())
       .def("register_host", &Session::register_host, py::arg("ranges"), py::arg("regions"), release())
       .def("load_state", &Session::load_state, py::arg("blob_dir"), py::arg("chunk_size"), py::arg("items"),

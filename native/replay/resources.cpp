@@ -153,20 +153,31 @@ Reservation::~Reservation() {
   if (size_) release_quietly([&] { KC_CU(cuMemAddressFree)(base_, size_); });
 }
 
-Mapping::Mapping(CUdevice dev, unsigned long long base, size_t size) : base_(base), size_(size) {
-  const std::string what = "pages " + describe_range(base, size);
+Mapping::Mapping(CUdevice dev, unsigned long long base, size_t size)
+    : Mapping(dev, std::vector<unsigned long long>{base}, size) {}
+
+Mapping::Mapping(CUdevice dev, const std::vector<unsigned long long>& bases, size_t size) : size_(size) {
+  auto what = [&](unsigned long long base) {
+    std::string w = "pages " + describe_range(base, size);
+    if (bases.size() > 1)
+      w += " (one physical allocation mapped at " + std::to_string(bases.size()) + " addresses, as the app did)";
+    return w;
+  };
+  if (bases.empty()) throw Error("input", "a physical allocation of " + format_bytes(size) + " mapped nowhere");
   CUmemAllocationProp prop = {};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
+  CUmemAccessDesc access = {};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   try {
-    KC_CHECK(cuMemCreate, (&handle_, size, &prop, 0), what);
-    KC_CHECK(cuMemMap, (static_cast<CUdeviceptr>(base), size, 0, handle_, 0), what);
-    mapped_ = true;
-    CUmemAccessDesc access = {};
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    KC_CHECK(cuMemSetAccess, (static_cast<CUdeviceptr>(base), size, &access, 1), what);
+    KC_CHECK(cuMemCreate, (&handle_, size, &prop, 0), what(bases.front()));
+    for (unsigned long long base : bases) {
+      KC_CHECK(cuMemMap, (static_cast<CUdeviceptr>(base), size, 0, handle_, 0), what(base));
+      bases_.push_back(static_cast<CUdeviceptr>(base));
+      KC_CHECK(cuMemSetAccess, (static_cast<CUdeviceptr>(base), size, &access, 1), what(base));
+    }
   } catch (...) {
     release();
     throw;
@@ -174,9 +185,9 @@ Mapping::Mapping(CUdevice dev, unsigned long long base, size_t size) : base_(bas
 }
 
 void Mapping::release() noexcept {
-  if (mapped_) release_quietly([&] { KC_CU(cuMemUnmap)(base_, size_); });
+  for (CUdeviceptr base : bases_) release_quietly([&] { KC_CU(cuMemUnmap)(base, size_); });
+  bases_.clear();
   if (handle_) release_quietly([&] { KC_CU(cuMemRelease)(handle_); });
-  mapped_ = false;
   handle_ = 0;
 }
 

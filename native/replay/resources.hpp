@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "driver.hpp"
 
@@ -138,22 +139,23 @@ class Reservation {
   size_t size_ = 0;
 };
 
-// Physical device memory mapped read/write at [base, base + size) inside a reservation.
+// Physical device memory mapped read/write at [base, base + size) inside a reservation;
+// or one physical allocation mapped at several such ranges (an app's aliased mappings:
+// a write through one address reads back through the others).
 class Mapping {
  public:
   Mapping(CUdevice dev, unsigned long long base, size_t size);
+  Mapping(CUdevice dev, const std::vector<unsigned long long>& bases, size_t size);
   ~Mapping();
-  Mapping(Mapping&& o) noexcept
-      : base_(take(o.base_)), size_(take(o.size_)), handle_(take(o.handle_)), mapped_(take(o.mapped_)) {}
+  Mapping(Mapping&& o) noexcept : bases_(take(o.bases_)), size_(take(o.size_)), handle_(take(o.handle_)) {}
   Mapping& operator=(Mapping&&) = delete;
   Mapping(const Mapping&) = delete;
 
  private:
   void release() noexcept;
-  CUdeviceptr base_ = 0;
+  std::vector<CUdeviceptr> bases_;  // mapped so far
   size_t size_ = 0;
   CUmemGenericAllocationHandle handle_ = 0;
-  bool mapped_ = false;
 };
 
 // Errors that are not driver failures: kind is "capture" (damaged payloads),

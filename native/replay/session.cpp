@@ -106,6 +106,10 @@ void Session::map(const std::vector<std::pair<unsigned long long, unsigned long 
   for (const auto& [base, size] : ranges) mappings_.emplace_back(ctx_.device(), base, size);
 }
 
+void Session::map_shared(const std::vector<std::pair<size_t, std::vector<unsigned long long>>>& groups) {
+  for (const auto& [size, bases] : groups) mappings_.emplace_back(ctx_.device(), bases, size);
+}
+
 void Session::map_zero(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges, size_t chunk) {
   if (zero_) throw Error("input", "the zero backing is already mapped");
   if (ranges.empty()) return;

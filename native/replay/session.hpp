@@ -97,6 +97,9 @@ class Session {
 
   void reserve(const std::vector<SpanSpec>& spans);
   void map(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges);
+  // One physical allocation of `size` bytes mapped at every base of each group: regions the
+  // app mapped from one allocation (docs/replay.md, "Aliased mappings").
+  void map_shared(const std::vector<std::pair<size_t, std::vector<unsigned long long>>>& groups);
   // Backs `ranges` (inside the spans) with one zero chunk of `chunk` bytes mapped many
   // times, read-only where the driver allows it (sparse.hpp).
   void map_zero(const std::vector<std::pair<unsigned long long, unsigned long long>>& ranges, size_t chunk);

@@ -40,28 +40,9 @@ namespace {
 
 using WaitFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 using AttrFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
-using ErrFn = CUresult (*)(CUresult, const char**);
 WaitFn wait_value = nullptr;
-ErrFn error_name = nullptr;
-
-void* entry(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  TA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
-  if (!fn || q != cudaDriverEntryPointSuccess) {
-    std::fprintf(stderr, "hold_probe: no driver entry point %s (query result %d)\n", name, int(q));
-    std::exit(1);
-  }
-  return fn;
-}
-
-void cu_check(CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return;
-  const char* name = "?";
-  if (error_name) error_name(r, &name);
-  std::fprintf(stderr, "hold_probe: %s failed: %s (%d)\n", what, name, int(r));
-  std::exit(1);
-}
+using testapp::cu_check;
+void* entry(const char* name) { return testapp::driver_entry(name); }
 
 void spin_cpu_us(double us) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(long(us * 1000));
@@ -85,7 +66,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 300;
   TA_CHECK(cudaFree(nullptr));
   wait_value = reinterpret_cast<WaitFn>(entry("cuStreamWaitValue32"));
-  error_name = reinterpret_cast<ErrFn>(entry("cuGetErrorName"));
+  testapp::app_name() = "hold_probe";
   auto attr = reinterpret_cast<AttrFn>(entry("cuDeviceGetAttribute"));
   int dev = 0;
   TA_CHECK(cudaGetDevice(&dev));

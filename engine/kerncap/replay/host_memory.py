@@ -23,7 +23,7 @@ from typing import Iterable
 
 from kerncap.core.units import human_bytes
 from kerncap.errors import AddressUnavailable
-from kerncap.replay.plan import AddressPlan, grouped_label, plan_with_host_ranges
+from kerncap.replay.plan import AddressPlan, grouped_label, plan_with_host_ranges, shared_maps
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PROT_READ, _PROT_WRITE = 0x1, 0x2
@@ -82,8 +82,9 @@ def plan_replay(capture, granularity: int, *, live=None,
     addresses, and the indices of those restored in device memory (plan.plan_with_host_ranges).
     The replay server and the VA guards plan through here, so both see the same spans."""
     ranges = plan_host_ranges(capture.host_regions)
+    shared, _ = shared_maps(capture.regions, granularity)
     plan, device_backed = plan_with_host_ranges(capture.regions, device_ranges(ranges, capture.host_regions),
-                                                granularity, live=live, backed=backed)
+                                                granularity, live=live, backed=backed, shared=shared)
     return plan, [r for r in ranges if r.index not in device_backed], device_backed
 
 

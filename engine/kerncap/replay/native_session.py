@@ -22,7 +22,7 @@ from kerncap.recompile.devcompile.module_id import global_names_for, object_name
 from kerncap.replay.cubin import describe_arch_mismatch
 from kerncap.replay.devices import arch_refusal
 from kerncap.replay import host_memory, sparse
-from kerncap.replay.plan import AddressPlan, MiB, SpanConflict, padding
+from kerncap.replay.plan import AddressPlan, MiB, SpanConflict, padding, shared_maps
 from kerncap.replay import sequence_replay
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.launch_check import LaunchCheck
@@ -99,6 +99,8 @@ class NativeSession:
         self._check_fits()
         self.session.reserve([self._span_spec(s) for s in self.plan.spans])  # first, before any allocation
         self.session.map(self.plan.maps)
+        if self.plan.shared:  # one physical allocation at several addresses, as the app mapped it
+            self.session.map_shared([(m.size, list(m.bases)) for m in self.plan.shared])
         if self.plan.zero_maps:
             self.session.map_zero(self.plan.zero_maps, max(sparse.ZERO_CHUNK, self.plan.granularity))
             log.info("sparse replay: %s", "; ".join(sparse.describe(self.plan.segments,
@@ -109,7 +111,10 @@ class NativeSession:
                                        [self._host_spec(h) for h in self.host_items if h.id not in self.device_backed])
         self._array_index = self._load_arrays()  # after map: objects over linear memory need it mapped
         # The replay's item order (Capture.payload_items): regions, globals, arrays, host regions.
-        self.items = ([r for r in cap.regions if r.size > 0] + [g for g in cap.globals if g.size > 0]
+        # An alias of another region's physical memory is restored and compared as that region.
+        aliases = self.plan.aliases
+        self.items = ([r for r in cap.regions if r.size > 0 and r.id not in aliases]
+                      + [g for g in cap.globals if g.size > 0]
                       + [a for a in cap.arrays if a.id in self._array_index] + self.host_items)
         self.captured_key: str | None = None
         self.session.load_state(str(cap.root / "blobs"), cap.chunk_size, [self._item_spec(i) for i in self.items],
@@ -430,6 +435,7 @@ class NativeSession:
             "maps": [list(m) for m in self.plan.maps],
             "zero_maps": [list(m) for m in self.plan.zero_maps],
             "sparse": {str(k): [list(x) for x in v] for k, v in self.plan.segments.items()},
+            "shared": [{"size": m.size, "bases": list(m.bases), "regions": list(m.regions)} for m in self.plan.shared],
             "host_ranges": [{"index": r.index, "base": r.base, "size": r.size, "host_regions": list(r.regions)}
                             for r in self.host_ranges],
             "device_backed_host_regions": sorted(self.device_backed),
@@ -450,6 +456,8 @@ class NativeSession:
     def notes(self) -> list[str]:
         """The native core's notes, and what an older capture does not hold."""
         out = list(self.session.notes()) + [f"this capture lacks {what}" for what in lacks(self.capture)]
+        out += [m.note for m in self.plan.shared]
+        out += shared_maps(self.capture.regions, self.plan.granularity)[1]
         if self.device_backed:
             out.append(f"host region(s) {', '.join(str(h) for h in sorted(self.device_backed))} replayed in device "
                        "memory at their addresses (they lie among device regions): same bytes, HBM instead of the "

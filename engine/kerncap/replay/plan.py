@@ -8,6 +8,11 @@ neighbourhoods touch share one), each span starts 32 MB-aligned and is padded to
 least 64 MB; inside the spans only the granularity-aligned pages holding regions are
 backed by physical memory.
 
+Regions that map one physical allocation of the app at several addresses (a ring buffer
+mapped twice, `cuMemCreate` once and `cuMemMap` twice: docs/replay.md, "Aliased
+mappings") get one physical allocation mapped at each of them (`shared`): a write
+through one address reads back through the others, as in the app.
+
 Sparse regions (kerncap.replay.sparse: huge, mostly never-written zeros) are backed only
 where data lives or the kernel writes (`maps`); the rest of their pages (`zero_maps`)
 share one zero chunk. Host ranges the replay maps at their captured addresses
@@ -55,6 +60,55 @@ def grouped_label(index: int, kind: str, ids: tuple[int, ...]) -> str:
 
 
 @dataclass(frozen=True)
+class SharedMap:
+    """One physical allocation of `size` bytes mapped at every address of `bases`: the
+    captured regions `regions` (same order), which the app mapped from one allocation.
+    The first region holds the memory's state (restored and compared); the others are
+    its aliases."""
+
+    size: int
+    bases: tuple[int, ...]
+    regions: tuple[int, ...]
+
+    @property
+    def note(self) -> str:
+        others = ", ".join(str(r) for r in self.regions[1:])
+        return (f"region{'s' if len(self.regions) > 2 else ''} {others} map{'' if len(self.regions) > 2 else 's'} the "
+                f"physical allocation of region {self.regions[0]} (one allocation mapped at {len(self.regions)} "
+                f"addresses in the app): replayed as one allocation, restored and compared as region "
+                f"{self.regions[0]}")
+
+
+def shared_maps(regions: Iterable, granularity: int) -> tuple[list[SharedMap], list[str]]:
+    """The regions of `regions` that map one physical allocation at several addresses
+    (Region.physical), as SharedMaps, and a note for each group the replay cannot map as
+    one allocation (its regions then get memory of their own; the capture warned).
+
+    A group is mapped as one allocation when every region covers the same extent of the
+    allocation (cuMemMap maps a handle whole) at granularity-aligned addresses."""
+    groups: dict[int, list] = {}
+    for r in sorted(regions, key=lambda r: r.base):
+        phys = getattr(r, "physical", None)
+        if phys and r.size > 0:
+            groups.setdefault(phys[0], []).append(r)
+    out, notes = [], []
+    for alloc, members in sorted(groups.items()):
+        if len(members) < 2:
+            continue
+        ids = ", ".join(str(r.id) for r in members)
+        if len({(r.physical[1], r.size) for r in members}) != 1:
+            notes.append(f"regions {ids} map different parts of one physical allocation ({alloc}): each replays "
+                         "in memory of its own, so a write through one is not seen through the others")
+        elif any(r.base % granularity or r.size % granularity for r in members):
+            notes.append(f"regions {ids} map one physical allocation ({alloc}) at addresses or sizes that are not "
+                         f"multiples of this GPU's {granularity >> 20} MiB allocation granularity: each replays in "
+                         "memory of its own, so a write through one is not seen through the others")
+        else:
+            out.append(SharedMap(members[0].size, tuple(r.base for r in members), tuple(r.id for r in members)))
+    return out, notes
+
+
+@dataclass(frozen=True)
 class AddressPlan:
     granularity: int
     spans: list[Span] = field(default_factory=list)
@@ -62,6 +116,7 @@ class AddressPlan:
     zero_maps: list[tuple[int, int]] = field(default_factory=list)  # page-aligned: the shared zero chunk
     # sparse region id -> (offset, length) of its parts backed by own memory (maps ∩ region)
     segments: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    shared: list[SharedMap] = field(default_factory=list)  # one allocation at several addresses
 
     @property
     def reserved_bytes(self) -> int:
@@ -69,7 +124,13 @@ class AddressPlan:
 
     @property
     def mapped_bytes(self) -> int:
-        return sum(size for _, size in self.maps)
+        return sum(size for _, size in self.maps) + sum(m.size for m in self.shared)
+
+    @property
+    def aliases(self) -> set[int]:
+        """Ids of the regions that are another region's memory mapped again (not restored
+        or compared themselves)."""
+        return {r for m in self.shared for r in m.regions[1:]}
 
     @property
     def zero_bytes(self) -> int:
@@ -128,12 +189,14 @@ def _place_span(lo: int, hi: int, align: int, avoid: list[tuple[int, int]]) -> t
 
 def plan_address_space(regions: Iterable[HasRange], granularity: int, *,
                        live: dict[int, list[tuple[int, int]]] | None = None,
-                       avoid: Iterable[tuple[int, int]] = ()) -> AddressPlan:
+                       avoid: Iterable[tuple[int, int]] = (), shared: Iterable[SharedMap] = ()) -> AddressPlan:
     """Spans to reserve and page ranges to map for `regions` (which must not overlap).
 
     `live`: for each sparse region id, the (offset, length) intervals that hold data or
     that the kernel writes; only those pages get memory of their own, the region's other
-    pages go to `zero_maps`. `avoid`: (base, size) host ranges no span may cover."""
+    pages go to `zero_maps`. `avoid`: (base, size) host ranges no span may cover.
+    `shared`: regions mapped from one allocation (shared_maps); their pages are left out
+    of `maps`."""
     if granularity <= 0 or granularity & (granularity - 1):
         raise ValueError(f"allocation granularity {granularity} is not a power of two")
     align = max(SPAN_ALIGN, granularity)
@@ -163,9 +226,13 @@ def plan_address_space(regions: Iterable[HasRange], granularity: int, *,
             padded.append([lo, hi, list(ids)])
     spans = [Span(i, lo, hi - lo, tuple(ids)) for i, (lo, hi, ids) in enumerate(padded)]
 
-    live = live or {}
+    shared = list(shared)
+    in_shared = {r for m in shared for r in m.regions}
+    live = {k: v for k, v in (live or {}).items() if k not in in_shared}  # an alias is backed whole
     intervals: list[tuple[int, int]] = []  # absolute [lo, hi) of bytes that need memory of their own
     for r in ordered:
+        if r.id in in_shared:
+            continue
         if r.id in live:
             intervals += [(r.base + off, r.base + off + n) for off, n in live[r.id] if n > 0]
         else:
@@ -182,9 +249,12 @@ def plan_address_space(regions: Iterable[HasRange], granularity: int, *,
                           for lo, hi in maps if lo < r.base + r.size and r.base < hi]
     zero_maps = _merge(sorted(zero))
     plan = AddressPlan(granularity, spans, [(lo, hi - lo) for lo, hi in maps], [(lo, hi - lo) for lo, hi in zero_maps],
-                       segments)
-    for base, size in plan.maps + plan.zero_maps:  # by construction; a failure here is a planner bug
+                       segments, shared)
+    alias_ranges = [(b, m.size) for m in shared for b in m.bases]
+    for base, size in plan.maps + plan.zero_maps + alias_ranges:  # by construction; a failure here is a planner bug
         assert any(s.base <= base and base + size <= s.end for s in spans), "map range outside every span"
+    for base, size in alias_ranges:  # shared_maps keeps only granularity-aligned aliases
+        assert all(hi <= base or base + size <= lo for lo, hi in maps + zero_maps), "alias range mapped twice"
     return plan
 
 
@@ -236,7 +306,8 @@ class DeviceBacked:
 
 def plan_with_host_ranges(regions: Iterable[HasRange], host: dict[int, tuple[int, int]], granularity: int, *,
                           live: dict[int, list[tuple[int, int]]] | None = None,
-                          backed: Iterable[int] = ()) -> tuple[AddressPlan, set[int]]:
+                          backed: Iterable[int] = (), shared: Iterable[SharedMap] = ()
+                          ) -> tuple[AddressPlan, set[int]]:
     """The plan for `regions` with the host ranges `host` (index -> (device address,
     size)), and the indices of those that must be restored in device memory instead.
 
@@ -248,11 +319,12 @@ def plan_with_host_ranges(regions: Iterable[HasRange], host: dict[int, tuple[int
     bus. The others stay host ranges the spans avoid. `backed`: indices already decided."""
     regions = list(regions)
     backed = set(backed)
+    shared = list(shared)
     while True:
         extra = [DeviceBacked(i, base, size) for i, (base, size) in sorted(host.items()) if i in backed]
         avoid = [v for i, v in sorted(host.items()) if i not in backed]
         try:
-            return plan_address_space(regions + extra, granularity, live=live, avoid=avoid), backed
+            return plan_address_space(regions + extra, granularity, live=live, avoid=avoid, shared=shared), backed
         except SpanConflict as exc:
             blamed = [i for i, (base, size) in host.items()
                       if i not in backed and exc.host and base < exc.host[1] and exc.host[0] < base + size]

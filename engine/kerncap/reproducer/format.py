@@ -95,6 +95,10 @@ class Region:
     pre: list[str | None]
     post: list[str | None]
     sequence_state: str | None = None  # a sequence's region "allocated" or "freed" inside its window
+    # (allocation, offset): the physical allocation (cuMemCreate handle, numbered per
+    # capture) mapped here that is mapped at another region too, and this region's offset
+    # into it (docs/capture-format.md, "Aliased mappings"); None for every other region.
+    physical: tuple[int, int] | None = None
 
     @property
     def end(self) -> int:
@@ -253,6 +257,7 @@ class Capture:
                     id=r["id"], base=r["base"], size=r["size"], api=r.get("api", "?"), kind=r.get("kind", "device"),
                     written=bool(r.get("written")), zero_fraction=float(r.get("zero_fraction", 0.0)),
                     pre=list(r["pre"]), post=list(r["post"]), sequence_state=r.get("sequence_state"),
+                    physical=(r["physical"]["allocation"], r["physical"]["offset"]) if r.get("physical") else None,
                 )
                 for r in m.get("regions", [])
             ]

@@ -26,6 +26,8 @@ REGION = Obj({
     "pre": CHUNKS, "post": CHUNKS,
     # a sequence's region allocated or freed inside its window (docs/sequences.md)
     "sequence_state?": Str(choices=("allocated", "freed")),
+    # one physical allocation mapped at several regions (docs/capture-format.md, "Aliased mappings")
+    "physical?": Obj({"allocation": Int(min=1, max=U64), "offset": Int(min=0, max=MAX_REGION_BYTES)}),
 })
 GLOBAL = Obj({
     "name": Str(), "section?": Str(), "size": Int(min=0, max=1 << 32), "address?": Int(min=0, max=U64),

@@ -231,6 +231,35 @@ static void test_memory_tracker() {
   CHECK(r.size() == 4 && r[2].size == page && r[3].base == res + 2 * page && r[3].size == 2 * page);
   m.on_address_free(res);
   CHECK(m.regions_for(ctx).size() == 2);
+
+  // One physical allocation mapped at two adjacent ranges (a ring buffer wrapping by
+  // address): two regions, not merged, each naming the allocation and its offset; the
+  // pages of another allocation next to them stay merged and unnamed.
+  const uint64_t ring = 0x7e0000000000ull;
+  m.on_reserve(ring, 64ull << 20);
+  m.on_map(ring, page, 0, 0xAAA);
+  m.on_map(ring + page, page, 0, 0xAAA);
+  m.on_map(ring + 2 * page, page, 0, 0xBBB);
+  m.on_map(ring + 3 * page, page, 0, 0xCCC);
+  r = m.regions_for(ctx);
+  CHECK(r.size() == 5);
+  CHECK(r[2].base == ring && r[2].size == page && r[2].physical != 0 && r[2].physical_offset == 0);
+  CHECK(r[3].base == ring + page && r[3].physical == r[2].physical);
+  CHECK(r[4].base == ring + 2 * page && r[4].size == 2 * page && r[4].physical == 0);
+  CHECK(alias_warnings(r).empty());
+  // Unmapping one alias: the allocation is mapped once, nothing is named any more.
+  m.on_unmap(ring + page, page);
+  r = m.regions_for(ctx);
+  CHECK(r.size() == 4 && r[2].physical == 0 && r[2].size == page);
+  // Two mappings of one allocation covering different extents: named for the capture.
+  std::vector<TrackedRegion> odd(2);
+  odd[0].base = ring; odd[0].size = 2 * page; odd[0].physical = 9;
+  odd[1].base = ring + 2 * page; odd[1].size = page; odd[1].physical = 9; odd[1].physical_offset = page;
+  auto why = alias_warnings(odd);
+  CHECK(why.size() == 1 && why[0].find("physical allocation 9 is mapped at 2 places") == 0 &&
+        why[0].find("region 1 (0x7e0000400000, 2097152 bytes at offset 2097152)") != std::string::npos);
+  m.on_address_free(ring);
+  CHECK(m.regions_for(ctx).size() == 2);
   m.drop_context(ctx);
   CHECK(m.regions_for(ctx).empty());
 
