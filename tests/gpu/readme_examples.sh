@@ -38,6 +38,7 @@ step() {
     -- kerncap extract '^_Z6smooth' --match regex --output "$W/smooth-repro" --source-dir "$OLDPWD/testapps/cuda" \
        --build-dir "$B" -- "$B/smooth"
   step 0 '^captured cubin on device 0 \(.*, sm_90, GPU-.*\): 50 iterations after 3 warm-up, L2 not flushed$' '^median [0-9.]+ us +min [0-9.]+ us' \
+    '^check: all 50 timed launches checked on the captured input: each wrote the expected bytes$' \
     -- kerncap replay "$W/smooth-repro" --iterations 50
   step 0 '^captured cubin: PASS on 1 input of 1 reproducer \(1 captured \+ 0 perturbed\)$' \
     '^reproducer .*smooth-repro \(_Z6smoothPKfPfS0_ii\) on device 0 ' '^    ok +region 0 ' '^    ok +region 2 ' \
@@ -54,6 +55,7 @@ PY
   step 0 "^$W/smooth-repro/variants/1\.cubin: PASS on 1 input of 1 reproducer \(1 captured \+ 0 perturbed\)\$" \
     -- kerncap validate "$W/smooth-repro" --cubin "$W/smooth-repro/variants/1.cubin"
   step 0 "^$W/smooth-repro/variants/1\.cubin on device 0 \(.*\): 50 iterations after 3 warm-up" '^median [0-9.]+ us' \
+    '^check: all 50 timed launches checked on the captured input: each wrote the expected bytes$' \
     -- kerncap replay "$W/smooth-repro" --cubin "$W/smooth-repro/variants/1.cubin" --iterations 50
   # Could not run (exit 3): the cubin does not hold the captured kernel.
   step 3 "^kerncap validate: error: variant $B/variants/axpy_fast\.cubin has no kernel _Z6smoothPKfPfS0_ii\$" \
