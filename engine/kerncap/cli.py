@@ -20,6 +20,7 @@ import threading
 
 from kerncap import __version__
 from kerncap.commands import (
+    apply,
     build,
     check,
     dump,
@@ -45,7 +46,7 @@ from kerncap.core.units import printable
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_INTERRUPTED, EXIT_TERMINATED, KerncapError, Terminated, UsageError
 
 # The order of `kerncap --help`.
-COMMANDS = (profile, extract, replay, validate, dump, recompile, fuse, build, sources, info, list_command, pack, unpack,
+COMMANDS = (profile, extract, apply, replay, validate, dump, recompile, fuse, build, sources, info, list_command, pack, unpack,
             prune, store, tui, check, sweep, mcp)
 
 

@@ -13,6 +13,7 @@ const char* mode_name(Mode m) {
   switch (m) {
     case Mode::Profile: return "profile";
     case Mode::Capture: return "capture";
+    case Mode::Apply: return "apply";
     default: return "off";
   }
 }
@@ -217,9 +218,10 @@ Config Config::from_env() {
   const std::string mode = env("KERNCAP_MODE");
   if (mode == "profile") c.mode = Mode::Profile;
   else if (mode == "capture") c.mode = Mode::Capture;
+  else if (mode == "apply") c.mode = Mode::Apply;  // the rest of its settings: ApplyConfig::from_env
   else {
     c.mode = Mode::Off;
-    if (!mode.empty()) c.error = "KERNCAP_MODE='" + mode + "' is neither 'profile' nor 'capture'";
+    if (!mode.empty()) c.error = "KERNCAP_MODE='" + mode + "' is not 'profile', 'capture' or 'apply'";
     return c;
   }
   c.out_dir = env("KERNCAP_OUT");

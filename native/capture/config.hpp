@@ -10,7 +10,7 @@
 
 namespace kc {
 
-enum class Mode { Off, Profile, Capture };
+enum class Mode { Off, Profile, Capture, Apply };  // Apply: `kerncap apply` (apply_mode.hpp)
 enum class MatchMode { Substring, Regex, Exact };
 // Sequence captures (docs/sequences.md): what opens and closes the window.
 enum class SeqMode { None, Nvtx, Graph, Run };

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <functional>
 #include <new>
+#include <type_traits>
 
 #include "entry_abi.hpp"
 #include "watched_list.hpp"
@@ -284,6 +285,14 @@ const void* launched(const Params& p) {
   return p.f;
 }
 
+// A launch call's argument, the function replaced (apply mode): each launch call takes
+// exactly one CUfunction.
+template <class X>
+X with_function(X x, CUfunction f) {
+  if constexpr (std::is_same_v<X, CUfunction>) return f;
+  else return x;
+}
+
 template <size_t S, class Params, class Fn>
 struct Wrap;
 
@@ -322,8 +331,15 @@ struct Wrap<S, Params, CUresult (*)(A...)> {
     return full(t, real, d, a...);
   }
   __attribute__((noinline)) static CUresult full(const Table& t, Real real, Dispatch d, A... a) {
-    const Params p{a...};  // CUPTI's params struct: the arguments, in order
-    return around(t, S, d, &p, [&] { return real(a...); });
+    Params p{a...};  // CUPTI's params struct: the arguments, in order
+    if constexpr (launch_call(kCbid[S])) {
+      // `kerncap apply` (docs/apply.md): the dispatcher may name another function in
+      // p.f at the launch's entry; the driver is then called with it, all else as given.
+      const CUfunction asked = p.f;
+      return around(t, S, d, &p, [&] { return p.f == asked ? real(a...) : real(with_function(a, p.f)...); });
+    } else {
+      return around(t, S, d, &p, [&] { return real(a...); });
+    }
   }
 };
 

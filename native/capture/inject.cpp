@@ -39,6 +39,7 @@
 #include "launch_attribution.hpp"
 #include "launch_buckets.hpp"
 #include "launch_record.hpp"
+#include "apply_mode.hpp"
 #include "array_tracker.hpp"
 #include "memory_tracker.hpp"
 #include "module_images.hpp"
@@ -108,6 +109,7 @@ struct alignas(64) State {
   std::unique_ptr<LaunchBuckets> buckets;        // set captures, profile --buckets
   std::unique_ptr<LaunchAttribution> attribution;  // activity records -> their launch's tag
   std::unique_ptr<SampledProfile> sampled;  // profile mode through the entry points (no CUPTI)
+  std::unique_ptr<Applier> applier;         // apply mode (`kerncap apply`, apply_mode.hpp)
   std::atomic<uint64_t> nvtx_inside{0}, nvtx_outside{0};  // target launches in / outside the NVTX selection
   std::atomic<uint64_t> off_device{0};           // target launches on another device than --device
   std::atomic<uint64_t> target_devices{0};       // bit d: the target launched on device d
@@ -2223,10 +2225,94 @@ Recovered recover_cubin(State& s, CUfunction launched, const FuncInfo& fi) {
   return out;
 }
 
+// ---------------------------------------------------------------------------------
+// Apply mode (`kerncap apply`, apply_mode.hpp, docs/apply.md)
+
+// The cubin sha256 of a launched function's module, found as a capture finds it.
+std::string launched_cubin_sha(State& s, CUfunction f, const FuncInfo& fi, std::string& why) {
+  const Recovered rec = recover_cubin(s, f, fi);
+  if (!rec.error.empty()) {
+    why = rec.error;
+    return {};
+  }
+  CUfunction fn = f;
+  CUlibrary lib = nullptr;
+  CUmodule mod = nullptr;
+  if (fi.is_kernel) {
+    CUkernel k = reinterpret_cast<CUkernel>(f);
+    if (KC_CU(cuKernelGetLibrary)(&lib, k) != CUDA_SUCCESS) lib = nullptr;
+    if (KC_CU(cuKernelGetFunction)(&fn, k) != CUDA_SUCCESS) fn = nullptr;
+  }
+  if (fn && KC_CU(cuFuncGetModule)(&mod, fn) != CUDA_SUCCESS) mod = nullptr;
+  std::vector<uint32_t> ids = mod ? s.modules.ids_for_module(mod) : std::vector<uint32_t>();
+  if (ids.empty() && lib) ids = s.modules.ids_for_library(lib);
+  DriverFuncAttrs attrs;
+  if (fn) {
+    KC_CU(cuFuncGetAttribute)(&attrs.num_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    KC_CU(cuFuncGetAttribute)(&attrs.local_size_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+  }
+  const CubinChoice c = s.modules.choose(fi.name, ids, attrs);
+  if (!c.cubin) {
+    why = "no cubin holding " + fi.name + " was seen (its module image was not recorded)";
+    return {};
+  }
+  if (c.selection == "ambiguous") {
+    why = std::to_string(c.candidates) + " cubins hold " + fi.name + " and none is known to be the launched one's";
+    return {};
+  }
+  return c.cubin->sha256;
+}
+
+void apply_call(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, uint16_t roles,
+                bool enter) {
+  if (roles & kLaunch) {
+    if (!enter) {
+      if (t.in_launch) {
+        t.in_launch = false;
+        Guard guard;
+        s.applier->launch_exit(cb->correlationId, result_of(cb));
+      }
+      return;
+    }
+    LaunchDesc d;
+    if (!decode_launch(cbid, cb->functionParams, d)) return;
+    FuncInfo* fi = func_info(s, t, d.f);
+    if (!fi || !fi->matched || g_benchmark.load(std::memory_order_acquire) != 0) return;
+    std::string why;
+    if (s.active_captures.load(std::memory_order_acquire) > 0 && stream_is_capturing(d, why)) {
+      s.applier->recorded_into_graph();  // runs at the graph's launches, as recorded: not substituted
+      return;
+    }
+    Guard guard;
+    t.in_launch = true;
+    s.applier->launch_enter(cbid, const_cast<void*>(cb->functionParams), d, fi->is_kernel, cb->correlationId,
+                            [&](std::string& w) { return launched_cubin_sha(s, d.f, *fi, w); });
+    return;
+  }
+  if (roles & kCaptureBegin) {
+    if (enter) s.active_captures.fetch_add(1, std::memory_order_acq_rel);
+    else if (result_of(cb) != CUDA_SUCCESS) s.active_captures.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  if ((roles & kCaptureEnd) && !enter) s.active_captures.fetch_sub(1, std::memory_order_acq_rel);
+  if (enter || result_of(cb) != CUDA_SUCCESS) return;
+  if (roles & kModuleLoad) {
+    record_image(s, cbid, cb);  // what the launched function's cubin is identified from
+  } else if (roles & kModuleUnload) {
+    s.funcs.clear();
+    forget_image(s, cbid, cb);
+    s.applier->forget_handles();
+  }
+}
+
 void on_driver(State& s, ThreadState& t, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const uint16_t roles = call_roles(cbid);
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
   if (__builtin_expect(s.bench_skip == Config::BenchSkip::Callback, 0) && (roles & kLaunch)) return;
+  if (s.mode == Mode::Apply) {
+    apply_call(s, t, cbid, cb, roles, enter);
+    return;
+  }
   if (s.mode == Mode::Profile) {
     if (s.sampled) sampled_call(s, t, cbid, cb, roles, enter);
     else if (enter && (roles & (kLaunch | kGraphLaunch))) profile_tag(s, t, cbid, cb, roles);
@@ -2394,6 +2480,21 @@ void at_exit() {
     write_proc(*s);
     return;
   }
+  if (s->active && s->applier) {
+    Guard guard;
+    const std::string pid = std::to_string(getpid());
+    try {
+      if (s->applier->config().profile) {
+        profiler::flush_and_stop();
+        write_file_atomic(path_join(s->cfg.out_dir, "profile-" + pid + ".json"), profiler::to_json(int(getpid())));
+      }
+      write_file_atomic(path_join(s->cfg.out_dir, "apply-" + pid + ".json"), s->applier->report_json(int(getpid())));
+    } catch (const std::exception& e) {
+      s->report.add_error("disk", std::string("apply report not written: ") + e.what());
+    }
+    write_proc(*s);
+    return;
+  }
   if (s->active && s->cfg.mode == Mode::Profile) {
     Guard guard;
     profiler::flush_and_stop();
@@ -2534,6 +2635,35 @@ bool attach_sampled_profile(State& s) {
   return false;
 }
 
+// Apply mode: through the entry points only (only there can a launch's function be
+// swapped); the kernel's GPU time from CUPTI's activity records when asked for.
+void attach_apply(State& s) {
+  std::string error;
+  ApplyConfig cfg = ApplyConfig::from_env(error);
+  using Attach = int (*)(void (*)(CUpti_CallbackId, const CUpti_CallbackData*));
+  auto attach = reinterpret_cast<Attach>(dlsym(RTLD_DEFAULT, "kerncap_entry_attach"));
+  if (error.empty() && !attach) error = "kerncap apply needs libkerncap_entry.so preloaded (LD_PRELOAD)";
+  if (!error.empty()) {
+    s.report.add_error("config", error);
+    return;
+  }
+  if (cfg.profile) {
+    const std::string err = profiler::start(nullptr);
+    if (!err.empty()) {
+      s.report.add_error("cupti_activity", err);
+      return;  // the timing would be wrong: stay out of the way
+    }
+  }
+  s.applier = std::make_unique<Applier>(std::move(cfg));
+  s.entry_points = true;
+  s.active = true;
+  if (attach(entry_dispatch) <= 0) {
+    attach(nullptr);
+    s.active = false;
+    s.report.add_error("config", "libcuda was not loaded when kerncap attached");
+  }
+}
+
 bool enable(State& s, CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   CUptiResult r = cuptiEnableCallback(1, s.subscriber, domain, cbid);
   if (r == CUPTI_SUCCESS) return true;
@@ -2628,6 +2758,10 @@ void initialize() {
   }
   if (!select_this_process(s)) return;  // another process of the job captures
   init_call_roles();
+  if (s.cfg.mode == Mode::Apply) {
+    attach_apply(s);
+    return;
+  }
   if (attach_entry_points(s)) return;  // no CUPTI until the capture (docs/interposer.md)
   if (s.cfg.mode == Mode::Profile && attach_sampled_profile(s)) return;  // no CUPTI at all
   CUptiResult r = cuptiSubscribe(&s.subscriber, on_callback, nullptr);

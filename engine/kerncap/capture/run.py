@@ -344,7 +344,7 @@ def _stop_group(proc: subprocess.Popen, pgid: int, signals: Sequence[int], grace
 
 # -- per-process reports in the run directory -----------------------------------------
 
-_REPORT_NAME = re.compile(r"^(proc|profile|triton|buckets)-(\d+)\.json$")
+_REPORT_NAME = re.compile(r"^(proc|profile|triton|buckets|apply)-(\d+)\.json$")
 
 
 def read_reports(run_dir: Path, kind: str) -> list[dict]:

@@ -1,0 +1,408 @@
+"""`kerncap apply`: the unmodified app, with a variant standing in for the captured kernel
+(issue 46, docs/apply.md).
+
+The app runs under the interposer in apply mode (KERNCAP_MODE=apply, through the
+preloaded entry points): every launch of the captured function (its mangled name, in a
+module whose cubin has the captured cubin's sha256) is sent to the variant's kernel of
+that name, loaded once per context, with the app's grid, block, shared memory, attributes
+and arguments; the module's globals are copied into the variant's before each launch.
+Each process writes `apply-<pid>.json` (and `profile-<pid>.json` when timed).
+
+`--check` runs the app as is and with the variant, fingerprints what every launch of the
+kernel wrote (the buffers its written parameters reach, read back after the launch) and
+names the first launch that differs; a mismatch is then dumped from both runs to count
+the bytes. Timing runs the app R times each way, interleaved.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kerncap.capture.run import app_environment, check_command, preload_entry_points, read_reports, run_app
+from kerncap.core.native import entry_library
+from kerncap.errors import EXIT_FAILED, KerncapError, UsageError
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.history import History
+
+EXIT_REFUSED = 4  # the variant cannot stand in for the captured kernel (docs/cli.md)
+
+REFUSAL_HINTS = {
+    "variant_lacks_kernel": "build the variant from the reproducer's source (kerncap recompile DIR) so it keeps the "
+                            "kernel's name",
+    "param_layout": "keep the kernel's parameter list as captured",
+    "global_size": "keep the __constant__/__device__ variables' types as captured",
+    "variant_load": "rebuild the variant for this GPU (kerncap recompile DIR uses the captured flags)",
+    "variant_unreadable": "check the path given to --cubin",
+    "graphs": "run an app that launches the kernel directly; substitution inside CUDA graphs is not supported yet",
+    "not_launched": "check the command: it must run the code the reproducer was captured from",
+}
+
+
+class ApplyRefused(KerncapError):
+    """The variant cannot stand in for the captured kernel (the app ran unmodified)."""
+
+    exit_code = EXIT_REFUSED
+
+
+@dataclass
+class Target:
+    kernel: str       # mangled name
+    demangled: str
+    sha256: str       # the captured cubin's
+    globals: list[tuple[str, int]]
+    outputs: list[int]  # parameters that pointed at a written region at the capture
+
+
+def target_of(cap: Capture) -> Target:
+    kernel = cap.kernel
+    written = {r.id for r in cap.regions if getattr(r, "written", False)}
+    outputs = [p.index for p in cap.params if p.region is not None and p.region in written]
+    return Target(kernel=kernel["name"], demangled=kernel.get("demangled", kernel["name"]),
+                  sha256=kernel["module"]["sha256"], globals=[(g.name, g.size) for g in cap.globals],
+                  outputs=outputs)
+
+
+def resolve_variant(root: Path, cubin: str | Path | None, variant: int | None) -> Path:
+    """The variant cubin: --cubin, or history.json's row --variant N."""
+    if (cubin is None) == (variant is None):
+        raise UsageError("give exactly one of --cubin V and --variant N", "e.g. --variant 3 (see kerncap info DIR)")
+    if variant is not None:
+        v = History.load(root).get(variant)
+        if not v.cubin:
+            raise UsageError(f"variant {variant} is the captured cubin itself", "pick a built variant")
+        path = (root / v.cubin).resolve()
+        if root.resolve() not in path.parents:
+            raise KerncapError(f"variant {variant}'s cubin {v.cubin} leads out of the reproducer",
+                               "rebuild the variant")
+    else:
+        path = Path(cubin).resolve()
+    if not path.is_file():
+        raise KerncapError(f"variant cubin {path} does not exist", "build it with `kerncap recompile DIR`")
+    return path
+
+
+def parse_dispatches(text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        out = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise UsageError(f"--dispatch {text!r} is not a list of launch numbers", "e.g. --dispatch 0,3") from None
+    if any(n < 0 for n in out):
+        raise UsageError(f"--dispatch {text!r} holds a negative launch number", "launches count from 0")
+    return out
+
+
+@dataclass
+class RunResult:
+    seconds: float
+    returncode: int | None
+    reports: list[dict]
+    profiles: list[dict]
+    procs: list[dict]
+    run_dir: Path
+    describe_exit: str = ""
+
+    @property
+    def launches(self) -> int:
+        return sum(r.get("launches", 0) for r in self.reports)
+
+    @property
+    def substituted(self) -> int:
+        return sum(r.get("substituted", 0) for r in self.reports)
+
+    def fingerprints(self) -> list[dict]:
+        out = [f for r in self.reports for f in r.get("fingerprints", [])]
+        return sorted(out, key=lambda f: (f["launch"], f["param"]))
+
+    def kernel_ms(self, kernel: str, demangled: str) -> tuple[float | None, float | None]:
+        """The kernel's total GPU time and every kernel's (ms), from the activity records."""
+        mine = total = 0.0
+        seen = False
+        for p in self.profiles:
+            for k in p.get("kernels", []):
+                ns = float(k.get("total_ns", 0))
+                total += ns
+                if k.get("name") == kernel or k.get("demangled") == demangled:
+                    mine += ns
+                    seen = True
+        return (mine / 1e6 if seen else None), (total / 1e6 if self.profiles else None)
+
+
+@dataclass
+class Apply:
+    """One apply job: the reproducer's target, the variant and the app."""
+
+    root: Path
+    target: Target
+    variant: Path
+    command: list[str]
+    dispatches: list[int] = field(default_factory=list)
+    identify: str = "cubin"
+    timeout: float | None = None
+    cwd: str | None = None
+    quiet: bool = False
+
+    def run(self, *, substitute: bool, check: bool = False, dump_at: int | None = None,
+            profile: bool = False) -> RunResult:
+        run_dir = Path(tempfile.mkdtemp(prefix="kerncap-apply-"))
+        t = self.target
+        settings = {
+            "KERNCAP_KERNEL": t.kernel, "KERNCAP_MATCH": "exact", "KERNCAP_APPLY_SHA256": t.sha256,
+            "KERNCAP_APPLY_IDENTIFY": self.identify,
+            "KERNCAP_APPLY_GLOBALS": ",".join(f"{n}:{s}" for n, s in t.globals),
+        }
+        if substitute:
+            settings["KERNCAP_APPLY_CUBIN"] = str(self.variant)
+            if self.dispatches:
+                settings["KERNCAP_APPLY_DISPATCH"] = ",".join(map(str, self.dispatches))
+        if check:
+            settings["KERNCAP_APPLY_CHECK"] = "1"
+            if t.outputs:
+                settings["KERNCAP_APPLY_OUTPUTS"] = ",".join(map(str, t.outputs))
+        if dump_at is not None:
+            settings["KERNCAP_APPLY_DUMP_AT"] = str(dump_at)
+        if profile:
+            settings["KERNCAP_APPLY_PROFILE"] = "1"
+        env = app_environment(self.command, mode="apply", run_dir=run_dir, settings=settings)
+        if entry_library() is None:
+            raise KerncapError("kerncap apply needs libkerncap_entry.so, which was not built",
+                               "reinstall kerncap with the CUDA toolkit (pip install .)")
+        env["KERNCAP_INTERCEPT"] = "entry"
+        env["LD_PRELOAD"] = preload_entry_points(env.get("LD_PRELOAD"))
+        sink = (lambda stream, data: None) if self.quiet else None
+        outcome = run_app(self.command, env=env, cwd=self.cwd, timeout=self.timeout, output=sink)
+        result = RunResult(seconds=outcome.seconds, returncode=outcome.returncode,
+                           reports=read_reports(run_dir, "apply"), profiles=read_reports(run_dir, "profile"),
+                           procs=read_reports(run_dir, "proc"), run_dir=run_dir,
+                           describe_exit=outcome.describe_exit())
+        if outcome.timed_out:
+            raise KerncapError(f"the app ran past --timeout {self.timeout:g} s", "raise --timeout")
+        for proc in result.procs:
+            for err in proc.get("errors", []):
+                if err.get("kind") in ("config", "cupti_activity", "cupti_subscriber"):
+                    raise KerncapError(f"kerncap could not run in the app: {err.get('message')}",
+                                       "see docs/apply.md")
+        if outcome.failed:
+            raise KerncapError(f"the app {outcome.describe_exit()}"
+                               + (" with the variant" if substitute else " (as is, under kerncap)") + "\n"
+                               + outcome.stderr_excerpt(), "make the app run without kerncap first")
+        if substitute:
+            self._refusals(result)
+        return result
+
+    def _refusals(self, r: RunResult) -> None:
+        for rep in r.reports:
+            ref = rep.get("refusal")
+            if ref:
+                raise ApplyRefused(f"kerncap apply refused the variant {self.variant.name}: {ref['message']} "
+                                   f"(the app ran its own kernel)", REFUSAL_HINTS.get(ref["kind"]))
+        graphs = sum(rep.get("graph_launches", 0) for rep in r.reports)
+        if r.launches == 0 and graphs:
+            raise ApplyRefused(f"{self.target.demangled} was launched only from CUDA graphs ({graphs} launch(es) "
+                               "recorded by stream capture); kerncap apply cannot substitute it there yet",
+                               REFUSAL_HINTS["graphs"])
+        if r.launches == 0:
+            why = "; ".join(w for rep in r.reports for w in rep.get("unidentified", []))
+            raise ApplyRefused(f"the app never launched the captured {self.target.demangled}"
+                               + (f" (a kernel of that name ran, but {why})" if why else ""),
+                               REFUSAL_HINTS["not_launched"])
+        if r.substituted == 0 and not self.dispatches:
+            raise ApplyRefused(f"no launch of {self.target.demangled} was substituted", None)
+
+
+@dataclass
+class Mismatch:
+    launch: int
+    param: int
+    bytes_differing: int | None
+    bytes_compared: int
+
+
+@dataclass
+class CheckResult:
+    launches: int
+    compared: int
+    mismatch: Mismatch | None
+    output_files: list[str] = field(default_factory=list)  # --compare-output paths that differ
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatch is None and not self.output_files
+
+    def text(self) -> str:
+        lines = []
+        if self.mismatch:
+            m = self.mismatch
+            diff = f"{m.bytes_differing} of {m.bytes_compared} bytes differ" if m.bytes_differing is not None \
+                else f"{m.bytes_compared} bytes, fingerprints differ"
+            lines.append(f"check: FAIL at launch {m.launch} (the {_ordinal(m.launch + 1)}): parameter {m.param}'s buffer differs ({diff})")
+        else:
+            lines.append(f"check: all {self.compared} launches matched byte for byte")
+        for p in self.output_files:
+            lines.append(f"check: output file {p} differs")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _compare_files(paths: Sequence[str], cwd: str | None, keep: Path) -> dict[str, bytes | None]:
+    out = {}
+    for p in paths:
+        src = Path(cwd or ".") / p
+        out[p] = src.read_bytes() if src.is_file() else None
+    return out
+
+
+def run_check(job: Apply, compare_output: Sequence[str] = ()) -> CheckResult:
+    base = job.run(substitute=False, check=True)
+    base_files = _compare_files(compare_output, job.cwd, base.run_dir)
+    var = job.run(substitute=True, check=True)
+    var_files = _compare_files(compare_output, job.cwd, var.run_dir)
+    a, b = base.fingerprints(), var.fingerprints()
+    notes = []
+    if any(r.get("fingerprints_truncated") for r in base.reports + var.reports):
+        notes.append("only the first launches were fingerprinted (KERNCAP_APPLY_CHECK_MAX)")
+    for rep in base.reports + var.reports:
+        notes += rep.get("errors", [])
+    if base.launches != var.launches:
+        notes.append(f"the kernel ran {base.launches} times as is but {var.launches} times with the variant")
+    key_a = {(f["launch"], f["param"]): f for f in a}
+    mismatch = None
+    for f in b:
+        g = key_a.get((f["launch"], f["param"]))
+        if g is None or g["hash"] != f["hash"] or g["bytes"] != f["bytes"]:
+            mismatch = Mismatch(f["launch"], f["param"], None, f["bytes"])
+            break
+    if mismatch is None and len(a) != len(b):
+        missing = next(f for f in a if (f["launch"], f["param"]) not in {(x["launch"], x["param"]) for x in b})
+        mismatch = Mismatch(missing["launch"], missing["param"], None, missing["bytes"])
+    if mismatch is not None:
+        # Both runs once more, each dumping that launch's buffers: count the bytes.
+        da = job.run(substitute=False, check=True, dump_at=mismatch.launch)
+        db = job.run(substitute=True, check=True, dump_at=mismatch.launch)
+        name = f"dump-{mismatch.launch}-p{mismatch.param}.bin"
+        pa, pb = da.run_dir / name, db.run_dir / name
+        if pa.is_file() and pb.is_file():
+            x, y = pa.read_bytes(), pb.read_bytes()
+            n = min(len(x), len(y))
+            mismatch.bytes_differing = sum(1 for i in range(n) if x[i] != y[i]) + abs(len(x) - len(y))
+            mismatch.bytes_compared = max(len(x), len(y))
+        for r in (da, db):
+            shutil.rmtree(r.run_dir, ignore_errors=True)
+    differing = [p for p in compare_output if base_files.get(p) != var_files.get(p)]
+    for r in (base, var):
+        shutil.rmtree(r.run_dir, ignore_errors=True)
+    compared = len({f["launch"] for f in b})
+    return CheckResult(launches=var.launches, compared=compared, mismatch=mismatch, output_files=differing,
+                       notes=notes)
+
+
+@dataclass
+class Timing:
+    runs: int
+    app_s: tuple[list[float], list[float]]        # as is, with the variant
+    kernel_ms: tuple[list[float], list[float]]
+    share: tuple[float | None, float | None]       # the kernel's share of GPU time (median)
+    app_interval: object | None
+    kernel_interval: object | None
+    substituted: int
+
+    def text(self, name: str) -> str:
+        def med(xs):
+            return statistics.median(xs) if xs else float("nan")
+        lines = [f"timing: {self.runs} interleaved runs each (as is / with the variant; "
+                 f"{self.substituted} launch(es) substituted per run)"]
+        a, v = self.app_s
+        lines.append(f"  app wall time     {med(a):.3f} s / {med(v):.3f} s"
+                     + (f"   speedup {self.app_interval.text()}" if self.app_interval else ""))
+        ka, kv = self.kernel_ms
+        if ka and kv:
+            lines.append(f"  {name} GPU time  {med(ka):.3f} ms / {med(kv):.3f} ms"
+                         + (f"   speedup {self.kernel_interval.text()}" if self.kernel_interval else ""))
+        sa, sv = self.share
+        if sa is not None and sv is not None:
+            lines.append(f"  its share of the app's GPU time  {100 * sa:.1f} % / {100 * sv:.1f} %")
+        return "\n".join(lines)
+
+
+def run_timing(job: Apply, runs: int) -> Timing:
+    from kerncap.replay.significance import MIN_ROUNDS, bootstrap_speedup
+
+    app = ([], [])
+    kern = ([], [])
+    shares = ([], [])
+    substituted = 0
+    for i in range(runs):
+        # ABBA order: drift (clocks, caches) falls on both sides alike.
+        order = (False, True) if i % 2 == 0 else (True, False)
+        for substitute in order:
+            side = int(substitute)
+            r = job.run(substitute=substitute, profile=True)
+            app[side].append(r.seconds)
+            mine, total = r.kernel_ms(job.target.kernel, job.target.demangled)
+            if mine is not None:
+                kern[side].append(mine)
+                if total:
+                    shares[side].append(mine / total)
+            if substitute:
+                substituted = r.substituted
+            shutil.rmtree(r.run_dir, ignore_errors=True)
+
+    def interval(a, b):
+        if len(a) < MIN_ROUNDS or len(a) != len(b):
+            return None
+        return bootstrap_speedup([[x] for x in a], [[y] for y in b])
+
+    share = tuple(statistics.median(s) if s else None for s in shares)
+    return Timing(runs=runs, app_s=app, kernel_ms=kern, share=share, app_interval=interval(*app),
+                  kernel_interval=interval(*kern), substituted=substituted)
+
+
+@dataclass
+class ApplyResult:
+    variant: Path
+    launches: int
+    substituted: int
+    check: CheckResult | None
+    timing: Timing | None
+    skipped_globals: list[str]
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_FAILED if self.check is not None and not self.check.passed else 0
+
+
+def apply(reproducer: str | Path, command: Sequence[str], *, cubin: str | Path | None = None,
+          variant: int | None = None, dispatch: str | None = None, check: bool = False,
+          compare_output: Sequence[str] = (), runs: int = 5, identify: str = "cubin",
+          timeout: float | None = None, cwd: str | None = None, quiet: bool = False) -> ApplyResult:
+    cap = Capture.open(reproducer)
+    root = cap.reproducer_dir
+    if runs < 0:
+        raise UsageError(f"--runs {runs} is negative", "give 0 to skip timing, or e.g. --runs 5")
+    if compare_output and not check:
+        raise UsageError("--compare-output compares the runs of --check", "add --check")
+    job = Apply(root=root, target=target_of(cap), variant=resolve_variant(root, cubin, variant),
+                command=list(command), dispatches=parse_dispatches(dispatch), identify=identify,
+                timeout=timeout, cwd=cwd, quiet=quiet)
+    check_command(job.command, cwd=cwd, env=dict(os.environ))
+    first = job.run(substitute=True)
+    skipped = sorted({g["name"] for rep in first.reports for g in rep.get("skipped_globals", [])})
+    shutil.rmtree(first.run_dir, ignore_errors=True)
+    checked = run_check(job, compare_output) if check else None
+    timing = run_timing(job, runs) if runs else None
+    return ApplyResult(variant=job.variant, launches=first.launches, substituted=first.substituted,
+                       check=checked, timing=timing, skipped_globals=skipped)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -1,0 +1,128 @@
+"""`kerncap apply` over a stand-in driver (tests/fixtures/apply): the interposer in apply
+mode substitutes the variant's kernel, mirrors the module's globals, refuses what it
+cannot substitute (the app's own kernel runs then), selects launches with --dispatch, and
+--check names the first launch whose outputs differ. Needs the native build
+(KERNCAP_INJECT_LIB, docs/testing.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "apply"
+KERNEL = "_Z4axpyPfPKfi"
+CC = shutil.which("gcc") or shutil.which("cc")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    from kerncap.core.native import entry_library, inject_library
+    from kerncap.errors import KerncapError
+
+    try:
+        entry, inject = entry_library(), inject_library()
+    except KerncapError:
+        entry = inject = None
+    if entry is None or CC is None:
+        pytest.skip("needs the native build (KERNCAP_INJECT_LIB) and a C compiler")
+    d = tmp_path_factory.mktemp("apply")
+    subprocess.run([CC, "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", str(FIX / "fake_cuda_apply.c"),
+                    "-o", str(d / "libcuda.so.1"), "-ldl"], check=True)
+    subprocess.run([CC, "-O1", str(FIX / "apply_app.c"), "-o", str(d / "app"), "-ldl"], check=True)
+    return {"dir": d, "entry": entry, "inject": inject, "app": d / "app"}
+
+
+def _variant(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "variant.cubin"
+    p.write_bytes(text.encode() + b"\0")
+    return p
+
+
+def _run(built, tmp_path: Path, launches: int = 5, **settings: str) -> tuple[dict, str, bytes]:
+    out = tmp_path / "run"
+    out.mkdir(exist_ok=True)
+    for f in out.iterdir():
+        f.unlink()
+    env = {**os.environ, "LD_PRELOAD": str(built["entry"]), "LD_LIBRARY_PATH": str(built["dir"]),
+           "KERNCAP_MODE": "apply", "KERNCAP_OUT": str(out), "KERNCAP_KERNEL": KERNEL, "KERNCAP_MATCH": "exact",
+           "KERNCAP_APPLY_IDENTIFY": "name", "KERNCAP_APPLY_GLOBALS": "scale:4", **settings}
+    y = tmp_path / "y.bin"
+    p = subprocess.run([str(built["app"]), str(built["inject"]), str(launches), str(y)], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (report,) = out.glob("apply-*.json")
+    return json.loads(report.read_text()), p.stdout, y.read_bytes()
+
+
+def test_every_launch_runs_the_variant_with_the_apps_globals(built, tmp_path):
+    """All 5 launches ran the variant's kernel (the stand-in counts them per module), with
+    `scale` copied from the app's module: y is what the app's own kernel makes."""
+    base, out0, y0 = _run(built, tmp_path)
+    assert base["launches"] == 5 and base["substituted"] == 0 and "ran plain=5" in out0
+    rep, out, y = _run(built, tmp_path, KERNCAP_APPLY_CUBIN=str(_variant(tmp_path, "FAKEMOD impl=fast")))
+    assert rep["refusal"] is None and rep["errors"] == []
+    assert rep["launches"] == 5 and rep["substituted"] == 5
+    assert "ran fast=5" in out and "plain" not in out
+    assert y == y0  # scale mirrored: without it the variant would scale by 0
+
+
+def test_dispatch_selects_launches(built, tmp_path):
+    rep, out, _ = _run(built, tmp_path, KERNCAP_APPLY_CUBIN=str(_variant(tmp_path, "FAKEMOD impl=fast")),
+                       KERNCAP_APPLY_DISPATCH="1,3")
+    assert rep["substituted"] == 2 and rep["not_selected"] == 3
+    assert "ran plain=3" in out and "ran fast=2" in out
+
+
+@pytest.mark.parametrize("image,kind,words", [
+    ("FAKEMOD impl=fast nokernel", "variant_lacks_kernel", ["has no kernel", KERNEL, "CUDA_ERROR_NOT_FOUND"]),
+    ("FAKEMOD impl=fast twoparams", "param_layout", ["[0+8, 8+8]", "[0+8, 8+8, 16+4]"]),
+    ("FAKEMOD impl=fast bigscale", "global_size", ["global scale is 8 bytes", "4"]),
+    ("FAKEMOD impl=fast arch", "variant_load", ["CUDA_ERROR_NO_BINARY_FOR_GPU", "another architecture"]),
+])
+def test_refusals_leave_the_app_running_its_own_kernel(built, tmp_path, image, kind, words):
+    rep, out, _ = _run(built, tmp_path, KERNCAP_APPLY_CUBIN=str(_variant(tmp_path, image)))
+    assert rep["refusal"]["kind"] == kind
+    for w in words:
+        assert w in rep["refusal"]["message"]
+    assert rep["substituted"] == 0 and "ran plain=5" in out and "fast" not in out
+
+
+def test_check_fingerprints_name_the_third_launch(built, tmp_path):
+    """A variant that differs only from its third launch on: launches 0 and 1 fingerprint
+    alike, launch 2 (the 3rd) first differs, in parameter 0 (y)."""
+    base, _, _ = _run(built, tmp_path, KERNCAP_APPLY_CHECK="1", KERNCAP_APPLY_OUTPUTS="0")
+    var, _, _ = _run(built, tmp_path, KERNCAP_APPLY_CHECK="1", KERNCAP_APPLY_OUTPUTS="0",
+                     KERNCAP_APPLY_CUBIN=str(_variant(tmp_path, "FAKEMOD impl=late3")))
+    a = [(f["launch"], f["param"], f["bytes"], f["hash"]) for f in base["fingerprints"]]
+    b = [(f["launch"], f["param"], f["bytes"], f["hash"]) for f in var["fingerprints"]]
+    assert [x[:3] for x in a] == [(i, 0, 4096) for i in range(5)] == [x[:3] for x in b]
+    assert [x[3] == y[3] for x, y in zip(a, b)] == [True, True, False, False, False]
+
+
+def test_engine_check_reports_launch_2_and_the_bytes(built, tmp_path, monkeypatch):
+    """kerncap.capture.apply.run_check over the same app: the first differing launch, its
+    parameter and how many bytes differ (from both runs' dumps of that launch)."""
+    from kerncap.capture.apply import Apply, Target, run_check
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))
+    target = Target(kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64,
+                    globals=[("scale", 4)], outputs=[0])
+    y = tmp_path / "y.bin"
+    cmd = [str(built["app"]), str(built["inject"]), "5", str(y)]
+    bad = Apply(root=tmp_path, target=target, variant=_variant(tmp_path, "FAKEMOD impl=late3"), command=cmd,
+                identify="name", quiet=True)
+    r = run_check(bad, compare_output=[str(y)])
+    assert r.mismatch is not None and (r.mismatch.launch, r.mismatch.param) == (2, 0)
+    # y[0]: 1.0f as is, 2.0f with the variant: 2 of its 4 bytes differ
+    assert r.mismatch.bytes_differing == 2 and r.mismatch.bytes_compared == 4096
+    assert "FAIL at launch 2 (the 3rd)" in r.text() and r.output_files == [str(y)]
+    good = Apply(root=tmp_path, target=target, variant=tmp_path / "fast.cubin", command=cmd, identify="name",
+                 quiet=True)
+    good.variant.write_bytes(b"FAKEMOD impl=fast\0")
+    ok = run_check(good, compare_output=[str(y)])
+    assert ok.passed and "all 5 launches matched byte for byte" in ok.text()
