@@ -34,11 +34,11 @@ from kerncap.core.schema import check
 from kerncap.errors import KerncapError, UsageError
 from kerncap.recompile.inputs import check_tree, include_problems
 from kerncap.recompile.trust import ReadPlaces, local_nvcc, tool_env
-from kerncap.replay.region_types import classify_cxx_type, cxx_parameter_types
 from kerncap.reproducer.format import Capture, cubin_problem, read_json
 from kerncap.reproducer.schemas import FUSION_JSON
 from kerncap.reproducer.sequence_variant import write_variant
 from kerncap.sources.attach import capture_arch
+from kerncap.sources.names import classify_cxx_type, cxx_parameter_types
 
 FUSIONS = "fusions"
 KERNEL = "kc_fused"

@@ -17,16 +17,14 @@ kernel's parameters, and reading it would need the app's host binary.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from kerncap.reproducer.format import Capture
 from kerncap.errors import KerncapError
 from kerncap.core import dtypes as dt
+from kerncap.sources.names import classify_cxx_type, cxx_parameter_types
 from kerncap.triton import region_dtypes
-
-QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict)\b")
 
 
 @dataclass(frozen=True)
@@ -45,59 +43,6 @@ class TypedSpan:
 
 
 # -- CUDA C++ ------------------------------------------------------------------------------
-
-
-def cxx_parameter_types(demangled: str | None) -> list[str] | None:
-    """The parameter types of a demangled function name, e.g. "void k<3>(float const*,
-    int)" -> ["float const*", "int"]; None when there is no parameter list."""
-    if not demangled:
-        return None
-    text = demangled.strip()
-    if not text.endswith(")"):
-        return None
-    depth, start = 0, None
-    for i in range(len(text) - 1, -1, -1):  # the "(" that closes the final ")"
-        c = text[i]
-        if c == ")":
-            depth += 1
-        elif c == "(":
-            depth -= 1
-            if depth == 0:
-                start = i
-                break
-    if start is None:
-        return None
-    inner = text[start + 1 : -1].strip()
-    if inner in ("", "void"):
-        return []
-    parts, depth, cur = [], 0, []
-    for c in inner:
-        if c in "<([":
-            depth += 1
-        elif c in ">)]":
-            depth -= 1
-        if c == "," and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(c)
-    parts.append("".join(cur).strip())
-    return parts
-
-
-def classify_cxx_type(text: str) -> tuple[int, str, str | None]:
-    """(pointer depth, role, dtype) of one parameter type: "float const*" -> (1, "float",
-    "float32"); "float**" -> (2, "pointers", None); "int*" -> (1, "integer", "int32")."""
-    depth = text.count("*")
-    base = QUALIFIERS.sub(" ", text.split("*", 1)[0])
-    base = " ".join(base.replace("&", " ").split())
-    base = base.removeprefix("struct ").removeprefix("class ")
-    if depth >= 2:
-        return depth, "pointers", None
-    if base in dt.CXX_TYPES:  # the C++ spellings of kerncap.core.dtypes
-        role, dtype = dt.CXX_TYPES[base]
-        return depth, role, dtype
-    return depth, "unknown", None
 
 
 def cxx_spans(capture: Capture) -> list[TypedSpan]:

@@ -1,11 +1,14 @@
-"""Kernel names: demangling, the base name a source grep looks for, and telling
-library kernels (no source in the user's tree) apart from the user's own."""
+"""Kernel names: demangling, the base name a source grep looks for, telling library
+kernels (no source in the user's tree) apart from the user's own, and the parameter types
+of a demangled signature."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+
+from kerncap.core import dtypes as dt
 
 _LIBRARY_PATTERNS = [
     (re.compile(r"^nvjet_"), "cuBLASLt's nvjet GEMM kernels ship as binaries with CUDA"),
@@ -89,3 +92,62 @@ def library_reason(name: str, demangled: str | None = None) -> str | None:
         if pattern.search(name) or (demangled and pattern.search(demangled)):
             return why
     return None
+
+
+# -- demangled C++ parameter types (what a pointer parameter points at: kerncap.replay.region_types,
+# kerncap.recompile.fusion) --
+
+QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict)\b")
+
+
+def cxx_parameter_types(demangled: str | None) -> list[str] | None:
+    """The parameter types of a demangled function name, e.g. "void k<3>(float const*,
+    int)" -> ["float const*", "int"]; None when there is no parameter list."""
+    if not demangled:
+        return None
+    text = demangled.strip()
+    if not text.endswith(")"):
+        return None
+    depth, start = 0, None
+    for i in range(len(text) - 1, -1, -1):  # the "(" that closes the final ")"
+        c = text[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                start = i
+                break
+    if start is None:
+        return None
+    inner = text[start + 1 : -1].strip()
+    if inner in ("", "void"):
+        return []
+    parts, depth, cur = [], 0, []
+    for c in inner:
+        if c in "<([":
+            depth += 1
+        elif c in ">)]":
+            depth -= 1
+        if c == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+    parts.append("".join(cur).strip())
+    return parts
+
+
+def classify_cxx_type(text: str) -> tuple[int, str, str | None]:
+    """(pointer depth, role, dtype) of one parameter type: "float const*" -> (1, "float",
+    "float32"); "float**" -> (2, "pointers", None); "int*" -> (1, "integer", "int32")."""
+    depth = text.count("*")
+    base = QUALIFIERS.sub(" ", text.split("*", 1)[0])
+    base = " ".join(base.replace("&", " ").split())
+    base = base.removeprefix("struct ").removeprefix("class ")
+    if depth >= 2:
+        return depth, "pointers", None
+    if base in dt.CXX_TYPES:  # the C++ spellings of kerncap.core.dtypes
+        role, dtype = dt.CXX_TYPES[base]
+        return depth, role, dtype
+    return depth, "unknown", None
