@@ -11,7 +11,7 @@ from kerncap import api
 from kerncap.errors import KerncapError
 
 REPLAY_TIMEOUT_ENV = "KERNCAP_REPLAY_TIMEOUT"
-DEFAULT_REPLAY_TIMEOUT_S = 300.0
+DEFAULT_REPLAY_TIMEOUT_S = api.options.REPLAY_TIMEOUT.default  # the one default of every front end
 
 
 def replay_timeout() -> float:

@@ -172,6 +172,14 @@ def app_command(after_dashes: Sequence[str], cmd_string: str | None = None) -> l
     return _run.resolve_app_command(after_dashes, cmd_string)
 
 
+def apply(reproducer: PathLike, command: Sequence[str], **options: Any):
+    """Run the app with a variant in place of the captured kernel (`kerncap apply`,
+    docs/apply.md): kerncap.capture.apply.apply's ApplyResult."""
+    from kerncap.capture import apply as _apply
+
+    return _apply.apply(reproducer, command, **options)
+
+
 def print_app_output(stream: str, data: bytes) -> None:
     """The default AppOutput: the app's stdout and stderr go to ours, as it writes them."""
     _run.default_sink(stream, data)

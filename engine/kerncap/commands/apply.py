@@ -7,8 +7,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from kerncap.capture.apply import apply
-from kerncap.capture.run import resolve_app_command
+from kerncap import api
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,8 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    command = resolve_app_command(args.app_command, args.cmd)
-    r = apply(args.path, command, cubin=args.cubin, variant=args.variant, dispatch=args.dispatch, check=args.check,
+    command = api.app_command(args.app_command, args.cmd)
+    r = api.apply(args.path, command, cubin=args.cubin, variant=args.variant, dispatch=args.dispatch, check=args.check,
               compare_output=args.compare_output, runs=args.runs, identify=args.identify, timeout=args.timeout,
               quiet=args.quiet or args.json)
     if args.json:

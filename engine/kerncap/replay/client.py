@@ -31,6 +31,12 @@ STDERR_TAIL_LINES = 40
 ADDRESS_ATTEMPTS = 3
 
 
+# Seconds one request may take before the server is killed, in every front end (CLI, MCP,
+# the workbench, check/sweep): a variant that never ends is killed the same way everywhere.
+# options.REPLAY_TIMEOUT declares it; a timing (time_compare) gets its own max_seconds more.
+DEFAULT_TIMEOUT = 300.0
+
+
 class ServerTimeout(KerncapError):
     """The server did not answer within the client's timeout; it was killed."""
 
@@ -52,12 +58,12 @@ class ReplayClient:
         before_open: Sequence[dict[str, Any]] = (),
         sequence_order: str | None = None,
     ):
-        """`timeout`: seconds to wait for one response (None: no limit; on expiry the server
-        is killed). `echo_log`: copy the server's log to our stderr as it comes.
+        """`timeout`: seconds to wait for one response (None: DEFAULT_TIMEOUT; math.inf: no
+        limit; on expiry the server is killed). `echo_log`: copy the server's log to our stderr as it comes.
         `before_open`: requests sent to each new server before `open` (test hooks)."""
         self.capture_dir = Path(capture_dir)
         self.device = device
-        self.timeout = timeout
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
         self.server_cmd = list(server_cmd or default_server_command())
         self.env = env
         self.echo_log = echo_log
@@ -175,16 +181,19 @@ class ReplayClient:
         self._next_id += 1
         req["id"] = rid = self._next_id
         op = req["op"]
+        limit = self.timeout
+        if op == "time_compare":  # bounded by its own max_seconds, plus what a round may overrun
+            limit = max(limit, float(req.get("max_seconds") or 0) + DEFAULT_TIMEOUT)
         try:
             child.send(req)
             while True:
-                resp = child.receive(self.timeout)
+                resp = child.receive(None if limit == float("inf") else limit)
                 if resp.get("id") == rid:
                     break
         except ChildTimeout:
             self._child, self.info = None, None
             raise ServerTimeout(
-                f"replay server did not answer {op} within {self.timeout:g} s; killed it",
+                f"replay server did not answer {op} within {limit:g} s; killed it",
                 "the kernel may hang (an endless loop in a variant?); raise the timeout if it is just slow",
             ) from None
         except ChildGone:

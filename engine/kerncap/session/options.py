@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from kerncap.core import dtypes
 from kerncap.errors import KerncapError, UsageError
+from kerncap.replay.client import DEFAULT_TIMEOUT
 from kerncap.replay.perturb import MAX_PERTURBATIONS, check_count
 from kerncap.replay.significance import DEFAULT_CONFIDENCE, MIN_ROUNDS
 
@@ -178,7 +179,7 @@ SEQUENCE_ORDER = Option("sequence_order", "--order", str, "streams", "how a sequ
 PER_LAUNCH = Option("per_launch", "--per-launch", bool, False, "a sequence: replay also times each launch; validate "
                     "also finds the first launch after which the variant's state departs from the captured one")
 
-REPLAY_TIMEOUT = Option("replay_timeout", "--replay-timeout", float, 600.0, "seconds one validation or timing may "
+REPLAY_TIMEOUT = Option("replay_timeout", "--replay-timeout", float, DEFAULT_TIMEOUT, "seconds one validation or timing may "
                         "take before its replay server is killed", above=0.0, metavar="S")
 
 
