@@ -102,6 +102,20 @@ def test_validate_per_launch_is_one_result_in_every_front_end(seq, capsys, varia
         assert [c["id"] for c in local["checks"]] == [2]  # y: launch 0 (scale) still agrees
 
 
+def test_a_sequence_validated_with_perturb_reports_the_same_in_every_front_end(seq, capsys):
+    """Issue 45's drift: `--perturb K` on a sequence (which gets no perturbed inputs yet) said
+    `"perturb": K` and a note through the CLI, `"perturb": 0` and no note through MCP."""
+    status, from_cli = cli_json(capsys, "validate", str(seq), "--perturb", "2", "--runs", "2")
+    from_cli.pop("set_timing", None)
+    [r] = mcp(seq.parent, ("validate", {"reproducer": seq.name, "perturb": 2, "runs": 2}))
+    from_mcp = ok(r)
+    with api.open_session(seq, compile_worker=False) as s:
+        from_session = s.validate(api.ValidateRequest(perturb=2, runs=2)).to_dict()
+    assert plain(from_cli) == plain(from_mcp) == plain(from_session)
+    assert status == 0 and from_mcp["perturb"] == 0 and len(from_mcp["reproducers"][0]["inputs"]) == 1
+    assert any("a sequence is validated on its captured input only" in n for n in from_mcp["reproducers"][0]["notes"])
+
+
 def test_replay_per_launch_and_order_are_one_result_in_every_front_end(seq, capsys):
     _, from_cli = cli_json(capsys, "replay", str(seq), "--per-launch", "-n", "3", "-w", "1", "--order", "serial")
     [r] = mcp(seq.parent, ("replay", {"reproducer": seq.name, "per_launch": True, "iterations": 3, "warmup": 1,

@@ -267,7 +267,9 @@ def validate_reproducers(dirs: Sequence[str | Path], cubin: str | Path | None, o
         plan = pt.plan(cap, options.keep, options.region_dtypes) if options.perturb and cap.sequence is None else None
         with ReplayClient(d, device=device, sequence_order=sequence_order) as rc:
             reports.append(validate_one(rc, cap, one, options, plan=plan, progress=progress))
-    return TrustReport(None if cubin is None else str(cubin), options.perturb, options.seed, reports)
+    # What ran: a sequence gets no perturbed inputs (validate_one notes why), whichever front end asked.
+    perturb = 0 if all(c.sequence is not None for c in captures) else options.perturb
+    return TrustReport(None if cubin is None else str(cubin), perturb, options.seed, reports)
 
 
 def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Options, *,

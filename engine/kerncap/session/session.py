@@ -303,17 +303,15 @@ class Session(Opened):
         """Validation you can trust (kerncap.replay.differential): determinism of the
         captured kernel, the captured input, request.perturb perturbed inputs."""
         r = request.checked()
-        if r.perturb and self.capture.sequence is not None:
-            # A sequence's inputs are what its launches read before writing: kerncap does not
-            # know those per region yet, so it validates on the captured input alone.
-            r = replace(r, perturb=0)
-            if progress is not None:
-                progress("a sequence is validated on its captured input only (perturbed inputs: not for sequences yet)")
+        sequence = self.capture.sequence is not None
+        if r.perturb and sequence and progress is not None:
+            progress("a sequence is validated on its captured input only (perturbed inputs: not for sequences yet)")
         options = trust_options(r)
         with self._lock:
-            plan = self._plan(r) if r.perturb else None
+            plan = self._plan(r) if r.perturb and not sequence else None
+            # validate_one notes why a sequence gets no perturbed inputs (as `kerncap validate` does)
             one = validate_one(self._resident(), self.capture, r.cubin, options, plan=plan, progress=progress)
-        return TrustReport(r.cubin, r.perturb, r.seed, [one])
+        return TrustReport(r.cubin, 0 if sequence else r.perturb, r.seed, [one])
 
     def _plan(self, r: ValidateRequest) -> perturb.PerturbPlan:
         """Planned once per session and request shape: it samples the captured payloads."""
