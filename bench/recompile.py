@@ -1,7 +1,7 @@
 """Kernel-only recompile: against a full rebuild of a project, and reduced against full
 on big translation units.
 
-    PYTHONPATH=engine python3 bench/recompile.py [--repeat 3] [--only project|tu]
+    PYTHONPATH=engine python3 bench/recompile.py [--repeat 3] [--only project|tu|apps]
 
 project: builds tests/fixtures/cmake_cuda_project in a temporary copy, attaches the
 sources of one kernel to a reproducer, then times `cmake --build --clean-first` against
@@ -12,6 +12,11 @@ ggml-style mat-vec template) and of its thrust TU (tests/tu_reproducer.py); per 
 interleaved runs of the reduced recompile (only what the captured kernel needs) and the
 full one (the whole TU, as before issue 18), unmodified and after an edit of the kernel;
 medians, their ratio and where the reduced compile's time went.
+
+apps: every kernel of every CUDA C++ app of the GPU suite (testapps/cuda/**/*.cu but the
+replay variants, testapps/CMakeLists.txt) recompiled from a reproducer of its TU in the
+default mode; lists per kernel whether it compiled reduced or fell back, and why (issue 43:
+none should fall back). Exits 1 when one does.
 
 Runs on a CPU-only machine (nvcc and cmake needed, no GPU).
 """
@@ -54,13 +59,63 @@ def run(cmd: list[str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", choices=["project", "tu"])
+    ap.add_argument("--only", choices=["project", "tu", "apps"])
     ap.add_argument("--json", type=Path, help="write the big-TU figures here")
     args = ap.parse_args()
-    if args.only != "tu":
+    if args.only in (None, "project"):
         project(args)
-    if args.only != "project":
+    if args.only in (None, "tu"):
         translation_units(args)
+    if args.only in (None, "apps") and not apps():
+        sys.exit(1)
+
+
+# Flags an app's TU needs beyond testapps/CMakeLists.txt's common ones (its target_compile_options).
+APP_FLAGS = {"graph_device.cu": ["-rdc=true"], "ptsz_stream.cu": ["--default-stream=per-thread"]}
+
+
+PER_TU = 4  # kernels recompiled per app TU
+
+
+def apps() -> bool:
+    """Each kernel of each GPU-suite app, recompiled in the default mode: reduced, or the
+    fallback and its reason. True when none fell back."""
+    from tu_reproducer import CUDA, make_reproducer
+
+    from kerncap.errors import KerncapError
+    from kerncap.sources import cubin as cubinfo
+    from kerncap.sources.includes import trace_includes
+
+    tus = sorted(p for p in CUDA.rglob("*.cu") if "variants" not in p.relative_to(CUDA).parts)
+    reduced = fell_back = 0
+    with tempfile.TemporaryDirectory(prefix="kerncap-bench-apps-") as tmp:
+        for tu in tus:
+            rel = str(tu.relative_to(CUDA))
+            files = [rel] + [str(h.relative_to(CUDA)) for h in trace_includes(tu, CUDA, [CUDA])]
+            try:
+                subprocess.run(["nvcc", f"-I{CUDA}", "-std=c++17", "-arch=sm_90", *APP_FLAGS.get(tu.name, []), "-cubin",
+                                "-o", f"{tmp}/probe.cubin", str(tu)], check=True, capture_output=True, text=True)
+            except subprocess.CalledProcessError as exc:
+                print(f"{rel}: its cubin does not build alone ({exc.stderr.strip().splitlines()[-1][:120]})")
+                continue
+            kernels = sorted(cubinfo.kernel_names(cubinfo.open_elf(Path(f"{tmp}/probe.cubin").read_bytes(), rel)))
+            if len(kernels) > PER_TU:  # spread over the TU's kernels (the big TU has 97)
+                kernels = [kernels[round(j * (len(kernels) - 1) / (PER_TU - 1))] for j in range(PER_TU)]
+            for i, kernel in enumerate(kernels):
+                root = Path(tmp) / f"{tu.stem}-{i}"
+                repro, _, _ = make_reproducer(root, CUDA, rel, files, kernel, APP_FLAGS.get(tu.name, []))
+                try:
+                    r = recompile(repro)
+                    verdict = r.mode + (f": {'; '.join(r.notes)}" if r.notes else "")
+                except KerncapError as exc:
+                    verdict = f"failed: {exc.message.splitlines()[0][:160]}"
+                ok = verdict == "reduced"
+                reduced += ok
+                fell_back += not ok
+                print(f"{'ok  ' if ok else 'FELL'} {rel} {kernel}: {verdict}", flush=True)
+                shutil.rmtree(root, ignore_errors=True)
+    print(f"{reduced} kernels of {len(tus)} app TUs compiled reduced, {fell_back} did not")
+    return fell_back == 0
 
 
 # The edit timed per TU: it changes the kernel's code (an unrolled loop no longer

@@ -162,6 +162,24 @@ def test_instantiation_is_appended_after_a_marker():
     assert f'# 1 "{INSTANTIATION_FILE}"' in r.text
 
 
+def test_the_sources_explicit_kernel_instantiations_are_left_out():
+    """The TU's own `template __global__ void k<...>(...);` would instantiate the captured
+    instance a second time (an error) and compile the others: blanked, lines kept; other
+    explicit instantiations, specializations and `extern template` stay."""
+    code = (f"template <class T, int N> {GLOBAL} __attribute__((launch_bounds(256))) void k(T* x);\n"
+            f"template {GLOBAL} void k<float, 4>(float*);\n"
+            f"namespace n {{ template\n {GLOBAL} void k2<int>(int*); }}\n"
+            f"extern template {GLOBAL} void k<int, 1>(int*);\n"
+            f"template <> {GLOBAL} void k<char, 1>(char*);\n"
+            "template struct S<int>;\ntemplate void f<int>(int);\n")
+    r = reduce(code, instantiation=f"template {GLOBAL} void k<float, 4>(float*);")
+    lines = r.text.split("\n")
+    assert lines[2] == ";" and lines[3] == "namespace n { " and lines[4] == "; }" and lines[5].startswith("extern")
+    assert f"template <> {GLOBAL} void k<char, 1>" in r.text and "template struct S<int>;" in r.text
+    assert "template void f<int>(int);" in r.text and r.instantiations_dropped == 2 and r.stubbed == 0
+    assert reduce(code).instantiations_dropped == 0  # nothing instantiated in its place: kept
+
+
 @pytest.mark.parametrize("code, why", [
     ("void f() { }\n}", "unbalanced"),
     ("if (x) { y(); }", "statement"),

@@ -18,8 +18,8 @@ from kerncap.recompile.devcompile.module_id import module_id, object_names
 from kerncap.errors import KerncapError
 from kerncap.recompile import recompile
 from kerncap.sources import cubin as cubinfo
-from tu_reproducer import (BIG_FILES, BIG_KERNEL, CUDA, DEMO, FUNCTOR_FILES, FUNCTOR_KERNEL, kernel_text,
-                           make_reproducer)
+from tu_reproducer import (BIG_FILES, BIG_KERNEL, CUDA, DEMO, EXPLICIT_FILES, EXPLICIT_KERNEL, FUNCTOR_FILES,
+                           FUNCTOR_KERNEL, kernel_text, make_reproducer)
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("c++filt") is None,
                                 reason="needs nvcc and c++filt")
@@ -47,6 +47,21 @@ def test_big_translation_unit_compiles_only_the_captured_instance(big_tu):
     print(f"big TU (96 instances): full nvcc -cubin {full_seconds:.2f} s, reduced recompile {result.seconds:.2f} s "
           f"({full_seconds / result.seconds:.1f}x); {result.phase_line()}")
     assert result.seconds * 3 < full_seconds
+
+
+# -- an explicitly instantiated template declared with launch bounds in a header (issue 43) ------
+
+
+def test_explicitly_instantiated_template_is_reduced_without_fallback(tmp_path):
+    repro, captured, _ = make_reproducer(tmp_path, CUDA, EXPLICIT_FILES[0], EXPLICIT_FILES, EXPLICIT_KERNEL)
+    assert "_ZN2ei7scale_nIfLi2EEEvPKT_PS1_i" in cubinfo.kernel_names(cubinfo.open_elf(captured, "captured"))
+    result = recompile(repro, mode="reduced")  # no fallback: the source's own instantiation is not a second one
+    assert result.mode == "reduced" and not result.notes, result.notes
+    assert "the source's own 2 explicit kernel instantiations left out" in result.summary
+    built = result.cubin.read_bytes()
+    assert cubinfo.kernel_names(cubinfo.open_elf(built, "variant")) == {EXPLICIT_KERNEL, "_Z7init_eiP6__halfPfi"}
+    assert kernel_text(built, EXPLICIT_KERNEL) == kernel_text(captured, EXPLICIT_KERNEL)
+    assert result.summary.endswith("the kernel's machine code is identical to the captured one")
 
 
 # -- a thrust TU: internal-linkage globals named after the TU -------------------------------------
@@ -134,6 +149,8 @@ def test_edit_that_breaks_only_the_reduced_compile_falls_back_and_says_so(mini, 
     out = capsys.readouterr().out
     assert "the reduced compile failed" in out and "compiled the whole translation unit instead" in out
     assert '"Twice" is ambiguous' in out
+    assert "kerncap's explicit instantiation of the captured kernel, 'template __attribute__((global)) void " \
+           "scale<Twice>(Twice, float*, int);', was rejected" in out  # whose code failed, and which line
     cubins = sorted((repro / "variants").glob("*.cubin"))
     assert len(cubins) == 1 and kernel_text(cubins[0].read_bytes(), MINI_KERNEL) == kernel_text(captured, MINI_KERNEL)
     result = recompile(repro)

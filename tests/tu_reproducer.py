@@ -26,6 +26,10 @@ CMAKE_FLAGS = ["-forward-unknown-to-host-compiler", "-O3", "-DNDEBUG", "-std=c++
 BIG_KERNEL = "_ZN3qmv13mul_mat_vec_qILNS_5qtypeE2ELi3ELb1EEEvPKvS3_PfNS_11fusion_argsEiiii"
 # cuda_parallel_launch_local_memory<ParallelFor<Smooth3, RangePolicy>> of functor_thrust.cu
 FUNCTOR_KERNEL = "_ZN10minikokkos4impl33cuda_parallel_launch_local_memoryINS0_11ParallelForI7Smooth3NS_11RangePolicyEEEEEvT_"
+# ei::scale_n<__half, 4> of testapps/cuda/explicit_inst (declared __launch_bounds__(256) in a
+# header, instantiated explicitly in the TU, issue 43)
+EXPLICIT_KERNEL = "_ZN2ei7scale_nI6__halfLi4EEEvPKT_PS2_i"
+EXPLICIT_FILES = ["explicit_inst/explicit_inst.cu", "explicit_inst/scale_bounds.cuh", "common/testapp.hpp"]
 BIG_FILES = ["big_tu/qmatvec.cu", "common/testapp.hpp"]
 FUNCTOR_FILES = ["functor_thrust/functor_thrust.cu", "common/testapp.hpp"]
 

@@ -127,7 +127,7 @@ def _compile(req: Request, work: Path) -> Build:
                 if req.mode == "reduced" or _users_own_errors(exc.log, reduced.user_file):
                     raise _failed(req, exc.log, reduced=True) from None
                 attempt.add(exc.kind, exc.seconds)
-                notes.append(f"the reduced compile failed ({_first_error(exc.log)}); "
+                notes.append(f"the reduced compile failed ({_why_reduced_failed(exc.log, reduced)}); "
                              "compiled the whole translation unit instead")
             except KerncapError as exc:
                 if req.mode == "reduced":
@@ -173,6 +173,9 @@ def _reduce(req: Request, plan: phases.Plan, work: Path, timing: phases.Timing) 
     timing.add("reduce", time.perf_counter() - start)
     what = "explicit instantiation" if spelling.instantiation else (
         f"instantiated by {', '.join(sorted(spelling.keep))}" if spelling.keep else "not a template")
+    if reduction.instantiations_dropped:
+        what += (f" (the source's own {reduction.instantiations_dropped} explicit kernel instantiation"
+                 f"{'s' if reduction.instantiations_dropped > 1 else ''} left out)")
     return _Reduced(path, reduction, f"reduced translation unit: {reduction.stubbed} function bodies blanked "
                                      f"(host code, other kernels), the captured kernel {what}",
                     user_file)
@@ -222,6 +225,18 @@ def _users_own_errors(log: str, user_file) -> bool:
         return False
     errors = _ERROR_AT.findall(log)
     return bool(errors) and all(user_file(path) and not promoted for path, _, promoted in errors)
+
+
+def _why_reduced_failed(log: str, reduced: _Reduced) -> str:
+    """The first error, saying whose code it is in when it is not the user's."""
+    first = _first_error(log)
+    if INSTANTIATION_FILE in first and reduced.reduction.instantiation:
+        return f"kerncap's explicit instantiation of the captured kernel, {reduced.reduction.instantiation!r}, " \
+               f"was rejected: {first.replace(INSTANTIATION_FILE, 'instantiation', 1)}"
+    path = _ERROR_AT.match(first)
+    if path and not reduced.user_file(path.group(1)):
+        return f"in a header outside the reproducer's sources: {first}"
+    return first
 
 
 def _first_error(log: str) -> str:

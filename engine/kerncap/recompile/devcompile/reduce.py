@@ -63,6 +63,7 @@ class Reduction:
     text: str
     stubbed: int = 0  # function bodies blanked
     instantiation: str = ""
+    instantiations_dropped: int = 0  # the user's explicit instantiations of kernels left out
 
 
 @dataclass
@@ -244,7 +245,7 @@ def reduce_tu(text: str, is_user_file, kernel_name: str, keep_functions: frozens
     segs = segments(text, is_user_file)
     if not segs:
         raise ReduceError("no code from the reproducer's source files in the preprocessed TU")
-    r = _Reducer(text, kernel_name, keep_functions)
+    r = _Reducer(text, kernel_name, keep_functions, bool(instantiation))
     for seg in segs:
         r.scan(seg)
     if r.skip or r.stack or r.parens:
@@ -258,15 +259,17 @@ def reduce_tu(text: str, is_user_file, kernel_name: str, keep_functions: frozens
     reduced = "".join(out)
     if instantiation:
         reduced += f'\n# 1 "{INSTANTIATION_FILE}"\n{instantiation}\n'
-    return Reduction(reduced, len(r.edits), instantiation)
+    return Reduction(reduced, len(r.edits) - r.dropped, instantiation, r.dropped)
 
 
 INSTANTIATION_FILE = "<kerncap: explicit instantiation of the captured kernel>"
 
 
 class _Reducer:
-    def __init__(self, text: str, kernel_name: str, keep_functions: frozenset[str]):
+    def __init__(self, text: str, kernel_name: str, keep_functions: frozenset[str], instantiated: bool = False):
         self.text = text
+        self.instantiated = instantiated  # kerncap appends the captured instance's explicit instantiation
+        self.dropped = 0  # the user's explicit instantiations of kernels left out
         self.kernel_name = kernel_name
         self.keep_functions = keep_functions
         self.edits: list[tuple[int, int, str]] = []  # (open brace, close brace, replacement), in order
@@ -319,6 +322,8 @@ class _Reducer:
         elif self.parens:
             return  # braces and semicolons inside parentheses: lambdas in default arguments, decltype(...)
         elif tok == ";":
+            if self.instantiated and (not self.stack or self.stack[-1] == "ns"):
+                self.drop_kernel_instantiation(pos)
             self.reset_head(pos + 1)
         elif tok == "}":
             if not self.stack:
@@ -338,6 +343,20 @@ class _Reducer:
                 return
             self.skip = 1
             self.body = (pos, fn, seg)
+
+    def drop_kernel_instantiation(self, semicolon: int) -> None:
+        """Blank the declaration ending at `semicolon` when it explicitly instantiates a
+        kernel: the reduced TU instantiates only the captured instance, and once (a second
+        explicit instantiation of it is an error)."""
+        if not _is_kernel_instantiation(self.head_text(semicolon)):
+            return
+        text = self.text
+        start = next((m.start() for m in _TEMPLATE_WORD.finditer(text, self.head_start, semicolon)
+                      if not text[text.rfind("\n", 0, m.start()) + 1 : m.start()].lstrip().startswith("#")), None)
+        if start is None or any(b > start and a < semicolon for a, b in self.gaps):
+            return  # it spans another file's code: left as it is
+        self.edits.append((start, semicolon, _blanked_lines(text[start:semicolon]) + ";"))
+        self.dropped += 1
 
     def head_text(self, pos: int) -> str:
         parts, start = [], self.head_start
@@ -367,6 +386,23 @@ class _Reducer:
         if fn.kernel:
             return not fn.template and fn.name != self.kernel_name
         return not fn.device
+
+
+_EXPLICIT_INSTANTIATION = re.compile(r"^\s*template\s+(?!<)")
+_TEMPLATE_WORD = re.compile(r"(?<!\w)template\b")
+
+
+def _is_kernel_instantiation(head: str) -> bool:
+    """`template __global__ void k<__half, 4>(...)` (an explicit instantiation
+    definition of a kernel, `__global__` preprocessed to `__attribute__((global))`), not
+    `extern template` nor a template declaration."""
+    h = _clean_head(head)
+    return _EXPLICIT_INSTANTIATION.match(h) is not None and _GLOBAL.search(h) is not None
+
+
+def _blanked_lines(text: str) -> str:
+    """`text` as blank lines, keeping its line markers and directives (line numbers stay right)."""
+    return "\n".join(ln if ln.lstrip().startswith("#") else "" for ln in text.split("\n"))
 
 
 def _blanked(inner: str) -> str:
