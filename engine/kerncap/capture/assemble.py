@@ -19,6 +19,7 @@ from kerncap import __version__
 from kerncap.core.stack import capture_provenance
 from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
+from kerncap.recompile.selfcontained import finish_sources
 from kerncap.reproducer.launches import AppLaunches
 from kerncap.sources import attach_sources
 from kerncap.triton import attach_triton
@@ -51,6 +52,10 @@ def build_reproducer(
     if source_dir is not None:
         sources = _attach(attach_sources, notes, stage, capture, Path(source_dir),
                           Path(build_dir) if build_dir is not None else None)
+        if sources and sources.get("kind") == "cuda":  # headers from outside --source-dir, the extraction's record
+            finished = _attach(finish_sources, notes, stage)
+            if finished:
+                sources["notes"] = [*sources.get("notes", []), *finished["notes"]]
     triton = None
     if triton_records and any(run_dir.glob("triton-*.json")):
         triton = _attach(attach_triton, notes, stage, capture, run_dir)

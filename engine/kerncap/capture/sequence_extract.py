@@ -26,6 +26,7 @@ from kerncap.capture.assemble import build_reproducer, replace_output
 from kerncap.capture.selection import Selection, closest
 from kerncap.errors import KerncapError, UsageError
 from kerncap.reproducer.format import Capture
+from kerncap.recompile.selfcontained import finish_sources
 from kerncap.sources import attach_sources
 
 SEQUENCE_MODES = ("nvtx", "graph", "run")
@@ -130,6 +131,11 @@ def write_kernel_entries(stage: Path, source_dir: Path | None, build_dir: Path |
             try:
                 sources = attach_sources(entry, Capture.open(entry), Path(source_dir),
                                          Path(build_dir) if build_dir else None)
+                if sources.get("kind") == "cuda":  # headers from outside --source-dir, the extraction's record
+                    try:
+                        sources["notes"] = [*sources.get("notes", []), *finish_sources(entry)["notes"]]
+                    except Exception as exc:  # noqa: BLE001 - the sources copied so far stay usable
+                        sources.setdefault("notes", []).append(f"finish_sources failed ({type(exc).__name__}: {exc})")
             except KerncapError as exc:
                 sources = {"kind": "none", "reason": exc.message}
             except Exception as exc:  # noqa: BLE001 - a discovery bug must not cost the capture

@@ -21,6 +21,7 @@ from kerncap.core.fsio import fs_error, remove_dead_temps, remove_quietly, temp_
 from kerncap.core.schema import check
 from kerncap.errors import KerncapError
 from kerncap.recompile.devcompile.build import Request, compile_cubin
+from kerncap.recompile import provenance
 from kerncap.recompile.devcompile.module_id import object_names
 from kerncap.recompile.inputs import check_tree, include_problems
 from kerncap.recompile.trust import (ReadPlaces, include_dirs, local_nvcc, require_trust, require_trusted_sources,
@@ -182,6 +183,8 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
     command = [*nvcc, "-cubin", "-o", str(tmp), str(tu_copy)]
     if not trust:  # before anything runs or is written
         places = read_places(build, repro, cwd, compiler)
+        if provenance.verify(repro, build) is None:  # this user's own extraction: its app's include directories
+            places.add(include_dirs(flags, cwd))
         require_trust(review(flags, repro, places), command, source / BUILD_JSON)
         sources = [f for f in files if f.name not in RECORDS]
         require_trusted_sources(include_problems(sources, places, include_dirs(shadow + flags, cwd)), source)

@@ -162,6 +162,11 @@ class ReadPlaces:
             roots.append(os.path.realpath(toolkit))
         self.roots = roots
 
+    def add(self, directories: list[Path]) -> None:
+        """Let the compiler also read `directories` (the include directories recorded by this
+        user's own extraction, kerncap.recompile.provenance)."""
+        self.roots += [os.path.realpath(d) for d in directories]
+
     def outside(self, value: str) -> str | None:
         """The real path `value` names when it lies outside every allowed place (a path that
         does not exist reads nothing and passes)."""

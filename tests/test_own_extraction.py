@@ -1,0 +1,175 @@
+"""Issue 43: recompiling your own fresh extraction, and self-contained reproducers, with
+real nvcc on the CPU. An app whose TU (src/k.cu) includes a header from ../include,
+outside --source-dir (src/), compiled as compile_commands.json records it; extraction
+copies that header into the reproducer (kerncap.recompile.selfcontained) and records
+where the reproducer came from (kerncap.recompile.provenance)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kerncap.errors import KerncapError
+from kerncap.recompile import provenance, recompile
+from kerncap.recompile.selfcontained import finish_sources
+from kerncap.reproducer.format import Capture
+from kerncap.reproducer.pack import pack, unpack
+from kerncap.sources import attach_sources
+from kerncap.sources import cubin as cubinfo
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+KERNEL = "_Z8scale_byPfif"
+HEADER = """#pragma once
+__device__ __forceinline__ float times(float v, float a) { return v * a + 1.0f; }
+"""
+TU = """#include "scale.h"
+__global__ void scale_by(float* y, int n, float a) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = times(y[i], a);
+}
+"""
+
+
+def make_app(root: Path) -> Path:
+    """root/app/{include/scale.h, src/k.cu, build/k.o, build/compile_commands.json}."""
+    app = root / "app"
+    for rel, text in (("include/scale.h", HEADER), ("src/k.cu", TU)):
+        (app / rel).parent.mkdir(parents=True, exist_ok=True)
+        (app / rel).write_text(text)
+    build = app / "build"
+    build.mkdir()
+    command = ["nvcc", "-I../include", "-O3", "-std=c++17", "-arch=sm_90", "-c", "../src/k.cu", "-o", "k.o"]
+    subprocess.run(command, cwd=build, check=True, capture_output=True)
+    (build / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(build), "arguments": command, "file": "../src/k.cu", "output": "k.o"}]))
+    return app
+
+
+def write_capture(repro: Path, app: Path) -> None:
+    """capture/: the kernel, its parameter layout, the GPU (sm_90) and its cubin."""
+    cubin = repro.parent / "captured.cubin"
+    subprocess.run(["nvcc", f"-I{app / 'include'}", "-O3", "-std=c++17", "-arch=sm_90", "-cubin", "-o", str(cubin),
+                    str(app / "src" / "k.cu")], check=True, capture_output=True)
+    data = cubin.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    (repro / "capture" / "cubins").mkdir(parents=True)
+    (repro / "capture" / "cubins" / f"{sha}.cubin").write_bytes(data)
+    elf = cubinfo.open_elf(data, "captured")
+    params = [{"index": i, "offset": p.offset, "size": p.size, "value": "00" * p.size}
+              for i, p in enumerate(cubinfo.param_layout(elf, KERNEL))]
+    (repro / "capture" / "manifest.json").write_text(json.dumps({
+        "format": "kerncap-capture", "format_version": 1, "complete": True, "chunk_size": 4194304, "hash": "xxh64",
+        "provenance": {"synthetic": True, "gpu": {"name": "synthetic sm_90", "cc": [9, 0]}},
+        "kernel": {"name": KERNEL, "demangled": KERNEL, "module": {"cubin": f"cubins/{sha}.cubin", "sha256": sha}},
+        "launch": {"grid": [1, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 0},
+        "params": params, "regions": [], "globals": []}))
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state" / "kerncap" / "extracted"
+
+
+@pytest.fixture
+def extracted(tmp_path, state):
+    """(app, make(copy_headers)): a reproducer as `kerncap extract --source-dir app/src` writes it."""
+    app = make_app(tmp_path)
+
+    def make(name: str, copy_headers: bool = True) -> Path:
+        repro = tmp_path / name
+        write_capture(repro, app)
+        assert attach_sources(repro, Capture.open(repro), app / "src", app / "build")["kind"] == "cuda"
+        if copy_headers:
+            finish_sources(repro)
+        else:  # the record alone: the -I outside --source-dir stays (ggml's mmvq.cu before issue 43)
+            path = repro / "source" / "build.json"
+            build = json.loads(path.read_text())
+            build["origin"] = provenance.record(repro, build)
+            path.write_text(json.dumps(build))
+        return repro
+    return app, make
+
+
+def build_json(repro: Path) -> dict:
+    return json.loads((repro / "source" / "build.json").read_text())
+
+
+def test_outside_header_is_copied_and_the_unpacked_reproducer_recompiles_the_same(extracted, tmp_path):
+    app, make = extracted
+    repro = make("repro")
+    build = build_json(repro)
+    copy = repro / "source" / "outside" / "0-include" / "scale.h"
+    assert copy.read_text() == HEADER
+    assert "-I../include" not in build["compile_command"]
+    assert build["include_dirs"][0] == "outside/0-include"
+    assert build["outside_include_dirs"] == {"outside/0-include": str(app / "include")}
+    in_place = recompile(repro)  # no --trust
+    assert in_place.mode == "reduced"
+    result = pack(repro, tmp_path / "repro.kcap")
+    assert not result.left_out, result.left_out
+    elsewhere = tmp_path / "elsewhere" / "unpacked"
+    elsewhere.parent.mkdir()
+    unpack(result.path, elsewhere)
+    assert provenance.verify(elsewhere, build_json(elsewhere)) is not None  # unpacked: not the extraction
+    (app / "include" / "scale.h").write_text(HEADER.replace("1.0f", "2.0f"))  # the original is not what is read
+    again = recompile(elsewhere)  # no --trust, and nothing outside the unpacked copy is read
+    assert again.cubin.read_bytes() == in_place.cubin.read_bytes()
+    shutil.rmtree(app)  # the app is gone: the unpacked copy still recompiles
+    assert recompile(elsewhere).cubin.read_bytes() == in_place.cubin.read_bytes()
+
+
+def test_own_extraction_recompiles_with_its_include_directories(extracted):
+    _, make = extracted
+    repro = make("own", copy_headers=False)
+    assert any(a == "-I../include" for a in build_json(repro)["compile_command"])
+    assert recompile(repro).mode == "reduced"  # no --trust: this user extracted it here
+
+
+def refused(repro: Path) -> None:
+    with pytest.raises(KerncapError) as err:
+        recompile(repro)
+    assert "-I../include: searches headers in" in err.value.message and "outside the reproducer" in err.value.message
+    assert "--trust" in err.value.hint
+
+
+def test_a_copy_an_edit_a_lost_record_or_another_user_is_refused_as_before(extracted, tmp_path, state, monkeypatch):
+    _, make = extracted
+    repro = make("own", copy_headers=False)
+    copy = tmp_path / "copy"
+    shutil.copytree(repro, copy, symlinks=True)  # same token, another directory
+    refused(copy)
+    assert "a copy or an unpacked pack" in provenance.verify(copy, build_json(copy))
+    assert recompile(copy, trust=True).mode == "reduced"
+
+    path = repro / "source" / "build.json"
+    original = path.read_text()
+    build = json.loads(original)
+    build["compile_command"].insert(1, "-DEXTRA=1")  # the recorded compile changed since the extraction
+    path.write_text(json.dumps(build))
+    refused(repro)
+    path.write_text(original)
+    assert provenance.verify(repro, build_json(repro)) is None
+
+    monkeypatch.setattr(os, "getuid", lambda: 4242)  # someone else reading my reproducer
+    assert "is not yours" in provenance.verify(repro, build_json(repro))
+    refused(repro)
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+    build = json.loads(original)
+    build["origin"]["token"] = "0" * 32  # a token this user's state directory never issued
+    path.write_text(json.dumps(build))
+    assert "does not know it" in provenance.verify(repro, build_json(repro))
+    refused(repro)
+    path.write_text(original)
+    for entry in state.iterdir():
+        entry.unlink()  # the state directory lost the record
+    refused(repro)
