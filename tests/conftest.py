@@ -45,6 +45,21 @@ def _worker_pool_per_test():
             pool.close_all()
 
 
+def pytest_collection_finish(session):
+    """The selected test files' native builds (a module-level PREBUILD: the ASan unit
+    tests, tests/native_build.py) start now, in the background, and compile on the other
+    core while the first tests run; their fixtures wait for them."""
+    if session.config.option.collectonly:
+        return
+    started = set()
+    for item in session.items:
+        module = getattr(item, "module", None)
+        prebuild = getattr(module, "PREBUILD", None)
+        if callable(prebuild) and module.__name__ not in started:
+            started.add(module.__name__)
+            prebuild()
+
+
 FUZZ_MODULE = "test_fuzz.py"
 FUZZ_GOAL = 10_000
 _fuzz_collected: set[str] = set()  # before -k / -m deselect any

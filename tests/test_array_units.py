@@ -18,6 +18,7 @@ import shutil
 import struct
 from pathlib import Path
 
+import native_build
 import pytest
 from test_cubin_elf import NATIVE, TEST_SRC, _cuda_home, _run
 
@@ -25,29 +26,30 @@ KERNELS = {"_Z7texreadyPfii": 1, "_Z7tabreadPKyPfi": 1, "_Z5surfwyii": 2, "_Z3lo
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built():
+    return native_build.result("array_units", _build_and_run)
+
+
+def _build_and_run():
+    """The unit test's facts and the cubins it read (cached: tests/native_build.py)."""
     cuda = _cuda_home()
     cxx = shutil.which(os.environ.get("CXX", "g++"))
     if cuda is None or cxx is None:
         pytest.skip("needs nvcc, cupti.h and a C++ compiler")
-    work = tmp_path_factory.mktemp("array_units")
-    cubins = {}
-    for sm in ("90", "80"):
-        out = work / f"tex_sm{sm}.cubin"
-        r = _run([str(cuda / "bin" / "nvcc"), "-cubin", f"-arch=sm_{sm}", "-o", str(out), str(TEST_SRC / "tex_kernels.cu")])
-        assert r.returncode == 0, f"nvcc failed:\n{r.stderr}"
-        cubins[sm] = out
-    exe = work / "array_units_test"
-    r = _run([
-        cxx, "-std=c++17", "-g", "-O1", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
+    cubins = {sm: native_build.cubin(str(cuda / "bin" / "nvcc"), [f"-arch=sm_{sm}"], TEST_SRC / "tex_kernels.cu")
+              for sm in ("90", "80")}
+    exe = native_build.executable("array_units_test", cxx, [
+        "-std=c++17", "-g1", "-O1", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
         "-fno-sanitize-recover=undefined", f"-I{NATIVE / 'common'}", f"-I{NATIVE / 'capture'}", f"-I{cuda / 'include'}",
-        str(TEST_SRC / "array_units_test.cpp"), str(NATIVE / "capture" / "array_tracker.cpp"),
-        str(NATIVE / "common" / "cubin_texture_ops.cpp"), str(NATIVE / "common" / "cubin_elf.cpp"), "-o", str(exe),
-    ])
-    assert r.returncode == 0, f"building the unit test failed:\n{r.stderr[-4000:]}"
+    ], [TEST_SRC / "array_units_test.cpp", NATIVE / "capture" / "array_tracker.cpp",
+        NATIVE / "common" / "cubin_texture_ops.cpp", NATIVE / "common" / "cubin_elf.cpp"])
     r = _run([str(exe), str(cubins["90"]), str(cubins["80"])], env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
     assert r.returncode == 0, f"C++ checks failed:\n{r.stderr}\n{r.stdout}"
     return json.loads(r.stdout), cubins
+
+
+def PREBUILD():  # conftest starts it when this file's tests are selected
+    native_build.start("array_units", _build_and_run)
 
 
 def f32(x: float) -> bytes:

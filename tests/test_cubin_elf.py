@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import native_build
 import pytest
 import xxhash
 
@@ -52,27 +53,30 @@ def built(tmp_path_factory):
 
 
 def build_units(work: Path):
-    """(unit test executable, cubins, work dir); skips without nvcc/cupti.h/a C++ compiler."""
+    """(unit test executable, cubins, work dir); skips without nvcc/cupti.h/a C++ compiler.
+    The executable and cubins are cached (tests/native_build.py): read and run them only."""
+    exe, cubins = native_build.result("capture_units", _build_cached)
+    return exe, cubins, work
+
+
+def _build_cached():
     cuda = _cuda_home()
     cxx = shutil.which(os.environ.get("CXX", "g++"))
     if cuda is None or cxx is None:
         pytest.skip("needs nvcc, cupti.h and a C++ compiler")
     nvcc = str(cuda / "bin" / "nvcc")
-    cubins = {}
-    for name, extra in (("a", []), ("variant", ["-DVARIANT"])):
-        out = work / f"{name}.cubin"
-        r = _run([nvcc, "-cubin", "-arch=sm_90", *extra, "-o", str(out), str(TEST_SRC / "sample_kernels.cu")])
-        assert r.returncode == 0, f"nvcc failed:\n{r.stderr}"
-        cubins[name] = out
-    exe = work / "capture_units_test"
-    r = _run([
-        cxx, "-std=c++17", "-g", "-O1", "-Wall", "-Wextra", "-Werror", "-Wno-maybe-uninitialized",
+    cubins = {name: native_build.cubin(nvcc, ["-arch=sm_90", *extra], TEST_SRC / "sample_kernels.cu")
+              for name, extra in (("a", []), ("variant", ["-DVARIANT"]))}
+    exe = native_build.executable("capture_units_test", cxx, [
+        "-std=c++17", "-g1", "-O1", "-Wall", "-Wextra", "-Werror", "-Wno-maybe-uninitialized",
         "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
         f"-I{NATIVE / 'common'}", f"-I{NATIVE / 'capture'}", f"-I{cuda / 'include'}",
-        str(TEST_SRC / "capture_units_test.cpp"), *map(str, PURE_SOURCES), "-o", str(exe),
-    ])
-    assert r.returncode == 0, f"building the unit test failed:\n{r.stderr[-4000:]}"
-    return exe, cubins, work
+    ], [TEST_SRC / "capture_units_test.cpp", *PURE_SOURCES])
+    return exe, cubins
+
+
+def PREBUILD():  # conftest starts it when this file's tests are selected
+    native_build.start("capture_units", _build_cached)
 
 
 def test_units_pass_and_agree_with_python(built):

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 
+import native_build
 import pytest
 from test_cubin_elf import NATIVE, TEST_SRC, _cuda_home, _run
 
@@ -19,21 +20,27 @@ from kerncap.reproducer.schemas import SEQUENCE_STEPS
 
 
 @pytest.fixture(scope="module")
-def facts(tmp_path_factory):
+def facts():
+    return native_build.result("sequence_units", _build_and_run)
+
+
+def _build_and_run():
+    """The unit test's facts (its executable cached: tests/native_build.py)."""
     cuda = _cuda_home()
     cxx = shutil.which(os.environ.get("CXX", "g++"))
     if cuda is None or cxx is None:
         pytest.skip("needs cuda.h and a C++ compiler")
-    exe = tmp_path_factory.mktemp("sequence_units") / "sequence_units_test"
-    r = _run([
-        cxx, "-std=c++17", "-g", "-O1", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
+    exe = native_build.executable("sequence_units_test", cxx, [
+        "-std=c++17", "-g1", "-O1", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
         "-fno-sanitize-recover=undefined", f"-I{NATIVE / 'common'}", f"-I{NATIVE / 'capture'}", f"-I{cuda / 'include'}",
-        str(TEST_SRC / "sequence_units_test.cpp"), str(NATIVE / "capture" / "sequence_window.cpp"), "-o", str(exe),
-    ])
-    assert r.returncode == 0, f"building the unit test failed:\n{r.stderr[-4000:]}"
+    ], [TEST_SRC / "sequence_units_test.cpp", NATIVE / "capture" / "sequence_window.cpp"])
     r = _run([str(exe)], env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
     assert r.returncode == 0, f"C++ checks failed:\n{r.stderr}\n{r.stdout}"
     return json.loads(r.stdout)
+
+
+def PREBUILD():  # conftest starts it when this file's tests are selected
+    native_build.start("sequence_units", _build_and_run)
 
 
 def test_window_rules_hold(facts):
