@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -107,7 +108,12 @@ F driver(const char* name) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "pipeline";
-  const int n = 1 << 20;
+  // argv[2]: n (default 2^20; a smaller n keeps a capture small: tests/gpu/make_small_fixtures.py)
+  const int n = argc > 2 ? std::atoi(argv[2]) : (1 << 20);
+  if (n <= 0) {
+    std::fprintf(stderr, "seq_pipeline: bad n\n");
+    return 2;
+  }
   const size_t bytes = n * sizeof(float);
   if (mode == "child") {  // crossproc: the run's end kernel, in another process
     unsigned* flag = nullptr;

@@ -7,6 +7,8 @@ config. The report holds the tensors and, once tuning is done, the chosen config
 config extract with keep_running.
 """
 
+import sys
+
 import torch
 import triton
 import triton.language as tl
@@ -33,7 +35,8 @@ def kc_autotune_add(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr)
 
 
 def main() -> None:
-    n = 1 << 22
+    # argv[1]: n (default 2^22; tests/gpu/make_small_fixtures.py asks for a small one)
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 22
     gen = torch.Generator(device="cuda").manual_seed(7)
     x = torch.randn(n, device="cuda", generator=gen)
     y = torch.randn(n, device="cuda", generator=gen)

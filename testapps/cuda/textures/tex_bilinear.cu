@@ -3,6 +3,8 @@
 // array's contents and the texture's filter and address modes exactly. Launched 3 times;
 // the output is cleared and the array rewritten between launches, so each dispatch reads
 // other texels and writes other values. Reports out, w, h and the texture's handle.
+#include <cstdlib>
+
 #include "textures/textures.hpp"
 
 __global__ void tex_bilinear(cudaTextureObject_t tex, float* out, int w, int h, float shift) {
@@ -13,8 +15,13 @@ __global__ void tex_bilinear(cudaTextureObject_t tex, float* out, int w, int h, 
   out[y * w + x] = tex2D<float>(tex, u, v) * 2.0f + 0.125f;
 }
 
-int main() {
-  const int w = 1024, h = 1020;
+int main(int argc, char** argv) {
+  // argv[1], argv[2]: w, h (default 1024 x 1020; tests/gpu/make_small_fixtures.py asks for a small one)
+  const int w = argc > 1 ? std::atoi(argv[1]) : 1024, h = argc > 2 ? std::atoi(argv[2]) : 1020;
+  if (w <= 0 || h <= 0) {
+    std::fprintf(stderr, "tex_bilinear: bad sizes\n");
+    return 2;
+  }
   textures::Decoys decoys(3);  // live while the target's texture is made: its handle is > 3
   cudaChannelFormatDesc fmt = cudaCreateChannelDesc<float>();
   cudaArray_t array = nullptr;
