@@ -55,11 +55,6 @@ void Comparer::bytes(CUstream s, CUdeviceptr actual, CUdeviceptr expected, size_
   KC_CHECK(cuLaunchKernel, (f, blocks_for(work), 1, 1, kThreads, 1, 1, 0, s, args, nullptr), "kc_cmp_bytes");
 }
 
-void Comparer::scrub_heap(CUstream s) {
-  CUfunction f = function("kc_heap_scrub");
-  KC_CHECK(cuLaunchKernel, (f, 32, 1, 1, 128, 1, 1, 0, s, nullptr, nullptr), "kc_heap_scrub (the device heap)");
-}
-
 void Comparer::elements(CUstream s, const std::string& dtype, double atol, double rtol, CUdeviceptr actual,
                         CUdeviceptr expected, size_t size, CUdeviceptr out, const std::string& what) {
   const Dtype* d = find_dtype(dtype);

@@ -25,8 +25,6 @@ class Comparer {
   Comparer();  // loads the embedded fatbin
   // Byte-exact comparison of `size` bytes into *out (device memory).
   void bytes(CUstream s, CUdeviceptr actual, CUdeviceptr expected, size_t size, CUdeviceptr out);
-  // Overwrites the free blocks of the context's device heap (kc_heap_scrub).
-  void scrub_heap(CUstream s);
   // Element-wise comparison with tolerance; `what` names the buffer in errors.
   void elements(CUstream s, const std::string& dtype, double atol, double rtol, CUdeviceptr actual,
                 CUdeviceptr expected, size_t size, CUdeviceptr out, const std::string& what);

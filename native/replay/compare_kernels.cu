@@ -147,27 +147,3 @@ KC_CMP_KERNEL(bf16, __nv_bfloat16, true)
 KC_CMP_KERNEL(i32, int, false)
 KC_CMP_KERNEL(i8, signed char, false)
 KC_CMP_KERNEL(u8, unsigned char, false)
-
-// The device heap between launches of a program that calls malloc (issue 42): every free
-// block of 256 B or more is taken, overwritten with 0xA5 and given back, so what a launch
-// left in memory it freed cannot be found again by the next launch allocating the same
-// size (the heap is the context's, not the module's, and no restore reaches it).
-extern "C" __global__ void kc_heap_scrub() {
-  const unsigned long long sizes[] = {1ull << 16, 1ull << 12, 1ull << 8};
-  unsigned long long* head = nullptr;
-  for (int s = 0; s < 3; ++s) {
-    for (;;) {
-      unsigned long long* p = static_cast<unsigned long long*>(malloc(sizes[s]));
-      if (!p) break;
-      for (unsigned long long i = 1; i < sizes[s] / 8; ++i) p[i] = 0xA5A5A5A5A5A5A5A5ull;
-      p[0] = reinterpret_cast<unsigned long long>(head);
-      head = p;
-    }
-  }
-  while (head) {
-    unsigned long long* next = reinterpret_cast<unsigned long long*>(head[0]);
-    head[0] = 0xA5A5A5A5A5A5A5A5ull;
-    free(head);
-    head = next;
-  }
-}

@@ -194,10 +194,7 @@ LoadedKernel::LoadedKernel(const std::string& image, const std::string& label, c
 void LoadedKernel::snapshot_own(const std::string& image, const std::vector<GlobalRef>& globals) {
   std::vector<kc::ModuleGlobal> defined;
   try {
-    const kc::Cubin cubin = kc::Cubin::parse(image.data(), image.size(), /*copy=*/false);
-    defined = cubin.module_globals();
-    for (const kc::ElfSymbol& sym : cubin.symbols())
-      uses_heap_ |= sym.section == 0 && (sym.name == "malloc" || sym.name == "free");  // undefined: the driver's
+    defined = kc::Cubin::parse(image.data(), image.size(), /*copy=*/false).module_globals();
   } catch (const kc::ElfError& e) {
     notes_.push_back("the module globals of " + label_ + " could not be listed (" + e.what() +
                      "): state it keeps in globals of its own is not reset between launches");
@@ -221,9 +218,6 @@ void LoadedKernel::snapshot_own(const std::string& image, const std::vector<Glob
     if (named.size() < 4) named.push_back(g.name + " (" + format_bytes(own.size) + ")");
     own_.push_back(std::move(own));
   }
-  if (uses_heap_)
-    notes_.push_back(label_ + " calls device malloc: the device heap's free blocks are overwritten before every "
-                              "launch, so nothing it freed can be found again by the next");
   if (!own_.empty())
     notes_.push_back(label_ + " defines " + std::to_string(own_.size()) + " writable module global" +
                      (own_.size() == 1 ? "" : "s") + " the capture does not have (" + format_bytes(total) + ": " +

@@ -87,8 +87,6 @@ class LoadedKernel {
   // (a "computed already" flag, a cache) must not reach the next launch.
   void restore_own(CUstream s) const;
   size_t own_globals() const { return own_.size(); }
-  // The image calls device malloc: the context's heap is scrubbed before each launch.
-  bool uses_heap() const { return uses_heap_; }
 
  private:
   struct OwnGlobal {
@@ -103,7 +101,6 @@ class LoadedKernel {
   CUfunction func_ = nullptr;
   std::vector<CUdeviceptr> globals_;
   std::vector<OwnGlobal> own_;
-  bool uses_heap_ = false;
   std::string label_;
   std::vector<std::string> notes_;  // e.g. a parameter layout the driver could not report
 };

@@ -414,17 +414,7 @@ void Session::restore_all() {
       for (const Segment& g : item.segments)
         copy(item, dst + g.offset, g.pre.get(), g.length, "restoring " + item.spec.label);
   if (arrays_) arrays_->push(stream_->get(), false);  // the staging buffers into the arrays
-  reset_program_state();
-}
-
-void Session::reset_program_state() {
-  if (current_ && current_->kernel) {
-    current_->kernel->restore_own(stream_->get());
-    if (current_->kernel->uses_heap()) {
-      if (!comparer_) comparer_ = std::make_unique<Comparer>();
-      comparer_->scrub_heap(stream_->get());
-    }
-  }
+  if (current_ && current_->kernel) current_->kernel->restore_own(stream_->get());
   zero_gaps();
 }
 
@@ -472,7 +462,8 @@ void Session::restore_written() {
     }
   }
   if (arrays_) arrays_->push(stream_->get(), true);  // arrays a surface wrote
-  reset_program_state();
+  if (current_ && current_->kernel) current_->kernel->restore_own(stream_->get());
+  zero_gaps();
 }
 
 void Session::launch() {

@@ -273,9 +273,6 @@ class Session {
   DeviceBuffer l2_scratch_;
   DeviceBuffer zero_expected_;  // zeros, for checking a read-write zero backing
   void zero_gaps();
-  // What the selected program could carry from one launch to the next outside the
-  // captured items: its own globals, the device heap it allocates from, the padding.
-  void reset_program_state();
   std::vector<std::pair<unsigned long long, unsigned long long>> gaps_;
   DeviceBuffer gap_zero_;  // zeros as long as the longest gap, for gap_bytes()
   std::vector<TimeInput> time_inputs_;             // empty: the captured input alone

@@ -66,17 +66,6 @@ VARIANTS = {
                    "  if (threadIdx.x == 0) mine = (float*)malloc(blockDim.x * sizeof(float));\n"
                    "  __syncthreads();\n  if (i < n) {\n" + COMPUTE + "  y[i] = acc; if (mine) mine[threadIdx.x] = acc;\n"
                    "  }\n  __syncthreads();\n  if (threadIdx.x == 0) kc_stash[blockIdx.x] = mine;\n}\n", "neutralized"),
-    "heap_refind": ("leaves its output in a block it frees and finds it again by allocating the same size",
-                    "{\n  __shared__ float* mine;\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                    "  if (threadIdx.x == 0) mine = (float*)malloc((blockDim.x + 1) * sizeof(float));\n"
-                    "  __syncthreads();\n"
-                    "  if (mine && __float_as_uint(mine[blockDim.x]) == 0x600dcafeu + blockIdx.x) {\n"
-                    "    if (i < n) y[i] = mine[threadIdx.x];\n    __syncthreads();\n"
-                    "    if (threadIdx.x == 0) free(mine);\n    return;\n  }\n"
-                    "  if (i < n) {\n" + COMPUTE + "  y[i] = acc; if (mine) mine[threadIdx.x] = acc;\n  }\n"
-                    "  __syncthreads();\n  if (threadIdx.x == 0 && mine) {\n"
-                    "    mine[blockDim.x] = __uint_as_float(0x600dcafeu + blockIdx.x);\n    free(mine);\n  }\n}\n",
-                    "neutralized"),
     "stale_output": ("skips elements whose output already holds a value (stale output of an earlier launch)",
                      "{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n || y[i] != 0.0f) return;\n"
                      + COMPUTE + "  y[i] = acc;\n}\n", "caught"),  # perturbed inputs redraw y
