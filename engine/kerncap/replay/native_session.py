@@ -482,6 +482,9 @@ class NativeSession:
         return result
 
     def configure_check(self, on: bool = True) -> None:
+        self.session.set_check(on, self.check_specs())
+
+    def check_specs(self) -> list:
         """How the selected program's timed launches are checked (launch_check.py): byte-exact,
         element-wise within the tolerance class of a region the captured kernel itself varies
         in (determinism.json, written by validation), not at all where that cannot be judged
@@ -502,7 +505,7 @@ class NativeSession:
             elif spread is not None:
                 spec.dtype, spec.atol, spec.rtol = spread["dtype"], float(spread.get("atol") or 0.0), 0.0
             specs.append(spec)
-        self.session.set_check(on, specs)
+        return specs
 
     def validate(self, cubin: str | None, atol: float | None, rtol: float | None, dtype: str | None,
                  dtypes: dict[int, str] | None) -> ValidationResult:
