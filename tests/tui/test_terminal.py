@@ -114,12 +114,10 @@ async def test_a_dumb_terminal_gets_no_24_bit_colour(demo_root, settle, monkeypa
     app = KerncapApp(demo_root, demo=True, dumb=True)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        assert not truecolour.search(stream(app))
+        assert not truecolour.search(stream(app)) and app.console.color_system == "standard"
     assert terminal.is_dumb({"TERM": "dumb"}) and not terminal.is_dumb({"TERM": "xterm"})
-    app = KerncapApp(demo_root, demo=True)
-    async with app.run_test(size=(80, 24)) as pilot:  # what TERM=dumb got before: Textual's fallback
-        await settle(pilot)
-        assert truecolour.search(stream(app))
+    # (Without dumb=True, Textual's own fallback chose 24-bit colour here; what it chooses
+    # depends on the rest of the environment, so only our side is asserted.)
 
 
 @sync
