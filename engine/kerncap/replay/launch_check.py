@@ -57,7 +57,11 @@ class LaunchCheck:
             return "timed launches not checked"
         if not self.void:
             return f"all {self.checked} timed launches checked on {on}: each wrote the expected bytes"
-        return (f"VOID: {len(self.failures)} of {self.checked} timed launches did not produce the expected state; "
+        return f"VOID: {self.wrong()}"
+
+    def wrong(self) -> str:
+        """"3 of 50 timed launches did not produce the expected state; first: …"."""
+        return (f"{len(self.failures)} of {self.checked} timed launches did not produce the expected state; "
                 f"first: {self.first()}")
 
     def to_dict(self) -> dict[str, Any]:

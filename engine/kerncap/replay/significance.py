@@ -254,7 +254,7 @@ def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> Timi
             p.check = None
     for p in programs[1:]:
         if p.void:
-            p.notes.append(f"timing VOID: {p.check.text()[6:]}; no speedup is reported")
+            p.notes.append(f"timing VOID: {p.check.wrong()}; no speedup is reported")
             continue
         p.interval = bootstrap_speedup(base.rounds, p.rounds, confidence)
     floor = raw.get("floor_ms")
