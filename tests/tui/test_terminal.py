@@ -104,20 +104,41 @@ async def test_plain_glyphs_send_ascii_only(demo_root, settle):
         assert "# written  % argument  . all zero" in text  # the map's legend reads as its cells
 
 
-@sync
-async def test_a_dumb_terminal_gets_no_24_bit_colour(demo_root, settle, monkeypatch):
-    from kerncap_tui.app import KerncapApp
+_DUMB_PROBE = """
+import asyncio, re, sys
+from pathlib import Path
+from kerncap_tui import terminal
+from kerncap_tui.app import KerncapApp
 
-    monkeypatch.setenv("TERM", "dumb")
-    monkeypatch.delenv("TEXTUAL_COLOR_SYSTEM", raising=False)
-    truecolour = re.compile(r"\x1b\[[0-9;]*[34]8;2;")
-    app = KerncapApp(demo_root, demo=True, dumb=True)
+async def main():
+    app = KerncapApp(Path(sys.argv[1]), demo=True, dumb=terminal.is_dumb())
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        assert not truecolour.search(stream(app)) and app.console.color_system == "standard"
+        for _ in range(3):
+            await pilot.pause()
+        out = app.screen._compositor.render_full_update().render_segments(app.console)
+        truecolour = re.search(r"\\x1b\\[[0-9;]*[34]8;2;", out)
+        print(app.console.color_system, "truecolour" if truecolour else "no-truecolour")
+
+asyncio.run(main())
+"""
+
+
+def test_a_dumb_terminal_gets_no_24_bit_colour(demo_root, tmp_path):
+    """In a fresh process: Rich caches each style's escape codes on the style itself
+    (`Style._ansi`), so after other tests drew in 24-bit colour in this process the same
+    styles came out 24-bit here whatever the console's colour system. One process draws
+    for one terminal, which is what this checks."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TEXTUAL_COLOR_SYSTEM", "NO_COLOR", "COLORTERM")}
+    env.update(TERM="dumb", XDG_CONFIG_HOME=str(tmp_path / "config"))
+    out = subprocess.run([sys.executable, "-c", _DUMB_PROBE, str(demo_root)], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["standard", "no-truecolour"], out.stdout
     assert terminal.is_dumb({"TERM": "dumb"}) and not terminal.is_dumb({"TERM": "xterm"})
-    # (Without dumb=True, Textual's own fallback chose 24-bit colour here; what it chooses
-    # depends on the rest of the environment, so only our side is asserted.)
 
 
 @sync
