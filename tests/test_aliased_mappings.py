@@ -169,3 +169,29 @@ def test_without_the_field_each_mapping_replays_alone_and_the_write_is_lost(ring
     v = api.validate(ring)
     assert not v.passed
     assert [c.id for c in v.regions if not c.passed] == [2]
+
+
+# -- prune ------------------------------------------------------------------------------------
+
+
+def test_prune_keeps_every_mapping_of_one_memory(tmp_path):
+    """The kernel reaches only the second mapping (region 3); the first (region 2) is the
+    same memory, written as well: keeping one keeps both, else the closure would drop
+    region 2 and refuse the prune for a write it 'cannot reach'."""
+    import shutil
+
+    from kerncap.prune.closure import compute_closure
+    from kerncap.prune.roots import ALIASES, Named, Roots
+
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    add_ring(repro)
+    cap = Capture.open(repro)
+    closure = compute_closure(cap, Roots(direct=[Named(0, "argument 1", "arguments"),
+                                                 Named(1, "argument 2", "arguments"),
+                                                 Named(3, "argument 3", "arguments")]))
+    assert closure.kept == [0, 1, 2, 3] and closure.refusal == ""
+    assert closure.reasons[2] == "maps the memory of region 3" and closure.kinds[2] == ALIASES
+    without = compute_closure(cap, Roots(direct=[Named(0, "argument 1", "arguments")]))
+    assert 2 not in without.kept and 3 not in without.kept  # neither mapping reached: both go (and are named)
+    assert {r.id for r in without.unreached_written} >= {2, 3}

@@ -13,6 +13,10 @@ pointer: a value in [base, base + size) of a captured region adds that region, a
 does its one-past-the-end value base + size unless another region begins there (then
 the value is that region's base).
 
+Regions that map one physical allocation (Region.physical: a ring buffer mapped twice)
+are one memory: keeping one keeps every other, since a write through either address
+changes both, and a dropped alias would read as "written, yet unreached".
+
 Granularity is the whole allocation: one pointer into a caching allocator's segment
 keeps the segment, and with it everything the segment points to. A value that merely
 looks like a pointer keeps its region too; the closure errs towards keeping.
@@ -33,7 +37,7 @@ from typing import Iterable
 import numpy as np
 
 from kerncap.core.units import human_bytes
-from kerncap.prune.roots import KINDS, POINTERS, STORED, STORED_SUFFIX, Named, Roots, dispatch_roots, sequence_roots
+from kerncap.prune.roots import ALIASES, KINDS, POINTERS, STORED, STORED_SUFFIX, Named, Roots, dispatch_roots, sequence_roots
 from kerncap.reproducer.format import Capture, Region
 
 # Threads that read and scan chunks; each holds one chunk (4 MiB) at a time.
@@ -88,14 +92,18 @@ def compute_closure(capture: Capture, roots: Roots | None = None) -> Closure:
     kinds: dict[int, str] = {}
     frontier: list[Region] = []
 
+    by_id = {r.id: i for i, r in enumerate(finder.regions)}
+    aliases = _alias_groups(finder.regions)
+
     def keep(index: int, why: str, kind: str) -> None:
         region = finder.regions[index]
         if region.id not in reasons:
             reasons[region.id] = why
             kinds[region.id] = kind
             frontier.append(region)
+            for other in aliases.get(region.id, ()):
+                keep(by_id[other], f"maps the memory of region {region.id}", ALIASES)
 
-    by_id = {r.id: i for i, r in enumerate(finder.regions)}
     for root in roots.direct:
         if isinstance(root, Named):
             if root.region in by_id:
@@ -144,6 +152,15 @@ def compute_closure(capture: Capture, roots: Roots | None = None) -> Closure:
         by_reason={k: by_reason[k] for k in KINDS if k in by_reason},
         roots=roots,
     )
+
+
+def _alias_groups(regions: list[Region]) -> dict[int, list[int]]:
+    """region id -> the ids of the other regions mapping the same physical allocation."""
+    by_alloc: dict[int, list[int]] = {}
+    for r in regions:
+        if getattr(r, "physical", None) is not None:
+            by_alloc.setdefault(r.physical[0], []).append(r.id)
+    return {i: [j for j in ids if j != i] for ids in by_alloc.values() if len(ids) > 1 for i in ids}
 
 
 def _region_states(region: Region, post: bool) -> list[list[str | None]]:

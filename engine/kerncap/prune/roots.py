@@ -28,7 +28,8 @@ GLOBALS = "module globals"
 HOST = "host regions"
 POINTERS = "pointers in memory"
 STORED = "pointers stored in the window"
-KINDS = (ARGUMENTS, ATTRIBUTES, TEXTURES, MEMORY_OPS, GLOBALS, HOST, POINTERS, STORED)
+ALIASES = "one memory at several addresses"
+KINDS = (ARGUMENTS, ATTRIBUTES, TEXTURES, MEMORY_OPS, GLOBALS, HOST, POINTERS, STORED, ALIASES)
 
 STORED_SUFFIX = " (stored in the window)"  # a pointer found only in a post-state
 
