@@ -48,10 +48,10 @@ def sweep_configs(reproducer: Path, n: int) -> list[str]:
 
 
 def run(reproducer: Path, gpus: list[str], configs: list[str], iterations: int, backend: str) -> dict:
-    options = api.MeasureOptions(iterations=iterations, warmup=10)
+    options = api.MeasureRequest(iterations=iterations, warmup=10)
     with api.open_fanout(backend=backend, gpus=gpus, compiles=True) as fan:
         t0 = time.perf_counter()
-        warm = api.sweep(reproducer, fan, configs=configs, options=api.MeasureOptions(iterations=1, warmup=0))
+        warm = api.sweep(reproducer, fan, configs=configs, options=api.MeasureRequest(iterations=1, warmup=0))
         warm_s = time.perf_counter() - t0
         report = api.sweep(reproducer, fan, configs=configs, options=options)
     verdicts = {e.label: e.status for e in report.entries}

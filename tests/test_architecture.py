@@ -62,6 +62,10 @@ SEPARATE = "kerncap.pyhooks."  # runs inside the captured app's Python; imports 
 # of an undeclared top-level package counts as a front end of its own.
 FRONT_ENDS = {"cli": ["kerncap.__main__", "kerncap.cli", "kerncap.commands."], "mcp": ["kerncap.frontends."],
               "workbench": ["kerncap_tui.", "screenshots."], "bench": ["bench."]}
+# What every front end may import of the front-end layer: the renderer of the request
+# records' options (argparse, MCP tool schemas). It is a front end of its own (it reaches
+# the engine through kerncap.api only) that imports no other front end.
+SHARED = {"rendering": ["kerncap.frontends.render"]}
 # `kerncap tui` and `kerncap mcp` start the other front end: the only crossings.
 LAUNCHERS = {("kerncap.commands.tui", "kerncap_tui.app"), ("kerncap.commands.mcp", "kerncap.frontends.mcp_server")}
 # What a front end may import besides kerncap.api: leaf helpers that hold no engine state.
@@ -216,7 +220,8 @@ class Tree:
 
 
 def front_end_of(module: str) -> str | None:
-    hit = next((f for f, names in FRONT_ENDS.items() if any(_matches(module, n) for n in names)), None)
+    hit = next((f for f, names in [*SHARED.items(), *FRONT_ENDS.items()] if any(_matches(module, n) for n in names)),
+               None)
     if hit is None and _top(module) not in TOP_LEVEL:
         return _top(module)  # an undeclared top-level package: a front end of its own
     return hit
@@ -331,7 +336,8 @@ def front_ends_cross(t: Tree) -> list[str]:
         mine = front_end_of(m)
         for d in t.graph[m]:
             other = front_end_of(d)
-            if mine and other and other != mine and (m, d) not in LAUNCHERS and not _bench_may(m, d):
+            if mine and other and other != mine and other not in SHARED and (m, d) not in LAUNCHERS \
+                    and not _bench_may(m, d):
                 bad.append(f"{m} ({mine}) -> {d} ({other})")
     return sorted(bad)
 
@@ -581,6 +587,11 @@ def test_every_checked_package_is_found():
 PLANTS = [
     ("front-ends-cross", "kerncap_tui/planted.py", "from kerncap.commands import replay\n", "kerncap_tui.planted"),
     ("past-the-api", "kerncap_tui/planted.py", "from kerncap.core import stack\n", "kerncap.core.stack"),
+    # the shared renderer is no back door: it imports no front end and nothing below the API
+    ("front-ends-cross", "engine/kerncap/frontends/render.py", "from kerncap.commands import replay\n",
+     "kerncap.frontends.render (rendering) -> kerncap.commands.replay (cli)"),
+    ("past-the-api", "engine/kerncap/frontends/render.py", "from kerncap.session import options\n",
+     "kerncap.frontends.render -> kerncap.session.options"),
     ("launches", "engine/kerncap/replay/planted.py", "import runpy\nrunpy.run_module('kerncap_tui')\n",
      "imports runpy"),
     ("launches", "engine/kerncap/replay/planted.py",

@@ -37,8 +37,8 @@ def corpus(tmp_path) -> Path:
     return c
 
 
-def fake(**kw) -> api.MeasureOptions:
-    return api.MeasureOptions(iterations=5, warmup=1, server_cmd=FAKE, **kw)
+def fake(**kw) -> api.MeasureRequest:
+    return api.MeasureRequest(iterations=5, warmup=1, server_cmd=FAKE, **kw)
 
 
 def test_corpus_keys_and_cases(corpus):
@@ -167,7 +167,7 @@ def test_local_dask_cluster_runs_check(corpus, monkeypatch, tmp_path):
 
 
 def test_perturbed_validation_reaches_each_variant(tmp_path, monkeypatch):
-    """MeasureOptions(perturb=K): a worker validates each variant on K perturbed inputs
+    """MeasureRequest(perturb=K): a worker validates each variant on K perturbed inputs
     too (the replay core simulated in numpy, tests/replay_sim.py), so a variant that is
     exact only on the captured input fails and is not timed."""
     import replay_sim as sim
@@ -177,11 +177,11 @@ def test_perturbed_validation_reaches_each_variant(tmp_path, monkeypatch):
     repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy, "same.cubin": sim.axpy,
                                                         "abs.cubin": sim.axpy_abs})
     monkeypatch.setattr(tasks, "_pool", None)
-    options = api.MeasureOptions(perturb=2, seed=4, time=False)
+    options = api.MeasureRequest(perturb=2, seed=4, time=False)
     good = tasks.measure(str(repro), "same", str(tmp_path / "same.cubin"), options)
     bad = tasks.measure(str(repro), "abs", str(tmp_path / "abs.cubin"), options)
     assert good.status == "ok" and good.validation["verdict"] == "pass" and good.validation["perturbed"] == 2
     assert bad.status == "fail" and bad.problem.message.startswith("FAIL on 3 inputs")
     assert bad.validation["failing"] and all(f["input"].startswith("perturbation") for f in bad.validation["failing"])
-    plain = tasks.measure(str(repro), "abs", str(tmp_path / "abs.cubin"), api.MeasureOptions(time=False))
+    plain = tasks.measure(str(repro), "abs", str(tmp_path / "abs.cubin"), api.MeasureRequest(time=False))
     assert plain.status == "ok"  # the captured input alone cannot tell

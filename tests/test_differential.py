@@ -69,7 +69,7 @@ def reproducer(tmp_path, monkeypatch):
 def validate(repro, cubin=None, **options) -> diff.TrustReport:
     dirs = repro if isinstance(repro, list) else [repro]
     cubin = None if cubin is None else dirs[0].parent / cubin
-    return diff.validate_reproducers(dirs, cubin, diff.Options(**options))
+    return diff.validate_reproducers(dirs, cubin, diff.ValidateRequest(**options))
 
 
 def test_captured_kernel_is_deterministic_and_recorded(reproducer):

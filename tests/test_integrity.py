@@ -159,12 +159,12 @@ def _written_nothing(repro):
 
 def test_a_dispatch_that_wrote_nothing_new_is_judged_on_a_canary_input(reproducer):
     _written_nothing(reproducer)
-    noop = diff.validate_reproducers([reproducer], reproducer.parent / "noop.cubin", diff.Options())
+    noop = diff.validate_reproducers([reproducer], reproducer.parent / "noop.cubin", diff.ValidateRequest())
     assert noop.verdict == "fail"
     canary = noop.inputs[1]
     assert canary.input.startswith("canary input (regions 1 filled with 0xA5)") and canary.status == "fail"
     assert canary.changed_bytes and noop.inputs[0].changed_bytes == 0
-    good = diff.validate_reproducers([reproducer], reproducer.parent / "same.cubin", diff.Options())
+    good = diff.validate_reproducers([reproducer], reproducer.parent / "same.cubin", diff.ValidateRequest())
     assert good.verdict == "pass" and good.discriminates and good.short() == "exact · canary"
 
 
@@ -176,7 +176,7 @@ def test_a_verdict_that_cannot_tell_a_noop_from_the_kernel_is_not_a_pass(reprodu
     for p in m["params"]:
         p.pop("pointer", None)  # no parameter reaches memory: no canary can be placed
     path.write_text(json.dumps(m))
-    r = diff.validate_reproducers([reproducer], reproducer.parent / "noop.cubin", diff.Options())
+    r = diff.validate_reproducers([reproducer], reproducer.parent / "noop.cubin", diff.ValidateRequest())
     assert r.verdict == "inconclusive" and r.exit_status == 3 and not r.discriminates
     assert "NOT DISCRIMINATING" in r.summary() and "a kernel that does nothing would pass" in r.summary()
     assert r.short().endswith("no-op passes") and r.to_dict()["discriminates"] is False
@@ -186,9 +186,9 @@ def test_a_verdict_that_cannot_tell_a_noop_from_the_kernel_is_not_a_pass(reprodu
 def test_a_variant_that_writes_into_the_padding_of_a_page_fails(reproducer):
     """Bytes outside every region but inside its mapped page: compared with what the captured
     kernel leaves there (nothing), and zeroed before every launch."""
-    r = diff.validate_reproducers([reproducer], reproducer.parent / "pads.cubin", diff.Options())
+    r = diff.validate_reproducers([reproducer], reproducer.parent / "pads.cubin", diff.ValidateRequest())
     assert r.verdict == "fail"
     (bad,) = r.inputs[0].failures
     assert bad.kind == "padding" and bad.mismatched_bytes == 64 and "outside every region" in bad.name
     assert "padding of mapped pages" in diff.format_report(r)
-    assert diff.validate_reproducers([reproducer], reproducer.parent / "same.cubin", diff.Options()).passed
+    assert diff.validate_reproducers([reproducer], reproducer.parent / "same.cubin", diff.ValidateRequest()).passed

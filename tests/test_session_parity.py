@@ -296,21 +296,23 @@ def test_build_exit_status_is_three_for_an_error_or_an_inconclusive_verdict(tmp_
 
 # -- one declaration per option and default -----------------------------------------------------
 
-# (command, MCP tool, the option declarations both render)
+# (command, MCP tool, the request record, the fields whose options both render)
 DECLARED = [
-    ("validate", "validate", ["RUNS", "SEED", "ATOL", "RTOL", "PER_LAUNCH"]),
-    ("replay", "compare", ["ROUNDS", "MIN_TIME", "MAX_TIME", "CONFIDENCE"]),
-    ("replay", "replay", ["PER_LAUNCH", "FLUSH_L2"]),
-    ("build", "build", ["BUILD_ROUNDS", "BUILD_ITERATIONS", "BUILD_PERTURB", "RUNS"]),
-    ("check", None, ["FLEET_ITERATIONS", "FLEET_WARMUP", "RUNS", "SEED", "REPLAY_TIMEOUT"]),
+    ("validate", "validate", api.ValidateRequest, ["runs", "seed", "atol", "rtol", "dtype", "keep", "region_dtypes"]),
+    ("validate", "validate", api.SequenceReplay, ["per_launch"]),
+    ("replay", "compare", api.CompareRequest, ["rounds", "min_seconds", "max_seconds", "confidence", "inputs"]),
+    ("replay", "replay", api.ReplayRequest, ["per_launch", "flush_l2"]),
+    ("build", "build", api.BuildRequest, ["rounds", "iterations", "perturb", "runs", "inputs", "config", "kernel",
+                                          "fusion", "intermediates", "trust"]),
+    ("check", None, api.MeasureRequest, ["iterations", "warmup", "runs", "seed", "replay_timeout", "region_dtypes"]),
 ]
-MCP_NAMES = {"min_seconds": "min_time_s", "max_seconds": "max_time_s"}  # the tool's own argument names
 
 
-@pytest.mark.parametrize("command,tool,names", DECLARED, ids=[d[0] for d in DECLARED])
-def test_argparse_and_the_mcp_schema_render_the_declarations(tmp_path, command, tool, names):
-    from kerncap.session import options as O
-
+@pytest.mark.parametrize("command,tool,request_type,names", DECLARED,
+                         ids=[f"{d[0]}-{d[2].__name__}" for d in DECLARED])
+def test_argparse_and_the_mcp_schema_render_the_declarations(tmp_path, command, tool, request_type, names):
+    """Each field's option (kerncap.core.option) is the one source of the CLI flag, its
+    default and help, and the MCP argument's default and bounds."""
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices[command]
     actions = {a.dest: a for a in sub._actions}
@@ -321,18 +323,33 @@ def test_argparse_and_the_mcp_schema_render_the_declarations(tmp_path, command, 
                 return {t.name: t for t in (await c.list_tools()).tools}[tool].input_schema
         schema = anyio.run(go)
     for name in names:
-        option = getattr(O, name)
+        option = api.options.option_named(request_type, name)
         action = actions[option.name]
-        assert action.default == option.default and option.flag in action.option_strings, (command, name)
-        if option.default is not None:
+        assert option.flag in action.option_strings, (command, name)
+        assert action.default == ([] if option.many else option.default), (command, name)
+        assert option.help in action.help
+        if option.default is not None and not option.many:
             assert f"({option.default_text}" in action.help, action.help
-        if schema is not None:
-            prop = schema["properties"][MCP_NAMES.get(option.name, option.name)]
-            assert prop.get("default") == option.default, (tool, name, prop)
-            if option.minimum is not None:
+        if schema is not None and not (tool == "build" and name == "trust"):
+            prop = schema["properties"][option.mcp_name or option.name]
+            assert prop.get("default") == (None if option.many else option.default), (tool, name, prop)
+            assert prop["description"] == option.help
+            if option.minimum is not None and not option.many:
                 bound = prop.get("minimum", next((b.get("minimum") for b in prop.get("anyOf", []) if "minimum" in b),
                                                  None))
                 assert bound == option.minimum, (tool, name, prop)
+
+
+def test_every_request_field_names_its_own_option():
+    """A field declared with another field's option would render under the wrong name."""
+    import dataclasses
+
+    for request_type in (api.ValidateRequest, api.ReplayRequest, api.CompareRequest, api.BuildRequest,
+                         api.MeasureRequest, api.SequenceReplay):
+        for f in dataclasses.fields(request_type):
+            option = f.metadata.get("kerncap.option")
+            if option is not None:
+                assert option.name == f.name, (request_type.__name__, f.name, option.name)
 
 
 @pytest.mark.parametrize("command,tool", [("validate", "validate"), ("replay", "replay"), ("replay", "compare")])
@@ -359,7 +376,7 @@ def test_the_mcp_validate_defaults_are_the_clis():
     """MCP's validate used to default to 1 determinism run where the CLI and the workbench
     used 3, and to answer another type when perturb was 0."""
     assert api.options.RUNS.default == 3 == api.ValidateRequest().runs == api.BuildRequest().runs
-    assert api.MeasureOptions().runs == 3  # kerncap check / sweep too
+    assert api.MeasureRequest().runs == 3  # kerncap check / sweep too
 
 
 def test_validate_set_with_a_variant_restores_each_member_once(fake_set, tmp_path, monkeypatch, capsys):

@@ -25,8 +25,8 @@ FIXTURES = HERE / "fixtures" / "captures"
 FAKE = [sys.executable, str(HERE / "fake_replay_server.py")]
 
 
-def fake() -> api.MeasureOptions:
-    return api.MeasureOptions(iterations=5, warmup=1, server_cmd=FAKE)
+def fake() -> api.MeasureRequest:
+    return api.MeasureRequest(iterations=5, warmup=1, server_cmd=FAKE)
 
 
 def test_configs_files(tmp_path):

@@ -44,7 +44,7 @@ from kerncap.fleet import sweep as _sweep
 from kerncap.fleet.check import CheckCase, CheckReport
 from kerncap.fleet.fanout import Fanout
 from kerncap.fleet.sweep import SweepEntry, SweepReport
-from kerncap.fleet.tasks import MeasureOptions
+from kerncap.fleet.tasks import MeasureRequest
 from kerncap.prune import pruner as _pruner
 from kerncap.replay import differential as _differential
 from kerncap.replay import ncu as _ncu
@@ -116,11 +116,11 @@ __all__ = [
     "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",
     "format_validation", "prune", "recompile", "replay", "validate",
     # validation you can trust: determinism, perturbed inputs, interleaved timing with intervals
-    "DEFAULT_CONFIDENCE", "DEFAULT_RUNS", "MAX_PERTURBATIONS", "MIN_ROUNDS", "TimingComparison", "TrustOptions",
+    "DEFAULT_CONFIDENCE", "DEFAULT_RUNS", "MAX_PERTURBATIONS", "MIN_ROUNDS", "TimingComparison",
     "TrustReport", "compare_variants", "format_comparison", "format_trust_report", "validate_inputs",
     "validate_request",
     # the open reproducer: one session per reproducer, the edit loop and its requests (issue 28)
-    "BuildRequest", "BuildResult", "CompareRequest", "ReplayNotRun", "ReplayRequest", "Session", "SessionPool",
+    "BuildRequest", "BuildResult", "CompareRequest", "ReplayNotRun", "ReplayRequest", "SequenceReplay", "Session", "SessionPool",
     "SetSession", "ValidateRequest", "build", "needs_gpu", "open_session", "options", "speedup_phrase",
     # Nsight Compute and compute-sanitizer on one replayed launch
     "NCU_SECTIONS", "SANITIZE_TOOLS", "KEY_METRICS", "Cancellation", "Cancelled", "Metric", "NcuResult",
@@ -134,7 +134,7 @@ __all__ = [
     "dispatch_list", "format_nvtx_table", "format_bucket_tables", "format_set_extract", "format_set_info",
     "format_set_run", "is_set", "launch_context", "open_set", "recompile_set", "replay_set", "set_info",
     # many reproducers and variants on many GPUs
-    "CheckCase", "CheckReport", "Fanout", "MeasureOptions", "SweepEntry", "SweepReport", "check", "format_check",
+    "CheckCase", "CheckReport", "Fanout", "MeasureRequest", "SweepEntry", "SweepReport", "check", "format_check",
     "format_sweep", "load_sweep_configs", "open_fanout", "sweep", "write_check_baseline", "write_junit",
     # looking at the data: arrays out, where a variant differs (issue 30)
     "DUMP_STATES", "DumpResult", "FirstMismatch", "Item", "Layout", "MismatchMap", "TensorView", "dump",
@@ -430,6 +430,7 @@ ValidateRequest = _options.ValidateRequest
 CompareRequest = _options.CompareRequest
 ReplayRequest = _options.ReplayRequest
 BuildRequest = _options.BuildRequest
+SequenceReplay = _options.SequenceReplay
 
 
 def open_session(reproducer: PathLike, *, device: int = 0, replay_timeout: float | None = None,
@@ -509,7 +510,7 @@ def validate(reproducer: PathLike, *, cubin: PathLike | None = None, atol: float
 
 
 def replay_set(reproducer_set: PathLike | ReproducerSet, *, cubin: PathLike | None = None, replay: bool = True,
-               validate: bool = False, options: TrustOptions | None = None,
+               validate: bool = False, options: ValidateRequest | None = None,
                iterations: int = _options.REPLAY_ITERATIONS.default, warmup: int = _options.REPLAY_WARMUP.default,
                flush_l2: bool = False, device: int = 0,
                progress: Callable[[Member, MemberRun], None] | None = None) -> SetRun:
@@ -521,9 +522,7 @@ def replay_set(reproducer_set: PathLike | ReproducerSet, *, cubin: PathLike | No
     share of in-app time) and its worst member. A member that fails is reported in its
     `error`; the others still run. `progress(member, run)` follows the members."""
     root = reproducer_set.root if isinstance(reproducer_set, ReproducerSet) else reproducer_set
-    o = options or TrustOptions()
-    request = ValidateRequest(runs=o.runs, perturb=o.perturb, seed=o.seed, keep=tuple(o.keep), atol=o.atol,
-                              rtol=o.rtol, dtype=o.dtype, region_dtypes=dict(o.region_dtypes))
+    request = options or ValidateRequest()
     with SetSession(root, device=device) as s:
         return s.run_members(cubin, validate=request if validate else None,
                              replay=ReplayRequest(iterations=iterations, warmup=warmup, flush_l2=flush_l2)
@@ -537,9 +536,6 @@ def format_set_run(run: SetRun) -> str:
 
 
 # -- validation you can trust, comparisons with intervals (issue 14, docs/replay.md) ------------
-
-TrustOptions = _differential.Options
-
 
 def validate_inputs(reproducers: Sequence[PathLike], *, cubin: PathLike | None = None, perturb: int | None = None,
                     seed: int = 0, keep: Sequence[int] = (), runs: int = DEFAULT_RUNS, atol: float | None = None,
@@ -777,7 +773,7 @@ def open_fanout(*, backend: str = "auto", gpus: Sequence[str] | None = None, sch
                                compiles=compiles, connect_timeout=connect_timeout)
 
 
-def check(dirs: Sequence[PathLike], fanout: Fanout, *, options: MeasureOptions | None = None,
+def check(dirs: Sequence[PathLike], fanout: Fanout, *, options: MeasureRequest | None = None,
           baseline: PathLike | None = None, threshold_pct: float = 10.0, ship: bool | None = None,
           on_case: Callable[[CheckCase], None] | None = None) -> CheckReport:
     """Validate and time every reproducer under `dirs` and its best recorded variant
@@ -813,7 +809,7 @@ def load_sweep_configs(path: PathLike) -> list[str]:
 
 
 def sweep(reproducer: PathLike, fanout: Fanout, *, configs: Sequence[str] = (), variants: Sequence[PathLike] = (),
-          options: MeasureOptions | None = None, ship: bool | None = None,
+          options: MeasureRequest | None = None, ship: bool | None = None,
           on_entry: Callable[[SweepEntry], None] | None = None) -> SweepReport:
     """Compile each Triton config (on compile workers) and validate and time it, and each
     variant cubin, plus the captured cubin, on the GPU workers of `fanout`."""

@@ -70,9 +70,9 @@ def extracted(testapps_build, tmp_path_factory):
 
 
 def validate(dirs, cubin, **options):
-    from kerncap.replay.differential import Options, validate_reproducers
+    from kerncap.replay.differential import ValidateRequest, validate_reproducers
 
-    return validate_reproducers([Path(d) for d in dirs], cubin, Options(**options))
+    return validate_reproducers([Path(d) for d in dirs], cubin, ValidateRequest(**options))
 
 
 def statuses(report) -> list[str]:

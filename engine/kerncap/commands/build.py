@@ -12,8 +12,7 @@ from pathlib import Path
 from kerncap import api
 from kerncap.commands.arguments import non_negative_int
 from kerncap.errors import EXIT_FAILED, EXIT_OK
-
-O = api.options
+from kerncap.frontends import render
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,33 +28,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "failed validation, 3: it could not be built or replayed.",
     )
     p.add_argument("reproducer", type=Path, metavar="DIR", help="reproducer directory, or a reproducer set")
-    p.add_argument("--config", help="Triton only: compile options or an autotune config to pin (see recompile)")
+    render.add_request(p, api.BuildRequest, ("config",))
     how = p.add_mutually_exclusive_group()
     how.add_argument("--full", action="store_true", help="CUDA: compile the whole translation unit")
     how.add_argument("--reduced", action="store_true", help="CUDA: compile only what the kernel needs, no fallback")
-    p.add_argument("--trust", action="store_true",
-                   help="run recorded compile flags outside the allow-list (see recompile --trust)")
-    p.add_argument("--kernel", metavar="K",
-                   help="a sequence: the kernel to rebuild from kernels/<k>/source (its number or a part of its "
-                        "name); the whole sequence is then timed, validated and recorded with each launch's time")
-    p.add_argument("--fusion", metavar="N",
-                   help="a sequence: build the fusion fusions/N/ (kerncap fuse) instead; the fused sequence is timed "
-                        "against the captured one, validated on what is live after the range and recorded with the "
-                        "fused launch's time against the replaced launches'")
-    p.add_argument("--intermediate", action="append", default=[], metavar="BUF",
-                   help="--fusion: a skeleton buffer only the replaced launches use, left out of the comparison "
-                        "(repeatable; kerncap also infers them)")
-    O.add_options(p, (O.BUILD_ROUNDS, O.BUILD_ITERATIONS, O.BUILD_PERTURB, O.RUNS, O.TIMING_INPUTS))
+    render.add_request(p, api.BuildRequest, ("trust", "kernel", "fusion", "intermediates", "rounds", "iterations",
+                                             "perturb", "runs", "inputs"))
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    request = api.BuildRequest(config=args.config, mode="full" if args.full else "reduced" if args.reduced else "auto",
-                               trust=args.trust, rounds=args.rounds, iterations=args.iterations, perturb=args.perturb,
-                               runs=args.runs, inputs=args.inputs, kernel=args.kernel, fusion=args.fusion,
-                               intermediates=tuple(args.intermediate))
+    request = render.from_args(api.BuildRequest, args,
+                               mode="full" if args.full else "reduced" if args.reduced else "auto")
     log: list[str] = []
 
     def progress(text: str, _level: str = "") -> None:

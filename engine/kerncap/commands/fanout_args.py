@@ -7,8 +7,7 @@ import argparse
 
 from kerncap import api
 from kerncap.commands.arguments import positive_int
-
-O = api.options
+from kerncap.frontends import render
 
 
 def gpu_list(text: str) -> list[str]:
@@ -34,24 +33,14 @@ def add(p: argparse.ArgumentParser) -> None:
                    help="send the reproducers' files with the jobs (default with --scheduler) instead of relying on "
                         "the same path on every worker")
     m = p.add_argument_group("validation and timing")
-    O.add_options(m, (O.FLEET_ITERATIONS, O.FLEET_WARMUP, O.FLUSH_L2, O.ATOL, O.RTOL))
-    m.add_argument("--dtype", type=O.dtype_name, metavar="T", help="element type of regions of unknown type")
-    m.add_argument("--region-dtype", type=O.region_dtype, action="append", default=[], metavar="ID=T",
-                   help="element type of one region (repeatable)")
-    O.add_options(m, (O.FLEET_PERTURB, O.SEED, O.RUNS, O.REPLAY_TIMEOUT))
+    render.add_request(m, api.MeasureRequest, ("iterations", "warmup", "flush_l2", "atol", "rtol", "dtype",
+                                               "region_dtypes", "perturb", "seed", "runs", "replay_timeout"))
 
 
-def options(args: argparse.Namespace) -> api.MeasureOptions:
+def options(args: argparse.Namespace) -> api.MeasureRequest:
     """How each variant is validated and timed; the tolerance rules are the session's own
     (api.ValidateRequest.checked: per-region dtypes alone compare element-wise)."""
-    if args.perturb:
-        O.check_perturb_count(args.perturb)
-    checked = api.ValidateRequest(atol=args.atol, rtol=args.rtol, dtype=args.dtype,
-                                  region_dtypes=dict(args.region_dtype)).checked()
-    per_region, dtype = checked.region_dtypes, checked.dtype
-    return api.MeasureOptions(iterations=args.iterations, warmup=args.warmup, flush_l2=args.flush_l2, atol=args.atol,
-                              rtol=args.rtol, dtype=dtype, dtypes=per_region, perturb=args.perturb, seed=args.seed,
-                              runs=args.runs, replay_timeout=args.replay_timeout)
+    return render.from_args(api.MeasureRequest, args).checked()
 
 
 def fanout(args: argparse.Namespace, *, compiles: bool = False) -> api.Fanout:

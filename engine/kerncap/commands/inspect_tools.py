@@ -80,7 +80,7 @@ def handle_ncu(args: argparse.Namespace) -> int:
 
 
 def handle_sanitize(args: argparse.Namespace) -> int:
-    if args.atol is not None or args.rtol is not None or args.dtype or args.region_dtype:
+    if args.atol is not None or args.rtol is not None or args.dtype or args.region_dtypes:
         raise UsageError("--atol/--rtol/--dtype/--region-dtype do not apply with --sanitize",
                          "the sanitized launch is validated byte-exactly; check tolerances in a separate validate")
     if args.perturb is not None or args.keep:

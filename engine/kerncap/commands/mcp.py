@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kerncap import api
 from kerncap.commands.arguments import positive_int
+from kerncap.frontends import render
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP on HOST:PORT instead of stdio")
     p.add_argument("--max-resident", type=positive_int, default=4, metavar="N",
                    help="resident replay servers kept open (one per reproducer, least recently used closed first; 4)")
-    p.add_argument("--replay-timeout", type=float, default=None, metavar="S",
-                   help="seconds one replay request may take before its server is killed (default: no limit)")
+    # the one replay timeout of every front end (it said "no limit" while the client killed at 300 s)
+    render.add(p, api.options.REPLAY_TIMEOUT)
     p.set_defaults(handler=handle)
 
 

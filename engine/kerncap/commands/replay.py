@@ -11,6 +11,7 @@ from kerncap import api
 from kerncap.commands import inspect_tools
 from kerncap.commands.arguments import non_negative_int
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_OK, KerncapError, UsageError
+from kerncap.frontends import render
 
 O = api.options
 
@@ -35,20 +36,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cubin", type=Path, metavar="F",
                    help="variant cubin to run instead of the captured one (a set: a cubin or variants/<n>.json)")
     # One flag, two defaults: a replay's own, or per program and round of a comparison.
-    O.REPLAY_ITERATIONS.add_to(p, default=None, help=f"{O.REPLAY_ITERATIONS.help} ({O.REPLAY_ITERATIONS.default}; "
-                               f"with --compare: per program and round, {O.COMPARE_ITERATIONS.default})")
-    O.REPLAY_WARMUP.add_to(p, default=None, help=f"{O.REPLAY_WARMUP.help} ({O.REPLAY_WARMUP.default}; with "
-                           f"--compare: per program and round, {O.COMPARE_WARMUP.default})")
-    O.FLUSH_L2.add_to(p)
+    render.add_request(p, api.ReplayRequest, ("iterations", "warmup", "flush_l2"),
+                       defaults={"iterations": None, "warmup": None}, helps={
+                           "iterations": f"{O.REPLAY_ITERATIONS.help} ({O.REPLAY_ITERATIONS.default}; with --compare: "
+                                         f"per program and round, {O.COMPARE_ITERATIONS.default})",
+                           "warmup": f"{O.REPLAY_WARMUP.help} ({O.REPLAY_WARMUP.default}; with --compare: per "
+                                     f"program and round, {O.COMPARE_WARMUP.default})"})
     c = p.add_argument_group("comparing variants (docs/replay.md)")
     c.add_argument("--compare", nargs="+", metavar="CUBIN",
                    help="time these variants interleaved with the captured cubin; report each speedup with a "
                         "bootstrap confidence interval, or 'within noise' when it contains 1.0. With --ncu: "
                         "exactly two, A B (a cubin, or `captured`), their metrics side by side with B's change")
-    api.options.add_options(c, (O.ROUNDS, O.MIN_TIME, O.MAX_TIME, O.CONFIDENCE, O.TIMING_INPUTS, O.SEED))
+    render.add_request(c, api.CompareRequest, ("rounds", "min_seconds", "max_seconds", "confidence", "inputs", "seed"))
     q = p.add_argument_group("sequences (docs/sequences.md)")
-    O.PER_LAUNCH.add_to(q)
-    O.SEQUENCE_ORDER.add_to(q, default=None)
+    render.add_request(q, api.SequenceReplay, defaults={"sequence_order": None})
     p.add_argument("--device", type=non_negative_int, default=0,
                    help="GPU ordinal (0): any GPU of the capture's architecture; the result says which ran")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -9,20 +9,12 @@ from pathlib import Path
 
 from kerncap import api
 from kerncap.commands import inspect_tools
-from kerncap.commands.arguments import non_negative_int, shape
+from kerncap.commands.arguments import non_negative_int
 from kerncap.commands.replay import check_cubin
-from kerncap.core import dtypes
 from kerncap.errors import UsageError
+from kerncap.frontends import render
 
 O = api.options
-dtype_name, region_dtype = O.dtype_name, O.region_dtype
-
-
-def region_shape(text: str) -> tuple[int, tuple[int, ...]]:
-    rid, sep, dims = text.partition("=")
-    if not sep or not rid.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"expected REGION=SHAPE, e.g. 3=1024,1024 (got {text!r})")
-    return int(rid), shape(dims)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,25 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cubin", type=Path, metavar="F",
                    help="variant cubin to check instead of the captured one (a set: a cubin or variants/<n>.json; "
                         "then every member is also timed and the weighted speedup reported)")
-    O.ATOL.add_to(p)
-    O.RTOL.add_to(p)
-    p.add_argument("--dtype", type=dtype_name, metavar="T",
-                   help="element type of regions with no known dtype (tolerance mode; default float32): "
-                        + " ".join(dtypes.COMPARABLE))
-    p.add_argument("--region-dtype", type=region_dtype, action="append", default=[], metavar="ID=T",
-                   help="element type of one region (repeatable), e.g. --region-dtype 3=bfloat16")
-    p.add_argument("--region-shape", type=region_shape, action="append", default=[], metavar="ID=SHAPE",
-                   help="tensor shape of a region for the mismatch report's coordinates, e.g. 3=1024,1024")
+    render.add_request(p, api.ValidateRequest, ("atol", "rtol", "dtype", "region_dtypes", "region_shapes"))
     g = p.add_argument_group("perturbed inputs and determinism (docs/replay.md)")
     # --perturb given must be 1..1000 (a message from the request's own check); absent: none.
-    g.add_argument("--perturb", type=int, metavar="K", help=O.PERTURB.help + " (none)")
-    O.SEED.add_to(g)
-    g.add_argument("--keep", type=non_negative_int, action="append", default=[], metavar="REGION",
-                   help="never perturb this region (repeatable)")
-    O.RUNS.add_to(g)
+    render.add(g, O.PERTURB, default=None, type=int)
+    render.add_request(g, api.ValidateRequest, ("seed", "keep", "runs"))
     q = p.add_argument_group("sequences (docs/sequences.md)")
-    O.PER_LAUNCH.add_to(q)
-    O.SEQUENCE_ORDER.add_to(q, default=None)
+    render.add_request(q, api.SequenceReplay, defaults={"sequence_order": None})
     p.add_argument("--device", type=non_negative_int, default=0,
                    help="GPU ordinal (0): any GPU of the capture's architecture; the report says which ran")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -111,7 +91,5 @@ def request_from(args: argparse.Namespace) -> api.ValidateRequest:
     """The ValidateRequest of the command line (MCP's validate builds the same one)."""
     if args.perturb is not None:
         O.check_perturb_count(args.perturb)  # `--perturb 0` is refused; absent means none
-    return api.ValidateRequest(cubin=None if args.cubin is None else str(args.cubin), runs=args.runs,
-                               perturb=args.perturb or 0, seed=args.seed, keep=tuple(args.keep), atol=args.atol,
-                               rtol=args.rtol, dtype=args.dtype, region_dtypes=dict(args.region_dtype),
-                               region_shapes=dict(args.region_shape)).checked()
+    return render.from_args(api.ValidateRequest, args, cubin=None if args.cubin is None else str(args.cubin),
+                            perturb=args.perturb or 0).checked()

@@ -27,7 +27,7 @@ from kerncap.fleet import baseline as baseline_file
 from kerncap.fleet import junit
 from kerncap.fleet.fanout import Fanout, Job, JobResult
 from kerncap.fleet.ship import make_bundle
-from kerncap.fleet.tasks import ERROR, FAIL, MeasureOptions, Outcome, Step, check_reproducer
+from kerncap.fleet.tasks import ERROR, FAIL, MeasureRequest, Outcome, Step, check_reproducer
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import best_variant
 
@@ -161,14 +161,14 @@ def _recorded(path: Path) -> tuple[dict[str, Any] | None, list[str]]:
 # -- running ----------------------------------------------------------------------------------
 
 
-def check(dirs: Sequence[str | os.PathLike], fanout: Fanout, *, options: MeasureOptions | None = None,
+def check(dirs: Sequence[str | os.PathLike], fanout: Fanout, *, options: MeasureRequest | None = None,
           baseline: str | os.PathLike | None = None, threshold_pct: float = 10.0, ship: bool | None = None,
           on_case: Callable[[CheckCase], None] | None = None) -> CheckReport:
     """Validate and time every case of the corpus under `dirs` on `fanout`.
     `ship`: send the reproducers' files with the jobs (default: when the fan-out's
     workers may be remote); otherwise workers read them at the same path."""
     start = time.monotonic()
-    options = options or MeasureOptions()
+    options = options or MeasureRequest()
     if threshold_pct < 0:
         raise UsageError(f"--threshold {threshold_pct:g} is negative", "give a percentage, e.g. --threshold 10")
     stored = baseline_file.load(baseline) if baseline is not None else None

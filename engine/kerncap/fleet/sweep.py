@@ -23,7 +23,7 @@ from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_OK, KerncapError, 
 from kerncap.fleet import junit
 from kerncap.fleet.fanout import Fanout, Job, JobResult
 from kerncap.fleet.ship import make_bundle
-from kerncap.fleet.tasks import ERROR, FAIL, MeasureOptions, Outcome, Step, compile_config, measure, measure_compiled
+from kerncap.fleet.tasks import ERROR, FAIL, MeasureRequest, Outcome, Step, compile_config, measure, measure_compiled
 from kerncap.reproducer.format import Capture
 
 CAPTURED = "captured"
@@ -112,10 +112,10 @@ def load_configs(path: str | os.PathLike) -> list[str]:
 
 
 def sweep(reproducer: str | os.PathLike, fanout: Fanout, *, configs: Sequence[str] = (),
-          variants: Sequence[str | os.PathLike] = (), options: MeasureOptions | None = None, ship: bool | None = None,
+          variants: Sequence[str | os.PathLike] = (), options: MeasureRequest | None = None, ship: bool | None = None,
           on_entry: Callable[[SweepEntry], None] | None = None) -> SweepReport:
     start = time.monotonic()
-    options = options or MeasureOptions()
+    options = options or MeasureRequest()
     root = Path(reproducer)
     if Capture.open(root).sequence is not None:  # a damaged reproducer is refused before anything is sent
         raise UsageError(f"{root} is a sequence: sweep compiles configs of one kernel",

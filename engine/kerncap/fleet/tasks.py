@@ -19,11 +19,12 @@ import os
 import platform
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kerncap.core.fsio import write_atomic
+from kerncap.core.option import check_fields
 from kerncap.core.stack import running_stack
 from kerncap.errors import KerncapError
 from kerncap.fleet.ship import Bundle, materialize
@@ -48,29 +49,48 @@ class Step:
     hint: str | None = None
 
 
-@dataclass
-class MeasureOptions:
-    """How each variant is validated and timed."""
+FLEET_ITERATIONS = replace(opt.REPLAY_ITERATIONS, default=50)
+FLEET_WARMUP = replace(opt.REPLAY_WARMUP, default=5)
+FLEET_PERTURB = replace(opt.PERTURB, help="also validate each variant on K perturbed inputs against the captured "
+                        "kernel (docs/replay.md)")
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """How `check` and `sweep` validate and time each variant: a ValidateRequest's options
+    (the same declarations: `validation()` copies them by name) and a replay's, on the
+    fan-out's workers."""
     validate: bool = True
     time: bool = True
-    iterations: int = opt.FLEET_ITERATIONS.default
-    warmup: int = opt.FLEET_WARMUP.default
-    flush_l2: bool = opt.FLUSH_L2.default
-    atol: float | None = None
-    rtol: float | None = None
-    dtype: str | None = None
-    dtypes: dict[int, str] = field(default_factory=dict)
+    iterations: int = FLEET_ITERATIONS.field()
+    warmup: int = FLEET_WARMUP.field()
+    flush_l2: bool = opt.FLUSH_L2.field()
+    atol: float | None = opt.ATOL.field()
+    rtol: float | None = opt.RTOL.field()
+    dtype: str | None = opt.DTYPE.field()
+    region_dtypes: dict[int, str] = opt.REGION_DTYPES.field()
     # Validation you can trust (docs/replay.md): with perturb K > 0 the variant must also
     # agree with the captured kernel on K perturbed inputs (seed, regions in keep never
     # redrawn); runs > 1 first replays the captured kernel that often to detect
-    # nondeterminism. The defaults are validate's (kerncap.session.options).
-    perturb: int = opt.PERTURB.default
-    seed: int = opt.SEED.default
-    keep: tuple[int, ...] = ()
-    runs: int = opt.RUNS.default
+    # nondeterminism.
+    perturb: int = FLEET_PERTURB.field()
+    seed: int = opt.SEED.field()
+    keep: tuple[int, ...] = opt.KEEP.field()
+    runs: int = opt.RUNS.field()
+    replay_timeout: float | None = opt.REPLAY_TIMEOUT.field()  # seconds per request; a hung variant is killed
     device: int = 0            # GPU ordinal as the worker sees it
-    replay_timeout: float | None = opt.REPLAY_TIMEOUT.default  # seconds per request; a hung variant is killed
-    server_cmd: list[str] | None = None   # the replay server command (tests use a stand-in)
+    server_cmd: tuple[str, ...] | None = None   # the replay server command (tests use a stand-in)
+
+    def checked(self) -> MeasureRequest:
+        """Bounds, and the validation's own policy (per-region dtypes alone compare
+        element-wise: ValidateRequest.checked)."""
+        check_fields(self)
+        v = self.validation(None).checked()
+        return replace(self, dtype=v.dtype, region_dtypes=v.region_dtypes, keep=v.keep)
+
+    def validation(self, cubin: str | None) -> ValidateRequest:
+        shared = {o.name for o in opt.options_of(ValidateRequest)} & {o.name for o in opt.options_of(self)}
+        return ValidateRequest(cubin=cubin, **{name: getattr(self, name) for name in shared if name != "cubin"})
 
 
 @dataclass
@@ -109,7 +129,7 @@ _pool: SessionPool | None = None
 _stack: dict[str, Any] | None = None
 
 
-def worker_pool(options: MeasureOptions) -> SessionPool:
+def worker_pool(options: MeasureRequest) -> SessionPool:
     """This process's open sessions (created on first use, closed at exit)."""
     global _pool
     with _state_lock:
@@ -123,14 +143,14 @@ def worker_pool(options: MeasureOptions) -> SessionPool:
         return _pool
 
 
-def worker_identity(options: MeasureOptions | None = None) -> dict[str, Any]:
+def worker_identity(options: MeasureRequest | None = None) -> dict[str, Any]:
     return {"host": platform.node(), "pid": os.getpid(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "device": options.device if options else None,
             "name": os.environ.get("KERNCAP_WORKER_NAME")}
 
 
-def worker_stack(options: MeasureOptions) -> dict[str, Any]:
+def worker_stack(options: MeasureRequest) -> dict[str, Any]:
     """The running stack of this worker's GPU (asked once per process)."""
     global _stack
     with _state_lock:
@@ -161,7 +181,7 @@ def resolve(reproducer: str | Bundle) -> str:
     return str(materialize(reproducer)) if isinstance(reproducer, Bundle) else str(reproducer)
 
 
-def measure(reproducer: str | Bundle, label: str, cubin: str | None, options: MeasureOptions,
+def measure(reproducer: str | Bundle, label: str, cubin: str | None, options: MeasureRequest,
             files: dict[str, bytes] | None = None) -> Outcome:
     """Validate and time one variant on this worker's GPU. `cubin` is relative to the
     reproducer (or absolute); `files` are written into the reproducer first (a compiled
@@ -194,16 +214,10 @@ def measure(reproducer: str | Bundle, label: str, cubin: str | None, options: Me
     return out
 
 
-def validate_request(options: MeasureOptions, cubin: str | None) -> ValidateRequest:
-    return ValidateRequest(cubin=cubin, runs=options.runs, perturb=options.perturb, seed=options.seed,
-                           keep=tuple(options.keep), atol=options.atol, rtol=options.rtol, dtype=options.dtype,
-                           region_dtypes=dict(options.dtypes))
-
-
-def _validate(pool: SessionPool, path: str, cubin: str | None, options: MeasureOptions, out: Outcome) -> Step:
+def _validate(pool: SessionPool, path: str, cubin: str | None, options: MeasureRequest, out: Outcome) -> Step:
     """The session's validation (kerncap.replay.differential: determinism, the captured
     input, perturbed inputs), as `kerncap validate` runs it."""
-    request = validate_request(options, cubin)
+    request = options.validation(cubin)
     step, report = _step("validate", True, pool.run, path, lambda s: s.validate(request))
     if report is not None:
         out.validation = trust_summary(report)
@@ -251,7 +265,7 @@ def _open(reproducer: str | Bundle, files: dict[str, bytes]) -> str:
 
 
 def check_reproducer(reproducer: str | Bundle, variants: list[tuple[str, str | None]],
-                     options: MeasureOptions) -> list[Outcome]:
+                     options: MeasureRequest) -> list[Outcome]:
     """`kerncap check`'s unit of work: every listed variant (label, cubin) of one reproducer."""
     return [measure(reproducer, label, cubin, options) for label, cubin in variants]
 
@@ -292,7 +306,7 @@ def compile_config(reproducer: str | Bundle, config: str) -> Compiled:
                     worker=worker)
 
 
-def measure_compiled(reproducer: str | Bundle, options: MeasureOptions, compiled: Compiled) -> Outcome:
+def measure_compiled(reproducer: str | Bundle, options: MeasureRequest, compiled: Compiled) -> Outcome:
     """The GPU half of a sweep entry (the fan-out passes the compile's result last): the
     compiled variant's files land in the worker's view of the reproducer, then it is
     validated and timed."""

@@ -35,6 +35,7 @@ from pydantic import Field
 from kerncap import __version__, api
 from kerncap.core.units import printable
 from kerncap.errors import KerncapError, UsageError
+from kerncap.frontends import render
 
 try:
     from mcp.server.mcpserver import Context, MCPServer
@@ -61,32 +62,6 @@ Paths must lie under the server's roots; relative paths are taken from the first
 Reproducer = Annotated[str, Field(description="a reproducer directory (absolute, or relative to the first root)")]
 Cubin = Annotated[str | None, Field(description="a variant cubin, relative to the reproducer (e.g. variants/1.cubin) "
                                                 "or absolute; omit for the captured cubin")]
-O = api.options  # one declaration per option and default, shared with the CLI
-Runs = O.RUNS.annotated()
-Perturb = O.PERTURB.annotated()
-Seed = O.SEED.annotated()
-Atol = O.ATOL.annotated()
-Rtol = O.RTOL.annotated()
-ReplayIterations = O.REPLAY_ITERATIONS.annotated()
-ReplayWarmup = O.REPLAY_WARMUP.annotated()
-FlushL2 = O.FLUSH_L2.annotated("evict L2 before each launch")
-Rounds = O.ROUNDS.annotated("interleaved rounds")
-CompareIterations = O.COMPARE_ITERATIONS.annotated("per program and round")
-CompareWarmup = O.COMPARE_WARMUP.annotated("per program and round")
-MinTime = O.MIN_TIME.annotated("add rounds until every program has this much measured kernel time")
-MaxTime = O.MAX_TIME.annotated("stop adding rounds after this long")
-Confidence = O.CONFIDENCE.annotated("of the intervals")
-BuildRounds = O.BUILD_ROUNDS.annotated()
-TimingInputs = O.TIMING_INPUTS.annotated()
-BuildIterations = O.BUILD_ITERATIONS.annotated()
-BuildPerturb = O.BUILD_PERTURB.annotated()
-Mode = Annotated[Literal["auto", "reduced", "full"], Field(description=(
-    "CUDA C++: auto compiles only what the captured kernel needs and falls back to the whole translation unit; "
-    "reduced never falls back; full compiles the whole unit"))]
-Config = Annotated[str | None, Field(description="Triton only: options or an autotune config to pin, e.g. "
-                                                 "\"num_warps=4,BLOCK=64\"")]
-PerLaunch = O.PER_LAUNCH.annotated()
-Order = O.SEQUENCE_ORDER.annotated()
 FusionName = Annotated[str, Field(description="the fusion's name: fusions/<name>/ and variants/fuse-<name>.json "
                                               "(letters, digits, '-', '_')")]
 SourceKernel = Annotated[str | None, Field(description="a sequence: whose sources (kernels/<k>/source/), its number "
@@ -405,36 +380,23 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
 
     @server.tool()
     @kerncap_tool
-    async def recompile(ctx: Context, reproducer: Reproducer, config: Config = None, mode: Mode = "auto",
-                        ) -> dict[str, Any]:
+    @render.tool_options(api.BuildRequest, ("config", "mode"))
+    async def recompile(ctx: Context, reproducer: Reproducer, **options: Any) -> dict[str, Any]:
         """Rebuild only the captured kernel from the edited sources into variants/ (as
         `kerncap recompile --json`): CUDA C++ with the recorded nvcc flags, Triton in-process;
         `mode`, `phases` (seconds per compile phase) and `notes` (e.g. why the whole unit
         was compiled) say what ran."""
         repro = R.reproducer(reproducer)
+        request = render.from_tool(api.BuildRequest, options).checked()
         result = await state.blocking(ctx, "recompile", lambda: state.session(
-            repro, lambda s: s.recompile(config, mode=mode)))
+            repro, lambda s: s.recompile(request.config, mode=request.mode)))
         return recompile_json(result)
 
     @server.tool()
     @kerncap_tool
-    async def build(ctx: Context, reproducer: Reproducer, config: Config = None, mode: Mode = "auto",
-                    rounds: BuildRounds = O.BUILD_ROUNDS.default, iterations: BuildIterations = O.BUILD_ITERATIONS.default,
-                    perturb: BuildPerturb = O.BUILD_PERTURB.default, runs: Runs = O.RUNS.default,
-                    inputs: TimingInputs = O.TIMING_INPUTS.default,
-                    kernel: Annotated[str | None, Field(description="a sequence: the kernel to rebuild from its "
-                                                                    "entry's sources (its number or a part of its "
-                                                                    "name); the row holds the whole sequence's time "
-                                                                    "and each launch's")] = None,
-                    fusion: Annotated[str | None, Field(description=(
-                        "a sequence: build the fusion fusions/<name>/ (fuse_skeleton) instead: the fused sequence "
-                        "timed against the captured one, validated on what is live after the range, recorded with "
-                        "`fusion` (range, what was not compared, the fused launch's time against the replaced "
-                        "launches')"))] = None,
-                    intermediates: Annotated[list[str] | None, Field(description=(
-                        "with fusion: skeleton buffers only the replaced launches use, left out of the comparison "
-                        "(kerncap also infers them)"))] = None,
-                    ) -> dict[str, Any]:
+    @render.tool_options(api.BuildRequest, ("config", "mode", "rounds", "iterations", "perturb", "runs", "inputs",
+                                            "kernel", "fusion", "intermediates"))
+    async def build(ctx: Context, reproducer: Reproducer, **options: Any) -> dict[str, Any]:
         """The workbench's build, for an agent (as `kerncap build --json`): recompile the
         edited sources, time the new cubin interleaved with the captured one (speedup with
         its confidence interval), validate it (determinism, the captured input, `perturb`
@@ -442,8 +404,7 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         workbench's History and `kerncap check` see it. `status`: recorded, or unchanged
         (the source equals a recorded variant's: nothing built); `variant` is the row."""
         repro = R.reproducer(reproducer, allow_set=True)
-        request = api.BuildRequest(config=config, mode=mode, rounds=rounds, iterations=iterations, perturb=perturb,
-                                   runs=runs, inputs=inputs, kernel=kernel, fusion=fusion, intermediates=tuple(intermediates or ()))
+        request = render.from_tool(api.BuildRequest, options)
         log: list[str] = []
         result = await state.blocking(ctx, "build", lambda: state.session(repro, lambda s: s.build(
             request, progress=lambda text, _level="": log.append(text))), reproducer=repro)
@@ -516,15 +477,10 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
 
     @server.tool()
     @kerncap_tool
-    async def validate(ctx: Context, reproducer: Reproducer, cubin: Cubin = None, atol: Atol = None, rtol: Rtol = None,
-                       dtype: Annotated[str | None, Field(description="element type of regions of unknown type "
-                                                                      "(tolerance mode)")] = None,
-                       region_dtypes: Annotated[dict[int, str] | None, Field(description="region id -> element type")] = None,
-                       perturb: Perturb = O.PERTURB.default, seed: Seed = O.SEED.default,
-                       keep: Annotated[list[int] | None, Field(description="region ids never perturbed")] = None,
-                       runs: Runs = O.RUNS.default, per_launch: PerLaunch = O.PER_LAUNCH.default,
-                       order: Order = O.SEQUENCE_ORDER.default,
-                       ) -> dict[str, Any]:
+    @render.tool_options(api.ValidateRequest, ("atol", "rtol", "dtype", "region_dtypes", "perturb", "seed", "keep",
+                                               "runs"))
+    @render.tool_options(api.SequenceReplay, ("per_launch", "sequence_order"))
+    async def validate(ctx: Context, reproducer: Reproducer, cubin: Cubin = None, **options: Any) -> dict[str, Any]:
         """Validation you can trust, as `kerncap validate --json` (the same request, the same
         result): `runs` replays of the captured kernel decide whether it is deterministic,
         then the kernel (or the variant) runs on the captured pre-state and every region and
@@ -541,9 +497,9 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         (`per_launch`: at, launches_checked, checks)."""
         repro = R.reproducer(reproducer, allow_set=True)
         variant = R.cubin(repro, cubin)
-        request = api.ValidateRequest(cubin=None if variant is None else str(variant), runs=runs, perturb=perturb,
-                                      seed=seed, keep=tuple(keep or ()), atol=atol, rtol=rtol, dtype=dtype,
-                                      region_dtypes=dict(region_dtypes or {})).checked()
+        per_launch, order = options.pop("per_launch", False), options.pop("order", None)
+        request = render.from_tool(api.ValidateRequest, options,
+                                   cubin=None if variant is None else str(variant)).checked()
         if per_launch:
             report, localized = await state.blocking(ctx, "validate", lambda: state.session(
                 repro, lambda s: s.validate_per_launch(request), order), reproducer=repro)
@@ -591,11 +547,9 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
 
     @server.tool()
     @kerncap_tool
-    async def replay(ctx: Context, reproducer: Reproducer, cubin: Cubin = None,
-                     iterations: ReplayIterations = O.REPLAY_ITERATIONS.default,
-                     warmup: ReplayWarmup = O.REPLAY_WARMUP.default, flush_l2: FlushL2 = O.FLUSH_L2.default,
-                     per_launch: PerLaunch = O.PER_LAUNCH.default, order: Order = O.SEQUENCE_ORDER.default,
-                     ) -> dict[str, Any]:
+    @render.tool_options(api.ReplayRequest, ("iterations", "warmup", "flush_l2", "per_launch"))
+    @render.tool_options(api.SequenceReplay, ("sequence_order",))
+    async def replay(ctx: Context, reproducer: Reproducer, cubin: Cubin = None, **options: Any) -> dict[str, Any]:
         """Time the kernel (or the variant) at the captured addresses: per-iteration times,
         median, min, spread (as `kerncap replay --json`). A sequence replays whole in `order`;
         with `per_launch` each launch is timed on its stream too (`launches`: label, stream,
@@ -603,23 +557,21 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         order)."""
         repro = R.reproducer(reproducer)
         variant = R.cubin(repro, cubin)
-        request = api.ReplayRequest(cubin=None if variant is None else str(variant), iterations=iterations,
-                                    warmup=warmup, flush_l2=flush_l2, per_launch=per_launch)
+        order = options.pop("order", None)
+        request = render.from_tool(api.ReplayRequest, options, cubin=None if variant is None else str(variant))
         result = await state.blocking(ctx, "replay", lambda: state.session(repro, lambda s: s.replay(request), order),
                                       reproducer=repro)
         return result.to_dict()
 
     @server.tool()
     @kerncap_tool
+    @render.tool_options(api.CompareRequest, ("iterations", "rounds", "warmup", "flush_l2", "min_seconds",
+                                              "max_seconds", "confidence", "inputs"))
+    @render.tool_options(api.SequenceReplay, ("sequence_order",))
     async def compare(ctx: Context, reproducer: Reproducer,
                       cubins: Annotated[list[str], Field(min_length=1, description="variant cubins to time against "
                                                                                   "the captured one")],
-                      iterations: CompareIterations = O.COMPARE_ITERATIONS.default,
-                      rounds: Rounds = O.ROUNDS.default, warmup: CompareWarmup = O.COMPARE_WARMUP.default,
-                      flush_l2: FlushL2 = O.FLUSH_L2.default, min_time_s: MinTime = O.MIN_TIME.default,
-                      max_time_s: MaxTime = O.MAX_TIME.default, confidence: Confidence = O.CONFIDENCE.default,
-                      order: Order = O.SEQUENCE_ORDER.default, inputs: TimingInputs = O.TIMING_INPUTS.default,
-                      ) -> dict[str, Any]:
+                      **options: Any) -> dict[str, Any]:
         """Time the captured cubin and each variant interleaved on the resident replay
         server (as `kerncap replay --compare --json`): per program the round timings,
         median and spread; per variant its speedup over the captured cubin with a
@@ -628,9 +580,8 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         (a fusion: variants/fuse-<name>.json) are timed as whole sequences in `order`."""
         repro = R.reproducer(reproducer)
         variants = [R.cubin(repro, c) for c in cubins]
-        request = api.CompareRequest(cubins=tuple(str(v) for v in variants), iterations=iterations, rounds=rounds,
-                                     warmup=warmup, flush_l2=flush_l2, min_seconds=min_time_s, max_seconds=max_time_s,
-                                     confidence=confidence, inputs=inputs)
+        order = options.pop("order", None)
+        request = render.from_tool(api.CompareRequest, options, cubins=tuple(str(v) for v in variants))
         result = await state.blocking(ctx, "compare", lambda: state.session(repro, lambda s: s.compare(request),
                                                                             order), reproducer=repro)
         return result.to_dict()

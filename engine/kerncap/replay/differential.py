@@ -47,32 +47,16 @@ from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import DETERMINISM_JSON
 from kerncap.replay import perturb as pt
 from kerncap.replay.devices import describe as describe_device
+from kerncap.replay.requests import RUNS, ValidateRequest
 from kerncap.replay.region_types import known_dtypes, triton_region_dtypes
 from kerncap.replay.results import RegionCheck, format_check
 
-DEFAULT_RUNS = 3
+DEFAULT_RUNS = RUNS.default
 ESCALATE = 4  # runs × this when replay differs from the capture but not from itself
 SPREAD_FACTOR = 4.0
 RECORD = "determinism.json"
 RECORD_FORMAT = "kerncap-determinism"
 MAX_RECORD_BYTES = 64 << 20
-
-
-@dataclass
-class Options:
-    perturb: int = 0
-    seed: int = 0
-    keep: tuple[int, ...] = ()
-    region_dtypes: dict[int, str] = field(default_factory=dict)
-    atol: float | None = None
-    rtol: float | None = None
-    dtype: str | None = None
-    runs: int = DEFAULT_RUNS  # runs of the captured kernel on the captured state
-    region_shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)  # for the mismatch reports
-
-    @property
-    def tolerance(self) -> bool:
-        return self.atol is not None or self.rtol is not None or self.dtype is not None
 
 
 @dataclass
@@ -243,7 +227,7 @@ class TrustReport:
 # -- running it ---------------------------------------------------------------------------
 
 
-def validate_reproducers(dirs: Sequence[str | Path], cubin: str | Path | None, options: Options, *,
+def validate_reproducers(dirs: Sequence[str | Path], cubin: str | Path | None, options: ValidateRequest, *,
                          device: int = 0, progress: Callable[[str], None] | None = None,
                          cubins: Sequence[str | Path | None] | None = None,
                          sequence_order: str | None = None) -> TrustReport:
@@ -272,7 +256,7 @@ def validate_reproducers(dirs: Sequence[str | Path], cubin: str | Path | None, o
     return TrustReport(None if cubin is None else str(cubin), perturb, options.seed, reports)
 
 
-def validate_one(rc, capture: Capture, cubin: str | Path | None, options: Options, *,
+def validate_one(rc, capture: Capture, cubin: str | Path | None, options: ValidateRequest, *,
                  plan: pt.PerturbPlan | None = None, progress: Callable[[str], None] | None = None
                  ) -> ReproducerReport:
     """One reproducer, through an open ReplayClient (the workbench keeps one resident).
@@ -366,7 +350,7 @@ def determinism_from(ref: dict[str, Any], runs: int, measure: dict[int, tuple], 
     return Determinism(runs, not varying, spreads, mismatch)
 
 
-def _classes(capture: Capture, det: Determinism, options: Options, notes: list[str]
+def _classes(capture: Capture, det: Determinism, options: ValidateRequest, notes: list[str]
              ) -> tuple[dict[int, tuple[str, float, float]], str]:
     """Per-region (dtype, atol, rtol) for the variant's checks, and the mode's name. An
     explicit --atol/--rtol replaces the class derived for a nondeterministic kernel;
@@ -389,7 +373,7 @@ def _classes(capture: Capture, det: Determinism, options: Options, notes: list[s
     return classes, f"tolerance (atol={a:g} rtol={r:g})"
 
 
-def _tolerance_dtypes(capture: Capture, options: Options, notes: list[str]) -> dict[int, str]:
+def _tolerance_dtypes(capture: Capture, options: ValidateRequest, notes: list[str]) -> dict[int, str]:
     """The dtypes `kerncap validate --atol/--rtol/--dtype` uses (explicit, known, default)."""
     known = known_dtypes(capture, triton_region_dtypes(capture), notes)
     fallback = dt.normalize(options.dtype) if options.dtype else "float32"
@@ -420,7 +404,7 @@ def _check(rc, cubin, fills, classes, mode, against, label, unjudgeable: set[int
     return InputVerdict(label, status, mode, checks, notes)
 
 
-def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan | None, k: int, options: Options,
+def _perturbed(rc, capture: Capture, cubin, plan: pt.PerturbPlan | None, k: int, options: ValidateRequest,
                det: Determinism, measure: dict[int, tuple], *, fills: list[dict] | None = None,
                label: str | None = None) -> InputVerdict:
     fills = fills if fills is not None else plan.fills(options.seed, k)

@@ -37,7 +37,6 @@ from kerncap.replay import mismatch_request
 from kerncap.replay import ncu as ncu_tool
 from kerncap.replay import perturb
 from kerncap.replay import sanitize as sanitize_tool
-from kerncap.replay.differential import Options as TrustOptions
 from kerncap.replay.differential import TrustReport, is_fault, validate_one
 from kerncap.replay.results import ReplayResult, ValidationResult
 from kerncap.replay.significance import TimingComparison
@@ -306,11 +305,10 @@ class Session(Opened):
         sequence = self.capture.sequence is not None
         if r.perturb and sequence and progress is not None:
             progress("a sequence is validated on its captured input only (perturbed inputs: not for sequences yet)")
-        options = trust_options(r)
         with self._lock:
             plan = self._plan(r) if r.perturb and not sequence else None
             # validate_one notes why a sequence gets no perturbed inputs (as `kerncap validate` does)
-            one = validate_one(self._resident(), self.capture, r.cubin, options, plan=plan, progress=progress)
+            one = validate_one(self._resident(), self.capture, r.cubin, r, plan=plan, progress=progress)
         return TrustReport(r.cubin, 0 if sequence else r.perturb, r.seed, [one])
 
     def _plan(self, r: ValidateRequest) -> perturb.PerturbPlan:
@@ -633,11 +631,6 @@ class Session(Opened):
         if client is not None:
             client.kill()
 
-
-
-def trust_options(r: ValidateRequest) -> TrustOptions:
-    return TrustOptions(perturb=r.perturb, seed=r.seed, keep=tuple(r.keep), region_dtypes=dict(r.region_dtypes),
-                        atol=r.atol, rtol=r.rtol, dtype=r.dtype, runs=r.runs, region_shapes=dict(r.region_shapes))
 
 
 def changed_launch_ms(v: Variant, cap: Capture) -> float | None:

@@ -26,7 +26,7 @@ from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History, Variant
 from kerncap.reproducer.sets import Member, ReproducerSet, expand, hydrate_set, member_cubins
 from kerncap.session.options import SET_ITERATIONS, BuildRequest, ReplayRequest, ValidateRequest
-from kerncap.session.session import BuildResult, Opened, Progress, Session, _quiet, needs_gpu, trust_options
+from kerncap.session.session import BuildResult, Opened, Progress, Session, _quiet, needs_gpu
 
 
 class SetSession(Opened):
@@ -232,7 +232,7 @@ def validate_paths(paths: Sequence[str | os.PathLike], request: ValidateRequest,
     if not paths:
         raise KerncapError("no reproducer given", "kerncap validate DIR [DIR ...]")
     dirs, cubins = expand(list(paths), r.cubin)
-    return validate_reproducers(dirs, None if cubins is not None else r.cubin, trust_options(r), device=device,
+    return validate_reproducers(dirs, None if cubins is not None else r.cubin, r, device=device,
                                 progress=progress, cubins=cubins, sequence_order=sequence_order)
 
 
