@@ -552,12 +552,83 @@ def native_includes(t: Tree) -> list[str]:
     return sorted(bad)
 
 
+MAX_FUNCTION_LINES = 80
+# Python functions longer than MAX_FUNCTION_LINES (ast: end_lineno - lineno + 1) that are
+# still to be split along their seams (issue 45). The list only shrinks
+# (test_allow_lists_only_name_offenders); a new long function fails `long-functions`.
+LONG_FUNCTIONS = {
+    "kerncap.capture.extract:extract", "kerncap.replay.sequence_replay:build",
+    "kerncap.capture.run:run_app", "bench.entry_cost:main", "kerncap.replay.mismatch:compute",
+    "kerncap.capture.extract:diagnose_failure", "kerncap.recompile.fusion:skeleton",
+    "kerncap.replay.native_session:__init__", "kerncap.capture.set_extract:assemble_set",
+    "kerncap.reproducer.sequence:parse_sequence",
+}
+
+
+def _long_functions(t: Tree) -> list[str]:
+    out = []
+    for m in t.modules:
+        if _top(m) in ("tests", "testapps") or t.separate(m):
+            continue
+        for node in ast.walk(t.tree_of(m)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                out.append(f"{m}:{node.name}")
+    return sorted(out)
+
+
+def long_functions(t: Tree) -> list[str]:
+    """No Python function of the engine, the workbench or the benchmarks over
+    MAX_FUNCTION_LINES lines, but those LONG_FUNCTIONS still names."""
+    return [f for f in _long_functions(t) if f not in LONG_FUNCTIONS]
+
+
+# The shape of an open reproducer (one dispatch, a sequence, a set) is the session's to
+# test: a front end asks it for a verb and the shape refuses what it cannot do.
+SHAPE_CHECKS = {"is_set", "is_sequence"}
+# Front-end modules that still test shapes, with how many tests each makes; the counts
+# only shrink (test_allow_lists_only_name_offenders).
+SHAPE_CHECKERS = {
+    "bench.cupti_activity": 1, "kerncap.commands.extract": 1, "kerncap.commands.info": 1,
+    "kerncap.commands.recompile": 2, "kerncap.commands.replay": 1, "kerncap.commands.validate": 3,
+    "kerncap.frontends.mcp_server": 6, "kerncap_tui.app": 14,
+    "kerncap_tui.widgets.history_pane": 3,
+}
+
+
+def _shape_checks(t: Tree) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for m in t.checked():
+        if front_end_of(m) is None:
+            continue
+        n = 0
+        for node in ast.walk(t.tree_of(m)):
+            if isinstance(node, ast.Attribute) and node.attr in SHAPE_CHECKS:
+                n += 1
+            elif isinstance(node, ast.Name) and node.id in SHAPE_CHECKS:
+                n += 1
+            elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) \
+                    and node.left.attr == "sequence" and any(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
+                n += 1  # `x.sequence is None`
+        if n:
+            counts[m] = n
+    return counts
+
+
+def shape_checks(t: Tree) -> list[str]:
+    """A front end tests no reproducer's shape (is_set, is_sequence, `.sequence is None`)
+    beyond what SHAPE_CHECKERS still allows it."""
+    return sorted(f"{m} tests shapes {n} time(s)" for m, n in _shape_checks(t).items()
+                  if n > SHAPE_CHECKERS.get(m, 0))
+
+
 RULES = {
     "undeclared": undeclared, "cycles": cycles, "package-cycles": package_cycles, "upward": upward_imports,
     "workbench": engine_imports_workbench, "outsiders": imports_outsiders, "hooks": hooks_import_kerncap,
     "front-ends-cross": front_ends_cross, "past-the-api": front_ends_reach_past_the_api,
     "private-names": private_names, "launches": launches, "runs-the-cli": runs_the_cli,
-    "lookups": lookups_by_name, "native-includes": native_includes,
+    "lookups": lookups_by_name, "native-includes": native_includes, "long-functions": long_functions,
+    "shape-checks": shape_checks,
 }
 
 TREE = Tree(REPO)
@@ -572,6 +643,14 @@ def test_bench_reaches_are_all_used():
     """An entry no benchmark needs any more leaves the list (it only shrinks)."""
     used = {d for m, deps in TREE.graph.items() if front_end_of(m) == "bench" for d in deps}
     assert sorted(BENCH_REACHES - used) == []
+
+
+def test_allow_lists_only_name_offenders():
+    """LONG_FUNCTIONS and SHAPE_CHECKERS only shrink: an entry whose function was split, or
+    a count above what the module still does, must leave the list with the fix."""
+    assert sorted(set(LONG_FUNCTIONS) - set(_long_functions(TREE))) == []
+    found = _shape_checks(TREE)
+    assert {m: n for m, n in SHAPE_CHECKERS.items() if found.get(m, 0) != n} == {}
 
 
 def test_every_checked_package_is_found():
@@ -650,6 +729,15 @@ PLANTS = [
      "kerncap.replay.region_types (replay)"),
     ("package-cycles", "engine/kerncap/reproducer/planted.py", "from kerncap.sources import names\n",
      "kerncap.sources"),
+    # (issue 45, step 3) a long function anywhere but the tests, and a front end testing shapes
+    ("long-functions", "engine/kerncap/replay/planted.py", "def long():\n" + "    x = 1\n" * 80,
+     "kerncap.replay.planted:long"),
+    ("long-functions", "bench/planted.py", "async def long():\n" + "    x = 1\n" * 80, "bench.planted:long"),
+    ("shape-checks", "kerncap_tui/planted.py", "from kerncap import api\napi.is_set('x')\n", "kerncap_tui.planted"),
+    ("shape-checks", "engine/kerncap/commands/planted.py", "def f(cap):\n    return cap.sequence is None\n",
+     "kerncap.commands.planted"),
+    ("shape-checks", "engine/kerncap/commands/info.py", "def g(p):\n    return api.is_sequence(p)\n",
+     "kerncap.commands.info tests shapes 2"),
 ]
 
 

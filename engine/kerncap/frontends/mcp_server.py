@@ -236,9 +236,14 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
     server = MCPServer("kerncap", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan,
                        log_level="WARNING")
     server.kerncap = state  # type: ignore[attr-defined]  # for tests and the CLI's signal handler
-    R = state.roots
+    for register in TOOL_GROUPS:  # (defined below) each registers its tools on the server
+        register(server, state)
+    return server
 
-    # -- the application ------------------------------------------------------------------
+
+def _profile_tool(server: MCPServer, state: KerncapMCP) -> None:
+    """The tools of the application: profile it."""
+    R = state.roots
 
     @server.tool()
     @kerncap_tool
@@ -263,6 +268,11 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         saved.parent.mkdir(parents=True, exist_ok=True)
         result.save(saved)
         return {**result.to_dict(), "saved": str(saved), "app_output_tail": tail.lines}
+
+
+def _extract_tool(server: MCPServer, state: KerncapMCP) -> None:
+    """The tools of the application: capture from it."""
+    R = state.roots
 
     @server.tool()
     @kerncap_tool
@@ -324,7 +334,10 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                 "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,
                 "info": api.info(result.reproducer_dir).to_dict(), "app_output_tail": tail.lines}
 
-    # -- reproducers and their sources --------------------------------------------------------
+
+def _reproducer_tools(server: MCPServer, state: KerncapMCP) -> None:
+    """The tools of reproducers and their sources."""
+    R = state.roots
 
     @server.tool()
     @kerncap_tool
@@ -378,6 +391,11 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         repro = R.reproducer(reproducer)
         return {"written": api.write_source(repro, file, text, kernel).__dict__}
 
+
+def _build_tools(server: MCPServer, state: KerncapMCP) -> None:
+    """The tools of recompile and build a variant."""
+    R = state.roots
+
     @server.tool()
     @kerncap_tool
     @render.tool_options(api.BuildRequest, ("config", "mode"))
@@ -409,6 +427,21 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         result = await state.blocking(ctx, "build", lambda: state.session(repro, lambda s: s.build(
             request, progress=lambda text, _level="": log.append(text))), reproducer=repro)
         return {**result.to_dict(), "log": log}
+
+    @server.tool()
+    @kerncap_tool
+    async def list_configs(reproducer: Reproducer) -> dict[str, Any]:
+        """The autotune configs a Triton reproducer recorded, each with its grid (pin one with
+        recompile's `config`)."""
+        found = api.autotune_configs(R.reproducer(reproducer))
+        return {"function": found.function, "captured_grid": found.captured_grid,
+                "configs": [{"config": c.config, "grid": c.grid, "grid_error": c.grid_error, "captured": c.captured}
+                            for c in found.candidates]}
+
+
+def _fusion_tools(server: MCPServer, state: KerncapMCP) -> None:
+    """The tools of a sequence's fusions."""
+    R = state.roots
 
     @server.tool()
     @kerncap_tool
@@ -463,17 +496,10 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
             return api.fused_variant_info(api.fuse_build(repro, name, intermediates=intermediates or ()))
         return await state.blocking(ctx, "fuse_build", build_it)
 
-    @server.tool()
-    @kerncap_tool
-    async def list_configs(reproducer: Reproducer) -> dict[str, Any]:
-        """The autotune configs a Triton reproducer recorded, each with its grid (pin one with
-        recompile's `config`)."""
-        found = api.autotune_configs(R.reproducer(reproducer))
-        return {"function": found.function, "captured_grid": found.captured_grid,
-                "configs": [{"config": c.config, "grid": c.grid, "grid_error": c.grid_error, "captured": c.captured}
-                            for c in found.candidates]}
 
-    # -- the GPU ------------------------------------------------------------------------------
+def _check_tools(server: MCPServer, state: KerncapMCP) -> None:
+    """The tools of the GPU: validation and the data."""
+    R = state.roots
 
     @server.tool()
     @kerncap_tool
@@ -545,6 +571,11 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
             result = await state.blocking(ctx, "dump", lambda: api.dump(repro, items or (), chosen, **options))
         return result.to_dict()
 
+
+def _timing_tools(server: MCPServer, state: KerncapMCP) -> None:
+    """The tools of the GPU: timing."""
+    R = state.roots
+
     @server.tool()
     @kerncap_tool
     @render.tool_options(api.ReplayRequest, ("iterations", "warmup", "flush_l2", "per_launch"))
@@ -586,6 +617,11 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
                                                                             order), reproducer=repro)
         return result.to_dict()
 
+
+def _inspect_tools(server: MCPServer, state: KerncapMCP) -> None:
+    """The tools of the GPU: Nsight Compute, and closing a session."""
+    R = state.roots
+
     @server.tool()
     @kerncap_tool
     async def ncu(ctx: Context, reproducer: Reproducer, cubin: Cubin = None,
@@ -622,7 +658,9 @@ def build_server(roots: Sequence[str | os.PathLike], *, max_resident: int = 4, r
         repro = R.reproducer(reproducer)
         return {"reproducer": str(repro), "released": state.pool.close(repro)}
 
-    return server
+
+TOOL_GROUPS = (_profile_tool, _extract_tool, _reproducer_tools, _build_tools, _fusion_tools, _check_tools,
+               _timing_tools, _inspect_tools)
 
 
 def recompile_json(result: api.RecompileResult) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from kerncap.core.stack import recorded_stack, stack_lines
 from kerncap.core.units import dim_tuple, driver_version_text, human_bytes, text_table
 from kerncap.errors import KerncapError
 from kerncap.reproducer.arrays import OLDER_CAPTURE
+from kerncap.reproducer.closure_report import word_text
 from kerncap.reproducer.format import NOT_SNAPSHOTTED_OLD, Capture
 from kerncap.reproducer.payloads import check_payloads
 from kerncap.reproducer.prune_report import PruneReport, by_reason_text
@@ -24,26 +25,9 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
     `verify` every hash is checked too."""
     cap = Capture.open(path)
     root = cap.reproducer_dir
-    regions = {r.id: r for r in cap.regions}
     m = cap.manifest
 
-    params = []
-    for p in cap.params:
-        entry: dict[str, Any] = {"index": p.index, "offset": p.offset, "size": p.size, "hex": p.value.hex()}
-        if p.region is not None:
-            r = regions.get(p.region)
-            entry["pointer"] = {"region": p.region, "offset": p.region_offset,
-                                "base": r.base if r else None}
-        if p.handle_object is not None:
-            entry["handle"] = {"object": p.handle_object, "match": p.handle_match}
-        params.append(entry)
-
-    blob_sizes: dict[str, int] = {}
-    for h in cap.iter_blobs():
-        try:
-            blob_sizes[h] = cap.blob_path(h).stat().st_size
-        except OSError:
-            blob_sizes[h] = 0
+    blob_sizes = _blob_sizes(cap)
 
     def stored(chunks_pre, chunks_post) -> int:
         return sum(blob_sizes.get(h, 0) for h in {*chunks_pre, *chunks_post} if h is not None)
@@ -58,26 +42,9 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
         "path": str(root),
         "capture": str(cap.root),
         "format_version": m.get("format_version"),
-        "kernel": {
-            "name": cap.kernel.get("name"),
-            "demangled": cap.kernel.get("demangled"),
-            "handle_kind": cap.kernel.get("handle_kind"),
-            "launch_api": cap.kernel.get("launch_api"),
-            "module": cap.kernel.get("module", {}),
-            "attributes": cap.kernel.get("attributes", {}),
-        },
-        "launch": {
-            "grid": cap.launch.get("grid"),
-            "block": cap.launch.get("block"),
-            "shared_mem_bytes": cap.launch.get("shared_mem_bytes", 0),
-            "stream": cap.launch.get("stream"),
-            "cooperative": cap.launch.get("cooperative", False),
-            "param_form": cap.launch.get("param_form"),
-            "attributes": cap.launch.get("attributes", []),
-            "graph": cap.launch.get("graph"),  # set when the dispatch ran as a node of a CUDA graph
-            "nvtx": cap.launch.get("nvtx"),  # the NVTX ranges around the launch (when NVTX was followed)
-        },
-        "params": params,
+        "kernel": _kernel(cap),
+        "launch": _launch(cap),
+        "params": _params(cap),
         "param_buffer_size": len(cap.param_buffer),
         "regions": [
             {"id": r.id, "base": r.base, "size": r.size, "api": r.api, "kind": r.kind, "written": r.written,
@@ -107,21 +74,7 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
             for o in cap.texture_objects
         ],
         "lacks": lacks(cap),
-        "provenance": {
-            "tool_version": prov.get("tool_version"),
-            "gpu": prov.get("gpu", {}),
-            "command": prov.get("command"),
-            "cwd": prov.get("cwd"),
-            "host": prov.get("host"),
-            "pid": prov.get("pid"),
-            "time": prov.get("time"),
-            "dispatch_index": prov.get("dispatch_index"),
-            "job": prov.get("job"),  # rank, world size, local rank of the capturing process
-            "bucket": prov.get("bucket"),  # a set member's bucket id
-            "match": prov.get("match"),
-            "capture_seconds": prov.get("capture_seconds"),
-            "env": prov.get("env", {}),
-        },
+        "provenance": _provenance(prov),
         "sizes": {"logical": cap.logical_bytes, "stored": sum(blob_sizes.values())},
         "payloads": check_payloads(cap, verify=verify).as_dict(),
         "pruned": m.get("pruned"),  # kerncap prune: what the full capture held, why each region stayed
@@ -145,6 +98,74 @@ DEMO_LACKS = {
                "pointing outside the captured memory; smooth's three pointers point into its captured regions "
                "(`kerncap info` shows them), so nothing is missing (your own captures are checked)",
 }
+
+def _blob_sizes(cap: Capture) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for h in cap.iter_blobs():
+        try:
+            sizes[h] = cap.blob_path(h).stat().st_size
+        except OSError:
+            sizes[h] = 0
+    return sizes
+
+
+def _params(cap: Capture) -> list[dict[str, Any]]:
+    regions = {r.id: r for r in cap.regions}
+    params = []
+    for p in cap.params:
+        entry: dict[str, Any] = {"index": p.index, "offset": p.offset, "size": p.size, "hex": p.value.hex()}
+        if p.region is not None:
+            r = regions.get(p.region)
+            entry["pointer"] = {"region": p.region, "offset": p.region_offset,
+                                "base": r.base if r else None}
+        if p.handle_object is not None:
+            entry["handle"] = {"object": p.handle_object, "match": p.handle_match}
+        params.append(entry)
+    return params
+
+
+def _kernel(cap: Capture) -> dict[str, Any]:
+    return {
+        "name": cap.kernel.get("name"),
+        "demangled": cap.kernel.get("demangled"),
+        "handle_kind": cap.kernel.get("handle_kind"),
+        "launch_api": cap.kernel.get("launch_api"),
+        "module": cap.kernel.get("module", {}),
+        "attributes": cap.kernel.get("attributes", {}),
+    }
+
+
+def _launch(cap: Capture) -> dict[str, Any]:
+    return {
+        "grid": cap.launch.get("grid"),
+        "block": cap.launch.get("block"),
+        "shared_mem_bytes": cap.launch.get("shared_mem_bytes", 0),
+        "stream": cap.launch.get("stream"),
+        "cooperative": cap.launch.get("cooperative", False),
+        "param_form": cap.launch.get("param_form"),
+        "attributes": cap.launch.get("attributes", []),
+        "graph": cap.launch.get("graph"),  # set when the dispatch ran as a node of a CUDA graph
+        "nvtx": cap.launch.get("nvtx"),  # the NVTX ranges around the launch (when NVTX was followed)
+    }
+
+
+def _provenance(prov: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "tool_version": prov.get("tool_version"),
+        "gpu": prov.get("gpu", {}),
+        "command": prov.get("command"),
+        "cwd": prov.get("cwd"),
+        "host": prov.get("host"),
+        "pid": prov.get("pid"),
+        "time": prov.get("time"),
+        "dispatch_index": prov.get("dispatch_index"),
+        "job": prov.get("job"),  # rank, world size, local rank of the capturing process
+        "bucket": prov.get("bucket"),  # a set member's bucket id
+        "match": prov.get("match"),
+        "capture_seconds": prov.get("capture_seconds"),
+        "env": prov.get("env", {}),
+    }
+
 
 
 def is_bundled_demo(cap: Capture) -> bool:
@@ -231,10 +252,16 @@ def nvtx_text(nvtx: dict[str, Any]) -> str:
 
 
 def format_summary(s: dict[str, Any]) -> str:
+    """The text `kerncap info` prints: the kernel and its launch, the parameters, the
+    regions, the globals, then where it came from."""
+    out = _kernel_lines(s) + _param_lines(s) + _region_lines(s) + _global_lines(s) + _origin_lines(s) \
+        + _record_lines(s)
+    return "\n".join(out)
+
+
+def _kernel_lines(s: dict[str, Any]) -> list[str]:
     k, launch, prov = s["kernel"], s["launch"], s["provenance"]
     module, attrs = k.get("module") or {}, k.get("attributes") or {}
-    gpu = prov.get("gpu") or {}
-    cc = gpu.get("cc") or []
     out = [f"reproducer  {s['path']}", ""]
     out.append(f"kernel      {k.get('demangled') or k.get('name')}")
     if k.get("demangled") and k.get("demangled") != k.get("name"):
@@ -261,7 +288,12 @@ def format_summary(s: dict[str, Any]) -> str:
     out.append("")
     if s.get("sequence"):  # the kernel and launch above are the sequence's first
         out += sequence_text.summary_lines(s["sequence"])
+    return out
 
+
+def _param_lines(s: dict[str, Any]) -> list[str]:
+    launch = s["launch"]
+    out: list[str] = []
     out.append(f"parameters ({len(s['params'])}, {_v(launch.get('param_form'))} form, {s['param_buffer_size']} bytes)")
     rows = []
     for p in s["params"]:
@@ -274,7 +306,11 @@ def format_summary(s: dict[str, Any]) -> str:
         rows.append([str(p["index"]), str(p["offset"]), str(p["size"]), hexval, target])
     out += text_table(["#", "offset", "size", "bytes (hex)", "points to"], rows, right={0, 1, 2})
     out.append("")
+    return out
 
+
+def _region_lines(s: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     out.append(f"regions ({len(s['regions'])})")
     pruned = s.get("pruned") or {}
     why = pruned.get("reasons") or {}
@@ -306,19 +342,29 @@ def format_summary(s: dict[str, Any]) -> str:
         out.append(f"outside the closure ({len(unresolved)} parameter word(s) point at nothing captured; "
                    "a replay faults if the kernel dereferences them)")
         for u in unresolved[:8]:
-            at = f" word +{u['at']}" if u.get("at") else ""
-            out.append(f"  parameter {u['param']}{at} = {u['value']:#x}: {u.get('reason', '')}")
+            out.append(f"  {word_text(u)} = {u['value']:#x}: {u.get('reason', '')}")
         if len(unresolved) > 8:
             out.append(f"  and {len(unresolved) - 8} more")
         out.append("")
+    return out
 
+
+def _global_lines(s: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     if s["globals"]:
         out.append(f"globals ({len(s['globals'])})")
         rows = [[g["name"], g["section"], str(g["size"]), "yes" if g["written"] else ""] for g in s["globals"]]
         out += text_table(["name", "section", "size", "written"], rows, right={2})
         out.append("")
     out += arrays_text(s)
+    return out
 
+
+def _origin_lines(s: dict[str, Any]) -> list[str]:
+    prov = s["provenance"]
+    gpu = prov.get("gpu") or {}
+    cc = gpu.get("cc") or []
+    out: list[str] = []
     sizes = s["sizes"]
     ratio = f" ({sizes['logical'] / sizes['stored']:.1f}x smaller)" if 0 < sizes["stored"] < sizes["logical"] else ""
     out.append(f"size        {human_bytes(sizes['logical'])} logical, {human_bytes(sizes['stored'])} stored{ratio}")
@@ -343,6 +389,12 @@ def format_summary(s: dict[str, Any]) -> str:
     secs = prov.get("capture_seconds") or {}
     if secs:
         out.append("timing      " + ", ".join(f"{k} {v:.2f} s" for k, v in secs.items() if isinstance(v, (int, float))))
+    return out
+
+
+def _record_lines(s: dict[str, Any]) -> list[str]:
+    pruned = s.get("pruned") or {}
+    out: list[str] = []
     rep = s.get("reproducer") or {}
     out += [f"{label:<11} {text}" for label, text in stack_lines(rep.get("provenance"))]
     if rep.get("error"):
@@ -367,7 +419,7 @@ def format_summary(s: dict[str, Any]) -> str:
         out.append(f"WARNING     {w}")
     for w in s.get("lacks") or []:
         out.append(f"LACKS       {w}")
-    return "\n".join(out)
+    return out
 
 
 def arrays_text(s: dict[str, Any]) -> list[str]:
