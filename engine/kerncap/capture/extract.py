@@ -110,85 +110,31 @@ def extract(
     dispatches = dispatch_list(dispatch)
     set_mode = buckets or len(dispatches) > 1
     selection = selection or Selection()
-    if sequence is not None:
-        sequence.check(kernel, selection, dispatches, set_mode)
-    if sequence is None or kernel:
-        _check_pattern(kernel, match, dispatches[0])
-    selection.check()
-    if set_mode and prune:
-        raise UsageError("--prune works on one reproducer, not on a set", "prune a member: kerncap prune SET/members/N")
-    inject_library()  # fail before anything is created if the capture library is missing
-    if intercept is not None:
-        env = {**(env or {}), "KERNCAP_INTERCEPT": intercept}
-    base_env = {**os.environ, **(env or {})}
-    check_intercept(base_env)
-    check_command(command, cwd=cwd, env=base_env)
-    if source_dir is not None and not Path(source_dir).is_dir():
-        raise KerncapError(f"--source-dir {source_dir} is not a directory", "pass the root of the app's source tree")
-    if build_dir is not None and not Path(build_dir).is_dir():
-        raise KerncapError(f"--build-dir {build_dir} is not a directory", "pass the app's build directory")
+    _check_choice(kernel, match, dispatches, set_mode, selection, sequence, prune)
+    env = _check_app(command, cwd, env, intercept, source_dir, build_dir)
     _check_output_free(output, force)
     stale = [left.advice() for left in find_leftovers(output.parent, output.name)]
-
-    created_parents = _make_parents(output.parent)
-    run_dir = output.with_name(f"{output.name}.run-{os.getpid()}")
-    try:
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # left over by an earlier process with our pid
-        run_dir.mkdir()
-    except OSError as exc:
-        _remove_empty(created_parents)
-        raise KerncapError(
-            f"cannot write in the output directory {output.parent}: {exc.strerror or exc}",
-            "choose a writable --output (the app was not started)",
-        ) from None
+    created_parents, run_dir = _make_run_dir(output)
 
     succeeded = False
     try:
-        settings = {
-            "KERNCAP_KERNEL": kernel,
-            "KERNCAP_MATCH": match,
-            "KERNCAP_DISPATCH": ",".join(map(str, dispatches)),
-            "KERNCAP_KEEP_RUNNING": "1" if keep_running else "0",
-            **selection.settings(),
-            **(sequence.settings() if sequence is not None else {}),
-        }
-        if set_mode:
-            settings["KERNCAP_SET"] = "1"
-            settings["KERNCAP_BUCKETS"] = "1" if buckets else "0"
-        if selection.nvtx is not None:
-            settings.update(nvtx_environment(inject_library()))
-        app_env = app_environment(command, mode="capture", run_dir=run_dir, settings=settings, env=env)
-        done = _done_check(run_dir, dispatches, set_mode, buckets, keep_running)
+        settings = _settings(kernel, match, dispatches, keep_running, selection, sequence, set_mode, buckets)
         outcome = run_app(
-            command, env=app_env, cwd=cwd, timeout=timeout, output=output_sink, stop_when=done,
+            command, env=app_environment(command, mode="capture", run_dir=run_dir, settings=settings, env=env),
+            cwd=cwd, timeout=timeout, output=output_sink,
+            stop_when=_done_check(run_dir, dispatches, set_mode, buckets, keep_running),
             # A set's counts and times are written at the app's exit: let a Python app unwind.
-            timeout_signals=(signal.SIGINT, signal.SIGTERM) if set_mode else (signal.SIGTERM,),
-        )
+            timeout_signals=(signal.SIGINT, signal.SIGTERM) if set_mode else (signal.SIGTERM,))
         procs = read_reports(run_dir, "proc")
         if not captured_dirs(run_dir):
-            found = (sequence_extract.diagnose(sequence, kernel, dispatches[0], selection, procs)
-                     if sequence is not None else None)
-            raise found or diagnose_failure(kernel, match, dispatches[0], procs, outcome, run_dir, timeout, selection)
+            raise (sequence is not None and sequence_extract.diagnose(sequence, kernel, dispatches[0], selection, procs)
+                   or diagnose_failure(kernel, match, dispatches[0], procs, outcome, run_dir, timeout, selection))
 
         try:
-            if sequence is not None:
-                notes = sequence_extract.assemble_sequence(kernel, match, dispatches[0], command, output, run_dir,
-                                                           source_dir, build_dir, force, env, procs, sequence)
-                result = ExtractResult(reproducer_dir=output, capture=Capture.open(output), run_dir=run_dir,
-                                       notes=notes)
-            elif set_mode:
-                result = assemble_set(kernel, match, dispatches, buckets, command, output, run_dir, source_dir,
-                                      build_dir, force, procs, env)
-            else:
-                result = _assemble(kernel, match, dispatches[0], command, output, run_dir, source_dir, build_dir,
-                                   force, env, procs)
+            result = _assemble_kind(kernel, match, dispatches, buckets if set_mode else None, sequence, command,
+                                    output, run_dir, source_dir, build_dir, force, env, procs)
         except OSError as exc:
-            raise KerncapError(
-                f"the capture succeeded but the reproducer {output} could not be written: "
-                f"{exc.strerror or exc} ({exc.filename or output})",
-                "free space or fix permissions and extract again; --keep-run-dir keeps the raw capture",
-            ) from None
+            raise _unwritable(output, exc) from None
         result.outcome = outcome
         result.notes[:0] = stale
         result.notes.extend(outcome_notes(outcome, procs))
@@ -207,6 +153,92 @@ def extract(
 # How long to wait, once the manifest is there, for the capturing process's own report
 # (it writes proc-<pid>.json right after the manifest, then exits).
 PROC_REPORT_GRACE_S = 2.0
+
+
+def _check_choice(kernel: str, match: str, dispatches: list[int], set_mode: bool, selection: Selection,
+                  sequence: SequenceRequest | None, prune: bool) -> None:
+    """Which launches to capture, checked before anything runs (UsageError)."""
+    if sequence is not None:
+        sequence.check(kernel, selection, dispatches, set_mode)
+    if sequence is None or kernel:
+        _check_pattern(kernel, match, dispatches[0])
+    selection.check()
+    if set_mode and prune:
+        raise UsageError("--prune works on one reproducer, not on a set", "prune a member: kerncap prune SET/members/N")
+
+
+def _check_app(command: list[str], cwd, env: dict[str, str] | None, intercept: str | None, source_dir,
+               build_dir) -> dict[str, str] | None:
+    """Everything about the app checked before anything is created; the app's added
+    environment (with the intercept path asked for)."""
+    inject_library()  # fail before anything is created if the capture library is missing
+    if intercept is not None:
+        env = {**(env or {}), "KERNCAP_INTERCEPT": intercept}
+    base_env = {**os.environ, **(env or {})}
+    check_intercept(base_env)
+    check_command(command, cwd=cwd, env=base_env)
+    if source_dir is not None and not Path(source_dir).is_dir():
+        raise KerncapError(f"--source-dir {source_dir} is not a directory", "pass the root of the app's source tree")
+    if build_dir is not None and not Path(build_dir).is_dir():
+        raise KerncapError(f"--build-dir {build_dir} is not a directory", "pass the app's build directory")
+    return env
+
+
+def _make_run_dir(output: Path) -> tuple[list[Path], Path]:
+    """The parents created for `output` and the staging directory the capture writes
+    (`<name>.run-<pid>`, docs/architecture.md)."""
+    created_parents = _make_parents(output.parent)
+    run_dir = output.with_name(f"{output.name}.run-{os.getpid()}")
+    try:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # left over by an earlier process with our pid
+        run_dir.mkdir()
+    except OSError as exc:
+        _remove_empty(created_parents)
+        raise KerncapError(
+            f"cannot write in the output directory {output.parent}: {exc.strerror or exc}",
+            "choose a writable --output (the app was not started)",
+        ) from None
+    return created_parents, run_dir
+
+
+def _settings(kernel: str, match: str, dispatches: list[int], keep_running: bool, selection: Selection,
+              sequence: SequenceRequest | None, set_mode: bool, buckets: bool) -> dict[str, str]:
+    """The capture library's KERNCAP_* settings for this extraction."""
+    settings = {
+        "KERNCAP_KERNEL": kernel,
+        "KERNCAP_MATCH": match,
+        "KERNCAP_DISPATCH": ",".join(map(str, dispatches)),
+        "KERNCAP_KEEP_RUNNING": "1" if keep_running else "0",
+        **selection.settings(),
+        **(sequence.settings() if sequence is not None else {}),
+    }
+    if set_mode:
+        settings["KERNCAP_SET"] = "1"
+        settings["KERNCAP_BUCKETS"] = "1" if buckets else "0"
+    if selection.nvtx is not None:
+        settings.update(nvtx_environment(inject_library()))
+    return settings
+
+
+def _assemble_kind(kernel: str, match: str, dispatches: list[int], buckets: bool | None,
+                   sequence: SequenceRequest | None, command: list[str], output: Path, run_dir: Path, source_dir,
+                   build_dir, force: bool, env: dict[str, str] | None, procs) -> ExtractResult | SetExtractResult:
+    """The reproducer the run captured: a sequence, a set (`buckets` not None) or one dispatch."""
+    if sequence is not None:
+        notes = sequence_extract.assemble_sequence(kernel, match, dispatches[0], command, output, run_dir,
+                                                   source_dir, build_dir, force, env, procs, sequence)
+        return ExtractResult(reproducer_dir=output, capture=Capture.open(output), run_dir=run_dir, notes=notes)
+    if buckets is not None:
+        return assemble_set(kernel, match, dispatches, buckets, command, output, run_dir, source_dir, build_dir,
+                            force, procs, env)
+    return _assemble(kernel, match, dispatches[0], command, output, run_dir, source_dir, build_dir, force, env, procs)
+
+
+def _unwritable(output: Path, exc: OSError) -> KerncapError:
+    return KerncapError(f"the capture succeeded but the reproducer {output} could not be written: "
+                        f"{exc.strerror or exc} ({exc.filename or output})",
+                        "free space or fix permissions and extract again; --keep-run-dir keeps the raw capture")
 
 
 def _capture_written(run_dir: Path):
@@ -399,31 +431,9 @@ def diagnose_failure(
         if found is not None:
             return found
 
-    for kind in ("disk", "capture_failed"):
-        found = report_errors(procs, kind)
-        if found:
-            pid, error = found[0]
-            msg = error.get("message", "")
-            if kind == "disk":
-                return KerncapError(
-                    f"the capture of {target} in process {pid} failed writing to disk: {msg}; "
-                    "the partial capture was removed and the app was not harmed",
-                    f"free space under {run_dir.parent} or choose an --output on another file system",
-                )
-            stopped = report_errors(procs, "app_stopped")
-            return KerncapError(
-                f"the capture of {target} in process {pid} failed: {msg}"
-                + (f"; {stopped[0][1].get('message', '')}" if stopped else ""),
-                "see docs/interposer.md; rerun with --keep-run-dir and look at the run directory's interposer.log",
-            )
-    found = report_errors(procs, "graph_refused")
-    if found:
-        pid, error = found[0]
-        return KerncapError(
-            f"{target} runs in a CUDA graph kerncap cannot capture it from (process {pid}): {error.get('message', '')}",
-            "docs/graphs.md lists what kerncap follows in graphs; for this run, launch the target outside that "
-            "construct or pick a --dispatch before it",
-        )
+    found = _reported_failure(target, procs, run_dir)
+    if found is not None:
+        return found
     if selection is not None:
         found = diagnose_selection(selection, procs, target)
         if found is not None:
@@ -487,6 +497,37 @@ def diagnose_failure(
         f"{target} matched {max(matches)} dispatches but no capture was written",
         "rerun with --keep-run-dir and look at the proc-*.json files of the run directory",
     )
+
+
+def _reported_failure(target: str, procs: list[dict], run_dir: Path) -> KerncapError | None:
+    """What the capture library itself reported: a disk error, a failed capture, a graph
+    it cannot capture from."""
+    for kind in ("disk", "capture_failed"):
+        found = report_errors(procs, kind)
+        if found:
+            pid, error = found[0]
+            msg = error.get("message", "")
+            if kind == "disk":
+                return KerncapError(
+                    f"the capture of {target} in process {pid} failed writing to disk: {msg}; "
+                    "the partial capture was removed and the app was not harmed",
+                    f"free space under {run_dir.parent} or choose an --output on another file system",
+                )
+            stopped = report_errors(procs, "app_stopped")
+            return KerncapError(
+                f"the capture of {target} in process {pid} failed: {msg}"
+                + (f"; {stopped[0][1].get('message', '')}" if stopped else ""),
+                "see docs/interposer.md; rerun with --keep-run-dir and look at the run directory's interposer.log",
+            )
+    found = report_errors(procs, "graph_refused")
+    if found:
+        pid, error = found[0]
+        return KerncapError(
+            f"{target} runs in a CUDA graph kerncap cannot capture it from (process {pid}): {error.get('message', '')}",
+            "docs/graphs.md lists what kerncap follows in graphs; for this run, launch the target outside that "
+            "construct or pick a --dispatch before it",
+        )
+    return None
 
 
 def _runs_of(kernel: str, match: str, procs: list[dict]) -> dict[str, int]:

@@ -193,52 +193,11 @@ def run_app(
     sink = output or default_sink
     enable_subreaper()  # orphaned descendants of the app stay findable (kerncap.capture.jobs)
     start = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            list(command),
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except FileNotFoundError:
-        raise KerncapError(f"command not found: {command[0]}", "check the spelling or give the full path") from None
-    except PermissionError:
-        raise KerncapError(f"command is not executable: {command[0]}", "check its permissions") from None
-    except OSError as exc:
-        raise KerncapError(f"could not start {command[0]}: {exc.strerror or exc}", "check the command") from None
-
+    proc = _start(command, cwd, env)
     pgid = proc.pid  # start_new_session: the child leads its own group
     tree = ProcessTree(proc.pid)
     stop = StopReport()
-    tail = bytearray()
-    tail_lock = threading.Lock()
-
-    def pump(stream, name: str) -> None:
-        fd = stream.fileno()
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            sink(name, data)
-            if name == "stderr":
-                with tail_lock:
-                    tail.extend(data)
-                    del tail[:-_TAIL_BYTES]
-        stream.close()
-
-    pumps = [
-        threading.Thread(target=pump, args=(proc.stdout, "stdout"), daemon=True),
-        threading.Thread(target=pump, args=(proc.stderr, "stderr"), daemon=True),
-    ]
-    for t in pumps:
-        t.start()
-
+    pumps = _OutputPumps(proc, sink)
     timed_out = stopped = False
     try:
         while proc.poll() is None:
@@ -264,12 +223,9 @@ def run_app(
         raise
     finally:
         tree.reap()
-        for t in pumps:
-            t.join(timeout=2.0)
+        pumps.join()
 
-    with tail_lock:
-        text = bytes(tail).decode(errors="replace")
-    lines = [line.rstrip("\r") for line in text.splitlines()]
+    lines = pumps.stderr_lines()
     return AppOutcome(
         command=list(command),
         returncode=proc.returncode,
@@ -279,6 +235,58 @@ def run_app(
         stderr_tail=lines[-STDERR_TAIL_LINES:],
         stop=stop,
     )
+
+
+def _start(command: Sequence[str], cwd, env: dict[str, str]) -> subprocess.Popen:
+    """The app, leading a process group of its own, its output on pipes."""
+    try:
+        return subprocess.Popen(list(command), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+    except FileNotFoundError:
+        raise KerncapError(f"command not found: {command[0]}", "check the spelling or give the full path") from None
+    except PermissionError:
+        raise KerncapError(f"command is not executable: {command[0]}", "check its permissions") from None
+    except OSError as exc:
+        raise KerncapError(f"could not start {command[0]}: {exc.strerror or exc}", "check the command") from None
+
+
+class _OutputPumps:
+    """Threads passing the app's stdout and stderr to `sink` as they come, keeping the
+    tail of stderr for the error messages."""
+
+    def __init__(self, proc: subprocess.Popen, sink: OutputSink) -> None:
+        self._sink = sink
+        self._tail = bytearray()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._pump, args=(proc.stdout, "stdout"), daemon=True),
+                         threading.Thread(target=self._pump, args=(proc.stderr, "stderr"), daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _pump(self, stream, name: str) -> None:
+        fd = stream.fileno()
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            self._sink(name, data)
+            if name == "stderr":
+                with self._lock:
+                    self._tail.extend(data)
+                    del self._tail[:-_TAIL_BYTES]
+        stream.close()
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join(timeout=2.0)
+
+    def stderr_lines(self) -> list[str]:
+        with self._lock:
+            text = bytes(self._tail).decode(errors="replace")
+        return [line.rstrip("\r") for line in text.splitlines()]
 
 
 def _group_alive(pgid: int) -> bool:

@@ -74,35 +74,13 @@ def assemble_set(
     stage = run_dir / "set"
     stage.mkdir()
     notes: list[str] = []
-    members: list[tuple[Path, int, Bucket | None]] = []
-    demangled = ""
-    for k, cap_dir in enumerate(captured_dirs(run_dir)):
-        dispatch = int(cap_dir.name.split("-", 1)[1])
-        rel = Path("members") / str(k)
-        record = build_reproducer(stage / rel, cap_dir, run_dir, kernel, match, dispatch, command, source_dir,
-                                  build_dir, env, procs)
-        demangled = demangled or str(record.get("demangled") or "")
-        cap = Capture.open(stage / rel)
-        bid = cap.provenance.get("bucket")
-        raw = by_id.get(int(bid)) if isinstance(bid, int) else None
-        bucket = Bucket.from_native(raw, demangled) if raw else None
-        if bucket is None:
-            notes.append(f"member {k} (dispatch {dispatch}): no bucket record; weighted equally")
-        members.append((rel, dispatch, bucket))
-        notes += [f"member {k}: {n}" for n in record.get("notes") or []]
+    members, demangled = _members(stage, run_dir, by_id, kernel, match, command, source_dir, build_dir, env, procs,
+                                  notes)
     weights = _weights(members)
 
     everything = [Bucket.from_native(b, demangled) for b in table if b.get("kernel") == header.get("kernel")]
     captured = {m[2].key for m in members if m[2]}
-    refused = []
-    for b in everything:
-        if b.key in captured:
-            continue
-        if buckets_mode or b.refused:
-            reason = b.refused or "not captured before the app ended"
-            refused.append({"bucket": b.to_dict(), "signature": b.signature(), "launches": b.launches,
-                            "reason": reason})
-            notes.append(f"bucket {b.signature()} ({b.launches} launch(es)) not captured: {reason}")
+    refused = _refused(everything, captured, buckets_mode, notes)
     total = sum(b.time_ns for b in everything)
     covered = sum(b.time_ns for b in everything if b.key in captured)
     if buckets_mode:
@@ -152,6 +130,44 @@ def assemble_set(
     if not demangled:
         notes.append(f"kernel {short_kernel_name(kernel)}: no member was captured")
     return result
+
+
+def _members(stage: Path, run_dir: Path, by_id: dict[int, dict], kernel: str, match: str, command: list[str],
+             source_dir, build_dir, env: dict[str, str] | None, procs: list[dict], notes: list[str]
+             ) -> tuple[list[tuple[Path, int, Bucket | None]], str]:
+    """Each capture directory of the run as a member reproducer under `stage` (its path,
+    dispatch and bucket), and the kernel's demangled name."""
+    members: list[tuple[Path, int, Bucket | None]] = []
+    demangled = ""
+    for k, cap_dir in enumerate(captured_dirs(run_dir)):
+        dispatch = int(cap_dir.name.split("-", 1)[1])
+        rel = Path("members") / str(k)
+        record = build_reproducer(stage / rel, cap_dir, run_dir, kernel, match, dispatch, command, source_dir,
+                                  build_dir, env, procs)
+        demangled = demangled or str(record.get("demangled") or "")
+        cap = Capture.open(stage / rel)
+        bid = cap.provenance.get("bucket")
+        raw = by_id.get(int(bid)) if isinstance(bid, int) else None
+        bucket = Bucket.from_native(raw, demangled) if raw else None
+        if bucket is None:
+            notes.append(f"member {k} (dispatch {dispatch}): no bucket record; weighted equally")
+        members.append((rel, dispatch, bucket))
+        notes += [f"member {k}: {n}" for n in record.get("notes") or []]
+    return members, demangled
+
+
+def _refused(everything: list[Bucket], captured: set, buckets_mode: bool, notes: list[str]) -> list[dict]:
+    """The buckets no member stands for, and why (each also a note)."""
+    refused = []
+    for b in everything:
+        if b.key in captured:
+            continue
+        if buckets_mode or b.refused:
+            reason = b.refused or "not captured before the app ended"
+            refused.append({"bucket": b.to_dict(), "signature": b.signature(), "launches": b.launches,
+                            "reason": reason})
+            notes.append(f"bucket {b.signature()} ({b.launches} launch(es)) not captured: {reason}")
+    return refused
 
 
 def format_set_extract(r: SetExtractResult) -> str:

@@ -99,6 +99,7 @@ DEMO_LACKS = {
                "(`kerncap info` shows them), so nothing is missing (your own captures are checked)",
 }
 
+
 def _blob_sizes(cap: Capture) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for h in cap.iter_blobs():
@@ -165,7 +166,6 @@ def _provenance(prov: dict[str, Any]) -> dict[str, Any]:
         "capture_seconds": prov.get("capture_seconds"),
         "env": prov.get("env", {}),
     }
-
 
 
 def is_bundled_demo(cap: Capture) -> bool:
