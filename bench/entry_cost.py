@@ -135,6 +135,31 @@ def paired_line(procs: list[dict]) -> str:
 
 
 def main() -> None:
+    parser = _parser()
+    args = parser.parse_args()
+    if args.blocks % 4 or (args.paired_only and not args.blocks):
+        parser.error("--blocks must be a multiple of 4 (a p p a groups), and not 0 with --paired-only")
+    if args.driver_work and not re.fullmatch(r"\d{1,7}:\d{1,7}", args.driver_work):
+        parser.error(f"--driver-work {args.driver_work}: expected DATA_KIB:CODE_KIB, e.g. 256:128")
+    libs = _libraries(parser, args)
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    results: dict[int, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="kerncap-entry-cost-") as tmp:
+        d = Path(tmp)
+        drv, exe = B.fake_driver(d / "drv", work=bool(args.driver_work)), B.inject_app(d)
+        for t in thread_counts:
+            results[t] = measure(t, args, exe, libs, drv, d)
+
+    summary = _print_runs(args, results)
+    if not args.paired_only:
+        _print_scaling(summary)
+    write_json(args.json, {"bench": "entry_cost", "launches": args.launches, "repeat": args.repeat,
+                           "blocks": args.blocks, "baseline": str(args.baseline) if args.baseline else None,
+                           "driver_work": args.driver_work, "paired_kernel": args.paired_kernel,
+                           "results": {str(t): r for t, r in results.items()}})
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launches", type=int, default=2_000_000, help="in all, split over the threads")
     parser.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2,8,16")
@@ -153,11 +178,11 @@ def main() -> None:
     parser.add_argument("--driver-work", metavar="DATA_KIB:CODE_KIB",
                         help="each stand-in launch reads DATA_KIB of memory and runs CODE_KIB of code (e.g. 256:128)")
     parser.add_argument("--json", metavar="FILE")
-    args = parser.parse_args()
-    if args.blocks % 4 or (args.paired_only and not args.blocks):
-        parser.error("--blocks must be a multiple of 4 (a p p a groups), and not 0 with --paired-only")
-    if args.driver_work and not re.fullmatch(r"\d{1,7}:\d{1,7}", args.driver_work):
-        parser.error(f"--driver-work {args.driver_work}: expected DATA_KIB:CODE_KIB, e.g. 256:128")
+    return parser
+
+
+def _libraries(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, tuple[Path, Path]]:
+    """This build's entry and inject libraries, and --baseline's."""
     if not (B.HEADERS and B.CC and B.CXX):
         sys.exit("needs a C/C++ compiler and the CUDA / CUPTI headers (CUDA_HOME, or Triton's wheel)")
     from kerncap.core.native import entry_library, inject_library
@@ -172,14 +197,11 @@ def main() -> None:
         if missing:
             parser.error(f"--baseline: {', '.join(missing)} not found")
         libs["baseline"] = base
-    thread_counts = [int(t) for t in args.threads.split(",")]
-    results: dict[int, dict] = {}
-    with tempfile.TemporaryDirectory(prefix="kerncap-entry-cost-") as tmp:
-        d = Path(tmp)
-        drv, exe = B.fake_driver(d / "drv", work=bool(args.driver_work)), B.inject_app(d)
-        for t in thread_counts:
-            results[t] = measure(t, args, exe, libs, drv, d)
+    return libs
 
+
+def _print_runs(args: argparse.Namespace, results: dict[int, dict]) -> list[tuple[int, dict]]:
+    """Per thread count: each mode's CPU ns per launch against direct, and the paired rows."""
     work = (f" whose launches each read {args.driver_work.split(':')[0]} KiB and run {args.driver_work.split(':')[1]} "
             "KiB of code" if args.driver_work else " that returns at once")
     print(f"{args.launches} launches in all through cuGetProcAddress into a stand-in driver{work}; CPU ns of the "
@@ -205,12 +227,11 @@ def main() -> None:
         for part, procs in r["parts"].items():
             print(f"  {part}: " + paired_line(procs))
         summary.append((t, r))
-    if args.paired_only:
-        write_json(args.json, {"bench": "entry_cost", "launches": args.launches, "repeat": args.repeat,
-                               "blocks": args.blocks, "baseline": str(args.baseline) if args.baseline else None,
-                               "driver_work": args.driver_work, "paired_kernel": args.paired_kernel,
-                               "results": {str(t): r for t, r in results.items()}})
-        return
+    return summary
+
+
+def _print_scaling(summary: list[tuple[int, dict]]) -> None:
+    """kerncap's cost per launch over direct at each thread count, as a multiple of the 1-thread cost."""
     one = dict(summary).get(1) if 1 in dict(summary) else None
     rows = []
     for t, r in summary:
@@ -239,10 +260,6 @@ def main() -> None:
         headers.append("paired")
     print("\nkerncap's cost per launch (CPU ns over direct; paired: armed - pass-through), (x the 1-thread cost)")
     print_table(headers, rows)
-    write_json(args.json, {"bench": "entry_cost", "launches": args.launches, "repeat": args.repeat,
-                           "blocks": args.blocks, "baseline": str(args.baseline) if args.baseline else None,
-                           "driver_work": args.driver_work, "paired_kernel": args.paired_kernel,
-                           "results": {str(t): r for t, r in results.items()}})
 
 
 if __name__ == "__main__":

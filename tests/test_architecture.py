@@ -554,12 +554,11 @@ def native_includes(t: Tree) -> list[str]:
 
 MAX_FUNCTION_LINES = 80
 # Python functions longer than MAX_FUNCTION_LINES (ast: end_lineno - lineno + 1) that are
-# still to be split along their seams (issue 45). The list only shrinks
+# still to be split along their seams (issue 45: 13 at the start). The list only shrinks
 # (test_allow_lists_only_name_offenders); a new long function fails `long-functions`.
 LONG_FUNCTIONS = {
-    "kerncap.replay.sequence_replay:build", "bench.entry_cost:main", "kerncap.replay.mismatch:compute",
-    "kerncap.recompile.fusion:skeleton", "kerncap.replay.native_session:__init__",
-    "kerncap.reproducer.sequence:parse_sequence",
+    # sequence_replay.build (127 lines): another change to that file was in flight this round
+    "kerncap.replay.sequence_replay:build",
 }
 
 

@@ -139,52 +139,8 @@ def skeleton(repro: str | os.PathLike, first: int, last: int, name: str, *, forc
         raise KerncapError(f"{d} exists (maybe edited)", "pass another --name, or --force to write it again")
     for f in ("fused.cu", "fusion.json"):
         _file(d, f)
-    buffers: dict[int, Buffer] = {}
-    scalars: list[dict[str, Any]] = []
-    for i in range(first, last + 1):
-        launch = seq.launches[i]
-        k = seq.kernels[launch.kernel]
-        types = cxx_parameter_types(k.demangled) or []
-        if len(types) != len(launch.params):
-            types = [None] * len(launch.params)
-        for p, t in zip(launch.params, types):
-            raw = launch.param_buffer[p.offset:p.offset + p.size]
-            pointer = p.size == 8 and (p.region is not None or (t is not None and "*" in t))
-            if pointer:
-                address = int.from_bytes(raw, "little")
-                ctype, written = _clean_ctype(t)
-                b = buffers.get(address)
-                if b is None:
-                    b = buffers[address] = Buffer(f"buf{len(buffers)}", address, p.region, ctype, written)
-                elif written and not b.written:
-                    b.ctype, b.written = ctype, True
-                b.uses.append(f"launch {i} ({k.demangled or k.name}) argument {p.index}")
-                b.launches.append(i)
-                continue
-            ctype = t if t and classify_cxx_type(t)[1] != "unknown" and "*" not in t else SCALAR_TYPES.get(p.size)
-            scalars.append({"name": f"l{i}_arg{p.index}", "size": p.size, "value": raw.hex(), "ctype": ctype,
-                            "launch": i, "index": p.index})
-    params: list[dict[str, Any]] = []
-    decls = []
-    structs = []
-    for b in buffers.values():
-        role = "written" if b.written else "read" if b.written is False else "read/written?"
-        params.append({"name": b.name, "kind": "buffer", "size": 8, "value": b.address.to_bytes(8, "little").hex(),
-                       "address": b.address, "region": b.region, "role": role, "uses": b.uses,
-                       "launches": b.launches, "ctype": b.ctype})
-        decls.append(f"    {b.ctype} {b.name},  // {role}; {'; '.join(b.uses)}"
-                     + (f"; region {b.region}" if b.region is not None else ""))
-    for s in scalars:
-        ctype = s["ctype"]
-        if ctype is None:
-            ctype = f"kc_arg_{s['name']}"
-            structs.append(f"struct alignas({min(8, 1 << (s['size'] - 1).bit_length())}) {ctype} "
-                           f"{{ unsigned char bytes[{s['size']}]; }};")
-        params.append({"name": s["name"], "kind": "scalar", "size": s["size"], "value": s["value"], "ctype": ctype})
-        decls.append(f"    {ctype} {s['name']},  // launch {s['launch']} argument {s['index']}, captured "
-                     f"value 0x{s['value']}")
-    if decls:
-        decls[-1] = decls[-1].replace(",  //", "   //", 1)
+    buffers, scalars = _arguments(seq, first, last)
+    params, decls, structs = _parameters(buffers, scalars)
     first_launch = seq.launches[first]
     kernels = ", ".join(f"{i}: {seq.kernel_of(i).demangled or seq.kernel_of(i).name}" for i in range(first, last + 1))
     between = [s for s in seq.steps if s.op != "launch"]
@@ -221,6 +177,65 @@ def skeleton(repro: str | os.PathLike, first: int, last: int, name: str, *, forc
     write_atomic(d / "fused.cu", text)
     write_atomic(d / "fusion.json", json.dumps(config, indent=1) + "\n")
     return d / "fused.cu"
+
+
+def _arguments(seq, first: int, last: int) -> tuple[dict[int, Buffer], list[dict[str, Any]]]:
+    """The launches' arguments: each device pointer once as a buffer (by address: what the
+    launches use it for, whether one writes it), and every scalar argument."""
+    buffers: dict[int, Buffer] = {}
+    scalars: list[dict[str, Any]] = []
+    for i in range(first, last + 1):
+        launch = seq.launches[i]
+        k = seq.kernels[launch.kernel]
+        types = cxx_parameter_types(k.demangled) or []
+        if len(types) != len(launch.params):
+            types = [None] * len(launch.params)
+        for p, t in zip(launch.params, types):
+            raw = launch.param_buffer[p.offset:p.offset + p.size]
+            pointer = p.size == 8 and (p.region is not None or (t is not None and "*" in t))
+            if pointer:
+                address = int.from_bytes(raw, "little")
+                ctype, written = _clean_ctype(t)
+                b = buffers.get(address)
+                if b is None:
+                    b = buffers[address] = Buffer(f"buf{len(buffers)}", address, p.region, ctype, written)
+                elif written and not b.written:
+                    b.ctype, b.written = ctype, True
+                b.uses.append(f"launch {i} ({k.demangled or k.name}) argument {p.index}")
+                b.launches.append(i)
+                continue
+            ctype = t if t and classify_cxx_type(t)[1] != "unknown" and "*" not in t else SCALAR_TYPES.get(p.size)
+            scalars.append({"name": f"l{i}_arg{p.index}", "size": p.size, "value": raw.hex(), "ctype": ctype,
+                            "launch": i, "index": p.index})
+    return buffers, scalars
+
+
+def _parameters(buffers: dict[int, Buffer], scalars: list[dict[str, Any]]
+                ) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """fusion.json's parameters, the kernel's parameter declarations and the structs that
+    stand for scalars of no known type."""
+    params: list[dict[str, Any]] = []
+    decls = []
+    structs = []
+    for b in buffers.values():
+        role = "written" if b.written else "read" if b.written is False else "read/written?"
+        params.append({"name": b.name, "kind": "buffer", "size": 8, "value": b.address.to_bytes(8, "little").hex(),
+                       "address": b.address, "region": b.region, "role": role, "uses": b.uses,
+                       "launches": b.launches, "ctype": b.ctype})
+        decls.append(f"    {b.ctype} {b.name},  // {role}; {'; '.join(b.uses)}"
+                     + (f"; region {b.region}" if b.region is not None else ""))
+    for s in scalars:
+        ctype = s["ctype"]
+        if ctype is None:
+            ctype = f"kc_arg_{s['name']}"
+            structs.append(f"struct alignas({min(8, 1 << (s['size'] - 1).bit_length())}) {ctype} "
+                           f"{{ unsigned char bytes[{s['size']}]; }};")
+        params.append({"name": s["name"], "kind": "scalar", "size": s["size"], "value": s["value"], "ctype": ctype})
+        decls.append(f"    {ctype} {s['name']},  // launch {s['launch']} argument {s['index']}, captured "
+                     f"value 0x{s['value']}")
+    if decls:
+        decls[-1] = decls[-1].replace(",  //", "   //", 1)
+    return params, decls, structs
 
 
 def _pointers_into(seq, region_id: int) -> list[tuple[int, int]]:

@@ -302,15 +302,7 @@ def compute(name: str, size: int, view: View, dtype: str | None, read_actual: Re
     m = MismatchMap(name, actual_label, expected_label, dtype, "tolerance" if tolerance else "exact", atol, rtol,
                     size, view, gr, gc)
     n = size // itemsize
-    blocks = [(i, min(i + BLOCK_ELEMENTS, n)) for i in range(0, n, BLOCK_ELEMENTS)]
-    if max_bytes is not None and n * itemsize > max_bytes and len(blocks) > 1:
-        keep = max(1, max_bytes // (BLOCK_ELEMENTS * itemsize))
-        picked = sorted({round(k * (len(blocks) - 1) / max(keep - 1, 1)) for k in range(keep)})
-        m.computed = (f"cpu, sampled {len(picked)} of {len(blocks)} blocks "
-                      f"({human_bytes(len(picked) * BLOCK_ELEMENTS * itemsize)} of {human_bytes(size)})")
-        m.covered_rows = []
-        blocks = [blocks[k] for k in picked]
-    pr, pc = len(m.row_profile), len(m.col_profile)
+    blocks = _blocks(m, n, itemsize, max_bytes)
     firsts: list[int] = []
     for i0, i1 in blocks:
         off, length = i0 * itemsize, (i1 - i0) * itemsize
@@ -345,42 +337,12 @@ def compute(name: str, size: int, view: View, dtype: str | None, read_actual: Re
                         == rp[idx].view(np.uint8).reshape(len(idx), itemsize)).all(axis=1).sum())
         m.inf_errors += int(inf.sum())
         d = np.abs(a - e)
-        df = d[fin]
-        if len(df):
-            m.max_abs = max(m.max_abs, float(df.max()))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.where(np.abs(e[fin]) > 0, df / np.abs(e[fin]), np.where(df > 0, np.inf, 0.0))
-            m.max_rel = max(m.max_rel, float(rel.max()))
-            ef = e[fin]
-            if (ef != 0).any():
-                ratio = a[fin][ef != 0] / ef[ef != 0]
-                m.ratio_min, m.ratio_max = min(m.ratio_min, float(ratio.min())), max(m.ratio_max, float(ratio.max()))
-            bins = np.zeros(len(df), np.int64)
-            nz = df > 0
-            _, ex = np.frexp(df[nz])
-            bins[nz] = np.clip(ex.astype(np.int64) - 1, LOG_MIN, LOG_MAX) - LOG_MIN + 1
-            m.err_hist += np.bincount(bins, minlength=ERR_BINS).astype(np.uint64)
-            oa, oe = _ordered(dtype, ra[idx][fin]), _ordered(dtype, re_[idx][fin])
-            u = np.where(oa > oe, oa - oe, oe - oa)
-            m.ulp_hist += np.bincount(_bit_length(u), minlength=ULP_BINS).astype(np.uint64)
+        if fin.any():
+            _finite_errors(m, dtype, a[fin], e[fin], d[fin], ra[idx][fin], re_[idx][fin])
         gidx = idx.astype(np.int64) + i0
         if len(firsts) < FIRST_K:
             firsts += [int(x) for x in gidx[: FIRST_K - len(firsts)]]
-        k = gidx - view.start
-        r, c = np.divmod(k, view.row_stride)
-        inside = (k >= 0) & (r < view.rows) & (c < view.cols)
-        m.outside_view += int((~inside).sum())
-        r, c = r[inside], c[inside]
-        gy, gx = r * gr // view.rows, c * gc // view.cols
-        cells = gy * gc + gx
-        np.add.at(m.cell_count.reshape(-1), cells, np.uint64(1))
-        keys = np.where(nan, KEY_NAN, np.where(inf, KEY_INF, 0)).astype(np.uint64)
-        fkeys = np.minimum(d.astype(np.float32), np.float32(np.inf)).view(np.uint32).astype(np.uint64)
-        keys = np.where(fin, fkeys, keys)[inside]
-        packed = (keys << np.uint64(32)) | (gidx[inside].astype(np.uint64) & np.uint64(0xFFFFFFFF))
-        np.maximum.at(m.cell_worst.reshape(-1), cells, packed)
-        np.add.at(m.row_profile, r * pr // view.rows, np.uint64(1))
-        np.add.at(m.col_profile, c * pc // view.cols, np.uint64(1))
+        _place(m, view, gidx, gr, gc, nan, inf, fin, d)
     tail = size - n * itemsize
     if tail:
         ta, te = read_actual(n * itemsize, tail), read_expected(n * itemsize, tail)
@@ -390,6 +352,63 @@ def compute(name: str, size: int, view: View, dtype: str | None, read_actual: Re
     m.first = [first_mismatch(view, dtype, i, reader) for i in firsts]
     fill_cell_values(m, reader)
     return m
+
+
+def _blocks(m: MismatchMap, n: int, itemsize: int, max_bytes: int | None) -> list[tuple[int, int]]:
+    """The element ranges to read: every block, or (past `max_bytes`) evenly spaced ones,
+    which the map then says it sampled."""
+    blocks = [(i, min(i + BLOCK_ELEMENTS, n)) for i in range(0, n, BLOCK_ELEMENTS)]
+    if max_bytes is not None and n * itemsize > max_bytes and len(blocks) > 1:
+        keep = max(1, max_bytes // (BLOCK_ELEMENTS * itemsize))
+        picked = sorted({round(k * (len(blocks) - 1) / max(keep - 1, 1)) for k in range(keep)})
+        m.computed = (f"cpu, sampled {len(picked)} of {len(blocks)} blocks "
+                      f"({human_bytes(len(picked) * BLOCK_ELEMENTS * itemsize)} of {human_bytes(m.size)})")
+        m.covered_rows = []
+        blocks = [blocks[k] for k in picked]
+    return blocks
+
+
+def _finite_errors(m: MismatchMap, dtype: str | None, a: np.ndarray, e: np.ndarray, df: np.ndarray,
+                   raw_a: np.ndarray, raw_e: np.ndarray) -> None:
+    """The finite mismatches of one block into the map: largest errors, ratio range, the
+    error and ulp histograms."""
+    m.max_abs = max(m.max_abs, float(df.max()))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(np.abs(e) > 0, df / np.abs(e), np.where(df > 0, np.inf, 0.0))
+    m.max_rel = max(m.max_rel, float(rel.max()))
+    if (e != 0).any():
+        ratio = a[e != 0] / e[e != 0]
+        m.ratio_min, m.ratio_max = min(m.ratio_min, float(ratio.min())), max(m.ratio_max, float(ratio.max()))
+    bins = np.zeros(len(df), np.int64)
+    nz = df > 0
+    _, ex = np.frexp(df[nz])
+    bins[nz] = np.clip(ex.astype(np.int64) - 1, LOG_MIN, LOG_MAX) - LOG_MIN + 1
+    m.err_hist += np.bincount(bins, minlength=ERR_BINS).astype(np.uint64)
+    oa, oe = _ordered(dtype, raw_a), _ordered(dtype, raw_e)
+    u = np.where(oa > oe, oa - oe, oe - oa)
+    m.ulp_hist += np.bincount(_bit_length(u), minlength=ULP_BINS).astype(np.uint64)
+
+
+def _place(m: MismatchMap, view: View, gidx: np.ndarray, gr: int, gc: int, nan: np.ndarray, inf: np.ndarray,
+           fin: np.ndarray, d: np.ndarray) -> None:
+    """Mismatching elements (their indices `gidx`) into the grid: counts, the worst of each
+    cell, the row and column profiles; those outside the view counted apart."""
+    pr, pc = len(m.row_profile), len(m.col_profile)
+    k = gidx - view.start
+    r, c = np.divmod(k, view.row_stride)
+    inside = (k >= 0) & (r < view.rows) & (c < view.cols)
+    m.outside_view += int((~inside).sum())
+    r, c = r[inside], c[inside]
+    gy, gx = r * gr // view.rows, c * gc // view.cols
+    cells = gy * gc + gx
+    np.add.at(m.cell_count.reshape(-1), cells, np.uint64(1))
+    keys = np.where(nan, KEY_NAN, np.where(inf, KEY_INF, 0)).astype(np.uint64)
+    fkeys = np.minimum(d.astype(np.float32), np.float32(np.inf)).view(np.uint32).astype(np.uint64)
+    keys = np.where(fin, fkeys, keys)[inside]
+    packed = (keys << np.uint64(32)) | (gidx[inside].astype(np.uint64) & np.uint64(0xFFFFFFFF))
+    np.maximum.at(m.cell_worst.reshape(-1), cells, packed)
+    np.add.at(m.row_profile, r * pr // view.rows, np.uint64(1))
+    np.add.at(m.col_profile, c * pc // view.cols, np.uint64(1))
 
 
 def element(dtype: str | None, raw: bytes) -> Any:

@@ -64,8 +64,40 @@ class NativeSession:
             if not cubin.is_file():
                 raise CaptureFormatError(f"cubin {cubin} is missing", "the capture is incomplete; extract again")
         self.core = native.replay_module()
-        # Host memory first, before CUDA starts in this process (host_memory.py); which ranges
-        # lie among device spans is decided with 2 MiB pages (the granularity comes with CUDA).
+        self._open_device(device)
+        self._map_memory()
+        self._array_index = self._load_arrays()  # after map: objects over linear memory need it mapped
+        # The replay's item order (Capture.payload_items): regions, globals, arrays, host regions.
+        # An alias of another region's physical memory is restored and compared as that region.
+        aliases = self.plan.aliases
+        self.items = ([r for r in cap.regions if r.size > 0 and r.id not in aliases]
+                      + [g for g in cap.globals if g.size > 0]
+                      + [a for a in cap.arrays if a.id in self._array_index] + self.host_items)
+        self.captured_key: str | None = None
+        self.session.load_state(str(cap.root / "blobs"), cap.chunk_size, [self._item_spec(i) for i in self.items],
+                                reader_threads)
+        # Mapped bytes outside every region (a region's last page): zeroed before every launch.
+        device_items = [(r.base, r.size) for r in cap.regions] + \
+            [(h.device_pointer or h.base, h.size) for h in cap.host_regions if h.id in self.device_backed]
+        self.gaps = padding(self.plan.maps, device_items)
+        self.session.set_gaps(self.gaps)
+        self.captured_gap_bytes: int | None = None  # what the captured kernel leaves there (op_reference)
+        # program key -> (label, function attributes), least recently used first
+        self._programs: dict[str, tuple[str, dict[str, int]]] = {}
+        self.current_key: str | None = None
+        self.kernel_attributes: dict[str, int] = {}
+        self.load(None)
+        self.captured_key = self.current_key
+        self.open_seconds = time.perf_counter() - t0
+        log.info("opened %s: %d spans (%d MiB reserved), %d MiB mapped, state resident in %.2f s",
+                 cap.root, len(self.plan.spans), self.plan.reserved_bytes >> 20, self.plan.mapped_bytes >> 20,
+                 self.open_seconds)
+
+    def _open_device(self, device: int) -> None:
+        """The address plan, with the captured host memory placed first (before CUDA starts in
+        this process: host_memory.py), then the CUDA session on `device` and its granularity;
+        which ranges lie among device spans is decided with 2 MiB pages."""
+        cap = self.capture
         live = sparse.sparse_regions(cap.regions, cap.chunk_size, sparse.min_bytes_from_env())
         try:
             _, self.host_ranges, backed = host_memory.plan_replay(cap, 2 * MiB, live=live)
@@ -96,6 +128,11 @@ class NativeSession:
             log.warning("host region(s) %s restored in device memory at their addresses: they lie among device "
                         "regions, inside the driver's 32 MiB spans (same bytes; the kernel reaches them over HBM, "
                         "not the bus)", ", ".join(str(h) for h in sorted(self.device_backed)))
+
+    def _map_memory(self) -> None:
+        """Reserve the plan's spans, map its allocations (shared, zero-backed) and register the
+        captured host memory: nothing of the state is loaded yet."""
+        cap = self.capture
         self._check_fits()
         self.session.reserve([self._span_spec(s) for s in self.plan.spans])  # first, before any allocation
         self.session.map(self.plan.maps)
@@ -109,32 +146,6 @@ class NativeSession:
         if self.host_ranges:
             self.session.register_host([self._host_range_spec(r) for r in self.host_ranges],
                                        [self._host_spec(h) for h in self.host_items if h.id not in self.device_backed])
-        self._array_index = self._load_arrays()  # after map: objects over linear memory need it mapped
-        # The replay's item order (Capture.payload_items): regions, globals, arrays, host regions.
-        # An alias of another region's physical memory is restored and compared as that region.
-        aliases = self.plan.aliases
-        self.items = ([r for r in cap.regions if r.size > 0 and r.id not in aliases]
-                      + [g for g in cap.globals if g.size > 0]
-                      + [a for a in cap.arrays if a.id in self._array_index] + self.host_items)
-        self.captured_key: str | None = None
-        self.session.load_state(str(cap.root / "blobs"), cap.chunk_size, [self._item_spec(i) for i in self.items],
-                                reader_threads)
-        # Mapped bytes outside every region (a region's last page): zeroed before every launch.
-        device_items = [(r.base, r.size) for r in cap.regions] + \
-            [(h.device_pointer or h.base, h.size) for h in cap.host_regions if h.id in self.device_backed]
-        self.gaps = padding(self.plan.maps, device_items)
-        self.session.set_gaps(self.gaps)
-        self.captured_gap_bytes: int | None = None  # what the captured kernel leaves there (op_reference)
-        # program key -> (label, function attributes), least recently used first
-        self._programs: dict[str, tuple[str, dict[str, int]]] = {}
-        self.current_key: str | None = None
-        self.kernel_attributes: dict[str, int] = {}
-        self.load(None)
-        self.captured_key = self.current_key
-        self.open_seconds = time.perf_counter() - t0
-        log.info("opened %s: %d spans (%d MiB reserved), %d MiB mapped, state resident in %.2f s",
-                 cap.root, len(self.plan.spans), self.plan.reserved_bytes >> 20, self.plan.mapped_bytes >> 20,
-                 self.open_seconds)
 
     def _check_fits(self) -> None:
         """Refuse, before anything is reserved, a capture whose mapped memory exceeds the GPU's."""

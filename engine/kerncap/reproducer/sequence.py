@@ -197,42 +197,57 @@ def parse_sequence(root: Path, raw: Any, chunk_count: Callable[[int], int], glob
     for i, s in enumerate(streams):
         if s["id"] != i:
             raise bad(f"streams[{i}].id", f"is {s['id']}, expected {i}")
-    launches = []
-    for i, l in enumerate(raw["launches"]):
-        if l["index"] != i:
-            raise bad(f"launches[{i}].index", f"is {l['index']}, expected {i}")
-        if l["kernel"] >= len(kernels):
-            raise bad(f"launches[{i}].kernel", f"names kernel {l['kernel']}; there are {len(kernels)}")
-        if l["stream_id"] >= len(streams):
-            raise bad(f"launches[{i}].stream_id", f"names stream {l['stream_id']}; there are {len(streams)}")
-        try:
-            params = tuple(param_of(p) for p in l["params"])
-            buffer = bytes.fromhex(l["param_buffer"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise bad(f"launches[{i}].params", f"is malformed ({exc})") from None
-        for p in params:
-            if p.offset + p.size > len(buffer):
-                raise bad(f"launches[{i}].params[{p.index}]", f"lies outside the {len(buffer)}-byte parameter buffer")
-        grid = tuple(l["grid"]) + (1,) * (3 - len(l["grid"]))
-        block = tuple(l["block"]) + (1,) * (3 - len(l["block"]))
-        launches.append(SeqLaunch(
-            index=i, kernel=l["kernel"], api=l.get("launch_api", ""), stream=l["stream_id"], grid=grid, block=block,
-            shared_mem_bytes=l.get("shared_mem_bytes", 0), cooperative=bool(l.get("cooperative")),
-            attributes=tuple((a["id"], a.get("value", "")) for a in l.get("attributes", [])),
-            extra_form=l.get("param_form", "array") == "extra", params=params, param_buffer=buffer,
-            nvtx=l.get("nvtx", "")))
+    launches = [_launch(i, l, len(kernels), len(streams), param_of, bad) for i, l in enumerate(raw["launches"])]
     try:
         steps = _steps(raw["steps"])
     except (KeyError, TypeError, ValueError) as exc:
         raise bad("steps", f"is malformed ({exc})") from None
+    _check_steps(steps, launches, len(streams), raw["events"], chunk_count, bad)
+    return Sequence(root=root, mode=raw["mode"], selection=dict(raw.get("selection") or {}),
+                    graph=raw.get("graph"), modules=modules, kernels=kernels, launches=launches, streams=streams,
+                    events=raw["events"], steps=steps, notes=list(raw.get("notes", [])),
+                    seconds=dict(raw.get("seconds") or {}), dropped_waits=raw.get("dropped_waits", 0))
+
+
+def _launch(i: int, l: dict, kernels: int, streams: int, param_of: Callable[[dict], Any],
+            bad: Callable[[str, str], CaptureFormatError]) -> SeqLaunch:
+    """Launch `i` of sequence.json, checked against the `kernels` and `streams` it may name."""
+    if l["index"] != i:
+        raise bad(f"launches[{i}].index", f"is {l['index']}, expected {i}")
+    if l["kernel"] >= kernels:
+        raise bad(f"launches[{i}].kernel", f"names kernel {l['kernel']}; there are {kernels}")
+    if l["stream_id"] >= streams:
+        raise bad(f"launches[{i}].stream_id", f"names stream {l['stream_id']}; there are {streams}")
+    try:
+        params = tuple(param_of(p) for p in l["params"])
+        buffer = bytes.fromhex(l["param_buffer"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise bad(f"launches[{i}].params", f"is malformed ({exc})") from None
+    for p in params:
+        if p.offset + p.size > len(buffer):
+            raise bad(f"launches[{i}].params[{p.index}]", f"lies outside the {len(buffer)}-byte parameter buffer")
+    grid = tuple(l["grid"]) + (1,) * (3 - len(l["grid"]))
+    block = tuple(l["block"]) + (1,) * (3 - len(l["block"]))
+    return SeqLaunch(
+        index=i, kernel=l["kernel"], api=l.get("launch_api", ""), stream=l["stream_id"], grid=grid, block=block,
+        shared_mem_bytes=l.get("shared_mem_bytes", 0), cooperative=bool(l.get("cooperative")),
+        attributes=tuple((a["id"], a.get("value", "")) for a in l.get("attributes", [])),
+        extra_form=l.get("param_form", "array") == "extra", params=params, param_buffer=buffer,
+        nvtx=l.get("nvtx", ""))
+
+
+def _check_steps(steps: list, launches: list[SeqLaunch], streams: int, events: int, chunk_count: Callable[[int], int],
+                 bad: Callable[[str, str], CaptureFormatError]) -> None:
+    """Every step names what exists (streams, events, launches, chunks), and the steps run
+    each launch once, in order."""
     seen_launches = []
     for i, s in enumerate(steps):
         at = f"steps[{i}]"
         for d in s.graph_deps or ():
             if not 0 <= d[0] < i:
                 raise bad(f"{at}.graph_deps", f"names step {d[0]}; a graph edge comes from an earlier step")
-        if s.op != "sync" and not 0 <= s.stream < len(streams):
-            raise bad(f"{at}.stream", f"is {s.stream}; there are {len(streams)} streams")
+        if s.op != "sync" and not 0 <= s.stream < streams:
+            raise bad(f"{at}.stream", f"is {s.stream}; there are {streams} streams")
         if s.op == "launch":
             if not 0 <= s.launch < len(launches):
                 raise bad(f"{at}.launch", f"names launch {s.launch}; there are {len(launches)}")
@@ -240,10 +255,10 @@ def parse_sequence(root: Path, raw: Any, chunk_count: Callable[[int], int], glob
                 raise bad(f"{at}.stream", f"is {s.stream}, its launch ran on stream {launches[s.launch].stream}")
             seen_launches.append(s.launch)
         elif s.op in ("record", "wait") or (s.op == "sync" and s.scope == "event"):
-            if not 0 <= s.event < raw["events"]:
-                raise bad(f"{at}.event", f"names event {s.event}; there are {raw['events']}")
-        elif s.op == "sync" and s.scope == "stream" and not 0 <= s.stream < len(streams):
-            raise bad(f"{at}.stream", f"is {s.stream}; there are {len(streams)} streams")
+            if not 0 <= s.event < events:
+                raise bad(f"{at}.event", f"names event {s.event}; there are {events}")
+        elif s.op == "sync" and s.scope == "stream" and not 0 <= s.stream < streams:
+            raise bad(f"{at}.stream", f"is {s.stream}; there are {streams} streams")
         elif s.op == "copy" and s.kind == "h2d" and len(s.payload) != chunk_count(s.bytes):
             raise bad(f"{at}.payload", f"lists {len(s.payload)} chunks for {s.bytes} bytes")
         elif s.op == "memset" and s.element not in (1, 2, 4):
@@ -252,10 +267,6 @@ def parse_sequence(root: Path, raw: Any, chunk_count: Callable[[int], int], glob
             raise bad(f"{at}.kind", "is missing")
     if seen_launches != list(range(len(launches))):
         raise bad("steps", f"run the launches in the order {seen_launches[:8]}…; expected each launch once, in order")
-    return Sequence(root=root, mode=raw["mode"], selection=dict(raw.get("selection") or {}),
-                    graph=raw.get("graph"), modules=modules, kernels=kernels, launches=launches, streams=streams,
-                    events=raw["events"], steps=steps, notes=list(raw.get("notes", [])),
-                    seconds=dict(raw.get("seconds") or {}), dropped_waits=raw.get("dropped_waits", 0))
 
 
 def is_sequence(path: str | Path) -> bool:
