@@ -145,6 +145,11 @@ void ArrayCapture::locate_linear(size_t k, const std::vector<TrackedRegion>& reg
 
 void ArrayCapture::prepare(const std::vector<TrackedRegion>& regions, const ParamCapture& params,
                            const std::string& kernel, const std::string& demangled, const Cubin& cubin) {
+  prepare_objects(regions);
+  match(params, kernel, demangled, cubin);
+}
+
+void ArrayCapture::prepare_objects(const std::vector<TrackedRegion>& regions) {
   regions_ = &regions;
   objects_.assign(state_.objects.size(), Object{});
   for (size_t k = 0; k < state_.objects.size(); ++k) {
@@ -179,7 +184,12 @@ void ArrayCapture::prepare(const std::vector<TrackedRegion>& regions, const Para
         break;
     }
   }
+  for (const Array& a : arrays_)
+    if (!a.skip.empty()) warnings_.push_back(a.label() + " is " + a.skip + ": its contents are not captured");
+}
 
+LaunchHandles ArrayCapture::match(const ParamCapture& params, const std::string& kernel, const std::string& demangled,
+                                  const Cubin& cubin, const std::string& where) {
   std::vector<ParamWord> words;
   for (const ParamSlot& p : params.params) {
     ParamWord w{p.index, p.size, 0};
@@ -189,11 +199,19 @@ void ArrayCapture::prepare(const std::vector<TrackedRegion>& regions, const Para
   }
   std::vector<std::string> types;
   if (!parameter_types(demangled, types)) types.clear();
-  uses_textures_ = texture_instructions(cubin, kernel);
-  matches_ = match_handles(words, types, state_.objects, uses_textures_);
-  for (const HandleMatch& m : matches_) {
+  LaunchHandles out;
+  out.uses_textures = texture_instructions(cubin, kernel);
+  out.matches = match_handles(words, types, state_.objects, out.uses_textures);
+  // The kernels' instructions over every launch: unknown when one is unknown.
+  if (!matched_ || out.uses_textures < 0 || uses_textures_ < 0)
+    uses_textures_ = !matched_ || out.uses_textures < 0 ? out.uses_textures : uses_textures_;
+  else
+    uses_textures_ |= out.uses_textures;
+  if (!matched_) primary_ = out;
+  matched_ = true;
+  for (const HandleMatch& m : out.matches) {
     const size_t k = m.objects.front();
-    const std::string p = "parameter " + std::to_string(m.param);
+    const std::string p = where + "parameter " + std::to_string(m.param);
     if (m.objects.size() > 1) {
       std::string also;
       for (size_t j = 1; j < m.objects.size(); ++j) also += (also.empty() ? "" : ", ") + describe(m.objects[j]);
@@ -211,15 +229,17 @@ void ArrayCapture::prepare(const std::vector<TrackedRegion>& regions, const Para
                           objects_[k].why + ". The replay passes handle 0 there: this dispatch cannot be replayed "
                           "faithfully");
   }
-  for (const Array& a : arrays_)
-    if (!a.skip.empty()) warnings_.push_back(a.label() + " is " + a.skip + ": its contents are not captured");
+  return out;
 }
 
-void ArrayCapture::scan_for_tables(const ParamCapture& params, const std::vector<std::pair<uint64_t, uint64_t>>& globals,
+void ArrayCapture::scan_for_tables(const LaunchHandles& launch, const ParamCapture& params,
+                                   const std::vector<std::pair<uint64_t, uint64_t>>& globals,
                                    const std::vector<std::string>& global_names) {
-  if (uses_textures_ == kTexOpsNone || state_.objects.empty() || !regions_) return;
+  const int uses_textures = launch.uses_textures;
+  const std::vector<HandleMatch>& matches = launch.matches;
+  if (uses_textures == kTexOpsNone || state_.objects.empty() || !regions_) return;
   std::set<size_t> matched;
-  for (const HandleMatch& m : matches_) matched.insert(m.objects.begin(), m.objects.end());
+  for (const HandleMatch& m : matches) matched.insert(m.objects.begin(), m.objects.end());
   std::map<uint64_t, std::vector<size_t>> wanted;  // handle value -> unmatched objects holding it
   for (size_t k = 0; k < state_.objects.size(); ++k)
     if (!matched.count(k)) wanted[state_.objects[k].handle].push_back(k);
@@ -274,7 +294,7 @@ void ArrayCapture::scan_for_tables(const ParamCapture& params, const std::vector
                           "), where kerncap does not replace it";
     }
     const uint64_t in = r.region >= 0 ? r.base + first_at - (*regions_)[size_t(r.region)].base : first_at;
-    const bool sure = uses_textures_ > 0 && matches_.empty();
+    const bool sure = uses_textures > 0 && matches.empty();
     warnings_.push_back(r.where + " + " + hex(in) + (sure ? " holds " : " may hold ") + "a table of texture/surface "
                         "handles in device memory (" + std::to_string(words) + " word(s) equal to the handles of " +
                         objs + "): kerncap puts the replay's handles only into kernel parameters, so a replayed kernel "
@@ -282,7 +302,7 @@ void ArrayCapture::scan_for_tables(const ParamCapture& params, const std::vector
                         (sure ? "This dispatch cannot be replayed faithfully."
                               : "If it is such a table, this dispatch cannot be replayed faithfully."));
   }
-  if (!found_any && uses_textures_ > 0 && matches_.empty())
+  if (!found_any && uses_textures > 0 && matches.empty())
     warnings_.push_back("the kernel has texture or surface instructions, but no parameter holds the handle of a live "
                         "texture or surface object and none was found in the memory its pointer parameters reach or in "
                         "its module globals: it gets its handles from somewhere kerncap does not restore, so this "
@@ -397,7 +417,7 @@ void ArrayCapture::write_json(JsonWriter& w) const {
       }
     }
     w.key("params").begin_array();
-    for (const HandleMatch& m : matches_)
+    for (const HandleMatch& m : primary_.matches)
       if (m.objects.front() == k) w.value(m.param);
     w.end_array();
     w.field("restorable", c.why.empty());
@@ -416,8 +436,8 @@ void ArrayCapture::write_json(JsonWriter& w) const {
                                   : uses_textures_ == kTexOpsSurface ? "surface" : "texture and surface");
 }
 
-void ArrayCapture::write_param(JsonWriter& w, uint32_t index) const {
-  for (const HandleMatch& m : matches_) {
+void ArrayCapture::write_param(JsonWriter& w, const LaunchHandles& launch, uint32_t index) const {
+  for (const HandleMatch& m : launch.matches) {
     if (m.param != index) continue;
     const TrackedObject& o = state_.objects[m.objects.front()];
     w.key("handle").begin_object().field("object", uint64_t(m.objects.front())).field("kind", kind_of(o));

@@ -24,6 +24,13 @@
 
 namespace kc {
 
+// Which parameters of one launch hold the handle of a live object, and what texture or
+// surface instructions its kernel has (cubin_texture_ops.hpp).
+struct LaunchHandles {
+  std::vector<HandleMatch> matches;
+  int uses_textures = -1;
+};
+
 class ArrayCapture {
  public:
   explicit ArrayCapture(ArrayState state) : state_(std::move(state)) {}
@@ -35,10 +42,22 @@ class ArrayCapture {
   // an object's handle (`cubin`: the chosen one, to tell a handle from an integer).
   void prepare(const std::vector<TrackedRegion>& regions, const ParamCapture& params, const std::string& kernel,
                const std::string& demangled, const Cubin& cubin);
+  // The two halves of prepare(), for a sequence: the objects and their arrays once (at
+  // the window's opening), then each launch's handle parameters; `where` prefixes the
+  // launch's warnings ("launch 3: "). The first launch's matches are the manifest's
+  // (texture_objects[].params), as its parameters are the manifest's.
+  void prepare_objects(const std::vector<TrackedRegion>& regions);
+  LaunchHandles match(const ParamCapture& params, const std::string& kernel, const std::string& demangled,
+                      const Cubin& cubin, const std::string& where = std::string());
   // After the pre-state: memory the pointer parameters reach and module globals
   // (address, size, name) scanned for the handles of live objects no parameter holds:
   // a table of handles in device memory the replay cannot restore.
   void scan_for_tables(const ParamCapture& params, const std::vector<std::pair<uint64_t, uint64_t>>& globals,
+                       const std::vector<std::string>& global_names) {
+    scan_for_tables(primary_, params, globals, global_names);
+  }
+  void scan_for_tables(const LaunchHandles& launch, const ParamCapture& params,
+                       const std::vector<std::pair<uint64_t, uint64_t>>& globals,
                        const std::vector<std::string>& global_names);
   // Copies every array's contents out and stores them as chunks: the pre-state, or the post-state.
   void snapshot(BlobStore& blobs, bool post);
@@ -46,7 +65,8 @@ class ArrayCapture {
   // The manifest's "arrays", "mipmapped_arrays" and "texture_objects".
   void write_json(JsonWriter& w) const;
   // A parameter's "handle" annotation (nothing when it holds none).
-  void write_param(JsonWriter& w, uint32_t index) const;
+  void write_param(JsonWriter& w, uint32_t index) const { write_param(w, primary_, index); }
+  void write_param(JsonWriter& w, const LaunchHandles& launch, uint32_t index) const;
   const std::vector<std::string>& warnings() const { return warnings_; }
   // Handle values of the live objects: words that are not addresses, for the check that
   // names pointer-sized parameter words pointing into nothing.
@@ -86,8 +106,9 @@ class ArrayCapture {
   std::vector<Array> arrays_;
   std::vector<Mipmap> mipmaps_;
   std::vector<Object> objects_;                 // parallel to state_.objects
-  std::vector<HandleMatch> matches_;
-  int uses_textures_ = -1;                      // texture_instructions() of the kernel
+  LaunchHandles primary_;                       // the (first) launch's
+  int uses_textures_ = -1;                      // texture_instructions() of the kernels, all launches
+  bool matched_ = false;
   std::vector<std::string> warnings_;
   uint64_t snapshotted_ = 0;
   const std::vector<TrackedRegion>* regions_ = nullptr;

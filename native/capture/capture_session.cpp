@@ -1,4 +1,5 @@
 #include "capture_session.hpp"
+#include "captured_state.hpp"
 #include "provenance_util.hpp"
 
 #include <unistd.h>
@@ -15,17 +16,7 @@
 #include "json_writer.hpp"
 #include "xxh64.hpp"
 
-extern char** environ;
-
-#ifndef KERNCAP_TOOL_VERSION
-#define KERNCAP_TOOL_VERSION "0.1.0"
-#endif
-
 namespace kc {
-
-namespace {
-
-}  // namespace
 
 CaptureSession::CaptureSession(const Config& cfg, MemoryTracker& mem, ModuleRegistry& modules,
                                const LaunchDesc& launch, const FuncInfo& func, uint64_t dispatch_index,
@@ -113,106 +104,36 @@ void CaptureSession::find_globals() {
                           "; a replay sees its initial value");
       continue;
     }
-    globals_.push_back(GlobalVar{g.name, g.section, uint64_t(ptr), uint64_t(bytes)});
+    globals_.push_back(CapturedGlobal{g.name, g.section, uint64_t(ptr), uint64_t(bytes)});
   }
 }
 
 std::vector<SnapshotItem> CaptureSession::snapshot_items() const {
   std::vector<SnapshotItem> items;
-  for (size_t i = 0; i < regions_.size(); ++i) {
-    const TrackedRegion& r = regions_[i];
-    items.push_back(SnapshotItem{r.base, r.size,
-                                 "region " + std::to_string(i) + " (" + r.api + " " + hex_addr(r.base) + ", " +
-                                     std::to_string(r.size) + " bytes)"});
-  }
-  for (const GlobalVar& g : globals_)
-    items.push_back(SnapshotItem{g.address, g.size, "module global " + g.name + " (" + g.section + ")"});
-  for (size_t h = 0; h < host_regions_.size(); ++h) {
-    const HostItem& hi = host_regions_[h];
-    if (!hi.snapshot) continue;
-    items.push_back(SnapshotItem{hi.region.base, hi.region.size,
-                                 "host region " + std::to_string(h) + " (" + hi.region.api + " " +
-                                     hex_addr(hi.region.base) + ", " + std::to_string(hi.region.size) + " bytes)",
-                                 true});
-  }
+  for (size_t i = 0; i < regions_.size(); ++i) items.push_back(region_item(i, regions_[i]));
+  for (const CapturedGlobal& g : globals_) items.push_back(global_item(g));
+  for (size_t h = 0; h < host_regions_.size(); ++h)
+    if (host_regions_[h].snapshot) items.push_back(host_item(h, host_regions_[h]));
   return items;
 }
 
-// Pinned memory the device can reach has a device pointer (the host pointer itself on
-// every system with unified addressing and CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM).
-// Registered I/O memory (CU_MEMHOSTREGISTER_IOMEMORY) is a device's registers: reading
-// it can have effects, so it is recorded, never read.
-void CaptureSession::find_host_regions() {
-  host_regions_.clear();
-  for (const HostRegion& h : mem_.host_regions()) {
-    HostItem item;
-    item.region = h;
-    CUdeviceptr d = 0;
-    CUresult r = KC_CU(cuMemHostGetDevicePointer)(&d, reinterpret_cast<void*>(uintptr_t(h.base)), 0);
-    if (r != CUDA_SUCCESS || !d) {
-      d = 0;
-      if (KC_CU(cuPointerGetAttribute)(&d, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CUdeviceptr(h.base)) != CUDA_SUCCESS)
-        d = 0;
-    }
-    item.device_pointer = uint64_t(d);
-    const bool io = !std::strcmp(h.api, "cuMemHostRegister_v2") && (h.flags & CU_MEMHOSTREGISTER_IOMEMORY);
-    if (io) item.why_not = "registered I/O memory (CU_MEMHOSTREGISTER_IOMEMORY) is never read by kerncap";
-    else if (!item.device_pointer) item.why_not = "not mapped into the device's address space: no kernel can reach it";
-    else if (h.size == 0) item.why_not = "empty";
-    item.snapshot = item.why_not.empty();
-    host_regions_.push_back(std::move(item));
-  }
-  for (size_t i = 0; i < host_regions_.size(); ++i) {
-    const HostItem& h = host_regions_[i];
-    if (h.snapshot || !h.device_pointer) continue;
-    warnings_.push_back("host region " + std::to_string(i) + " (" + h.region.api + " " + hex_addr(h.region.base) +
-                        ", " + std::to_string(h.region.size) + " bytes) was not captured: " + h.why_not +
-                        "; a kernel that reads it faults in replay");
-  }
-}
-
 void CaptureSession::build_targets() {
-  targets_ = ClosureTargets();
-  for (size_t i = 0; i < regions_.size(); ++i) targets_.add_region(int(i), regions_[i].base, regions_[i].size);
-  for (size_t j = 0; j < globals_.size(); ++j) targets_.add_global(int(j), globals_[j].address, globals_[j].size);
-  for (size_t h = 0; h < host_regions_.size(); ++h)
-    if (host_regions_[h].device_pointer)
-      targets_.add_host(int(h), host_regions_[h].device_pointer, host_regions_[h].region.size);
-  if (arrays_) {
-    int k = 0;
-    for (uint64_t v : arrays_->known_handles()) targets_.add_handle(k++, v);
-  }
+  std::vector<const TrackedRegion*> regions;
+  std::vector<const CapturedGlobal*> globals;
+  std::vector<const HostItem*> hosts;
+  for (const TrackedRegion& r : regions_) regions.push_back(&r);
+  for (const CapturedGlobal& g : globals_) globals.push_back(&g);
+  for (const HostItem& h : host_regions_) hosts.push_back(&h);
+  targets_ = closure_targets(regions, globals, hosts, arrays_ ? arrays_->known_handles() : std::vector<uint64_t>());
 }
 
 // Every aligned 8-byte word of every parameter that looks like an address and points at
 // nothing the capture holds (closure_targets.hpp): the manifest names each, since a
 // replay cannot give the kernel what it points at.
 void CaptureSession::find_unresolved() {
-  unresolved_.clear();
-  words_checked_ = 0;
-  const auto& buf = params_.buffer;
-  const HostMappings maps = HostMappings::of_this_process();
-  for (const ParamSlot& p : params_.params) {
-    if (p.offset + p.size > buf.size() || p.size < 8) continue;
-    for (uint64_t at = (8 - p.offset % 8) % 8; at + 8 <= p.size; at += 8) {
-      uint64_t v;
-      std::memcpy(&v, buf.data() + p.offset + at, 8);
-      ++words_checked_;
-      std::string why = targets_.unresolved_reason(v, p.size > 8, maps);
-      if (!why.empty()) unresolved_.push_back(Unresolved{p.index, at, v, std::move(why)});
-    }
-  }
-  const size_t shown = std::min<size_t>(unresolved_.size(), 16);
-  for (size_t k = 0; k < shown; ++k) {
-    const Unresolved& u = unresolved_[k];
-    warnings_.push_back("parameter " + std::to_string(u.param) + (u.at ? " word +" + std::to_string(u.at) : "") +
-                        " holds " + hex_addr(u.value) + ", which points into nothing the capture holds: " + u.reason +
-                        ". If the kernel dereferences it, the replay faults or reads other memory, and a write "
-                        "through it is never compared");
-  }
-  if (unresolved_.size() > shown)
-    warnings_.push_back(std::to_string(unresolved_.size() - shown) +
-                        " more parameter word(s) point into nothing the capture holds (manifest closure.unresolved)");
+  closure_ = ClosureCheck();
+  check_closure(params_, targets_, HostMappings::of_this_process(), -1, closure_);
+  closure_warnings(closure_, warnings_);
 }
 
 void CaptureSession::prepare() {
@@ -240,22 +161,9 @@ void CaptureSession::prepare() {
   if (params_.layout_source == "cubin")
     warnings_.push_back("the driver reported no parameter layout for " + func_.name + "; used the cubin's .nv.info");
 
-  regions_.clear();
-  for (const TrackedRegion& r : mem_.regions_for(ctx_)) {
-    // Memory of a graph's allocation node is mapped only while the graph's pool holds it.
-    if (!std::strcmp(r.kind, "graph")) {
-      int mapped = 0;
-      if (KC_CU(cuPointerGetAttribute)(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, CUdeviceptr(r.base)) != CUDA_SUCCESS ||
-          !mapped) {
-        warnings_.push_back("graph-allocated memory " + hex_addr(r.base) + " (" + std::to_string(r.size) +
-                            " bytes) is not mapped at the target and was not captured");
-        continue;
-      }
-    }
-    regions_.push_back(r);
-  }
+  regions_ = readable_regions(mem_, ctx_, "at the target", warnings_);
   for (std::string& w : alias_warnings(regions_)) warnings_.push_back(std::move(w));
-  find_host_regions();
+  host_regions_ = find_host_items(mem_, warnings_);
   if (array_tracker_) {
     arrays_ = std::make_unique<ArrayCapture>(array_tracker_->state(ctx_));
     arrays_->prepare(regions_, params_, func_.name, func_.demangled, choice_.cubin->cubin);
@@ -281,7 +189,7 @@ void CaptureSession::before_launch() {
     arrays_->snapshot(*blobs_, false);
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
     std::vector<std::string> names;
-    for (const GlobalVar& g : globals_) {
+    for (const CapturedGlobal& g : globals_) {
       ranges.emplace_back(g.address, g.size);
       names.push_back(g.name);
     }
@@ -387,69 +295,20 @@ std::string CaptureSession::after_launch(CUresult launch_result) {
   return final_;
 }
 
-void CaptureSession::write_provenance(JsonWriter& w, double total_s) const {
-  w.key("provenance").begin_object();
-  w.field("tool_version", KERNCAP_TOOL_VERSION);
-  std::vector<std::string> cmd;
-  if (cfg_.command_json.empty() || !parse_json_string_list(cfg_.command_json, cmd)) cmd = process_cmdline();
-  w.key("command").begin_array();
-  for (const std::string& a : cmd) w.value(a);
-  w.end_array();
-  char cwd[4096];
-  w.field("cwd", getcwd(cwd, sizeof cwd) ? std::string(cwd) : std::string());
-  std::vector<std::string> env_kv;
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv(*e);
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos && kept_env(kv.substr(0, eq))) env_kv.push_back(kv);
-  }
-  std::sort(env_kv.begin(), env_kv.end());
-  w.key("env").begin_object();
-  for (const std::string& kv : env_kv) {
-    size_t eq = kv.find('=');
-    w.field(kv.substr(0, eq), kv.substr(eq + 1));
-  }
-  w.end_object();
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  w.field("host", std::string(host)).field("pid", int(getpid())).field("time", time_utc_);
-
-  // Informational only: a failing query leaves its field empty/zero rather than failing the capture.
-  char name[256] = {0};
-  int major = 0, minor = 0, driver = 0;
-  KC_CU(cuDeviceGetName)(name, sizeof name - 1, device_);
-  KC_CU(cuDeviceGetAttribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
-  KC_CU(cuDeviceGetAttribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
-  KC_CU(cuDriverGetVersion)(&driver);
-  CUuuid uuid{};
-  std::string uuid_s;
-  if (KC_CU(cuDeviceGetUuid)(&uuid, device_) == CUDA_SUCCESS) {
-    const std::string h = to_hex(uuid.bytes, sizeof uuid.bytes);
-    uuid_s = "GPU-" + h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
-             h.substr(20);
-  }
-  w.key("gpu").begin_object();
-  w.field("name", std::string(name));
-  w.key("cc").begin_array().value(major).value(minor).end_array();
-  w.field("uuid", uuid_s).field("driver_version", driver).field("ordinal", int(device_));
-  w.end_object();
-
-  w.field("dispatch_index", dispatch_index_);
-  if (!interception_.empty()) w.field("interception", interception_);
-  if (job_) {
-    w.key("job").begin_object().field("rank", job_->rank).field("rank_var", job_->rank_var);
-    w.field("world_size", job_->world_size).field("local_rank", job_->local_rank).end_object();
-  }
-  if (bucket_) w.field("bucket", *bucket_);
-  w.key("match").begin_object().field("pattern", cfg_.kernel).field("mode", match_mode_name(cfg_.match)).end_object();
-  w.key("capture_seconds").begin_object().field("pre", pre_s_).field("post", post_s_).field("total", total_s).end_object();
-  w.key("bytes").begin_object().field("logical", logical_bytes_).field("snapshotted", snapshotted_bytes_).field("unchanged", unchanged_bytes_).field("zero", zero_bytes_).field("stored", blobs_ ? blobs_->stored_bytes() : 0);
-  w.end_object();
-  w.end_object();
+Provenance CaptureSession::provenance(double total_s) const {
+  Provenance p = process_provenance(cfg_, time_utc_);
+  p.gpu = gpu_identity(device_);  // informational: a failing query leaves its field empty
+  p.dispatch_index = dispatch_index_;
+  p.interception = interception_;
+  p.job = job_;
+  p.bucket = bucket_;
+  p.pre_s = pre_s_, p.post_s = post_s_, p.total_s = total_s;
+  p.logical = logical_bytes_, p.snapshotted = snapshotted_bytes_, p.unchanged = unchanged_bytes_;
+  p.zero = zero_bytes_, p.stored = blobs_ ? blobs_->stored_bytes() : 0;
+  return p;
 }
 
 void CaptureSession::write_kernel(JsonWriter& w) const {
-  w.key("kernel").begin_object();
   w.field("name", func_.name).field("demangled", func_.demangled);
   w.field("handle_kind", func_.is_kernel ? "CUkernel" : "CUfunction").field("launch_api", launch_.api);
   w.key("module").begin_object();
@@ -462,21 +321,11 @@ void CaptureSession::write_kernel(JsonWriter& w) const {
   w.key("attributes").begin_object();
   for (const auto& [k, v] : attributes_) w.field(k, v);
   w.end_object();
-  w.end_object();
 }
 
 void CaptureSession::write_launch(JsonWriter& w) const {
-  w.key("launch").begin_object();
-  w.key("grid").begin_array().value(launch_.grid[0]).value(launch_.grid[1]).value(launch_.grid[2]).end_array();
-  w.key("block").begin_array().value(launch_.block[0]).value(launch_.block[1]).value(launch_.block[2]).end_array();
-  w.field("shared_mem_bytes", launch_.shared_mem).field("stream", stream_kind(launch_));
-  w.field("cooperative", launch_.cooperative);
-  w.key("attributes").begin_array();
-  for (const CUlaunchAttribute& a : attrs_) {
-    w.begin_object().field("id", int(a.id)).field("value", to_hex(&a.value, sizeof a.value)).end_object();
-  }
-  w.end_array();
-  w.field("param_form", params_.form);
+  write_launch_config(w, launch_.grid, launch_.block, launch_.shared_mem, stream_kind(launch_), launch_.cooperative,
+                      attrs_, params_.form);
   if (nvtx_) {
     w.key("nvtx").begin_object().field("path", nvtx_->path);
     w.key("stack").begin_array();
@@ -487,160 +336,52 @@ void CaptureSession::write_launch(JsonWriter& w) const {
     w.end_array();
     w.end_object();
   }
-  if (graph_) {
-    const GraphOrigin& g = *graph_;
-    w.key("graph").begin_object();
-    w.field("exec_id", g.exec_id).field("exec_launch", g.exec_launch);
-    w.field("node_index", uint64_t(g.node_index)).field("nodes", uint64_t(g.nodes));
-    w.field("target_index", uint64_t(g.target_index)).field("targets", uint64_t(g.targets));
-    w.key("path").begin_array();
-    for (int i : g.path) w.value(i);
-    w.end_array();
-    w.field("built_by", g.built_by).field("updates", g.updates).field("instantiate_flags", g.instantiate_flags);
-    w.field("prefix_nodes", uint64_t(g.prefix_nodes));
-    w.key("skipped").begin_object();
-    for (const auto& [k, n] : g.skipped) w.field(k, uint64_t(n));
-    w.end_object();
-    w.key("edges").begin_object();
-    for (const auto& [k, n] : g.edges) w.field(k, uint64_t(n));
-    w.end_object();
-    w.field("restored_bytes", restored_bytes_);
-    w.end_object();
-  }
+  if (graph_) write_graph(w);
+}
+
+void CaptureSession::write_graph(JsonWriter& w) const {
+  const GraphOrigin& g = *graph_;
+  w.key("graph").begin_object();
+  w.field("exec_id", g.exec_id).field("exec_launch", g.exec_launch);
+  w.field("node_index", uint64_t(g.node_index)).field("nodes", uint64_t(g.nodes));
+  w.field("target_index", uint64_t(g.target_index)).field("targets", uint64_t(g.targets));
+  w.key("path").begin_array();
+  for (int i : g.path) w.value(i);
+  w.end_array();
+  w.field("built_by", g.built_by).field("updates", g.updates).field("instantiate_flags", g.instantiate_flags);
+  w.field("prefix_nodes", uint64_t(g.prefix_nodes));
+  w.key("skipped").begin_object();
+  for (const auto& [k, n] : g.skipped) w.field(k, uint64_t(n));
+  w.end_object();
+  w.key("edges").begin_object();
+  for (const auto& [k, n] : g.edges) w.field(k, uint64_t(n));
+  w.end_object();
+  w.field("restored_bytes", restored_bytes_);
   w.end_object();
 }
 
-void CaptureSession::write_params(JsonWriter& w) const {
-  const auto& buf = params_.buffer;
-  w.key("params").begin_array();
-  for (const ParamSlot& p : params_.params) {
-    w.begin_object().field("index", p.index).field("offset", p.offset).field("size", p.size);
-    const bool in_buffer = p.offset + p.size <= buf.size();
-    w.field("value", in_buffer ? to_hex(buf.data() + p.offset, p.size) : std::string());
-    // Annotation only (bytes stay as captured): 8-byte values that point into a region.
-    if (in_buffer && p.size >= 8) {
-      struct Hit { uint64_t at; int region; uint64_t offset; };
-      std::vector<Hit> hits, host_hits;
-      for (uint64_t at = (8 - p.offset % 8) % 8; at + 8 <= p.size; at += 8) {
-        uint64_t v;
-        std::memcpy(&v, buf.data() + p.offset + at, 8);
-        const TargetHit t = targets_.find(v);
-        if (t.kind == TargetHit::kRegion) hits.push_back(Hit{at, t.index, t.offset});
-        else if (t.kind == TargetHit::kHost) host_hits.push_back(Hit{at, t.index, t.offset});
-      }
-      if (p.size == 8 && hits.size() == 1) {
-        w.key("pointer").begin_object().field("region", hits[0].region).field("offset", hits[0].offset).end_object();
-      } else if (!hits.empty()) {
-        w.key("pointers").begin_array();
-        for (const Hit& h : hits)
-          w.begin_object().field("at", h.at).field("region", h.region).field("offset", h.offset).end_object();
-        w.end_array();
-      }
-      if (!host_hits.empty()) {  // into host regions, by the device pointer the kernel was given
-        w.key("host_pointers").begin_array();
-        for (const Hit& h : host_hits)
-          w.begin_object().field("at", h.at).field("host_region", h.region).field("offset", h.offset).end_object();
-        w.end_array();
-      }
-    }
-    if (arrays_) arrays_->write_param(w, p.index);  // a texture/surface object's handle
-    w.end_object();
-  }
-  w.end_array();
-  w.field("param_buffer", to_hex(buf.data(), buf.size()));
-}
-
-void CaptureSession::write_regions(JsonWriter& w) const {
-  w.key("regions").begin_array();
-  for (size_t i = 0; i < regions_.size(); ++i) {
-    const TrackedRegion& r = regions_[i];
-    w.begin_object().field("id", int(i)).field("base", r.base).field("size", r.size);
-    w.field("api", r.api).field("kind", r.kind).field("written", pre_[i].chunks != post_[i].chunks);
-    w.field("zero_fraction", r.size ? double(pre_[i].zero_bytes) / double(r.size) : 1.0);
-    if (r.reserve_base)
-      w.key("reservation").begin_object().field("base", r.reserve_base).field("size", r.reserve_size).end_object();
-    if (r.physical)  // one physical allocation mapped here and elsewhere (memory_tracker.hpp)
-      w.key("physical").begin_object().field("allocation", r.physical).field("offset", r.physical_offset).end_object();
-    w.key("pre");
-    write_hashes(w, pre_[i].chunks);
-    w.key("post");
-    write_hashes(w, post_[i].chunks);
-    w.end_object();
-  }
-  w.end_array();
-  write_host_regions(w);
-  w.key("globals").begin_array();
-  for (size_t j = 0; j < globals_.size(); ++j) {
-    const GlobalVar& g = globals_[j];
-    const size_t k = regions_.size() + j;
-    w.begin_object().field("name", g.name).field("section", g.section).field("size", g.size);
-    w.field("address", g.address).field("written", pre_[k].chunks != post_[k].chunks);
-    w.key("pre");
-    write_hashes(w, pre_[k].chunks);
-    w.key("post");
-    write_hashes(w, post_[k].chunks);
-    w.end_object();
-  }
-  w.end_array();
-}
-
+// Snapshot items are regions, globals, then the snapshotted host regions (snapshot_items()).
 std::string CaptureSession::manifest_json() const {
-  const double total_s = seconds_since(t_start_);
-  JsonWriter w;
-  w.begin_object();
-  w.field("format", "kerncap-capture").field("format_version", 1).field("complete", true);
-  w.field("chunk_size", uint64_t(Snapshotter::kChunkSize)).field("hash", "xxh64");
-  write_provenance(w, total_s);
-  write_kernel(w);
-  write_launch(w);
-  write_params(w);
-  write_regions(w);
-  if (arrays_) arrays_->write_json(w);
-  write_closure(w);
-  w.key("warnings").begin_array();
-  for (const std::string& s : warnings_) w.value(s);
-  if (arrays_)
-    for (const std::string& s : arrays_->warnings()) w.value(s);
-  w.end_array();
-  w.key("triton").null();
-  w.end_object();
-  return w.str();
-}
-
-void CaptureSession::write_host_regions(JsonWriter& w) const {
-  w.key("host_regions").begin_array();
-  size_t k = regions_.size() + globals_.size();  // host items follow regions and globals
-  for (size_t h = 0; h < host_regions_.size(); ++h) {
-    const HostItem& hi = host_regions_[h];
-    const HostRegion& r = hi.region;
-    w.begin_object().field("id", int(h)).field("base", r.base).field("size", r.size).field("api", r.api);
-    w.field("flags", uint64_t(r.flags));
-    if (hi.device_pointer) w.field("device_pointer", hi.device_pointer);
-    else w.key("device_pointer").null();
-    w.field("snapshotted", hi.snapshot);
-    if (hi.snapshot && k < pre_.size() && k < post_.size()) {
-      w.field("written", pre_[k].chunks != post_[k].chunks);
-      w.field("zero_fraction", r.size ? double(pre_[k].zero_bytes) / double(r.size) : 1.0);
-      w.key("pre");
-      write_hashes(w, pre_[k].chunks);
-      w.key("post");
-      write_hashes(w, post_[k].chunks);
-      ++k;
-    } else {
-      w.field("why_not", hi.why_not);
-    }
-    w.end_object();
+  ManifestView v;
+  v.provenance = provenance(seconds_since(t_start_));
+  v.kernel = [this](JsonWriter& w) { write_kernel(w); };
+  v.launch = [this](JsonWriter& w) { write_launch(w); };
+  v.params = &params_;
+  v.targets = &targets_;
+  if (arrays_) v.handle = [this](JsonWriter& w, uint32_t index) { arrays_->write_param(w, index); };
+  size_t k = 0;
+  for (const TrackedRegion& r : regions_) v.regions.push_back(ManifestRegion{&r, {&pre_[k], &post_[k]}}), ++k;
+  for (const CapturedGlobal& g : globals_) v.globals.push_back(ManifestGlobal{&g, {&pre_[k], &post_[k]}}), ++k;
+  for (const HostItem& h : host_regions_) {
+    const bool snap = h.snapshot && k < pre_.size() && k < post_.size();
+    v.hosts.push_back(ManifestHost{&h, snap ? ItemStates{&pre_[k], &post_[k]} : ItemStates{}});
+    if (snap) ++k;
   }
-  w.end_array();
-}
-
-void CaptureSession::write_closure(JsonWriter& w) const {
-  w.key("closure").begin_object().field("words_checked", words_checked_);
-  w.key("unresolved").begin_array();
-  for (const Unresolved& u : unresolved_)
-    w.begin_object().field("param", uint64_t(u.param)).field("at", u.at).field("value", u.value)
-        .field("reason", u.reason).end_object();
-  w.end_array().end_object();
+  if (arrays_) v.arrays = [this](JsonWriter& w) { arrays_->write_json(w); };
+  v.closure = &closure_;
+  v.warnings = warnings_;
+  if (arrays_) v.warnings.insert(v.warnings.end(), arrays_->warnings().begin(), arrays_->warnings().end());
+  return kc::manifest_json(v);
 }
 
 }  // namespace kc

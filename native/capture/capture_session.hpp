@@ -22,6 +22,7 @@
 #include "array_tracker.hpp"
 #include "blob_store.hpp"
 #include "closure_targets.hpp"
+#include "manifest_writer.hpp"
 #include "config.hpp"
 #include "fsutil.hpp"
 #include "json_writer.hpp"
@@ -86,24 +87,6 @@ class CaptureSession {
   const std::string& partial_dir() const { return partial_; }
 
  private:
-  struct GlobalVar {
-    std::string name, section;
-    uint64_t address = 0, size = 0;
-  };
-  // A pinned or registered host allocation: snapshotted when the device can reach it.
-  struct HostItem {
-    HostRegion region;
-    uint64_t device_pointer = 0;  // 0: not mapped into the device's address space
-    bool snapshot = false;
-    std::string why_not;          // when not snapshotted
-  };
-  // A parameter word that points at nothing the capture holds (manifest "closure").
-  struct Unresolved {
-    uint32_t param = 0;
-    uint64_t at = 0, value = 0;
-    std::string reason;
-  };
-
   void log(const std::string& line);
   void prepare();  // once: directories, function, cubin, globals, parameters, regions, snapshotter
   void restore_baseline(const std::vector<ItemSnapshot>& now);
@@ -113,17 +96,13 @@ class CaptureSession {
   void choose_cubin();
   void find_globals();
   std::vector<SnapshotItem> snapshot_items() const;
-  std::string manifest_json() const;
-  void write_provenance(JsonWriter& w, double total_s) const;
+  std::string manifest_json() const;      // through the one writer (manifest_writer.hpp)
+  Provenance provenance(double total_s) const;
   void write_kernel(JsonWriter& w) const;
   void write_launch(JsonWriter& w) const;
-  void write_params(JsonWriter& w) const;
-  void write_regions(JsonWriter& w) const;
-  void find_host_regions();
+  void write_graph(JsonWriter& w) const;
   void build_targets();                    // targets_ from regions, globals, host regions
-  void find_unresolved();                  // unresolved_ and their warnings
-  void write_host_regions(JsonWriter& w) const;
-  void write_closure(JsonWriter& w) const;
+  void find_unresolved();                  // closure_ and its warnings
   double seconds_since(std::chrono::steady_clock::time_point t) const;
 
   const Config& cfg_;
@@ -145,12 +124,11 @@ class CaptureSession {
   CUlibrary library_ = nullptr;
   std::vector<std::pair<const char*, int>> attributes_;
   CubinChoice choice_;
-  std::vector<GlobalVar> globals_;
+  std::vector<CapturedGlobal> globals_;
   std::vector<TrackedRegion> regions_;
   std::vector<HostItem> host_regions_;
   ClosureTargets targets_;
-  std::vector<Unresolved> unresolved_;
-  uint64_t words_checked_ = 0;
+  ClosureCheck closure_;
   std::vector<ItemSnapshot> base_, pre_, post_;
   bool prepared_ = false;
   std::optional<GraphOrigin> graph_;

@@ -1459,6 +1459,7 @@ bool open_sequence(State& s, ThreadState& t) {
   auto seq = std::make_unique<SequenceCapture>(s.cfg, s.mem, s.modules, sequence_selection(s));
   seq->set_job(s.job);
   seq->set_interception(interception_name(s));
+  seq->set_arrays(&s.arrays);
   const char* kind = nullptr;
   std::string message;
   try {

@@ -1,4 +1,5 @@
 #include "sequence_capture.hpp"
+#include "captured_state.hpp"
 #include "provenance_util.hpp"
 
 #include <unistd.h>
@@ -14,41 +15,12 @@
 #include "func_attributes.hpp"
 #include "xxh64.hpp"
 
-extern char** environ;
-
-#ifndef KERNCAP_TOOL_VERSION
-#define KERNCAP_TOOL_VERSION "0.1.0"
-#endif
-
 namespace kc {
 
 namespace {
 
 double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-std::string region_label(size_t i, const TrackedRegion& r) {
-  return "region " + std::to_string(i) + " (" + r.api + " " + hex_addr(r.base) + ", " + std::to_string(r.size) +
-         " bytes)";
-}
-
-// Regions of the context that can be read now (graph memory only while its pool maps it).
-std::vector<TrackedRegion> readable_regions(const MemoryTracker& mem, CUcontext ctx, std::vector<std::string>& warnings) {
-  std::vector<TrackedRegion> out;
-  for (const TrackedRegion& r : mem.regions_for(ctx)) {
-    if (!std::strcmp(r.kind, "graph")) {
-      int mapped = 0;
-      if (KC_CU(cuPointerGetAttribute)(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, CUdeviceptr(r.base)) != CUDA_SUCCESS ||
-          !mapped) {
-        warnings.push_back("graph-allocated memory " + hex_addr(r.base) + " (" + std::to_string(r.size) +
-                           " bytes) is not mapped and was not captured");
-        continue;
-      }
-    }
-    out.push_back(r);
-  }
-  return out;
 }
 
 }  // namespace
@@ -83,19 +55,37 @@ void SequenceCapture::open() {
   log_line(std::string("sequence (") + seq_mode_name(cfg_.seq_mode) + ") opened on device " + std::to_string(device_));
   // Drain work already in flight, so the pre-state is what the first launch will see.
   KC_CHECK(cuCtxSynchronize, (), "the sequence's context before the pre-state snapshot");
-  for (const TrackedRegion& r : readable_regions(mem_, ctx_, warnings_)) regions_.push_back(RegionState{r, {}, {}});
-  host_regions_ = mem_.host_regions();
+  snapshot_pre();
+  pre_s_ = since(t_start_);
+  log_line("pre-state: " + std::to_string(regions_.size()) + " regions, " + std::to_string(hosts_.size()) +
+           " host regions in " + std::to_string(pre_s_) + " s");
+  opened_ = true;
+  t_open_ = std::chrono::steady_clock::now();
+}
+
+// The state as the window opens: every readable region, the host regions the device can
+// reach, and the arrays the live texture/surface objects reach, as one dispatch's pre-state.
+void SequenceCapture::snapshot_pre() {
+  open_regions_ = readable_regions(mem_, ctx_, "when the sequence opened", warnings_);
+  for (std::string& w : alias_warnings(open_regions_)) warnings_.push_back(std::move(w));
+  for (const TrackedRegion& r : open_regions_) regions_.push_back(RegionState{r, {}, {}});
+  for (HostItem& h : find_host_items(mem_, warnings_)) hosts_.push_back(HostState{std::move(h), {}, {}});
   blobs_ = std::make_unique<BlobStore>(path_join(partial_, "blobs"), &budget_);
   snap_ = std::make_unique<Snapshotter>(*blobs_);
   std::vector<SnapshotItem> items;
-  for (size_t i = 0; i < regions_.size(); ++i)
-    items.push_back(SnapshotItem{regions_[i].region.base, regions_[i].region.size, region_label(i, regions_[i].region)});
+  for (size_t i = 0; i < open_regions_.size(); ++i) items.push_back(region_item(i, open_regions_[i]));
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (hosts_[h].item.snapshot) items.push_back(host_item(h, hosts_[h].item));
   std::vector<ItemSnapshot> pre = snap_->run(items);
-  for (size_t i = 0; i < regions_.size(); ++i) regions_[i].pre = std::move(pre[i]);
-  pre_s_ = since(t_start_);
-  log_line("pre-state: " + std::to_string(regions_.size()) + " regions in " + std::to_string(pre_s_) + " s");
-  opened_ = true;
-  t_open_ = std::chrono::steady_clock::now();
+  size_t k = 0;
+  for (RegionState& r : regions_) r.pre = std::move(pre[k++]);
+  for (HostState& h : hosts_)
+    if (h.item.snapshot) h.pre = std::move(pre[k++]);
+  if (array_tracker_) {
+    arrays_ = std::make_unique<ArrayCapture>(array_tracker_->state(ctx_));
+    arrays_->prepare_objects(open_regions_);
+    arrays_->snapshot(*blobs_, false);
+  }
 }
 
 size_t SequenceCapture::module_of(CUmodule mod, CUlibrary lib, const FuncInfo& fi,
@@ -146,9 +136,9 @@ size_t SequenceCapture::module_of(CUmodule mod, CUlibrary lib, const FuncInfo& f
     }
     m.globals.push_back(globals_.size());
     GlobalVar gv;
-    gv.name = g.name, gv.section = g.section, gv.address = uint64_t(ptr), gv.size = uint64_t(bytes), gv.module = id;
+    gv.global = CapturedGlobal{g.name, g.section, uint64_t(ptr), uint64_t(bytes), long(id)};
+    items.push_back(global_item(gv.global));
     globals_.push_back(std::move(gv));
-    items.push_back(SnapshotItem{uint64_t(ptr), uint64_t(bytes), "module global " + g.name + " (" + g.section + ")"});
   }
   if (!items.empty()) {
     KC_CHECK(cuCtxSynchronize, (), "the sequence's context before the module globals of " + fi.demangled);
@@ -216,9 +206,28 @@ size_t SequenceCapture::add_launch(const LaunchDesc& d, const FuncInfo& fi, cons
   l.stream = stream_of(d.stream, per_thread || d.per_thread_default);
   l.nvtx = nvtx_path;
   const size_t index = launches_.size();
+  if (arrays_) check_launch_handles(l, k, index);
   log_.launch(index, l.stream, d.api);
   launches_.push_back(std::move(l));
   return index;
+}
+
+// Which parameters hold a live object's handle, as for one dispatch; the first launch of
+// each kernel also has the memory its pointers reach scanned for tables of handles
+// (after a drain: the scan reads device memory the window's earlier launches may write).
+void SequenceCapture::check_launch_handles(Launch& l, const Kernel& k, size_t index) {
+  const Cubin& cubin = modules_[k.module].cubin->cubin;
+  l.handles = arrays_->match(l.params, k.fi->name, k.fi->demangled, cubin, "launch " + std::to_string(index) + ": ");
+  if (arrays_->empty() || !scanned_kernels_.insert(l.kernel).second) return;
+  KC_CHECK(cuCtxSynchronize, (), "the sequence's context before scanning launch " + std::to_string(index) +
+                                     "'s memory for texture handles");
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::vector<std::string> names;
+  for (size_t g : modules_[k.module].globals) {
+    ranges.emplace_back(globals_[g].global.address, globals_[g].global.size);
+    names.push_back(globals_[g].global.name);
+  }
+  arrays_->scan_for_tables(l.handles, l.params, ranges, names);
 }
 
 void SequenceCapture::add_h2d(const char* api, uint64_t dst, const void* host, uint64_t bytes, int stream) {
@@ -403,17 +412,11 @@ void SequenceCapture::on_call(CUpti_CallbackId cbid, const void* params, const c
   }
 }
 
-std::string SequenceCapture::close() {
-  window_s_ = since(t_open_);
-  if (!log_.refusal().empty()) throw std::runtime_error(log_.refusal());
-  if (launches_.empty())
-    throw std::runtime_error("the sequence holds no kernel launch (" + std::to_string(log_.steps().size()) +
-                             " other step(s)): nothing to replay");
-  const auto t_post = std::chrono::steady_clock::now();
-  KC_CHECK(cuCtxSynchronize, (), "the sequence's context after its last launch (did a kernel of it fault?)");
-  // Regions now: kept (post snapshot), freed inside the window (pre only), allocated
-  // inside it (post only; its pre-state is zeros, since the app never wrote it before).
-  std::vector<TrackedRegion> now = readable_regions(mem_, ctx_, warnings_);
+// Regions now: kept (post snapshot), freed inside the window (pre only), allocated
+// inside it (post only; its pre-state is zeros, since the app never wrote it before).
+// Returns the bases of the kept ones; regions_ ends sorted by base.
+std::set<uint64_t> SequenceCapture::merge_regions() {
+  std::vector<TrackedRegion> now = readable_regions(mem_, ctx_, "when the sequence closed", warnings_);
   std::vector<RegionState> merged;
   std::set<uint64_t> kept;
   for (const TrackedRegion& r : now) {
@@ -440,24 +443,75 @@ std::string SequenceCapture::close() {
   }
   std::sort(merged.begin(), merged.end(), [](const RegionState& a, const RegionState& b) { return a.region.base < b.region.base; });
   regions_ = std::move(merged);
+  return kept;
+}
+
+// The post-state of every region still live, every global, every host region still
+// registered, and the arrays.
+void SequenceCapture::snapshot_post(const std::set<uint64_t>& kept) {
+  std::set<uint64_t> host_live;
+  for (const HostRegion& h : mem_.host_regions()) host_live.insert(h.base);
   std::vector<SnapshotItem> items;
-  std::vector<size_t> which;
+  std::vector<RegionState*> regions;
+  std::vector<HostState*> hosts;
   for (size_t i = 0; i < regions_.size(); ++i) {
-    const bool freed = regions_[i].pre && !kept.count(regions_[i].region.base);
-    if (freed) continue;
-    items.push_back(SnapshotItem{regions_[i].region.base, regions_[i].region.size, region_label(i, regions_[i].region)});
-    which.push_back(i);
+    if (regions_[i].pre && !kept.count(regions_[i].region.base)) continue;  // freed inside the window
+    items.push_back(region_item(i, regions_[i].region));
+    regions.push_back(&regions_[i]);
   }
-  for (const GlobalVar& g : globals_)
-    items.push_back(SnapshotItem{g.address, g.size, "module global " + g.name + " (" + g.section + ")"});
+  for (const GlobalVar& g : globals_) items.push_back(global_item(g.global));
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    if (!hosts_[h].pre) continue;
+    if (!host_live.count(hosts_[h].item.region.base)) {
+      warnings_.push_back("host region " + std::to_string(h) + " (" + hex_addr(hosts_[h].item.region.base) +
+                          ") was freed inside the sequence: its final state is not compared");
+      continue;
+    }
+    items.push_back(host_item(h, hosts_[h].item));
+    hosts.push_back(&hosts_[h]);
+  }
   std::vector<ItemSnapshot> post = snap_->run(items);
-  for (size_t k = 0; k < which.size(); ++k) regions_[which[k]].post = std::move(post[k]);
-  for (size_t j = 0; j < globals_.size(); ++j) globals_[j].post = std::move(post[which.size() + j]);
+  size_t k = 0;
+  for (RegionState* r : regions) r->post = std::move(post[k++]);
+  for (GlobalVar& g : globals_) g.post = std::move(post[k++]);
+  for (HostState* h : hosts) h->post = std::move(post[k++]);
+  if (arrays_) arrays_->snapshot(*blobs_, true);
+}
+
+// Every launch's parameter words against what the capture holds, as for one dispatch.
+void SequenceCapture::check_closure_of_launches() {
+  std::vector<const TrackedRegion*> regions;
+  std::vector<const CapturedGlobal*> globals;
+  std::vector<const HostItem*> hosts;
+  for (const RegionState& r : regions_) regions.push_back(&r.region);
+  for (const GlobalVar& g : globals_) globals.push_back(&g.global);
+  for (const HostState& h : hosts_) hosts.push_back(&h.item);
+  targets_ = closure_targets(regions, globals, hosts, arrays_ ? arrays_->known_handles() : std::vector<uint64_t>());
+  const HostMappings maps = HostMappings::of_this_process();
+  closure_ = ClosureCheck();
+  for (size_t i = 0; i < launches_.size(); ++i) kc::check_closure(launches_[i].params, targets_, maps, long(i), closure_);
+  closure_warnings(closure_, warnings_);
+}
+
+std::string SequenceCapture::close() {
+  window_s_ = since(t_open_);
+  if (!log_.refusal().empty()) throw std::runtime_error(log_.refusal());
+  if (launches_.empty())
+    throw std::runtime_error("the sequence holds no kernel launch (" + std::to_string(log_.steps().size()) +
+                             " other step(s)): nothing to replay");
+  const auto t_post = std::chrono::steady_clock::now();
+  KC_CHECK(cuCtxSynchronize, (), "the sequence's context after its last launch (did a kernel of it fault?)");
+  snapshot_post(merge_regions());
+  check_closure_of_launches();
   post_s_ = since(t_post);
   log_line("post-state in " + std::to_string(post_s_) + " s; " + std::to_string(launches_.size()) + " launches, " +
            std::to_string(log_.steps().size()) + " steps, " + std::to_string(kernels_.size()) + " kernels, " +
            std::to_string(modules_.size()) + " modules");
   const double total = since(t_start_);
+  snapshotted_bytes_ = snap_->logical_bytes() + (arrays_ ? arrays_->snapshotted_bytes() : 0);
+  unchanged_bytes_ = snap_->unchanged_bytes();
+  zero_bytes_ = snap_->zero_bytes();
+  for (const RegionState& r : regions_) logical_bytes_ += r.region.size;
   snap_.reset();
   std::string log_text;
   log_line("capture complete: " + final_);
@@ -474,57 +528,15 @@ std::string SequenceCapture::close() {
 // ---------------------------------------------------------------------------------
 // Writing
 
-int SequenceCapture::region_of(uint64_t address) const {
-  auto it = std::upper_bound(regions_.begin(), regions_.end(), address,
-                             [](uint64_t a, const RegionState& r) { return a < r.region.base; });
-  if (it == regions_.begin()) return -1;
-  --it;
-  return address < it->region.end() ? int(it - regions_.begin()) : -1;
+void SequenceCapture::write_params(JsonWriter& w, const Launch& l) const {
+  HandleWriter handle;
+  if (arrays_) handle = [this, &l](JsonWriter& jw, uint32_t index) { arrays_->write_param(jw, l.handles, index); };
+  kc::write_params(w, l.params, targets_, handle);
 }
 
-void SequenceCapture::write_params(JsonWriter& w, const ParamCapture& pc) const {
-  const auto& buf = pc.buffer;
-  w.key("params").begin_array();
-  for (const ParamSlot& p : pc.params) {
-    w.begin_object().field("index", p.index).field("offset", p.offset).field("size", p.size);
-    const bool in_buffer = p.offset + p.size <= buf.size();
-    w.field("value", in_buffer ? to_hex(buf.data() + p.offset, p.size) : std::string());
-    if (in_buffer && p.size >= 8) {  // annotation only: aligned 8-byte values that point into a region
-      std::vector<std::array<uint64_t, 3>> hits;
-      for (uint64_t at = (8 - p.offset % 8) % 8; at + 8 <= p.size; at += 8) {
-        uint64_t v;
-        std::memcpy(&v, buf.data() + p.offset + at, 8);
-        const int r = region_of(v);
-        if (r >= 0) hits.push_back({at, uint64_t(r), v - regions_[size_t(r)].region.base});
-      }
-      if (p.size == 8 && hits.size() == 1) {
-        w.key("pointer").begin_object().field("region", hits[0][1]).field("offset", hits[0][2]).end_object();
-      } else if (!hits.empty()) {
-        w.key("pointers").begin_array();
-        for (const auto& h : hits)
-          w.begin_object().field("at", h[0]).field("region", h[1]).field("offset", h[2]).end_object();
-        w.end_array();
-      }
-    }
-    w.end_object();
-  }
-  w.end_array();
-  w.field("param_buffer", to_hex(buf.data(), buf.size()));
-}
-
-void SequenceCapture::write_launch(JsonWriter& w, const Launch& l, bool manifest) const {
-  w.key("grid").begin_array().value(l.grid[0]).value(l.grid[1]).value(l.grid[2]).end_array();
-  w.key("block").begin_array().value(l.block[0]).value(l.block[1]).value(l.block[2]).end_array();
-  w.field("shared_mem_bytes", l.shared_mem);
+void SequenceCapture::write_launch(JsonWriter& w, const Launch& l) const {
   const SeqStream& st = log_.streams()[size_t(l.stream)];
-  w.field("stream", st.kind);
-  (void)manifest;
-  w.field("cooperative", l.cooperative);
-  w.key("attributes").begin_array();
-  for (const CUlaunchAttribute& a : l.attrs)
-    w.begin_object().field("id", int(a.id)).field("value", to_hex(&a.value, sizeof a.value)).end_object();
-  w.end_array();
-  w.field("param_form", l.params.form);
+  write_launch_config(w, l.grid, l.block, l.shared_mem, st.kind.c_str(), l.cooperative, l.attrs, l.params.form);
 }
 
 void SequenceCapture::write_kernel(JsonWriter& w, const Kernel& k) const {
@@ -565,9 +577,9 @@ std::string SequenceCapture::sequence_json() const {
     const Launch& l = launches_[i];
     w.begin_object().field("index", uint64_t(i)).field("kernel", uint64_t(l.kernel)).field("launch_api", l.api);
     w.field("stream_id", l.stream);
-    write_launch(w, l, false);
+    write_launch(w, l);
     if (!l.nvtx.empty()) w.field("nvtx", l.nvtx);
-    write_params(w, l.params);
+    write_params(w, l);
     w.end_object();
   }
   w.end_array();
@@ -581,129 +593,54 @@ std::string SequenceCapture::sequence_json() const {
   return w.str();
 }
 
-void SequenceCapture::write_provenance(JsonWriter& w, double total_s) const {
-  w.key("provenance").begin_object();
-  w.field("tool_version", KERNCAP_TOOL_VERSION);
-  std::vector<std::string> cmd;
-  if (cfg_.command_json.empty() || !parse_json_string_list(cfg_.command_json, cmd)) cmd = process_cmdline();
-  w.key("command").begin_array();
-  for (const std::string& a : cmd) w.value(a);
-  w.end_array();
-  char cwd[4096];
-  w.field("cwd", getcwd(cwd, sizeof cwd) ? std::string(cwd) : std::string());
-  std::vector<std::string> env_kv;
-  for (char** e = environ; e && *e; ++e) {
-    const std::string kv(*e);
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos && kept_env(kv.substr(0, eq))) env_kv.push_back(kv);
-  }
-  std::sort(env_kv.begin(), env_kv.end());
-  w.key("env").begin_object();
-  for (const std::string& kv : env_kv) w.field(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
-  w.end_object();
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  w.field("host", std::string(host)).field("pid", int(getpid())).field("time", time_utc_);
-  char name[256] = {0};
-  int major = 0, minor = 0, driver = 0;
-  KC_CU(cuDeviceGetName)(name, sizeof name - 1, device_);
-  KC_CU(cuDeviceGetAttribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
-  KC_CU(cuDeviceGetAttribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
-  KC_CU(cuDriverGetVersion)(&driver);
-  CUuuid uuid{};
-  std::string uuid_s;
-  if (KC_CU(cuDeviceGetUuid)(&uuid, device_) == CUDA_SUCCESS) {
-    const std::string h = to_hex(uuid.bytes, sizeof uuid.bytes);
-    uuid_s = "GPU-" + h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
-             h.substr(20);
-  }
-  w.key("gpu").begin_object().field("name", std::string(name));
-  w.key("cc").begin_array().value(major).value(minor).end_array();
-  w.field("uuid", uuid_s).field("driver_version", driver).field("ordinal", int(device_)).end_object();
-  w.field("dispatch_index", cfg_.dispatch);
-  if (!interception_.empty()) w.field("interception", interception_);
-  if (job_) {
-    w.key("job").begin_object().field("rank", job_->rank).field("rank_var", job_->rank_var);
-    w.field("world_size", job_->world_size).field("local_rank", job_->local_rank).end_object();
-  }
-  w.key("match").begin_object().field("pattern", cfg_.kernel).field("mode", match_mode_name(cfg_.match)).end_object();
-  w.key("capture_seconds").begin_object().field("pre", pre_s_).field("post", post_s_).field("total", total_s);
-  w.field("window", window_s_).end_object();
-  uint64_t logical = 0;
-  for (const RegionState& r : regions_) logical += r.region.size;
-  w.key("bytes").begin_object().field("logical", logical).field("snapshotted", uint64_t(0)).field("unchanged", uint64_t(0));
-  w.field("stored", blobs_ ? blobs_->stored_bytes() : 0).end_object();
-  w.end_object();
+Provenance SequenceCapture::provenance(double total_s) const {
+  Provenance p = process_provenance(cfg_, time_utc_);
+  p.gpu = gpu_identity(device_);  // informational: a failing query leaves its field empty
+  p.dispatch_index = cfg_.dispatch;
+  p.interception = interception_;
+  p.job = job_;
+  p.pre_s = pre_s_, p.post_s = post_s_, p.total_s = total_s, p.window_s = window_s_;
+  p.logical = logical_bytes_, p.snapshotted = snapshotted_bytes_, p.unchanged = unchanged_bytes_;
+  p.zero = zero_bytes_, p.stored = blobs_ ? blobs_->stored_bytes() : 0;
+  return p;
 }
 
+// The first launch as the kernel, launch and parameters of the manifest: a reader of one
+// dispatch opens the capture; the engine replays it as the sequence (sequence.json).
 std::string SequenceCapture::manifest_json(double total_s) const {
   const Launch& first = launches_.front();
-  const Kernel& k = kernels_[first.kernel];
-  const Module& m = modules_[k.module];
-  JsonWriter w;
-  w.begin_object();
-  w.field("format", "kerncap-capture").field("format_version", 1).field("complete", true);
-  w.field("chunk_size", uint64_t(Snapshotter::kChunkSize)).field("hash", "xxh64");
-  write_provenance(w, total_s);
-  // The first launch as the kernel and launch of the manifest: a reader of one dispatch
-  // opens the capture; the engine replays it as the sequence (sequence.json).
-  w.key("kernel").begin_object();
-  write_kernel(w, k);
-  w.field("launch_api", first.api);
-  w.key("module").begin_object().field("cubin", "cubins/" + m.cubin->sha256 + ".cubin").field("sha256", m.cubin->sha256);
-  w.field("selection", m.selection).field("candidates", m.candidates);
-  w.key("verified").begin_object();
-  for (const auto& [name, ok] : m.verified) w.field(name, ok);
-  w.end_object().end_object().end_object();
-  w.key("launch").begin_object();
-  write_launch(w, first, true);
-  w.end_object();
-  write_params(w, first.params);
-  w.key("regions").begin_array();
-  for (size_t i = 0; i < regions_.size(); ++i) {
-    const RegionState& r = regions_[i];
-    const size_t n = size_t((r.region.size + Snapshotter::kChunkSize - 1) / Snapshotter::kChunkSize);
-    const std::vector<ChunkHash> zeros(n);
-    const std::vector<ChunkHash>& pre = r.pre ? r.pre->chunks : zeros;
-    const std::vector<ChunkHash>& post = r.post ? r.post->chunks : pre;
-    w.begin_object().field("id", int(i)).field("base", r.region.base).field("size", r.region.size);
-    w.field("api", r.region.api).field("kind", r.region.kind).field("written", pre != post);
-    w.field("zero_fraction", r.pre && r.region.size ? double(r.pre->zero_bytes) / double(r.region.size) : 1.0);
-    if (!r.pre) w.field("sequence_state", "allocated");
-    else if (!r.post) w.field("sequence_state", "freed");
-    if (r.region.reserve_base)
-      w.key("reservation").begin_object().field("base", r.region.reserve_base).field("size", r.region.reserve_size).end_object();
-    w.key("pre");
-    write_hashes(w, pre);
-    w.key("post");
-    write_hashes(w, post);
-    w.end_object();
-  }
-  w.end_array();
-  w.key("host_regions").begin_array();
-  for (const HostRegion& h : host_regions_)
-    w.begin_object().field("base", h.base).field("size", h.size).field("api", h.api).end_object();
-  w.end_array();
-  w.key("globals").begin_array();
-  for (const GlobalVar& g : globals_) {
-    w.begin_object().field("name", g.name).field("section", g.section).field("size", g.size);
-    w.field("address", g.address).field("written", g.pre.chunks != g.post.chunks).field("module", uint64_t(g.module));
-    w.key("pre");
-    write_hashes(w, g.pre.chunks);
-    w.key("post");
-    write_hashes(w, g.post.chunks);
-    w.end_object();
-  }
-  w.end_array();
-  w.key("sequence").begin_object().field("file", "sequence.json").field("mode", seq_mode_name(cfg_.seq_mode));
-  w.field("launches", uint64_t(launches_.size())).field("steps", uint64_t(log_.steps().size()));
-  w.field("kernels", uint64_t(kernels_.size())).field("modules", uint64_t(modules_.size())).end_object();
-  w.key("warnings").begin_array();
-  for (const std::string& s : warnings_) w.value(s);
-  w.end_array();
-  w.key("triton").null();
-  w.end_object();
-  return w.str();
+  ManifestView v;
+  v.provenance = provenance(total_s);
+  v.kernel = [this, &first](JsonWriter& w) {
+    const Kernel& k = kernels_[first.kernel];
+    const Module& m = modules_[k.module];
+    write_kernel(w, k);
+    w.field("launch_api", first.api);
+    w.key("module").begin_object().field("cubin", "cubins/" + m.cubin->sha256 + ".cubin").field("sha256", m.cubin->sha256);
+    w.field("selection", m.selection).field("candidates", m.candidates);
+    w.key("verified").begin_object();
+    for (const auto& [name, ok] : m.verified) w.field(name, ok);
+    w.end_object().end_object();
+  };
+  v.launch = [this, &first](JsonWriter& w) { write_launch(w, first); };
+  v.params = &first.params;
+  v.targets = &targets_;
+  if (arrays_) v.handle = [this, &first](JsonWriter& w, uint32_t index) { arrays_->write_param(w, first.handles, index); };
+  for (const RegionState& r : regions_)
+    v.regions.push_back(ManifestRegion{&r.region, {r.pre ? &*r.pre : nullptr, r.post ? &*r.post : nullptr}});
+  for (const HostState& h : hosts_)
+    v.hosts.push_back(ManifestHost{&h.item, {h.pre ? &*h.pre : nullptr, h.post ? &*h.post : (h.pre ? &*h.pre : nullptr)}});
+  for (const GlobalVar& g : globals_) v.globals.push_back(ManifestGlobal{&g.global, {&g.pre, &g.post}});
+  if (arrays_) v.arrays = [this](JsonWriter& w) { arrays_->write_json(w); };
+  v.closure = &closure_;
+  v.extra = [this](JsonWriter& w) {
+    w.key("sequence").begin_object().field("file", "sequence.json").field("mode", seq_mode_name(cfg_.seq_mode));
+    w.field("launches", uint64_t(launches_.size())).field("steps", uint64_t(log_.steps().size()));
+    w.field("kernels", uint64_t(kernels_.size())).field("modules", uint64_t(modules_.size())).end_object();
+  };
+  v.warnings = warnings_;
+  if (arrays_) v.warnings.insert(v.warnings.end(), arrays_->warnings().begin(), arrays_->warnings().end());
+  return kc::manifest_json(v);
 }
 
 }  // namespace kc

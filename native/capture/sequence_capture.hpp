@@ -9,9 +9,11 @@
 // globals: snapshotted at the first launch of their module, after a drain), the launch
 // configuration, the parameters and the stream. Memory operations and stream/event
 // calls go to log() directly; add_h2d() also stores the host bytes as blobs.
-// close(): drain, snapshot every region and global again, write sequence.json and the
-// manifest (regions, globals and the first launch's kernel, so readers of one dispatch
-// can open it), rename to `capture`. Failures throw (IoError for the disk); the caller
+// close(): drain, snapshot every region, global, host region and array again, check
+// every launch's parameters against what the capture holds (the closure check), write
+// sequence.json and the manifest through the one writer (manifest_writer.hpp: what one
+// dispatch records, with the first launch's kernel, so readers of one dispatch can open
+// it), rename to `capture`. Failures throw (IoError for the disk); the caller
 // then calls abort(), which removes the partial directory.
 #pragma once
 #include <cuda.h>
@@ -21,9 +23,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "array_capture.hpp"
+#include "array_tracker.hpp"
 #include "blob_store.hpp"
 #include "config.hpp"
 #include "fsutil.hpp"
@@ -31,6 +36,7 @@
 #include "job_identity.hpp"
 #include "json_writer.hpp"
 #include "launch_record.hpp"
+#include "manifest_writer.hpp"
 #include "memory_tracker.hpp"
 #include "module_registry.hpp"
 #include "sequence_window.hpp"
@@ -68,6 +74,9 @@ class SequenceCapture {
   void add_warning(const std::string& w) { warnings_.push_back(w); }
   void set_job(const JobIdentity& j) { job_ = j; }
   void set_interception(std::string path) { interception_ = std::move(path); }
+  // The process's CUDA arrays and texture/surface objects: those live when the window
+  // opens are snapshotted before and after it, and recreated in replay (as for one dispatch).
+  void set_arrays(const ArrayTracker* tracker) { array_tracker_ = tracker; }
   // Graph windows: the executable graph's launch and its nodes (sequence.json "graph").
   void set_graph_json(std::string json) { graph_json_ = std::move(json); }
 
@@ -102,12 +111,15 @@ class SequenceCapture {
     ParamCapture params;
     int stream = 0;
     std::string nvtx;
+    LaunchHandles handles;  // parameters holding a texture/surface object's handle
   };
   struct GlobalVar {
-    std::string name, section;
-    uint64_t address = 0, size = 0;
-    size_t module = 0;
+    CapturedGlobal global;
     ItemSnapshot pre, post;
+  };
+  struct HostState {
+    HostItem item;
+    std::optional<ItemSnapshot> pre, post;  // post absent: freed inside the window
   };
   struct RegionState {
     TrackedRegion region;
@@ -117,13 +129,17 @@ class SequenceCapture {
   void log_line(const std::string& line);
   size_t kernel_of(const LaunchDesc& d, const FuncInfo& fi);
   size_t module_of(CUmodule mod, CUlibrary lib, const FuncInfo& fi, const std::vector<std::pair<const char*, int>>& attrs);
-  int region_of(uint64_t address) const;
   std::string sequence_json() const;
-  std::string manifest_json(double total_s) const;
-  void write_provenance(JsonWriter& w, double total_s) const;
+  std::string manifest_json(double total_s) const;  // through the one writer (manifest_writer.hpp)
+  Provenance provenance(double total_s) const;
   void write_kernel(JsonWriter& w, const Kernel& k) const;
-  void write_launch(JsonWriter& w, const Launch& l, bool manifest) const;
-  void write_params(JsonWriter& w, const ParamCapture& p) const;
+  void write_launch(JsonWriter& w, const Launch& l) const;
+  void write_params(JsonWriter& w, const Launch& l) const;
+  void snapshot_pre();                      // regions, host regions and arrays at the opening
+  std::set<uint64_t> merge_regions();       // at close: the regions allocated inside the window join
+  void snapshot_post(const std::set<uint64_t>& kept);
+  void check_launch_handles(Launch& l, const Kernel& k, size_t index);
+  void check_closure_of_launches();         // targets_ and closure_, at close
 
   const Config& cfg_;
   MemoryTracker& mem_;
@@ -141,7 +157,13 @@ class SequenceCapture {
   std::vector<Launch> launches_;
   std::vector<GlobalVar> globals_;
   std::vector<RegionState> regions_;  // sorted by base once closed
-  std::vector<HostRegion> host_regions_;
+  std::vector<TrackedRegion> open_regions_;  // as at the opening (the arrays' linear resources point into them)
+  std::vector<HostState> hosts_;
+  const ArrayTracker* array_tracker_ = nullptr;
+  std::unique_ptr<ArrayCapture> arrays_;
+  std::set<size_t> scanned_kernels_;  // kernels whose first launch was scanned for handle tables
+  ClosureTargets targets_;
+  ClosureCheck closure_;
   SequenceLog log_;
   std::optional<JobIdentity> job_;
   std::string interception_;
@@ -156,6 +178,7 @@ class SequenceCapture {
   double pre_s_ = 0, post_s_ = 0, window_s_ = 0;
   std::chrono::steady_clock::time_point t_open_;
   uint64_t payload_bytes_ = 0;
+  uint64_t logical_bytes_ = 0, snapshotted_bytes_ = 0, unchanged_bytes_ = 0, zero_bytes_ = 0;
   std::string time_utc_;
 };
 

@@ -282,6 +282,11 @@ std::map<std::string, long long> Session::load_sequence(const std::string& key, 
   for (const Item& item : items_)
     if (!item.spec.global_name.empty()) ++globals;
   spec.globals = globals;
+  for (SeqStepSpec& step : spec.steps) {  // each launch gets the replay's texture/surface handles, as one dispatch does
+    if (step.op != "launch" || step.launch.handles.empty()) continue;
+    if (!arrays_) throw Error("capture", step.label + " names texture objects, but none were loaded");
+    arrays_->patch(step.launch.param_buffer, step.launch.handles);
+  }
   Program p;
   p.seq = std::make_unique<SequenceProgram>(std::move(spec), label);
   p.label = label;

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kerncap.errors import KerncapError
+from kerncap.errors import CaptureFormatError, KerncapError
 from kerncap.recompile.devcompile.module_id import global_names_for, object_names
 from kerncap.reproducer.format import Capture, Global, Region
 from kerncap.reproducer.sequence import Sequence
@@ -46,7 +46,8 @@ def _read(path: Path, what: str) -> bytes:
         raise KerncapError(f"cannot read {what} {path}: {exc.strerror}", "check the variant's paths") from None
 
 
-def _launch_spec(core, seq: Sequence, launch_index: int):
+def _launch_spec(core, seq: Sequence, launch_index: int, objects: dict[int, int]):
+    """`objects`: texture object id -> its index among the replay's recreated objects."""
     l = seq.launches[launch_index]
     s = core.LaunchSpec()
     s.kernel_name = seq.kernels[l.kernel].name
@@ -57,6 +58,12 @@ def _launch_spec(core, seq: Sequence, launch_index: int):
     s.extra_form = l.extra_form
     s.param_buffer = l.param_buffer
     s.params = [(p.offset, p.size) for p in l.params]
+    # the replay's handle where the app passed a texture/surface object's (as for one dispatch)
+    stray = [p.index for p in l.params if p.handle_object is not None and p.handle_object not in objects]
+    if stray:
+        raise CaptureFormatError(f"sequence.json: launch {launch_index}'s parameter {stray[0]} names a texture object "
+                                 "the manifest does not list", "extract again")
+    s.handles = [(p.offset, objects[p.handle_object]) for p in l.params if p.handle_object is not None]
     return s
 
 
@@ -152,6 +159,7 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
     graph_edges = order == "graph" and fuse is None and bool(seq.steps) and all(
         s.graph_deps is not None for s in seq.steps)
     spec.graph_edges = graph_edges
+    objects = {o.id: i for i, o in enumerate(cap.texture_objects)}
     for i, st in enumerate(seq.steps):
         if i in replaced and i != at:
             continue
@@ -172,7 +180,7 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
             ss.label = f"step {i}: " + (seq.launch_label(st.launch) if st.op == "launch" else st.describe())
             if st.op == "launch":
                 ss.module = seq.kernels[seq.launches[st.launch].kernel].module
-                ss.launch = _launch_spec(core, seq, st.launch)
+                ss.launch = _launch_spec(core, seq, st.launch, objects)
             elif st.op == "copy":
                 ss.kind, ss.dst, ss.src, ss.bytes = st.kind, st.dst, st.src, st.bytes
                 if st.kind == "h2d":

@@ -15,13 +15,19 @@ from kerncap.reproducer.format import NOT_SNAPSHOTTED_OLD, Capture
 MAX_LISTED = 4
 
 
+def word_text(u: dict) -> str:
+    """'parameter 2 word +8' for an unresolved word of one dispatch; 'launch 3 parameter 2' in a sequence."""
+    at = f" word +{u['at']}" if u.get("at") else ""
+    launch = f"launch {u['launch']} " if u.get("launch") is not None else ""
+    return f"{launch}parameter {u['param']}{at}"
+
+
 def likely_causes(cap: Capture) -> list[str]:
     """One line per thing in the capture that a replay cannot provide (most telling first)."""
     causes = []
     unresolved = cap.closure.get("unresolved") or []
     for u in unresolved[:MAX_LISTED]:
-        at = f" word +{u['at']}" if u.get("at") else ""
-        causes.append(f"parameter {u['param']}{at} holds {u['value']:#x}, outside the captured memory "
+        causes.append(f"{word_text(u)} holds {u['value']:#x}, outside the captured memory "
                       f"({u.get('reason') or 'no region, global or host region holds it'})")
     if len(unresolved) > MAX_LISTED:
         causes.append(f"{len(unresolved) - MAX_LISTED} more parameter word(s) outside the captured memory "

@@ -45,7 +45,9 @@ HOST_REGION = Obj({
 # Parameter words pointing at nothing the capture holds (ClosureTargets in the interposer).
 CLOSURE = Obj({
     "words_checked?": Int(min=0),
-    "unresolved?": List(Obj({"param": Int(min=0, max=MAX_PARAMS), "at": Int(min=0, max=MAX_PARAM_BYTES),
+    # "launch": a sequence's launch (sequence.json launches[]) whose parameter it is
+    "unresolved?": List(Obj({"launch?": Int(min=0, max=U64), "param": Int(min=0, max=MAX_PARAMS),
+                             "at": Int(min=0, max=MAX_PARAM_BYTES),
                              "value": Int(min=0, max=U64), "reason?": Str(max_len=4096)}), max_len=1 << 16),
 })
 POINTER = Obj({"region": Int(min=0, max=U64), "offset?": Opt(Int(min=0, max=U64))})
