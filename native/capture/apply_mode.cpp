@@ -1,5 +1,6 @@
 // `kerncap apply` in the app's process (apply_mode.hpp, docs/apply.md).
 #include "apply_mode.hpp"
+#include "launch_kinds.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -384,16 +385,12 @@ std::string Applier::report_json(int pid) {
 
 void set_launch_function(CUpti_CallbackId cbid, void* params, CUfunction f) {
   switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: static_cast<cuLaunchKernel_params*>(params)->f = f; break;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: static_cast<cuLaunchKernel_ptsz_params*>(params)->f = f; break;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx: static_cast<cuLaunchKernelEx_params*>(params)->f = f; break;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: static_cast<cuLaunchKernelEx_ptsz_params*>(params)->f = f; break;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-      static_cast<cuLaunchCooperativeKernel_params*>(params)->f = f;
-      break;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-      static_cast<cuLaunchCooperativeKernel_ptsz_params*>(params)->f = f;
-      break;
+#define KC_SET_FUNCTION(call, params_struct, form, per_thread, coop) \
+  case CUPTI_DRIVER_TRACE_CBID_##call:                               \
+    static_cast<params_struct*>(params)->f = f;                      \
+    break;
+    KC_LAUNCH_KINDS(KC_SET_FUNCTION)
+#undef KC_SET_FUNCTION
     default: break;
   }
 }

@@ -30,6 +30,8 @@
 #include <type_traits>
 
 #include "entry_abi.hpp"
+#include "launch_kinds.hpp"
+#include "watched_calls.hpp"
 #include "watched_list.hpp"
 
 #undef cuGetProcAddress  // cuda.h maps it to _v2; both ABIs are defined here
@@ -188,10 +190,9 @@ CUresult around(const Table& t, size_t slot, Dispatch d, const void* params, Cal
 }
 
 constexpr bool launch_call(CUpti_CallbackId cbid) {
-  return cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel ||
-         cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz;
+#define KC_IS_LAUNCH(call, params, form, per_thread, coop) cbid == CUPTI_DRIVER_TRACE_CBID_##call ||
+  return KC_LAUNCH_KINDS(KC_IS_LAUNCH) false;
+#undef KC_IS_LAUNCH
 }
 
 // Each slot's cbid at compile time: a launch's wrapper is built with its fast path.
@@ -200,6 +201,16 @@ constexpr CUpti_CallbackId kCbid[kSlotCount] = {
     KC_WATCHED_CALLS(KC_CBID)
 #undef KC_CBID
 };
+
+// The watched calls with the kLaunch role are exactly the launch kinds (launch_kinds.hpp).
+#define KC_LAUNCH_ROLE(name, proto, roles)                                              \
+  static_assert(bool((roles) & kLaunch) == launch_call(CUPTI_DRIVER_TRACE_CBID_##name), \
+                #name ": its kLaunch role (watched_list.hpp) and launch_kinds.hpp disagree");
+namespace roles {
+using namespace kc;  // the roles' names (watched_calls.hpp)
+KC_WATCHED_CALLS(KC_LAUNCH_ROLE)
+}  // namespace roles
+#undef KC_LAUNCH_ROLE
 
 
 // The launch fast path (entry_abi.hpp), the quiesce's reader side included: null, take

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "driver.hpp"
+#include "launch_kinds.hpp"
 
 namespace kc {
 
@@ -42,9 +43,17 @@ void from_ex(const P* p, LaunchDesc& d) {
   }
 }
 
+// cuLaunchKernel and cuLaunchKernelEx may pass the parameters in an `extra` buffer.
+void** extra_of(const cuLaunchKernel_params* p) { return p->extra; }
+void** extra_of(const cuLaunchKernel_ptsz_params* p) { return p->extra; }
+void** extra_of(const cuLaunchKernelEx_params* p) { return p->extra; }
+void** extra_of(const cuLaunchKernelEx_ptsz_params* p) { return p->extra; }
+template <class P>
+void** extra_of(const P*) { return nullptr; }
+
 }  // namespace
 
-bool decode_launch(CUpti_CallbackId cbid, const void* params, LaunchDesc& d) {
+bool decode_launch(CUpti_CallbackId cbid, const void* params_in, LaunchDesc& d) {
   // Not `d = LaunchDesc()`: GCC built that as a stack temporary written in 16-byte
   // stores and read back at other offsets, a store-forwarding stall on every launch
   // (half of the armed dispatcher's samples under perf). LaunchDesc is all scalars.
@@ -52,41 +61,18 @@ bool decode_launch(CUpti_CallbackId cbid, const void* params, LaunchDesc& d) {
   std::memset(static_cast<void*>(&d), 0, sizeof d);
   d.api = "";
   switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel: {
-      auto* p = static_cast<const cuLaunchKernel_params*>(params);
-      from_classic(p, d);
-      d.extra = p->extra;
-      d.api = "cuLaunchKernel";
-      return true;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
-      auto* p = static_cast<const cuLaunchKernel_ptsz_params*>(params);
-      from_classic(p, d);
-      d.extra = p->extra;
-      d.api = "cuLaunchKernel_ptsz";
-      d.per_thread_default = true;
-      return true;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-      from_ex(static_cast<const cuLaunchKernelEx_params*>(params), d);
-      d.api = "cuLaunchKernelEx";
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
-      from_ex(static_cast<const cuLaunchKernelEx_ptsz_params*>(params), d);
-      d.api = "cuLaunchKernelEx_ptsz";
-      d.per_thread_default = true;
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-      from_classic(static_cast<const cuLaunchCooperativeKernel_params*>(params), d);
-      d.api = "cuLaunchCooperativeKernel";
-      d.cooperative = true;
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-      from_classic(static_cast<const cuLaunchCooperativeKernel_ptsz_params*>(params), d);
-      d.api = "cuLaunchCooperativeKernel_ptsz";
-      d.cooperative = true;
-      d.per_thread_default = true;
-      return true;
+#define KC_DECODE_LAUNCH(call, params, form, per_thread, coop)        \
+  case CUPTI_DRIVER_TRACE_CBID_##call: {                              \
+    auto* p = static_cast<const params*>(params_in);                  \
+    from_##form(p, d);                                                \
+    d.extra = extra_of(p);                                            \
+    d.api = #call;                                                    \
+    d.per_thread_default = per_thread;                                \
+    d.cooperative = d.cooperative || coop; /* ex: also its attribute */ \
+    return true;                                                      \
+  }
+    KC_LAUNCH_KINDS(KC_DECODE_LAUNCH)
+#undef KC_DECODE_LAUNCH
     default:
       return false;
   }
