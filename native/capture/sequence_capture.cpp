@@ -475,7 +475,16 @@ void SequenceCapture::snapshot_post(const std::set<uint64_t>& kept) {
   for (RegionState* r : regions) r->post = std::move(post[k++]);
   for (GlobalVar& g : globals_) g.post = std::move(post[k++]);
   for (HostState* h : hosts) h->post = std::move(post[k++]);
-  if (arrays_) arrays_->snapshot(*blobs_, true);
+  if (!arrays_) return;
+  arrays_->snapshot(*blobs_, true);
+  // Objects made inside the window are not in the capture: a launch passing one replays
+  // with the app's handle, which means nothing there.
+  const std::vector<uint64_t> known = arrays_->known_handles();
+  for (const TrackedObject& o : array_tracker_->state(ctx_).objects)
+    if (!std::binary_search(known.begin(), known.end(), o.handle))
+      warnings_.push_back(std::string(o.surface ? "surface" : "texture") + " object (handle " +
+                          std::to_string(o.handle) + ") was created inside the sequence: kerncap captures the "
+                          "objects live when the window opens, so a launch that uses it cannot be replayed faithfully");
 }
 
 // Every launch's parameter words against what the capture holds, as for one dispatch.

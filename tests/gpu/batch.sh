@@ -42,7 +42,7 @@ if [ $# -eq 0 ]; then
          "tests/gpu/test_replay_apps.py tests/gpu/test_interception_paths.py tests/gpu/test_fast_path.py" \
          "tests/gpu/test_selection.py tests/gpu/test_inspect_gpu.py tests/gpu/test_trust_gpu.py tests/gpu/test_replay_errors.py tests/gpu/test_capture_errors.py tests/gpu/test_buckets.py" \
          "tests/gpu/test_tui_loop.py tests/gpu/test_tui_triton_loop.py tests/gpu/test_session_gpu.py tests/gpu/test_mcp_gpu.py tests/gpu/test_check_gpu.py tests/gpu/test_sweep_gpu.py tests/gpu/test_recompile_big.py tests/gpu/test_mismatch_gpu.py tests/gpu/test_textures.py tests/gpu/test_launch_kinds.py tests/gpu/test_compare_gpu.py tests/gpu/test_hang_gpu.py tests/gpu/test_multigpu.py tests/test_native_units.py" \
-         "tests/gpu/test_sequences.py tests/gpu/test_graph_edges.py tests/gpu/test_integrity_gpu.py tests/gpu/test_aliased_gpu.py tests/gpu/test_apply_gpu.py"
+         "tests/gpu/test_sequences.py tests/gpu/test_sequence_sections_gpu.py tests/gpu/test_graph_edges.py tests/gpu/test_integrity_gpu.py tests/gpu/test_aliased_gpu.py tests/gpu/test_apply_gpu.py"
   # KC_EXTRA="<test files> ...": one more shard beside the seven.
   [ -z "${KC_EXTRA:-}" ] || set -- "$@" "$KC_EXTRA"
 fi

@@ -27,17 +27,7 @@ int main(int argc, char** argv) {
   cudaArray_t array = nullptr;
   TA_CHECK(cudaMallocArray(&array, &fmt, w, h));
   std::vector<float> host(size_t(w) * h);
-  cudaResourceDesc res{};
-  res.resType = cudaResourceTypeArray;
-  res.res.array.array = array;
-  cudaTextureDesc td{};
-  td.addressMode[0] = cudaAddressModeClamp;
-  td.addressMode[1] = cudaAddressModeMirror;
-  td.filterMode = cudaFilterModeLinear;
-  td.readMode = cudaReadModeElementType;
-  td.normalizedCoords = 1;
-  cudaTextureObject_t tex = 0;
-  TA_CHECK(cudaCreateTextureObject(&tex, &res, &td, nullptr));
+  const cudaTextureObject_t tex = textures::bilinear_texture(array);
   decoys.release();  // the target's handle stays what it was; the replay's will be 1
   float* out = nullptr;
   TA_CHECK(cudaMalloc(&out, host.size() * sizeof(float)));

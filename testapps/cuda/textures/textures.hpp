@@ -33,4 +33,22 @@ struct Decoys {
   }
 };
 
+// A bilinear (linear filtering, normalized coordinates) float texture over `array`,
+// clamped in x and mirrored in y: every fetch between texel centres blends four texels,
+// so a replay must recreate the array's contents and the sampler exactly.
+inline cudaTextureObject_t bilinear_texture(cudaArray_t array) {
+  cudaResourceDesc res{};
+  res.resType = cudaResourceTypeArray;
+  res.res.array.array = array;
+  cudaTextureDesc td{};
+  td.addressMode[0] = cudaAddressModeClamp;
+  td.addressMode[1] = cudaAddressModeMirror;
+  td.filterMode = cudaFilterModeLinear;
+  td.readMode = cudaReadModeElementType;
+  td.normalizedCoords = 1;
+  cudaTextureObject_t tex = 0;
+  TA_CHECK(cudaCreateTextureObject(&tex, &res, &td, nullptr));
+  return tex;
+}
+
 }  // namespace textures
