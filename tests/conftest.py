@@ -17,6 +17,7 @@ import pytest
 FUZZ_CASES: dict[str, int] = {}
 # The fuzz tests' exploring half (test_fuzz.fuzz) draws new cases each run from this seed,
 # printed in the header and the summary; KERNCAP_FUZZ_SEED=N runs those cases again.
+# Under pytest-xdist the workers take the controller's (pytest_configure below).
 FUZZ_SEED = int(os.environ.get("KERNCAP_FUZZ_SEED") or secrets.randbits(32))
 
 
@@ -86,7 +87,35 @@ def fuzz_shortfall() -> str | None:
     return None if total >= FUZZ_GOAL else f"fuzz: only {total} cases tried, fewer than {FUZZ_GOAL:,}"
 
 
+# pytest-xdist (`-n`, pyproject's addopts): the tests run in worker processes. Each worker
+# gets the controller's fuzz seed and hands back the fuzz cases it counted and the fuzz
+# tests it collected; the controller sees every test's report, so it checks the total.
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["kerncap_fuzz_seed"] = FUZZ_SEED
+
+
+def pytest_configure(config):
+    global FUZZ_SEED
+    if hasattr(config, "workerinput"):  # before collection: test_fuzz.py imports the seed
+        FUZZ_SEED = config.workerinput["kerncap_fuzz_seed"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    out = getattr(node, "workeroutput", {})
+    for name, n in out.get("kerncap_fuzz_cases", {}).items():
+        FUZZ_CASES[name] = FUZZ_CASES.get(name, 0) + n
+    _fuzz_collected.update(out.get("kerncap_fuzz_collected", ()))
+
+
 def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput"):  # a worker: the controller checks the total
+        session.config.workeroutput["kerncap_fuzz_cases"] = dict(FUZZ_CASES)
+        session.config.workeroutput["kerncap_fuzz_collected"] = sorted(_fuzz_collected)
+        return
     if fuzz_shortfall() and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

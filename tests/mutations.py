@@ -24,6 +24,7 @@ unmutated tests failing, REF unknown). docs/testing.md shows a run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -200,11 +201,16 @@ def scratch_copy(dest: Path) -> None:
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
 
 
+# A mutation's few test files run in one process: pytest-xdist's workers (pyproject's
+# addopts) would only add their start-up.
+SERIAL = ("-n", "0") if importlib.util.find_spec("xdist") else ()
+
+
 def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, str, float]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree / ".mutations-site"), str(tree / "engine"), str(tree)]))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=tree,
-                          env=env, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *SERIAL, *tests],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=1200)
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     return proc.returncode, (lines[-1] if lines else proc.stderr.strip()[-200:]), time.monotonic() - t0
 
@@ -257,18 +263,23 @@ def base_mutations(base: str) -> set[Mutation]:
 
 
 def changed_since(ref: str, mutations: list[Mutation]) -> tuple[list[Mutation], str]:
+    """The mutations a change since the merge base of `ref` and HEAD can affect, most
+    directly affected first (a --budget cuts the tail): added or edited mutations (never
+    run against this code), then those whose mutated file changed, then those whose tests
+    or their helpers did."""
     base = git("merge-base", ref, "HEAD").strip()
     changed = set(filter(None, git("diff", "--name-only", "-z", base).split("\0")))
     changed |= set(filter(None, git("ls-files", "-o", "--exclude-standard", "-z").split("\0")))
     before = base_mutations(base)
-    chosen = []
-    for m in mutations:
-        files = {m.path, *test_files(m)}
+    ranked = []
+    for i, m in enumerate(mutations):
+        files = set(test_files(m))
         for t in test_files(m):
             files |= helpers_of(t)
-        if files & changed or m not in before:
-            chosen.append(m)
-    return chosen, base
+        rank = 0 if m not in before else 1 if m.path in changed else 2 if files & changed else None
+        if rank is not None:
+            ranked.append((rank, i, m))
+    return [m for _, _, m in sorted(ranked, key=lambda r: r[:2])], base
 
 
 def main() -> int:

@@ -24,6 +24,8 @@ An exception in `fn` (pytest.skip, a failed build) is raised by `result`.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import functools
 import hashlib
 import os
@@ -121,6 +123,17 @@ def _touch(path: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _building(final: Path):
+    """Held while `final` is looked up and built: of the processes that want it at once
+    (pytest-xdist's workers each start the same PREBUILDs), one compiles and the others
+    wait and then find it in the cache instead of compiling it again."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.with_name(f".{final.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _tmp_beside(final: Path) -> Path:
     return final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
 
@@ -136,15 +149,15 @@ def _object(cxx: str, flags: list[str], source: Path) -> Path:
         _headers_digest(d, h)
     key = _key(tool_id(cxx), "\n".join(flags), str(source), source.read_bytes(), h.hexdigest())
     final = cache_dir() / "obj" / f"{source.stem}-{key}.o"
-    if final.exists():
-        return _touch(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_beside(final)
-    p = _run([cxx, *flags, "-c", str(source), "-o", str(tmp)])
-    if p.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise AssertionError(f"building the unit test failed ({source.name}):\n{p.stderr[-4000:]}")
-    return _publish(tmp, final)
+    with _building(final):
+        if final.exists():
+            return _touch(final)
+        tmp = _tmp_beside(final)
+        p = _run([cxx, *flags, "-c", str(source), "-o", str(tmp)])
+        if p.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise AssertionError(f"building the unit test failed ({source.name}):\n{p.stderr[-4000:]}")
+        return _publish(tmp, final)
 
 
 def executable(name: str, cxx: str, flags: list[str], sources: list[Path], link_flags: list[str] = ()) -> Path:
@@ -155,30 +168,30 @@ def executable(name: str, cxx: str, flags: list[str], sources: list[Path], link_
     compile_only = [f for f in flags if not f.startswith(("-I", "-W", "-D"))]
     key = _key(tool_id(cxx), "\n".join(compile_only), "\n".join(link_flags), *(o.name for o in objects))
     final = cache_dir() / "bin" / f"{name}-{key}"
-    if final.exists():
-        return _touch(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_beside(final)
-    p = _run([cxx, *compile_only, *map(str, objects), *link_flags, "-o", str(tmp)])
-    if p.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise AssertionError(f"linking the unit test {name} failed:\n{p.stderr[-4000:]}")
-    return _publish(tmp, final)
+    with _building(final):
+        if final.exists():
+            return _touch(final)
+        tmp = _tmp_beside(final)
+        p = _run([cxx, *compile_only, *map(str, objects), *link_flags, "-o", str(tmp)])
+        if p.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise AssertionError(f"linking the unit test {name} failed:\n{p.stderr[-4000:]}")
+        return _publish(tmp, final)
 
 
 def cubin(nvcc: str, args: list[str], source: Path) -> Path:
     """`nvcc -cubin args source`, cached; returns the cached cubin (read it, do not write it)."""
     key = _key(tool_id(nvcc), "\n".join(args), source.read_bytes())
     final = cache_dir() / "cubin" / f"{source.stem}-{key}.cubin"
-    if final.exists():
-        return _touch(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_beside(final)
-    p = _run([nvcc, "-cubin", *args, "-o", str(tmp), str(source)])
-    if p.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise AssertionError(f"nvcc failed:\n{p.stderr}")
-    return _publish(tmp, final)
+    with _building(final):
+        if final.exists():
+            return _touch(final)
+        tmp = _tmp_beside(final)
+        p = _run([nvcc, "-cubin", *args, "-o", str(tmp), str(source)])
+        if p.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise AssertionError(f"nvcc failed:\n{p.stderr}")
+        return _publish(tmp, final)
 
 
 _started: dict[str, Future] = {}
