@@ -261,46 +261,53 @@ bool is_device(CUdeviceptr p) {
 
 }  // namespace
 
+// An enqueueing or synchronizing call of the owner inside the window (not a launch): a
+// copy, a fill, or an ordering call (event, synchronization); anything else refused.
 void SequenceCapture::on_call(CUpti_CallbackId cbid, const void* params, const char* name) {
+  if (on_copy(cbid, params, name) || on_fill(cbid, params, name)) return;
+  on_order(cbid, params, name);
+}
+
+// 1-D copies; a host-to-device copy keeps the host bytes. False: not a copy.
+bool SequenceCapture::on_copy(CUpti_CallbackId cbid, const void* params, const char* name) {
   const bool pt = per_thread_name(name);
   auto stream = [&](CUstream s) { return stream_of(s, pt); };
-  const std::string step = " (step " + std::to_string(log_.steps().size()) + " of the sequence)";
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds: {
       auto* a = static_cast<const cuMemcpyHtoD_v2_params*>(params);  // _ptds: same layout
       add_h2d(name, a->dstDevice, a->srcHost, a->ByteCount, stream(nullptr));
-      return;
+      return true;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
       auto* a = static_cast<const cuMemcpyHtoDAsync_v2_params*>(params);
       add_h2d(name, a->dstDevice, a->srcHost, a->ByteCount, stream(a->hStream));
-      return;
+      return true;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds: {
       auto* a = static_cast<const cuMemcpyDtoH_v2_params*>(params);  // _ptds: same layout
       log_.copy(name, "d2h", uint64_t(reinterpret_cast<uintptr_t>(a->dstHost)), a->srcDevice, a->ByteCount, stream(nullptr));
-      return;
+      return true;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
       auto* a = static_cast<const cuMemcpyDtoHAsync_v2_params*>(params);
       log_.copy(name, "d2h", uint64_t(reinterpret_cast<uintptr_t>(a->dstHost)), a->srcDevice, a->ByteCount, stream(a->hStream));
-      return;
+      return true;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2_ptds: {
       auto* a = static_cast<const cuMemcpyDtoD_v2_params*>(params);
       log_.copy(name, "d2d", a->dstDevice, a->srcDevice, a->ByteCount, stream(nullptr));
-      return;
+      return true;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz: {
       auto* a = static_cast<const cuMemcpyDtoDAsync_v2_params*>(params);
       log_.copy(name, "d2d", a->dstDevice, a->srcDevice, a->ByteCount, stream(a->hStream));
-      return;
+      return true;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
@@ -314,13 +321,23 @@ void SequenceCapture::on_call(CUpti_CallbackId cbid, const void* params, const c
       else if (dd) add_h2d(name, a->dst, reinterpret_cast<const void*>(uintptr_t(a->src)), a->ByteCount, st);
       else if (sd) log_.copy(name, "d2h", a->dst, a->src, a->ByteCount, st);
       else log_.note(std::string(name) + ": a host-to-host copy inside the sequence is not replayed");
-      return;
+      return true;
     }
+    default:
+      return false;
+  }
+}
+
+// Fills (cuMemsetD8/16/32[_2D][Async]). False: not a fill.
+bool SequenceCapture::on_fill(CUpti_CallbackId cbid, const void* params, const char* name) {
+  const bool pt = per_thread_name(name);
+  auto stream = [&](CUstream s) { return stream_of(s, pt); };
+  switch (cbid) {
 #define KC_SEQ_SET(id, T, field, elem, async)                                                              \
   case CUPTI_DRIVER_TRACE_CBID_##id: {                                                                     \
     auto* a = static_cast<const T*>(params);                                                               \
     log_.memset(name, a->dstDevice, uint32_t(a->field), elem, a->N, 1, 0, stream(async ? KC_SEQ_ASTREAM(a) : nullptr)); \
-    return;                                                                                                \
+    return true;                                                                                           \
   }
 #define KC_SEQ_ASTREAM(a) (a)->hStream
 #define KC_SEQ_NOSTREAM(a) nullptr
@@ -335,7 +352,7 @@ void SequenceCapture::on_call(CUpti_CallbackId cbid, const void* params, const c
   case CUPTI_DRIVER_TRACE_CBID_##id: {                                                                     \
     auto* a = static_cast<const T*>(params);                                                               \
     log_.memset(name, a->dstDevice, uint32_t(a->field), elem, a->N, 1, 0, stream(nullptr));              \
-    return;                                                                                                \
+    return true;                                                                                           \
   }
     KC_SEQ_SET(cuMemsetD8_v2, cuMemsetD8_v2_params, uc, 1)
     KC_SEQ_SET(cuMemsetD8_v2_ptds, cuMemsetD8_v2_ptds_params, uc, 1)
@@ -349,7 +366,7 @@ void SequenceCapture::on_call(CUpti_CallbackId cbid, const void* params, const c
     auto* a = static_cast<const T*>(params);                                                               \
     log_.memset(name, a->dstDevice, uint32_t(a->field), elem, a->Width, a->Height, a->dstPitch,           \
                 stream(async ? KC_SEQ_ASTREAM(a) : nullptr));                                              \
-    return;                                                                                                \
+    return true;                                                                                           \
   }
     KC_SEQ_SET2D(cuMemsetD2D8Async, cuMemsetD2D8Async_params, uc, 1, true)
     KC_SEQ_SET2D(cuMemsetD2D8Async_ptsz, cuMemsetD2D8Async_ptsz_params, uc, 1, true)
@@ -368,6 +385,17 @@ void SequenceCapture::on_call(CUpti_CallbackId cbid, const void* params, const c
 #undef KC_SEQ_SET2D
 #undef KC_SEQ_ASTREAM
 #undef KC_SEQ_NOSTREAM
+    default:
+      return false;
+  }
+}
+
+// Event records and waits, host synchronizations, what is noted as not replayed, and the refusal.
+void SequenceCapture::on_order(CUpti_CallbackId cbid, const void* params, const char* name) {
+  const bool pt = per_thread_name(name);
+  auto stream = [&](CUstream s) { return stream_of(s, pt); };
+  const std::string step = " (step " + std::to_string(log_.steps().size()) + " of the sequence)";
+  switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuEventRecord:
     case CUPTI_DRIVER_TRACE_CBID_cuEventRecord_ptsz: {
       auto* a = static_cast<const cuEventRecord_params*>(params);

@@ -71,6 +71,9 @@ class SequenceCapture {
   // copies, fills, event records and waits, synchronizations are recorded; anything else
   // makes the sequence unreplayable (log().refusal()) or is noted as not replayed.
   void on_call(CUpti_CallbackId cbid, const void* params, const char* name);
+  bool on_copy(CUpti_CallbackId cbid, const void* params, const char* name);
+  bool on_fill(CUpti_CallbackId cbid, const void* params, const char* name);
+  void on_order(CUpti_CallbackId cbid, const void* params, const char* name);
   void add_warning(const std::string& w) { warnings_.push_back(w); }
   void set_job(const JobIdentity& j) { job_ = j; }
   void set_interception(std::string path) { interception_ = std::move(path); }
