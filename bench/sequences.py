@@ -47,9 +47,11 @@ def fidelity(work: Path, steps: int) -> dict:
     res = api.extract("", cmd, output=work / "layer", sequence=api.SequenceRequest("nvtx"),
                       selection=api.Selection(nvtx="step.1/layer.1"), force=True, app_output=lambda *_: None)
     launches = len(res.capture.sequence.launches)
-    r = api.replay(res.reproducer_dir, iterations=50, warmup=5, per_launch=True)
+    with api.open(res.reproducer_dir, compile_worker=False) as s:
+        r = s.replay(api.ReplayRequest(iterations=50, warmup=5, per_launch=True))
     replay_sum = sum(l["median_ms"] for l in r.launches)
-    g = api.replay(res.reproducer_dir, iterations=50, warmup=5, order="graph")
+    with api.open(res.reproducer_dir, order="graph", compile_worker=False) as s:
+        g = s.replay(api.ReplayRequest(iterations=50, warmup=5))
     profiled, runs = replay_profiled(res.reproducer_dir, res.capture.sequence)
     ratio = profiled / in_app
     print(api.format_sequence_launches(r.launches))

@@ -583,11 +583,12 @@ def long_functions(t: Tree) -> list[str]:
 # The shape of an open reproducer (one dispatch, a sequence, a set) is the session's to
 # test: a front end asks it for a verb and the shape refuses what it cannot do.
 SHAPE_CHECKS = {"is_set", "is_sequence"}
-# Front-end modules that still test shapes, with how many tests each makes; the counts
-# only shrink (test_allow_lists_only_name_offenders).
+# Front-end modules that still test shapes, with how many tests each makes (33 in 10
+# modules when the rule came, 30 now); the counts only shrink
+# (test_allow_lists_only_name_offenders).
 SHAPE_CHECKERS = {
     "bench.cupti_activity": 1, "kerncap.commands.extract": 1, "kerncap.commands.info": 1,
-    "kerncap.commands.recompile": 2, "kerncap.commands.replay": 1, "kerncap.commands.validate": 3,
+    "kerncap.commands.recompile": 2, "kerncap.commands.replay": 1, "kerncap.commands.validate": 1,
     "kerncap.frontends.mcp_server": 6, "kerncap_tui.app": 14,
     "kerncap_tui.widgets.history_pane": 3,
 }

@@ -19,6 +19,14 @@ from kerncap.replay import perturb as pt
 
 import replay_sim as sim
 
+
+def validate_once(reproducer, cubin=None):
+    """One launch checked against the captured post-state, through the reproducer's session."""
+    from kerncap import api
+
+    with api.open(reproducer, compile_worker=False) as s:
+        return s.validate_once(cubin)
+
 DEMO = Path(__file__).parents[1] / "kerncap_tui" / "demo" / "reproducer"
 A = np.float32(0.5)
 
@@ -271,15 +279,15 @@ def wrong_last(m, s):  # right everywhere but the last 4 elements of y, the capt
 
 
 def test_a_one_run_validation_compares_every_region_the_last_too(reproducer, monkeypatch):
-    """`api.validate` (one run against the captured post-state; the replay server's
+    """`Session.validate_once` (one run against the captured post-state; the replay server's
     NativeSession.validate, also prune's and the sanitizer's check): a check per region,
     the last one included, and a variant wrong only there fails on it."""
     from kerncap import api
 
     (reproducer.parent / "wrong_last.cubin").write_bytes(b"wrong_last.cubin")
     monkeypatch.setitem(sim.KERNELS, "wrong_last.cubin", wrong_last)
-    ok = api.validate(reproducer)
+    ok = validate_once(reproducer)
     assert [c.name for c in ok.regions] == ["region 0", "region 1"] and ok.passed
-    bad = api.validate(reproducer, cubin=reproducer.parent / "wrong_last.cubin")
+    bad = validate_once(reproducer, cubin=reproducer.parent / "wrong_last.cubin")
     assert not bad.passed and [c.name for c in bad.regions if not c.passed] == ["region 1"]
     assert min(at for at, *_ in bad.regions[-1].first_mismatches) >= 16384 - 16  # in the last 4 floats

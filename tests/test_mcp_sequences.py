@@ -87,7 +87,9 @@ def test_validate_per_launch_is_one_result_in_every_front_end(seq, capsys, varia
                                         **({"cubin": cubin} if cubin else {})}))
     from_mcp = ok(r)
     request = api.ValidateRequest(cubin=cubin, runs=2)
-    from_api = {**api.validate_request([seq], request).to_dict(), "per_launch": api.localize(seq, cubin=cubin)}
+    with api.open(seq, compile_worker=False) as s:
+        where_alone = s.localize(cubin)
+    from_api = {**api.validate_request([seq], request).to_dict(), "per_launch": where_alone}
     with api.open_session(seq, compile_worker=False) as s:
         report, where = s.validate_per_launch(request)
     from_session = {**report.to_dict(), "per_launch": where}
@@ -121,7 +123,8 @@ def test_replay_per_launch_and_order_are_one_result_in_every_front_end(seq, caps
     [r] = mcp(seq.parent, ("replay", {"reproducer": seq.name, "per_launch": True, "iterations": 3, "warmup": 1,
                                       "order": "serial"}))
     from_mcp = ok(r)
-    from_api = api.replay(seq, iterations=3, warmup=1, per_launch=True, order="serial").to_dict()
+    with api.open(seq, order="serial", compile_worker=False) as s:
+        from_api = s.replay(api.ReplayRequest(iterations=3, warmup=1, per_launch=True)).to_dict()
     assert plain(from_cli) == plain(from_mcp) == plain(from_api)
     assert [(l["launch"], l["label"], l["stream"]) for l in from_mcp["launches"]] == [
         (0, "launch 0 (scale(float const*, float*))", 0), (1, "launch 1 (add(float const*, float*))", 0)]

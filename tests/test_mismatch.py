@@ -152,7 +152,9 @@ def test_validate_byte_count_is_reproduced_by_the_dump(tmp_path, monkeypatch):
         sim.axpy(m, s)
         m.f32(1)[-64:] = 0
     repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy, "last.cubin": last})
-    report = api.validate_inputs([repro], cubin=tmp_path / "last.cubin", runs=1, shapes={1: (64, 64)})
+    with api.open(repro, compile_worker=False) as s:
+        report = s.validate(api.ValidateRequest(cubin=str(tmp_path / "last.cubin"), runs=1,
+                                                region_shapes={1: (64, 64)}))
     check = next(c for c in report.reproducers[0].inputs[0].checks if not c.passed)
     assert "row 63 only" in check.report["summary"] and check.report["first"][0]["coords"] == [63, 0]
     assert "where: " in api.format_trust_report(report)

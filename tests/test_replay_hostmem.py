@@ -29,6 +29,12 @@ from kerncap.reproducer.info import format_summary
 
 import replay_sim as sim
 
+
+def validate_once(reproducer, cubin=None):
+    """One launch checked against the captured post-state, through the reproducer's session."""
+    with api.open(reproducer, compile_worker=False) as s:
+        return s.validate_once(cubin)
+
 MiB, GiB = 1 << 20, 1 << 30
 PAGE2M = 2 * MiB
 AXPY = Path(__file__).parent / "fixtures" / "captures" / "axpy_small"
@@ -386,8 +392,8 @@ def test_a_variant_writing_host_memory_is_judged_on_it(simulated):
     m["host_regions"][0]["post"] = m["host_regions"][0]["pre"]  # the kernel leaves it alone
     m["host_regions"][0]["written"] = False
     write_manifest(repro, m)
-    assert api.validate(repro).passed
-    v = api.validate(repro, cubin=repro.parent / "host_writer.cubin")
+    assert validate_once(repro).passed
+    v = validate_once(repro, cubin=repro.parent / "host_writer.cubin")
     bad = [c for c in v.regions if not c.passed]
     assert [(c.kind, c.id, c.mismatched_bytes, c.unexpected_write) for c in bad] == [("host", 0, 1, True)]
 
@@ -398,7 +404,7 @@ def test_a_device_pointer_that_differs_in_replay_is_named(simulated):
     m["host_regions"][0]["device_pointer"] = 0x7E00_0000_0000 + (1 << 30)  # as on a system without host pointers
     write_manifest(repro, m)
     with pytest.raises(KerncapError) as exc:
-        api.validate(repro)
+        validate_once(repro)
     assert "host region 0" in exc.value.message and "instead of the captured 0x7e0040000000" in exc.value.message
 
 
@@ -424,9 +430,9 @@ def test_a_host_region_among_device_regions_replays_in_device_memory(simulated):
     assert any("host range 0" in sp.regions for sp in ns.plan.spans)
     assert any("replayed in device memory" in n for n in ns.notes())
     ns.close() if hasattr(ns, "close") else None
-    v = api.validate(repro)
+    v = validate_once(repro)
     assert v.passed and any(c.kind == "host" and c.passed for c in v.regions)
-    bad = [c for c in api.validate(repro, cubin=repro.parent / "host_writer.cubin").regions if not c.passed]
+    bad = [c for c in validate_once(repro, cubin=repro.parent / "host_writer.cubin").regions if not c.passed]
     assert [(c.kind, c.id, c.mismatched_bytes) for c in bad] == [("host", 0, 1)]
 
 
@@ -453,9 +459,9 @@ def test_sparse_region_replays_zero_backed_and_a_stray_write_is_named(simulated,
     assert ns.session.zero_maps == [(spec.base, 8 * MiB)] and ns.session.zero_chunk == sparse.ZERO_CHUNK
     assert not any(b <= spec.base < b + n for b, n in ns.session.maps)  # no memory of its own
     assert ns.info()["sparse"] == {"2": []}
-    assert api.validate(repro).passed
+    assert validate_once(repro).passed
     with pytest.raises(KerncapError) as exc:
-        api.validate(repro, cubin=repro.parent / "stray.cubin")
+        validate_once(repro, cubin=repro.parent / "stray.cubin")
     message = exc.value.message
     assert "ILLEGAL_ADDRESS" in message and "Region(s) 2 replay sparsely" in message
     assert "the variant writes outside what the captured kernel wrote" in message
@@ -473,7 +479,7 @@ def test_the_captured_kernel_faulting_names_the_capture_not_a_variant(simulated,
 
     monkeypatch.setitem(sim.KERNELS, "captured", faults)
     with pytest.raises(KerncapError) as exc:
-        api.validate(repro)
+        validate_once(repro)
     assert "Likely cause, from the capture (not the kernel's code): parameter 1 holds 0x7f9900000000" in exc.value.message
     assert "variant" not in (exc.value.hint or "") and "kerncap info" in exc.value.hint
 

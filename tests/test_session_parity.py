@@ -109,8 +109,10 @@ def test_replay_and_compare_are_one_result_in_every_front_end(repro, tmp_path, c
     # each in a fresh server, as the CLI's: the simulated timings follow the launches before
     [mcp_cmp] = mcp(tmp_path, ("compare", {"reproducer": str(repro), "cubins": [slow], "rounds": 6, "iterations": 4}))
     [mcp_replay] = mcp(tmp_path, ("replay", {"reproducer": str(repro), "cubin": slow, "iterations": 5}))
-    api_cmp = api.compare_variants(repro, [slow], rounds=6, iterations=4).to_dict()
-    api_replay = api.replay(repro, cubin=slow, iterations=5).to_dict()
+    with api.open(repro, compile_worker=False) as s:
+        api_cmp = s.compare(api.CompareRequest(cubins=(slow,), rounds=6, iterations=4)).to_dict()
+    with api.open(repro, compile_worker=False) as s:
+        api_replay = s.replay(api.ReplayRequest(cubin=slow, iterations=5)).to_dict()
     for doc in (cli_cmp, mcp_cmp, api_cmp):
         doc.pop("seconds")  # wall time of the comparison
     assert plain(cli_cmp) == plain(mcp_cmp) == plain(api_cmp)

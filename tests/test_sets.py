@@ -105,11 +105,10 @@ def test_source_sync_keeps_each_members_own_launch_files(fake_set, tmp_path):
 
 def test_replay_set_reports_each_member_even_when_replay_is_unavailable(fake_set, tmp_path, monkeypatch):
     """Without the replay core (this CPU machine), every member says so; none is skipped."""
-    from kerncap.api import format_set_run, replay_set
-    from kerncap.reproducer.sets import ReproducerSet
+    from kerncap.api import ReplayRequest, ValidateRequest, format_set_run, open
 
-    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
-    run = replay_set(s, validate=True)
+    with open(fake_set(tmp_path / "set").set_dir) as s:
+        run = s.run_members(validate=ValidateRequest(), replay=ReplayRequest())
     assert not run.passed and [r.member.index for r in run.runs] == [0, 1]
     assert all(r.error for r in run.runs)
     assert "not passed: member(s) 0, 1" in format_set_run(run)
@@ -166,7 +165,7 @@ def test_a_set_json_cannot_point_outside_the_set(fake_set, tmp_path):
 
 
 def test_a_set_counts_as_its_members_for_validation(fake_set, tmp_path):
-    """`validate SET` (kerncap.api.validate_inputs) checks every member: the set expands
+    """`validate SET` (its SetSession) checks every member: the set expands
     to its members (hydrated), a set variant to each member's cubin."""
     from kerncap.reproducer.sets import ReproducerSet, expand
 

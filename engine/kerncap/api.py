@@ -9,7 +9,8 @@ user can fix, with `.message` naming the thing and `.hint` the next step; its
     from kerncap import api
     prof = api.profile(["python", "train.py"])              # rank the app's kernels
     res = api.extract("gemm", ["./app"], output="gemm-repro")
-    v = api.validate("gemm-repro", cubin="gemm-repro/variants/1.cubin")
+    with api.open("gemm-repro") as s:           # the reproducer's session: every verb on it
+        v = s.validate(api.ValidateRequest(cubin="gemm-repro/variants/1.cubin", perturb=4))
     assert v.passed
 """
 
@@ -49,7 +50,6 @@ from kerncap.prune import pruner as _pruner
 from kerncap.replay import differential as _differential
 from kerncap.replay import ncu as _ncu
 from kerncap.replay import sanitize as _sanitize
-from kerncap.replay import perturb as _perturb
 from kerncap.replay import set_run as _set_run
 from kerncap.replay import significance as _significance
 from kerncap.replay.differential import DEFAULT_RUNS, TrustReport
@@ -66,7 +66,6 @@ from kerncap.replay.results import (
     ReplayResult,
     ValidationResult,
     format_replay,
-    format_validation,
 )
 from kerncap.reproducer import editable as _editable
 from kerncap.reproducer import info as _info
@@ -114,25 +113,25 @@ __all__ = [
     # sources, recompile, replay, prune
     "AutotuneConfigs", "Discovery", "KernelSite", "PruneReport", "kernel_site", "RecompileResult", "RegionCheck",
     "ReplayResult", "ValidationResult", "autotune_configs", "find_sources", "format_replay",
-    "format_validation", "prune", "recompile", "replay", "validate",
+    "prune", "recompile", 
     # validation you can trust: determinism, perturbed inputs, interleaved timing with intervals
     "DEFAULT_CONFIDENCE", "DEFAULT_RUNS", "MAX_PERTURBATIONS", "MIN_ROUNDS", "TimingComparison",
-    "TrustReport", "compare_variants", "format_comparison", "format_trust_report", "validate_inputs",
+    "TrustReport", "format_comparison", "format_trust_report", 
     "validate_request",
     # the open reproducer: one session per reproducer, the edit loop and its requests (issue 28)
     "BuildRequest", "BuildResult", "CompareRequest", "ReplayNotRun", "ReplayRequest", "SequenceReplay", "Session", "SessionPool",
-    "SetSession", "ValidateRequest", "build", "needs_gpu", "open_session", "options", "speedup_phrase",
+    "SetSession", "ValidateRequest", "build", "needs_gpu", "open", "open_session", "options", "speedup_phrase",
     # Nsight Compute and compute-sanitizer on one replayed launch
     "NCU_SECTIONS", "SANITIZE_TOOLS", "KEY_METRICS", "Cancellation", "Cancelled", "Metric", "NcuResult",
     "SanitizeResult", "format_metric", "format_metric_change", "format_ncu", "format_ncu_compare",
     "format_sanitize", "ncu", "sanitize", "stored_ncu", "stored_sanitize",
     # editable sources, stacks (MCP server)
-    "SourceFile", "is_source_file", "list_sources", "read_source", "running_stack", "source_fingerprint",
+    "SourceFile", "is_source_file", "list_sources", "read_source", "source_fingerprint",
     "stack_differences", "write_source",
     # which launches count, reproducer sets (docs/selection.md)
     "NVTX_MATCH_MODES", "Member", "MemberRun", "ReproducerSet", "Selection", "SetExtractResult", "SetRun", "SetVariant",
     "dispatch_list", "format_nvtx_table", "format_bucket_tables", "format_set_extract", "format_set_info",
-    "format_set_run", "is_set", "launch_context", "open_set", "recompile_set", "replay_set", "set_info",
+    "format_set_run", "is_set", "launch_context", "open_set", "recompile_set", "set_info",
     # many reproducers and variants on many GPUs
     "CheckCase", "CheckReport", "Fanout", "MeasureRequest", "SweepEntry", "SweepReport", "check", "format_check",
     "format_sweep", "load_sweep_configs", "open_fanout", "sweep", "write_check_baseline", "write_junit",
@@ -142,7 +141,7 @@ __all__ = [
     "parse_shape",
     # a sequence of launches as one reproducer (issue 29, docs/sequences.md)
     "SEQUENCE_MODES", "SEQUENCE_ORDERS", "SequenceRequest", "format_sequence_extract", "format_localization",
-    "format_sequence_launches", "fuse_build", "fuse_skeleton", "is_sequence", "localize", "recompile_sequence_kernel",
+    "format_sequence_launches", "fuse_build", "fuse_skeleton", "is_sequence", "recompile_sequence_kernel",
     "fuse_edit", "fused_variant_info", "fusion_info",
     "changed_launch_ms", "sequence_kernel_of_source", "sequence_extract_arguments",
     "fusions", "fusion_name", "fusion_of_source", "fusion_phrase",
@@ -446,6 +445,21 @@ def open_session(reproducer: PathLike, *, device: int = 0, replay_timeout: float
                                  server_cmd=list(server_cmd) if server_cmd else None)
 
 
+def open(reproducer: PathLike, *, device: int = 0, order: str | None = None, replay_timeout: float | None = None,
+         compile_worker: bool = True, server_cmd: Sequence[str] | None = None) -> Session | SetSession:
+    """The one door to a reproducer: `open_session`, a sequence replaying in `order`
+    (streams, serial or graph; None: streams). Every verb on an open reproducer is a
+    method of what this returns, and a shape that cannot do a verb refuses it itself."""
+    session = open_session(reproducer, device=device, replay_timeout=replay_timeout, compile_worker=compile_worker,
+                           server_cmd=server_cmd)
+    try:
+        session.use_order(order)
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
 def speedup_phrase(variant: Variant) -> str:
     """A History row's speedup in one phrase: "1.32× [1.21–1.35]", "within noise (1.02×,
     0.97–1.08)", "1.06× (no interval)", "not compared"."""
@@ -470,65 +484,6 @@ def build(reproducer: PathLike, request: BuildRequest | None = None, *, device: 
 # -- replay -----------------------------------------------------------------------------------
 
 
-def replay(reproducer: PathLike, *, cubin: PathLike | None = None, iterations: int = _options.REPLAY_ITERATIONS.default,
-           warmup: int = _options.REPLAY_WARMUP.default, flush_l2: bool = False, device: int = 0,
-           per_launch: bool = False, order: str | None = None, timeout: float | None = None) -> ReplayResult:
-    """Replay the captured kernel (or the variant `cubin`) at the captured addresses and
-    time it: `warmup` untimed launches, then `iterations` timed ones. Needs the GPU; for
-    many requests on one reproducer keep a session open (`open_session`) instead.
-    `timeout`: seconds the replay server may take to answer (opening included) before it
-    is killed and a KerncapError raised (exit status 3: a variant that never ends);
-    None: no limit. A sequence (docs/sequences.md) replays whole, in `order` (streams,
-    serial or graph); `per_launch` times each of its launches too (`result.launches`)."""
-    request = ReplayRequest(cubin=None if cubin is None else str(cubin), iterations=iterations, warmup=warmup,
-                            flush_l2=flush_l2, per_launch=per_launch)
-    with _session.Session(reproducer, device=device, timeout=timeout, compile_worker=False,
-                          sequence_order=order) as s:
-        return s.replay(request)
-
-
-def localize(reproducer: PathLike, *, cubin: PathLike | None = None, device: int = 0, order: str | None = None,
-             tolerances: dict | None = None) -> dict[str, Any]:
-    """A sequence and a variant of it (`cubin`: a sequence variant variants/<n>.json, or a
-    cubin replacing the modules whose kernels it defines): the first launch after which the
-    variant's state departs from the captured one ("at", and the differing "checks"), each
-    prefix replayed from the captured pre-state (`kerncap validate --per-launch`)."""
-    with _session.Session(reproducer, device=device, compile_worker=False, sequence_order=order) as s:
-        return s.localize(None if cubin is None else str(cubin), tolerances=tolerances)
-
-
-def validate(reproducer: PathLike, *, cubin: PathLike | None = None, atol: float | None = None,
-             rtol: float | None = None, dtype: str | None = None, dtypes: dict[int, str] | None = None,
-             device: int = 0) -> ValidationResult:
-    """Run the kernel (or `cubin`) once on the captured pre-state and compare every region
-    and module global with the captured post-state: byte-exact, or element-wise within
-    atol + rtol*|expected| when a tolerance or dtype is given (`dtypes`: region id ->
-    dtype). `result.passed` is the verdict. (`validate_inputs` is what `kerncap validate`
-    runs: determinism and perturbed inputs too.)"""
-    with _session.Session(reproducer, device=device, compile_worker=False) as s:
-        return s.validate_once(cubin, atol=atol, rtol=rtol, dtype=dtype, dtypes=dtypes)
-
-
-def replay_set(reproducer_set: PathLike | ReproducerSet, *, cubin: PathLike | None = None, replay: bool = True,
-               validate: bool = False, options: ValidateRequest | None = None,
-               iterations: int = _options.REPLAY_ITERATIONS.default, warmup: int = _options.REPLAY_WARMUP.default,
-               flush_l2: bool = False, device: int = 0,
-               progress: Callable[[Member, MemberRun], None] | None = None) -> SetRun:
-    """Every member of a reproducer set, one replay server each: with `replay`, the
-    captured cubin timed (and the variant `cubin`: one cubin for all members, or a set
-    variant variants/<n>.json from `recompile_set`); with `validate`, the variant checked
-    as `validate_inputs` does (`options`: perturbations, runs, tolerances). With a
-    variant, `run.workload` is the speedup on the workload (members weighted by their
-    share of in-app time) and its worst member. A member that fails is reported in its
-    `error`; the others still run. `progress(member, run)` follows the members."""
-    root = reproducer_set.root if isinstance(reproducer_set, ReproducerSet) else reproducer_set
-    request = options or ValidateRequest()
-    with SetSession(root, device=device) as s:
-        return s.run_members(cubin, validate=request if validate else None,
-                             replay=ReplayRequest(iterations=iterations, warmup=warmup, flush_l2=flush_l2)
-                             if replay else None, progress=progress)
-
-
 def format_set_run(run: SetRun) -> str:
     """The text `kerncap replay SET` (and `validate SET --cubin V`) prints: one line per
     member, then the weighted speedup and the worst member."""
@@ -536,29 +491,6 @@ def format_set_run(run: SetRun) -> str:
 
 
 # -- validation you can trust, comparisons with intervals (issue 14, docs/replay.md) ------------
-
-def validate_inputs(reproducers: Sequence[PathLike], *, cubin: PathLike | None = None, perturb: int | None = None,
-                    seed: int = 0, keep: Sequence[int] = (), runs: int = DEFAULT_RUNS, atol: float | None = None,
-                    rtol: float | None = None, dtype: str | None = None, dtypes: dict[int, str] | None = None,
-                    device: int = 0, progress: Callable[[str], None] | None = None,
-                    shapes: dict[int, Sequence[int]] | None = None) -> TrustReport:
-    """`kerncap validate`: first `runs` replays of the captured kernel tell whether it is
-    deterministic (a varying region gets a tolerance from its own spread), then `cubin`
-    (None: the captured cubin) is checked on the captured input of every reproducer in
-    `reproducers` (all of one kernel) and, with `perturb` K, on K perturbed copies of it
-    (`seed`; regions in `keep` never redrawn), where it must agree with the captured
-    kernel. `report.verdict`: pass | fail | inconclusive; `report.exit_status` 0/1/3.
-    A reproducer set among `reproducers` counts as its members; its `cubin` may be a
-    set variant (variants/<n>.json from `recompile_set`: each member's own build).
-    Per-region dtypes alone ask for an element-wise comparison (ValidateRequest). Every
-    failing region's check carries a mismatch report (`check.report`, a MismatchMap dict;
-    `shapes`: region id -> tensor shape for its coordinates)."""
-    if perturb is not None:
-        _perturb.check_count(perturb)
-    request = ValidateRequest(cubin=None if cubin is None else str(cubin), runs=runs, perturb=perturb or 0, seed=seed,
-                              keep=tuple(keep), atol=atol, rtol=rtol, dtype=dtype, region_dtypes=dict(dtypes or {}),
-                              region_shapes={int(k): tuple(v) for k, v in (shapes or {}).items()})
-    return validate_request(reproducers, request, device=device, progress=progress)
 
 
 def validate_request(reproducers: Sequence[PathLike], request: ValidateRequest, *, device: int = 0,
@@ -572,30 +504,6 @@ def validate_request(reproducers: Sequence[PathLike], request: ValidateRequest, 
 def format_trust_report(report: TrustReport) -> str:
     """The text `kerncap validate` prints."""
     return _differential.format_report(report)
-
-
-def compare_variants(reproducer: PathLike, cubins: Sequence[PathLike], *, device: int = 0,
-                     rounds: int = _options.ROUNDS.default, iterations: int = _options.COMPARE_ITERATIONS.default,
-                     warmup: int = _options.COMPARE_WARMUP.default, flush_l2: bool = False,
-                     min_seconds: float = _options.MIN_TIME.default, max_seconds: float = _options.MAX_TIME.default,
-                     confidence: float | None = None, timeout: float | None = None,
-                     order: str | None = None, inputs: int = _options.TIMING_INPUTS.default,
-                     seed: int = _options.SEED.default) -> TimingComparison:
-    """Time the captured cubin and the variants `cubins` interleaved (`kerncap replay
-    --compare`, in a replay server of its own): `rounds` rounds (more until each has
-    `min_seconds` of kernel time, at most `max_seconds`), each timing every program
-    `iterations` times in a rotating order; each variant's speedup over the captured
-    cubin with a bootstrap interval over rounds (`confidence`, default 0.99), "within
-    noise" when it contains 1.0. `timeout` as for `replay` (the whole measurement is one
-    request). Every timed launch is checked; they rotate over `inputs` inputs (the
-    captured one and perturbations of `seed`)."""
-    request = CompareRequest(cubins=tuple(str(c) for c in cubins), rounds=rounds, iterations=iterations, warmup=warmup,
-                             flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds,
-                             confidence=confidence or DEFAULT_CONFIDENCE, inputs=inputs, seed=seed)
-    request.checked()
-    with _session.Session(reproducer, device=device, timeout=timeout, compile_worker=False,
-                          sequence_order=order) as s:
-        return s.compare(request)
 
 
 def format_comparison(comparison: TimingComparison) -> str:
@@ -740,13 +648,6 @@ def write_source(reproducer: PathLike, name: str, text: str, kernel: str | None 
     sequence kernel's `kernels/<k>/source/`); the next `recompile` (`build --kernel K` for
     a sequence) builds from it."""
     return _editable.write_source(_sources_of(reproducer, kernel), name, text)
-
-
-def running_stack(device: int | None = None) -> dict[str, Any]:
-    """kerncap, Python, torch/triton/numpy versions, NVIDIA driver, CUDA driver API and
-    the GPU (name, UUID, clocks) of this machine now (NVML or nvidia-smi; None where
-    unknown). `extract` records the same in reproducer.json's "provenance"."""
-    return _stack.running_stack(index=device)
 
 
 def stack_differences(reproducer: PathLike, running: dict[str, Any] | None = None) -> list[str]:

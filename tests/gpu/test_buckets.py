@@ -28,6 +28,17 @@ def bucket_set(testapps_build, tmp_path_factory):
                    env=app_env(BUCKETS, work), source_dir=TESTAPPS / "cuda", build_dir=testapps_build)
 
 
+def replay_set(s, *, cubin=None, validate: bool = False, replay: bool = True, iterations: int = 20):
+    """Every member of the set `s` through its session: the captured cubin (and `cubin`)
+    timed, and `cubin` validated with `validate` (SetSession.run_members)."""
+    from kerncap import api
+
+    with api.open(s.root) as session:
+        return session.run_members(None if cubin is None else str(cubin),
+                                   validate=api.ValidateRequest() if validate else None,
+                                   replay=api.ReplayRequest(iterations=iterations) if replay else None)
+
+
 def member_by_grid(s, grid: int):
     return next(m for m in s.members if m.bucket.grid[0] == grid)
 
@@ -66,7 +77,7 @@ def test_weighted_speedup_follows_the_weights(bucket_set, variant_cubins):
     """Each variant validates on every member, and its weighted speedup is the one the
     weights and the members' own speedups give. That fast-on-common beats fast-on-rare
     (a timing figure) is bench/speedups.py's `buckets` row."""
-    from kerncap.api import format_set_run, replay_set
+    from kerncap.api import format_set_run
 
     s = bucket_set.set
     runs = {}
@@ -88,7 +99,6 @@ def test_weighted_speedup_follows_the_weights(bucket_set, variant_cubins):
 
 def test_recompile_builds_one_variant_every_member_uses(bucket_set):
     from kerncap.recompile.set_variant import recompile_set
-    from kerncap.api import replay_set
 
     s = bucket_set.set
     v = recompile_set(s)
@@ -108,8 +118,6 @@ def test_dispatch_list_captures_those_dispatches_in_one_run(testapps_build, tmp_
     assert [m.dispatch for m in s.members] == [0, 5, 30]
     assert [m.bucket.grid[0] for m in s.members] == [COMMON, COMMON, 1024]
     assert s.members[0].weight == s.members[1].weight  # one bucket, two members: its weight split
-    from kerncap.api import replay_set
-
     assert replay_set(s, replay=False, validate=True).passed
 
 

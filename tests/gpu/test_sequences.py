@@ -34,6 +34,18 @@ PIPELINE_KERNELS = ["sp_scale", "sp_square", "sp_add", "sp_combine", "sp_bias"]
 LAYERS = 2  # seq_layer.py --layers
 
 
+def replay_per_launch(reproducer, *, iterations: int, warmup: int):
+    """A sequence replayed through its session, each launch timed too."""
+    with api.open(reproducer, compile_worker=False) as s:
+        return s.replay(api.ReplayRequest(iterations=iterations, warmup=warmup, per_launch=True))
+
+
+def localize(reproducer, variant):
+    """Where `variant`'s state first departs from the captured sequence's (its session's localize)."""
+    with api.open(reproducer, compile_worker=False) as s:
+        return s.localize(str(variant))
+
+
 def pipeline_app(mode: str = "pipeline") -> AppSpec:
     return AppSpec("seq_pipeline", "", args=(mode,), timeout=120.0)
 
@@ -145,7 +157,7 @@ def test_the_pipeline_replays_byte_exact_in_each_order(seqs, testapps_build, ord
 
 def test_each_launch_of_the_pipeline_is_timed_on_its_stream(seqs, testapps_build):
     res, _, _ = pipeline(seqs, testapps_build)
-    r = api.replay(res.reproducer_dir, iterations=10, warmup=2, per_launch=True)
+    r = replay_per_launch(res.reproducer_dir, iterations=10, warmup=2)
     print(api.format_replay(r))
     print(api.format_sequence_launches(r.launches))
     assert [re.search(r"\((\w+)\(", l["label"]).group(1) for l in r.launches] == PIPELINE_KERNELS
@@ -160,7 +172,7 @@ def test_an_unmodified_rebuild_of_one_kernel_validates_byte_exact(seqs, testapps
     print(f"rebuilt {built.cubin} in {built.seconds:.2f} s ({built.mode}); variant {variant}")
     report, text = validated(repro, cubin=variant)
     assert report.verdict == "pass", text
-    where = api.localize(repro, cubin=variant)
+    where = localize(repro, variant)
     print(api.format_localization(where))
     assert not where["diverged"] and where["launches_checked"] == 5, where
 
@@ -176,7 +188,7 @@ def test_a_changed_kernel_is_localized_to_its_launch(seqs, testapps_build, tmp_p
     _, variant = api.recompile_sequence_kernel(repro, "sp_add")
     report, text = validated(repro, cubin=variant, runs=1)
     assert report.verdict == "fail", text
-    where = api.localize(repro, cubin=variant)
+    where = localize(repro, variant)
     print(api.format_localization(where))
     assert where["diverged"] and "launch 2 (sp_add" in where["at"], where
 
@@ -209,10 +221,11 @@ def test_two_launches_fused_into_one_kernel_validate_and_are_timed_against_the_p
     report_v, text = validated(repro, cubin=variant)
     assert report_v.verdict == "pass", text
     assert f"not compared: {names['y']}" in text, text
-    where = api.localize(repro, cubin=variant)
+    where = localize(repro, variant)
     print(api.format_localization(where))
     assert not where["diverged"], where
-    comparison = api.compare_variants(repro, [variant], rounds=20, iterations=10)
+    with api.open(repro, compile_worker=False) as session:
+        comparison = session.compare(api.CompareRequest(cubins=(str(variant),), rounds=20, iterations=10))
     print(api.format_comparison(comparison))
     fused = comparison.programs[-1].interval
     assert fused is not None and fused.low <= fused.speedup <= fused.high
@@ -357,7 +370,7 @@ def test_a_decoder_layer_replays_byte_exact_and_is_timed_per_launch(seqs):
     for order in ("streams", "graph"):
         report, text = validated(res.reproducer_dir, order=order)
         assert report.verdict == "pass", f"{order}: {text}"
-    r = api.replay(res.reproducer_dir, iterations=10, warmup=3, per_launch=True)
+    r = replay_per_launch(res.reproducer_dir, iterations=10, warmup=3)
     print(api.format_replay(r))
     print(api.format_sequence_launches(r.launches))
     assert len(r.launches) == len(seq.launches)
@@ -416,7 +429,7 @@ def test_a_pruned_pipeline_drops_what_no_launch_reaches_and_still_validates_ever
     for order in ("streams", "graph"):
         v, text = validated(repro, order=order)
         assert v.verdict == "pass", f"{order}: {text}"
-    r = api.replay(repro, iterations=5, warmup=1, per_launch=True)
+    r = replay_per_launch(repro, iterations=5, warmup=1)
     assert len(r.launches) == len(PIPELINE_KERNELS)
     packed = api.pack(repro, tmp_path / "pruned.kcap")
     api.unpack(packed.path, tmp_path / "unpacked")

@@ -26,7 +26,7 @@ def sync(test):
 
 
 def fake_run(s, variant, times):
-    """What kerncap.api.replay_set returns: baseline 1.0 and 2.0 ms, the variant `times`."""
+    """What a set's session (SetSession.run_members) returns: baseline 1.0 and 2.0 ms, the variant `times`."""
     from kerncap.reproducer.buckets import weighted_speedup
     from kerncap.replay.results import ReplayResult, ValidationResult
     from kerncap.replay.set_run import MemberRun, SetRun

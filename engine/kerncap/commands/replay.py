@@ -66,9 +66,11 @@ def handle(args: argparse.Namespace) -> int:
     if args.compare:
         return handle_compare(args)
     check_cubin(args.cubin)
-    result = api.replay(args.path, cubin=args.cubin, iterations=_or(args.iterations, O.REPLAY_ITERATIONS),
-                        warmup=_or(args.warmup, O.REPLAY_WARMUP), flush_l2=args.flush_l2, device=args.device,
-                        timeout=args.timeout, per_launch=args.per_launch, order=args.sequence_order)
+    request = render.from_args(api.ReplayRequest, args, cubin=None if args.cubin is None else str(args.cubin),
+                               iterations=_or(args.iterations, O.REPLAY_ITERATIONS),
+                               warmup=_or(args.warmup, O.REPLAY_WARMUP))
+    with _open(args) as session:
+        result = session.replay(request)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_replay(result))
     if result.launches and not args.json:
         print(api.format_sequence_launches(result.launches))
@@ -85,12 +87,11 @@ def handle_compare(args: argparse.Namespace) -> int:
     cubins = [Path(c) for c in args.compare if c not in inspect_tools.BASELINE_NAMES]  # always the baseline
     for cubin in cubins:
         check_cubin(cubin)
-    result = api.compare_variants(args.path, cubins, rounds=args.rounds,
-                                  iterations=_or(args.iterations, O.COMPARE_ITERATIONS),
-                                  warmup=_or(args.warmup, O.COMPARE_WARMUP), flush_l2=args.flush_l2,
-                                  min_seconds=args.min_seconds, max_seconds=args.max_seconds,
-                                  confidence=args.confidence, device=args.device, timeout=args.timeout,
-                                  order=args.sequence_order, inputs=args.inputs, seed=args.seed)
+    request = render.from_args(api.CompareRequest, args, cubins=tuple(str(c) for c in cubins),
+                               iterations=_or(args.iterations, O.COMPARE_ITERATIONS),
+                               warmup=_or(args.warmup, O.COMPARE_WARMUP)).checked()
+    with _open(args) as session:
+        result = session.compare(request)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_comparison(result))
     return EXIT_FAILED if any(p.void for p in result.programs) else 0
 
@@ -102,10 +103,20 @@ def handle_set(args: argparse.Namespace) -> int:
         raise UsageError(f"{flag} works on one reproducer; {args.path} is a set",
                          f"pass one member, e.g. {args.path / 'members' / '0'}")
     check_cubin(args.cubin)
-    run = api.replay_set(args.path, cubin=args.cubin, iterations=_or(args.iterations, O.REPLAY_ITERATIONS),
-                         warmup=_or(args.warmup, O.REPLAY_WARMUP), flush_l2=args.flush_l2, device=args.device)
+    request = api.ReplayRequest(cubin=None if args.cubin is None else str(args.cubin), flush_l2=args.flush_l2,
+                                iterations=_or(args.iterations, O.REPLAY_ITERATIONS),
+                                warmup=_or(args.warmup, O.REPLAY_WARMUP))
+    with _open(args) as session:
+        run = session.replay(request)
     print(json.dumps(run.to_dict(), indent=1) if args.json else api.format_set_run(run))
     return EXIT_OK if run.passed else EXIT_CANNOT_RUN  # a member that could not run
+
+
+def _open(args: argparse.Namespace):
+    """The reproducer's session (a set's: its members'), as the workbench and MCP open it;
+    --timeout bounds each replay request (the one default otherwise)."""
+    return api.open(args.path, device=args.device, order=args.sequence_order, replay_timeout=args.timeout,
+                    compile_worker=False)
 
 
 def _or(value, option):

@@ -53,28 +53,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     check_cubin(args.cubin)
-    one_set = len(args.paths) == 1 and api.is_set(args.paths[0])
     if args.sanitize:
         if any(api.is_set(p) for p in args.paths):
             raise UsageError("--sanitize checks one reproducer, not a set",
                              f"pass one member, e.g. {args.paths[0] / 'members' / '0'}")
         return inspect_tools.handle_sanitize(args)
     inspect_tools.check_tool_flags(args, "--sanitize")
-    if args.per_launch and (len(args.paths) != 1 or not api.is_sequence(args.paths[0])):
-        # refused before anything runs (MCP's validate: Session.validate_per_launch)
+    if args.per_launch and len(args.paths) != 1:
+        # one sequence; the session refuses any other shape before anything runs, as MCP's
         raise UsageError("--per-launch localizes inside one sequence reproducer",
                          "pass one reproducer made with `kerncap extract --sequence`")
     request = request_from(args)
-    if one_set and args.cubin is not None:
-        # A set's variant is also timed on every member (its speedup on the workload), in
-        # the same replay server that validated it: each member is restored once.
-        with api.open_session(args.paths[0], device=args.device) as s:
-            report, timing = s.validate_and_time(request)
-    else:
-        report, timing = api.validate_request(args.paths, request, device=args.device, order=args.sequence_order), None
-    localized = None
-    if args.per_launch:
-        localized = api.localize(args.paths[0], cubin=args.cubin, device=args.device, order=args.sequence_order)
+    report, timing, localized = _validate(args, request)
     if args.json:
         print(json.dumps({**report.to_dict(), "set_timing": timing.to_dict() if timing else None,
                           **({"per_launch": localized} if localized is not None else {})}, indent=1))
@@ -85,6 +75,22 @@ def handle(args: argparse.Namespace) -> int:
         if localized is not None:
             print(api.format_localization(localized))
     return report.exit_status
+
+
+def _validate(args: argparse.Namespace, request: api.ValidateRequest):
+    """(the report, a set variant's timing, a sequence's first departing launch). One
+    reproducer (or set) is validated through its session, as the workbench and MCP do: a
+    set's variant is also timed on every member in the server that validated it (each
+    member restored once), --per-launch localizes in that same server. Several DIRs (of
+    one kernel) get one verdict over all their inputs."""
+    if len(args.paths) > 1:
+        return api.validate_request(args.paths, request, device=args.device, order=args.sequence_order), None, None
+    with api.open(args.paths[0], device=args.device, order=args.sequence_order, compile_worker=False) as s:
+        if args.per_launch:
+            report, localized = s.validate_per_launch(request)
+            return report, None, localized
+        report, timing = s.validate_and_time(request)
+        return report, timing, None
 
 
 def request_from(args: argparse.Namespace) -> api.ValidateRequest:

@@ -2,5 +2,5 @@
 
 The GPU work happens in a separate server process (`kerncap.replay.server`, using the
 native core `kerncap._replay`); the engine talks to it through
-`kerncap.replay.client.ReplayClient`; `kerncap.api.replay`/`validate` are the one-shot forms.
+`kerncap.replay.client.ReplayClient`; a front end reaches it through an open session (`kerncap.api.open`).
 """

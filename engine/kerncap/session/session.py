@@ -318,11 +318,16 @@ class Session(Opened):
             self._plans[key] = perturb.plan(self.capture, r.keep, r.region_dtypes)
         return self._plans[key]
 
+    def validate_and_time(self, request: ValidateRequest, **_: Any) -> tuple[TrustReport, None]:
+        """One reproducer: its validation, no timing (a set also times its variant on every
+        member: SetSession.validate_and_time), so that a front end need not ask the shape."""
+        return self.validate(request), None
+
     def validate_once(self, cubin: str | Path | None = None, *, atol: float | None = None,
                       rtol: float | None = None, dtype: str | None = None,
                       dtypes: dict[int, str] | None = None) -> ValidationResult:
         """One run of the kernel (or `cubin`) compared with the captured post-state (no
-        determinism runs, no perturbed inputs): `api.validate`."""
+        determinism runs, no perturbed inputs)."""
         with self._lock:
             return self._resident().validate(cubin=cubin, atol=atol, rtol=rtol, dtype=dtype, dtypes=dtypes)
 
