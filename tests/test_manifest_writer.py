@@ -5,7 +5,12 @@ sequence_capture.cpp build them) and prints both manifests and one sequence laun
 parameters. The engine's reader takes both the same way: neither LACKS anything
 (`kerncap info`'s notes), host regions carry their contents, the closure check names
 the stray word (in a sequence with its launch), aliases and a sequence's allocated and
-freed regions are recorded. The real captures run in tests/gpu/test_sequence_sections_gpu.py."""
+freed regions are recorded. And the replay side: each sequence launch that passed a
+texture object's handle gets the replay's handle there (sequence_replay.build over the
+simulated core, tests/sequence_sim.py, with texture_small's real array and object). The
+stand-in driver of tests/test_entry_hooks.py cannot drive a capture (no readable device
+memory, no cubin behind its modules): the real captures run in
+tests/gpu/test_sequence_sections_gpu.py."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import native_build
 import pytest
@@ -116,3 +122,52 @@ def test_both_capture_kinds_write_through_the_one_writer():
         assert "kc::manifest_json(v)" in text, name
         own = re.findall(r'w\.key\("(regions|host_regions|closure|provenance|params|arrays)"\)', text)
         assert own == [], f"{name} writes {own} itself"
+
+
+# -- the replay of a sequence's texture handles (sequence_replay.build, over tests/sequence_sim.py) --
+
+TEXTURE_FIXTURE = Path(__file__).parent / "fixtures" / "captures" / "texture_small" / "capture"
+
+
+def _with_texture(seq_dir, handle_object: int):
+    """The synthetic sequence with texture_small's array and texture object, launch 1's
+    first parameter annotated as holding the object's handle (as the capture writes it)."""
+    tex = json.loads((TEXTURE_FIXTURE / "manifest.json").read_text())
+    cap = seq_dir / "capture"
+    m = json.loads((cap / "manifest.json").read_text())
+    m["arrays"], m["mipmapped_arrays"], m["texture_objects"] = tex["arrays"], [], tex["texture_objects"]
+    for h in {c for a in tex["arrays"] for c in a["pre"] + a["post"] if c}:
+        shutil.copy(TEXTURE_FIXTURE / "blobs" / f"{h}.bin", cap / "blobs" / f"{h}.bin")
+    (cap / "manifest.json").write_text(json.dumps(m))
+    s = json.loads((cap / "sequence.json").read_text())
+    s["launches"][1]["params"][0]["handle"] = {"object": handle_object, "kind": "texture", "match": "signature"}
+    (cap / "sequence.json").write_text(json.dumps(s))
+    return seq_dir
+
+
+def test_each_sequence_launch_gets_the_replays_handle_where_the_app_passed_one(monkeypatch, tmp_path):
+    if not TEXTURE_FIXTURE.is_dir():
+        pytest.skip("the small real captures are absent (docs/testing.md)")
+    import sequence_sim as S
+
+    from kerncap.replay.sequence_replay import build
+
+    core = S.install(monkeypatch)
+    cap = Capture.open(_with_texture(S.synthetic_sequence(tmp_path / "seq"), 0))
+    spec, _ = build(core, cap, [], None, "streams")
+    handles = [s.launch.handles for s in spec.steps if s.op == "launch"]
+    assert handles[1] == [(0, 0)] and all(h == [] for i, h in enumerate(handles) if i != 1), handles
+
+
+def test_a_sequence_launch_naming_an_unlisted_texture_object_is_refused(monkeypatch, tmp_path):
+    if not TEXTURE_FIXTURE.is_dir():
+        pytest.skip("the small real captures are absent (docs/testing.md)")
+    import sequence_sim as S
+
+    from kerncap.errors import CaptureFormatError
+    from kerncap.replay.sequence_replay import build
+
+    core = S.install(monkeypatch)
+    cap = Capture.open(_with_texture(S.synthetic_sequence(tmp_path / "seq"), 5))
+    with pytest.raises(CaptureFormatError, match="launch 1's parameter 0 names a texture object"):
+        build(core, cap, [], None, "streams")
