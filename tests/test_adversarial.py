@@ -278,7 +278,9 @@ def escapes_ws(tmp_path_factory):
     return tmp_path_factory.mktemp("adv-esc")
 
 
-@settings(FUZZ, max_examples=40)
+# 20 cases (40 until issue 44): each poisons every string of both files and runs 11
+# commands; `replay` alone starts a replay server a case (half the test's 38 s of CPU).
+@settings(FUZZ, max_examples=20)
 @given(data=st.data())
 def test_control_characters_in_every_string_never_reach_the_terminal(escapes_ws, data):
     ws = escapes_ws / f"ws{FUZZ_CASES.get('adversarial control characters', 0)}"
@@ -462,16 +464,17 @@ def test_a_source_tree_reads_nothing_outside(tmp_path_factory, data):
     repro = root / "demo"
     shutil.copytree(DEMO, repro, ignore=shutil.ignore_patterns("variants"))
     planted = plant_source(repro, kind, where, secret)
-    done = subprocess.run([sys.executable, "-m", "kerncap", "recompile", str(repro)], capture_output=True, text=True,
-                          env=env(), timeout=120)
-    said = done.stdout + done.stderr
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):  # in this process: a start-up a case was ~60 % of it
+        status = main(["recompile", str(repro)])
+    said = out.getvalue() + err.getvalue()
     assert SOURCE_SECRET not in said and "Traceback" not in said, said
     if hostile:
-        assert done.returncode == 3, said
+        assert status == 3, said
         assert str(planted) in said or "smooth.cu:1:" in said or "smooth.cu:2:" in said, said  # named
         assert not list((repro / "variants").glob("*.cubin"))
     else:
-        assert done.returncode == 0, said
+        assert status == 0, said
     counted("adversarial source trees: refused" if hostile else "adversarial source trees: built")
 
 
