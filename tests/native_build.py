@@ -194,6 +194,35 @@ def cubin(nvcc: str, args: list[str], source: Path) -> Path:
         return _publish(tmp, final)
 
 
+def tree_digest(root: Path) -> str:
+    """Every file's path under `root` and bytes: a key part for what is built from them."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def tree(name: str, key: str, build) -> Path:
+    """A directory `build(path)` fills, cached under `key`. It is built where it stays (what
+    it holds may name its own path: a CMake build tree does), by the first process to ask;
+    a `.done` file beside it says it is whole. Read it, do not write it."""
+    final = cache_dir() / "tree" / f"{name}-{key}"
+    done = final.with_name(final.name + ".done")
+    with _building(done):
+        if done.exists():
+            _touch(done)
+            return final
+        shutil.rmtree(final, ignore_errors=True)  # a build that was cut short
+        final.mkdir(parents=True)
+        try:
+            build(final)
+        except BaseException:
+            shutil.rmtree(final, ignore_errors=True)
+            raise
+        done.touch()
+        return final
+
+
 _started: dict[str, Future] = {}
 _started_lock = threading.Lock()
 _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="native-build")

@@ -1,5 +1,5 @@
-"""Builds tests/fixtures/cmake_cuda_project once per session with the machine's nvcc
-(CMake, compile_commands.json, -lineinfo) into a temporary copy, and checks what the
+"""Builds tests/fixtures/cmake_cuda_project with the machine's nvcc (CMake,
+compile_commands.json, -lineinfo) into a copy cached by content, and checks what the
 device-code readers see in those real objects. Other source/recompile tests import
 `built_project` from here."""
 
@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import native_build
 import pytest
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cmake_cuda_project"
@@ -32,19 +33,26 @@ def toolchain_or_skip() -> None:
 
 
 @pytest.fixture(scope="session")
-def built_project(tmp_path_factory) -> Built:
+def built_project() -> Built:
+    """The copy and its build, cached by content (tests/native_build.py: the same fixture,
+    nvcc, cmake and generator are the same build; issue 44: ~30 s of CPU a run, and once
+    per pytest-xdist worker that runs one of the three files using it)."""
     toolchain_or_skip()
     if "project" not in _BUILT:
-        base = tmp_path_factory.mktemp("kcfix")
-        root = base / "proj"
-        shutil.copytree(FIXTURE, root)
-        build = root / "build"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        for cmd in (["cmake", "-S", str(root), "-B", str(build), *generator], ["cmake", "--build", str(build), "-j", "2"]):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
-        _BUILT["project"] = Built(root, build)
+        key = native_build._key(native_build.tool_id(shutil.which("nvcc")), native_build.tool_id(shutil.which("cmake")),
+                                *generator, native_build.tree_digest(FIXTURE))
+        root = native_build.tree("cmake_cuda_project", key, lambda base: _build(base / "proj", generator)) / "proj"
+        _BUILT["project"] = Built(root, root / "build")
     return _BUILT["project"]
+
+
+def _build(root: Path, generator: list[str]) -> None:
+    shutil.copytree(FIXTURE, root)
+    build = root / "build"
+    for cmd in (["cmake", "-S", str(root), "-B", str(build), *generator], ["cmake", "--build", str(build), "-j", "2"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
 
 
 def test_objects_define_each_kernel(built_project):
