@@ -401,3 +401,60 @@ def test_validate_set_with_a_variant_restores_each_member_once(fake_set, tmp_pat
     assert status == 0 and doc["verdict"] == "pass" and doc["set_timing"]["weighted_speedup"] is not None
     assert sorted(opened) == ["0", "1"], opened  # members/0 and members/1, one replay server each
     assert [m["validation"]["verdict"] for m in doc["set_timing"]["members"]] == ["pass", "pass"]
+
+
+# -- the verbs that run on the CPU (issue 45): info, list, dump, through every front end -------------
+
+
+def _without(doc, *paths):
+    """The document with each of `paths` (the front ends' own output directories) written as OUT."""
+    text = json.dumps(doc)
+    for p in paths:
+        text = text.replace(str(p), "OUT")
+    return json.loads(text)
+
+
+def test_info_and_list_are_one_result_in_every_front_end(repro, tmp_path, capsys):
+    """`kerncap info --json`, MCP's info and the API's (the workbench's) document are one;
+    `kerncap list DIR --json` and MCP's list_reproducers give the same row."""
+    status, from_cli = cli_json(capsys, "info", str(repro))
+    info_mcp, listed = mcp(tmp_path, ("info", {"reproducer": str(repro)}), ("list_reproducers", {}))
+    assert status == 0 and plain(from_cli) == plain(info_mcp) == plain(api.info(repro).to_dict())
+    _, rows_cli = cli_json(capsys, "list", str(repro))
+    row_mcp = [r for r in listed["reproducers"] if r["path"] == str(repro)]
+    assert len(rows_cli) == 1 and plain(rows_cli) == plain(row_mcp)
+    assert plain(rows_cli) == plain([r.to_dict() for r in api.list_reproducers(tmp_path / "none", [repro])])
+
+
+def test_a_sets_info_says_set_in_every_front_end(fake_set, tmp_path, capsys):
+    """Drift: MCP's info added `"set": true` to a set's document, `kerncap info SET --json`
+    did not; the document carries it now, the same through both."""
+    root = fake_set(tmp_path / "set").set_dir
+    status, from_cli = cli_json(capsys, "info", str(root))
+    [from_mcp] = mcp(tmp_path, ("info", {"reproducer": str(root)}))
+    assert plain(from_cli) == plain(from_mcp) == plain(api.set_info(root).to_dict())
+    assert from_cli["set"] is True and "set" not in api.info(root / "members" / "0")
+
+
+@pytest.mark.parametrize("variant", [None, "abs.cubin"])
+def test_dump_is_one_result_in_every_front_end(repro, tmp_path, capsys, variant):
+    """`kerncap dump --json`, MCP's dump and the workbench's (api.dump on its open session):
+    the captured pre/post states without a replay, and a variant's output and expected
+    through the (simulated) replay server; the same files and the same document."""
+    cubin = str(tmp_path / variant) if variant else None
+    outs = [tmp_path / f"out-{name}" for name in ("cli", "mcp", "session")]
+    states = ["pre", "post"] + (["output", "expected"] if cubin else [])
+    argv = ["dump", str(repro), "-o", str(outs[0])] + (["--cubin", cubin] if cubin else [])
+    status, from_cli = cli_json(capsys, *argv)
+    [from_mcp] = mcp(tmp_path, ("dump", {"reproducer": str(repro), "output": str(outs[1]),
+                                         **({"cubin": cubin} if cubin else {})}))
+    with api.open(repro, compile_worker=False) as s:
+        from_session = api.dump(repro, (), states, cubin=cubin, output=outs[2], session=s).to_dict()
+    assert status == 0
+    assert _without(from_cli, outs[0]) == _without(from_mcp, outs[1]) == _without(from_session, outs[2])
+    files = [sorted(p.name for p in out.iterdir()) for out in outs]
+    assert files[0] == files[1] == files[2] and len(files[0]) == len(states) + 1  # one item: its states, a sidecar
+    for name in files[0]:
+        if name.endswith(".npy"):
+            assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes() == (outs[2] / name).read_bytes()
+

@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cubin", type=Path, metavar="F",
                    help="variant cubin to check instead of the captured one (a set: a cubin or variants/<n>.json; "
                         "then every member is also timed and the weighted speedup reported)")
-    render.add_request(p, api.ValidateRequest, ("atol", "rtol", "dtype", "region_dtypes", "region_shapes"))
+    # every option of the request (a new one lands here), the perturbation group's below
+    render.add_request(p, api.ValidateRequest, exclude=("cubin", "perturb", "seed", "keep", "runs"))
     g = p.add_argument_group("perturbed inputs and determinism (docs/replay.md)")
     # --perturb given must be 1..1000 (a message from the request's own check); absent: none.
     render.add(g, O.PERTURB, default=None, type=int)

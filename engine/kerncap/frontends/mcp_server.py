@@ -354,9 +354,7 @@ def _reproducer_tools(server: MCPServer, state: KerncapMCP) -> None:
         its members (each a reproducer: their paths work with every tool) with weights,
         dispatches, signatures, and the buckets not captured (`"set": true`)."""
         repro = R.reproducer(reproducer, allow_set=True)
-        if api.is_set(repro):
-            return {"set": True, **api.set_info(repro).to_dict()}
-        return api.info(repro).to_dict()
+        return (api.set_info(repro) if api.is_set(repro) else api.info(repro)).to_dict()
 
     @server.tool()
     @kerncap_tool

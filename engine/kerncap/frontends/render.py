@@ -63,11 +63,17 @@ def add(parser, option: Option, *, default: Any = _KEEP, help: str | None = None
     parser.add_argument(*flags, metavar=option.metavar, help=text, dest=option.name, default=value, **extra)
 
 
-def add_request(parser, request: type, names: Iterable[str] | None = None, *, defaults: dict[str, Any] | None = None,
-                helps: dict[str, str] | None = None) -> None:
-    """The options `request` declares (or those `names` lists, in that order) on a parser."""
+def _chosen(declared: dict[str, Option], names: Iterable[str] | None, exclude: Iterable[str]) -> list[str]:
+    """`names` in that order, or every declared option but `exclude`: a field added to the
+    request then reaches every front end that renders the whole request."""
+    return list(names) if names is not None else [n for n in declared if n not in set(exclude)]
+
+
+def add_request(parser, request: type, names: Iterable[str] | None = None, *, exclude: Iterable[str] = (),
+                defaults: dict[str, Any] | None = None, helps: dict[str, str] | None = None) -> None:
+    """The options `request` declares (those `names` lists, or all but `exclude`) on a parser."""
     declared = {o.name: o for o in api.options.options_of(request)}
-    for name in (names if names is not None else declared):
+    for name in _chosen(declared, names, exclude):
         extra = {} if defaults is None or name not in defaults else {"default": defaults[name]}
         add(parser, declared[name], help=(helps or {}).get(name), **extra)
 
@@ -107,11 +113,12 @@ def _argument(option: Option) -> str:
     return option.mcp_name or option.name
 
 
-def tool_options(request: type, names: Iterable[str], *, descriptions: dict[str, str] | None = None
-                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def tool_options(request: type, names: Iterable[str] | None = None, *, exclude: Iterable[str] = (),
+                 descriptions: dict[str, str] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A tool's keyword arguments rendered from `request`'s declarations (the tool takes
     them as **options and passes them to `from_tool`): the SDK reads the signature."""
     declared = {o.name: o for o in api.options.options_of(request)}
+    names = _chosen(declared, names, exclude)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn, eval_str=True)  # the module's own names (Reproducer, Context)

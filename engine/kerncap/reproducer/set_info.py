@@ -30,7 +30,8 @@ def summarize_set(s: ReproducerSet, *, verify: bool = False) -> dict[str, Any]:
         except KerncapError as exc:
             row["error"] = exc.message
         members.append(row)
-    return {"path": str(s.root), "kernel": s.kernel, "demangled": s.demangled, "mode": m.get("mode"),
+    # "set": true tells a set's document from a reproducer's, in the CLI's --json and MCP's info alike
+    return {"set": True, "path": str(s.root), "kernel": s.kernel, "demangled": s.demangled, "mode": m.get("mode"),
             "match": m.get("match"), "command": m.get("command"), "created": m.get("created"),
             "members": members, "refused": s.refused, "buckets_total": m.get("buckets_total"),
             "coverage": m.get("coverage"), "times": m.get("times"), "notes": m.get("notes") or [],
