@@ -458,3 +458,27 @@ def test_dump_is_one_result_in_every_front_end(repro, tmp_path, capsys, variant)
         if name.endswith(".npy"):
             assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes() == (outs[2] / name).read_bytes()
 
+
+def test_options_only_the_cli_had_reach_mcp_from_the_request(repro, tmp_path, capsys):
+    """validate's --region-shape and compare's --seed existed in the CLI only; the MCP tools
+    now render every option their request declares, so both are there with the CLI's
+    meaning (a new field of ValidateRequest or CompareRequest reaches both front ends)."""
+    bad = str(tmp_path / "abs.cubin")
+    _, from_cli = cli_json(capsys, "validate", str(repro), "--cubin", bad, "--perturb", "2", "--region-shape",
+                           "1=8,-1")
+    assert from_cli.pop("set_timing") is None
+    [from_mcp] = mcp(tmp_path, ("validate", {"reproducer": str(repro), "cubin": bad, "perturb": 2,
+                                             "region_shapes": {"1": [8, -1]}}))
+    assert plain(from_cli) == plain(from_mcp)
+    def coords(doc):
+        return [len(c["report"]["first"][0]["coords"]) for r in doc["reproducers"] for i in r["inputs"]
+                for c in i["checks"] if c.get("report") and c["report"].get("first")]
+    _, unshaped = cli_json(capsys, "validate", str(repro), "--cubin", bad, "--perturb", "2")
+    assert coords(from_mcp) and set(coords(from_mcp)) == {2} != set(coords(unshaped)), coords(unshaped)
+    slow = str(tmp_path / "slow.cubin")
+    _, cmp_cli = cli_json(capsys, "replay", str(repro), "--compare", slow, "--rounds", "6", "-n", "4", "--seed", "7")
+    [cmp_mcp] = mcp(tmp_path, ("compare", {"reproducer": str(repro), "cubins": [slow], "rounds": 6, "iterations": 4,
+                                           "seed": 7}))
+    for doc in (cmp_cli, cmp_mcp):
+        doc.pop("seconds")
+    assert plain(cmp_cli) == plain(cmp_mcp)

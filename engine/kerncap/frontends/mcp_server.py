@@ -501,8 +501,7 @@ def _check_tools(server: MCPServer, state: KerncapMCP) -> None:
 
     @server.tool()
     @kerncap_tool
-    @render.tool_options(api.ValidateRequest, ("atol", "rtol", "dtype", "region_dtypes", "perturb", "seed", "keep",
-                                               "runs"))
+    @render.tool_options(api.ValidateRequest, exclude=("cubin",))  # every option but the path
     @render.tool_options(api.SequenceReplay, ("per_launch", "sequence_order"))
     async def validate(ctx: Context, reproducer: Reproducer, cubin: Cubin = None, **options: Any) -> dict[str, Any]:
         """Validation you can trust, as `kerncap validate --json` (the same request, the same
@@ -594,8 +593,7 @@ def _timing_tools(server: MCPServer, state: KerncapMCP) -> None:
 
     @server.tool()
     @kerncap_tool
-    @render.tool_options(api.CompareRequest, ("iterations", "rounds", "warmup", "flush_l2", "min_seconds",
-                                              "max_seconds", "confidence", "inputs"))
+    @render.tool_options(api.CompareRequest)  # every option it declares
     @render.tool_options(api.SequenceReplay, ("sequence_order",))
     async def compare(ctx: Context, reproducer: Reproducer,
                       cubins: Annotated[list[str], Field(min_length=1, description="variant cubins to time against "
