@@ -91,6 +91,36 @@ void ArrayTracker::forget_array(CUarray a, const std::string& why) {
       if (o.res.resType == CU_RESOURCE_TYPE_ARRAY && o.res.res.array.hArray == a && o.freed.empty()) o.freed = why;
 }
 
+// Its levels go with it; objects over it are named as reading freed memory.
+void ArrayTracker::forget_mipmap(CUmipmappedArray m) {
+  if (mipmaps_.erase(m)) ++destroyed_;
+  const std::string why = "its mipmapped array " + hex(m) + " was destroyed (cuMipmappedArrayDestroy) before the dispatch";
+  std::vector<CUarray> levels;
+  for (const auto& [h, a] : arrays_)
+    if (a.mipmap == m) levels.push_back(h);
+  for (CUarray l : levels) forget_array(l, why);
+  for (auto* objects : {&textures_, &surfaces_})
+    for (auto& [h, o] : *objects)
+      if (o.res.resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY && o.res.res.mipmap.hMipmappedArray == m &&
+          o.freed.empty())
+        o.freed = why;
+}
+
+void ArrayTracker::add_texture(const cuTexObjectCreate_params* a, CUcontext ctx) {
+  if (!a->pTexObject || !a->pResDesc) return;
+  TrackedObject o;
+  o.handle = *a->pTexObject;
+  o.res = *a->pResDesc;
+  if (a->pTexDesc) o.tex = *a->pTexDesc;
+  if (a->pResViewDesc) {
+    o.has_view = true;
+    o.view = *a->pResViewDesc;
+  }
+  o.ctx = ctx;
+  textures_[o.handle] = o;  // a destroyed handle's value comes back for a new object
+  ++created_;
+}
+
 bool ArrayTracker::on_call(CUpti_CallbackId cbid, const void* p, CUcontext ctx) {
   std::lock_guard<std::mutex> lock(mu_);
   switch (cbid) {
@@ -130,37 +160,12 @@ bool ArrayTracker::on_call(CUpti_CallbackId cbid, const void* p, CUcontext ctx) 
                                               "cuMipmappedArrayGetLevel", m->second.ctx, m->first, a->level};
       return true;
     }
-    case CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy: {
-      CUmipmappedArray m = static_cast<const cuMipmappedArrayDestroy_params*>(p)->hMipmappedArray;
-      if (mipmaps_.erase(m)) ++destroyed_;
-      const std::string why = "its mipmapped array " + hex(m) + " was destroyed (cuMipmappedArrayDestroy) before the dispatch";
-      std::vector<CUarray> levels;
-      for (const auto& [h, a] : arrays_)
-        if (a.mipmap == m) levels.push_back(h);
-      for (CUarray l : levels) forget_array(l, why);
-      for (auto* objects : {&textures_, &surfaces_})
-        for (auto& [h, o] : *objects)
-          if (o.res.resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY && o.res.res.mipmap.hMipmappedArray == m &&
-              o.freed.empty())
-            o.freed = why;
+    case CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy:
+      forget_mipmap(static_cast<const cuMipmappedArrayDestroy_params*>(p)->hMipmappedArray);
       return true;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate: {
-      auto* a = static_cast<const cuTexObjectCreate_params*>(p);
-      if (!a->pTexObject || !a->pResDesc) return true;
-      TrackedObject o;
-      o.handle = *a->pTexObject;
-      o.res = *a->pResDesc;
-      if (a->pTexDesc) o.tex = *a->pTexDesc;
-      if (a->pResViewDesc) {
-        o.has_view = true;
-        o.view = *a->pResViewDesc;
-      }
-      o.ctx = ctx;
-      textures_[o.handle] = o;  // a destroyed handle's value comes back for a new object
-      ++created_;
+    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate:
+      add_texture(static_cast<const cuTexObjectCreate_params*>(p), ctx);
       return true;
-    }
     case CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy:
       if (textures_.erase(static_cast<const cuTexObjectDestroy_params*>(p)->texObject)) ++destroyed_;
       return true;

@@ -94,6 +94,8 @@ class ArrayTracker {
   std::string report_json() const;
 
  private:
+  void forget_mipmap(CUmipmappedArray m);  // with mu_ held
+  void add_texture(const cuTexObjectCreate_params* a, CUcontext ctx);
   void forget_array(CUarray a, const std::string& why);
 
   mutable std::mutex mu_;
