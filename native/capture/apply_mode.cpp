@@ -220,25 +220,28 @@ bool Applier::prepare(const LaunchDesc& d, bool is_kernel, CUcontext ctx, Ready&
   return true;
 }
 
+// Whether a launched handle runs the captured kernel: by name, or by its cubin's sha256.
+Applier::Handle Applier::identify(const CubinSha& sha) {
+  Handle h;
+  if (cfg_.by_name) {
+    h.target = true;
+    return h;
+  }
+  std::string why;
+  const std::string got = sha(why);
+  h.target = !got.empty() && got == cfg_.sha256;
+  h.why = got.empty() ? "its cubin could not be read: " + why
+                      : "its cubin's sha256 is " + got.substr(0, 16) + "…, not the captured " +
+                            cfg_.sha256.substr(0, 16) + "…";
+  if (!h.target && unidentified_.size() < 8) unidentified_.push_back(h.why);
+  return h;
+}
+
 void Applier::launch_enter(CUpti_CallbackId cbid, void* params, const LaunchDesc& d, bool is_kernel,
                            uint32_t correlation, const CubinSha& sha) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = handles_.find(d.f);
-  if (it == handles_.end()) {
-    Handle h;
-    if (cfg_.by_name) {
-      h.target = true;
-    } else {
-      std::string why;
-      const std::string got = sha(why);
-      h.target = !got.empty() && got == cfg_.sha256;
-      h.why = got.empty() ? "its cubin could not be read: " + why
-                          : "its cubin's sha256 is " + got.substr(0, 16) + "…, not the captured " +
-                                cfg_.sha256.substr(0, 16) + "…";
-      if (!h.target && unidentified_.size() < 8) unidentified_.push_back(h.why);
-    }
-    it = handles_.emplace(d.f, h).first;
-  }
+  if (it == handles_.end()) it = handles_.emplace(d.f, identify(sha)).first;
   if (!it->second.target) return;
   const uint64_t index = launches_.fetch_add(1, std::memory_order_relaxed);
   CUstream stream = d.stream;

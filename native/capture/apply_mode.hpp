@@ -86,6 +86,7 @@ class Applier {
   };
   void refuse(const std::string& kind, const std::string& message);
   bool prepare(const LaunchDesc& d, bool is_kernel, CUcontext ctx, Ready& out);
+  Handle identify(const CubinSha& sha);  // with mu_ held
   CUmodule variant_module(CUcontext ctx);
 
   ApplyConfig cfg_;
