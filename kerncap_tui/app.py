@@ -92,10 +92,15 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         Binding("q", "quit", "Quit", id="quit"),
     ]
 
-    def __init__(self, root: Path, *, demo: bool = False, plain_glyphs: bool = False, dumb: bool = False) -> None:
+    def __init__(self, root: Path, *, demo: bool = False, plain_glyphs: bool = False, dumb: bool = False,
+                 open_after_first_frame: bool = False) -> None:
         """`plain_glyphs`: ASCII only; `dumb`: the 16 standard colours (kerncap_tui.terminal;
-        `run` decides both from the terminal, a test gets the defaults whatever its TERM)."""
+        `run` decides both from the terminal, a test gets the defaults whatever its TERM).
+        `open_after_first_frame` (what `run` asks for): the panes are painted empty first and
+        the reproducer is read right after, so the first frame does not wait for the session,
+        its history and the profile (about half of the time to it; docs/testing.md)."""
         super().__init__()
+        self.open_after_first_frame = open_after_first_frame
         self.plain_glyphs = plain_glyphs
         # drawn text: control characters never reach the terminal; ASCII where Unicode does not
         self._text_filters = [terminal.ControlFilter(), *([terminal.PlainGlyphs()] if plain_glyphs else [])]
@@ -149,7 +154,10 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
                 self._signals.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (embedded) or no signals on this platform
-        self.open_reproducer(self.root)
+        if self.open_after_first_frame:
+            self.call_after_refresh(self.open_reproducer, self.root)
+        else:
+            self.open_reproducer(self.root)
 
     def _install_themes(self) -> None:
         for t in theming.house_themes():
@@ -611,7 +619,8 @@ def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
-    app = KerncapApp(root, demo=is_demo, plain_glyphs=plain_glyphs, dumb=terminal.is_dumb())
+    app = KerncapApp(root, demo=is_demo, plain_glyphs=plain_glyphs, dumb=terminal.is_dumb(),
+                     open_after_first_frame=True)
     try:
         app.run(mouse=not no_mouse)
     finally:

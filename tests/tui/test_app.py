@@ -46,6 +46,29 @@ async def test_starts_on_demo_with_all_four_panes_filled(settle, make_app):
 
 
 @sync
+async def test_kerncap_tui_paints_before_it_reads_the_reproducer(settle, demo_root, monkeypatch):
+    """`run` (kerncap-tui) opens the reproducer after the first frame, not in on_mount before
+    it (issue 47: the first frame within 1 s); once settled the panes are filled as always."""
+    from kerncap_tui.app import KerncapApp
+
+    open_at_mount_end = []
+    mount = KerncapApp.on_mount
+
+    def on_mount(self):
+        mount(self)
+        open_at_mount_end.append(self.session is not None)
+
+    monkeypatch.setattr(KerncapApp, "on_mount", on_mount)
+    app = KerncapApp(demo_root, demo=True, open_after_first_frame=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert open_at_mount_end == [False]
+        assert app.session is not None and app.query_one("#profile-table", DataTable).row_count == 2
+        history = app.query_one("#history-table", DataTable)
+        assert [str(history.get_row_at(i)[1]) for i in range(history.row_count)] == ["baseline", "v1", "v2", "v3"]
+
+
+@sync
 async def test_keys_through_every_pane(settle, make_app):
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
