@@ -110,9 +110,58 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
     spec.stream_kinds = [s["kind"] for s in seq.streams]
     spec.blocking = [bool(s["blocking"]) for s in seq.streams]
     spec.events = seq.events
-    modules = []
     images: list[bytes] = []  # as read: a std::string member read back from pybind11 is a str (a cubin is not UTF-8)
-    notes = []
+    modules, fused_module = _module_specs(core, cap, variant, glob, images)
+    fuse = variant.fuse if variant else None
+    spec.modules = modules
+    # A fusion replaces its launches by one, at the place of the last of them: the event
+    # waits and records between them still order it; a copy or fill between them stays
+    # before it (the skeleton says so: one reading what a replaced launch wrote breaks it).
+    step_of = {s.launch: i for i, s in enumerate(seq.steps) if s.op == "launch"}
+    replaced = {step_of[i] for i in range(fuse.first, fuse.last + 1)} if fuse else set()
+    at = step_of[fuse.last] if fuse else -1
+    steps, labels, launch_steps, launch_labels, launch_streams = [], [], [], [], []
+    fused_at = None
+    # A graph launch recorded with its edges is rebuilt with them in the graph order (a
+    # fusion changes the steps: its graph is the serial order's).
+    graph_edges = order == "graph" and fuse is None and bool(seq.steps) and all(
+        s.graph_deps is not None for s in seq.steps)
+    spec.graph_edges = graph_edges
+    objects = {o.id: i for i, o in enumerate(cap.texture_objects)}
+    for i, st in enumerate(seq.steps):
+        if i in replaced and i != at:
+            continue
+        if i == at:
+            fused_at = len(steps)
+            ss = _fused_step(core, seq, fuse, fused_module)
+        else:
+            ss = _step_spec(core, cap, i, st, objects)
+        if graph_edges:
+            ss.graph_deps = list(st.graph_deps or ())
+        if ss.op == "launch":
+            launch_steps.append(len(steps))
+            launch_labels.append(ss.label.split(": ", 1)[-1])
+            launch_streams.append(ss.stream)
+        steps.append(ss)
+        labels.append(ss.label)
+    spec.steps = steps
+    digest = hashlib.sha256(order.encode())
+    for image in images:
+        digest.update(hashlib.sha256(image).digest())
+    if variant is not None:
+        digest.update(_read(variant.path, "the variant") if variant.path.suffix == ".json" else b"")
+    program = SeqProgram(key=digest.hexdigest(), label=str(cubin) if cubin else "captured sequence", variant=variant,
+                         steps=labels, launch_steps=launch_steps, launch_labels=launch_labels,
+                         launch_streams=launch_streams, excluded=list(fuse.excluded) if fuse else [],
+                         fused_at=fused_at, notes=_notes(seq, order, graph_edges, variant))
+    return spec, program
+
+
+def _module_specs(core, cap: Capture, variant, glob: list, images: list[bytes]) -> tuple[list, int | None]:
+    """The program's modules (a replaced one's globals found by name in its image) and a
+    fusion's fused module (its index), each image appended to `images` as read."""
+    seq = cap.sequence
+    modules = []
     for m in seq.modules:
         replaced = variant.modules.get(m.id) if variant else None
         image = _read(replaced, "cubin") if replaced else _read(cap.root / m.cubin, "the captured cubin")
@@ -145,62 +194,51 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
         ms.globals = []
         fused_module = len(modules)
         modules.append(ms)
-    spec.modules = modules
-    # A fusion replaces its launches by one, at the place of the last of them: the event
-    # waits and records between them still order it; a copy or fill between them stays
-    # before it (the skeleton says so: one reading what a replaced launch wrote breaks it).
-    step_of = {s.launch: i for i, s in enumerate(seq.steps) if s.op == "launch"}
-    replaced = {step_of[i] for i in range(fuse.first, fuse.last + 1)} if fuse else set()
-    at = step_of[fuse.last] if fuse else -1
-    steps, labels, launch_steps, launch_labels, launch_streams = [], [], [], [], []
-    fused_at = None
-    # A graph launch recorded with its edges is rebuilt with them in the graph order (a
-    # fusion changes the steps: its graph is the serial order's).
-    graph_edges = order == "graph" and fuse is None and bool(seq.steps) and all(
-        s.graph_deps is not None for s in seq.steps)
-    spec.graph_edges = graph_edges
-    objects = {o.id: i for i, o in enumerate(cap.texture_objects)}
-    for i, st in enumerate(seq.steps):
-        if i in replaced and i != at:
-            continue
-        ss = core.SeqStepSpec()
-        if i == at:
-            fused_at = len(steps)
-            buf, layout = fuse.param_layout()
-            ls = core.LaunchSpec()
-            ls.kernel_name = fuse.kernel
-            ls.grid, ls.block, ls.shared_mem_bytes = list(fuse.grid), list(fuse.block), fuse.shared_mem_bytes
-            ls.attributes, ls.cooperative, ls.extra_form, ls.handles = [], False, False, []
-            ls.param_buffer, ls.params = buf, layout
-            ss.op, ss.module, ss.launch = "launch", fused_module, ls
-            ss.stream = seq.launches[fuse.last].stream
-            ss.label = f"fused launch {fuse.kernel} (in place of launches {fuse.first}-{fuse.last})"
-        else:
-            ss.op, ss.stream = st.op, st.stream
-            ss.label = f"step {i}: " + (seq.launch_label(st.launch) if st.op == "launch" else st.describe())
-            if st.op == "launch":
-                ss.module = seq.kernels[seq.launches[st.launch].kernel].module
-                ss.launch = _launch_spec(core, seq, st.launch, objects)
-            elif st.op == "copy":
-                ss.kind, ss.dst, ss.src, ss.bytes = st.kind, st.dst, st.src, st.bytes
-                if st.kind == "h2d":
-                    ss.payload = _payload(cap, st.payload, st.bytes)
-            elif st.op == "memset":
-                ss.dst, ss.value, ss.element = st.dst, st.value, st.element
-                ss.width, ss.height, ss.pitch = st.width, st.height, st.pitch
-            elif st.op in ("record", "wait"):
-                ss.event = st.event
-            elif st.op == "sync":
-                ss.scope, ss.event = st.scope, st.event
-        if graph_edges:
-            ss.graph_deps = list(st.graph_deps or ())
-        if ss.op == "launch":
-            launch_steps.append(len(steps))
-            launch_labels.append(ss.label.split(": ", 1)[-1])
-            launch_streams.append(ss.stream)
-        steps.append(ss)
-        labels.append(ss.label)
-    spec.steps = steps
+    return modules, fused_module
+
+
+def _fused_step(core, seq, fuse, fused_module: int | None):
+    """A fusion's one launch, at the place of the last launch it replaces."""
+    ss = core.SeqStepSpec()
+    buf, layout = fuse.param_layout()
+    ls = core.LaunchSpec()
+    ls.kernel_name = fuse.kernel
+    ls.grid, ls.block, ls.shared_mem_bytes = list(fuse.grid), list(fuse.block), fuse.shared_mem_bytes
+    ls.attributes, ls.cooperative, ls.extra_form, ls.handles = [], False, False, []
+    ls.param_buffer, ls.params = buf, layout
+    ss.op, ss.module, ss.launch = "launch", fused_module, ls
+    ss.stream = seq.launches[fuse.last].stream
+    ss.label = f"fused launch {fuse.kernel} (in place of launches {fuse.first}-{fuse.last})"
+    return ss
+
+
+def _step_spec(core, cap: Capture, i: int, st, objects: dict[int, int]):
+    """Step `i` of the captured sequence as the native core replays it."""
+    seq = cap.sequence
+    ss = core.SeqStepSpec()
+    ss.op, ss.stream = st.op, st.stream
+    ss.label = f"step {i}: " + (seq.launch_label(st.launch) if st.op == "launch" else st.describe())
+    if st.op == "launch":
+        ss.module = seq.kernels[seq.launches[st.launch].kernel].module
+        ss.launch = _launch_spec(core, seq, st.launch, objects)
+    elif st.op == "copy":
+        ss.kind, ss.dst, ss.src, ss.bytes = st.kind, st.dst, st.src, st.bytes
+        if st.kind == "h2d":
+            ss.payload = _payload(cap, st.payload, st.bytes)
+    elif st.op == "memset":
+        ss.dst, ss.value, ss.element = st.dst, st.value, st.element
+        ss.width, ss.height, ss.pitch = st.width, st.height, st.pitch
+    elif st.op in ("record", "wait"):
+        ss.event = st.event
+    elif st.op == "sync":
+        ss.scope, ss.event = st.scope, st.event
+    return ss
+
+
+def _notes(seq, order: str, graph_edges: bool, variant) -> list[str]:
+    """What the program's result says about how it replayed and what it replaced."""
+    notes = []
+    fuse = variant.fuse if variant else None
     if order == "serial":
         notes.append("replayed serially: every step on one stream, in the order the app enqueued them")
     elif graph_edges:
@@ -214,16 +252,7 @@ def build(core, cap: Capture, items: list, cubin: str | Path | None, order: str)
         if fuse is not None:
             notes.append(f"launches {fuse.first}-{fuse.last} replaced by {fuse.kernel} ({fuse.cubin})")
             notes.extend(f"not compared: {e.describe()}" for e in fuse.excluded)
-    digest = hashlib.sha256(order.encode())
-    for image in images:
-        digest.update(hashlib.sha256(image).digest())
-    if variant is not None:
-        digest.update(_read(variant.path, "the variant") if variant.path.suffix == ".json" else b"")
-    program = SeqProgram(key=digest.hexdigest(), label=str(cubin) if cubin else "captured sequence", variant=variant,
-                         steps=labels, launch_steps=launch_steps, launch_labels=launch_labels,
-                         launch_streams=launch_streams, excluded=list(fuse.excluded) if fuse else [],
-                         fused_at=fused_at, notes=notes)
-    return spec, program
+    return notes
 
 
 def _edge_kind(dep: tuple) -> str:
