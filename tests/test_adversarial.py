@@ -382,9 +382,27 @@ def temp_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if fsio.is_leftover_name(p.name)]
 
 
+def _until_kerncap_holds_signals(proc: subprocess.Popen) -> None:
+    """The random delay counts from kerncap's first statement (kerncap/__main__.py holds
+    SIGINT and SIGTERM there), not from the fork: before it, a signal lands in CPython's
+    own start-up ("Fatal Python error: init_import_site"), which no code of kerncap's can
+    handle, and under load that start-up alone took longer than the delay."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            return
+        blocked = next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigBlk:")), 0)
+        if blocked & (1 << (signal.SIGINT - 1)):
+            return
+        time.sleep(0.001)
+
+
 def interrupt(argv: list[str], sig: int, delay: float) -> subprocess.CompletedProcess:
     proc = subprocess.Popen([sys.executable, "-m", "kerncap", *argv], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env())
+    _until_kerncap_holds_signals(proc)
     time.sleep(delay)
     proc.send_signal(sig)
     err = proc.communicate(timeout=120)[1]

@@ -384,11 +384,16 @@ def test_streamable_http(root):
                              f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         async def go():
-            for _ in range(100):  # until it listens
+            # until it listens: the server imports the MCP SDK, uvicorn and the engine first,
+            # which took over 30 s on CI's loaded two-core machine; a dead server says why
+            deadline = time.monotonic() + 180
+            while True:
+                assert proc.poll() is None, proc.stderr.read().decode()
                 try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                         break
                 except OSError:
+                    assert time.monotonic() < deadline, "the MCP HTTP server did not listen within 180 s"
                     await anyio.sleep(0.1)
             async with Client(f"http://127.0.0.1:{port}/mcp") as c:
                 return await c.call_tool("info", {"reproducer": "axpy_small"})
