@@ -6,7 +6,7 @@ tiles), opens one replay server, loads the planted-bug variant tile2d_row_scale 
 
   baseline  the `check` request validate makes: restore, run the variant, byte-exact
             compare of every region on the GPU (what a plain validate costs)
-  heatmap   api.mismatch_maps of the output (restore, run, the GPU map: counts, error,
+  heatmap   Session.mismatch_maps of the output (restore, run, the GPU map: counts, error,
             ULP and value histograms, the 96 x 200 grid, profiles, first mismatches,
             the cell values), then the pooling the workbench's heatmap draws (48 x 200)
 
@@ -60,8 +60,8 @@ def main() -> int:
         with api.open_session(repro, replay_timeout=900, compile_worker=False) as session:
             rc = session._resident()  # the session's one replay server: the baseline's check runs there too
             t_open = rc.start().get("open_seconds", 0.0)
-            t_first, maps = timed(lambda: api.mismatch_maps(session, cubin=variant, items=["arg:0"], shape=shape,
-                                                            grid=(96, 200)))
+            t_first, maps = timed(lambda: session.mismatch_maps(cubin=variant, items=["arg:0"], shape=shape,
+                                                                grid=(96, 200)))
             print(f"replay server open (state resident): {t_open:.2f} s; first heatmap after it: {t_first:.2f} s")
             print(f"summary: {maps[0].summary()}")
             base, heat, gpu_ms = [], [], []
@@ -71,7 +71,7 @@ def main() -> int:
                 base.append(t)
 
                 def picture():
-                    m, = api.mismatch_maps(session, cubin=variant, items=["arg:0"], shape=shape, grid=(96, 200))
+                    m, = session.mismatch_maps(cubin=variant, items=["arg:0"], shape=shape, grid=(96, 200))
                     if pool is not None:
                         pool(m, 48, 200)
                     return m

@@ -45,7 +45,7 @@ def fidelity(work: Path, steps: int) -> dict:
         raise SystemExit(f"the profile holds no step.*/layer.1 rows: {[r['path'] for r in prof.nvtx_ranges][:10]}")
     in_app = statistics.median(per_step.values())
     res = api.extract("", cmd, output=work / "layer", sequence=api.SequenceRequest("nvtx"),
-                      selection=api.Selection(nvtx="step.1/layer.1"), force=True, app_output=lambda *_: None)
+                      selection=api.Selection(nvtx="step.1/layer.1"), force=True, output_sink=lambda *_: None)
     launches = len(res.capture.sequence.launches)
     with api.open(res.reproducer_dir, compile_worker=False) as s:
         r = s.replay(api.ReplayRequest(iterations=50, warmup=5, per_launch=True))
@@ -100,12 +100,12 @@ def scale(work: Path, repeat: int, layers: int) -> dict:
                 wall, res = timed(lambda: api.extract("", cmd, output=work / "seq", force=True,
                                                       sequence=api.SequenceRequest("nvtx"),
                                                       selection=api.Selection(nvtx="step.1"),
-                                                      app_output=lambda *_: None, timeout=900))
+                                                      output_sink=lambda *_: None, timeout=900))
                 launches = len(res.capture.sequence.launches)
                 seq_s.append(wall)
             else:
                 wall, _ = timed(lambda: api.extract("kc_seq_rmsnorm", cmd, output=work / "one", force=True,
-                                                    dispatch=dispatch, app_output=lambda *_: None, timeout=900))
+                                                    dispatch=dispatch, output_sink=lambda *_: None, timeout=900))
                 one_s.append(wall)
     ratio = median(seq_s) / median(one_s)
     print(f"\nscale: seq_layer.py --layers {layers}, step 1 = {launches} launches (wall s of each extract)")

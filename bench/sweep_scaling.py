@@ -33,7 +33,7 @@ def extract_add(workdir: Path) -> Path:
     env = {"KC_TESTAPP_REPORT": str(workdir / "report.json"), "KC_TESTAPP_DONE": str(workdir / "done")}
     res = api.extract("kc_autotune_add", [sys.executable, str(PYAPPS / "triton_autotune.py")],
                       output=workdir / "add", dispatch=1, keep_running=True, env=env, timeout=300,
-                      app_output=lambda *_: None)
+                      output_sink=lambda *_: None)
     return res.reproducer_dir
 
 

@@ -54,9 +54,9 @@ class MismatchActions:
                                                  "on the GPU …")
         try:
             session = self._open_session()
-            maps = api.mismatch_maps(session, cubin=request.cubin, against=request.against,
-                                     perturbation=request.perturbation, items=request.items, shape=request.shape,
-                                     views=request.views, grid=request.grid)
+            maps = session.mismatch_maps(cubin=request.cubin, against=request.against,
+                                         perturbation=request.perturbation, items=request.items, shape=request.shape,
+                                         views=request.views, grid=request.grid)
         except KerncapError as exc:
             self.call_from_thread(pane.show_message, f"{request.label}: {exc.message}")
             self.call_from_thread(self.report_error, "mismatch", exc)
@@ -75,9 +75,8 @@ class MismatchActions:
         against = "captured" if request.against is None else Path(request.against).stem
         out = self.root / "dumps" / f"{Path(request.cubin).stem if request.cubin else 'captured'}-vs-{against}"
         try:
-            result = api.dump(self.root, [name], ["pre", "post", "output", "expected"], cubin=request.cubin,
-                              perturbation=request.perturbation, shape=request.shape, output=out,
-                              session=self._open_session())
+            result = self._open_session().dump([name], ["pre", "post", "output", "expected"], cubin=request.cubin,
+                                               perturbation=request.perturbation, shape=request.shape, output=out)
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "write arrays", exc)
             return

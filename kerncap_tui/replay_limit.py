@@ -11,14 +11,14 @@ from kerncap import api
 from kerncap.errors import KerncapError
 
 REPLAY_TIMEOUT_ENV = "KERNCAP_REPLAY_TIMEOUT"
-DEFAULT_REPLAY_TIMEOUT_S = api.options.REPLAY_TIMEOUT.default  # the one default of every front end
 
 
 def replay_timeout() -> float:
     """Seconds one replay request may take ($KERNCAP_REPLAY_TIMEOUT, else 300)."""
     text = os.environ.get(REPLAY_TIMEOUT_ENV, "")
     try:
-        value = float(text) if text else DEFAULT_REPLAY_TIMEOUT_S
+        # else the one default of every front end (read here: the options import the engine)
+        value = float(text) if text else api.options.REPLAY_TIMEOUT.default
     except ValueError:
         raise KerncapError(f"{REPLAY_TIMEOUT_ENV}={text!r} is not a number of seconds",
                            f"e.g. {REPLAY_TIMEOUT_ENV}=120") from None

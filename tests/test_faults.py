@@ -85,7 +85,7 @@ def test_extract_into_a_read_only_directory_starts_nothing(area):
 
 
 def test_profile_save_into_a_read_only_directory(area):
-    prof = api.load_profile(DEMO / "profile.json")
+    prof = api.ProfileResult.load(DEMO / "profile.json")
 
     def save():
         try:

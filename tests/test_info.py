@@ -89,7 +89,7 @@ def test_info_set_info_and_list_are_typed_with_the_json_unchanged(fake_set, tmp_
     s = fake_set(tmp_path / "set").set_dir
     si = api.set_info(s)
     assert isinstance(si, api.SetInfo) and [m["dispatch"] for m in si.members] == [3, 17] and si.payloads_ok
-    assert si.to_dict() == summarize_set(api.open_set(s))
+    assert si.to_dict() == summarize_set(api.ReproducerSet.open(s))
     [row, *_] = api.list_reproducers(tmp_path / "none", [axpy])
     assert isinstance(row, api.ReproducerRow) and row.path == str(axpy) and row.error is None
     assert [dict(r) for r in api.list_reproducers(tmp_path / "none", [axpy])] == list_captures(tmp_path / "none", [axpy])

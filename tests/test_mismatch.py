@@ -162,7 +162,7 @@ def test_validate_byte_count_is_reproduced_by_the_dump(tmp_path, monkeypatch):
     a = {x.state: np.load(x.path) for x in out.arrays}
     assert int(np.count_nonzero(a["output"].view(np.uint8) != a["expected"].view(np.uint8))) == check.mismatched_bytes
     with api.open_session(repro) as session:
-        maps = api.mismatch_maps(session, cubin=tmp_path / "last.cubin", items=["1"], shape=(64, 64), grid=(8, 8))
+        maps = session.mismatch_maps(cubin=tmp_path / "last.cubin", items=["1"], shape=(64, 64), grid=(8, 8))
     assert maps[0].summary() == check.report["summary"]
 
 
@@ -225,7 +225,7 @@ def test_faulting_variant_is_not_dumped(tmp_path, monkeypatch):
     assert list((tmp_path / "d").iterdir()) == []
     with pytest.raises(KerncapError) as err:
         with api.open_session(repro) as session:
-            api.mismatch_maps(session, cubin=tmp_path / "f.cubin")
+            session.mismatch_maps(cubin=tmp_path / "f.cubin")
     assert "faulted" in err.value.message
 
 

@@ -222,7 +222,7 @@ class ProfilePane(Vertical):
         path = self.profile_path(root)
         if path is None:
             try:
-                launches = api.app_launches(root)
+                launches = api.AppLaunches.load(root)
             except KerncapError as exc:
                 launches = None
                 call(self.app.report_error, "profile", exc)
@@ -232,7 +232,7 @@ class ProfilePane(Vertical):
             call(self.show_message, f"no profile in {root}: `kerncap profile -- CMD` writes one")
             return
         try:
-            profile = api.load_profile(path)
+            profile = api.ProfileResult.load(path)
         except KerncapError as exc:
             call(self.show_message, exc.message)
             call(self.app.report_error, "profile", exc)

@@ -78,8 +78,8 @@ def test_planted_bug_named_dumped_and_mapped_alike(variant, tile2d, client, vari
     assert "where:" in text and "first: [" in text
 
     # The arrays: byte for byte what validate compared.
-    out = api.dump(tile2d, ["arg:0"], ["pre", "output", "expected"], cubin=cubin, shape=(1024, 1024),
-                   output=tmp_path / "dump", session=client)
+    out = client.dump(["arg:0"], ["pre", "output", "expected"], cubin=cubin, shape=(1024, 1024),
+                      output=tmp_path / "dump")
     arrays = {a.state: np.load(a.path, mmap_mode="r") for a in out.arrays}
     assert arrays["output"].shape == (1024, 1024) and arrays["output"].dtype == np.float32
     differ = int(np.count_nonzero(arrays["output"].view(np.uint8) != arrays["expected"].view(np.uint8)))
@@ -88,7 +88,7 @@ def test_planted_bug_named_dumped_and_mapped_alike(variant, tile2d, client, vari
     assert sidecar["dtype"] == "float32" and sidecar["tensor"]["shape"] == [1024, 1024]
 
     # The GPU's map equals numpy's on the dumped arrays.
-    gpu, = api.mismatch_maps(client, cubin=cubin, items=["arg:0"], shape=(1024, 1024), grid=(64, 128))
+    gpu, = client.mismatch_maps(cubin=cubin, items=["arg:0"], shape=(1024, 1024), grid=(64, 128))
     cpu = api.mismatch_map_arrays(gpu.name, np.asarray(arrays["output"]), np.asarray(arrays["expected"]),
                                   np.asarray(arrays["pre"]), dtype="float32", view=gpu.view, grid=(64, 128))
     assert_same_map(gpu, cpu)
@@ -118,9 +118,8 @@ def test_tolerance_map_matches_numpy(tile2d, client, variant_cubins, tmp_path):
     from kerncap import api
 
     cubin = variant_cubins / "tile2d_row_scale.cubin"
-    gpu, = api.mismatch_maps(client, cubin=cubin, items=["arg:0"], grid=(32, 32), atol=100.0, rtol=0.5)
-    out = api.dump(tile2d, ["arg:0"], ["pre", "output", "expected"], cubin=cubin, output=tmp_path / "d",
-                   session=client)
+    gpu, = client.mismatch_maps(cubin=cubin, items=["arg:0"], grid=(32, 32), atol=100.0, rtol=0.5)
+    out = client.dump(["arg:0"], ["pre", "output", "expected"], cubin=cubin, output=tmp_path / "d")
     a = {x.state: np.load(x.path) for x in out.arrays}
     cpu = api.mismatch_map_arrays(gpu.name, a["output"], a["expected"], a["pre"], dtype="float32", view=gpu.view,
                                   grid=(32, 32), atol=100.0, rtol=0.5)
@@ -131,7 +130,7 @@ def test_tolerance_map_matches_numpy(tile2d, client, variant_cubins, tmp_path):
 def test_two_variants_compared(tile2d, client, variant_cubins, capsys):
     from kerncap import api
 
-    m, = api.mismatch_maps(client, cubin=variant_cubins / "tile2d_row_scale.cubin",
+    m, = client.mismatch_maps(cubin=variant_cubins / "tile2d_row_scale.cubin",
                            against=variant_cubins / "tile2d_last_tile.cubin", items=["arg:0"], shape=(1024, 1024))
     say(capsys, f"row_scale vs last_tile: {m.summary()}")
     assert "rows 256–319, row 1,023" in m.summary()
@@ -141,8 +140,7 @@ def test_two_variants_compared(tile2d, client, variant_cubins, capsys):
 def test_perturbed_output_of_the_captured_cubin(tile2d, client, tmp_path):
     from kerncap import api
 
-    out = api.dump(tile2d, ["arg:0"], ["output", "expected"], perturbation=1, seed=0, output=tmp_path / "p",
-                   session=client)
+    out = client.dump(["arg:0"], ["output", "expected"], perturbation=1, seed=0, output=tmp_path / "p")
     a = {x.state: np.load(x.path) for x in out.arrays}
     post = np.load(api.dump(tile2d, ["arg:0"], ["post"], output=tmp_path / "post").arrays[0].path)
     assert np.array_equal(a["output"].view(np.uint8), a["expected"].view(np.uint8))

@@ -141,3 +141,22 @@ def format_bucket_tables(result: ProfileResult, *, top: int = 20, width: int | N
             sig = b.signature() if wide else cut_end(b.signature(), room)
             out.append(" ".join(x.rjust(w) for x, w in zip(c, widths)) + "  " + sig)
     return out
+
+
+def profile_text(result: ProfileResult, *, top: int = 20, width: int | None = None, wide: bool = False) -> str:
+    """The table `kerncap profile` prints: the `top` kernels (0: all), every number column
+    in full and the kernel names fitted into `width` (default: the terminal's, 80 in a
+    pipe; `wide`: full names), then a summary line."""
+    lines = format_table(result, top=top, width=width, wide=wide)
+    return "\n".join([*lines, summary_line(result, len(lines) - 1)])
+
+
+def nvtx_text(result: ProfileResult, *, top: int = 20, width: int | None = None, wide: bool = False) -> str:
+    """The table `kerncap profile --by-nvtx` adds: GPU time per (NVTX range path, kernel)."""
+    return "\n".join(format_nvtx_table(result, top=top, width=width, wide=wide))
+
+
+def buckets_text(result: ProfileResult, *, top: int = 20, width: int | None = None, wide: bool = False) -> str:
+    """The tables `kerncap profile --buckets` adds: each ranked kernel's launch signatures
+    with count and share of its time."""
+    return "\n".join(format_bucket_tables(result, top=top, width=width, wide=wide))

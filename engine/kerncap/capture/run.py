@@ -157,6 +157,7 @@ def preload_entry_points(existing: str | None) -> str:
 
 
 def default_sink(stream: str, data: bytes) -> None:
+    """The default app output: the app's stdout and stderr go to ours, as it writes them."""
     target = sys.stdout if stream == "stdout" else sys.stderr
     buffer = getattr(target, "buffer", None)
     try:

@@ -21,6 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kerncap.capture.assemble import build_reproducer, replace_output
 from kerncap.capture.selection import Selection, closest
@@ -225,3 +226,18 @@ def _range_listing(selection: Selection, procs: list[dict]) -> str:
         return ". kerncap saw no NVTX range at all (ranges opened before the process's first CUDA call are not seen)"
     listing = "\n".join(f"    {c}" for c in closest(selection.nvtx, names + paths))
     return f". The range names and paths seen, closest first:\n{listing}"
+
+
+def sequence_extract_arguments(mode: str | None, *, nvtx: str | None = None, count: int | None = None,
+                               until: str | None = None) -> dict[str, Any]:
+    """`extract`'s `sequence` and `selection` for a window (what `extract --sequence MODE
+    --nvtx --count --until` passes; the workbench's extract dialog and MCP's extract too):
+    {} for one dispatch (mode None); checked when extract runs (SequenceRequest.check)."""
+    if not mode:
+        if count is not None or until:
+            raise UsageError("--count and --until bound a run of launches", "add --sequence run")
+        return {"selection": Selection(nvtx=nvtx)} if nvtx else {}
+    out: dict[str, Any] = {"sequence": SequenceRequest(mode=mode, count=count, until=until or None)}
+    if nvtx:
+        out["selection"] = Selection(nvtx=nvtx)
+    return out

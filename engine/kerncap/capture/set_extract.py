@@ -171,6 +171,7 @@ def _refused(everything: list[Bucket], captured: set, buckets_mode: bool, notes:
 
 
 def format_set_extract(r: SetExtractResult) -> str:
+    """The text `kerncap extract` prints for a reproducer set."""
     s = r.set
     lines = [f"captured    {s.demangled}",
              f"            {len(s.members)} member(s) in one run: "

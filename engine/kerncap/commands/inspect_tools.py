@@ -1,5 +1,5 @@
 """The CUDA developer tools on a replay: `kerncap replay … --ncu [--compare A B]` and
-`kerncap validate … --sanitize [TOOL]` (kerncap.api.ncu, kerncap.api.sanitize)."""
+`kerncap validate … --sanitize [TOOL]` (the open reproducer's Session.ncu and Session.sanitize)."""
 
 from __future__ import annotations
 
@@ -62,8 +62,7 @@ def _progress(text: str) -> None:
 
 def handle_ncu(args: argparse.Namespace) -> int:
     options = dict(sections=args.section, ncu_set=args.ncu_set, warmup=3 if args.warmup is None else args.warmup,
-                   flush_l2=args.flush_l2, timeout=args.timeout or api.NCU_TIMEOUT, device=args.device,
-                   progress=_progress)
+                   flush_l2=args.flush_l2, timeout=args.timeout or api.NCU_TIMEOUT, progress=_progress)
     if args.compare:
         if args.cubin is not None:
             raise UsageError("--compare names both cubins; --cubin does not apply",
@@ -71,10 +70,12 @@ def handle_ncu(args: argparse.Namespace) -> int:
         if len(args.compare) != 2:
             raise UsageError(f"--ncu --compare takes two cubins, A and B (got {len(args.compare)})",
                              "kerncap replay DIR --ncu --compare captured VARIANT.cubin")
-        a, b = (api.ncu(args.path, _cubin_arg(text), reuse=True, **options) for text in args.compare)
+        with api.open(args.path, device=args.device, compile_worker=False) as session:
+            a, b = (session.ncu(_cubin_arg(text), reuse=True, **options) for text in args.compare)
         print(json.dumps({"a": a.to_dict(), "b": b.to_dict()}, indent=1) if args.json else api.format_ncu_compare(a, b))
         return 0
-    result = api.ncu(args.path, args.cubin, **options)
+    with api.open(args.path, device=args.device, compile_worker=False) as session:
+        result = session.ncu(args.cubin, **options)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_ncu(result))
     return 0
 
@@ -88,7 +89,8 @@ def handle_sanitize(args: argparse.Namespace) -> int:
                          "the sanitizer checks one launch on the captured input; validate perturbed inputs apart")
     if len(args.paths) != 1:
         raise UsageError(f"--sanitize checks one reproducer (got {len(args.paths)})", "give one DIR")
-    result = api.sanitize(args.paths[0], args.cubin, tool=args.sanitize,
-                          timeout=args.timeout or api.SANITIZE_TIMEOUT, device=args.device, progress=_progress)
+    with api.open(args.paths[0], device=args.device, compile_worker=False) as session:
+        result = session.sanitize(args.cubin, tool=args.sanitize, timeout=args.timeout or api.SANITIZE_TIMEOUT,
+                                  progress=_progress)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_sanitize(result))
     return 0 if result.clean else 1

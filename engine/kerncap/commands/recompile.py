@@ -107,9 +107,10 @@ def _mode(args: argparse.Namespace) -> str:
 
 def recompile_set_cli(args: argparse.Namespace) -> int:
     """One variant every member of a set uses, built from the set's source/."""
+    reproducer_set = api.ReproducerSet.open(args.reproducer)
     if args.list_configs:
-        return list_configs(api.open_set(args.reproducer).members[0].path, args.json)
-    v = api.recompile_set(args.reproducer, args.config, trust=args.trust, mode=_mode(args))
+        return list_configs(reproducer_set.members[0].path, args.json)
+    v = api.recompile_set(reproducer_set, args.config, trust=args.trust, mode=_mode(args))
     if args.json:
         print(json.dumps({"variant": str(v.path), "seconds": round(v.seconds, 3), "builds": v.builds,
                           "cubins": {str(i): str(c) for i, c in v.cubins.items()},

@@ -281,6 +281,7 @@ def junit_cases(report: CheckReport) -> list[junit.JUnitCase]:
 
 
 def format_report(report: CheckReport) -> str:
+    """The table `kerncap check` prints."""
     head = ["status", "case", "check", "median us", "vs base"]
     rows = []
     for c in report.cases:
@@ -306,3 +307,8 @@ def format_report(report: CheckReport) -> str:
                  f"{n[ERROR]} could not run; {report.seconds:.1f} s on {report.fanout}")
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines)
+
+
+def write_baseline(report: CheckReport, path: str | os.PathLike) -> Path:
+    """Store the medians of the passing cases of `report` for a later `check(baseline=path)`."""
+    return baseline_file.save(path, baseline_cases(report))

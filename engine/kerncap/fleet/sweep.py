@@ -210,6 +210,7 @@ def junit_cases(report: SweepReport) -> list[junit.JUnitCase]:
 
 
 def format_report(report: SweepReport) -> str:
+    """The table `kerncap sweep` prints."""
     head = ["status", "entry", "check", "compile s", "median us", "speedup", "worker"]
     rows = []
     for e in report.entries:

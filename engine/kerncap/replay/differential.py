@@ -548,6 +548,7 @@ def load_record(reproducer_dir: str | Path) -> dict[str, Any] | None:
 
 
 def format_report(report: TrustReport) -> str:
+    """The text `kerncap validate` prints."""
     what = report.cubin or "captured cubin"
     lines = [f"{what}: {report.summary()}"]
     for r in report.reproducers:

@@ -119,6 +119,17 @@ def default_output(capture: Capture, cubin: str | Path | None, perturbation: int
     return capture.reproducer_dir / "dumps" / name
 
 
+def item_layouts(reproducer: str | os.PathLike | Capture, items: Sequence[str] = (), *, dtype: str | None = None,
+                 shape: Sequence[int] | None = None) -> list[tuple[tv.Item, tv.Layout, tv.View]]:
+    """What kerncap knows of each item's layout (items: "3", "region:3", "arg:1",
+    "global:NAME"; none: every written one): its dtype, tensor shape and strides (Triton
+    tensor metadata, the C++ parameter type, or `dtype`/`shape`) and its 2-D view. A
+    shape that does not divide the item raises UsageError naming both."""
+    cap = reproducer if isinstance(reproducer, Capture) else Capture.open(reproducer)
+    chosen = plan(cap, items, dtype=dtype, shape=tuple(shape) if shape is not None else None)
+    return [(t.item, t.layout, tv.view_of(t.layout, t.item)) for t in chosen]
+
+
 def dump(reproducer: str | Path, items: Sequence[str] = (), states: Sequence[str] = ("pre", "post"), *,
          cubin: str | Path | None = None, perturbation: int | None = None, seed: int = 0,
          dtype: str | None = None, shape: tuple[int, ...] | None = None, output: str | Path | None = None,
@@ -261,6 +272,7 @@ def _abs(cubin) -> str | None:
 
 
 def format_result(r: DumpResult) -> str:
+    """The text `kerncap dump` prints."""
     lines = [f"dumped {len(r.arrays)} array{'s' if len(r.arrays) != 1 else ''} into {r.directory} ({r.input})"]
     for a in r.arrays:
         what = f"{a.kerncap_dtype}" if a.kerncap_dtype else "raw bytes"

@@ -643,3 +643,25 @@ def from_arrays(name: str, actual, expected, pre=None, *, dtype: str | None, vie
     rd = {k: (lambda b: lambda o, n: b[o:o + n])(v) for k, v in (("a", ab), ("e", eb), ("p", pb))}
     return compute(name, len(ab), view, dtype, rd["a"], rd["e"], rd["p"], atol=atol, rtol=rtol, tolerance=tolerance,
                    grid_rows=grid_rows, grid_cols=grid_cols, actual_label=actual_label, expected_label=expected_label)
+
+
+def map_of_arrays(name: str, actual, expected, pre=None, *, dtype: str | None, view: View | None = None,
+                  atol: float | None = None, rtol: float | None = None, grid: tuple[int, int] = (256, 256),
+                  actual_label: str = "", expected_label: str = "") -> MismatchMap:
+    """The map `Session.mismatch_maps` computes on the GPU, computed here in numpy from
+    arrays holding an item's bytes (e.g. loaded from `dump`): the reference it is checked
+    against (a tolerance when `atol` or `rtol` is given)."""
+    return from_arrays(name, actual, expected, pre, dtype=dtype, view=view, tolerance=atol is not None or rtol is not None,
+                       atol=atol or 0.0, rtol=rtol or 0.0, grid_rows=grid[0], grid_cols=grid[1],
+                       actual_label=actual_label, expected_label=expected_label)
+
+
+def format_text(m: MismatchMap) -> str:
+    """The report lines `kerncap validate` prints under a failing region."""
+    return "\n".join(format_map(m, indent=""))
+
+
+def bin_label(histogram: str, b: int) -> str:
+    """The label of bin `b` of a MismatchMap histogram: "value" (value_hist: "NaN",
+    "+inf", "-inf", "0", "+2^3", …), "err" (err_hist: "2^-12", …) or "ulp" (ulp_hist)."""
+    return {"value": value_label, "err": err_label, "ulp": ulp_label}[histogram](b)

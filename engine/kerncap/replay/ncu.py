@@ -361,6 +361,7 @@ def _import(ncu: Path, report: Path, page: str) -> str:
 
 
 def format_value(key: str, value: float | None) -> str:
+    """One key metric (KEY_METRICS) in its unit."""
     if value is None:
         return "—"
     kind = METRICS_BY_KEY[key].kind
@@ -394,6 +395,7 @@ def _wrap(text: str, width: int, indent: str) -> list[str]:
 
 
 def format_result(r: NcuResult, *, replay_median_ms: float | None = None, findings: int = 5) -> str:
+    """The text `kerncap replay --ncu` prints: key metrics and ncu's top findings."""
     lines = [f"ncu: {r.label}: {r.kernel}, launch {r.warmup + 1} (after {r.warmup} warm-up launches, not profiled)"]
     for m in KEY_METRICS:
         extra = ""

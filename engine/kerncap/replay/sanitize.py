@@ -186,6 +186,7 @@ def stored_path(root: Path, cubin: str | Path | None, tool: str) -> Path:
 
 
 def load_stored(reproducer: str | Path, cubin: str | Path | None, tool: str = "memcheck") -> SanitizeResult | None:
+    """What an earlier `sanitize` run with `tool` stored for this cubin (None: the captured one), or None."""
     return load_result(stored_path(reproducer_dir(reproducer), cubin, tool), SanitizeResult.from_dict)
 
 
@@ -281,6 +282,7 @@ def _keep_log(src: Path, dst: Path) -> None:
 
 
 def format_result(r: SanitizeResult, *, limit: int = 10) -> str:
+    """The text `kerncap validate --sanitize` prints."""
     whose = "the captured kernel itself" if r.captured else "the variant"
     kernel_n, host_n = len(r.kernel_errors), len(r.host_errors)
     followups = [e for e in r.errors if e.where == "fault-followup"]

@@ -71,6 +71,8 @@ class SetRun:
 
 
 def format_set_run(run: SetRun) -> str:
+    """The text `kerncap replay SET` (and `validate SET --cubin V`) prints: one line per
+    member, then the weighted speedup and the worst member."""
     s = run.set
     lines = [f"{s.demangled}: {len(run.runs)} member(s)"
              + (f" on {describe_device(run.device)}" if run.device else "")

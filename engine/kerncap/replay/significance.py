@@ -269,6 +269,7 @@ def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> Timi
 
 
 def format_comparison(c: TimingComparison) -> str:
+    """The text `kerncap replay --compare` prints."""
     unit = time_unit(min(p.median_ms for p in c.programs))
     flush = "L2 flushed before each launch" if c.flush_l2 else "L2 warm"
     on = (f"rotating over {c.inputs} inputs (the captured one and {c.inputs - 1} perturbed)" if c.inputs > 1

@@ -207,6 +207,8 @@ class Capture:
     # -- opening -----------------------------------------------------------------
     @classmethod
     def open(cls, path: str | Path) -> "Capture":
+        """The capture of a reproducer directory (or of a capture directory itself), checked
+        against the capture format; payloads are read and verified on demand."""
         path = Path(path)
         if (path / "capture").is_dir() and not (path / "manifest.json").exists():
             path = path / "capture"

@@ -7,7 +7,7 @@ import os
 import shlex
 from typing import Any
 
-from kerncap.core.stack import recorded_stack, stack_lines
+from kerncap.core.stack import differences, recorded_stack, running_stack, stack_lines
 from kerncap.core.units import dim_tuple, driver_version_text, human_bytes, text_table
 from kerncap.errors import KerncapError
 from kerncap.reproducer.arrays import OLDER_CAPTURE
@@ -440,3 +440,9 @@ def arrays_text(s: dict[str, Any]) -> list[str]:
         out += text_table(["id", "kind", "handle", "resource", "argument", "replayable"], rows, right={0, 2})
         out.append("")
     return out
+
+
+def stack_differences(reproducer: str | os.PathLike, running: dict[str, Any] | None = None) -> list[str]:
+    """How the stack a reproducer recorded differs from `running` (default: this
+    machine's): one line per differing fact (kerncap, driver, CUDA, GPU, torch, triton)."""
+    return differences(summarize(reproducer)["stack"], running if running is not None else running_stack())

@@ -125,6 +125,7 @@ def default_unpack_dir(pack: Path) -> Path:
 
 
 def pack(directory: str | os.PathLike, output: str | os.PathLike | None = None, *, force: bool = False) -> PackResult:
+    """Write a reproducer into one verified, zstd-compressed `.kcap` file (default: next to it)."""
     root = Path(directory)
     if not root.is_dir():
         raise KerncapError(f"{root} is not a directory", "pass a reproducer directory (what `kerncap extract` wrote)")
@@ -411,6 +412,9 @@ def _open_regular(src: Path) -> BinaryIO:
 
 def unpack(pack_file: str | os.PathLike, output: str | os.PathLike | None = None, *,
            limits: Limits | None = None) -> PackResult:
+    """Restore the reproducer held by a `.kcap` file into a new (or empty) directory,
+    checking every entry; nothing is left behind when it is damaged. `limits` bounds what
+    a pack may expand to (default `Limits()`: 1 TiB, and 1000x the pack's size past 1 GiB)."""
     src = Path(pack_file)
     if output is not None and str(output) == "":
         raise UsageError("the output directory (-o) is empty", "pass -o DIR, or leave -o out for FILE without .kcap")

@@ -47,6 +47,7 @@ _HINT = "extract the set again"
 
 
 def is_set(path: str | os.PathLike) -> bool:
+    """Whether `path` is a reproducer set (holds set.json) rather than one reproducer."""
     return (Path(path) / SET_FILE).is_file()
 
 
@@ -84,6 +85,9 @@ class ReproducerSet:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "ReproducerSet":
+        """The reproducer set at `path`: its members (each an ordinary reproducer) with their
+        dispatch, bucket and weight (share of the kernel's in-app time), checked against the
+        set format."""
         root = Path(path)
         mpath = root / SET_FILE
         if not mpath.exists():

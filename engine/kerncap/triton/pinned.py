@@ -14,12 +14,13 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kerncap.errors import KerncapError, UsageError
 from kerncap.reproducer.record import sources_kind
-from kerncap.triton.configs import tuned_config
+from kerncap.triton.configs import Candidate, candidates, captured_constexprs, tuned_config
 from kerncap.triton.values import decode_value, jit_resolver
 
 SPEC_NAME = "triton.json"
@@ -295,3 +296,19 @@ def _parse_scalar(raw: str):
         except ValueError:
             pass
     return raw
+
+
+@dataclass
+class AutotuneConfigs:
+    """The autotune configs a Triton capture recorded (`recompile --list-configs`)."""
+    function: str                      # the Triton function
+    candidates: list[Candidate]        # each with .config (a --config value), .grid, .captured
+    captured_constexprs: dict[str, Any]  # the constexprs of the captured launch
+    captured_grid: list[int]
+
+
+def autotune_configs(reproducer: str | os.PathLike) -> AutotuneConfigs:
+    """The autotune configs of a Triton reproducer, each with the grid it launches."""
+    spec = load_spec(Path(reproducer))
+    return AutotuneConfigs(function=spec["function"], candidates=candidates(spec),
+                           captured_constexprs=captured_constexprs(spec), captured_grid=list(spec["launch"]["grid"]))
