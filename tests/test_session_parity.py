@@ -25,6 +25,7 @@ from mcp import Client  # noqa: E402
 from kerncap import api, cli  # noqa: E402
 from kerncap.frontends.mcp_server import build_server  # noqa: E402
 from kerncap.reproducer.variants import RecompileResult, publish_variant  # noqa: E402
+from kerncap.errors import UsageError  # noqa: E402
 
 
 def axpy(m, _s):
@@ -370,7 +371,7 @@ def test_the_sequence_order_is_one_declaration_in_argparse_and_the_mcp_schema(tm
             return {t.name: t for t in (await c.list_tools()).tools}[tool].input_schema
     prop = anyio.run(go)["properties"]["order"]
     assert tuple(prop["enum"]) == O.SEQUENCE_ORDERS and prop["default"] == O.SEQUENCE_ORDER.default == "streams"
-    with pytest.raises(api.UsageError, match="--order 'sideways'"):
+    with pytest.raises(UsageError, match="--order 'sideways'"):
         O.check_order("sideways")
 
 
@@ -449,7 +450,7 @@ def test_dump_is_one_result_in_every_front_end(repro, tmp_path, capsys, variant)
     [from_mcp] = mcp(tmp_path, ("dump", {"reproducer": str(repro), "output": str(outs[1]),
                                          **({"cubin": cubin} if cubin else {})}))
     with api.open(repro, compile_worker=False) as s:
-        from_session = api.dump(repro, (), states, cubin=cubin, output=outs[2], session=s).to_dict()
+        from_session = s.dump((), states, cubin=cubin, output=outs[2]).to_dict()
     assert status == 0
     assert _without(from_cli, outs[0]) == _without(from_mcp, outs[1]) == _without(from_session, outs[2])
     files = [sorted(p.name for p in out.iterdir()) for out in outs]

@@ -328,7 +328,7 @@ def _extract_tool(server: MCPServer, state: KerncapMCP) -> None:
         result = await state.blocking(ctx, "extract", lambda: api.extract(
             kernel, command, output=out, dispatch=dispatch, match=match, keep_running=keep_running,
             timeout=timeout_s, source_dir=src,
-            build_dir=bld, cwd=workdir, env=env, force=force, app_output=tail, prune=prune, intercept=intercept,
+            build_dir=bld, cwd=workdir, env=env, force=force, output_sink=tail, prune=prune, intercept=intercept,
             **window))
         return {"reproducer": str(result.reproducer_dir), "seconds": result.seconds, "sources": result.sources,
                 "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,
@@ -562,8 +562,8 @@ def _check_tools(server: MCPServer, state: KerncapMCP) -> None:
         options = dict(cubin=variant, perturbation=perturbation, seed=seed, dtype=dtype,
                        shape=tuple(shape) if shape else None, output=out)
         if gpu:
-            result = await state.blocking(ctx, "dump", lambda: state.session(repro, lambda s: api.dump(
-                repro, items or (), chosen, session=s, **options)), reproducer=repro)
+            result = await state.blocking(ctx, "dump", lambda: state.session(repro, lambda s: s.dump(
+                items or (), chosen, **options)), reproducer=repro)
         else:
             result = await state.blocking(ctx, "dump", lambda: api.dump(repro, items or (), chosen, **options))
         return result.to_dict()

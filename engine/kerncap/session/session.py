@@ -169,6 +169,14 @@ class Opened:
     def baseline(self, request, *, progress: Progress = _quiet) -> Variant:
         raise NotImplementedError
 
+    def ncu(self, cubin: str | Path | None = None, **options: Any):
+        raise UsageError(f"Nsight Compute profiles one reproducer's launch: {self.root} is a reproducer set",
+                         f"pass one member, e.g. {self.root / 'members' / '0'}")
+
+    def sanitize(self, cubin: str | Path | None = None, **options: Any):
+        raise UsageError(f"compute-sanitizer checks one reproducer's launch: {self.root} is a reproducer set",
+                         f"pass one member, e.g. {self.root / 'members' / '0'}")
+
     def _after_baseline(self, request, progress: Progress, built: Path, seconds: float, measure: Callable[[], Any]):
         """(the baseline, recorded first when the history has none, else None; measure()).
         A replay that cannot run here (no GPU, no replay core) is ReplayNotRun: `built`
