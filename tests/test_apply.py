@@ -126,3 +126,23 @@ def test_engine_check_reports_launch_2_and_the_bytes(built, tmp_path, monkeypatc
     good.variant.write_bytes(b"FAKEMOD impl=fast\0")
     ok = run_check(good, compare_output=[str(y)])
     assert ok.passed and "all 5 launches matched byte for byte" in ok.text()
+
+
+def test_a_cancelled_apply_stops_the_app(built, tmp_path, monkeypatch):
+    """MCP's cancel (Session.apply's `cancelled`): the app's process group is stopped
+    within the poll, and the apply ends with one message instead of waiting for the app."""
+    import time
+
+    from kerncap.capture.apply import Apply, Target
+    from kerncap.errors import KerncapError
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))
+    target = Target(kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64, globals=[],
+                    outputs=[])
+    started = time.monotonic()
+    job = Apply(root=tmp_path, target=target, variant=_variant(tmp_path, "FAKEMOD impl=fast"),
+                command=["sleep", "60"], quiet=True, timeout=120,
+                cancelled=lambda: time.monotonic() - started > 0.5)
+    with pytest.raises(KerncapError, match="cancelled"):
+        job.run(substitute=True)
+    assert time.monotonic() - started < 20

@@ -308,6 +308,7 @@ DECLARED = [
     ("build", "build", api.BuildRequest, ["rounds", "iterations", "perturb", "runs", "inputs", "config", "kernel",
                                           "fusion", "intermediates", "trust"]),
     ("check", None, api.MeasureRequest, ["iterations", "warmup", "runs", "seed", "replay_timeout", "region_dtypes"]),
+    ("apply", "apply", api.options.ApplyRequest, ["variant", "dispatch", "check", "runs", "identify", "timeout"]),
 ]
 
 
@@ -348,7 +349,7 @@ def test_every_request_field_names_its_own_option():
     import dataclasses
 
     for request_type in (api.ValidateRequest, api.ReplayRequest, api.CompareRequest, api.BuildRequest,
-                         api.MeasureRequest, api.SequenceReplay):
+                         api.MeasureRequest, api.SequenceReplay, api.options.ApplyRequest):
         for f in dataclasses.fields(request_type):
             option = f.metadata.get("kerncap.option")
             if option is not None:
@@ -483,3 +484,132 @@ def test_options_only_the_cli_had_reach_mcp_from_the_request(repro, tmp_path, ca
     for doc in (cmp_cli, cmp_mcp):
         doc.pop("seconds")
     assert plain(cmp_cli) == plain(cmp_mcp)
+
+
+# -- apply (issue 46): the app with a variant in place, one request through every front end ------------
+
+from test_apply import KERNEL, built  # noqa: E402,F401  (the stand-in driver and app, built once: tests/fixtures/apply)
+
+from kerncap.errors import KerncapError  # noqa: E402
+from kerncap.reproducer.history import History  # noqa: E402
+
+
+@pytest.fixture
+def applied_app(built, tmp_path, monkeypatch):
+    """A reproducer whose History has the stand-in's variants (v1 `fast`: right; v2 `late3`:
+    differs from its third launch on; v3 `nokernel`: refused) and the command of the
+    stand-in app. The committed capture is not of that app: its target (the kernel's name,
+    `scale`, y the written parameter) is the one tests/test_apply.py gives the engine."""
+    from kerncap.capture import apply as apply_tool
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))  # the stand-in libcuda.so.1
+    target = apply_tool.Target(kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64,
+                               globals=[("scale", 4)], outputs=[0])
+    monkeypatch.setattr(apply_tool, "target_of", lambda cap: target)
+    repro = sim.axpy_reproducer(tmp_path / "src", monkeypatch, KERNELS)
+    (repro / "variants").mkdir()
+    rows = [{"id": 0, "time": "2026-12-04T00:00:00Z", "median_ms": 0.01, "validation": "pass"}]
+    for vid, image in ((1, "fast"), (2, "late3"), (3, "fast nokernel")):
+        (repro / "variants" / f"{vid}.cubin").write_bytes(f"FAKEMOD impl={image}".encode() + b"\0")
+        rows.append({"id": vid, "time": "2026-12-04T00:00:00Z", "median_ms": 0.01, "validation": "pass",
+                     "cubin": f"variants/{vid}.cubin"})
+    (repro / "history.json").write_text(json.dumps({"version": 1, "variants": rows}))
+    command = [str(built["app"]), str(built["inject"]), "5", str(tmp_path / "y.bin")]
+    return repro, command
+
+
+def _apply_everywhere(tmp_path, capsys, repro, command, request: dict):
+    """(exit status, document, History row 'in_app') from the CLI, MCP and the session, each
+    on a copy of the reproducer; the copies' paths written as OUT."""
+    copies = {name: tmp_path / name for name in ("cli", "mcp", "session")}
+    for p in copies.values():
+        shutil.copytree(repro, p)
+    argv = ["apply", str(copies["cli"]), "--identify", "name", "--runs", str(request.get("runs", 5))]
+    argv += [f"--variant={request['variant']}"] + (["--check"] if request.get("check") else [])
+    argv += [f"--dispatch={','.join(map(str, request['dispatch']))}"] if request.get("dispatch") else []
+    status = cli.main([*argv, "--json", "--", *command])
+    from_cli = json.loads(capsys.readouterr().out)
+
+    async def go():
+        async with Client(build_server([tmp_path])) as c:
+            return await c.call_tool("apply", {"reproducer": str(copies["mcp"]), "command": command,
+                                               "identify": "name", **request})
+    answer = anyio.run(go)
+    from_mcp = answer.structured_content
+    if not answer.is_error:
+        assert from_mcp.pop("app_output_tail")[-1] in ("stdout: ran fast=5", "stdout: ran late3=5",
+                                                       "stdout: ran plain=5", "stdout: ran fast=2"), from_mcp
+    req = api.options.ApplyRequest(command=tuple(command), identify="name", **{
+        k: tuple(v) if isinstance(v, list) else v for k, v in request.items()})
+    try:
+        with api.open(copies["session"], compile_worker=False) as s:
+            from_session, session_status = s.apply(req, output=lambda *_: None).to_dict(), None
+    except KerncapError as exc:
+        from_session, session_status = exc.to_json(), exc.exit_code
+    docs = [_without(d, c) for d, c in zip((from_cli, from_mcp, from_session), copies.values())]
+    rows = [History.load(c).get(request["variant"]).in_app for c in copies.values()]
+    return status, session_status, answer.is_error, docs, rows
+
+
+@pytest.mark.parametrize("variant,dispatch,status", [(1, None, 0), (2, None, 1), (1, [1, 3], 0)],
+                         ids=["passes", "differs-at-launch-2", "two-launches"])
+def test_apply_is_one_result_in_every_front_end(applied_app, tmp_path, capsys, variant, dispatch, status):
+    """`kerncap apply --json`, MCP's apply and Session.apply: one document and exit status
+    (1 when --check finds a launch that differs), and the same `in_app` on the History row."""
+    repro, command = applied_app
+    request = {"variant": variant, "check": True, "runs": 0, **({"dispatch": dispatch} if dispatch else {})}
+    cli_status, _, is_error, (from_cli, from_mcp, from_session), rows = _apply_everywhere(
+        tmp_path, capsys, repro, command, request)
+    assert not is_error and cli_status == status == from_mcp["exit_status"]
+    assert from_cli == from_mcp == from_session
+    assert from_cli["row"] == variant and from_cli["launches"] == 5
+    assert from_cli["substituted"] == (2 if dispatch else 5)
+    mismatch = from_cli["check"]["mismatch"]
+    assert (mismatch and (mismatch["launch"], mismatch["param"])) == ((2, 0) if variant == 2 else None)
+    for row in rows:
+        assert row.pop("time")
+    assert rows[0] == rows[1] == rows[2] and rows[0]["check"] == ("fail" if variant == 2 else "pass")
+    assert rows[0]["mismatch_launch"] == (2 if variant == 2 else None) and rows[0]["command"].endswith("y.bin")
+
+
+def test_a_refused_variant_is_one_error_in_every_front_end(applied_app, tmp_path, capsys):
+    """A variant without the kernel: exit status 4 from the CLI, MCP's tool error with the
+    same JSON error, the session's ApplyRefused; nothing recorded on the row."""
+    repro, command = applied_app
+    cli_status, session_status, is_error, (from_cli, from_mcp, from_session), rows = _apply_everywhere(
+        tmp_path, capsys, repro, command, {"variant": 3, "runs": 0})
+    assert cli_status == session_status == 4 and is_error
+    assert from_cli == from_mcp == from_session and from_cli["error"]["exit_status"] == 4
+    assert "has no kernel" in from_cli["error"]["message"] and rows == [None, None, None]
+
+
+def test_apply_refuses_the_same_bad_requests_in_every_front_end(applied_app, tmp_path, capsys):
+    """Both or neither of cubin/variant, a negative run count: usage errors (2) before the
+    app runs, through the CLI, MCP and the request itself; a set is refused by its session."""
+    repro, command = applied_app
+    status = cli.main(["apply", str(repro), "--cubin", "x", "--variant", "1", "--json", "--", *command])
+    assert status == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert cli.main(["apply", str(repro), "--json", "--", *command]) == 2
+    cli_error = json.loads(capsys.readouterr().out)["error"]
+
+    async def go(args):
+        async with Client(build_server([tmp_path])) as c:
+            return await c.call_tool("apply", {"reproducer": str(repro), "command": command, **args})
+    neither = anyio.run(go, {})
+    assert neither.is_error and neither.structured_content["error"] == cli_error
+    assert "exactly one of --cubin V and --variant N" in cli_error["message"]
+    negative = anyio.run(go, {"variant": 1, "runs": -1})
+    assert negative.is_error and "runs" in negative.content[0].text
+    with pytest.raises(UsageError, match="--runs -1: must be >= 0"):
+        api.options.ApplyRequest(command=("x",), variant=1, runs=-1).checked()
+
+
+def test_apply_defaults_are_one_declaration():
+    """The run count, identification and the per-run timeout: the CLI's flags and MCP's
+    arguments are ApplyRequest's (900 s per run of the app, as MCP's profile/extract)."""
+    r = api.options.ApplyRequest()
+    assert (r.runs, r.identify, r.timeout, r.check) == (5, "cubin", 900.0, False)
+    assert api.options.APP_TIMEOUT_S == 900.0
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["apply"]
+    assert sub.parse_args(["DIR", "--variant", "1"]).timeout == 900.0

@@ -1,6 +1,7 @@
 """Timing history: every variant against the baseline (bar, median, speedup with its
-confidence interval or "within noise", what the validation covered, and Nsight Compute /
-compute-sanitizer results once measured); diff any two (sources or metrics), restore
+confidence interval or "within noise", what the validation covered, Nsight Compute /
+compute-sanitizer results once measured, and what `kerncap apply` found in the app once a
+variant was applied: "in app"); diff any two (sources or metrics), restore
 any one, profile or sanitize one; a plot of the medians once there are a few."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kerncap_tui.widgets.history_plot import HistoryPlot
 BAR_WIDTH = 16
 # A sequence's extra columns (the median is the whole sequence's time).
 SEQUENCE_COLUMNS = ("rebuilt kernel", "its launches ms")
+IN_APP = "in app"  # shown once a variant was applied (kerncap apply: --check verdict, kernel speedup in the app)
 VALIDATION_STYLE = {"pass": ("✓ pass", "green"), "fail": ("✗ FAIL", "bold red"),
                     "inconclusive": ("? inconclusive", "yellow"), "error": ("! error", "yellow"),
                     "skipped": ("– skipped", "dim")}
@@ -32,6 +34,24 @@ def speedup_phrase(v) -> str:
     from kerncap import api
 
     return api.speedup_phrase(v)
+
+
+def in_app_cell(v) -> Text:
+    """The last `kerncap apply` of the row (Variant.in_app): the --check verdict over the
+    launches compared, then the kernel's in-app GPU-time speedup with its interval."""
+    a = v.in_app
+    if not a:
+        return Text("")
+    if a.get("check") == "fail":
+        text = Text(f"✗ launch {a.get('mismatch_launch')}", style="bold red")
+    elif a.get("check") == "pass":
+        text = Text(f"✓ {a.get('compared')}/{a.get('launches')}", style="green")
+    else:
+        text = Text(f"{a.get('substituted')}/{a.get('launches')} run", style="dim")
+    k, low, high = a.get("kernel_speedup"), a.get("kernel_low"), a.get("kernel_high")
+    if k is not None:
+        text.append(f" · {speedup_text(k)}" + (f" [{interval_text(low, high)}]" if low is not None else ""))
+    return text
 
 
 def validation_cell(v) -> Text:
@@ -101,6 +121,8 @@ class HistoryPane(Vertical):
             ("sanitizer",) if any(i.sanitize for i in self.inspect.values()) else ())
         if getattr(self.capture, "sequence", None) is not None:
             extra = SEQUENCE_COLUMNS + extra
+        if history and any(v.in_app for v in history.variants):
+            extra += (IN_APP,)
         t = self.query_one(DataTable)
         cursor = t.cursor_row
         if extra != self._extra:
@@ -120,6 +142,8 @@ class HistoryPane(Vertical):
                 tools.append(VI.sanitize_cell(info))
             if extra[:2] == SEQUENCE_COLUMNS:
                 tools = [*self._sequence_cells(v), *tools]
+            if IN_APP in extra:
+                tools.append(in_app_cell(v))
             t.add_row(
                 "●" if v.id == self.marked else " ",
                 Text(v.label, style="bold" if v.id == 0 else ""),

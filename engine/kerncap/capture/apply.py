@@ -12,6 +12,11 @@ Each process writes `apply-<pid>.json` (and `profile-<pid>.json` when timed).
 kernel wrote (the buffers its written parameters reach, read back after the launch) and
 names the first launch that differs; a mismatch is then dumped from both runs to count
 the bytes. Timing runs the app R times each way, interleaved.
+
+What to run and how is one `ApplyRequest` (its options declared once, kerncap.core.option):
+the CLI renders it into `kerncap apply`'s flags, MCP into its `apply` tool, and both hand
+it to `Session.apply` (kerncap.session), which also records the outcome on the History row
+of the variant applied (`in_app`, shown by the workbench).
 """
 
 from __future__ import annotations
@@ -20,13 +25,15 @@ import os
 import shutil
 import statistics
 import tempfile
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from kerncap.capture.run import app_environment, check_command, preload_entry_points, read_reports, run_app
+from kerncap.capture.run import (OutputSink, app_environment, check_command, preload_entry_points, read_reports,
+                                 run_app)
 from kerncap.core.native import entry_library
+from kerncap.core.option import Option, check_fields
 from kerncap.errors import EXIT_FAILED, KerncapError, UsageError
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History
@@ -43,6 +50,85 @@ REFUSAL_HINTS = {
     "graphs": "run an app that launches the kernel directly; substitution inside CUDA graphs is not supported yet",
     "not_launched": "check the command: it must run the code the reproducer was captured from",
 }
+
+
+IDENTIFY_MODES = ("cubin", "name")
+# One run of the app may take this long before it is stopped (every front end: the CLI's
+# --timeout, MCP's timeout_s, as MCP's profile and extract already did).
+APP_TIMEOUT_S = 900.0
+
+
+def dispatch_list(text: str) -> tuple[int, ...]:
+    """--dispatch "0,3" -> (0, 3): launch numbers, from 0 (ValueError with the words)."""
+    try:
+        out = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"{text!r} is not a list of launch numbers, e.g. 0,3") from None
+    if any(n < 0 for n in out):
+        raise ValueError(f"{text!r} holds a negative launch number (launches count from 0)")
+    return tuple(out)
+
+
+APPLY_CUBIN = Option("cubin", "--cubin", str, None, "the variant cubin (one of --cubin and --variant)", metavar="V",
+                     nullable=True)
+APPLY_VARIANT = Option("variant", "--variant", int, None, "the variant of history.json's row N (one of --cubin and "
+                       "--variant); the outcome is recorded on that row", minimum=1, metavar="N", nullable=True)
+APPLY_DISPATCH = Option("dispatch", "--dispatch", str, None, "substitute only these launches (from 0, as extract "
+                        "counts; none: every launch)", metavar="N[,M…]", nullable=True, convert=dispatch_list,
+                        mcp_kind=list[int])
+APPLY_CHECK = Option("check", "--check", bool, False, "run as is and with the variant; compare each launch's "
+                     "written buffers byte for byte")
+COMPARE_OUTPUT = Option("compare_output", "--compare-output", str, (), "with --check: also compare this file the "
+                        "app writes (repeatable; relative to its working directory)", metavar="PATH", many=True)
+APPLY_RUNS = Option("runs", "--runs", int, 5, "timed runs of the app each way, interleaved (0: no timing)",
+                    minimum=0, maximum=1000, metavar="R")
+IDENTIFY = Option("identify", "--identify", str, "cubin", "identify the kernel by its cubin's sha256 and name, or by "
+                  "name alone", choices=IDENTIFY_MODES)
+APP_TIMEOUT = Option("timeout", "--timeout", float, APP_TIMEOUT_S, "stop each run of the app after S seconds",
+                     above=0.0, metavar="S", mcp_name="timeout_s")
+
+
+@dataclass(frozen=True)
+class ApplyRequest:
+    """The app's `command` (run in `cwd`) with a variant (`cubin`, or History row
+    `variant`) standing in for the captured kernel; `check` compares what every launch
+    wrote, `runs` times it. `command`, `cwd` and `env` are the front ends' own arguments
+    (after `--`, MCP's `command`), not options."""
+
+    command: tuple[str, ...] = ()
+    cubin: str | None = APPLY_CUBIN.field()
+    variant: int | None = APPLY_VARIANT.field()
+    dispatch: tuple[int, ...] | None = APPLY_DISPATCH.field()
+    check: bool = APPLY_CHECK.field()
+    compare_output: tuple[str, ...] = COMPARE_OUTPUT.field()
+    runs: int = APPLY_RUNS.field()
+    identify: str = IDENTIFY.field()
+    timeout: float = APP_TIMEOUT.field()
+    cwd: str | None = None
+    env: dict[str, str] | None = None  # added to the app's environment (MCP's `env`; the CLI: the shell's)
+
+    def checked(self) -> ApplyRequest:
+        if (self.cubin is None) == (self.variant is None):
+            raise UsageError("give exactly one of --cubin V and --variant N", "e.g. --variant 3 (see kerncap info DIR)")
+        if self.compare_output and not self.check:
+            raise UsageError("--compare-output compares the runs of --check", "add --check")
+        if not self.command:
+            raise UsageError("no command to run", "give the app's command after `--` (MCP: `command`)")
+        check_fields(self)
+        dispatch = self.dispatch
+        if isinstance(dispatch, str):
+            dispatch = self._dispatch(dispatch)
+        elif dispatch is not None:  # MCP's list
+            dispatch = self._dispatch(",".join(str(n) for n in dispatch))
+        return replace(self, command=tuple(self.command), compare_output=tuple(self.compare_output),
+                       dispatch=dispatch or None)
+
+    @staticmethod
+    def _dispatch(text: str) -> tuple[int, ...]:
+        try:
+            return dispatch_list(text)
+        except ValueError as exc:
+            raise UsageError(f"--dispatch {exc}", APPLY_DISPATCH.help) from None
 
 
 class ApplyRefused(KerncapError):
@@ -71,8 +157,6 @@ def target_of(cap: Capture) -> Target:
 
 def resolve_variant(root: Path, cubin: str | Path | None, variant: int | None) -> Path:
     """The variant cubin: --cubin, or history.json's row --variant N."""
-    if (cubin is None) == (variant is None):
-        raise UsageError("give exactly one of --cubin V and --variant N", "e.g. --variant 3 (see kerncap info DIR)")
     if variant is not None:
         v = History.load(root).get(variant)
         if not v.cubin:
@@ -86,18 +170,6 @@ def resolve_variant(root: Path, cubin: str | Path | None, variant: int | None) -
     if not path.is_file():
         raise KerncapError(f"variant cubin {path} does not exist", "build it with `kerncap recompile DIR`")
     return path
-
-
-def parse_dispatches(text: str | None) -> list[int]:
-    if not text:
-        return []
-    try:
-        out = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise UsageError(f"--dispatch {text!r} is not a list of launch numbers", "e.g. --dispatch 0,3") from None
-    if any(n < 0 for n in out):
-        raise UsageError(f"--dispatch {text!r} holds a negative launch number", "launches count from 0")
-    return out
 
 
 @dataclass
@@ -149,6 +221,9 @@ class Apply:
     timeout: float | None = None
     cwd: str | None = None
     quiet: bool = False
+    env: dict[str, str] | None = None
+    output: OutputSink | None = None                # the app's output (None: passed through, unless quiet)
+    cancelled: Callable[[], bool] | None = None     # asked while the app runs: True stops it (MCP's cancel)
 
     def run(self, *, substitute: bool, check: bool = False, dump_at: int | None = None,
             profile: bool = False) -> RunResult:
@@ -171,20 +246,23 @@ class Apply:
             settings["KERNCAP_APPLY_DUMP_AT"] = str(dump_at)
         if profile:
             settings["KERNCAP_APPLY_PROFILE"] = "1"
-        env = app_environment(self.command, mode="apply", run_dir=run_dir, settings=settings)
+        env = app_environment(self.command, mode="apply", run_dir=run_dir, settings=settings, env=self.env)
         if entry_library() is None:
             raise KerncapError("kerncap apply needs libkerncap_entry.so, which was not built",
                                "reinstall kerncap with the CUDA toolkit (pip install .)")
         env["KERNCAP_INTERCEPT"] = "entry"
         env["LD_PRELOAD"] = preload_entry_points(env.get("LD_PRELOAD"))
-        sink = (lambda stream, data: None) if self.quiet else None
-        outcome = run_app(self.command, env=env, cwd=self.cwd, timeout=self.timeout, output=sink)
+        sink = self.output or ((lambda stream, data: None) if self.quiet else None)
+        outcome = run_app(self.command, env=env, cwd=self.cwd, timeout=self.timeout, output=sink,
+                          stop_when=self.cancelled)
         result = RunResult(seconds=outcome.seconds, returncode=outcome.returncode,
                            reports=read_reports(run_dir, "apply"), profiles=read_reports(run_dir, "profile"),
                            procs=read_reports(run_dir, "proc"), run_dir=run_dir,
                            describe_exit=outcome.describe_exit())
         if outcome.timed_out:
             raise KerncapError(f"the app ran past --timeout {self.timeout:g} s", "raise --timeout")
+        if outcome.stopped:
+            raise KerncapError("kerncap apply was cancelled (the app was stopped)")
         for proc in result.procs:
             for err in proc.get("errors", []):
                 if err.get("kind") in ("config", "cupti_activity", "cupti_subscriber"):
@@ -374,33 +452,93 @@ class ApplyResult:
     check: CheckResult | None
     timing: Timing | None
     skipped_globals: list[str]
+    row: int | None = None  # the History row whose cubin was applied (its `in_app` records this)
 
     @property
     def exit_status(self) -> int:
         return EXIT_FAILED if self.check is not None and not self.check.passed else 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """`kerncap apply --json`, MCP's `apply` (docs/apply.md)."""
+        doc = {"variant": str(self.variant), "row": self.row, "launches": self.launches,
+               "substituted": self.substituted, "skipped_globals": self.skipped_globals,
+               "check": asdict(self.check) if self.check else None, "timing": None}
+        if self.timing:
+            t = self.timing
+            doc["timing"] = {"runs": t.runs, "app_s": t.app_s, "kernel_ms": t.kernel_ms, "share": t.share,
+                             "app_speedup": asdict(t.app_interval) if t.app_interval else None,
+                             "kernel_speedup": asdict(t.kernel_interval) if t.kernel_interval else None}
+        doc["exit_status"] = self.exit_status
+        return doc
 
-def apply(reproducer: str | Path, command: Sequence[str], *, cubin: str | Path | None = None,
-          variant: int | None = None, dispatch: str | None = None, check: bool = False,
-          compare_output: Sequence[str] = (), runs: int = 5, identify: str = "cubin",
-          timeout: float | None = None, cwd: str | None = None, quiet: bool = False) -> ApplyResult:
+    def text(self) -> str:
+        lines = [f"apply: {self.variant.name} substituted for {self.substituted} of {self.launches} launch(es)"]
+        if self.skipped_globals:
+            lines.append(f"  note: the variant has no {', '.join(self.skipped_globals)}: not mirrored")
+        if self.check:
+            lines.append(self.check.text())
+        if self.timing:
+            lines.append(self.timing.text("kernel"))
+        if self.row is not None:
+            lines.append(f"  recorded on History row v{self.row} (in app)")
+        return "\n".join(lines)
+
+    def in_app(self, command: Sequence[str]) -> dict[str, Any]:
+        """What the History row of the applied variant keeps (Variant.in_app): the --check
+        verdict and the in-app speedups, with the command they hold for."""
+        import shlex
+
+        c, t = self.check, self.timing
+        doc: dict[str, Any] = {"command": shlex.join(command)[:4096], "launches": self.launches,
+                               "substituted": self.substituted,
+                               "check": None if c is None else "pass" if c.passed else "fail",
+                               "compared": None if c is None else c.compared,
+                               "mismatch_launch": c.mismatch.launch if c is not None and c.mismatch else None}
+        for key, iv in (("kernel", t.kernel_interval if t else None), ("app", t.app_interval if t else None)):
+            doc[f"{key}_speedup"] = iv.speedup if iv else None
+            doc[f"{key}_low"] = iv.low if iv else None
+            doc[f"{key}_high"] = iv.high if iv else None
+        doc["share"] = t.share[0] if t else None
+        return doc
+
+
+def history_row(root: Path, variant: Path) -> int | None:
+    """The History row (not the baseline) whose cubin is `variant`, if any."""
+    try:
+        rows = History.load(root).variants
+    except KerncapError:
+        return None  # a damaged history: the apply still runs, nothing is recorded
+    for v in reversed(rows):
+        if v.id and v.cubin and (root / v.cubin).resolve() == variant:
+            return v.id
+    return None
+
+
+def apply_request(reproducer: str | Path, request: ApplyRequest, *, output: OutputSink | None = None,
+                  cancelled: Callable[[], bool] | None = None, quiet: bool = False) -> ApplyResult:
+    """Run a checked request (Session.apply is the front ends' door: it also records the
+    outcome on the variant's History row)."""
+    r = request
     cap = Capture.open(reproducer)
     root = cap.reproducer_dir
-    if runs < 0:
-        raise UsageError(f"--runs {runs} is negative", "give 0 to skip timing, or e.g. --runs 5")
-    if compare_output and not check:
-        raise UsageError("--compare-output compares the runs of --check", "add --check")
-    job = Apply(root=root, target=target_of(cap), variant=resolve_variant(root, cubin, variant),
-                command=list(command), dispatches=parse_dispatches(dispatch), identify=identify,
-                timeout=timeout, cwd=cwd, quiet=quiet)
-    check_command(job.command, cwd=cwd, env=dict(os.environ))
+    job = Apply(root=root, target=target_of(cap), variant=resolve_variant(root, r.cubin, r.variant),
+                command=list(r.command), dispatches=list(r.dispatch or ()), identify=r.identify,
+                timeout=r.timeout, cwd=r.cwd, quiet=quiet, env=r.env, output=output, cancelled=cancelled)
+    check_command(job.command, cwd=r.cwd, env={**os.environ, **(r.env or {})})
     first = job.run(substitute=True)
     skipped = sorted({g["name"] for rep in first.reports for g in rep.get("skipped_globals", [])})
     shutil.rmtree(first.run_dir, ignore_errors=True)
-    checked = run_check(job, compare_output) if check else None
-    timing = run_timing(job, runs) if runs else None
+    checked = run_check(job, r.compare_output) if r.check else None
+    timing = run_timing(job, r.runs) if r.runs else None
     return ApplyResult(variant=job.variant, launches=first.launches, substituted=first.substituted,
-                       check=checked, timing=timing, skipped_globals=skipped)
+                       check=checked, timing=timing, skipped_globals=skipped,
+                       row=r.variant if r.variant is not None else history_row(root, job.variant))
+
+
+def apply(reproducer: str | Path, command: Sequence[str], *, quiet: bool = False, **options: Any) -> ApplyResult:
+    """api.apply's keyword form: ApplyRequest's fields as keywords (nothing recorded)."""
+    request = ApplyRequest(command=tuple(command), **options).checked()
+    return apply_request(reproducer, request, quiet=quiet)
 
 
 def _ordinal(n: int) -> str:

@@ -53,7 +53,8 @@ that replays it at its original addresses. Loop: `info` a reproducer, `list_sour
 `write_source` an edit, then `build` (recompile, time against the captured cubin with a confidence interval,
 validate, and record the variant in the reproducer's history, as the workbench does), or the steps one by one:
 `recompile` (Triton: optional `config` pins), `validate` the new cubin (byte-exact unless atol/rtol; `perturb` K
-also on K perturbed inputs), `compare` its timing with the captured cubin; `ncu` for Nsight Compute's metrics. `profile` and `extract` run the application itself.
+also on K perturbed inputs), `compare` its timing with the captured cubin; `ncu` for Nsight Compute's metrics. `profile` and `extract` run the application itself;
+`apply` runs it with a variant in place of the captured kernel (`check`: are its outputs the same on every launch).
 A sequence (extract with `sequence`) replays whole in an `order`; `validate`/`replay` with `per_launch` name the first
 launch that departs / time each launch; `fuse_skeleton` and `fuse_build` replace a range of its launches by one kernel.
 Paths must lie under the server's roots; relative paths are taken from the first root."""
@@ -333,6 +334,46 @@ def _extract_tool(server: MCPServer, state: KerncapMCP) -> None:
         return {"reproducer": str(result.reproducer_dir), "seconds": result.seconds, "sources": result.sources,
                 "warnings": result.warnings, "prune": result.prune.to_json() if result.prune else None,
                 "info": api.info(result.reproducer_dir).to_dict(), "app_output_tail": tail.lines}
+
+
+def _apply_tool(server: MCPServer, state: KerncapMCP) -> None:
+    """The tools of the application: run it with a variant in place (docs/apply.md)."""
+    R = state.roots
+
+    @server.tool()
+    @kerncap_tool
+    @render.tool_options(api.options.ApplyRequest, descriptions={
+        "cubin": "the variant cubin, relative to the reproducer (e.g. variants/1.cubin) or absolute (one of cubin "
+                 "and variant)",
+        "compare_output": "with check: also compare these files the app writes (under a root; relative to cwd)"})
+    async def apply(ctx: Context, reproducer: Reproducer,
+                    command: Annotated[list[str], Field(description="the app's argv, e.g. [\"python\", \"train.py\"]")],
+                    cwd: Annotated[str | None, Field(description="working directory (under a root)")] = None,
+                    env: Annotated[dict[str, str] | None, Field(description="variables added to the app's "
+                                                                            "environment")] = None,
+                    **options: Any) -> dict[str, Any]:
+        """Run the app with a variant standing in for the captured kernel, as `kerncap apply
+        --json` (the same request, the same result): every launch of that kernel (or those
+        `dispatch` names) runs the variant with the app's grid, block and arguments; `check`
+        runs the app as is and with the variant and names the first launch whose outputs
+        differ; `runs` R times it each way, interleaved (the kernel's in-app speedup with
+        its interval, the app's, the kernel's share of GPU time). `exit_status` 1: check
+        failed. A refused variant (another parameter layout, globals, architecture; the app
+        ran its own kernel) is a tool error with exit_status 4. The outcome is kept on the
+        variant's History row (`in_app`), which the workbench shows. Runs the user's
+        command as profile and extract do; each run stops after `timeout_s`."""
+        repro = R.reproducer(reproducer, allow_set=True)
+        workdir = R.path(cwd, "cwd") if cwd else R.dirs[0]
+        variant = R.cubin(repro, options.pop("cubin", None))
+        outputs = tuple(str(R.path(str(workdir / p), "compare_output")) for p in options.pop("compare_output", None)
+                        or ())
+        request = render.from_tool(api.options.ApplyRequest, options, command=tuple(command), cwd=str(workdir),
+                                   env=env, cubin=None if variant is None else str(variant), compare_output=outputs)
+        tail = _Tail()
+        cancel = api.Cancellation()
+        result = await state.blocking(ctx, "apply", lambda: state.session(repro, lambda s: s.apply(
+            request, output=tail, cancelled=lambda: cancel.cancelled)), on_cancel=cancel.cancel)
+        return {**result.to_dict(), "app_output_tail": tail.lines}
 
 
 def _reproducer_tools(server: MCPServer, state: KerncapMCP) -> None:
@@ -655,8 +696,8 @@ def _inspect_tools(server: MCPServer, state: KerncapMCP) -> None:
         return {"reproducer": str(repro), "released": state.pool.close(repro)}
 
 
-TOOL_GROUPS = (_profile_tool, _extract_tool, _reproducer_tools, _build_tools, _fusion_tools, _check_tools,
-               _timing_tools, _inspect_tools)
+TOOL_GROUPS = (_profile_tool, _extract_tool, _apply_tool, _reproducer_tools, _build_tools, _fusion_tools,
+               _check_tools, _timing_tools, _inspect_tools)
 
 
 def recompile_json(result: api.RecompileResult) -> dict[str, Any]:

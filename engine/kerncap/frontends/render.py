@@ -104,7 +104,7 @@ def annotated(option: Option, description: str | None = None) -> Any:
         item = Annotated[option.kind, Field(**bounds)] if bounds else option.kind
         kind = option.mcp_kind if option.mcp_kind is not None else list[item]
         return Annotated[kind | None, Field(description=description or option.help)]
-    kind = Literal[option.choices] if option.choices is not None else option.kind
+    kind = Literal[option.choices] if option.choices is not None else option.mcp_kind or option.kind
     kind = kind | None if option.nullable else kind
     return Annotated[kind, Field(description=description or option.help, **bounds)]
 

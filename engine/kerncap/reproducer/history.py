@@ -69,6 +69,11 @@ class Variant:
     # the other in the same build (None: not timed per launch). launch_ms is then the
     # fused sequence's launches, the fused one at index `first`.
     fusion: dict[str, Any] | None = None
+    # The last `kerncap apply` of this variant's cubin in the app (kerncap.capture.apply,
+    # ApplyResult.in_app): the command, launches substituted, the --check verdict (pass /
+    # fail, the first launch that differed) and the in-app kernel and app speedups with
+    # their intervals (None: not timed). The workbench's History shows it ("in app").
+    in_app: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -240,6 +245,15 @@ class History:
             self.variants.append(v)
             self.variants.sort(key=lambda x: x.id)
             v.commit = first if baseline else self._commit_source(self._message(v))
+            self._save()
+            return v
+
+    def note_in_app(self, vid: int, outcome: dict[str, Any]) -> Variant:
+        """Keep the outcome of applying row `vid`'s cubin in the app (the row's `in_app`,
+        stamped with the time; no commit: the sources did not change)."""
+        with self._lock:
+            v = self.get(vid)
+            v.in_app = {"time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **outcome}
             self._save()
             return v
 

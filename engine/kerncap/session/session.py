@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kerncap.capture import apply as apply_tool
 from kerncap.core.units import interval_text, speedup_text
 from kerncap.errors import GpuUnavailable, KerncapError, NativeUnavailable, UsageError
 from kerncap.recompile import built as built_record
@@ -46,7 +47,8 @@ from kerncap.reproducer.history import History, Variant
 from kerncap.reproducer.sequence import is_sequence
 from kerncap.reproducer.variants import RecompileResult
 from kerncap.session import fusions as fusion_row
-from kerncap.session.options import BuildRequest, CompareRequest, ReplayRequest, ValidateRequest, check_order
+from kerncap.session.options import (ApplyRequest, BuildRequest, CompareRequest, ReplayRequest, ValidateRequest,
+                                     check_order)
 from kerncap.triton.worker import CompileWorker, is_triton_reproducer
 
 # What a progress line is: "" plain, "detail" (compiler output), "warning", "pass", "fail".
@@ -176,6 +178,10 @@ class Opened:
     def sanitize(self, cubin: str | Path | None = None, **options: Any):
         raise UsageError(f"compute-sanitizer checks one reproducer's launch: {self.root} is a reproducer set",
                          f"pass one member, e.g. {self.root / 'members' / '0'}")
+
+    def apply(self, request: ApplyRequest, *, output=None, cancelled: Callable[[], bool] | None = None):
+        raise UsageError(f"kerncap apply substitutes one captured kernel: {self.root} is a reproducer set",
+                         "apply one of its members (members/<i>), each a reproducer of its own")
 
     def _after_baseline(self, request, progress: Progress, built: Path, seconds: float, measure: Callable[[], Any]):
         """(the baseline, recorded first when the history has none, else None; measure()).
@@ -389,6 +395,23 @@ class Session(Opened):
 
     def sanitize(self, cubin: str | Path | None = None, **options: Any) -> sanitize_tool.SanitizeResult:
         return sanitize_tool.sanitize(self.root, cubin, device=self.device, **options)
+
+    # -- the app: a variant in place of the captured kernel (docs/apply.md) ----------------------
+    def apply(self, request: ApplyRequest, *, output=None,
+              cancelled: Callable[[], bool] | None = None) -> apply_tool.ApplyResult:
+        """Run request.command with the variant substituted for the captured kernel
+        (kerncap.capture.apply): refusals, --check, timing; the outcome is kept on the
+        History row whose cubin was applied (`in_app`). `output` receives the app's output
+        (None: passed through); `cancelled()` True stops the app. The replay server is not
+        involved (no lock: a validation may run meanwhile)."""
+        r = request.checked()
+        if self.capture.sequence is not None:
+            raise UsageError(f"kerncap apply substitutes one captured kernel: {self.root} is a sequence",
+                             "apply a reproducer of one dispatch (kerncap extract without --sequence)")
+        result = apply_tool.apply_request(self.root, r, output=output, cancelled=cancelled)
+        if result.row is not None:
+            self.history.note_in_app(result.row, result.in_app(r.command))
+        return result
 
     # -- the edit loop ------------------------------------------------------------------------
     def recompile(self, config: str | None = None, *, mode: str = "auto", trust: bool = False) -> RecompileResult:
