@@ -32,7 +32,6 @@ PathLike = str | os.PathLike
 
 if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     # the capture side
-    from kerncap.capture.apply import apply
     from kerncap.capture.extract import MATCH_MODES, ExtractResult, dispatch_list, extract
     from kerncap.capture.profile import ProfileResult, run_profile as profile
     from kerncap.capture.profile_table import buckets_text as format_bucket_tables, nvtx_text as format_nvtx_table

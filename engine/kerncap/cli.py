@@ -2,7 +2,7 @@
 
 Each subcommand is a module of `kerncap.commands` with `register(subparsers)`; its
 handler returns the exit status. A new command is one module and one entry in
-COMMANDS. Handlers reach the engine only through `kerncap.api`.
+commands(). Handlers reach the engine only through `kerncap.api`.
 
 Exit statuses (docs/cli.md): 0 success or pass, 1 a verdict of failure (validation
 FAIL), 2 usage error, 3 could not run (damaged input, no GPU, environment). With
@@ -20,36 +20,20 @@ import sys
 import threading
 
 from kerncap import __version__
-from kerncap.commands import (
-    apply,
-    build,
-    check,
-    dump,
-    extract,
-    fuse,
-    info,
-    mcp,
-    pack,
-    profile,
-    prune,
-    recompile,
-    replay,
-    sources,
-    store,
-    sweep,
-    tui,
-    unpack,
-    validate,
-)
-from kerncap.commands import list as list_command
 from kerncap.core.fsio import clean_scratch
 from kerncap.core.units import printable
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_INTERRUPTED, EXIT_TERMINATED, KerncapError, Terminated, UsageError
 
-# The order of `kerncap --help`.
-COMMANDS = (profile, extract, apply, replay, validate, dump, recompile, fuse, build, sources, info, list_command, pack, unpack,
-            prune, store, tui, check, sweep, mcp)
+def commands() -> tuple:
+    """Every command's module, in the order of `kerncap --help` (imported here, not with
+    this module: their registration imports the request records, hence the engine, and
+    `kerncap tui` needs none of it before the workbench's first frame)."""
+    from kerncap.commands import (apply, build, check, dump, extract, fuse, info, mcp, pack, profile, prune,
+                                  recompile, replay, sources, store, sweep, tui, unpack, validate)
+    from kerncap.commands import list as list_command
 
+    return (profile, extract, apply, replay, validate, dump, recompile, fuse, build, sources, info, list_command, pack,
+            unpack, prune, store, tui, check, sweep, mcp)
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of exiting, so that --json can report it."""
@@ -59,9 +43,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 @functools.cache
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, built once per process (registering the commands takes
-    a fifth of a second; parse_args leaves it as it was)."""
+    a fifth of a second; parse_args leaves it as it was); for `command` "tui", of that
+    command alone (the workbench, whose first frame would wait for the others)."""
     parser = _Parser(
         prog="kerncap",
         description="Extract one CUDA kernel dispatch into a standalone, VA-faithful reproducer.",
@@ -70,7 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kerncap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
-    for module in COMMANDS:
+    if command == "tui":
+        from kerncap.commands import tui
+
+        tui.register(sub)
+        return parser
+    for module in commands():
         module.register(sub)
     return parser
 
@@ -163,7 +153,7 @@ def _remove_leftovers() -> None:
 
 def _run(own: list[str], app_cmd: list[str], command: str | None, as_json: bool) -> int:
     try:
-        args = build_parser().parse_args(own)
+        args = build_parser("tui" if command == "tui" else None).parse_args(own)
         args.app_command = app_cmd
         command = args.command
         _remove_leftovers()
