@@ -1,7 +1,8 @@
-"""The workbench's look inside a variant: Nsight Compute and compute-sanitizer runs (thread
-workers, one at a time, with progress and cancel), the stored results per variant for
-History, the metrics diff, the live split beside the Source editor, and opening the
-Source pane at the captured kernel's definition.
+"""The workbench's look inside a variant: Nsight Compute and compute-sanitizer runs, and
+`kerncap apply` of a History row in the app it was captured from (thread workers, one at
+a time, with progress and cancel), the stored results per variant for History, the
+metrics diff, the live split beside the Source editor, and opening the Source pane at the
+captured kernel's definition.
 
 A mixin of KerncapApp (kerncap_tui.app), kept apart so the app module stays about the
 live loop. Tool runs are the session's (`session.ncu`, `session.sanitize`: their own
@@ -63,6 +64,28 @@ class InspectActions:
     def run_sanitize(self, variant, tool: str = "memcheck") -> None:
         self._start_tool(variant, tool)
 
+    def run_apply(self, variant) -> None:
+        """`kerncap apply --variant N --check` in the app the reproducer was captured from
+        (the command and directory its capture recorded; the other options ApplyRequest's
+        defaults, timing included): the app's output in the Log, the outcome in History's
+        "in app" column (the session records it on the row)."""
+        if not variant.id or not variant.cubin:
+            self.notify("the baseline is the captured kernel itself: select a built variant to apply",
+                        title="apply", severity="warning")
+            return
+        if not self.app_command()[0]:
+            self.notify("this capture recorded no command of the app; run `kerncap apply DIR --variant "
+                        f"{variant.id} -- CMD…`", title="apply", severity="warning")
+            return
+        self._start_tool(variant, "apply")
+
+    def app_command(self) -> tuple[tuple[str, ...], str | None]:
+        """The app's command and working directory as the capture recorded them."""
+        provenance = getattr(getattr(self, "capture", None), "provenance", None) or {}
+        command = provenance.get("command") or ()
+        ok = isinstance(command, list) and all(isinstance(a, str) for a in command)
+        return (tuple(command) if ok else ()), provenance.get("cwd") if isinstance(provenance.get("cwd"), str) else None
+
     def _start_tool(self, variant, tool: str) -> None:
         from kerncap_tui.widgets.tool_progress import ToolProgress
 
@@ -74,7 +97,8 @@ class InspectActions:
             self.notify(f"{variant.label}'s cubin {variant.cubin} is gone (variants/ is not versioned); "
                         "restore and rebuild it first", title="tools", severity="warning")
             return
-        what = ("Nsight Compute" if tool == "ncu" else f"compute-sanitizer {tool}") + f" on {variant.label}"
+        what = {"ncu": "Nsight Compute", "apply": "kerncap apply"}.get(tool, f"compute-sanitizer {tool}") \
+            + f" on {variant.label}" + (" in the app" if tool == "apply" else "")
         cancel = self._tool_cancel = api.Cancellation()
         self.query_one(ToolProgress).start(what)
         self.log_line(f"{what} …")
@@ -89,7 +113,9 @@ class InspectActions:
             session = self.session
             if session is None:
                 raise KerncapError(f"{self.root} is not open", "open a reproducer first")
-            if tool == "ncu":
+            if tool == "apply":
+                summary, text, ok = self._apply(session, variant, cancel)
+            elif tool == "ncu":
                 r = session.ncu(cubin, timeout=self.tool_timeout, cancel=cancel, progress=progress)
                 summary = (f"{variant.label}: ncu {api.format_metric('duration_ns', r.metrics.get('duration_ns'))}, "
                            f"DRAM {api.format_metric('dram_read_bytes', r.metrics.get('dram_read_bytes'))} read")
@@ -106,6 +132,19 @@ class InspectActions:
         except Exception as exc:  # a bug must not leave the progress line (and the lock) behind
             self.call_from_thread(self._tool_failed, what, KerncapError(
                 f"{type(exc).__name__}: {exc}", "this is a kerncap bug; please report it"))
+
+    def _apply(self, session, variant, cancel) -> tuple[str, str, bool]:
+        command, cwd = self.app_command()
+        lines = _Lines(lambda line: self.call_from_thread(self.log_line, line, "dim"))
+        request = api.options.ApplyRequest(command=command, cwd=cwd, variant=variant.id, check=True)
+        self.call_from_thread(self._tool_step, f"running {command[0]} …")
+        try:
+            r = session.apply(request, output=lines, cancelled=lambda: cancel.cancelled)
+        finally:
+            lines.flush()
+        text = r.text()
+        return f"{variant.label} in the app: {text.splitlines()[1] if r.check else text.splitlines()[0]}", text, \
+            r.exit_status == 0
 
     def _tool_step(self, text: str) -> None:
         from kerncap_tui.widgets.tool_progress import ToolProgress
@@ -132,7 +171,7 @@ class InspectActions:
 
     def cancel_tool(self) -> None:
         if self._tool_cancel is None:
-            self.notify("no Nsight Compute or compute-sanitizer run to cancel", title="tools")
+            self.notify("no Nsight Compute, compute-sanitizer or apply run to cancel", title="tools")
             return
         self._tool_step("cancelling …")
         self._tool_cancel.cancel()
@@ -166,6 +205,24 @@ class InspectActions:
 
         for live in self.query(LiveHistory):
             live.fit(self.size.width if width is None else width)
+
+
+class _Lines:
+    """The app's output, whole lines at a time (an OutputSink: stream, bytes)."""
+
+    def __init__(self, emit) -> None:
+        self.emit, self.partial = emit, {"stdout": b"", "stderr": b""}
+
+    def __call__(self, stream: str, data: bytes) -> None:
+        *done, self.partial[stream] = (self.partial[stream] + data).split(b"\n")
+        for line in done:
+            self.emit(line.decode(errors="replace"))
+
+    def flush(self) -> None:
+        for stream, rest in self.partial.items():
+            if rest:
+                self.emit(rest.decode(errors="replace"))
+            self.partial[stream] = b""
 
 
 def _is_file(path: Path) -> bool:

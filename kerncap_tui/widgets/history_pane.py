@@ -70,6 +70,7 @@ class HistoryPane(Vertical):
         # In the status line and the palette, not the footer: at 80 columns it must keep `q Quit`.
         Binding("n", "ncu", "Nsight Compute", id="history.ncu", show=False),
         Binding("k", "sanitize", "Sanitize", id="history.sanitize", show=False),
+        Binding("a", "apply", "Apply in the app", id="history.apply", show=False),
         Binding("m", "metrics_diff", "Metrics diff", id="history.metrics-diff", show=False),
         Binding("c", "cancel_tool", "Cancel tool", id="history.cancel", show=False),
     ]
@@ -239,6 +240,11 @@ class HistoryPane(Vertical):
         v = self.selected()
         if v is not None:
             self.app.run_sanitize(v)
+
+    def action_apply(self) -> None:
+        v = self.selected()
+        if v is not None:
+            self.app.run_apply(v)
 
     def action_cancel_tool(self) -> None:
         self.app.cancel_tool()

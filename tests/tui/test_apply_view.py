@@ -1,15 +1,19 @@
 """The workbench's History shows what `kerncap apply` found in the app (issue 46): once a
 variant's row has `in_app` (Session.apply records it), an "in app" column holds the
 --check verdict over the launches compared (or the first launch that differed) and the
-kernel's in-app speedup with its interval; without any, no column."""
+kernel's in-app speedup with its interval; without any, no column. `a` on a row applies it
+in the app the capture recorded (over the stand-in driver of tests/fixtures/apply here)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 from textual.widgets import DataTable
 
 from kerncap.reproducer.history import History
+
+from test_apply import KERNEL, built  # noqa: E402,F401  (the stand-in driver and app: tests/fixtures/apply)
 
 PASSED = {"command": "./app 10", "launches": 10, "substituted": 10, "check": "pass", "compared": 10,
           "mismatch_launch": None, "kernel_speedup": 1.21, "kernel_low": 1.18, "kernel_high": 1.24,
@@ -60,3 +64,58 @@ def test_snapshot_of_history_with_in_app_results(snap_compare, settle, make_app,
 
     assert snap_compare(make_app(), terminal_size=(140, 40), run_before=run_before)
 
+
+
+def test_a_applies_the_selected_row_in_the_captured_app(settle, make_app, demo_root, built, tmp_path, monkeypatch):
+    """The capture's recorded command is the stand-in app's; v1's cubin differs from its
+    third launch on: `a` runs `apply --variant 1 --check` on the session, the app's output
+    reaches the Log, and v1's row says where it differed. Timing and reading a module's
+    cubin need CUPTI, which the stand-in has not: timing is stubbed out and the kernel
+    identified by name, as tests/test_apply.py does (tests/gpu/test_apply_gpu.py: for real)."""
+    import dataclasses
+
+    from kerncap.capture import apply as apply_tool
+    from kerncap.session import options
+
+    @dataclasses.dataclass(frozen=True)
+    class ByName(apply_tool.ApplyRequest):
+        identify: str = "name"
+
+    monkeypatch.setattr(options, "ApplyRequest", ByName)
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))
+    monkeypatch.setattr(apply_tool, "target_of", lambda cap: apply_tool.Target(
+        kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64, globals=[("scale", 4)],
+        outputs=[0]))
+    monkeypatch.setattr(apply_tool, "run_timing", lambda job, runs: None)
+    manifest = demo_root / "capture" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["provenance"].update(command=[str(built["app"]), str(built["inject"]), "5", str(tmp_path / "y.bin")],
+                             cwd=str(tmp_path))
+    manifest.write_text(json.dumps(doc))
+    (demo_root / "variants" / "1.cubin").write_bytes(b"FAKEMOD impl=late3\0")
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(140, 40)) as pilot:
+            await settle(pilot)
+            await pilot.press("4")
+            t = app.query_one("#history-table", DataTable)
+            t.move_cursor(row=t.get_row_index("1"))
+            await pilot.press("a")
+            await settle(pilot)
+            for _ in range(100):  # the tool worker ends, then History reloads
+                if "in app" in [str(c.label) for c in t.columns.values()]:
+                    break
+                await pilot.pause(0.1)
+            log = "\n".join(str(line) for line in app.query_one("#log").entries)
+            assert cells(app)["v1"] == "✗ launch 2", log
+            assert "ran late3=5" in log and "FAIL at launch 2 (the 3rd)" in log, log
+            await pilot.press("4")
+            t.move_cursor(row=t.get_row_index("0"))
+            await pilot.press("a")  # the baseline: nothing to apply, said so
+            await settle(pilot)
+            assert any("the baseline is the captured kernel itself" in n.message for n in app._notifications)
+        assert History.load(demo_root).get(1).in_app["mismatch_launch"] == 2
+
+    asyncio.run(run())

@@ -35,6 +35,7 @@ from kerncap.capture.run import (OutputSink, app_environment, check_command, pre
 from kerncap.core.native import entry_library
 from kerncap.core.option import Option, check_fields
 from kerncap.errors import EXIT_FAILED, KerncapError, UsageError
+from kerncap.replay.tools import Cancelled
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History
 
@@ -262,7 +263,7 @@ class Apply:
         if outcome.timed_out:
             raise KerncapError(f"the app ran past --timeout {self.timeout:g} s", "raise --timeout")
         if outcome.stopped:
-            raise KerncapError("kerncap apply was cancelled (the app was stopped)")
+            raise Cancelled("kerncap apply was cancelled (the app was stopped)")
         for proc in result.procs:
             for err in proc.get("errors", []):
                 if err.get("kind") in ("config", "cupti_activity", "cupti_subscriber"):
