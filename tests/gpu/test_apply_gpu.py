@@ -1,7 +1,8 @@
 """`kerncap apply` on the GPU (issue 46, docs/apply.md): axpy_inplace run whole with a
 variant standing in for its captured kernel. A faster correct variant (axpy_fast) passes
 --check on all 10 launches and is timed; a variant planted to differ from its third
-launch on (axpy_late3) is named at launch 2 (the 3rd), parameter 2 (y), 4 bytes."""
+launch on (axpy_late3) is named at launch 2 (the 3rd), parameter 2 (y), 4 bytes. The CLI,
+MCP and the session give one document, and the History row keeps the outcome."""
 
 from __future__ import annotations
 
@@ -45,3 +46,59 @@ def test_a_variant_that_differs_from_its_third_launch_is_named_there(captures, v
     m = doc["check"]["mismatch"]
     assert (m["launch"], m["param"]) == (2, 2)
     assert 1 <= m["bytes_differing"] <= 4  # y[0] alone: one float
+
+
+def test_the_front_ends_apply_through_the_session_and_the_row_keeps_the_outcome(captures, variant_cubins,
+                                                                                 testapps_build, tmp_path):
+    """Issue 46's front ends on the H200: `kerncap apply --json`, MCP's apply and
+    Session.apply give one document for `--variant 1 --check --runs 0` (axpy_fast as History
+    row 1 of a copy of the reproducer), and a timed apply through the session records the
+    in-app verdict and the kernel's in-app speedup with its interval on that row, as the
+    workbench's "in app" column shows it."""
+    import shutil
+
+    import anyio
+    from mcp import Client
+
+    from kerncap import api
+    from kerncap.frontends.mcp_server import build_server
+    from kerncap.reproducer.history import History
+
+    app = captures.get("axpy_inplace")
+    repro = tmp_path / "axpy"
+    shutil.copytree(app.reproducer, repro)
+    (repro / "variants").mkdir(exist_ok=True)
+    shutil.copy(variant_cubins / "axpy_fast.cubin", repro / "variants" / "fast.cubin")
+    rows = [{"id": 0, "time": "2026-12-04T00:00:00Z", "median_ms": None, "validation": "pass"},
+            {"id": 1, "time": "2026-12-04T00:00:00Z", "median_ms": None, "validation": "pass",
+             "cubin": "variants/fast.cubin"}]
+    (repro / "history.json").write_text(json.dumps({"version": 1, "variants": rows}))
+    command = [str(c) for c in app.spec.command(testapps_build)]
+
+    proc = subprocess.run([sys.executable, "-m", "kerncap", "apply", str(repro), "--variant", "1", "--check",
+                           "--runs", "0", "--json", "--", *command], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    from_cli = json.loads(proc.stdout)
+
+    async def go():
+        async with Client(build_server([tmp_path])) as c:
+            return await c.call_tool("apply", {"reproducer": str(repro), "command": command, "variant": 1,
+                                               "check": True, "runs": 0})
+    answer = anyio.run(go)
+    assert not answer.is_error, answer.content[0].text
+    from_mcp = answer.structured_content
+    from_mcp.pop("app_output_tail")
+    with api.open(repro, compile_worker=False) as s:
+        from_session = s.apply(api.options.ApplyRequest(command=tuple(command), variant=1, check=True, runs=0),
+                               output=lambda *_: None).to_dict()
+    assert from_cli == from_mcp == from_session
+    assert from_cli["row"] == 1 and from_cli["check"]["compared"] == 10 and from_cli["exit_status"] == 0
+
+    with api.open(repro, compile_worker=False) as s:
+        timed = s.apply(api.options.ApplyRequest(command=tuple(command), variant=1, check=True, runs=5),
+                        output=lambda *_: None)
+    print(timed.text())
+    row = History.load(repro).get(1).in_app
+    assert row["check"] == "pass" and row["compared"] == 10 and row["launches"] == row["substituted"] == 10
+    assert row["kernel_speedup"] is not None and row["kernel_low"] is not None and row["kernel_low"] <= row["kernel_high"]
+    assert row["app_speedup"] is not None and 0.0 < row["share"] <= 1.0

@@ -516,7 +516,7 @@ def history_row(root: Path, variant: Path) -> int | None:
 
 
 def apply_request(reproducer: str | Path, request: ApplyRequest, *, output: OutputSink | None = None,
-                  cancelled: Callable[[], bool] | None = None, quiet: bool = False) -> ApplyResult:
+                  cancelled: Callable[[], bool] | None = None) -> ApplyResult:
     """Run a checked request (Session.apply is the front ends' door: it also records the
     outcome on the variant's History row)."""
     r = request
@@ -524,7 +524,7 @@ def apply_request(reproducer: str | Path, request: ApplyRequest, *, output: Outp
     root = cap.reproducer_dir
     job = Apply(root=root, target=target_of(cap), variant=resolve_variant(root, r.cubin, r.variant),
                 command=list(r.command), dispatches=list(r.dispatch or ()), identify=r.identify,
-                timeout=r.timeout, cwd=r.cwd, quiet=quiet, env=r.env, output=output, cancelled=cancelled)
+                timeout=r.timeout, cwd=r.cwd, env=r.env, output=output, cancelled=cancelled)
     check_command(job.command, cwd=r.cwd, env={**os.environ, **(r.env or {})})
     first = job.run(substitute=True)
     skipped = sorted({g["name"] for rep in first.reports for g in rep.get("skipped_globals", [])})
@@ -534,12 +534,6 @@ def apply_request(reproducer: str | Path, request: ApplyRequest, *, output: Outp
     return ApplyResult(variant=job.variant, launches=first.launches, substituted=first.substituted,
                        check=checked, timing=timing, skipped_globals=skipped,
                        row=r.variant if r.variant is not None else history_row(root, job.variant))
-
-
-def apply(reproducer: str | Path, command: Sequence[str], *, quiet: bool = False, **options: Any) -> ApplyResult:
-    """api.apply's keyword form: ApplyRequest's fields as keywords (nothing recorded)."""
-    request = ApplyRequest(command=tuple(command), **options).checked()
-    return apply_request(reproducer, request, quiet=quiet)
 
 
 def _ordinal(n: int) -> str:
