@@ -613,3 +613,18 @@ def test_apply_defaults_are_one_declaration():
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices["apply"]
     assert sub.parse_args(["DIR", "--variant", "1"]).timeout == 900.0
+
+
+def test_a_set_refuses_apply_itself_in_every_front_end(fake_set, tmp_path, capsys):
+    """The shape is the session's to judge (issue 45): a reproducer set's session refuses
+    apply with one usage error, the same through the CLI and MCP."""
+    root = fake_set(tmp_path / "set").set_dir
+    status = cli.main(["apply", str(root), "--variant", "1", "--json", "--", "true"])
+    from_cli = json.loads(capsys.readouterr().out)
+
+    async def go():
+        async with Client(build_server([tmp_path])) as c:
+            return await c.call_tool("apply", {"reproducer": str(root), "command": ["true"], "variant": 1})
+    answer = anyio.run(go)
+    assert status == 2 and answer.is_error and answer.structured_content == from_cli
+    assert "is a reproducer set" in from_cli["error"]["message"] and "members/" in from_cli["error"]["hint"]
