@@ -173,6 +173,45 @@ MUTATIONS = [
              "            self.post_message(ExtractRequested(self.kernels[int(row_key.value)].name))",
              "            pass",
              ("tests/tui/test_app.py", "-k", "extract")),
+    # -- issue 44's fresh audit: ten mutations chosen as a reviewer would (docs/testing.md) -------
+    Mutation("build: a void timing keeps its validation verdict", "integrity", "engine/kerncap/session/session.py",
+             "        if p.void:\n", "        if False:\n",
+             ("tests/test_integrity.py",)),
+    Mutation("compare: a void timing still gets a speedup interval", "integrity", "engine/kerncap/replay/significance.py",
+             '            p.notes.append(f"timing VOID: {p.check.wrong()}; no speedup is reported")\n            continue\n',
+             '            p.notes.append(f"timing VOID: {p.check.wrong()}; no speedup is reported")\n',
+             ("tests/test_integrity.py", "-k", "void")),
+    Mutation("timing check: a region the captured kernel varies in is never checked", "integrity",
+             "engine/kerncap/replay/native_session.py",
+             'if i in excluded or (spread is not None and not spread.get("dtype")):',
+             "if i in excluded or spread is not None:",
+             ("tests/test_differential.py", "-k", "varying_region")),
+    Mutation("validate: an input the captured kernel left unchanged discriminates", "integrity",
+             "engine/kerncap/replay/differential.py",
+             "        return any(i.covered and i.changed_bytes for i in self.inputs)",
+             "        return any(i.covered for i in self.inputs)",
+             ("tests/test_integrity.py",)),
+    Mutation("validate: a perturbed input's reference is the variant's own output", "integrity",
+             "engine/kerncap/replay/differential.py",
+             'ref = rc.request("reference", cubin=None, fills=fills', 'ref = rc.request("reference", cubin=cubin, fills=fills',
+             ("tests/test_differential.py", "tests/test_integrity.py")),
+    Mutation("compare: a significantly slower variant is the fastest significant", "significance",
+             "engine/kerncap/replay/significance.py",
+             " and p.interval.low > 1.0]", "]",
+             ("tests/test_significance.py", "-k", "slower_variant")),
+    Mutation("prune: keeping a region does not keep its aliases", "prune", "engine/kerncap/prune/closure.py",
+             "for other in aliases.get(region.id, ()):", "for other in aliases.get(-1, ()):",
+             ("tests/test_aliased_mappings.py",)),
+    Mutation("unpack: a pack whose last entries are missing is accepted", "store", "engine/kerncap/reproducer/pack.py",
+             "        missing = [*files, *blobs]", "        missing = []",
+             ("tests/test_pack.py", "-k", "between_two")),
+    Mutation("recompile: an include path is judged by the link, not by where it leads", "hostile input",
+             "engine/kerncap/recompile/trust.py",
+             "        real = os.path.realpath(path)\n", "        real = os.path.abspath(path)\n",
+             ("tests/test_untrusted_recompile.py", "-k", "links_lead")),
+    Mutation("workbench: the line filter lets control characters through", "workbench", "kerncap_tui/terminal.py",
+             "        return _drop_controls(text)", "        return text",
+             ("tests/tui/test_hostile_text.py",)),
 ]
 
 
@@ -212,7 +251,9 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, str, float]:
     proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *SERIAL, *tests],
                           cwd=tree, env=env, capture_output=True, text=True, timeout=1200)
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    return proc.returncode, (lines[-1] if lines else proc.stderr.strip()[-200:]), time.monotonic() - t0
+    last = lines[-1] if lines else proc.stderr.strip()[-200:]
+    failed = [ln.split(" - ")[0].removeprefix("FAILED ") for ln in lines if ln.startswith("FAILED ")]
+    return proc.returncode, last + (f"; {failed[0]}" if failed else ""), time.monotonic() - t0
 
 
 # -- --changed-since: the mutations a change can affect --------------------------------------------

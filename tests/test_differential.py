@@ -291,3 +291,20 @@ def test_a_one_run_validation_compares_every_region_the_last_too(reproducer, mon
     bad = validate_once(reproducer, cubin=reproducer.parent / "wrong_last.cubin")
     assert not bad.passed and [c.name for c in bad.regions if not c.passed] == ["region 1"]
     assert min(at for at, *_ in bad.regions[-1].first_mismatches) >= 16384 - 16  # in the last 4 floats
+
+
+def test_the_timing_check_holds_a_varying_region_to_its_tolerance_class(reproducer, monkeypatch):
+    """A region the captured kernel itself varies in (known dtype) is checked after every
+    timed launch within its recorded class, not skipped: the variant that stays within it
+    times, the one 0.25 off in 8 elements of it is void."""
+    from kerncap.session.options import CompareRequest
+    from kerncap.session.session import Session
+
+    monkeypatch.setitem(sim.KERNELS, "captured", noisy)
+    assert validate(reproducer, "noisy.cubin").passed  # records region 1's class (determinism.json)
+    with Session(reproducer) as s:
+        c = s.compare(CompareRequest(cubins=(str(reproducer.parent / "noisy.cubin"),
+                                             str(reproducer.parent / "noisy_wrong.cubin")), rounds=5))
+    base, ok, wrong = c.programs
+    assert not base.void and not ok.void and ok.interval is not None
+    assert wrong.void and wrong.interval is None and wrong.check.failures[0][3] == 8

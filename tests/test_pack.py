@@ -144,6 +144,41 @@ def test_truncated_pack_files(tmp_path, demo_pack):
         assert ("truncated" in err.message) or ("not a kerncap pack file" in err.message)
 
 
+def frame_ends(data: bytes) -> list[tuple[str, int]]:
+    """(name, offset just past it) of every frame of a pack file, in file order."""
+    from kerncap.reproducer.pack import _NAME_LEN, _PAYLOAD_LEN
+
+    out, at = [], _HEADER.size
+    while at < len(data):
+        (n,) = _NAME_LEN.unpack_from(data, at)
+        name = data[at + _NAME_LEN.size: at + _NAME_LEN.size + n].decode()
+        at += _NAME_LEN.size + n
+        (size,) = _PAYLOAD_LEN.unpack_from(data, at)
+        at += _PAYLOAD_LEN.size + size
+        out.append((name, at))
+    return out
+
+
+def test_a_pack_cut_between_two_entries_is_refused(tmp_path, demo_pack):
+    """A cut exactly at a frame's end reads as a shorter, well-formed pack: the entries its
+    index lists and it no longer holds (a file, a chunk) are named as missing, whichever
+    entry the cut falls after."""
+    data = demo_pack.read_bytes()
+    frames = frame_ends(data)
+    assert frames[0][0] == INDEX_NAME and frames[-1][1] == len(data)
+    kinds = {name.split("/")[0] for name, _ in frames[1:]}
+    assert kinds == {"files", "blobs"}
+    cuts = {}  # the last cut after an entry of each kind, and the one just after the index
+    for name, end in frames[1:-1]:
+        cuts[name.split("/")[0]] = end
+    cuts["index"] = frames[0][1]
+    for kind, end in cuts.items():
+        bad = tmp_path / f"cut-{kind}.kcap"
+        bad.write_bytes(data[:end])
+        err = assert_clean_failure(tmp_path, bad)
+        assert "missing, and" in err.message and "(truncated)" in err.message, (kind, err.message)
+
+
 def test_corrupt_blob_names_the_entry(tmp_path, demo_pack):
     data = bytearray(demo_pack.read_bytes())
     h = next(Capture.open(DEMO).iter_blobs())

@@ -114,6 +114,20 @@ def test_analyse_warns_about_the_launch_floor_and_the_clock():
     assert again.variants[0].interval == c.variants[0].interval and again.clock == c.clock
 
 
+def test_a_significantly_slower_variant_is_never_the_fastest():
+    """Only a variant whose whole interval lies above 1 is named: one significantly slower
+    (its interval wholly below 1) is not, even as the only significant one."""
+    base = {"label": "captured cubin", "cubin": None, "rounds": [[1.0, 1.1, 0.9]] * 6}
+    slower = {"label": "slow.cubin", "cubin": "slow.cubin", "rounds": [[2.0, 2.2, 1.8]] * 6}
+    c = sig.analyse(raw([base, slower], floor=None))
+    iv = c.variants[0].interval
+    assert iv.significant and iv.verdict == "slower" and iv.high < 1.0
+    assert sig.best_significant(c) is None
+    assert "no variant is significantly faster than the captured cubin" in sig.format_comparison(c)
+    faster = {"label": "fast.cubin", "cubin": "fast.cubin", "rounds": [[0.5, 0.55, 0.45]] * 6}
+    assert sig.best_significant(sig.analyse(raw([base, slower, faster], floor=None))).label == "fast.cubin"
+
+
 def test_unavailable_clock_is_said():
     base = {"label": "captured cubin", "cubin": None, "rounds": [[1.0, 1.0, 1.0]] * 6}
     text = sig.format_comparison(sig.analyse(raw([base])))

@@ -63,6 +63,24 @@ def test_a_host_compiler_inside_the_reproducer_is_refused(tmp_path):
     assert "inside the reproducer" in trust.review([f"-ccbin={fake}"], tmp_path)[0]
 
 
+def test_an_include_path_is_judged_by_where_its_links_lead(tmp_path):
+    """A directory or header inside the reproducer that is a link out of it reads outside:
+    named, as the same path given directly would be; a link that stays inside passes."""
+    repro, outside = tmp_path / "repro", tmp_path / "elsewhere"
+    (repro / "source").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.h").write_text("#error read\n")
+    (repro / "source" / "inc").symlink_to(outside)
+    (repro / "source" / "pre.h").symlink_to(outside / "secret.h")
+    (repro / "source" / "here").symlink_to(repro / "source")
+    for flags in (["-I", "source/inc"], ["-isystem=source/inc"], ["-include", "source/pre.h"],
+                  ["-Xcompiler", "-Isource/inc"], [f"-I{repro}/source/inc"]):
+        problems = trust.review(flags, repro, trust.ReadPlaces(repro))
+        assert len(problems) == 1 and str(outside) in problems[0] and "outside the reproducer" in problems[0], \
+            (flags, problems)
+    assert trust.review(["-Isource/here", "-Isource"], repro, trust.ReadPlaces(repro)) == []
+
+
 @pytest.fixture
 def marker_nvcc(tmp_path):
     """A program named nvcc that leaves a marker when run: what a hostile reproducer records."""
