@@ -61,6 +61,47 @@ def pytest_collection_finish(session):
             prebuild()
 
 
+# -- the order files reach pytest-xdist's workers ------------------------------------------
+# `--dist loadfile` hands each worker a file at a time, in collection order (pyproject's
+# addopts turn xdist's own reorder, by test count, off). A slow file of few tests handed
+# out last kept one core busy while the other idled: the files go out slowest first
+# (longest processing time first), by FILE_COSTS, the seconds each took in a measured run
+# (KERNCAP_STORE_COSTS=FILE writes a run's; a file not listed counts as the median). The
+# order within each file stays pytest-random-order's.
+FILE_COSTS = Path(__file__).with_name("file_costs.json")
+_file_seconds: dict[str, float] = {}
+
+
+def slowest_files_first(nodeids: list[str], costs: dict[str, float]) -> list[int]:
+    """The order (indexes into `nodeids`) that puts the files of larger cost first, each
+    file's tests in their order and files of equal cost as they came; a file `costs` does
+    not list counts as the median."""
+    default = sorted(costs.values())[len(costs) // 2] if costs else 0.0
+    first: dict[str, int] = {}
+    for i, nodeid in enumerate(nodeids):
+        first.setdefault(nodeid.split("::")[0], i)
+
+    def key(i: int) -> tuple[float, int]:
+        f = nodeids[i].split("::")[0]
+        return -costs.get(f, default), first[f]
+
+    return sorted(range(len(nodeids)), key=key)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    if not hasattr(config, "workerinput") or not FILE_COSTS.is_file():
+        return  # serial runs keep random-order's order of files too
+    order = slowest_files_first([item.nodeid for item in items], json.loads(FILE_COSTS.read_text()))
+    items[:] = [items[i] for i in order]
+
+
+def _store_costs(config) -> None:
+    path = os.environ.get("KERNCAP_STORE_COSTS")
+    if path and _file_seconds and not hasattr(config, "workerinput"):
+        Path(path).write_text(json.dumps({f: round(s, 1) for f, s in sorted(_file_seconds.items())}, indent=1) + "\n")
+
+
 FUZZ_MODULE = "test_fuzz.py"
 FUZZ_GOAL = 10_000
 _fuzz_collected: set[str] = set()  # before -k / -m deselect any
@@ -73,6 +114,8 @@ def pytest_itemcollected(item):
 
 
 def pytest_runtest_logreport(report):
+    f = report.nodeid.split("::")[0]
+    _file_seconds[f] = _file_seconds.get(f, 0.0) + report.duration
     if report.nodeid in _fuzz_collected and report.when == "call" and report.passed:
         _fuzz_passed.add(report.nodeid)
 
@@ -112,6 +155,7 @@ def pytest_testnodedown(node, error):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    _store_costs(session.config)
     if hasattr(session.config, "workerinput"):  # a worker: the controller checks the total
         session.config.workeroutput["kerncap_fuzz_cases"] = dict(FUZZ_CASES)
         session.config.workeroutput["kerncap_fuzz_collected"] = sorted(_fuzz_collected)

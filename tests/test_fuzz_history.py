@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 from hypothesis import strategies as st
-from test_fuzz import DEMO, assert_only_kerncap_errors, counted, fuzz, listing, mutate, no_hang
+from test_fuzz import DEMO, assert_only_kerncap_errors, counted, fuzz, listing, mutate, no_hang, rewrite
 
 from kerncap.fleet.check import cases_of
 from kerncap.reproducer.history import HISTORY_FILE, History, best_variant, summary
@@ -32,7 +32,7 @@ def reproducer(tmp_path_factory):
 @fuzz(700, data=st.data())
 def test_fuzz_history_json(reproducer, data):
     doc = mutate(data, HISTORY, HISTORY_JSON)
-    (reproducer / HISTORY_FILE).write_text(json.dumps(doc))
+    rewrite(reproducer / HISTORY_FILE, json.dumps(doc))
     before = listing(reproducer)
     with no_hang():
         got = assert_only_kerncap_errors(History.load, reproducer)
