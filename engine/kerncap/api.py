@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     from kerncap.capture.run import INTERCEPT_PATHS, default_sink as print_app_output, resolve_app_command as app_command
     from kerncap.capture.selection import NVTX_MATCH_MODES, Selection
     from kerncap.capture.sequence_extract import SEQUENCE_MODES, SequenceRequest, sequence_extract_arguments
-    from kerncap.capture.set_extract import format_set_extract
+    from kerncap.capture.set_extract import SetExtractResult, format_set_extract
     # the reproducer and its storage
     from kerncap.reproducer.editable import is_source_file, source_fingerprint
     from kerncap.reproducer.format import Capture
