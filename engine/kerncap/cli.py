@@ -25,9 +25,8 @@ from kerncap.core.units import printable
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_INTERRUPTED, EXIT_TERMINATED, KerncapError, Terminated, UsageError
 
 def commands() -> tuple:
-    """Every command's module, in the order of `kerncap --help` (imported here, not with
-    this module: their registration imports the request records, hence the engine, and
-    `kerncap tui` needs none of it before the workbench's first frame)."""
+    """Every command's module, in the order of `kerncap --help` (imported here, when the
+    parser is built: `kerncap tui`'s first frame waits for nothing else)."""
     from kerncap.commands import (apply, build, check, dump, extract, fuse, info, mcp, pack, profile, prune,
                                   recompile, replay, sources, store, sweep, tui, unpack, validate)
     from kerncap.commands import list as list_command
@@ -42,11 +41,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}", f"see `{self.prog} --help`")
 
 
+# A command registered by the module of another name.
+ALIASES = {"hydrate": "store"}
+
+
 @functools.cache
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every command, built once per process (registering the commands takes
-    a fifth of a second; parse_args leaves it as it was); for `command` "tui", of that
-    command alone (the workbench, whose first frame would wait for the others)."""
+    """The parser of `command` alone (None, or a name no module has: of every command),
+    built once per process. Registering every command took a fifth of a second and
+    imports the request records, hence much of the engine: `kerncap tui` (the workbench's
+    first frame) and `kerncap info` need none of it."""
     parser = _Parser(
         prog="kerncap",
         description="Extract one CUDA kernel dispatch into a standalone, VA-faithful reproducer.",
@@ -55,12 +59,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kerncap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
-    if command == "tui":
-        from kerncap.commands import tui
-
-        tui.register(sub)
-        return parser
-    for module in commands():
+    wanted = ALIASES.get(command, command)
+    chosen = [m for m in commands() if m.__name__.rpartition(".")[2] == wanted]
+    for module in chosen or commands():  # an unknown command: argparse lists them all
         module.register(sub)
     return parser
 
@@ -153,7 +154,7 @@ def _remove_leftovers() -> None:
 
 def _run(own: list[str], app_cmd: list[str], command: str | None, as_json: bool) -> int:
     try:
-        args = build_parser("tui" if command == "tui" else None).parse_args(own)
+        args = build_parser(command).parse_args(own)
         args.app_command = app_cmd
         command = args.command
         _remove_leftovers()

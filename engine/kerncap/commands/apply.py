@@ -10,8 +10,6 @@ import json
 from kerncap import api
 from kerncap.frontends import render
 
-ApplyRequest = api.options.ApplyRequest
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -26,8 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("path", metavar="DIR", help="the reproducer the kernel was captured into")
     which = p.add_mutually_exclusive_group()
-    render.add_request(which, ApplyRequest, ("cubin", "variant"))
-    render.add_request(p, ApplyRequest, exclude=("cubin", "variant"))
+    render.add_request(which, api.options.ApplyRequest, ("cubin", "variant"))
+    render.add_request(p, api.options.ApplyRequest, exclude=("cubin", "variant"))
     p.add_argument("--quiet", action="store_true", help="do not pass the app's output through")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--cmd", metavar="CMD", help="the app's command as one string (instead of `-- CMD…`)")
@@ -36,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     command = api.app_command(args.app_command, args.cmd)
-    request = render.from_args(ApplyRequest, args, command=tuple(command))
+    request = render.from_args(api.options.ApplyRequest, args, command=tuple(command))
     quiet = args.quiet or args.json
     with api.open(args.path, compile_worker=False) as session:
         r = session.apply(request, output=(lambda _stream, _data: None) if quiet else None)

@@ -13,7 +13,6 @@ from kerncap.commands.arguments import non_negative_int
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_OK, KerncapError, UsageError
 from kerncap.frontends import render
 
-O = api.options
 
 
 def check_cubin(cubin: Path | None) -> None:
@@ -36,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cubin", type=Path, metavar="F",
                    help="variant cubin to run instead of the captured one (a set: a cubin or variants/<n>.json)")
     # One flag, two defaults: a replay's own, or per program and round of a comparison.
+    O = api.options
     render.add_request(p, api.ReplayRequest, ("iterations", "warmup", "flush_l2"),
                        defaults={"iterations": None, "warmup": None}, helps={
                            "iterations": f"{O.REPLAY_ITERATIONS.help} ({O.REPLAY_ITERATIONS.default}; with --compare: "
@@ -67,8 +67,8 @@ def handle(args: argparse.Namespace) -> int:
         return handle_compare(args)
     check_cubin(args.cubin)
     request = render.from_args(api.ReplayRequest, args, cubin=None if args.cubin is None else str(args.cubin),
-                               iterations=_or(args.iterations, O.REPLAY_ITERATIONS),
-                               warmup=_or(args.warmup, O.REPLAY_WARMUP))
+                               iterations=_or(args.iterations, api.options.REPLAY_ITERATIONS),
+                               warmup=_or(args.warmup, api.options.REPLAY_WARMUP))
     with _open(args) as session:
         result = session.replay(request)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_replay(result))
@@ -88,8 +88,8 @@ def handle_compare(args: argparse.Namespace) -> int:
     for cubin in cubins:
         check_cubin(cubin)
     request = render.from_args(api.CompareRequest, args, cubins=tuple(str(c) for c in cubins),
-                               iterations=_or(args.iterations, O.COMPARE_ITERATIONS),
-                               warmup=_or(args.warmup, O.COMPARE_WARMUP)).checked()
+                               iterations=_or(args.iterations, api.options.COMPARE_ITERATIONS),
+                               warmup=_or(args.warmup, api.options.COMPARE_WARMUP)).checked()
     with _open(args) as session:
         result = session.compare(request)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_comparison(result))
@@ -104,8 +104,8 @@ def handle_set(args: argparse.Namespace) -> int:
                          f"pass one member, e.g. {args.path / 'members' / '0'}")
     check_cubin(args.cubin)
     request = api.ReplayRequest(cubin=None if args.cubin is None else str(args.cubin), flush_l2=args.flush_l2,
-                                iterations=_or(args.iterations, O.REPLAY_ITERATIONS),
-                                warmup=_or(args.warmup, O.REPLAY_WARMUP))
+                                iterations=_or(args.iterations, api.options.REPLAY_ITERATIONS),
+                                warmup=_or(args.warmup, api.options.REPLAY_WARMUP))
     with _open(args) as session:
         run = session.replay(request)
     print(json.dumps(run.to_dict(), indent=1) if args.json else api.format_set_run(run))

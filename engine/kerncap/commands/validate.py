@@ -14,7 +14,6 @@ from kerncap.commands.replay import check_cubin
 from kerncap.errors import UsageError
 from kerncap.frontends import render
 
-O = api.options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     render.add_request(p, api.ValidateRequest, exclude=("cubin", "perturb", "seed", "keep", "runs"))
     g = p.add_argument_group("perturbed inputs and determinism (docs/replay.md)")
     # --perturb given must be 1..1000 (a message from the request's own check); absent: none.
-    render.add(g, O.PERTURB, default=None, type=int)
+    render.add(g, api.options.PERTURB, default=None, type=int)
     render.add_request(g, api.ValidateRequest, ("seed", "keep", "runs"))
     q = p.add_argument_group("sequences (docs/sequences.md)")
     render.add_request(q, api.SequenceReplay, defaults={"sequence_order": None})
@@ -97,6 +96,6 @@ def _validate(args: argparse.Namespace, request: api.ValidateRequest):
 def request_from(args: argparse.Namespace) -> api.ValidateRequest:
     """The ValidateRequest of the command line (MCP's validate builds the same one)."""
     if args.perturb is not None:
-        O.check_perturb_count(args.perturb)  # `--perturb 0` is refused; absent means none
+        api.options.check_perturb_count(args.perturb)  # `--perturb 0` is refused; absent means none
     return render.from_args(api.ValidateRequest, args, cubin=None if args.cubin is None else str(args.cubin),
                             perturb=args.perturb or 0).checked()

@@ -11,11 +11,13 @@ import argparse
 import dataclasses
 import inspect
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from kerncap import api
 
-Option = api.options.Option
+if TYPE_CHECKING:  # an annotation only: importing the options imports the engine
+    Option = api.options.Option
+
 _KEEP = object()
 
 
