@@ -326,10 +326,6 @@ def test_a_wrong_launch_in_the_real_sequence_fails_on_what_it_wrote(tmp_path, mo
     assert y in bad  # sp_add's output (and what reads it later) differ
 
 
-@pytest.mark.xfail(strict=True, reason="seq_small was captured before the sequence capture wrote its manifest "
-                   "through the one writer (native/capture/manifest_writer.cpp): its top-level manifest records no "
-                   "`arrays` and no `closure`, so `kerncap info` says it LACKS them. Stays until seq_small is "
-                   "re-captured on the GPU (tests/gpu/make_small_fixtures.py); then remove this mark")
 def test_info_of_a_fresh_sequence_lacks_nothing(capsys):
     _, j = info(capsys, SEQ)
     assert j["lacks"] == []
