@@ -78,6 +78,9 @@ VARIANTS = {
                        "    int j = i + k - taps / 2;\n"
                        "    if (j >= 0 && j < n) acc = __hfma(__float2half(w[k]), __float2half(x[j]), acc);\n  }\n"
                        "  y[i] = __half2float(acc);\n}\n", "caught"),
+    "partial_work": ("does only the first 15/16 of the elements (the rest keep what the output held)",
+                     "{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n - n / 16) return;\n"
+                     + COMPUTE + "  y[i] = acc;\n}\n", "caught"),
     "captured_answer": ("right only on the captured input (x's pattern (i*37)%64/64 computed, not read)",
                         "{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n) return;\n"
                         "  float acc = 0.0f;\n  for (int k = 0; k < taps; ++k) {\n    int j = i + k - taps / 2;\n"
