@@ -102,3 +102,26 @@ def test_the_front_ends_apply_through_the_session_and_the_row_keeps_the_outcome(
     assert row["check"] == "pass" and row["compared"] == 10 and row["launches"] == row["substituted"] == 10
     assert row["kernel_speedup"] is not None and row["kernel_low"] is not None and row["kernel_low"] <= row["kernel_high"]
     assert row["app_speedup"] is not None and 0.0 < row["share"] <= 1.0
+
+
+def test_a_triton_kernels_recompiled_cubin_applies_in_its_app(testapps_build, tmp_path):
+    """Issue 46's Triton case: moe_scale's plain @triton.jit expert matmul (no autotuning,
+    so both runs launch the same configs), captured, recompiled from its pinned
+    reproducer, and applied in the unmodified app: every launch of the captured module
+    substituted, --check byte for byte on each, timed."""
+    from kerncap.capture.extract import extract
+    from kerncap.triton import recompile
+
+    from .apps import MOE_SCALE_SMALL, app_env
+
+    spec = MOE_SCALE_SMALL
+    command = [str(c) for c in spec.command(testapps_build)]
+    res = extract(spec.kernel, command, output=tmp_path / "moe", dispatch=spec.dispatch, match=spec.match,
+                  keep_running=spec.keep_running, timeout=spec.timeout, env=app_env(spec, tmp_path))
+    cubin = recompile(res.reproducer_dir).cubin
+    rc, doc = _apply(res.reproducer_dir, cubin, command, "--check", "--runs", "3")
+    print(json.dumps({k: doc[k] for k in ("launches", "substituted", "check", "timing")}, indent=1))
+    assert rc == 0, doc
+    assert doc["substituted"] >= 2 and doc["check"]["mismatch"] is None, doc
+    assert doc["check"]["compared"] == doc["launches"], doc["check"]
+    assert doc["timing"]["kernel_ms"] and len(doc["timing"]["kernel_ms"][1]) == 3
