@@ -46,7 +46,7 @@ def test_corpus_keys_and_cases(corpus):
     assert sorted(found) == ["cuda/axpy_small", "cuda/graph_explicit", "demo"]
     assert dict(find_corpus([corpus / "demo"])) == {"demo": corpus / "demo"}
     best = best_variant(corpus / "demo")
-    assert (best.label, best.cubin) == ("v1", "variants/1.cubin")  # the fastest passing one; v3 failed
+    assert (best.label, best.cubin) == ("v2", "variants/2.cubin")  # the fastest passing one; v3 failed
 
 
 def test_corpus_errors(tmp_path, corpus):
@@ -64,10 +64,10 @@ def test_history_outside_the_reproducer_or_damaged(corpus):
     demo = corpus / "demo"
     hist = json.loads((demo / "history.json").read_text())
     for v in hist["variants"]:
-        if v["id"] == 1:
+        if v["id"] == 2:
             v["cubin"] = "../../../etc/hostname"
     (demo / "history.json").write_text(json.dumps(hist))
-    assert best_variant(demo).label == "v2"  # v1's cubin leads out of the reproducer: not followed
+    assert best_variant(demo).label == "v1"  # v2's cubin leads out of the reproducer: not followed
     (demo / "history.json").write_text("{broken")
     with api.open_fanout(backend="serial") as f:
         report = api.check([demo], f, options=fake())
@@ -81,7 +81,7 @@ def test_cpu_machine_reports_gpu_steps_as_could_not_run(corpus, tmp_path, capsys
     out = json.loads(capsys.readouterr().out)
     assert status == 3 == out["exit_status"]
     assert [c["key"] for c in out["cases"]] == ["cuda/axpy_small#baseline", "cuda/graph_explicit#baseline",
-                                                 "demo#baseline", "demo#v1"]
+                                                 "demo#baseline", "demo#v2"]
     for c in out["cases"]:
         assert c["status"] == "error" and c["gpu_step"] is True
         assert [s["name"] for s in c["steps"]][:2] == ["open", "validate"]
@@ -93,38 +93,38 @@ def test_cpu_machine_reports_gpu_steps_as_could_not_run(corpus, tmp_path, capsys
 
 def test_verdicts_baseline_and_regression(corpus, tmp_path, monkeypatch):
     base = tmp_path / "base.json"
-    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/1.cubin": 0.008}))
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/2.cubin": 0.008}))
     with api.open_fanout(backend="serial") as f:
         first = api.check([corpus], f, options=fake())
     assert first.exit_status == 0 and {c.status for c in first.cases} == {"pass"}
     api.write_check_baseline(first, base)
     stored = json.loads(base.read_text())
     assert stored["format"] == "kerncap-check-baseline"
-    assert stored["cases"]["demo#v1"]["median_ms"] == 0.008
+    assert stored["cases"]["demo#v2"]["median_ms"] == 0.008
 
     # the recorded best variant got slower (25 % > 10 %): a regression, exit status 1
-    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.0102, "variants/1.cubin": 0.010}))
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.0102, "variants/2.cubin": 0.010}))
     with api.open_fanout(backend="serial") as f:
         second = api.check([corpus], f, options=fake(), baseline=base, threshold_pct=10)
     by = {c.key: c for c in second.cases}
-    assert by["demo#v1"].status == "regressed" and round(by["demo#v1"].change_pct) == 25
+    assert by["demo#v2"].status == "regressed" and round(by["demo#v2"].change_pct) == 25
     assert by["demo#baseline"].status == "pass" and round(by["demo#baseline"].change_pct) == 2
     assert second.exit_status == 1
     junit = tmp_path / "j.xml"
     api.write_junit(second, junit)
     failures = [tc for tc in ET.parse(junit).getroot().iter("testcase") if tc.find("failure") is not None]
-    assert [(tc.get("classname"), tc.get("name")) for tc in failures] == [("demo", "v1")]
+    assert [(tc.get("classname"), tc.get("name")) for tc in failures] == [("demo", "v2")]
     assert "above the baseline" in failures[0].find("failure").get("message")
     text = api.format_check(second)
     assert "REGRESSED" in text and "+25.0%" in text
 
     # a variant that no longer validates is a failure too
-    monkeypatch.setenv("FAKE_FAIL", "variants/1.cubin")
+    monkeypatch.setenv("FAKE_FAIL", "variants/2.cubin")
     with api.open_fanout(backend="serial") as f:
         third = api.check([corpus], f, options=fake(), baseline=base)
     by = {c.key: c for c in third.cases}
-    assert by["demo#v1"].status == "fail" and "differ from the captured post-state" in by["demo#v1"].message
-    assert by["demo#v1"].timing is None  # not timed after a failed validation
+    assert by["demo#v2"].status == "fail" and "differ from the captured post-state" in by["demo#v2"].message
+    assert by["demo#v2"].timing is None  # not timed after a failed validation
 
 
 def test_cli_usage_errors_and_a_damaged_baseline(corpus, tmp_path, capsys):

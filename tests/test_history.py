@@ -36,7 +36,7 @@ def write(d: Path, doc) -> None:
 def test_the_demo_reads_back_with_every_reader(demo):
     h = History.load(demo)
     assert [v.label for v in h.variants] == ["baseline", "v1", "v2", "v3"]
-    assert best_variant(demo).label == "v1"  # the fastest passing one
+    assert best_variant(demo).label == "v2"  # the fastest passing one
     assert summary(demo) == {"validation": "pass", "variants": 4}
     row = describe_reproducer(demo)
     assert row["validation"] == "pass" and row["variants"] == 4
@@ -45,10 +45,10 @@ def test_the_demo_reads_back_with_every_reader(demo):
 def test_inconclusive_is_a_verdict_every_reader_accepts(demo):
     """The two old dataclasses disagreed: the engine's reader had no `inconclusive`."""
     doc = json.loads((demo / hist.HISTORY_FILE).read_text())
-    doc["variants"][1]["validation"] = "inconclusive"
+    doc["variants"][2]["validation"] = "inconclusive"
     write(demo, doc)
-    assert History.load(demo).get(1).validation == "inconclusive"
-    assert best_variant(demo).label == "v2"  # not a pass: not the best
+    assert History.load(demo).get(2).validation == "inconclusive"
+    assert best_variant(demo).label == "v1"  # not a pass: not the best
 
 
 @pytest.mark.parametrize("change,field", [

@@ -26,8 +26,8 @@ def workspace(tmp_path) -> Path:
 
 def test_list_captures(workspace):
     rows = list_captures(workspace)
-    assert [r["kernel"] for r in rows] == ["axpy_inplace", "smooth"]  # newest first (19:49:10 vs 19:49:07)
-    axpy, smooth = rows
+    assert [r["kernel"] for r in rows] == ["smooth", "axpy_inplace"]  # newest first (2026-12-04 vs 2026-12-01)
+    smooth, axpy = rows
     cap = Capture.open(AXPY)
     recorded = json.loads((cap.root.parent / "reproducer.json").read_text())["command"]
     assert axpy["mangled"] == cap.kernel["name"] and axpy["command"] == " ".join(recorded)

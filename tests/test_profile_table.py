@@ -90,7 +90,7 @@ def test_wide_prints_full_names(long_profile):
 def test_demo_profile_at_80_columns():
     result = ProfileResult.load(DEMO_PROFILE)
     lines = format_table(result, width=80)
-    assert lines[1].split() == ["1", "smooth", "5", "0.017", "93.6", "3.35", "3.30", "3.46", "256", "256"]
+    assert lines[1].split() == ["1", "smooth", "5", "0.017", "93.5", "3.31", "3.26", "3.42", "256", "256"]
     assert all(len(line) <= 80 for line in lines)
 
 

@@ -87,11 +87,24 @@ def test_history_names_only_a_significant_variant_as_best(tmp_path):
     assert History.load(tmp_path).get(2).speedup_low == 1.21
 
 
-def test_old_history_records_show_no_interval():
-    from kerncap_tui import demo
+# Two rows as the first bundled demo recorded them (2026-11-29): medians, no interval.
+OLD_ROWS = [
+    {"id": 0, "time": "2026-11-29T19:49:08Z", "median_ms": 0.006544000003486872, "min_ms": 0.0055680000223219395,
+     "spread_pct": 29.92664980826696, "validation": "pass", "commit": "22e34bdfc1cb5af5a09cb94f373b1b31d306a5dc",
+     "cubin": None, "build_seconds": None, "note": "captured cubin"},
+    {"id": 1, "time": "2026-11-29T19:49:08Z", "median_ms": 0.006191999884322286, "min_ms": 0.0054720002226531506,
+     "spread_pct": 48.73385964139794, "validation": "pass", "commit": "058471a395f8df78c7303a66ca7023be234b58eb",
+     "cubin": "variants/1.cubin", "build_seconds": 0.6918152970000051, "note": "unmodified source"},
+]
+
+
+def test_old_history_records_show_no_interval(tmp_path):
+    import json
+
     from kerncap_tui.charts import speedup_cells
 
-    h = History.load(demo.demo_path())
+    (tmp_path / "history.json").write_text(json.dumps({"version": 1, "variants": OLD_ROWS}))
+    h = History.load(tmp_path)
     v1 = h.get(1)
     assert not h.has_interval(v1) and h.best_significant() is None
     assert [c.plain for c in speedup_cells(h, v1)] == ["(1.06×)", "no interval"]

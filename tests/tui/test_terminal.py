@@ -155,7 +155,7 @@ async def test_the_extract_dialog_names_the_program_it_will_run(make_app, settle
     async with app.run_test(size=(80, 24)) as pilot:
         screen = await open_extract(pilot)
         program = screen.query_one("#extract-program", Label)
-        assert str(program.render()).startswith("command · runs /tmp/bt/smooth")  # the profile's recorded one
+        assert str(program.render()).startswith("command · runs /tmp/kc-testapps/smooth")  # the profile's recorded one
         screen.query_one("#extract-command", Input).value = f"env {'X' * 300}=1 {tool}"
         await pilot.pause()
         assert str(program.render()).startswith("command · runs env (/")  # PATH's env, not the-app

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 from typing import Any
@@ -85,21 +84,6 @@ def summarize(path: str | os.PathLike, *, verify: bool = False) -> dict[str, Any
     }
 
 
-# The bundled demo (kerncap_tui/demo/reproducer, smooth on an H200) was captured before
-# kerncap recorded arrays and made the closure check; a newcomer cannot "extract again"
-# it, so what it lacks is said as what it is. Known by its manifest's bytes (a copy is
-# the demo too; a re-captured demo lacks nothing). tests/test_hostile.py checks the hash.
-BUNDLED_DEMO = (2807, "a3a4d044a356f93fdb73db952d99752a80608b54014a4d0c628521d941e06474")
-DEMO_LACKS = {
-    "arrays": "CUDA arrays and texture/surface objects: the bundled demo was captured before kerncap recorded "
-              "them; its kernel, smooth, takes plain pointers only, so its replay misses nothing (your own "
-              "captures record them)",
-    "closure": "the closure check: the bundled demo was captured before kerncap looked for parameter words "
-               "pointing outside the captured memory; smooth's three pointers point into its captured regions "
-               "(`kerncap info` shows them), so nothing is missing (your own captures are checked)",
-}
-
-
 def _blob_sizes(cap: Capture) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for h in cap.iter_blobs():
@@ -168,29 +152,17 @@ def _provenance(prov: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def is_bundled_demo(cap: Capture) -> bool:
-    path = cap.root / "manifest.json"
-    try:
-        if path.stat().st_size != BUNDLED_DEMO[0]:
-            return False
-        return hashlib.sha256(path.read_bytes()).hexdigest() == BUNDLED_DEMO[1]
-    except OSError:
-        return False
-
-
 def lacks(cap: Capture) -> list[str]:
     """What a capture from an older kerncap does not hold (it still opens and replays what it has)."""
-    demo = is_bundled_demo(cap)
     out = []
     if "arrays" not in cap.manifest:
-        out.append(DEMO_LACKS["arrays"] if demo else OLDER_CAPTURE)
+        out.append(OLDER_CAPTURE)
     if any(h.why_not == NOT_SNAPSHOTTED_OLD for h in cap.host_regions):
         out.append("host memory contents: this kerncap recorded the app's pinned/registered host allocations "
                    "but did not snapshot them, so a kernel that reads them faults in replay and its writes there "
                    "are not compared; extract again with this kerncap")
     if "closure" not in cap.manifest:
-        out.append(DEMO_LACKS["closure"] if demo else
-                   "the closure check: parameter words pointing outside the captured memory were not looked for "
+        out.append("the closure check: parameter words pointing outside the captured memory were not looked for "
                    "(extract again to have them named)")
     return out
 

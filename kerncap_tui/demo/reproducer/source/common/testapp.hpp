@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #define TA_CHECK(call)                                                                   \
@@ -64,6 +65,35 @@ inline void mark_done() {
   if (!path || !*path) return;
   FILE* f = std::fopen(path, "w");
   if (f) std::fclose(f);
+}
+
+// Driver API functions through cudart's entry points (the build machines have no libcuda
+// to link): driver_entry("cuMemMap") or exit 1 naming it; cu_check(r, "what") exits 1
+// naming the call and the CUresult. `app` prefixes the messages.
+inline const char*& app_name() {
+  static const char* name = "testapp";
+  return name;
+}
+
+inline void* driver_entry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  TA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
+  if (!fn || q != cudaDriverEntryPointSuccess) {
+    std::fprintf(stderr, "%s: no driver entry point %s (query result %d)\n", app_name(), name, int(q));
+    std::exit(1);
+  }
+  return fn;
+}
+
+inline void cu_check(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return;
+  using ErrFn = CUresult (*)(CUresult, const char**);
+  static ErrFn error_name = reinterpret_cast<ErrFn>(driver_entry("cuGetErrorName"));
+  const char* name = "?";
+  error_name(r, &name);
+  std::fprintf(stderr, "%s: %s failed: %s (%d)\n", app_name(), what, name, int(r));
+  std::exit(1);
 }
 
 }  // namespace testapp
