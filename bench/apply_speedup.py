@@ -1,0 +1,100 @@
+"""A variant's speedup in its reproducer beside its speedup in the unmodified app (issue
+46's goal: the kernel's in-app GPU-time speedup within the interval of its replay speedup,
+and the app's wall-time change with its interval).
+
+    python3 bench/apply_speedup.py [--build DIR] [--n 4194304] [--runs 10] [--json FILE]
+
+The smooth kernel (testapps/cuda/smooth, a 64-tap filter over --n floats, launched 5
+times) is extracted with its sources; the README's edit (the boundary check hoisted out of
+the inner loop, tests/gpu/smooth_edits.py) is built with `kerncap build` (the History
+row's speedup: timed over 4 rotating inputs, every launch checked); then `kerncap apply
+--variant N --check --runs R` runs the app R times as it is and R times with the variant,
+interleaved, and reports the kernel's total GPU time (CUPTI, as `kerncap profile`) and the
+app's wall time, each as a speedup with its interval, and --check's verdict over every
+launch. The apply is run a second time without --check, so --check's cost shows as the
+difference of the two commands' wall times."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, build_testapps, write_json  # noqa: E402
+
+
+def kerncap(*args: str) -> tuple[int, dict, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "kerncap", *args], capture_output=True, text=True, timeout=900)
+    seconds = time.perf_counter() - t0
+    try:
+        return proc.returncode, json.loads(proc.stdout), seconds
+    except ValueError:
+        raise SystemExit(f"kerncap {' '.join(args[:2])} printed no JSON (status {proc.returncode}):\n"
+                         f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}") from None
+
+
+def interval(d: dict | None) -> str:
+    if not d or d.get("speedup") is None:
+        return "n/a"
+    lo, hi = d.get("low"), d.get("high")
+    return f"{d['speedup']:.3f}x" + (f" [{lo:.3f}-{hi:.3f}]" if lo is not None else "")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", type=Path, help="testapps build directory (default: a temporary one, built now)")
+    ap.add_argument("--n", type=int, default=1 << 22, help="the smooth app's element count")
+    ap.add_argument("--runs", type=int, default=10, help="app runs each way (apply --runs)")
+    ap.add_argument("--json", help="write both documents here")
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO / "tests" / "gpu"))
+    from smooth_edits import SMOOTH_MANGLED, edit, kernel_header
+
+    from kerncap.capture.extract import extract
+
+    with tempfile.TemporaryDirectory(prefix="kc-apply-speedup-") as tmp:
+        work = Path(tmp)
+        build = args.build or build_testapps(work / "testapps")
+        command = [str(build / "smooth"), str(args.n)]
+        repro = work / "smooth"
+        extract(SMOOTH_MANGLED, command, output=repro, match="exact", source_dir=REPO / "testapps" / "cuda",
+                build_dir=build, timeout=120)
+        edit(kernel_header(repro), "fast")
+        status, built, _ = kerncap("build", str(repro), "--json")
+        row = built.get("variant") or {}
+        if status != 0 or row.get("validation") != "pass":
+            raise SystemExit(f"the edited variant did not build and pass: {json.dumps(built)[:2000]}")
+        status, applied, checked_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--check", "--runs",
+                                             str(args.runs), "--json", "--", *command)
+        _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
+                                    "--json", "--", *command)
+    t, check = applied.get("timing") or {}, applied.get("check") or {}
+    replay = {"speedup": row.get("speedup"), "low": row.get("speedup_low"), "high": row.get("speedup_high")}
+    kern = t.get("kernel_speedup")
+    share = t.get("share") or [None]
+    print(f"smooth over {args.n} floats, the README's edit as History row {row['id']} "
+          f"({row.get('validation')} {row.get('validation_detail')}):")
+    print(f"  replay speedup (build, 4 rotating inputs): {interval(replay)}")
+    print(f"  in the app, kernel GPU time ({args.runs} runs each way): {interval(kern)}")
+    print(f"  in the app, wall time: {interval(t.get('app_speedup'))}; the kernel's share of GPU time "
+          f"{share[0] if share[0] is None else f'{share[0]:.1%}'}")
+    print(f"  --check: {check.get('compared')} of {applied.get('launches')} launches compared, "
+          f"mismatch {check.get('mismatch')}; exit {status}")
+    print(f"  kerncap apply wall time: {checked_s:.1f} s with --check, {plain_s:.1f} s without "
+          f"(--check's cost {checked_s - plain_s:+.1f} s: two more runs of the app, fingerprinted)")
+    inside = (kern and replay["low"] is not None and kern.get("low") is not None
+              and kern["low"] <= replay["high"] and replay["low"] <= kern["high"])
+    print(f"goal (the in-app interval meets the replay interval): {'met' if inside else 'NOT met'}")
+    write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain,
+                           "seconds": {"checked": checked_s, "plain": plain_s}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

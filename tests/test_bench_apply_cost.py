@@ -1,0 +1,41 @@
+"""bench/apply_cost.py's arithmetic (the GPU part runs on the H200: docs/facts.md)."""
+
+from __future__ import annotations
+
+from bench_module import load_bench
+
+
+def test_per_launch_leaves_out_the_first_block_and_takes_the_median():
+    b = load_bench("apply_cost")
+    text = "switch=absent\nblock=0 mode=n wall_ns=9 cpu_ns=99999\nblock=1 mode=n wall_ns=9 cpu_ns=2048\n" \
+           "block=2 mode=n wall_ns=9 cpu_ns=4096\nblock=3 mode=n wall_ns=9 cpu_ns=3072\nlaunch_paired: done\n"
+    assert b.per_launch(text, 1024) == 3.0
+
+
+def test_rounds_alternate_the_order_of_the_ways():
+    b = load_bench("apply_cost")
+    assert b.order(3) == [b.WAYS, tuple(reversed(b.WAYS)), b.WAYS]
+
+
+def test_costs_are_differences_from_the_armed_path():
+    b = load_bench("apply_cost")
+    samples = {"armed": [1000.0, 1010.0, 990.0, 1005.0], "substituted": [1050.0, 1060.0, 1040.0, 1055.0],
+               "armed+check": [1100.0, 1110.0, 1090.0, 1105.0], "checked": [1200.0, 1210.0, 1190.0, 1205.0]}
+    c = b.costs(samples)
+    assert c["armed"]["per_launch_ns"] == 1002.5 and "added_ns" not in c["armed"]
+    assert c["substituted"]["added_ns"] == 50.0 and c["substituted"]["low"] <= 50.0 <= c["substituted"]["high"]
+    assert c["checked"]["added_ns"] == 200.0 and c["armed+check"]["added_ns"] == 100.0
+
+
+def test_the_output_of_a_checked_apply_splits_into_its_two_runs():
+    b = load_bench("apply_cost")
+    one = "switch=absent\narmed=full\nblock=0 mode=n wall_ns=1 cpu_ns=10\nlaunch_paired: kernel\n"
+    two = one.replace("cpu_ns=10", "cpu_ns=20")
+    assert b.split_runs("noise\n" + one + two) == [one, two]
+
+
+def test_apply_speedup_prints_a_speedup_with_its_interval_or_says_none():
+    b = load_bench("apply_speedup")
+    assert b.interval({"speedup": 1.0941, "low": 1.0921, "high": 1.0972}) == "1.094x [1.092-1.097]"
+    assert b.interval({"speedup": 1.2, "low": None, "high": None}) == "1.200x"
+    assert b.interval(None) == "n/a" and b.interval({"speedup": None}) == "n/a"
