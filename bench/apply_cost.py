@@ -63,12 +63,12 @@ def costs(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def extract_tiny(build: Path, work: Path) -> tuple[Path, Path]:
+def extract_tiny(build: Path, work: Path, output: Path | None = None) -> tuple[Path, Path]:
     """(the reproducer of kc_paired_tiny's dispatch 0, its captured cubin: the variant)."""
     from kerncap.capture.extract import extract
     from kerncap.reproducer.format import Capture
 
-    res = extract(KERNEL, [str(build / "launch_paired"), "kernel", "1", "2", "64"], output=work / "tiny",
+    res = extract(KERNEL, [str(build / "launch_paired"), "kernel", "1", "2", "64"], output=output or work / "tiny",
                   match="exact", timeout=120)
     cap = Capture.open(res.reproducer_dir)
     return res.reproducer_dir, cap.root / cap.kernel["module"]["cubin"]

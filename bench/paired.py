@@ -29,6 +29,10 @@ interval over the groups]. Costs are CPU ns of the launching threads per launch.
              the cudart row at 1 thread without the launch fast path (KERNCAP_BENCH_SKIP=
              fastpath): every launch through both callbacks, as before it
              (docs/interposer.md), for a before/after in one run
+  apply      the cudart row at 1 thread under `kerncap apply` (issue 46) with the kernel's own
+             captured cubin as the variant: a = every launch substituted, p = the same armed
+             apply path with the redirect held back (kerncap_bench_passthrough mode 3: the
+             launch identified and counted, not redirected); goal a - p <= 100 ns
   preloaded  libkerncap_entry.so preloaded but not attached (what every process the app
              starts pays) against no library: launch_paired kernel 1 in --repeat
              interleaved processes each way; difference of medians [interval]
@@ -61,13 +65,15 @@ from common import (PYAPPS, bootstrap, build_testapps, diff_interval, median, me
 
 GOAL_NS = 40.0
 GOAL_SCALING = 1.5
+GOAL_APPLY_NS = 100.0
 SKIPS = ("skip-callback", "skip-launch", "skip-quiesce", "skip-fastpath")
-ROWS = ("cudart", "wrapper", *SKIPS, "graph", "torch", "triton", "preloaded")
+ROWS = ("cudart", "wrapper", *SKIPS, "apply", "graph", "torch", "triton", "preloaded")
+OPT_IN = ("wrapper", *SKIPS, "apply")  # rows run only when --rows names them
 
 
 def row_command(row: str, threads: int, args, build_dir: Path) -> tuple[list[str], int]:
     """The app's command for a row and the launches of one block (all threads)."""
-    if row in ("cudart", "wrapper", *SKIPS, "graph", "preloaded"):
+    if row in ("cudart", "wrapper", *SKIPS, "apply", "graph", "preloaded"):
         kind = "graph" if row == "graph" else "kernel"
         return ([str(build_dir / "launch_paired"), kind, str(threads), str(args.blocks), str(args.per_block)],
                 threads * args.per_block)
@@ -91,10 +97,43 @@ def armed_run(row: str, command: list[str], workdir: Path, n: int, build: Path |
             os.environ["KERNCAP_INJECT_LIB"] = saved
 
 
+def checked_switch(row: str, text: str) -> str:
+    """The app's stdout, once it shows the bench switch was there in the row's mode."""
+    armed = {"wrapper": "wrapper", "apply": "apply"}.get(row, "full")
+    if "switch=paired" not in text or f"armed={armed}" not in text:
+        sys.exit(f"{row}: the bench switch was not available in the app:\n{text[-2000:]}")
+    return text
+
+
+def apply_run(command: list[str], workdir: Path) -> str:
+    """The app's stdout under `kerncap apply` (Session.apply, what the CLI and MCP run)
+    substituting kc_paired_tiny by its own captured cubin, the bench switch allowed and the
+    app told to hold the redirect back in its p blocks (KC_PAIRED_ARMED=apply)."""
+    from kerncap import api
+
+    repro, cubin = workdir / "apply-tiny", workdir / "apply-tiny.cubin"
+    if not repro.exists():  # one capture serves every process of the row
+        from apply_cost import extract_tiny
+
+        _, captured = extract_tiny(Path(command[0]).parent, workdir, output=repro)
+        cubin.write_bytes(Path(captured).read_bytes())  # a cubin of no History row: nothing recorded
+    out: list[bytes] = []
+    request = api.options.ApplyRequest(command=tuple(command), cubin=str(cubin), runs=0,
+                                       env={"KERNCAP_BENCH_PASSTHROUGH": "1", "KC_PAIRED_ARMED": "apply"})
+    with api.open(repro, compile_worker=False) as session:
+        result = session.apply(request, output=lambda stream, data: out.append(data) if stream == "stdout" else None)
+    if not 0 < result.substituted < result.launches:
+        sys.exit(f"apply: {result.substituted} of {result.launches} launches substituted; the a blocks' "
+                 "should have been, the p blocks' not")
+    return checked_switch("apply", b"".join(out).decode(errors="replace"))
+
+
 def _armed_run(row: str, command: list[str], workdir: Path, n: int) -> str:
     from kerncap.capture.extract import extract
     from kerncap.errors import KerncapError
 
+    if row == "apply":
+        return apply_run(command, workdir)
     out: list[bytes] = []
     env = {**os.environ, "KERNCAP_BENCH_PASSTHROUGH": "1", "KERNCAP_INTERCEPT": "entry"}
     if row == "wrapper":
@@ -110,10 +149,7 @@ def _armed_run(row: str, command: list[str], workdir: Path, n: int) -> str:
             raise
     else:
         sys.exit(f"{row}: {target} was captured?")
-    text = b"".join(out).decode(errors="replace")
-    if "switch=paired" not in text or (row == "wrapper") != ("armed=wrapper" in text):
-        sys.exit(f"{row}: the bench switch was not available in the app:\n{text[-2000:]}")
-    return text
+    return checked_switch(row, b"".join(out).decode(errors="replace"))
 
 
 def plain_cpu_per_launch(command: list[str], per_block: int, preload: bool) -> float:
@@ -133,7 +169,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3, help="processes per row")
     parser.add_argument("--threads", default="1,2,8,16", help="thread counts of the cudart row")
-    parser.add_argument("--rows", default=",".join(r for r in ROWS if r != "wrapper" and r not in SKIPS),
+    parser.add_argument("--rows", default=",".join(r for r in ROWS if r not in OPT_IN),
                         help=f"from {', '.join(ROWS)} (default: the rows with goals and the preloaded one)")
     parser.add_argument("--blocks", type=int, default=64, help="blocks per process (a multiple of 4)")
     parser.add_argument("--per-block", type=int, default=4096, help="launches per thread and block (cudart, graph)")
@@ -245,6 +281,8 @@ def report(results: dict[str, dict], args) -> None:
         goal, met = "", ""
         if name == f"cudart x1{build}":
             goal, met = f"<= {GOAL_NS:.0f} ns", verdict(hi <= GOAL_NS)
+        if name == f"apply{build}":  # a = substituted, p = the unsubstituted armed apply path
+            goal, met = f"<= {GOAL_APPLY_NS:.0f} ns", verdict(hi <= GOAL_APPLY_NS)
         scale = ""
         if one is not None and name.startswith("cudart x") and r is not one:
             ratio = median(est) / median(one["estimates"])

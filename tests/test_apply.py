@@ -78,6 +78,21 @@ def test_dispatch_selects_launches(built, tmp_path):
     assert "ran plain=3" in out and "ran fast=2" in out
 
 
+def test_bench_switch_holds_the_redirect_back_in_bench_processes_only(built, tmp_path):
+    """bench/paired.py's apply row: kerncap_bench_passthrough(3) keeps the armed apply path
+    (the launch identified and counted) but not the redirect; 0 substitutes again. Only a
+    process started with KERNCAP_BENCH_PASSTHROUGH=1 has the switch."""
+    variant = str(_variant(tmp_path, "FAKEMOD impl=fast"))
+    rep, out, _ = _run(built, tmp_path, 6, KERNCAP_APPLY_CUBIN=variant, KERNCAP_BENCH_PASSTHROUGH="1",
+                       KC_TEST_HOLD_ODD="1")
+    assert "switch=0" in out
+    assert rep["launches"] == 6 and rep["substituted"] == 3 and rep["not_selected"] == 3
+    assert "ran plain=3" in out and "ran fast=3" in out
+    rep, out, _ = _run(built, tmp_path, 6, KERNCAP_APPLY_CUBIN=variant, KC_TEST_HOLD_ODD="1")
+    assert "switch=-1" in out  # refused: every launch substituted
+    assert rep["substituted"] == 6 and "ran fast=6" in out
+
+
 @pytest.mark.parametrize("image,kind,words", [
     ("FAKEMOD impl=fast nokernel", "variant_lacks_kernel", ["has no kernel", KERNEL, "CUDA_ERROR_NOT_FOUND"]),
     ("FAKEMOD impl=fast twoparams", "param_layout", ["[0+8, 8+8]", "[0+8, 8+8, 16+4]"]),

@@ -218,3 +218,49 @@ def test_pool_gathers_the_groups_of_rows_from_earlier_runs(monkeypatch, tmp_path
         with pytest.raises(SystemExit):
             paired.main()
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("substituted,ok", [(16 * 1024, True), (32 * 1024, False)])
+def test_the_apply_row_runs_under_apply_with_the_redirect_switch(monkeypatch, tmp_path, capsys, common,
+                                                                  substituted, ok):
+    """--rows apply (issue 46): launch_paired at one thread through Session.apply, the
+    variant the kernel's own captured cubin, the app told to hold the redirect back in its
+    p blocks; a - p is the substitution's cost with its goal (<= 100 ns). A run in which
+    every launch was substituted (the switch did nothing) stops the bench."""
+    import contextlib
+    from pathlib import Path
+    import types
+
+    from kerncap import api
+
+    paired = load_bench("paired")
+    seen = []
+
+    def fake_extract(build, work, output):
+        output.mkdir()
+        (work / "k.cubin").write_bytes(b"cubin")
+        seen.append(("extract", build))
+        return output, work / "k.cubin"
+
+    def fake_apply(request, output):
+        seen.append((request.command[1:3], request.env, Path(request.cubin).read_bytes(), request.runs))
+        blocks = fake_blocks(common, cost=60.0, base=2000.0, per_block=1024, n_blocks=32, seed=len(seen))
+        output("stdout", ("switch=paired\narmed=apply\n" + "\n".join(
+            f"block={i} mode={m} wall_ns={v:.0f} cpu_ns={v:.0f}" for i, (m, v) in enumerate(blocks))).encode())
+        return types.SimpleNamespace(launches=32 * 1024, substituted=substituted)
+
+    monkeypatch.setitem(sys.modules, "apply_cost", types.SimpleNamespace(extract_tiny=fake_extract))
+    monkeypatch.setattr(api, "open", lambda root, **_: contextlib.nullcontext(types.SimpleNamespace(apply=fake_apply)))
+    monkeypatch.setattr(paired, "build_testapps", lambda d: d)
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--repeat", "2", "--blocks", "32", "--per-block", "1024",
+                                      "--rows", "apply", "--build-dir", str(tmp_path / "b")])
+    if not ok:
+        with pytest.raises(SystemExit, match="32768 of 32768 launches substituted"):
+            paired.main()
+        return
+    paired.main()
+    env = {"KERNCAP_BENCH_PASSTHROUGH": "1", "KC_PAIRED_ARMED": "apply"}
+    assert seen == [("extract", tmp_path / "b"), (("kernel", "1"), env, b"cubin", 0),
+                    (("kernel", "1"), env, b"cubin", 0)]  # one capture for both processes, no timing runs
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("apply ")]
+    assert line.split()[1].startswith(("5", "6")) and "<= 100 ns" in line and line.rstrip().endswith("ok")

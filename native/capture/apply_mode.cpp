@@ -253,7 +253,9 @@ void Applier::launch_enter(CUpti_CallbackId cbid, void* params, const LaunchDesc
   auto rk = ready_.find({d.f, ctx});
   if (rk != ready_.end()) ready = &rk->second;
 
-  const bool selected = cfg_.dispatches.empty() || std::binary_search(cfg_.dispatches.begin(), cfg_.dispatches.end(), index);
+  const bool selected = (cfg_.dispatches.empty() ||
+                         std::binary_search(cfg_.dispatches.begin(), cfg_.dispatches.end(), index)) &&
+                        !(bench_held_ && bench_held_());
   if (!cfg_.variant.empty() && !selected) not_selected_.fetch_add(1, std::memory_order_relaxed);
   if (!cfg_.variant.empty() && selected && !refused_.load()) {
     if (!ready) {

@@ -50,6 +50,9 @@ class Applier {
  public:
   explicit Applier(ApplyConfig cfg);
   const ApplyConfig& config() const { return cfg_; }
+  // Bench processes only (KERNCAP_BENCH_PASSTHROUGH=1): while `held` returns non-zero a
+  // selected launch is identified and counted but not redirected (bench/paired.py apply).
+  void bench_hold(int (*held)()) { bench_held_ = held; }
 
   // A launch of a function named like the target, at its API entry, with kerncap's
   // reentrancy guard held. May replace the function in `params` (the launch call's
@@ -95,6 +98,7 @@ class Applier {
   std::map<CUfunction, Handle> handles_;
   std::map<CUcontext, CUmodule> modules_;
   std::map<std::pair<CUfunction, CUcontext>, Ready> ready_;
+  int (*bench_held_)() = nullptr;
   std::atomic<bool> refused_{false};
   std::string refusal_kind_, refusal_;
   std::vector<std::string> unidentified_;  // same name, not the captured cubin: why (first few)

@@ -522,9 +522,15 @@ KC_EXPORT void kerncap_entry_allow_bench(Dispatch d) { g_bench_dispatch.store(d,
 // the launch fast path is off meanwhile (it is all wrapper: cudart's row is its cost).
 static void bench_noop(CUpti_CallbackId, const CUpti_CallbackData*) {}
 bool g_bench_wrapper = false, g_bench_fast_on = false;  // mode 2 is on; the fast path's switch before it
+// Mode 3 (bench/paired.py's apply row): the dispatcher on, apply mode's redirect held
+// back (inject.cpp attach_apply asks kerncap_entry_bench_apply_held per target launch).
+std::atomic<int> g_bench_apply_held{0};
+KC_EXPORT int kerncap_entry_bench_apply_held(void) { return g_bench_apply_held.load(std::memory_order_acquire); }
 
 // 1: the wrappers jump straight to the driver; 0: through kerncap's dispatcher again;
-// 2: through the wrapper to a dispatcher that does nothing (what the wrapper costs).
+// 2: through the wrapper to a dispatcher that does nothing (what the wrapper costs);
+// 3: through kerncap's dispatcher, `kerncap apply` identifying and counting the launch
+// but not redirecting it (the unsubstituted armed path).
 // Returns 0, or -1 where the switch was not allowed (nothing changes then). Called by
 // one thread of the bench between its blocks.
 KC_EXPORT int kerncap_bench_passthrough(int on) {
@@ -535,6 +541,7 @@ KC_EXPORT int kerncap_bench_passthrough(int on) {
     g_hooks.gate.on.store(on == 2 ? false : g_bench_fast_on, std::memory_order_release);
     g_bench_wrapper = on == 2;
   }
+  g_bench_apply_held.store(on == 3, std::memory_order_release);
   g_hooks.dispatch.store(on == 1 ? nullptr : on == 2 ? &bench_noop : d, std::memory_order_release);
   return 0;
 }

@@ -1102,12 +1102,16 @@ void attach_apply(State& s) {
     }
   }
   s.applier = std::make_unique<Applier>(std::move(cfg));
+  if (s.cfg.bench_passthrough)  // bench/paired.py's apply row: mode 3 holds the redirect back
+    s.applier->bench_hold(reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "kerncap_entry_bench_apply_held")));
   s.entry_points = true;
   s.active = true;
   if (attach(entry_dispatch) <= 0) {
     attach(nullptr);
     s.active = false;
     s.report.add_error("config", "libcuda was not loaded when kerncap attached");
+  } else if (s.cfg.bench_passthrough) {
+    allow_bench_switch();
   }
 }
 

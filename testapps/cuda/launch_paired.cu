@@ -6,7 +6,9 @@
 // KERNCAP_BENCH_PASSTHROUGH=1) in ABBA order: a = kerncap's dispatcher, p = the wrapper
 // jumping straight to the driver. Without the switch (no kerncap, or kerncap preloaded
 // but not attached) every block runs as it is, mode n. KC_PAIRED_ARMED=wrapper: a is the
-// wrapper with a dispatcher that does nothing (what the wrapper's own half costs). Each block ends with its stream
+// wrapper with a dispatcher that does nothing (what the wrapper's own half costs);
+// KC_PAIRED_ARMED=apply (under `kerncap apply`): a substitutes the launch, p is the same
+// armed path with the redirect held back (mode 3). Each block ends with its stream
 // synchronized; one line per block:
 //   block=<i> mode=<a|p|n> wall_ns=<block wall> cpu_ns=<CPU of all threads in the block>
 //   launch_paired <kernel|graph> [threads=1] [blocks=64] [per_block=4096]
@@ -101,8 +103,10 @@ int main(int argc, char** argv) {
   const bool paired = passthrough && passthrough(0) == 0;
   std::printf("switch=%s\n", paired ? "paired" : passthrough ? "refused" : "absent");
   const char* armed_env = std::getenv("KC_PAIRED_ARMED");
+  const bool apply = armed_env && !std::strcmp(armed_env, "apply");
   const int armed = armed_env && !std::strcmp(armed_env, "wrapper") ? 2 : 0;  // kerncap_bench_passthrough's modes
-  std::printf("armed=%s\n", armed == 2 ? "wrapper" : "full");
+  const int passive = apply ? 3 : 1;
+  std::printf("armed=%s\n", armed == 2 ? "wrapper" : apply ? "apply" : "full");
   sh.block_cpu.assign(sh.blocks, 0);
   pthread_barrier_init(&sh.start, nullptr, sh.threads + 1);
   pthread_barrier_init(&sh.end, nullptr, sh.threads + 1);
@@ -117,7 +121,7 @@ int main(int argc, char** argv) {
     char mode = 'n';
     if (paired) {
       const bool pass = b % 4 == 1 || b % 4 == 2;  // a p p a a p p a ...
-      passthrough(pass ? 1 : armed);
+      passthrough(pass ? passive : armed);
       mode = pass ? 'p' : 'a';
     }
     const long long w0 = now_ns(CLOCK_MONOTONIC);
