@@ -13,7 +13,7 @@ from pathlib import Path
 from kerncap import api
 
 API = Path(api.__file__)
-MAX_LINES = 276  # 931 before issue 45's thin face; only shrinks
+MAX_LINES = 275  # 931 before issue 45's thin face; only shrinks
 MAX_NAMES = 141  # 179 before
 # What a front end's first import of the API may bring of kerncap: leaf helpers only.
 LIGHT = {"kerncap", "kerncap.api", "kerncap.errors", "kerncap.core", "kerncap.core.units", "kerncap.core.dtypes",

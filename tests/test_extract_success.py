@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from kerncap import api
 from kerncap.capture.extract import extract
-from kerncap.commands.extract import format_extract_summary
 from kerncap.errors import KerncapError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "captures"
@@ -84,7 +84,7 @@ def test_capture_moves_into_output_and_app_group_is_stopped(publish, tmp_path):
     assert record["command"][-1].endswith("app.py")
     assert record["sources"] is None and record["triton"] is None
     assert sorted(p.name for p in out.parent.iterdir()) == ["repro"], "run directory must be removed"
-    summary = format_extract_summary(result)
+    summary = api.format_extract(result)
     written = ", ".join(f"#{r.id}" for r in result.capture.regions if r.written)
     assert f"reproducer  {out}" in summary and "regions" in summary and f"written: {written}" in summary
     assert (b"app: working\n" in b"".join(d for s, d in seen if s == "stdout"))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import xxhash
+from kerncap import api
 from kerncap.cli import main
 from kerncap.errors import GpuUnavailable, KerncapError
 from kerncap.prune import pruner as prune_mod
@@ -523,7 +524,6 @@ def test_cli_prune_real_capture_keeps_it(tmp_path, capsys, no_validation):
 
 
 def test_extract_prune(publish, tmp_path, validated):
-    from kerncap.commands.extract import format_extract_summary
 
     derived = derive(tmp_path, extra=2, name="derived")
     out = tmp_path / "work" / "repro"
@@ -531,7 +531,7 @@ def test_extract_prune(publish, tmp_path, validated):
     assert result.prune is not None and result.prune.kept == "pruned" and result.prune.validated
     assert [r.id for r in result.capture.regions] == [0, 1], "result.capture is the pruned capture"
     assert sorted(p.name for p in out.parent.iterdir()) == ["repro"]
-    assert "prune       pruned 4 -> 2 regions" in format_extract_summary(result)
+    assert "prune       pruned 4 -> 2 regions" in api.format_extract(result)
 
 
 def test_extract_prune_failure_is_a_note(publish, tmp_path, monkeypatch):

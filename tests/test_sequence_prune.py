@@ -323,6 +323,6 @@ def test_extract_prune_of_a_sequence(tmp_path, publish):
     assert result.prune is not None and result.prune.kept == "pruned" and result.prune.validated, result.notes
     assert IDS["ballast"] not in {r.id for r in result.capture.regions}, "result.capture is the pruned capture"
     assert sorted(p.name for p in (out / "kernels").iterdir()) == ["0", "1", "2", "3"]
-    text = api.format_sequence_extract(result)
+    text = api.format_extract(result)
     assert "prune       pruned 9 -> 8 regions" in text and "kept for arguments: 5 regions" in text
     assert sorted(p.name for p in out.parent.iterdir()) == ["seq"]

@@ -370,6 +370,7 @@ def test_mcp_reads_and_writes_a_sequence_kernels_sources_and_builds_from_them(tm
 
     name, listed, read, wrote, escape, unnamed, built = anyio.run(go)
     assert not listed.is_error and listed.structured_content["kernel"] == "sp_add"
+    assert listed.structured_content["source_dir"] is None  # a sequence's sources are its kernels'
     assert "__global__ void sp_add" in read.structured_content["text"]
     assert not wrote.is_error
     assert (repro / "kernels" / "1" / "source" / name).read_text().endswith("// edited over MCP\n")

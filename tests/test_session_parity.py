@@ -434,7 +434,7 @@ def test_a_sets_info_says_set_in_every_front_end(fake_set, tmp_path, capsys):
     root = fake_set(tmp_path / "set").set_dir
     status, from_cli = cli_json(capsys, "info", str(root))
     [from_mcp] = mcp(tmp_path, ("info", {"reproducer": str(root)}))
-    assert plain(from_cli) == plain(from_mcp) == plain(api.set_info(root).to_dict())
+    assert plain(from_cli) == plain(from_mcp) == plain(api.set_info(root).to_dict()) == plain(api.info(root))
     assert from_cli["set"] is True and "set" not in api.info(root / "members" / "0")
 
 
@@ -628,3 +628,33 @@ def test_a_set_refuses_apply_itself_in_every_front_end(fake_set, tmp_path, capsy
     answer = anyio.run(go)
     assert status == 2 and answer.is_error and answer.structured_content == from_cli
     assert "is a reproducer set" in from_cli["error"]["message"] and "members/" in from_cli["error"]["hint"]
+
+
+def test_a_set_refuses_sanitize_itself_in_every_front_end(fake_set, tmp_path, capsys):
+    """`kerncap validate SET --sanitize` asks the set's session, which refuses (issue 45: the
+    CLI tested the shape itself and said other words than the session's)."""
+    root = fake_set(tmp_path / "set").set_dir
+    status = cli.main(["validate", str(root), "--sanitize", "--json"])
+    from_cli = json.loads(capsys.readouterr().out)["error"]
+    with pytest.raises(UsageError) as refused, api.open(root) as session:
+        session.sanitize()
+    assert status == 2 and from_cli["message"] == str(refused.value.args[0])
+    assert "is a reproducer set" in from_cli["message"] and "members/0" in from_cli["hint"]
+
+
+def test_a_sequence_refuses_a_plain_recompile_in_every_front_end(tmp_path, monkeypatch, capsys):
+    """recompile of a sequence without a kernel is refused by recompile itself: the same
+    usage error from `kerncap recompile SEQ` and MCP's recompile (which tested no shape)."""
+    import sequence_sim as S
+
+    S.install(monkeypatch)
+    seq = S.synthetic_sequence(tmp_path / "seq")
+    status = cli.main(["recompile", str(seq), "--json"])
+    from_cli = json.loads(capsys.readouterr().out)
+
+    async def go():
+        async with Client(build_server([tmp_path])) as c:
+            return await c.call_tool("recompile", {"reproducer": str(seq)})
+    answer = anyio.run(go)
+    assert status == 2 and answer.is_error and answer.structured_content == from_cli
+    assert "is a sequence: pick the kernel to rebuild" in from_cli["error"]["message"]

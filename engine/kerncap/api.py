@@ -33,6 +33,7 @@ PathLike = str | os.PathLike
 if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     # the capture side
     from kerncap.capture.extract import MATCH_MODES, ExtractResult, dispatch_list, extract
+    from kerncap.capture.extract_text import format_extract
     from kerncap.capture.profile import ProfileResult, run_profile as profile
     from kerncap.capture.profile_table import buckets_text as format_bucket_tables, nvtx_text as format_nvtx_table
     from kerncap.capture.profile_table import profile_text as format_profile
@@ -49,9 +50,7 @@ if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     from kerncap.reproducer.launches import AppLaunches
     from kerncap.reproducer.pack import Limits as UnpackLimits, PackResult, pack, unpack
     from kerncap.reproducer.sequence import is_sequence
-    from kerncap.reproducer.sequence_text import format_extract as format_sequence_extract
     from kerncap.reproducer.sequence_text import localization_text as format_localization
-    from kerncap.reproducer.set_info import format_set_info
     from kerncap.reproducer.sets import ReproducerSet, is_set
     from kerncap.reproducer.stored import StoreResult, hydrate
     from kerncap.reproducer.summaries import ReproducerInfo, ReproducerRow, SetInfo
@@ -59,7 +58,7 @@ if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     from kerncap.reproducer.workspace import DEFAULT_WORKSPACE, Workspace
     # sources and recompile: a kernel's sources, a sequence's kernels and fusions
     from kerncap.recompile import recompile
-    from kerncap.recompile.editing import list_sources, read_source, write_source
+    from kerncap.recompile.editing import list_sources, read_source, sources_of, write_source
     from kerncap.recompile.fusion import build as fuse_build, describe as fusion_info, edit as fuse_edit
     from kerncap.recompile.fusion import existing as fusions, of_source as fusion_of_source, skeleton as fuse_skeleton
     from kerncap.recompile.fusion import suggest_name as fusion_name, variant_summary as fused_variant_info
@@ -142,15 +141,15 @@ def open_capture(path: PathLike) -> Capture:
     return Capture.open(path)
 
 
-def info(path: PathLike, *, verify: bool = False) -> ReproducerInfo:
-    """Everything `kerncap info` shows about a reproducer: a ReproducerInfo, whose JSON is
-    what `--json` prints (kernel, launch, params, regions, globals, provenance, sizes,
-    reproducer.json, and "payloads": whether every chunk and the cubin is there with its
-    size; `verify` checks hashes)."""
+def info(path: PathLike, *, verify: bool = False) -> ReproducerInfo | SetInfo:
+    """What `kerncap info` shows: a reproducer's ReproducerInfo (`--json`'s document: kernel,
+    launch, params, regions, globals, provenance, sizes, "payloads" with hashes checked under
+    `verify`), or a set's SetInfo (set_info); both have payloads_ok and text()."""
     from kerncap.reproducer.info import summarize
+    from kerncap.reproducer.sets import is_set
     from kerncap.reproducer.summaries import ReproducerInfo
 
-    return ReproducerInfo(summarize(path, verify=verify))
+    return set_info(path, verify=verify) if is_set(path) else ReproducerInfo(summarize(path, verify=verify))
 
 
 def list_reproducers(workspace: PathLike | None = None, extra: Sequence[PathLike] = (), *,

@@ -31,7 +31,7 @@ def layer(testapps_build, tmp_path_factory):
     res = api.extract("", spec.command(testapps_build), output=work / "reproducer", timeout=spec.timeout,
                       env=app_env(spec, work), sequence=api.SequenceRequest("nvtx"),
                       selection=api.Selection(nvtx="layer"), dispatch=1)
-    print(api.format_sequence_extract(res))
+    print(api.format_extract(res))
     for w in res.warnings:
         print(f"  warning: {w}")
     report = json.loads((work / "report.json").read_text())

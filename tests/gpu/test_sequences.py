@@ -67,7 +67,7 @@ class Extracts:
         res = api.extract(kernel, spec.command(self.build), output=work / "reproducer", timeout=spec.timeout,
                           env=app_env(spec, work), **kwargs)
         report = json.loads((work / "report.json").read_text()) if (work / "report.json").exists() else {}
-        print(f"\n[{label}]\n{api.format_sequence_extract(res)}")
+        print(f"\n[{label}]\n{api.format_extract(res)}")
         for w in res.warnings:
             print(f"  warning: {w}")
         return res, report, work

@@ -25,10 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    if api.is_set(args.path):
-        summary = api.set_info(args.path, verify=args.verify)
-        print(json.dumps(summary, indent=1) if args.json else api.format_set_info(summary))
-        return EXIT_OK if summary["payloads_ok"] else EXIT_CANNOT_RUN
-    summary = api.info(args.path, verify=args.verify)
-    print(json.dumps(summary, indent=1) if args.json else api.format_info(summary))
-    return EXIT_OK if summary["payloads"]["ok"] else EXIT_CANNOT_RUN  # damaged input
+    summary = api.info(args.path, verify=args.verify)  # a set's SetInfo, or a reproducer's
+    print(json.dumps(summary, indent=1) if args.json else summary.text())
+    return EXIT_OK if summary.payloads_ok else EXIT_CANNOT_RUN  # damaged input

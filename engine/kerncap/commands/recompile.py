@@ -9,7 +9,6 @@ import shlex
 from pathlib import Path
 
 from kerncap import api
-from kerncap.errors import UsageError
 
 
 def register(sub) -> None:
@@ -48,10 +47,7 @@ def run(args: argparse.Namespace) -> int:
     variant = None
     if args.kernel is not None:
         result, variant = api.recompile_sequence_kernel(args.reproducer, args.kernel, trust=args.trust, mode=_mode(args))
-    elif api.is_sequence(args.reproducer):
-        raise UsageError(f"{args.reproducer} is a sequence: pick the kernel to rebuild",
-                         "kerncap recompile DIR --kernel K (kerncap info DIR lists its kernels)")
-    else:
+    else:  # a sequence is refused by recompile itself: it needs --kernel
         result = api.recompile(args.reproducer, args.config, trust=args.trust, mode=_mode(args))
     if args.json:
         print(json.dumps({"cubin": str(result.cubin), "seconds": round(result.seconds, 3),

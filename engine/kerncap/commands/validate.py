@@ -53,10 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     check_cubin(args.cubin)
-    if args.sanitize:
-        if any(api.is_set(p) for p in args.paths):
-            raise UsageError("--sanitize checks one reproducer, not a set",
-                             f"pass one member, e.g. {args.paths[0] / 'members' / '0'}")
+    if args.sanitize:  # a set's session refuses it, as through MCP
         return inspect_tools.handle_sanitize(args)
     inspect_tools.check_tool_flags(args, "--sanitize")
     if args.per_launch and len(args.paths) != 1:

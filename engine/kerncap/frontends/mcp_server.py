@@ -395,7 +395,7 @@ def _reproducer_tools(server: MCPServer, state: KerncapMCP) -> None:
         its members (each a reproducer: their paths work with every tool) with weights,
         dispatches, signatures, and the buckets not captured (`"set": true`)."""
         repro = R.reproducer(reproducer, allow_set=True)
-        return (api.set_info(repro) if api.is_set(repro) else api.info(repro)).to_dict()
+        return api.info(repro).to_dict()
 
     @server.tool()
     @kerncap_tool
@@ -404,7 +404,9 @@ def _reproducer_tools(server: MCPServer, state: KerncapMCP) -> None:
         kernels/<k>/source/ of the kernel named), with sizes."""
         repro = R.reproducer(reproducer)
         files = [f.__dict__ for f in api.list_sources(repro, kernel)]
-        where = repro / "source" if kernel is None and not api.is_sequence(repro) else None
+        # source_dir: the reproducer's own source/ where the call reaches it (the engine
+        # says whose sources a call reaches: a sequence's are its kernel entries')
+        where = repro / "source" if api.sources_of(repro, kernel) == repro else None
         return {"reproducer": str(repro), "source_dir": str(where) if where else None, "kernel": kernel,
                 "files": files}
 

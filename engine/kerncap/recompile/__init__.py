@@ -10,6 +10,7 @@ from kerncap import triton
 from kerncap.errors import UsageError
 from kerncap.recompile import cuda
 from kerncap.reproducer.record import sources_kind
+from kerncap.reproducer.sequence import is_sequence
 from kerncap.reproducer.variants import RecompileResult
 
 __all__ = ["RecompileResult", "recompile", "sources_kind"]
@@ -20,6 +21,9 @@ def recompile(reproducer_dir: str | Path, config: str | None = None, *, trust: b
     """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only;
     `trust` lets a CUDA C++ build run recorded flags outside the allow-list; `mode` (CUDA):
     "auto" (only what the kernel needs, else the whole TU), "reduced" (no fallback), "full"."""
+    if is_sequence(reproducer_dir):  # refused here, so the CLI and MCP say the same
+        raise UsageError(f"{reproducer_dir} is a sequence: pick the kernel to rebuild",
+                         "kerncap recompile DIR --kernel K (kerncap info DIR lists its kernels)")
     repro = Path(reproducer_dir).resolve()
     if sources_kind(repro) == "triton":
         if mode != "auto":

@@ -101,6 +101,13 @@ def format_extract(result) -> str:
     if isinstance(secs.get("total"), (int, float)):
         lines.append(f"time        snapshots {secs.get('pre', 0):.2f} + {secs.get('post', 0):.2f} s, window "
                      f"{secs.get('window', 0):.3f} s, {result.seconds:.1f} s in all")
+    return "\n".join(lines + closing_lines(result, " --per-launch"))
+
+
+def closing_lines(result, replay_flags: str = "") -> list[str]:
+    """How every `kerncap extract` summary ends: what --prune dropped, where the
+    reproducer (and a kept run dir) is, and the commands to run next."""
+    lines = []
     prune = getattr(result, "prune", None)  # extract --prune
     if prune is not None:
         lines.append(f"prune       {prune.summary()}")
@@ -110,8 +117,8 @@ def format_extract(result) -> str:
     if result.run_dir.exists():
         lines.append(f"run dir     {result.run_dir} (kept)")
     q = shlex.quote(str(result.reproducer_dir))
-    lines.append(f"next        kerncap info {q}  |  kerncap validate {q}  |  kerncap replay {q} --per-launch")
-    return "\n".join(lines)
+    lines.append(f"next        kerncap info {q}  |  kerncap validate {q}  |  kerncap replay {q}{replay_flags}")
+    return lines
 
 
 def launches_table(launches: list[dict[str, Any]]) -> list[str]:

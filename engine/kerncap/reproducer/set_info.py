@@ -39,7 +39,7 @@ def summarize_set(s: ReproducerSet, *, verify: bool = False) -> dict[str, Any]:
 
 
 def format_set_info(d: dict[str, Any]) -> str:
-    """The text `kerncap info SET` prints for a summary from `summarize_set` (api.set_info)."""
+    """The text `kerncap info SET` prints for a summary from `summarize_set` (api.set_info; SetInfo.text)."""
     out = [f"reproducer set  {d['path']}", "",
            f"kernel      {d.get('demangled') or d.get('kernel')}",
            f"members     {len(d['members'])} of {d.get('buckets_total') or '?'} bucket(s) "

@@ -39,6 +39,12 @@ class ReproducerInfo(_Document):
     def payloads_ok(self) -> bool:
         return bool((self.get("payloads") or {}).get("ok"))
 
+    def text(self) -> str:
+        """What `kerncap info DIR` prints without --json."""
+        from kerncap.reproducer.info import format_summary
+
+        return format_summary(self)
+
 
 class SetInfo(_Document):
     """What `kerncap info SET` shows about a reproducer set."""
@@ -49,6 +55,12 @@ class SetInfo(_Document):
     refused: list = _field("refused", "buckets not captured, with why")
     coverage: float = _field("coverage", "the members' share of the kernel's in-app time")
     payloads_ok: bool = _field("payloads_ok", "every member complete")
+
+    def text(self) -> str:
+        """What `kerncap info SET` prints without --json."""
+        from kerncap.reproducer.set_info import format_set_info
+
+        return format_set_info(self)
 
 
 class ReproducerRow(_Document):
