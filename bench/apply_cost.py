@@ -34,7 +34,7 @@ from common import build_testapps, diff_interval, parse_blocks, write_json  # no
 
 WAYS = ("armed", "substituted", "checked")  # the order a round runs them in
 REPORTED = ("armed", "substituted", "armed+check", "checked")
-KERNEL = "kc_paired_tiny"
+KERNEL = "_Z14kc_paired_tinyv"  # kc_paired_tiny(), --match exact
 
 
 def per_launch(text: str, per_block: int) -> float:
@@ -123,7 +123,7 @@ def main() -> int:
                     for name, ns in run_ways(session, requests[way], args.per_block).items():
                         samples[name].append(ns)
     result = costs(samples)
-    print(f"kerncap apply, {KERNEL} from 1 thread, {args.rounds} processes per way, "
+    print(f"kerncap apply, kc_paired_tiny from 1 thread, {args.rounds} processes per way, "
           f"{args.blocks} x {args.per_block} launches each (CPU ns per launch, medians):")
     print(f"  armed (identified, not redirected): {result['armed']['per_launch_ns']:.1f} ns")
     for way in REPORTED[1:]:

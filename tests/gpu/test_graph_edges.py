@@ -127,23 +127,39 @@ def jax_profile(testapps_build, tmp_path_factory):
                        timeout=JAX_CHAIN.timeout)
 
 
-@pytest.mark.parametrize("rank", [0, 1, 2])
-def test_jax_top_three_kernels_extract_validate_and_replay(extracts, jax_profile, rank):
-    """Issue 43's goal: JAX with XLA's default flags, its three kernels with the most GPU
-    time, each extracted (--match exact, past the first call where it runs more than once),
-    validated byte-exact and replayed."""
+def test_jax_top_three_kernels_extract_validate_and_replay(extracts, jax_profile):
+    """Issue 43's goal: JAX with XLA's default flags, the app's three kernels with the most
+    GPU time, each extracted (--match exact, past the first call where it runs more than
+    once), validated byte-exact and replayed. `kerncap profile` counts XLA's autotuning
+    too: on the H200 its top two were stream_executor's RedzoneAllocatorKernelImpl (414
+    launches) and DelayKernel (57), every launch an autotuner run, which extract refuses
+    as no dispatch of the app ("414 were XLA autotuner candidate runs"). Those are passed
+    over, named, and the next ones taken."""
+    from kerncap.errors import KerncapError
     from kerncap.replay.client import ReplayClient
 
-    k = jax_profile.kernels[rank]
-    print(f"jax_chain top {rank + 1}: {k.name} ({k.calls} calls)")
-    spec = dataclasses.replace(JAX_CHAIN, dispatch=1 if k.calls > 1 else 0)
-    res, cap, _, _ = extracts.get(spec, f"jax-top{rank}", kernel=k.name, match="exact")
-    with ReplayClient(res.reproducer_dir) as rc:
-        v = rc.validate()
-        r = rc.replay(iterations=10)
-    print(f"  graph: {bool(cap.launch.get('graph'))}; validate {v.passed}; replay median {r.median_ms:.4f} ms")
-    assert v.passed, [(c.kind, c.id, c.mismatched_bytes) for c in v.regions if c.mismatched_bytes]
-    assert r.median_ms > 0
+    done, passed_over = [], []
+    for k in jax_profile.kernels:
+        if len(done) == 3:
+            break
+        spec = dataclasses.replace(JAX_CHAIN, dispatch=1 if k.calls > 1 else 0)
+        try:
+            res, cap, _, _ = extracts.get(spec, f"jax-top-{len(done) + len(passed_over)}", kernel=k.name,
+                                          match="exact")
+        except KerncapError as e:
+            assert "autotuner candidate runs" in str(e), f"{k.name}: {e}"  # nothing else may fail
+            passed_over.append(f"{k.demangled or k.name} ({k.calls} launches, all autotuning)")
+            continue
+        with ReplayClient(res.reproducer_dir) as rc:
+            v = rc.validate()
+            r = rc.replay(iterations=10)
+        done.append(k.name)
+        print(f"jax_chain top {len(done)}: {k.name} ({k.calls} calls, graph: {bool(cap.launch.get('graph'))}); "
+              f"validate {v.passed}; replay median {r.median_ms:.4f} ms")
+        assert v.passed, [(c.kind, c.id, c.mismatched_bytes) for c in v.regions if c.mismatched_bytes]
+        assert r.median_ms > 0
+    print(f"passed over: {passed_over}")
+    assert len(done) == 3, (done, passed_over)
 
 
 def test_xla_command_buffer_extracts_as_a_graph_sequence(extracts, jax_profile):

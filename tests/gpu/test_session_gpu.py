@@ -48,7 +48,9 @@ def mcp_build(root: Path, repro: Path) -> dict:
                                    env=dict(os.environ))
 
     async def go():
-        async with stdio_client(params) as (read, write):
+        # errlog named: stdio_client's default is the sys.stderr of when mcp was first
+        # imported, which under a test's capsys is a buffer with no file descriptor.
+        async with stdio_client(params, errlog=sys.__stderr__) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 r = await session.call_tool("build", {"reproducer": str(repro)})
