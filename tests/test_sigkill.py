@@ -11,6 +11,7 @@ import random
 import shutil
 import signal
 import subprocess
+import tempfile
 import sys
 import textwrap
 import time
@@ -282,3 +283,24 @@ def test_a_failed_compile_leaves_nothing_in_tmpdir(tmp_path):
         done = run(["recompile", str(repro), *mode], extra)
         assert done.returncode == 3 and "undeclared_thing" in done.stderr, done.stderr
     assert sorted(os.listdir(tmp_path / "tmp")) == [scratch.name] and list(scratch.iterdir()) == []
+
+
+def test_a_signal_just_after_the_scratch_mkdir_leaves_nothing(tmp_path, monkeypatch):
+    """CI, 2026-12-04: SIGTERM landed after mkdtemp made the scratch directory and before
+    the block that removes it began, and left `build-*.scratch-<pid>` behind. The name is
+    now chosen first, so an interrupt raised right after mkdir still finds it."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    root = fsio.scratch_root()
+    real_mkdir = os.mkdir
+
+    def mkdir_then_interrupt(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)
+        if ".scratch-" in str(path):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        with fsio.scratch("build"):
+            pass
+    assert list(root.iterdir()) == []

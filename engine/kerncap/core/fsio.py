@@ -198,11 +198,23 @@ def scratch(kind: str) -> Iterator[Path]:
     """A new directory `<scratch_root>/<kind>-<random>.scratch-<pid>`, removed with all it
     holds when the block ends (also on Ctrl-C and SIGTERM); one that a SIGKILL left is
     removed by the next kerncap (`clean_scratch`)."""
-    path = Path(tempfile.mkdtemp(prefix=f"{kind}-", suffix=f".scratch-{os.getpid()}", dir=scratch_root()))
+    root = scratch_root()
+    path = None
     try:
+        while path is None:
+            # The name is chosen before the directory exists, so a SIGTERM or Ctrl-C that
+            # lands just after mkdir still finds it to remove (mkdtemp returning it late,
+            # outside this try, left one behind under load).
+            candidate = root / f"{kind}-{uuid.uuid4().hex[:12]}.scratch-{os.getpid()}"
+            try:
+                path = candidate
+                os.mkdir(candidate, 0o700)
+            except FileExistsError:
+                path = None
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def clean_scratch() -> list[Leftover]:
