@@ -114,8 +114,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.watcher: SourceWatcher | None = None
         self._debounce: Timer | None = None
         self.launch: int | None = None        # a sequence: the launch the panes follow
-        self.saved_kernels: list[int] = []    # a sequence: kernels whose sources were saved since the last build
-        self.saved_fusions: list[str] = []    # a sequence: fusions whose fused.cu (or launch) changed since then
+        self.pending_builds: list = []  # api.BuildRequest per kernel or fusion saved since the last build
         self.theme_names: list[str] = []
 
     def get_line_filters(self):
@@ -200,13 +199,12 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.set = None
         self.inspect = {}
         self.launch = None
-        self.saved_kernels = []
-        self.saved_fusions = []
+        self.pending_builds = []
         try:
             self.session = replay_limit.open_session(self.root)
         except KerncapError as exc:
             self.session = None
-            self.report_error("set" if api.is_set(self.root) else "open", exc)
+            self.report_error("open", exc)
         if self.session is not None:
             self.start_compiler()
         self._show_set()
@@ -218,9 +216,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
                 self.report_error("capture", exc)
         if self.capture is not None:
             k, launch = self.capture.kernel, self.capture.launch
-            self.sub_title = terminal.one_line(k.get("demangled") or k.get("name", "?"))
-            if self.sequence is not None:
-                self.sub_title = terminal.one_line(f"sequence: {self.sequence.summary()}")
+            self.sub_title = terminal.one_line(self.session.title)
             self.log_line(f"kernel {k.get('name')} grid {launch.get('grid')} block {launch.get('block')} "
                           f"· {len(self.capture.regions)} regions, {len(self.capture.globals)} globals")
             for w in self.capture.warnings:
@@ -234,18 +230,18 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
             except KerncapError as exc:
                 self.report_error("history", exc)
         self.tell_panes(lambda: SessionOpened(self.session, self.root, self.capture, history))
-        if self.sequence is not None:
-            self.log_line(f"a sequence: {self.sequence.summary()}; a save in kernels/<k>/source rebuilds kernel k "
-                          "and records the whole sequence; m marks a range of launches (Profile), F fuses it")
-            if self.sequence.launches:
-                self.on_launch_selected(LaunchSelected(0))
+        if self.session is not None and self.session.can_fuse:
+            self.log_line(f"{self.session.title}; a save in kernels/<k>/source rebuilds kernel k and records the "
+                          "whole sequence; m marks a range of launches (Profile), F fuses it")
+        if self.session is not None and self.session.launches:
+            self.on_launch_selected(LaunchSelected(0))
         self.fit_split()
         self.load_inspect()
-        if self.source_dir is not None and history is not None:
+        edit_dirs = self.session.edit_dirs() if self.session is not None else []
+        if edit_dirs and history is not None:
             self.prepare_history()
-        for d in (self.source_dir, self.fusions_dir):
-            if d is not None:
-                self.watch(d)
+        for d in edit_dirs:
+            self.watch(d)
 
     def watch(self, directory: Path) -> None:
         """Have the watchdog observer watch `directory` too (started on first use)."""
@@ -257,12 +253,6 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
                 self.watcher.watch(directory)
         except OSError as exc:
             self.report_error("watch", KerncapError(f"cannot watch {directory} ({exc})", "press b to build by hand"))
-
-    @property
-    def fusions_dir(self) -> Path | None:
-        """A sequence's fusions/ (kerncap fuse, F in Profile), once it has one."""
-        d = self.root / "fusions"
-        return d if self.sequence is not None and d.is_dir() and not d.is_symlink() else None
 
     def start_compiler(self) -> None:
         """A Triton reproducer's compile worker starts warming up now, before the first save."""
@@ -295,18 +285,6 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.query_one(MemoryPane).show(self.capture)
         self.action_tab("memory")
 
-    @property
-    def sequence(self):
-        """The open sequence (kerncap.reproducer.sequence.Sequence), else None."""
-        return getattr(self.capture, "sequence", None)
-
-    @property
-    def source_dir(self) -> Path | None:
-        """source/; a sequence's kernel entries' sources live under kernels/ (watched whole,
-        a save counts only inside kernels/<k>/source)."""
-        d = self.root / ("kernels" if self.sequence is not None else "source")
-        return d if d.is_dir() else None
-
     def on_launch_selected(self, message: LaunchSelected) -> None:
         self.launch = message.launch
         self.tell_panes(lambda: LaunchShown(self.root, self.capture, message.launch))
@@ -321,22 +299,22 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
 
     # -- the live loop -------------------------------------------------------------------
     def on_source_changed(self, message: SourceChanged) -> None:
-        if self.sequence is not None:
-            kernel = api.sequence_kernel_of_source(self.root, message.path)
-            fusion = api.fusion_of_source(self.root, message.path) if kernel is None else None
-            if kernel is None and fusion is None:
+        if self.session is not None:  # (else the build says the reproducer could not be opened)
+            request = self.session.build_for_save(message.path)
+            if request is None:
                 return  # a build's output under kernels/<k>/ or fusions/<name>/, fusion.json, not a source
-            if kernel is not None and kernel not in self.saved_kernels:
-                self.saved_kernels.append(kernel)
-            if fusion is not None and fusion not in self.saved_fusions:
-                self.saved_fusions.append(fusion)
+            self._pending(request)
         self._debounced_build()
 
     def on_fusion_changed(self, message: FusionChanged) -> None:
         """The fusion panel wrote the fused launch: build it, as a save of fused.cu does."""
-        if message.name not in self.saved_fusions:
-            self.saved_fusions.append(message.name)
+        self._pending(api.BuildRequest(fusion=message.name))
         self._debounced_build()
+
+    def _pending(self, request: api.BuildRequest) -> None:
+        """One build per kernel or fusion saved since the last build (one History row each)."""
+        if request not in self.pending_builds:
+            self.pending_builds.append(request)
 
     def _debounced_build(self) -> None:
         if self._debounce is not None:
@@ -344,35 +322,27 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self._debounce = self.set_timer(DEBOUNCE_S, self.action_build)
 
     def action_build(self) -> None:
-        shown_fusion = self.query_one(SourcePane).fusion if self.sequence is not None else None
-        if self.source_dir is None and not (self.saved_fusions or shown_fusion):
-            self.notify("this reproducer has no source/ to build" if self.sequence is None else
-                        "this sequence has no kernel sources (kernels/<k>/source): mark launches with m and fuse "
-                        "them with F (Profile)", severity="warning", title="build")
-            return
         if self.session is None:
             self.notify(f"{self.root} could not be opened: see the log (5)", severity="warning", title="build")
             return
-        requests = [api.BuildRequest()]
-        if self.sequence is not None:
-            # each kernel and fusion saved since the last build (one row each); else (b by hand) the
-            # fusion Source shows, or the selected launch's kernel
-            requests = [api.BuildRequest(kernel=str(k)) for k in self.saved_kernels]
-            requests += [api.BuildRequest(fusion=name) for name in self.saved_fusions]
-            if not requests:
-                requests = [api.BuildRequest(fusion=shown_fusion) if shown_fusion is not None else
-                            api.BuildRequest(kernel=str(self.sequence.launches[self.launch or 0].kernel))]
-            self.saved_kernels, self.saved_fusions = [], []
+        # what was saved since the last build; else (b by hand) what the session says the shown
+        # fusion or the selected launch builds
+        requests, self.pending_builds = self.pending_builds, []
+        if not requests:
+            try:
+                requests = [self.session.build_by_hand(self.launch, self.query_one(SourcePane).fusion)]
+            except KerncapError as exc:
+                self.notify(f"{exc.message}: {exc.hint}" if exc.hint else exc.message, severity="warning",
+                            title="build")
+                return
         self.run_worker(lambda: self._build(requests), thread=True, exclusive=True, group="build", name="build")
 
     # -- fusions (a sequence) -----------------------------------------------------------------
     def on_fuse_requested(self, message: FuseRequested) -> None:
         """F on a marked range: its name (FuseScreen writes the skeleton), then the fusion opens in Source."""
-        if self.sequence is None:
+        if self.session is None or not self.session.can_fuse:
             return
-        seq = self.sequence
-        names = [(seq.kernel_of(i).demangled or seq.kernel_of(i).name).split("(")[0]
-                 for i in range(message.first, message.last + 1) if 0 <= i < len(seq.launches)]
+        names = self.session.launch_names(message.first, message.last)
         if len(names) > 6:
             names = [*names[:3], f"… {len(names) - 5} more …", *names[-2:]]
         kernels = " → ".join(names)
@@ -385,9 +355,8 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
 
     def open_fusion(self, name: str) -> None:
         """fusions/<name>/fused.cu in Source with its parameters and launch; a save there builds it."""
-        fusions = self.fusions_dir
-        if fusions is not None:
-            self.watch(fusions)
+        for d in self.session.edit_dirs():  # fusions/ is new with the first skeleton
+            self.watch(d)
         self.action_tab("source")
         self.query_one(SourcePane).show_fusion(self.root, name)
         self.log_line(f"fusion {name}: write the body of fusions/{name}/fused.cu (keep its parameters), set its "
@@ -593,8 +562,7 @@ def add_glyphs_argument(parser: argparse.ArgumentParser) -> None:
 
 def can_open(root: Path) -> bool:
     """A reproducer, a reproducer set, a sequence or a workspace with a profile."""
-    return (api.is_set(root) or api.is_sequence(root) or (root / "capture").is_dir()
-            or (root / "manifest.json").is_file() or ProfilePane.profile_path(root) is not None)
+    return api.holds_reproducer(root) or ProfilePane.profile_path(root) is not None
 
 
 def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui", glyphs: str | None = None) -> int:

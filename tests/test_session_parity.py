@@ -401,6 +401,7 @@ def test_validate_set_with_a_variant_restores_each_member_once(fake_set, tmp_pat
     (tmp_path / "same.cubin").write_bytes(b"same.cubin")
     status, doc = cli_json(capsys, "validate", str(root), "--cubin", str(tmp_path / "same.cubin"))
     assert status == 0 and doc["verdict"] == "pass" and doc["set_timing"]["weighted_speedup"] is not None
+    assert doc["set"] is True  # the report says so itself, as MCP's validate of a set does (issue 45)
     assert sorted(opened) == ["0", "1"], opened  # members/0 and members/1, one replay server each
     assert [m["validation"]["verdict"] for m in doc["set_timing"]["members"]] == ["pass", "pass"]
 

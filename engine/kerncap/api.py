@@ -49,7 +49,6 @@ if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     from kerncap.reproducer.info import stack_differences
     from kerncap.reproducer.launches import AppLaunches
     from kerncap.reproducer.pack import Limits as UnpackLimits, PackResult, pack, unpack
-    from kerncap.reproducer.sequence import is_sequence
     from kerncap.reproducer.sequence_text import localization_text as format_localization
     from kerncap.reproducer.sets import ReproducerSet, is_set
     from kerncap.reproducer.stored import StoreResult, hydrate
@@ -88,6 +87,7 @@ if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     # the open reproducer: its session, the requests (each option declared once) and results
     from kerncap.session import options
     from kerncap.session.fusions import fusion_phrase
+    from kerncap.session.opening import holds_reproducer
     from kerncap.session.options import (SEQUENCE_ORDERS, BuildRequest, CompareRequest, ReplayRequest,
                                          SequenceReplay, ValidateRequest)
     from kerncap.session.pool import SessionPool

@@ -173,7 +173,7 @@ async def test_saves_are_debounced_into_one_build(settle, make_app, monkeypatch)
         builds = []
         monkeypatch.setattr(app, "action_build", lambda: builds.append(1))
         for _ in range(5):
-            app.post_message(SourceChanged(app.source_dir / "x.cu"))
+            app.post_message(SourceChanged(app.root / "source" / "x.cu"))
         await pilot.pause(0.6)
         assert builds == [1]
 
@@ -187,9 +187,10 @@ async def test_restore_puts_variant_source_back(settle, make_app):
         await settle(pilot)
         hist = app.query_one(HistoryPane).history
         target = hist.get(3)  # "window off by one": not the working tree's source
-        files = sorted(p for p in app.source_dir.rglob("*") if p.is_file())
+        source = app.root / "source"
+        files = sorted(p for p in source.rglob("*") if p.is_file())
         commit = hist._commit_of(target)
-        want = {p: hist.repo().git.show(f"{commit}:source/{p.relative_to(app.source_dir)}",
+        want = {p: hist.repo().git.show(f"{commit}:source/{p.relative_to(source)}",
                                         strip_newline_in_stdout=False) for p in files}
         assert any(want[p] != p.read_text() for p in files), "v3 should differ from the working tree"
         app.restore_variant(target)

@@ -118,7 +118,7 @@ def test_an_unchanged_source_makes_no_new_variant(make_app, settle, monkeypatch)
         app = make_app()
         async with app.run_test(size=(100, 30)) as pilot:
             await settle(pilot)
-            fingerprint = source_fingerprint(app.source_dir)
+            fingerprint = source_fingerprint(app.root / "source")
             before = len(app.history.variants)
             app.history.record(median_ms=1.0, validation="pass", cubin="variants/9.cubin", source_hash=fingerprint)
             app.action_build()  # what a save without a change, or a second `b`, does
@@ -127,8 +127,8 @@ def test_an_unchanged_source_makes_no_new_variant(make_app, settle, monkeypatch)
             await pilot.press("5")  # RichLog renders what it holds once it is shown
             await pilot.pause()
             assert "source/ is unchanged since v" in _log(app) and "no new variant" in _log(app)
-            (app.source_dir / "smooth" / "smooth_kernel.cuh").write_text("// edited\n", encoding="utf-8")
-            assert source_fingerprint(app.source_dir) != fingerprint
+            (app.root / "source" / "smooth" / "smooth_kernel.cuh").write_text("// edited\n", encoding="utf-8")
+            assert source_fingerprint(app.root / "source") != fingerprint
 
     asyncio.run(run())
 

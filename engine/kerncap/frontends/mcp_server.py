@@ -572,7 +572,7 @@ def _check_tools(server: MCPServer, state: KerncapMCP) -> None:
             return {**report.to_dict(), "per_launch": localized}
         report = await state.blocking(ctx, "validate", lambda: state.session(repro, lambda s: s.validate(request),
                                                                              order), reproducer=repro)
-        return {"set": True, **report.to_dict()} if api.is_set(repro) else report.to_dict()
+        return report.to_dict()  # a set's report says "set": true itself
 
     @server.tool()
     @kerncap_tool

@@ -146,6 +146,7 @@ class TrustReport:
     perturb: int
     seed: int
     reproducers: list[ReproducerReport]
+    of_set: bool = False  # over the members of one reproducer set (its JSON says "set": true)
 
     @property
     def inputs(self) -> list[InputVerdict]:
@@ -221,7 +222,7 @@ class TrustReport:
         # reproducer's captured input.
         first = self.reproducers[0].inputs[0] if self.reproducers and self.reproducers[0].inputs else None
         d["regions"] = [c.to_dict() for c in first.checks] if first else []
-        return d
+        return {"set": True, **d} if d.pop("of_set") else d
 
 
 # -- running it ---------------------------------------------------------------------------

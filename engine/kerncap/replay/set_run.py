@@ -51,7 +51,7 @@ class SetRun:
         if not reports:
             return None
         first = next(r.validation for r in self.runs if isinstance(r.validation, TrustReport))
-        return TrustReport(first.cubin, first.perturb, first.seed, reports)
+        return TrustReport(first.cubin, first.perturb, first.seed, reports, of_set=True)
 
     def to_dict(self) -> dict[str, Any]:
         trust = self.trust

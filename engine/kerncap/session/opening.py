@@ -10,6 +10,13 @@ from kerncap.session.session import Session
 from kerncap.session.sets import SetSession
 
 
+def holds_reproducer(path: str | Path) -> bool:
+    """Whether `path` holds what open_session opens: a reproducer (or its capture/, a
+    sequence's among them) or a reproducer set (a cheap look: opening says what is wrong)."""
+    p = Path(path)
+    return is_set(p) or (p / "capture").is_dir() or (p / "manifest.json").is_file()
+
+
 def open_session(path: str | Path, **options: Any) -> Session | SetSession:
     """A session on the reproducer, or on the reproducer set, at `path` (`options`:
     device, timeout, server_cmd; compile_worker for a single reproducer)."""

@@ -149,6 +149,47 @@ class Opened:
         """The commit of source/ as extracted, made before the first edit can land."""
         return self.history.initial_commit()
 
+    # -- the live loop's edits: where a save lands and what it builds (the shape decides) ----
+    @property
+    def title(self) -> str:
+        """One line naming what is open: its kernel, or a sequence's summary."""
+        cap = self.capture
+        if cap.sequence is not None:
+            return f"sequence: {cap.sequence.summary()}"
+        return cap.kernel.get("demangled") or cap.kernel.get("name", "?")
+
+    @property
+    def can_fuse(self) -> bool:
+        """Whether ranges of its launches can be fused (a sequence: kerncap fuse)."""
+        return False
+
+    def edit_dirs(self) -> list[Path]:
+        """The directories a save of a source lands in (what a workbench watches)."""
+        return [self.source_dir] if self.source_dir is not None else []
+
+    def build_for_save(self, path: str | Path) -> BuildRequest | None:
+        """The build a save of `path`, a source file under edit_dirs(), asks for; None: no
+        source this reproducer builds from (a build's own output, fusion.json)."""
+        return BuildRequest()
+
+    @property
+    def launches(self) -> list:
+        """A sequence's launches (kerncap.reproducer.sequence.SeqLaunch); one dispatch: none."""
+        return []
+
+    def launch_names(self, first: int, last: int) -> list[str]:
+        """The kernel names of a sequence's launches first..last (what a fusion of them joins)."""
+        raise UsageError(f"{self.root} holds no sequence: it has no launches to fuse",
+                         "fuse the launches of a reproducer made with `kerncap extract --sequence`")
+
+    def build_by_hand(self, launch: int | None = None, fusion: str | None = None) -> BuildRequest:
+        """What a build asked for with no save pending builds (`launch`: the launch shown, `fusion`:
+        the fusion shown, both a sequence's); UsageError when there is nothing to build."""
+        if self.source_dir is None:
+            raise UsageError(f"{self.root} has no source/ to build",
+                             "open a reproducer extracted with its sources")
+        return BuildRequest()
+
     def diff(self, a: Variant, b: Variant) -> str:
         return self.history.diff(a, b)
 
@@ -481,6 +522,56 @@ class Session(Opened):
                  + f", validation {out.validation} {out.validation_detail} {out.detail}".rstrip()
                  + f" ({seconds:.1f} s)", "pass" if out.validation == "pass" else "fail")
         return BuildResult("recorded", variant=v, compiled=compiled, baseline=base, reused=reused, seconds=seconds)
+
+    # -- a sequence's edits: kernels/<k>/source and fusions/<name>/ (docs/sequences.md) --------------
+    def _open_sequence(self):
+        try:
+            return self.capture.sequence
+        except KerncapError:
+            return None  # a workspace with only a profile, or a capture whose opening said why not
+
+    @property
+    def can_fuse(self) -> bool:
+        return self._open_sequence() is not None
+
+    def edit_dirs(self) -> list[Path]:
+        if self._open_sequence() is None:
+            return super().edit_dirs()
+        kernels, fusions = self.root / sequence_kernel.KERNELS_DIR, self.root / fusion_tool.FUSIONS
+        return ([kernels] if kernels.is_dir() else []) + \
+            ([fusions] if fusions.is_dir() and not fusions.is_symlink() else [])
+
+    def build_for_save(self, path: str | Path) -> BuildRequest | None:
+        if self._open_sequence() is None:
+            return super().build_for_save(path)
+        k = sequence_kernel.kernel_of_source(self.root, path)
+        if k is not None:
+            return BuildRequest(kernel=str(k))
+        name = fusion_tool.of_source(self.root, path)
+        return None if name is None else BuildRequest(fusion=name)
+
+    def build_by_hand(self, launch: int | None = None, fusion: str | None = None) -> BuildRequest:
+        seq = self._open_sequence()
+        if seq is None:
+            return super().build_by_hand(launch, fusion)
+        if fusion is not None:
+            return BuildRequest(fusion=fusion)
+        if not (self.root / sequence_kernel.KERNELS_DIR).is_dir() or not seq.launches:
+            raise UsageError("this sequence has no kernel sources (kernels/<k>/source)",
+                             "fuse a range of its launches (kerncap fuse; m and F in the workbench's Profile)")
+        return BuildRequest(kernel=str(seq.launches[launch or 0].kernel))
+
+    def launch_names(self, first: int, last: int) -> list[str]:
+        seq = self._open_sequence()
+        if seq is None:
+            return super().launch_names(first, last)
+        return [(seq.kernel_of(i).demangled or seq.kernel_of(i).name).split("(")[0]
+                for i in range(first, last + 1) if 0 <= i < len(seq.launches)]
+
+    @property
+    def launches(self) -> list:
+        seq = self._open_sequence()
+        return [] if seq is None else list(seq.launches)
 
     # -- a sequence (docs/sequences.md): one kernel rebuilt, the whole sequence measured ----------
     def sequence_kernel(self, selector: str | None) -> int:

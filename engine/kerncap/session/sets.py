@@ -24,7 +24,7 @@ from kerncap.replay.set_run import MemberRun, SetRun
 from kerncap.reproducer.buckets import weighted_speedup
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History, Variant
-from kerncap.reproducer.sets import Member, ReproducerSet, expand, hydrate_set, member_cubins
+from kerncap.reproducer.sets import Member, ReproducerSet, expand, hydrate_set, is_set, member_cubins
 from kerncap.session.options import SET_ITERATIONS, BuildRequest, ReplayRequest, ValidateRequest
 from kerncap.session.session import BuildResult, Opened, Progress, Session, _quiet, needs_gpu
 
@@ -129,7 +129,7 @@ class SetSession(Opened):
         run = self.run_members(r.cubin, validate=replace(r, cubin=None), replay=replay if time_it else None,
                                keep_going=False, skip_timing_on_fail=True)
         reports = [x for m in run.runs for x in m.validation.reproducers]
-        report = TrustReport(r.cubin, r.perturb, r.seed, reports)
+        report = TrustReport(r.cubin, r.perturb, r.seed, reports, of_set=True)
         return report, (run if time_it and report.verdict != "fail" else None)
 
     def compare(self, request: Any) -> Any:
@@ -232,8 +232,10 @@ def validate_paths(paths: Sequence[str | os.PathLike], request: ValidateRequest,
     if not paths:
         raise KerncapError("no reproducer given", "kerncap validate DIR [DIR ...]")
     dirs, cubins = expand(list(paths), r.cubin)
-    return validate_reproducers(dirs, None if cubins is not None else r.cubin, r, device=device,
-                                progress=progress, cubins=cubins, sequence_order=sequence_order)
+    report = validate_reproducers(dirs, None if cubins is not None else r.cubin, r, device=device,
+                                  progress=progress, cubins=cubins, sequence_order=sequence_order)
+    report.of_set = len(paths) == 1 and is_set(paths[0])  # as the session of that set says
+    return report
 
 
 __all__ = ["SetSession", "needs_gpu", "validate_paths", "verdict", "workload_ms"]
