@@ -453,14 +453,19 @@ def test_info_and_validate_take_a_reproducer_set(root, fake_set, monkeypatch, tm
     assert not info.is_error and info.structured_content["set"] is True
     assert [m["dispatch"] for m in info.structured_content["members"]] == [3, 17]
     sim.axpy_reproducer(tmp_path / "sim", monkeypatch, {"captured": sim.axpy})
-    valid, other = call(build_server([root]), ("validate", {"reproducer": "axpy-set"}),
-                        ("replay", {"reproducer": "axpy-set"}))
+    valid, timed, other = call(build_server([root]), ("validate", {"reproducer": "axpy-set"}),
+                               ("replay", {"reproducer": "axpy-set"}), ("dump", {"reproducer": "axpy-set",
+                                                                                 "output": "out"}))
     assert not valid.is_error, valid.content[0].text
     report = valid.structured_content
     assert report["set"] is True and report["verdict"] == "pass"
     assert [Path(r["reproducer"]).relative_to(root / "axpy-set").as_posix() for r in report["reproducers"]] == [
         "members/0", "members/1"]
     assert report["summary"] == "PASS on 2 inputs of 2 reproducers (2 captured + 0 perturbed)"
+    # replay takes a set as `kerncap replay SET` does (issue 45: MCP refused it); dump does not
+    assert not timed.is_error, timed.content[0].text
+    assert [m["index"] for m in timed.structured_content["members"]] == [0, 1]
+    assert timed.structured_content["set"] == str(root / "axpy-set")
     assert other.is_error and "is not a reproducer" in other.content[0].text
 
 

@@ -194,8 +194,11 @@ def test_the_api_and_cli_take_a_set_where_they_take_a_reproducer(fake_set, tmp_p
     assert info["payloads_ok"] and [m["payloads"] for m in info["members"]] == ["ok", "ok"]
     assert main(["info", str(root)]) == 0
     assert "reproducer set" in capsys.readouterr().out
-    assert main(["replay", str(root), "--compare", "x.cubin"]) == 2
-    assert "works on one reproducer" in capsys.readouterr().err
+    (tmp_path / "x.cubin").write_bytes(b"x")
+    assert main(["replay", str(root), "--compare", str(tmp_path / "x.cubin")]) == 2
+    assert "works on one reproducer" in capsys.readouterr().err  # the set's session refuses it itself
+    assert main(["replay", str(root), "--ncu"]) == 2
+    assert "Nsight Compute profiles one reproducer's launch" in capsys.readouterr().err
 
 
 def test_check_finds_a_sets_members(fake_set, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 from kerncap import api
 from kerncap.commands import inspect_tools
 from kerncap.commands.arguments import non_negative_int
-from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_OK, KerncapError, UsageError
+from kerncap.errors import EXIT_FAILED, KerncapError, UsageError
 from kerncap.frontends import render
 
 
@@ -58,8 +58,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    if api.is_set(args.path):
-        return handle_set(args)
     if args.ncu:
         return inspect_tools.handle_ncu(args)
     inspect_tools.check_tool_flags(args, "--ncu", allowed=("timeout",))  # --timeout: the replay server's
@@ -69,13 +67,10 @@ def handle(args: argparse.Namespace) -> int:
     request = render.from_args(api.ReplayRequest, args, cubin=None if args.cubin is None else str(args.cubin),
                                iterations=_or(args.iterations, api.options.REPLAY_ITERATIONS),
                                warmup=_or(args.warmup, api.options.REPLAY_WARMUP))
-    with _open(args) as session:
+    with _open(args) as session:  # a set's session times every member; a shape that cannot replay says so
         result = session.replay(request)
-    print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_replay(result))
-    if result.launches and not args.json:
-        print(api.format_sequence_launches(result.launches))
-    # A timed launch that left the wrong bytes: these are not times of the kernel's work.
-    return EXIT_FAILED if (result.check or {}).get("void") else 0
+    print(json.dumps(result.to_dict(), indent=1) if args.json else result.text())
+    return result.exit_code
 
 
 def handle_compare(args: argparse.Namespace) -> int:
@@ -94,22 +89,6 @@ def handle_compare(args: argparse.Namespace) -> int:
         result = session.compare(request)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_comparison(result))
     return EXIT_FAILED if any(p.void for p in result.programs) else 0
-
-
-def handle_set(args: argparse.Namespace) -> int:
-    """replay of a reproducer set: every member (and the variant), then the workload's view."""
-    if args.ncu or args.compare or args.timeout:
-        flag = "--ncu" if args.ncu else "--compare" if args.compare else "--timeout"
-        raise UsageError(f"{flag} works on one reproducer; {args.path} is a set",
-                         f"pass one member, e.g. {args.path / 'members' / '0'}")
-    check_cubin(args.cubin)
-    request = api.ReplayRequest(cubin=None if args.cubin is None else str(args.cubin), flush_l2=args.flush_l2,
-                                iterations=_or(args.iterations, api.options.REPLAY_ITERATIONS),
-                                warmup=_or(args.warmup, api.options.REPLAY_WARMUP))
-    with _open(args) as session:
-        run = session.replay(request)
-    print(json.dumps(run.to_dict(), indent=1) if args.json else api.format_set_run(run))
-    return EXIT_OK if run.passed else EXIT_CANNOT_RUN  # a member that could not run
 
 
 def _open(args: argparse.Namespace):

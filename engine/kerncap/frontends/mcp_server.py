@@ -625,8 +625,9 @@ def _timing_tools(server: MCPServer, state: KerncapMCP) -> None:
         median, min, spread (as `kerncap replay --json`). A sequence replays whole in `order`;
         with `per_launch` each launch is timed on its stream too (`launches`: label, stream,
         median_ms; a fusion's launch stands for the launches it replaced; not in the graph
-        order)."""
-        repro = R.reproducer(reproducer)
+        order). A reproducer set: every member timed, and the weighted speedup of the
+        variant (as `kerncap replay SET --json`)."""
+        repro = R.reproducer(reproducer, allow_set=True)
         variant = R.cubin(repro, cubin)
         order = options.pop("order", None)
         request = render.from_tool(api.ReplayRequest, options, cubin=None if variant is None else str(variant))

@@ -9,6 +9,7 @@ from typing import Any
 
 from kerncap.core import dtypes as dt
 from kerncap.core.units import human_bytes
+from kerncap.errors import EXIT_FAILED, EXIT_OK
 from kerncap.replay.devices import describe as describe_device
 from kerncap.replay.launch_check import LaunchCheck
 
@@ -69,6 +70,19 @@ class ReplayResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ReplayResult":
         return cls(**d)
+
+    def text(self) -> str:
+        """What `kerncap replay` prints: the times, and a sequence's launches when timed one by one."""
+        if not self.launches:
+            return format_replay(self)
+        from kerncap.reproducer.sequence_text import launches_table
+
+        return "\n".join([format_replay(self), *launches_table(self.launches)])
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a timed launch left the wrong bytes (these are not times of the kernel's work)."""
+        return EXIT_FAILED if (self.check or {}).get("void") else EXIT_OK
 
 
 @dataclass

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kerncap.core.units import short_kernel_name, speedup_text
+from kerncap.errors import EXIT_CANNOT_RUN, EXIT_OK
 from kerncap.replay.devices import describe as describe_device
 from kerncap.replay.differential import TrustReport
 from kerncap.replay.results import format_ms, time_unit
@@ -52,6 +53,14 @@ class SetRun:
             return None
         first = next(r.validation for r in self.runs if isinstance(r.validation, TrustReport))
         return TrustReport(first.cubin, first.perturb, first.seed, reports, of_set=True)
+
+    def text(self) -> str:
+        return format_set_run(self)
+
+    @property
+    def exit_code(self) -> int:
+        """3 when a member could not run (or failed its validation)."""
+        return EXIT_OK if self.passed else EXIT_CANNOT_RUN
 
     def to_dict(self) -> dict[str, Any]:
         trust = self.trust
