@@ -425,3 +425,29 @@ def test_a_sequence_variant_is_validated_through_the_request_api_not_taken_for_a
     assert not report.passed
     same = api.validate_request([seq], api.ValidateRequest(cubin=None, runs=1))
     assert same.passed
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (the pipeline's kernels are compiled)")
+def test_recompile_kernel_is_one_result_through_the_cli_and_mcp(tmp_path, monkeypatch, capsys):
+    """`kerncap recompile SEQ --kernel K` called its own function and MCP's recompile had no
+    `kernel` at all; both now ask the session (Session.recompile(kernel=)) and print the
+    same keys, with the sequence variant that uses the new cubin."""
+    import anyio
+    from mcp import Client
+
+    from kerncap.frontends.mcp_server import build_server
+
+    repro = _pipeline_with_entries(tmp_path, monkeypatch)
+    assert main(["recompile", str(repro), "--kernel", "sp_add", "--json"]) == 0
+    from_cli = json.loads(capsys.readouterr().out)
+
+    async def go():
+        async with Client(build_server([repro.parent])) as c:
+            return await c.call_tool("recompile", {"reproducer": repro.name, "kernel": "sp_add"})
+
+    answer = anyio.run(go)
+    assert not answer.is_error, answer.content[0].text
+    from_mcp = answer.structured_content
+    assert set(from_cli) == set(from_mcp) and from_cli["mode"] == from_mcp["mode"] == "full"
+    assert [Path(d["variant"]).name for d in (from_cli, from_mcp)] == ["kernel-1-1.json", "kernel-1-2.json"]
+    assert all(Path(d["cubin"]).is_relative_to(repro / "kernels" / "1") for d in (from_cli, from_mcp))

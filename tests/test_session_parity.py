@@ -659,3 +659,29 @@ def test_a_sequence_refuses_a_plain_recompile_in_every_front_end(tmp_path, monke
     answer = anyio.run(go)
     assert status == 2 and answer.is_error and answer.structured_content == from_cli
     assert "is a sequence: pick the kernel to rebuild" in from_cli["error"]["message"]
+
+
+def test_recompile_of_a_set_is_one_result_in_every_front_end(fake_set, tmp_path, monkeypatch, capsys):
+    """`kerncap recompile SET` built the set's variant on a CLI path of its own, and MCP's
+    recompile refused a set ("is not a reproducer"); both now ask the set's session
+    (SetSession.recompile), so they give one document. nvcc is a stand-in here."""
+    def stand_in(root, config=None, *, trust=False, mode="auto"):
+        variants = Path(root) / "variants"
+        variants.mkdir(exist_ok=True)
+        cubin = variants / f"{len(list(variants.glob('*.cubin'))) + 1}.cubin"
+        cubin.write_bytes(b"stand-in")
+        return RecompileResult(cubin=cubin, seconds=0.01, command=["nvcc (stand-in)"], log="", mode=mode)
+
+    monkeypatch.setattr("kerncap.recompile.set_variant.recompile", stand_in)
+    root = fake_set(tmp_path / "set").set_dir
+    (root / "source").mkdir(exist_ok=True)
+    (root / "source" / "axpy.cu").write_text("// axpy\n")
+    status, from_cli = cli_json(capsys, "recompile", str(root))
+    [from_mcp] = mcp(tmp_path, ("recompile", {"reproducer": str(root)}))
+    assert status == 0 and set(from_cli) == set(from_mcp) == {"variant", "seconds", "builds", "cubins", "commands"}
+    assert from_cli["builds"] == from_mcp["builds"] == 1  # the members share one captured cubin
+    assert sorted(from_cli["cubins"]) == sorted(from_mcp["cubins"]) == ["0", "1"]
+    assert Path(from_cli["variant"]).parent == Path(from_mcp["variant"]).parent == root / "variants"
+    assert from_cli["variant"] != from_mcp["variant"]  # two numbered set variants
+    assert cli.main(["recompile", str(root), "--kernel", "0"]) == 2  # a set refuses --kernel itself
+    assert "--kernel picks one kernel of a sequence" in capsys.readouterr().err

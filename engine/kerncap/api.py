@@ -63,7 +63,6 @@ if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     from kerncap.recompile.fusion import suggest_name as fusion_name, variant_summary as fused_variant_info
     from kerncap.recompile.sequence_kernel import kernel_of_source as sequence_kernel_of_source
     from kerncap.recompile.sequence_kernel import recompile_kernel as recompile_sequence_kernel
-    from kerncap.recompile.set_variant import recompile_set
     from kerncap.sources import discover as find_sources
     from kerncap.sources.locate import locate_kernel as kernel_site
     from kerncap.triton.pinned import AutotuneConfigs, autotune_configs

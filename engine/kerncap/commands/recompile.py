@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from pathlib import Path
 
 from kerncap import api
@@ -40,42 +39,21 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if api.is_set(args.reproducer):
-        return recompile_set_cli(args)
-    if args.list_configs:
-        return list_configs(args.reproducer, args.json)
-    variant = None
-    if args.kernel is not None:
-        result, variant = api.recompile_sequence_kernel(args.reproducer, args.kernel, trust=args.trust, mode=_mode(args))
-    else:  # a sequence is refused by recompile itself: it needs --kernel
-        result = api.recompile(args.reproducer, args.config, trust=args.trust, mode=_mode(args))
+    # one door for every shape: a set builds one variant for its members, a sequence's
+    # --kernel one kernel and the sequence variant using it; what cannot, refuses itself
+    with api.open(args.reproducer, compile_worker=False) as session:
+        if args.list_configs:
+            return list_configs(session.autotune_configs(), args.reproducer, args.json)
+        result = session.recompile(args.config, mode=_mode(args), trust=args.trust, kernel=args.kernel)
     if args.json:
-        print(json.dumps({"cubin": str(result.cubin), "seconds": round(result.seconds, 3),
-                          "command": result.command, "log": result.log, "mode": result.mode,
-                          "phases": result.phases, "notes": result.notes, "summary": result.summary,
-                          "variant": None if variant is None else str(variant)},
-                         indent=2))
+        print(json.dumps(result.to_dict(), indent=2))
         return 0
-    print("$ " + shlex.join(result.command))  # always: the user sees what ran
-    if args.verbose or result.log.strip():
-        print(result.log.rstrip())
-    for note in result.notes:
-        print(note)
-    if args.verbose and result.summary:
-        print(result.summary)
-    if args.verbose and result.phases:
-        print("time: " + result.phase_line()
-              + ("" if "link" in result.phases or result.mode == "triton" else " (no link step: ptxas writes the cubin)"))
-    print(f"{result.cubin}  ({result.seconds:.2f} s)")
-    target = variant or result.cubin
-    if variant is not None:
-        print(f"sequence variant {variant}")
-    print(f"replay it with: kerncap replay {args.reproducer} --cubin {target}")
+    print(result.text(verbose=args.verbose))
+    print(f"replay it with: kerncap replay {args.reproducer} --cubin {result.target}")
     return 0
 
 
-def list_configs(reproducer: Path, as_json: bool) -> int:
-    found = api.autotune_configs(reproducer)
+def list_configs(found: api.AutotuneConfigs, reproducer: Path, as_json: bool) -> int:
     cands = found.candidates
     if as_json:
         print(json.dumps([{"config": c.config, "grid": c.grid, "grid_error": c.grid_error, "captured": c.captured}
@@ -100,26 +78,3 @@ def list_configs(reproducer: Path, as_json: bool) -> int:
 def _mode(args: argparse.Namespace) -> str:
     return "full" if args.full else "reduced" if args.reduced else "auto"
 
-
-def recompile_set_cli(args: argparse.Namespace) -> int:
-    """One variant every member of a set uses, built from the set's source/."""
-    reproducer_set = api.ReproducerSet.open(args.reproducer)
-    if args.list_configs:
-        return list_configs(reproducer_set.members[0].path, args.json)
-    v = api.recompile_set(reproducer_set, args.config, trust=args.trust, mode=_mode(args))
-    if args.json:
-        print(json.dumps({"variant": str(v.path), "seconds": round(v.seconds, 3), "builds": v.builds,
-                          "cubins": {str(i): str(c) for i, c in v.cubins.items()},
-                          "commands": [r.command for r in v.results]}, indent=2))
-        return 0
-    for r in v.results:
-        print("$ " + shlex.join(r.command))  # always: the user sees what ran
-        if args.verbose or r.log.strip():
-            print(r.log.rstrip())
-        for note in r.notes:
-            print(note)
-    print(f"{v.path}  ({v.builds} build(s), {v.seconds:.2f} s)")
-    for i, c in v.cubins.items():
-        print(f"  member {i}: {c}")
-    print(f"replay it with: kerncap replay {args.reproducer} --cubin {v.path}")
-    return 0

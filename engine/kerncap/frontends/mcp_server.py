@@ -439,17 +439,19 @@ def _build_tools(server: MCPServer, state: KerncapMCP) -> None:
 
     @server.tool()
     @kerncap_tool
-    @render.tool_options(api.BuildRequest, ("config", "mode"))
+    @render.tool_options(api.BuildRequest, ("config", "mode", "kernel"))
     async def recompile(ctx: Context, reproducer: Reproducer, **options: Any) -> dict[str, Any]:
         """Rebuild only the captured kernel from the edited sources into variants/ (as
         `kerncap recompile --json`): CUDA C++ with the recorded nvcc flags, Triton in-process;
         `mode`, `phases` (seconds per compile phase) and `notes` (e.g. why the whole unit
-        was compiled) say what ran."""
-        repro = R.reproducer(reproducer)
+        was compiled) say what ran. A sequence's `kernel` is rebuilt from kernels/<k>/source
+        (`variant`: the sequence variant using it); a set gets one variant for every member
+        (`variant`, `builds`, `cubins` per member, `commands`)."""
+        repro = R.reproducer(reproducer, allow_set=True)
         request = render.from_tool(api.BuildRequest, options).checked()
         result = await state.blocking(ctx, "recompile", lambda: state.session(
-            repro, lambda s: s.recompile(request.config, mode=request.mode)))
-        return recompile_json(result)
+            repro, lambda s: s.recompile(request.config, mode=request.mode, kernel=request.kernel)))
+        return result.to_dict()
 
     @server.tool()
     @kerncap_tool
@@ -701,13 +703,6 @@ def _inspect_tools(server: MCPServer, state: KerncapMCP) -> None:
 
 TOOL_GROUPS = (_profile_tool, _extract_tool, _apply_tool, _reproducer_tools, _build_tools, _fusion_tools,
                _check_tools, _timing_tools, _inspect_tools)
-
-
-def recompile_json(result: api.RecompileResult) -> dict[str, Any]:
-    """What `recompile` returns (as `kerncap recompile --json` prints)."""
-    return {"cubin": str(result.cubin), "seconds": round(result.seconds, 3), "command": result.command,
-            "log": result.log, "mode": result.mode, "phases": result.phases, "notes": result.notes,
-            "summary": result.summary}
 
 
 def serve(roots: Sequence[str | os.PathLike], *, http: str | None = None, max_resident: int = 4,

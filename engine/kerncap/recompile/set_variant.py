@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kerncap.core.fsio import make_dirs, write_atomic
 from kerncap.errors import KerncapError
@@ -26,6 +28,29 @@ class SetVariant:
     seconds: float
     builds: int  # compiler runs (members sharing a captured cubin share one build)
     results: list[RecompileResult] = field(default_factory=list)  # one per build
+
+    @property
+    def target(self) -> Path:
+        """What a replay of the set names with --cubin."""
+        return self.path
+
+    def to_dict(self) -> dict[str, Any]:
+        """`kerncap recompile SET --json`, MCP's `recompile` of a set."""
+        return {"variant": str(self.path), "seconds": round(self.seconds, 3), "builds": self.builds,
+                "cubins": {str(i): str(c) for i, c in self.cubins.items()},
+                "commands": [r.command for r in self.results]}
+
+    def text(self, verbose: bool = False) -> str:
+        """Each build as `kerncap recompile` prints one, then the cubin each member runs."""
+        lines = []
+        for r in self.results:
+            lines.append("$ " + shlex.join(r.command))
+            if verbose or r.log.strip():
+                lines.append(r.log.rstrip())
+            lines += r.notes
+        lines.append(f"{self.path}  ({self.builds} build(s), {self.seconds:.2f} s)")
+        lines += [f"  member {i}: {c}" for i, c in self.cubins.items()]
+        return "\n".join(lines)
 
 
 def sync_source(s: ReproducerSet) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kerncap.core.confined import real_dir
 
@@ -24,9 +26,38 @@ class RecompileResult:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in order
     notes: list[str] = field(default_factory=list)  # e.g. why the reduced compile was not used
     summary: str = ""  # what the reduced compile left out
+    variant: Path | None = None  # a sequence kernel's rebuild: the sequence variant (variants/<name>.json) using it
 
     def phase_line(self) -> str:
         return ", ".join(f"{name} {s:.2f} s" for name, s in self.phases.items())
+
+    @property
+    def target(self) -> Path:
+        """What a replay of this build names with --cubin."""
+        return self.variant or self.cubin
+
+    def to_dict(self) -> dict[str, Any]:
+        """`kerncap recompile --json`, MCP's `recompile`."""
+        return {"cubin": str(self.cubin), "seconds": round(self.seconds, 3), "command": self.command,
+                "log": self.log, "mode": self.mode, "phases": self.phases, "notes": self.notes,
+                "summary": self.summary, "variant": None if self.variant is None else str(self.variant)}
+
+    def text(self, verbose: bool = False) -> str:
+        """What `kerncap recompile` prints: the command always (the user sees what ran), the
+        compiler's output when it said something (or `verbose`), the notes, the cubin."""
+        lines = ["$ " + shlex.join(self.command)]
+        if verbose or self.log.strip():
+            lines.append(self.log.rstrip())
+        lines += self.notes
+        if verbose and self.summary:
+            lines.append(self.summary)
+        if verbose and self.phases:
+            lines.append("time: " + self.phase_line() + ("" if "link" in self.phases or self.mode == "triton"
+                                                         else " (no link step: ptxas writes the cubin)"))
+        lines.append(f"{self.cubin}  ({self.seconds:.2f} s)")
+        if self.variant is not None:
+            lines.append(f"sequence variant {self.variant}")
+        return "\n".join(lines)
 
 
 def variants_dir(reproducer: str | os.PathLike, rel: str | os.PathLike = VARIANTS) -> Path:

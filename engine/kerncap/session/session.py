@@ -49,6 +49,7 @@ from kerncap.reproducer.variants import RecompileResult
 from kerncap.session import fusions as fusion_row
 from kerncap.session.options import (ApplyRequest, BuildRequest, CompareRequest, ReplayRequest, ValidateRequest,
                                      check_order)
+from kerncap.triton.pinned import AutotuneConfigs, autotune_configs
 from kerncap.triton.worker import CompileWorker, is_triton_reproducer
 
 # What a progress line is: "" plain, "detail" (compiler output), "warning", "pass", "fail".
@@ -455,12 +456,21 @@ class Session(Opened):
         return result
 
     # -- the edit loop ------------------------------------------------------------------------
-    def recompile(self, config: str | None = None, *, mode: str = "auto", trust: bool = False) -> RecompileResult:
+    def recompile(self, config: str | None = None, *, mode: str = "auto", trust: bool = False,
+                  kernel: str | None = None) -> RecompileResult:
         """Rebuild the kernel from source/ into variants/ (a Triton reproducer in the warm
-        compile worker when it has the captured contract; anything else here)."""
+        compile worker when it has the captured contract; anything else here); a sequence's
+        `kernel` from kernels/<k>/source, with the sequence variant that uses it (`variant`)."""
+        if kernel is not None:
+            result, variant = sequence_kernel.recompile_kernel(self.root, kernel, trust=trust, mode=mode)
+            return replace(result, variant=variant)
         if self._compiler is not None and config is None and mode == "auto" and not trust:
             return self._compiler.recompile()
         return recompile_kernel(self.root, config, trust=trust, mode=mode)
+
+    def autotune_configs(self) -> AutotuneConfigs:
+        """A Triton reproducer's recorded autotune configs (recompile's `config` values)."""
+        return autotune_configs(self.root)
 
     def baseline(self, request: BuildRequest = BuildRequest(), *, progress: Progress = _quiet) -> Variant:
         """Time and validate the captured cubin (determinism included) and record it as

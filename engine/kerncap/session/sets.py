@@ -18,7 +18,7 @@ from typing import Any
 
 from kerncap.core.units import speedup_text
 from kerncap.errors import KerncapError, UsageError
-from kerncap.recompile.set_variant import recompile_set
+from kerncap.recompile.set_variant import SetVariant, recompile_set
 from kerncap.replay.differential import TrustReport, validate_reproducers
 from kerncap.replay.set_run import MemberRun, SetRun
 from kerncap.reproducer.buckets import weighted_speedup
@@ -27,6 +27,7 @@ from kerncap.reproducer.history import History, Variant
 from kerncap.reproducer.sets import Member, ReproducerSet, expand, hydrate_set, is_set, member_cubins
 from kerncap.session.options import SET_ITERATIONS, BuildRequest, ReplayRequest, ValidateRequest
 from kerncap.session.session import BuildResult, Opened, Progress, Session, _quiet, needs_gpu
+from kerncap.triton.pinned import AutotuneConfigs, autotune_configs
 
 
 class SetSession(Opened):
@@ -131,6 +132,18 @@ class SetSession(Opened):
         reports = [x for m in run.runs for x in m.validation.reproducers]
         report = TrustReport(r.cubin, r.perturb, r.seed, reports, of_set=True)
         return report, (run if time_it and report.verdict != "fail" else None)
+
+    def recompile(self, config: str | None = None, *, mode: str = "auto", trust: bool = False,
+                  kernel: str | None = None) -> SetVariant:
+        """One variant every member uses, built from the set's source/ (kerncap.recompile.set_variant)."""
+        if kernel is not None:
+            raise UsageError("--kernel picks one kernel of a sequence", f"{self.root} is a reproducer set: "
+                             "recompile it whole")
+        return recompile_set(self.set, config, trust=trust, mode=mode)
+
+    def autotune_configs(self) -> AutotuneConfigs:
+        """Its first member's (members share the kernel and its source)."""
+        return autotune_configs(self.members[0].path)
 
     def compare(self, request: Any) -> Any:
         raise UsageError(f"comparing timings works on one reproducer; {self.root} is a set",
