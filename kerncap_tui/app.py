@@ -589,6 +589,7 @@ def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui
         return exc.exit_code
     app = KerncapApp(root, demo=is_demo, plain_glyphs=plain_glyphs, dumb=terminal.is_dumb(),
                      open_after_first_frame=True)
+    api.apps_take_sigint()  # extractions start apps from worker threads
     try:
         app.run(mouse=not no_mouse)
     finally:

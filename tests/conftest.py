@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -144,6 +145,11 @@ def pytest_configure(config):
     global FUZZ_SEED
     if hasattr(config, "workerinput"):  # before collection: test_fuzz.py imports the seed
         FUZZ_SEED = config.workerinput["kerncap_fuzz_seed"]
+    # A suite started as a script's background job (`pytest &`) has SIGINT ignored, and so
+    # would every kerncap it starts: the tests that send SIGINT would test nothing (or fail,
+    # as three loaded runs did). Run as from a terminal, however the suite was started.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(optionalhook=True)

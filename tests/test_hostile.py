@@ -428,6 +428,9 @@ def test_mcp_http_on_a_busy_port_is_one_message(tmp_path):
 # anywhere (the machine's load decided where, and most tries fell outside kerncap's code).
 STARTUP_CHILD = """
 import _signal, os, sys
+# a terminal's Ctrl-C, whatever the suite inherited (a script's background job has SIGINT
+# ignored, and then kerncap rightly ignores it too: that failed three loaded runs)
+_signal.signal(_signal.SIGINT, _signal.default_int_handler)
 ready, go, target = (int(a) for a in sys.argv[1:4])
 seen, held = 0, []
 def hook(event, args):

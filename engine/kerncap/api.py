@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     from kerncap.capture.profile import ProfileResult, run_profile as profile
     from kerncap.capture.profile_table import buckets_text as format_bucket_tables, nvtx_text as format_nvtx_table
     from kerncap.capture.profile_table import profile_text as format_profile
-    from kerncap.capture.run import INTERCEPT_PATHS, default_sink as print_app_output, resolve_app_command as app_command
+    from kerncap.capture.run import INTERCEPT_PATHS, apps_take_sigint, default_sink as print_app_output
+    from kerncap.capture.run import resolve_app_command as app_command
     from kerncap.capture.selection import NVTX_MATCH_MODES, Selection
     from kerncap.capture.sequence_extract import SEQUENCE_MODES, SequenceRequest, sequence_extract_arguments
     from kerncap.capture.set_extract import SetExtractResult, format_set_extract

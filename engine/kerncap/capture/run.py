@@ -238,8 +238,30 @@ def run_app(
     )
 
 
+def _ignore_sigint(_signum, _frame) -> None:
+    pass
+
+
+def apps_take_sigint() -> None:
+    """An app kerncap starts must stop on the SIGINT kerncap sends it (a timeout's first
+    signal: the app writes what it holds, its profile among it). A background job of a
+    script has SIGINT ignored (the shell sets SIG_IGN), and exec keeps an ignored signal,
+    so the app would ignore kerncap's SIGINT too and die of the SIGTERM after it with its
+    profile unwritten. A handler that does nothing still ignores SIGINT here, and exec
+    resets it to the default in the app (which leads a session of its own: no terminal's
+    Ctrl-C reaches it). Only the main thread may set it: the front ends call this as they
+    start, `_start` again when it runs there."""
+    try:
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, _ignore_sigint)
+    except ValueError:
+        pass  # not the main thread
+
+
 def _start(command: Sequence[str], cwd, env: dict[str, str]) -> subprocess.Popen:
     """The app, leading a process group of its own, its output on pipes."""
+    if threading.current_thread() is threading.main_thread():
+        apps_take_sigint()
     try:
         return subprocess.Popen(list(command), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)

@@ -719,6 +719,7 @@ def serve(roots: Sequence[str | os.PathLike], *, http: str | None = None, max_re
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, terminate)
+    api.apps_take_sigint()  # tools start apps from threads
     try:
         if http is None:
             server.run("stdio")
