@@ -596,10 +596,11 @@ SHAPE_CHECKS = {"is_set", "is_sequence"}
 # Front-end modules that still test shapes, with how many tests each makes (24 in 7
 # modules when the rule came, 22, then 16 in 4 once info, extract's text, a sequence's
 # recompile, a set's --sanitize and whose sources a call reaches were the engine's to
-# decide, then 1 in 1 once the session said where a workbench save lands and what it
-# builds, a set's validation report said "set" itself, and a set's replay and recompile
-# results printed themselves); the counts only shrink (test_allow_lists_only_name_offenders).
-SHAPE_CHECKERS = {"kerncap.frontends.mcp_server": 1}
+# decide, then none once the session said where a workbench save lands and what it
+# builds, a set's validation report said "set" itself, a set's replay and recompile
+# results printed themselves, and MCP took any reproducer or set at the path, each verb
+# refusing a set itself); the counts only shrink (test_allow_lists_only_name_offenders).
+SHAPE_CHECKERS: dict[str, int] = {}
 
 
 def _shape_checks(t: Tree) -> dict[str, int]:

@@ -462,11 +462,31 @@ def test_info_and_validate_take_a_reproducer_set(root, fake_set, monkeypatch, tm
     assert [Path(r["reproducer"]).relative_to(root / "axpy-set").as_posix() for r in report["reproducers"]] == [
         "members/0", "members/1"]
     assert report["summary"] == "PASS on 2 inputs of 2 reproducers (2 captured + 0 perturbed)"
-    # replay takes a set as `kerncap replay SET` does (issue 45: MCP refused it); dump does not
+    # replay takes a set as `kerncap replay SET` does (issue 45: MCP refused it); dump
+    # refuses it in the engine's words (MCP no longer tests the path's shape)
     assert not timed.is_error, timed.content[0].text
     assert [m["index"] for m in timed.structured_content["members"]] == [0, 1]
     assert timed.structured_content["set"] == str(root / "axpy-set")
-    assert other.is_error and "is not a reproducer" in other.content[0].text
+    assert other.is_error and "is a reproducer set: this works on one reproducer" in other.content[0].text
+    assert "members/0" in other.content[0].text
+
+
+def test_an_agent_edits_a_sets_shared_source(root, fake_set):
+    """MCP's build took a set but write_source refused one ("is not a reproducer"): an
+    agent could not edit what `recompile SET` builds from. The source tools now reach the
+    set's source/, and a sequence's `kernel` on a set is refused by the engine."""
+    fake_set(root / "axpy-set")
+    (root / "axpy-set" / "source").mkdir(exist_ok=True)
+    wrote, listed, read, kernel = call(
+        build_server([root]), ("write_source", {"reproducer": "axpy-set", "file": "axpy.cu", "text": "// set\n"}),
+        ("list_sources", {"reproducer": "axpy-set"}), ("read_source", {"reproducer": "axpy-set", "file": "axpy.cu"}),
+        ("list_sources", {"reproducer": "axpy-set", "kernel": "0"}))
+    assert not wrote.is_error, wrote.content[0].text
+    assert (root / "axpy-set" / "source" / "axpy.cu").read_text() == "// set\n"
+    assert listed.structured_content["source_dir"] == str(root / "axpy-set" / "source")
+    assert [f["path"] for f in listed.structured_content["files"]] == ["axpy.cu"]
+    assert read.structured_content["text"] == "// set\n"
+    assert kernel.is_error and "is a reproducer set" in kernel.content[0].text
 
 
 def test_extract_selects_a_sequence_through_the_engines_arguments(root, monkeypatch):

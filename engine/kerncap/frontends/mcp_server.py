@@ -96,12 +96,11 @@ class Roots:
                              "pass a path under one of them, or restart `kerncap mcp` with another --root")
         return resolved
 
-    def reproducer(self, value: str, *, allow_set: bool = False) -> Path:
-        """A reproducer directory under the roots (or, with `allow_set`, a reproducer set)."""
+    def reproducer(self, value: str) -> Path:
+        """A reproducer directory (or a reproducer set) under the roots; a verb that cannot
+        take a set refuses it itself (the session's, or the engine function's, words)."""
         p = self.path(value, "reproducer")
-        if allow_set and api.is_set(p):
-            return p
-        if not (p / "capture").is_dir() and not (p / "manifest.json").is_file():
+        if not api.holds_reproducer(p):
             raise KerncapError(f"{p} is not a reproducer (no capture/ in it)",
                                "pass a directory made by `extract`; `list_reproducers` lists those under the roots")
         return p.parent if p.name == "capture" else p
@@ -362,7 +361,7 @@ def _apply_tool(server: MCPServer, state: KerncapMCP) -> None:
         ran its own kernel) is a tool error with exit_status 4. The outcome is kept on the
         variant's History row (`in_app`), which the workbench shows. Runs the user's
         command as profile and extract do; each run stops after `timeout_s`."""
-        repro = R.reproducer(reproducer, allow_set=True)
+        repro = R.reproducer(reproducer)
         workdir = R.path(cwd, "cwd") if cwd else R.dirs[0]
         variant = R.cubin(repro, options.pop("cubin", None))
         outputs = tuple(str(R.path(str(workdir / p), "compare_output")) for p in options.pop("compare_output", None)
@@ -394,7 +393,7 @@ def _reproducer_tools(server: MCPServer, state: KerncapMCP) -> None:
         provenance and the recorded stack (as `kerncap info --json`). For a reproducer set:
         its members (each a reproducer: their paths work with every tool) with weights,
         dispatches, signatures, and the buckets not captured (`"set": true`)."""
-        repro = R.reproducer(reproducer, allow_set=True)
+        repro = R.reproducer(reproducer)
         return api.info(repro).to_dict()
 
     @server.tool()
@@ -447,7 +446,7 @@ def _build_tools(server: MCPServer, state: KerncapMCP) -> None:
         was compiled) say what ran. A sequence's `kernel` is rebuilt from kernels/<k>/source
         (`variant`: the sequence variant using it); a set gets one variant for every member
         (`variant`, `builds`, `cubins` per member, `commands`)."""
-        repro = R.reproducer(reproducer, allow_set=True)
+        repro = R.reproducer(reproducer)
         request = render.from_tool(api.BuildRequest, options).checked()
         result = await state.blocking(ctx, "recompile", lambda: state.session(
             repro, lambda s: s.recompile(request.config, mode=request.mode, kernel=request.kernel)))
@@ -464,7 +463,7 @@ def _build_tools(server: MCPServer, state: KerncapMCP) -> None:
         perturbed inputs) and record it in the reproducer's variant history, where the
         workbench's History and `kerncap check` see it. `status`: recorded, or unchanged
         (the source equals a recorded variant's: nothing built); `variant` is the row."""
-        repro = R.reproducer(reproducer, allow_set=True)
+        repro = R.reproducer(reproducer)
         request = render.from_tool(api.BuildRequest, options)
         log: list[str] = []
         result = await state.blocking(ctx, "build", lambda: state.session(repro, lambda s: s.build(
@@ -476,7 +475,8 @@ def _build_tools(server: MCPServer, state: KerncapMCP) -> None:
     async def list_configs(reproducer: Reproducer) -> dict[str, Any]:
         """The autotune configs a Triton reproducer recorded, each with its grid (pin one with
         recompile's `config`)."""
-        found = api.autotune_configs(R.reproducer(reproducer))
+        with api.open(R.reproducer(reproducer), compile_worker=False) as session:  # a set: its members'
+            found = session.autotune_configs()
         return {"function": found.function, "captured_grid": found.captured_grid,
                 "configs": [{"config": c.config, "grid": c.grid, "grid_error": c.grid_error, "captured": c.captured}
                             for c in found.candidates]}
@@ -563,7 +563,7 @@ def _check_tools(server: MCPServer, state: KerncapMCP) -> None:
         or a fusion, whose left-out intermediates the notes name); `per_launch` also names the
         first launch after which the variant's state departs from the captured one
         (`per_launch`: at, launches_checked, checks)."""
-        repro = R.reproducer(reproducer, allow_set=True)
+        repro = R.reproducer(reproducer)
         variant = R.cubin(repro, cubin)
         per_launch, order = options.pop("per_launch", False), options.pop("order", None)
         request = render.from_tool(api.ValidateRequest, options,
@@ -629,7 +629,7 @@ def _timing_tools(server: MCPServer, state: KerncapMCP) -> None:
         median_ms; a fusion's launch stands for the launches it replaced; not in the graph
         order). A reproducer set: every member timed, and the weighted speedup of the
         variant (as `kerncap replay SET --json`)."""
-        repro = R.reproducer(reproducer, allow_set=True)
+        repro = R.reproducer(reproducer)
         variant = R.cubin(repro, cubin)
         order = options.pop("order", None)
         request = render.from_tool(api.ReplayRequest, options, cubin=None if variant is None else str(variant))

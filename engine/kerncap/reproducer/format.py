@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import xxhash
 
 from kerncap.core.schema import check
-from kerncap.errors import CaptureFormatError
+from kerncap.errors import CaptureFormatError, UsageError
 from kerncap.reproducer import arrays as arrays_mod
 from kerncap.reproducer.arrays import CudaArray, MipmappedArray, TextureObject
 from kerncap.reproducer.schemas import MANIFEST, MAX_REGIONS
@@ -212,6 +212,9 @@ class Capture:
         path = Path(path)
         if (path / "capture").is_dir() and not (path / "manifest.json").exists():
             path = path / "capture"
+        if (path / "set.json").is_file() and not (path / "manifest.json").exists():  # (reproducer.sets.SET_FILE)
+            raise UsageError(f"{path} is a reproducer set: this works on one reproducer",
+                             f"pass one member, e.g. {path / 'members' / '0'}")
         if not path.exists():
             raise CaptureFormatError(f"no capture at {path}", "check the path; `kerncap extract` writes one")
         if (path / "INCOMPLETE").exists():

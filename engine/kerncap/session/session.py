@@ -221,6 +221,10 @@ class Opened:
         raise UsageError(f"compute-sanitizer checks one reproducer's launch: {self.root} is a reproducer set",
                          f"pass one member, e.g. {self.root / 'members' / '0'}")
 
+    def dump(self, items, states, **options: Any):
+        raise UsageError(f"dump writes one reproducer's items: {self.root} is a reproducer set",
+                         f"pass one member, e.g. {self.root / 'members' / '0'}")
+
     def apply(self, request: ApplyRequest, *, output=None, cancelled: Callable[[], bool] | None = None):
         raise UsageError(f"kerncap apply substitutes one captured kernel: {self.root} is a reproducer set",
                          "apply one of its members (members/<i>), each a reproducer of its own")
