@@ -42,6 +42,7 @@ from kerncap_tui.messages import (
     ExtractRequested,
     FuseRequested,
     FusionChanged,
+    HistoryChanged,
     LaunchSelected,
     LaunchShown,
     SessionOpened,
@@ -113,6 +114,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         self.session: api.Session | api.SetSession | None = None
         self.watcher: SourceWatcher | None = None
         self._debounce: Timer | None = None
+        self._history_debounce: Timer | None = None
         self.launch: int | None = None        # a sequence: the launch the panes follow
         self.pending_builds: list = []  # api.BuildRequest per kernel or fusion saved since the last build
         self.theme_names: list[str] = []
@@ -242,17 +244,62 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
             self.prepare_history()
         for d in edit_dirs:
             self.watch(d)
+        if self.session is not None:
+            self.watch_history()
 
     def watch(self, directory: Path) -> None:
         """Have the watchdog observer watch `directory` too (started on first use)."""
         try:
-            if self.watcher is None:
-                self.watcher = SourceWatcher(directory, self.post_message)
-                self.watcher.start()
-            else:
-                self.watcher.watch(directory)
+            self._watcher().watch(directory)
         except OSError as exc:
             self.report_error("watch", KerncapError(f"cannot watch {directory} ({exc})", "press b to build by hand"))
+
+    def watch_history(self) -> None:
+        """Rows another kerncap records (`kerncap build`, an MCP agent, `kerncap apply`) appear
+        in History as they land."""
+        path = self.session.history_file
+        try:
+            self._watcher().watch_history(path)
+        except OSError as exc:
+            self.report_error("watch", KerncapError(f"cannot watch {path} ({exc})",
+                                                    "reopen the reproducer to see rows recorded elsewhere"))
+
+    def _watcher(self) -> SourceWatcher:
+        if self.watcher is None:
+            watcher = SourceWatcher(None, self.post_message)
+            watcher.start()
+            self.watcher = watcher
+        return self.watcher
+
+    def on_history_changed(self, _message: HistoryChanged) -> None:
+        if self._history_debounce is not None:
+            self._history_debounce.stop()
+        self._history_debounce = self.set_timer(DEBOUNCE_S, self.refresh_history)
+
+    @work(thread=True, exclusive=True, group="history")
+    def refresh_history(self) -> None:
+        """history.json was replaced: show what changed (nothing, when the row is this
+        workbench's own build, which its History shows already)."""
+        session = self.session
+        if session is None:
+            return
+        try:
+            changed = session.history.refresh()
+        except KerncapError as exc:
+            self.call_from_thread(self.report_error, "history", exc)
+            return
+        if changed and session is self.session:
+            self.call_from_thread(self._show_refreshed_history)
+
+    def _show_refreshed_history(self) -> None:
+        history = self.history
+        self.tell_panes(lambda: BuildFinished(None, history, self.inspect))
+        self.load_inspect()
+        latest = history.variants[-1] if history and history.variants else None
+        if latest is not None:
+            self.log_line(f"history.json changed outside this workbench: {len(history.variants)} row(s), "
+                          f"the last {latest.label} ({latest.validation})")
+            self.notify(f"{latest.label} · {latest.validation}", title="history (recorded elsewhere)")
 
     def start_compiler(self) -> None:
         """A Triton reproducer's compile worker starts warming up now, before the first save."""

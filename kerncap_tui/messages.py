@@ -18,6 +18,11 @@ class SourceChanged(Message):
         self.path = path
 
 
+class HistoryChanged(Message):
+    """<reproducer>/history.json was replaced (posted from the watchdog thread): another
+    kerncap (`kerncap build`, an MCP agent, `kerncap apply`) may have recorded a row."""
+
+
 class BuildLog(Message):
     """A line for the build/replay log, from a worker thread."""
 

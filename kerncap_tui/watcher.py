@@ -1,5 +1,6 @@
 """A watchdog observer on <reproducer>/source (a sequence: kernels/, and fusions/ once it
-has one), in its own thread, posting SourceChanged.
+has one), in its own thread, posting SourceChanged; and on the reproducer's history.json
+(not recursive), posting HistoryChanged.
 
 Debouncing happens in the app (one timer on the event loop), so bursts of editor
 writes (temp file + rename + chmod) become one build."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kerncap import api
-from kerncap_tui.messages import SourceChanged
+from kerncap_tui.messages import HistoryChanged, SourceChanged
 
 
 def is_source_event(path: str, source_dir: Path | None = None) -> bool:
@@ -18,7 +19,7 @@ def is_source_event(path: str, source_dir: Path | None = None) -> bool:
 
 
 class SourceWatcher:
-    def __init__(self, source_dir: Path, post) -> None:
+    def __init__(self, source_dir: Path | None, post) -> None:
         self.source_dir = source_dir
         self.watched: list[Path] = []
         self._post = post
@@ -45,7 +46,26 @@ class SourceWatcher:
         self._observer = Observer()
         self._observer.daemon = True
         self._observer.start()
-        self.watch(self.source_dir)
+        if self.source_dir is not None:
+            self.watch(self.source_dir)
+
+    def watch_history(self, history_file: Path) -> None:
+        """The reproducer's history.json, written by replacing it (kerncap.core.fsio.write_atomic):
+        its directory alone, not recursive (capture/ may hold a million files)."""
+        from watchdog.events import FileSystemEventHandler
+
+        if self._observer is None or history_file in self.watched:
+            return
+        post, name = self._post, history_file.name
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event) -> None:
+                path = getattr(event, "dest_path", "") or event.src_path
+                if not event.is_directory and Path(path).name == name:
+                    post(HistoryChanged())
+
+        self._observer.schedule(Handler(), str(history_file.parent), recursive=False)
+        self.watched.append(history_file)
 
     def watch(self, directory: Path) -> None:
         """Watch one more directory (a sequence's fusions/ once the first skeleton is written)."""

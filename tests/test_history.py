@@ -137,3 +137,23 @@ def test_a_read_only_reproducer_names_that_not_git(tmp_path):
         for d, _, _ in os.walk(base):
             os.chmod(d, 0o755)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_two_processes_recording_into_one_history_keep_each_others_rows(demo):
+    """The workbench, `kerncap build` and an MCP agent each hold a History loaded once; each
+    record wrote its own list back, so a row another process recorded in between was lost
+    and its id given out twice. A record now reads history.json again under a lock."""
+    if (demo / "dot-git").exists():
+        (demo / "dot-git").rename(demo / ".git")
+    workbench, agent = History.load(demo), History.load(demo)
+    a = agent.record(median_ms=1.0, validation="pass", cubin="variants/8.cubin")
+    w = workbench.record(median_ms=2.0, validation="pass", cubin="variants/9.cubin")
+    on_disk = History.load(demo)
+    assert (a.id, w.id) == (4, 5)
+    assert [v.cubin for v in on_disk.variants[-2:]] == ["variants/8.cubin", "variants/9.cubin"]
+    assert [v.id for v in workbench.variants] == [v.id for v in on_disk.variants]  # it sees the agent's row too
+    outcome = {"command": "./app", "launches": 3, "substituted": 3, "check": "pass", "compared": 3,
+               "mismatch_launch": None, "share": 0.5,
+               **{f"{k}_{q}": 1.1 for k in ("kernel", "app") for q in ("speedup", "low", "high")}}
+    agent.note_in_app(4, outcome)
+    assert History.load(demo).get(5).cubin == "variants/9.cubin"  # the note kept the workbench's row

@@ -176,3 +176,34 @@ def test_kerncap_tui_names_the_command_the_user_typed(tmp_path, capsys):
     assert err.startswith("kerncap tui: error: ") and "nope is not a directory" in err
     assert kerncap_tui([str(tmp_path / "nope")]) == 3
     assert capsys.readouterr().err.startswith("kerncap-tui: error: ")
+
+
+def test_a_row_recorded_by_another_kerncap_appears_in_history(make_app, settle, demo_root):
+    """An agent builds through MCP (or `kerncap build` runs in another terminal) while the
+    workbench is open on the same reproducer: its row appears in History as it lands (the
+    workbench watches history.json), and the workbench's next row does not overwrite it."""
+    from textual.widgets import DataTable
+
+    from kerncap.reproducer.history import History
+    from kerncap_tui.widgets.history_pane import HistoryPane
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(120, 34)) as pilot:
+            await settle(pilot)
+            table = app.query_one(HistoryPane).query_one(DataTable)
+            before = table.row_count
+            elsewhere = History.load(app.root)  # as another process holds it
+            row = elsewhere.record(median_ms=0.001, validation="pass", cubin="variants/99.cubin")
+            for _ in range(200):  # the watchdog thread, a 0.3-s debounce, a worker: well under 20 s
+                await pilot.pause(0.1)
+                if table.row_count == before + 1:
+                    break
+            assert table.row_count == before + 1, (before, table.row_count)
+            assert any(n.title == "history (recorded elsewhere)" for n in app._notifications)
+            mine = app.session.history.record(median_ms=0.002, validation="pass", cubin="variants/100.cubin")
+            assert mine.id == row.id + 1
+            assert [v.cubin for v in History.load(app.root).variants[-2:]] == ["variants/99.cubin",
+                                                                               "variants/100.cubin"]
+
+    asyncio.run(run())

@@ -9,10 +9,13 @@ schema-checked, and a cubin it names outside the reproducer is never followed.""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -111,6 +114,34 @@ class History:
         if len(set(ids)) != len(ids):
             raise CaptureFormatError(f"{path}: two variants have the same id", _UNREADABLE_HINT)
         return hist
+
+    @contextmanager
+    def _as_on_disk(self) -> Iterator[None]:
+        """The rows history.json holds now, under an exclusive lock on the reproducer's
+        directory until the block has saved: the workbench, `kerncap build` and an MCP agent
+        each hold a History, and a row another process recorded since this one loaded is
+        kept (and its id not given out again), not overwritten."""
+        try:
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise KerncapError(f"cannot open {self.root} to record the variant history ({exc.strerror})",
+                               "check that the reproducer directory exists and is yours") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # milliseconds: a read, an append, a git commit, a write
+            mine = {v.id: v for v in self.variants}  # rows unchanged on disk stay the objects callers hold
+            self.variants = [mine[d.id] if mine.get(d.id) == d else d for d in History.load(self.root).variants]
+            yield
+        finally:
+            os.close(fd)
+
+    def refresh(self) -> bool:
+        """Read history.json again: rows another process recorded (or noted) since; whether
+        anything changed. CaptureFormatError when the file is now damaged."""
+        with self._lock:
+            before = [v.to_dict() for v in self.variants]
+            with self._as_on_disk():
+                pass
+            return [v.to_dict() for v in self.variants] != before
 
     def _save(self) -> None:
         path = self.root / HISTORY_FILE
@@ -237,7 +268,7 @@ class History:
         if fields.get("validation", "skipped") not in VALIDATIONS:
             raise ValueError(f"validation {fields['validation']!r} is none of {VALIDATIONS}")
         first = self.initial_commit() if baseline else None
-        with self._lock:
+        with self._lock, self._as_on_disk():
             vid = 0 if baseline else max((v.id for v in self.variants), default=0) + 1
             v = Variant(id=vid, time=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **fields)
             if baseline:
@@ -251,7 +282,7 @@ class History:
     def note_in_app(self, vid: int, outcome: dict[str, Any]) -> Variant:
         """Keep the outcome of applying row `vid`'s cubin in the app (the row's `in_app`,
         stamped with the time; no commit: the sources did not change)."""
-        with self._lock:
+        with self._lock, self._as_on_disk():
             v = self.get(vid)
             v.in_app = {"time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **outcome}
             self._save()

@@ -43,7 +43,7 @@ from kerncap.replay.results import ReplayResult, ValidationResult
 from kerncap.replay.significance import TimingComparison
 from kerncap.reproducer.editable import source_fingerprint
 from kerncap.reproducer.format import Capture
-from kerncap.reproducer.history import History, Variant
+from kerncap.reproducer.history import HISTORY_FILE, History, Variant
 from kerncap.reproducer.sequence import is_sequence
 from kerncap.reproducer.variants import RecompileResult
 from kerncap.session import fusions as fusion_row
@@ -136,6 +136,11 @@ class Opened:
         if self._history is None:
             self._history = History.load(self.root)
         return self._history
+
+    @property
+    def history_file(self) -> Path:
+        """Where the history is kept (what a workbench watches for rows recorded elsewhere)."""
+        return self.root / HISTORY_FILE
 
     def reload_history(self) -> History:
         self._history = None
