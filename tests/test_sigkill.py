@@ -304,3 +304,30 @@ def test_a_signal_just_after_the_scratch_mkdir_leaves_nothing(tmp_path, monkeypa
         with fsio.scratch("build"):
             pass
     assert list(root.iterdir()) == []
+
+
+@pytest.mark.parametrize("exc", ["KeyboardInterrupt", "Terminated"])
+def test_a_signal_inside_an_import_callback_still_ends_the_command(exc):
+    """CI, 2026-12-04: SIGTERM landed inside importlib's module-lock weakref callback (an
+    import the engine makes on first use, during `hydrate`): the interpreter printed
+    "Exception ignored in … Traceback" and the command went on. The CLI's unraisable hook
+    sends the signal again, and it raises where it can. Here a weakref callback raises it."""
+    code = textwrap.dedent(f"""
+        import sys, weakref
+        from kerncap import cli
+        from kerncap.errors import Terminated
+        cli.handle_sigterm()
+        sys.unraisablehook = cli._signal_in_a_callback
+        class O: pass
+        def cb(_):
+            raise {exc}()
+        o = O(); r = weakref.ref(o, cb)
+        try:
+            del o
+            for _ in range(10_000_000): pass  # the signal sent again lands here
+            print("went on")
+        except {exc}:
+            print("ended")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60)
+    assert done.stdout == "ended\n" and "Traceback" not in done.stderr, (done.stdout, done.stderr)

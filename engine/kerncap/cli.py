@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if command not in RAW_OUTPUT:
         sys.stdout, sys.stderr = _Printable(sys.stdout), _Printable(sys.stderr)
     previous = handle_sigterm()
+    unraisable, sys.unraisablehook = sys.unraisablehook, _signal_in_a_callback
     try:
         status = _run(own, app_cmd, command, as_json)
         sys.stdout.flush()  # now, not at the interpreter's exit, where a closed pipe cannot be handled
@@ -117,9 +118,30 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _pipe_closed()
     finally:
+        sys.unraisablehook = unraisable
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         sys.stdout, sys.stderr = saved
+
+
+def _signal_in_a_callback(unraisable) -> None:
+    """A Ctrl-C or SIGTERM that lands inside a callback the interpreter cannot raise from
+    (importlib's module-lock weakref callback, in an import the engine makes on first use)
+    was printed as "Exception ignored in … Traceback" and the command went on. It is sent
+    again instead, from a thread a moment later (sent from here it would raise inside this
+    hook, ignored again): it raises where it can, and the command ends with its one line."""
+    exc = unraisable.exc_value
+    if isinstance(exc, Terminated):
+        signal.signal(signal.SIGTERM, _terminate)  # _terminate had made the next SIGTERM fatal
+        sig = signal.SIGTERM
+    elif isinstance(exc, KeyboardInterrupt):
+        sig = signal.SIGINT
+    else:
+        sys.__unraisablehook__(unraisable)
+        return
+    again = threading.Timer(0.02, os.kill, (os.getpid(), sig))
+    again.daemon = True
+    again.start()
 
 
 def _terminate(_signum, _frame) -> None:
