@@ -21,6 +21,7 @@ import sequence_sim as S
 from kerncap import api
 from kerncap.cli import main
 from kerncap.errors import KerncapError, UsageError
+from kerncap.recompile.fusion import of_source as fusion_of_source
 from test_sequences import NVCC, _pipeline_with_entries
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc (the fused kernel is compiled)")
@@ -182,7 +183,7 @@ def test_the_workbench_helpers_name_fusions_and_their_sources(fusable):
     api.fuse_skeleton(fusable, 0, 1, "sp_scale-sp_add")
     assert api.fusion_name(fusable, 0, 1) == "sp_scale-sp_add-2"
     d = fusable / "fusions" / "pair"
-    assert api.fusion_of_source(fusable, d / "fused.cu") == "pair"
-    assert api.fusion_of_source(fusable, d / "fusion.json") is None
-    assert api.fusion_of_source(fusable, d / "fused.cubin") is None
-    assert api.fusion_of_source(fusable, fusable / "kernels" / "1" / "source" / "seq_pipeline.cu") is None
+    assert fusion_of_source(fusable, d / "fused.cu") == "pair"
+    assert fusion_of_source(fusable, d / "fusion.json") is None
+    assert fusion_of_source(fusable, d / "fused.cubin") is None
+    assert fusion_of_source(fusable, fusable / "kernels" / "1" / "source" / "seq_pipeline.cu") is None

@@ -21,6 +21,7 @@ from kerncap import api
 from kerncap.cli import main
 from kerncap.errors import CaptureFormatError, KerncapError, UsageError
 from kerncap.reproducer.format import Capture
+from kerncap.recompile.sequence_kernel import kernel_of_source
 from kerncap.reproducer.sequence_variant import write_variant
 
 
@@ -336,8 +337,8 @@ def test_a_sequence_build_rebuilds_one_kernel_and_records_the_sequence_and_its_l
     # the row survives a reload (history.json's schema knows the fields); kernels/ is versioned
     h = api.History.load(repro)
     assert h.variants[-1].launch_ms == [0.01, 0.01] and h.versioned == "kernels"
-    assert api.sequence_kernel_of_source(repro, repro / "kernels" / "1" / "source" / "x.cu") == 1
-    assert api.sequence_kernel_of_source(repro, repro / "kernels" / "1" / "variants" / "1.cubin") is None
+    assert kernel_of_source(repro, repro / "kernels" / "1" / "source" / "x.cu") == 1
+    assert kernel_of_source(repro, repro / "kernels" / "1" / "variants" / "1.cubin") is None
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc (the pipeline's kernels are compiled)")

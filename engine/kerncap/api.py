@@ -60,9 +60,8 @@ if TYPE_CHECKING:  # the engine's own names, each documented where it is defined
     from kerncap.recompile import recompile
     from kerncap.recompile.editing import list_sources, read_source, sources_of, write_source
     from kerncap.recompile.fusion import build as fuse_build, describe as fusion_info, edit as fuse_edit
-    from kerncap.recompile.fusion import existing as fusions, of_source as fusion_of_source, skeleton as fuse_skeleton
+    from kerncap.recompile.fusion import existing as fusions, skeleton as fuse_skeleton
     from kerncap.recompile.fusion import suggest_name as fusion_name, variant_summary as fused_variant_info
-    from kerncap.recompile.sequence_kernel import kernel_of_source as sequence_kernel_of_source
     from kerncap.recompile.sequence_kernel import recompile_kernel as recompile_sequence_kernel
     from kerncap.sources import discover as find_sources
     from kerncap.sources.locate import locate_kernel as kernel_site
