@@ -185,3 +185,133 @@ def test_perturbed_validation_reaches_each_variant(tmp_path, monkeypatch):
     assert bad.validation["failing"] and all(f["input"].startswith("perturbation") for f in bad.validation["failing"])
     plain = tasks.measure(str(repro), "abs", str(tmp_path / "abs.cubin"), api.MeasureRequest(time=False))
     assert plain.status == "ok"  # the captured input alone cannot tell
+
+
+# -- --apply: each winner in its app (issue 46) ---------------------------------------------------
+
+
+def test_apply_runs_no_recorded_command_before_trust(corpus, capsys, monkeypatch):
+    """A corpus may come from someone else: --apply without --trust names the commands it
+    would run and stops (exit 2) before anything is replayed or run."""
+    from kerncap.fleet import fanout
+
+    monkeypatch.setattr(fanout.Fanout, "run", lambda *a, **k: pytest.fail("the corpus ran before --trust"))
+    status = main(["check", str(corpus), "--backend", "serial", "--apply"])
+    err = capsys.readouterr().err
+    assert status == 2 and "/tmp/kc-testapps/smooth 65536 (in /work/main)" in err and "--trust" in err
+    assert main(["check", str(corpus), "--backend", "serial", "--apply", "--trust", "--apply-runs", "-1"]) == 2
+
+
+class _Applied:
+    """Session.apply's stand-in: records each request; the app's --check passes unless
+    `mismatch` names a launch."""
+
+    def __init__(self, monkeypatch, mismatch: int | None = None):
+        from kerncap.capture import apply as apply_tool
+        from kerncap.session.session import Session
+
+        self.requests, self.roots = [], []
+
+        def apply(session, request, *, output=None, cancelled=None):
+            r = request.checked()
+            self.requests.append(r)
+            self.roots.append(session.root)
+            bad = None if mismatch is None else apply_tool.Mismatch(mismatch, 1, 4, 4096)
+            return apply_tool.ApplyResult(variant=session.root / "variants" / "2.cubin", launches=10, substituted=10,
+                                          check=apply_tool.CheckResult(10, 10, bad), timing=None, skipped_globals=[],
+                                          row=r.variant)
+        monkeypatch.setattr(Session, "apply", apply)
+
+
+def test_apply_runs_each_winner_in_its_recorded_app(corpus, monkeypatch):
+    """--apply --trust: the demo's winner (v2) runs in the command, directory and settings
+    its capture recorded (kerncap's own KERNCAP_* left out) with --check; the outcome is a
+    case of its own, a FAIL when the app's outputs differ (exit 1), and a winner whose
+    replay check failed in this run is not applied."""
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/2.cubin": 0.008}))
+    applied = _Applied(monkeypatch)
+    with api.open_fanout(backend="serial") as f:
+        report = api.check([corpus], f, options=fake(), apply=True, trust=True, apply_runs=0)
+    by = {c.key: c for c in report.cases}
+    assert list(by)[-1] == "demo#v2-in-app" and report.exit_status == 0
+    case = by["demo#v2-in-app"]
+    assert case.status == "pass" and case.in_app["check"]["compared"] == 10
+    [r] = applied.requests
+    assert (r.variant, r.check, r.runs, r.command, r.cwd) == (2, True, 0, ("/tmp/kc-testapps/smooth", "65536"),
+                                                              "/work/main")
+    assert r.env is None  # the demo recorded only kerncap's own variables
+    assert applied.roots == [corpus / "demo"]
+    assert "in app: 10 of 10 launch(es) substituted; 10 compared, byte-exact" in api.format_check(report)
+
+    _Applied(monkeypatch, mismatch=2)
+    with api.open_fanout(backend="serial") as f:
+        failed = api.check([corpus], f, options=fake(), apply=True, trust=True, apply_runs=0)
+    case = {c.key: c for c in failed.cases}["demo#v2-in-app"]
+    assert case.status == "fail" and "FAIL at launch 2 (the 3rd)" in case.message and failed.exit_status == 1
+
+    monkeypatch.setenv("FAKE_FAIL", "variants/2.cubin")
+    skipped = _Applied(monkeypatch)
+    with api.open_fanout(backend="serial") as f:
+        third = api.check([corpus], f, options=fake(), apply=True, trust=True)
+    case = {c.key: c for c in third.cases}["demo#v2-in-app"]
+    assert case.status == "error" and "did not pass its replay check (fail)" in case.message
+    assert skipped.requests == []
+
+
+def test_apply_of_a_corpus_without_winners_says_so(tmp_path, monkeypatch):
+    shutil.copytree(FIXTURES / "axpy_small", tmp_path / "c" / "axpy")
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010}))
+    with api.open_fanout(backend="serial") as f:
+        report = api.check([tmp_path / "c"], f, options=fake(), apply=True)  # nothing to run: no --trust needed
+    assert [c.label for c in report.cases] == ["baseline"]
+    assert report.warnings == ["--apply: no reproducer has a passing recorded variant to apply"]
+
+
+def _set_with_a_winner(fake_set, root: Path, cubins: dict[int, bytes]) -> Path:
+    """A set (tests/conftest.py fake_set: two members of one real H200 capture) whose History
+    row 1 is a set variant giving member i the cubin `cubins[i]`."""
+    set_dir = fake_set(root).set_dir
+    (set_dir / "variants").mkdir()
+    names = {}
+    for i, data in cubins.items():
+        (set_dir / "variants" / f"1-{i}.cubin").write_bytes(data)
+        names[str(i)] = f"variants/1-{i}.cubin"
+    (set_dir / "variants" / "1.json").write_text(json.dumps({"format": "kerncap-set-variant", "cubins": names}))
+    rows = [{"id": 0, "time": "2026-12-04T00:00:00Z", "median_ms": 0.01, "validation": "pass"},
+            {"id": 1, "time": "2026-12-04T00:00:00Z", "median_ms": 0.008, "validation": "pass",
+             "cubin": "variants/1.json"}]
+    (set_dir / "history.json").write_text(json.dumps({"version": 1, "variants": rows}))
+    return set_dir
+
+
+def test_a_sets_winner_is_applied_once_through_its_first_member(fake_set, tmp_path, monkeypatch):
+    """A set's members share the captured module, so its variant is one cubin standing in
+    for the kernel in every launch: applied once, through member 0, the outcome kept on the
+    set's History row; `check --apply` finds the winner in the set's History."""
+    from kerncap.reproducer.history import History
+
+    set_dir = _set_with_a_winner(fake_set, tmp_path / "corpus" / "myset", {0: b"SAME", 1: b"SAME"})
+    applied = _Applied(monkeypatch)
+    with api.open(set_dir) as session:
+        r = session.apply(api.options.ApplyRequest(command=("app",), variant=1, check=True, runs=0))
+    [req] = applied.requests
+    assert applied.roots == [set_dir / "members" / "0"]
+    assert (req.variant, Path(req.cubin).read_bytes()) == (None, b"SAME")
+    assert r.row == 1 and History.load(set_dir).get(1).in_app["check"] == "pass"
+
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010}))
+    with api.open_fanout(backend="serial") as f:
+        report = api.check([tmp_path / "corpus"], f, options=fake(), apply=True, trust=True, apply_runs=0)
+    case = report.cases[-1]
+    assert (case.key, case.status, case.reproducer) == ("myset#v1-in-app", "pass", str(set_dir))
+    recorded = api.Capture.open(set_dir / "members" / "0").provenance["command"]  # the member's H200 capture
+    assert applied.requests[-1].command == tuple(recorded) and applied.roots[-1] == set_dir / "members" / "0"
+
+
+def test_a_set_variant_of_several_cubins_is_refused_by_apply(fake_set, tmp_path, monkeypatch):
+    set_dir = _set_with_a_winner(fake_set, tmp_path / "set", {0: b"ONE", 1: b"OTHER"})
+    applied = _Applied(monkeypatch)
+    with pytest.raises(UsageError, match=r"its variant holds 2 cubin\(s\); kerncap apply substitutes one module"):
+        with api.open(set_dir) as session:
+            session.apply(api.options.ApplyRequest(command=("app",), variant=1))
+    assert applied.requests == []

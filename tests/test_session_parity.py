@@ -605,6 +605,38 @@ def test_apply_refuses_the_same_bad_requests_in_every_front_end(applied_app, tmp
         api.options.ApplyRequest(command=("x",), variant=1, runs=-1).checked()
 
 
+def test_a_sets_variant_runs_in_the_app_through_its_first_member(applied_app, tmp_path, capsys):
+    """A set of two members of one module (two copies of the stand-in's reproducer), its
+    History row 1 a set variant of one cubin (`fast`): `kerncap apply SET --variant 1` runs
+    the stand-in app with it on every launch (the interposer's own substitution), --check
+    compares all 5, and the outcome is kept on the set's row."""
+    from kerncap.reproducer.history import History
+
+    repro, command = applied_app
+    root = tmp_path / "set"
+    (root / "variants").mkdir(parents=True)
+    for i in (0, 1):
+        shutil.copytree(repro, root / "members" / str(i))
+    shutil.copy(repro / "variants" / "1.cubin", root / "variants" / "fast.cubin")
+    (root / "variants" / "1.json").write_text(json.dumps({"cubins": {"0": "variants/fast.cubin",
+                                                                     "1": "variants/fast.cubin"}}))
+    members = [{"index": i, "dir": f"members/{i}", "dispatch": i, "weight": 0.5} for i in (0, 1)]
+    (root / "set.json").write_text(json.dumps({"format": "kerncap-set", "format_version": 1, "members": members}))
+    rows = [{"id": 0, "time": "2026-12-04T00:00:00Z", "median_ms": 0.01, "validation": "pass"},
+            {"id": 1, "time": "2026-12-04T00:00:00Z", "median_ms": 0.008, "validation": "pass",
+             "cubin": "variants/1.json"}]
+    (root / "history.json").write_text(json.dumps({"version": 1, "variants": rows}))
+    status = cli.main(["apply", str(root), "--variant", "1", "--check", "--runs", "0", "--identify", "name",
+                       "--json", "--", *command])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 0, doc
+    assert (doc["row"], doc["launches"], doc["substituted"], doc["check"]["compared"]) == (1, 5, 5, 5)
+    assert doc["check"]["mismatch"] is None and doc["variant"] == str((root / "variants" / "fast.cubin").resolve())
+    kept = History.load(root).get(1).in_app
+    assert kept["check"] == "pass" and kept["substituted"] == 5
+    assert History.load(root / "members" / "0").get(1).in_app is None  # the member's own row is not the set's
+
+
 def test_apply_defaults_are_one_declaration():
     """The run count, identification and the per-run timeout: the CLI's flags and MCP's
     arguments are ApplyRequest's (900 s per run of the app, as MCP's profile/extract)."""
@@ -616,19 +648,26 @@ def test_apply_defaults_are_one_declaration():
     assert sub.parse_args(["DIR", "--variant", "1"]).timeout == 900.0
 
 
-def test_a_set_refuses_apply_itself_in_every_front_end(fake_set, tmp_path, capsys):
-    """The shape is the session's to judge (issue 45): a reproducer set's session refuses
-    apply with one usage error, the same through the CLI and MCP."""
+def test_a_set_judges_apply_itself_in_every_front_end(fake_set, tmp_path, capsys):
+    """The shape is the session's to judge (issue 45): a set applies its variant through its
+    first member when the variant is one cubin (tests/test_check.py), and refuses one of two
+    cubins with one usage error, the same through the CLI and MCP."""
     root = fake_set(tmp_path / "set").set_dir
-    status = cli.main(["apply", str(root), "--variant", "1", "--json", "--", "true"])
+    (root / "variants").mkdir()
+    for i in (0, 1):
+        (root / "variants" / f"m{i}.cubin").write_bytes(b"cubin %d" % i)
+    (root / "variants" / "1.json").write_text(json.dumps({"cubins": {"0": "variants/m0.cubin",
+                                                                     "1": "variants/m1.cubin"}}))
+    status = cli.main(["apply", str(root), "--cubin", str(root / "variants" / "1.json"), "--json", "--", "true"])
     from_cli = json.loads(capsys.readouterr().out)
 
     async def go():
         async with Client(build_server([tmp_path])) as c:
-            return await c.call_tool("apply", {"reproducer": str(root), "command": ["true"], "variant": 1})
+            return await c.call_tool("apply", {"reproducer": str(root), "command": ["true"],
+                                               "cubin": str(root / "variants" / "1.json")})
     answer = anyio.run(go)
     assert status == 2 and answer.is_error and answer.structured_content == from_cli
-    assert "is a reproducer set" in from_cli["error"]["message"] and "members/" in from_cli["error"]["hint"]
+    assert "holds 2 cubin(s)" in from_cli["error"]["message"] and "members/<i>" in from_cli["error"]["hint"]
 
 
 def test_a_set_refuses_sanitize_itself_in_every_front_end(fake_set, tmp_path, capsys):

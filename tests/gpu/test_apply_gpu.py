@@ -125,3 +125,50 @@ def test_a_triton_kernels_recompiled_cubin_applies_in_its_app(testapps_build, tm
     assert doc["substituted"] >= 2 and doc["check"]["mismatch"] is None, doc
     assert doc["check"]["compared"] == doc["launches"], doc["check"]
     assert doc["timing"]["kernel_ms"] and len(doc["timing"]["kernel_ms"][1]) == 3
+
+
+def test_check_apply_runs_each_winner_in_its_app_a_sets_through_its_first_member(captures, variant_cubins,
+                                                                                   testapps_build, tmp_path):
+    """Issue 46's `check` end: a corpus of axpy_inplace (History row 1: axpy_fast) and the
+    buckets set (bk_scale at four shapes, its source rebuilt by `build` into a set variant
+    of one cubin, History row 1). `kerncap check --apply --trust` replays both, then runs each
+    winner in the app its capture recorded: every launch substituted, --check byte for byte
+    on each (10 for axpy, 38 over the four shapes for the set), timed; the set's outcome is
+    kept on its own row."""
+    import shutil
+
+    from kerncap import api
+    from kerncap.capture.extract import extract
+    from kerncap.reproducer.history import History
+
+    from .apps import TESTAPPS, app_env
+    from .test_buckets import BUCKETS
+
+    corpus = tmp_path / "corpus"
+    axpy = corpus / "axpy"
+    shutil.copytree(captures.get("axpy_inplace").reproducer, axpy)
+    (axpy / "variants").mkdir(exist_ok=True)
+    shutil.copy(variant_cubins / "axpy_fast.cubin", axpy / "variants" / "fast.cubin")
+    rows = [{"id": 0, "time": "2026-12-04T00:00:00Z", "median_ms": 0.2, "validation": "pass"},
+            {"id": 1, "time": "2026-12-04T00:00:00Z", "median_ms": 0.1, "validation": "pass",
+             "cubin": "variants/fast.cubin"}]
+    (axpy / "history.json").write_text(json.dumps({"version": 1, "variants": rows}))
+    res = extract(BUCKETS.kernel, BUCKETS.command(testapps_build), output=corpus / "buckets", buckets=True,
+                  timeout=180, env=app_env(BUCKETS, tmp_path), source_dir=TESTAPPS / "cuda", build_dir=testapps_build)
+    with api.open(res.set.root) as s:
+        built = s.build(api.BuildRequest(trust=True))
+    assert built.variant is not None and built.variant.validation == "pass", built
+
+    proc = subprocess.run([sys.executable, "-m", "kerncap", "check", str(corpus), "--backend", "serial", "--apply",
+                           "--trust", "--json"], capture_output=True, text=True, timeout=900)
+    doc = json.loads(proc.stdout)
+    by = {c["key"]: c for c in doc["cases"]}
+    for key in ("axpy#v1-in-app", "buckets#v1-in-app"):
+        print(key, by[key]["status"], json.dumps({k: by[key]["in_app"][k] for k in ("launches", "substituted")}),
+              json.dumps(by[key]["in_app"]["timing"]["kernel_speedup"]), by[key]["in_app"]["check"]["compared"])
+    assert proc.returncode == 0, (proc.stderr[-3000:], [(c["key"], c["status"], c["message"]) for c in doc["cases"]])
+    a, b = by["axpy#v1-in-app"]["in_app"], by["buckets#v1-in-app"]["in_app"]
+    assert (a["launches"], a["substituted"], a["check"]["compared"]) == (10, 10, 10)
+    assert b["launches"] == b["substituted"] == b["check"]["compared"] == 38
+    assert a["timing"]["kernel_speedup"]["speedup"] > 1.0  # axpy_fast in its app
+    assert History.load(res.set.root).get(built.variant.id).in_app["check"] == "pass"

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kerncap.capture.apply import APPLY_RUNS
 from kerncap.core.stack import differences, recorded_stack
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_OK, KerncapError, UsageError
 from kerncap.fleet import baseline as baseline_file
@@ -29,7 +31,8 @@ from kerncap.fleet.fanout import Fanout, Job, JobResult
 from kerncap.fleet.ship import make_bundle
 from kerncap.fleet.tasks import ERROR, FAIL, MeasureRequest, Outcome, Step, check_reproducer
 from kerncap.reproducer.format import Capture
-from kerncap.reproducer.history import best_variant
+from kerncap.reproducer.history import Variant, best_variant
+from kerncap.reproducer.sets import is_set
 
 MAX_DEPTH = 4
 PASS, REGRESSED = "pass", "regressed"
@@ -54,6 +57,7 @@ class CheckCase:
     worker: dict[str, Any] = field(default_factory=dict)
     gpu: str | None = None    # the GPU the worker replayed on, when it could tell
     seconds: float = 0.0
+    in_app: dict[str, Any] | None = None  # --apply: the winner run in its app (ApplyResult.to_dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,16 +167,28 @@ def _recorded(path: Path) -> tuple[dict[str, Any] | None, list[str]]:
 
 def check(dirs: Sequence[str | os.PathLike], fanout: Fanout, *, options: MeasureRequest | None = None,
           baseline: str | os.PathLike | None = None, threshold_pct: float = 10.0, ship: bool | None = None,
-          on_case: Callable[[CheckCase], None] | None = None) -> CheckReport:
+          on_case: Callable[[CheckCase], None] | None = None, apply: bool = False, apply_runs: int = APPLY_RUNS.default,
+          trust: bool = False) -> CheckReport:
     """Validate and time every case of the corpus under `dirs` on `fanout`.
     `ship`: send the reproducers' files with the jobs (default: when the fan-out's
-    workers may be remote); otherwise workers read them at the same path."""
+    workers may be remote); otherwise workers read them at the same path.
+    `apply`: then run each reproducer's (and set's) winner in the app it was captured
+    from, here, with --check and `apply_runs` timed runs each way (apply_winners); the
+    recorded commands run only with `trust` (a corpus may come from someone else)."""
     start = time.monotonic()
     options = options or MeasureRequest()
     if threshold_pct < 0:
         raise UsageError(f"--threshold {threshold_pct:g} is negative", "give a percentage, e.g. --threshold 10")
     stored = baseline_file.load(baseline) if baseline is not None else None
     corpus = find_corpus(dirs)
+    if apply_runs < 0:
+        raise UsageError(f"--apply-runs {apply_runs} is negative", "give a run count, e.g. --apply-runs 5 (0: no timing)")
+    winners = app_winners(corpus) if apply else []
+    if winners and not trust:
+        raise UsageError("--apply runs the command each reproducer recorded: "
+                         + "; ".join(f"{shlex.join(w.command)} (in {w.cwd or '?'})" for w in winners[:3])
+                         + (f" and {len(winners) - 3} more" if len(winners) > 3 else ""),
+                         "read them, then add --trust to run them (kerncap info DIR shows each reproducer's command)")
     ship = fanout.remote if ship is None else ship
     jobs, plans = [], {}
     for key, path in corpus:
@@ -193,6 +209,10 @@ def check(dirs: Sequence[str | os.PathLike], fanout: Fanout, *, options: Measure
     order = {key: i for i, (key, _) in enumerate(corpus)}
     cases.sort(key=lambda c: (order[c.key.rsplit("#", 1)[0]], c.label != "baseline", c.label))
     report_warnings = []
+    if apply:
+        if not winners:
+            report_warnings.append("--apply: no reproducer has a passing recorded variant to apply")
+        cases += apply_winners(winners, cases, runs=apply_runs, on_case=on_case)
     if stored is not None:
         seen = {c.key for c in cases}
         missing = sorted(set(stored) - seen)
@@ -230,6 +250,92 @@ def _cases(r: JobResult, path: Path, variants: list[tuple[str, str | None]], rec
         elif stored is not None and o.timing:
             _compare(case, stored.get(key), o, threshold_pct)
         out.append(case)
+    return out
+
+
+# -- --apply: each winner in its app (issue 46, docs/apply.md) ---------------------------------
+
+
+@dataclass
+class Winner:
+    key: str            # the reproducer's key, or the set's
+    root: Path          # the reproducer, or the set whose History holds the winner
+    variant: Variant
+    command: list[str]  # what the capture recorded
+    cwd: str | None
+    env: dict[str, str]
+
+
+# Recorded variables the app's own run needs again (kerncap's own KERNCAP_* are the capture's
+# settings; CUDA_VISIBLE_DEVICES names the capturing machine's GPUs, this shell's rule).
+def _app_env(recorded: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in recorded.items() if not k.startswith("KERNCAP_") and k != "CUDA_VISIBLE_DEVICES"}
+
+
+def app_winners(corpus: Sequence[tuple[str, Path]]) -> list[Winner]:
+    """The best recorded variant of every reproducer of the corpus that has one, with the
+    command its capture recorded. A set's members are found as reproducers; the set's own
+    History holds its winner, applied once for the set."""
+    out: list[Winner] = []
+    seen: set[Path] = set()
+    for key, path in corpus:
+        root = path
+        if path.parent.name == "members" and is_set(path.parent.parent):
+            root = path.parent.parent
+            key = key.rsplit("/members/", 1)[0] if "/members/" in key else root.resolve().name
+        if root.resolve() in seen:
+            continue
+        seen.add(root.resolve())
+        try:
+            best = best_variant(root)
+            prov = Capture.open(path).provenance if best is not None else {}
+        except KerncapError:
+            continue  # the baseline case reports the damage
+        command = prov.get("command")
+        if best is None or not command:
+            continue
+        out.append(Winner(key, root, best, shlex.split(command) if isinstance(command, str) else list(command),
+                          prov.get("cwd"), _app_env(prov.get("env") or {})))
+    return out
+
+
+def apply_winners(winners: Sequence[Winner], cases: Sequence[CheckCase], *, runs: int,
+                  on_case: Callable[[CheckCase], None] | None = None) -> list[CheckCase]:
+    """Each winner substituted in its app (Session/SetSession.apply, on this machine's GPU):
+    --check over every launch, `runs` timed runs each way; the outcome is also kept on the
+    winner's History row. A winner whose replay check failed in this run is not applied."""
+    from kerncap.session.opening import open_session
+    from kerncap.session.options import ApplyRequest
+    from kerncap.session.session import needs_gpu
+
+    status = {c.key: c.status for c in cases}
+    out = []
+    for w in winners:
+        label = f"{w.variant.label}-in-app"
+        case = CheckCase(key=f"{w.key}#{label}", reproducer=str(w.root), label=label, cubin=w.variant.cubin,
+                         status=PASS)
+        replayed = status.get(f"{w.key}#{w.variant.label}")
+        started = time.monotonic()
+        if replayed not in (None, PASS):
+            case.status, case.message = ERROR, f"not applied: {w.variant.label} did not pass its replay check ({replayed})"
+            case.hint = "fix the variant first; `kerncap check` on the reproducer alone shows why"
+        else:
+            request = ApplyRequest(command=tuple(w.command), variant=w.variant.id, check=True, runs=runs, cwd=w.cwd,
+                                   env=w.env or None)
+            try:
+                with open_session(w.root, compile_worker=False) as session:
+                    result = session.apply(request, output=lambda _stream, _data: None)
+                case.in_app = result.to_dict()
+                if result.exit_status:
+                    case.status, case.message = FAIL, "in the app: " + result.check.text().splitlines()[0]
+                    case.hint = f"kerncap apply {w.root} --variant {w.variant.id} --check -- … shows the launch"
+            except KerncapError as exc:
+                case.status, case.message, case.hint = ERROR, f"apply: {exc.message}", exc.hint
+                case.gpu_step = needs_gpu(exc)
+        case.seconds = time.monotonic() - started
+        out.append(case)
+        if on_case is not None:
+            on_case(case)
     return out
 
 
@@ -286,7 +392,7 @@ def format_report(report: CheckReport) -> str:
     rows = []
     for c in report.cases:
         rows.append([c.status.upper() if c.status != PASS else "pass", c.key,
-                     (c.validation or {}).get("mode", "") or "",
+                     "in app" if c.label.endswith("-in-app") else (c.validation or {}).get("mode", "") or "",
                      f"{c.timing['median_ms'] * 1000:.2f}" if c.timing else "-",
                      f"{c.change_pct:+.1f}%" if c.change_pct is not None else ""])
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
@@ -301,12 +407,31 @@ def format_report(report: CheckReport) -> str:
             lines.append(f"      {c.message}" + (" [GPU step]" if c.status == ERROR and c.gpu_step else ""))
             if c.hint:
                 lines.append(f"      hint: {c.hint}")
+        if c.in_app:
+            lines.append(f"      {in_app_line(c.in_app)}")
         lines += [f"      warning: {w}" for w in c.warnings]
     n = report.counts()
     lines.append(f"{len(report.cases)} case(s): {n[PASS]} passed, {n[FAIL]} failed, {n[REGRESSED]} regressed, "
                  f"{n[ERROR]} could not run; {report.seconds:.1f} s on {report.fanout}")
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines)
+
+
+def in_app_line(doc: dict[str, Any]) -> str:
+    """One line of an applied winner (ApplyResult.to_dict): launches compared, speedups."""
+    check = doc.get("check") or {}
+    parts = [f"{doc['substituted']} of {doc['launches']} launch(es) substituted",
+             f"{check.get('compared', 0)} compared, " + ("byte-exact" if not check.get("mismatch") else
+                                                         f"launch {check['mismatch']['launch']} differs")]
+    timing = doc.get("timing") or {}
+    for what in ("kernel", "app"):
+        iv = timing.get(f"{what}_speedup")
+        if iv:
+            parts.append(f"{what} {iv['speedup']:.3f}x [{iv['low']:.3f}, {iv['high']:.3f}]")
+    share = (timing.get("share") or [None])[0]
+    if share is not None:
+        parts.append(f"share {100 * share:.1f} % of GPU time")
+    return "in app: " + "; ".join(parts)
 
 
 def write_baseline(report: CheckReport, path: str | os.PathLike) -> Path:

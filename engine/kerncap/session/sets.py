@@ -24,8 +24,8 @@ from kerncap.replay.set_run import MemberRun, SetRun
 from kerncap.reproducer.buckets import weighted_speedup
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History, Variant
-from kerncap.reproducer.sets import Member, ReproducerSet, expand, hydrate_set, is_set, member_cubins
-from kerncap.session.options import SET_ITERATIONS, BuildRequest, ReplayRequest, ValidateRequest
+from kerncap.reproducer.sets import Member, ReproducerSet, expand, hydrate_set, inside, is_set, member_cubins
+from kerncap.session.options import SET_ITERATIONS, ApplyRequest, BuildRequest, ReplayRequest, ValidateRequest
 from kerncap.session.session import BuildResult, Opened, Progress, Session, _quiet, needs_gpu
 from kerncap.triton.pinned import AutotuneConfigs, autotune_configs
 
@@ -144,6 +144,42 @@ class SetSession(Opened):
     def autotune_configs(self) -> AutotuneConfigs:
         """Its first member's (members share the kernel and its source)."""
         return autotune_configs(self.members[0].path)
+
+    def apply(self, request: ApplyRequest, *, output=None, cancelled: Callable[[], bool] | None = None):
+        """The set's variant in its app (docs/apply.md): every member was captured from one
+        module, so one substitution of that kernel covers each member's launches (and any
+        other shape the app runs); the outcome is kept on the set's History row. A variant
+        holding several cubins (members from different modules) is refused: apply swaps one
+        module's kernel per run."""
+        r = request.checked()
+        if r.variant is not None:
+            row = self.history.get(r.variant)
+            if not row.cubin:
+                raise UsageError(f"variant {r.variant} is the captured cubin itself", "pick a built variant")
+            variant = inside(self.root, row.cubin, f"variant {r.variant}'s cubin", self.root / "history.json")
+        else:
+            variant = Path(r.cubin)
+        cubins = {c.read_bytes(): c for c in member_cubins(self.set, variant)}
+        modules = {Capture.open(m.path).kernel["module"]["sha256"] for m in self.members}
+        if len(cubins) > 1 or len(modules) > 1:
+            raise UsageError(f"{self.root}'s members were captured from {len(modules)} module(s) and its variant "
+                             f"holds {len(cubins)} cubin(s); kerncap apply substitutes one module's kernel per run",
+                             "apply a member's cubin: kerncap apply SET/members/<i> --cubin <its cubin in the variant>")
+        [cubin] = cubins.values()
+        with self.member_session(self.members[0]) as s:
+            result = s.apply(replace(r, cubin=str(cubin.resolve()), variant=None), output=output, cancelled=cancelled)
+        row = r.variant if r.variant is not None else self._row_of(variant)
+        result = replace(result, row=row)
+        if row is not None:
+            self.history.note_in_app(row, result.in_app(r.command))
+        return result
+
+    def _row_of(self, variant: Path) -> int | None:
+        """The set's History row whose variant is `variant` (a set variant's .json or a cubin)."""
+        for v in reversed(self.history.variants):
+            if v.id and v.cubin and (self.root / v.cubin).resolve() == variant.resolve():
+                return v.id
+        return None
 
     def compare(self, request: Any) -> Any:
         raise UsageError(f"comparing timings works on one reproducer; {self.root} is a set",
