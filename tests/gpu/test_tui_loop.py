@@ -182,7 +182,7 @@ class Workbench:
         """Open, show the log pane, time the baseline (B): the replay server is then warm."""
         app = self.app
         await self.settle()
-        assert app.source_dir is not None, f"{app.root} has no source/"
+        assert app.session is not None and app.session.edit_dirs(), f"{app.root} has no source/"
         assert app.watcher is not None and app.watcher.running, "the watchdog observer is not running"
         app.action_tab("log")  # the log renders once it has a size; its focus keeps keys off inputs
         await self.pilot.pause()
