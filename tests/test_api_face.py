@@ -61,7 +61,8 @@ def test_importing_the_api_the_workbench_and_the_commands_imports_no_engine():
              f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     engine, heavy = (out.splitlines() + ["", ""])[:2]
-    front = {"kerncap.cli", "kerncap.commands", "kerncap.frontends", "kerncap.frontends.render"}
+    front = {"kerncap.cli", "kerncap.commands", "kerncap.frontends", "kerncap.frontends.render",
+             "kerncap.frontends.verbs"}
     loaded = {m for m in engine.split() if m not in front and not m.startswith("kerncap.commands.")}
     assert loaded <= LIGHT, sorted(loaded - LIGHT)
     assert heavy == "", heavy

@@ -63,9 +63,10 @@ SEPARATE = "kerncap.pyhooks."  # runs inside the captured app's Python; imports 
 FRONT_ENDS = {"cli": ["kerncap.__main__", "kerncap.cli", "kerncap.commands."], "mcp": ["kerncap.frontends."],
               "workbench": ["kerncap_tui.", "screenshots."], "bench": ["bench."]}
 # What every front end may import of the front-end layer: the renderer of the request
-# records' options (argparse, MCP tool schemas). It is a front end of its own (it reaches
-# the engine through kerncap.api only) that imports no other front end.
-SHARED = {"rendering": ["kerncap.frontends.render"]}
+# records' options (argparse, MCP tool schemas) and the declaration of the verbs on an open
+# reproducer it renders (the CLI's commands, MCP's tools). They are a front end of their
+# own (they reach the engine through kerncap.api only) that imports no other front end.
+SHARED = {"rendering": ["kerncap.frontends.render", "kerncap.frontends.verbs"]}
 # `kerncap tui` and `kerncap mcp` start the other front end: the only crossings.
 LAUNCHERS = {("kerncap.commands.tui", "kerncap_tui.app"), ("kerncap.commands.mcp", "kerncap.frontends.mcp_server")}
 # What a front end may import besides kerncap.api: leaf helpers that hold no engine state.

@@ -2,7 +2,8 @@
 
 Each subcommand is a module of `kerncap.commands` with `register(subparsers)`; its
 handler returns the exit status. A new command is one module and one entry in
-commands(). Handlers reach the engine only through `kerncap.api`.
+commands(); a verb on an open reproducer is one entry of kerncap.frontends.verbs.VERBS.
+Handlers reach the engine only through `kerncap.api`.
 
 Exit statuses (docs/cli.md): 0 success or pass, 1 a verdict of failure (validation
 FAIL), 2 usage error, 3 could not run (damaged input, no GPU, environment). With
@@ -25,14 +26,21 @@ from kerncap.core.units import printable
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_INTERRUPTED, EXIT_TERMINATED, KerncapError, Terminated, UsageError
 
 def commands() -> tuple:
-    """Every command's module, in the order of `kerncap --help` (imported here, when the
-    parser is built: `kerncap tui`'s first frame waits for nothing else)."""
-    from kerncap.commands import (apply, build, check, dump, extract, fuse, info, mcp, pack, profile, prune,
-                                  recompile, replay, sources, store, sweep, tui, unpack, validate)
+    """Every command, in the order of `kerncap --help`: a module, or a verb on an open
+    reproducer (kerncap.frontends.verbs, rendered by kerncap.commands.verb), each with
+    `register(subparsers)` (imported here, when the parser is built: `kerncap tui`'s first
+    frame waits for nothing else)."""
+    from kerncap.commands import (build, check, dump, extract, fuse, info, mcp, pack, profile, prune, recompile,
+                                  replay, sources, store, sweep, tui, unpack, validate, verb)
     from kerncap.commands import list as list_command
 
-    return (profile, extract, apply, replay, validate, dump, recompile, fuse, build, sources, info, list_command, pack,
-            unpack, prune, store, tui, check, sweep, mcp)
+    return (profile, extract, *verb.commands(), replay, validate, dump, recompile, fuse, build, sources, info,
+            list_command, pack, unpack, prune, store, tui, check, sweep, mcp)
+
+
+def command_name(command) -> str:
+    """A command's name: a verb's own, or its module's last part."""
+    return getattr(command, "name", None) or command.__name__.rpartition(".")[2]
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of exiting, so that --json can report it."""
@@ -60,7 +68,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kerncap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     wanted = ALIASES.get(command, command)
-    chosen = [m for m in commands() if m.__name__.rpartition(".")[2] == wanted]
+    chosen = [m for m in commands() if command_name(m) == wanted]
     for module in chosen or commands():  # an unknown command: argparse lists them all
         module.register(sub)
     return parser

@@ -35,7 +35,7 @@ from pydantic import Field
 from kerncap import __version__, api
 from kerncap.core.units import printable
 from kerncap.errors import KerncapError, UsageError
-from kerncap.frontends import render
+from kerncap.frontends import render, verbs
 
 try:
     from mcp.server.mcpserver import Context, MCPServer
@@ -53,7 +53,8 @@ that replays it at its original addresses. Loop: `info` a reproducer, `list_sour
 `write_source` an edit, then `build` (recompile, time against the captured cubin with a confidence interval,
 validate, and record the variant in the reproducer's history, as the workbench does), or the steps one by one:
 `recompile` (Triton: optional `config` pins), `validate` the new cubin (byte-exact unless atol/rtol; `perturb` K
-also on K perturbed inputs), `compare` its timing with the captured cubin; `ncu` for Nsight Compute's metrics. `profile` and `extract` run the application itself;
+also on K perturbed inputs), `compare` its timing with the captured cubin; `ncu` for Nsight Compute's metrics,
+`sanitize` for compute-sanitizer's report on one launch. `profile` and `extract` run the application itself;
 `apply` runs it with a variant in place of the captured kernel (`check`: are its outputs the same on every launch).
 A sequence (extract with `sequence`) replays whole in an `order`; `validate`/`replay` with `per_launch` name the first
 launch that departs / time each launch; `fuse_skeleton` and `fuse_build` replace a range of its launches by one kernel.
@@ -65,6 +66,10 @@ Cubin = Annotated[str | None, Field(description="a variant cubin, relative to th
                                                 "or absolute; omit for the captured cubin")]
 FusionName = Annotated[str, Field(description="the fusion's name: fusions/<name>/ and variants/fuse-<name>.json "
                                               "(letters, digits, '-', '_')")]
+# The app's command, as profile and a verb that runs the app (kerncap.frontends.verbs: apply) take it.
+AppCommand = Annotated[list[str], Field(description="the app's argv, e.g. [\"python\", \"train.py\"]")]
+AppCwd = Annotated[str | None, Field(description="working directory (under a root)")]
+AppEnv = Annotated[dict[str, str] | None, Field(description="variables added to the app's environment")]
 SourceKernel = Annotated[str | None, Field(description="a sequence: whose sources (kernels/<k>/source/), its number "
                                                        "or a part of its name; omit for one dispatch, or for the "
                                                        "sequence's only kernel with sources")]
@@ -248,10 +253,7 @@ def _profile_tool(server: MCPServer, state: KerncapMCP) -> None:
     @server.tool()
     @kerncap_tool
     async def profile(ctx: Context,
-                      command: Annotated[list[str], Field(description="the app's argv, e.g. [\"python\", \"train.py\"]")],
-                      cwd: Annotated[str | None, Field(description="working directory (under a root)")] = None,
-                      env: Annotated[dict[str, str] | None, Field(description="variables added to the app's "
-                                                                              "environment")] = None,
+                      command: AppCommand, cwd: AppCwd = None, env: AppEnv = None,
                       timeout_s: Annotated[float, Field(gt=0, description="stop the app after this long")] = DEFAULT_APP_TIMEOUT_S,
                       sampled: Annotated[bool, Field(description="count every launch and time a sample with CUDA "
                                                                  "events instead of CUPTI's record of every launch")] = False,
@@ -335,44 +337,48 @@ def _extract_tool(server: MCPServer, state: KerncapMCP) -> None:
                 "info": api.info(result.reproducer_dir).to_dict(), "app_output_tail": tail.lines}
 
 
-def _apply_tool(server: MCPServer, state: KerncapMCP) -> None:
-    """The tools of the application: run it with a variant in place (docs/apply.md)."""
+def _verb_tools(server: MCPServer, state: KerncapMCP) -> None:
+    """The verbs on an open reproducer (kerncap.frontends.verbs: apply, sanitize), each a
+    tool rendered from its declaration."""
+    for verb in verbs.VERBS:
+        server.tool(name=verb.name, description=verb.doc)(kerncap_tool(_verb_tool(state, verb)))
+
+
+def _verb_tool(state: KerncapMCP, verb: verbs.Verb) -> Callable[..., Any]:
+    """The tool of `verb`: its request's options as arguments (render.tool_options), every
+    path under the roots, the session's answer as the CLI's --json gives it. A verb that
+    runs the app takes its `command`, `cwd`, `env` and returns the tail of its output, as
+    profile and extract do; a cancel stops what the verb started."""
     R = state.roots
 
-    @server.tool()
-    @kerncap_tool
-    @render.tool_options(api.options.ApplyRequest, descriptions={
-        "cubin": "the variant cubin, relative to the reproducer (e.g. variants/1.cubin) or absolute (one of cubin "
-                 "and variant)",
-        "compare_output": "with check: also compare these files the app writes (under a root; relative to cwd)"})
-    async def apply(ctx: Context, reproducer: Reproducer,
-                    command: Annotated[list[str], Field(description="the app's argv, e.g. [\"python\", \"train.py\"]")],
-                    cwd: Annotated[str | None, Field(description="working directory (under a root)")] = None,
-                    env: Annotated[dict[str, str] | None, Field(description="variables added to the app's "
-                                                                            "environment")] = None,
-                    **options: Any) -> dict[str, Any]:
-        """Run the app with a variant standing in for the captured kernel, as `kerncap apply
-        --json` (the same request, the same result): every launch of that kernel (or those
-        `dispatch` names) runs the variant with the app's grid, block and arguments; `check`
-        runs the app as is and with the variant and names the first launch whose outputs
-        differ; `runs` R times it each way, interleaved (the kernel's in-app speedup with
-        its interval, the app's, the kernel's share of GPU time). `exit_status` 1: check
-        failed. A refused variant (another parameter layout, globals, architecture; the app
-        ran its own kernel) is a tool error with exit_status 4. The outcome is kept on the
-        variant's History row (`in_app`), which the workbench shows. Runs the user's
-        command as profile and extract do; each run stops after `timeout_s`."""
+    async def answer(ctx: Context, reproducer: str, options: dict[str, Any], command: list[str] | None = None,
+                     cwd: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
         repro = R.reproducer(reproducer)
-        workdir = R.path(cwd, "cwd") if cwd else R.dirs[0]
-        variant = R.cubin(repro, options.pop("cubin", None))
-        outputs = tuple(str(R.path(str(workdir / p), "compare_output")) for p in options.pop("compare_output", None)
-                        or ())
-        request = render.from_tool(api.options.ApplyRequest, options, command=tuple(command), cwd=str(workdir),
-                                   env=env, cubin=None if variant is None else str(variant), compare_output=outputs)
-        tail = _Tail()
+        workdir = (R.path(cwd, "cwd") if cwd else R.dirs[0]) if verb.runs_app else None
+        more: dict[str, Any] = {}
+        for name in verb.cubins:
+            variant = R.cubin(repro, options.pop(name, None))
+            more[name] = None if variant is None else str(variant)
+        for name in verb.app_files:
+            more[name] = tuple(str(R.path(str(workdir / p), name)) for p in options.pop(name, None) or ())
+        if verb.runs_app:
+            more.update(command=tuple(command), cwd=str(workdir), env=env)
+        request = render.from_tool(verb.request, options, **more)
+        tail = _Tail() if verb.runs_app else None
         cancel = api.Cancellation()
-        result = await state.blocking(ctx, "apply", lambda: state.session(repro, lambda s: s.apply(
-            request, output=tail, cancelled=lambda: cancel.cancelled)), on_cancel=cancel.cancel)
-        return {**result.to_dict(), "app_output_tail": tail.lines}
+        run = verbs.Run(output=tail, cancelled=lambda: cancel.cancelled, cancel=cancel)
+        result = await state.blocking(ctx, verb.name, lambda: state.session(repro, lambda s: verb.call(s, request, run)),
+                                      on_cancel=cancel.cancel)
+        return result.to_dict() if tail is None else {**result.to_dict(), "app_output_tail": tail.lines}
+
+    if verb.runs_app:
+        async def tool(ctx: Context, reproducer: Reproducer, command: AppCommand, cwd: AppCwd = None,
+                       env: AppEnv = None, **options: Any) -> dict[str, Any]:
+            return await answer(ctx, reproducer, options, command, cwd, env)
+    else:
+        async def tool(ctx: Context, reproducer: Reproducer, **options: Any) -> dict[str, Any]:
+            return await answer(ctx, reproducer, options)
+    return render.tool_options(verb.request, descriptions=verb.descriptions)(tool)
 
 
 def _reproducer_tools(server: MCPServer, state: KerncapMCP) -> None:
@@ -701,7 +707,7 @@ def _inspect_tools(server: MCPServer, state: KerncapMCP) -> None:
         return {"reproducer": str(repro), "released": state.pool.close(repro)}
 
 
-TOOL_GROUPS = (_profile_tool, _extract_tool, _apply_tool, _reproducer_tools, _build_tools, _fusion_tools,
+TOOL_GROUPS = (_profile_tool, _extract_tool, _verb_tools, _reproducer_tools, _build_tools, _fusion_tools,
                _check_tools, _timing_tools, _inspect_tools)
 
 

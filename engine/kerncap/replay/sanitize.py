@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from kerncap.core.option import Option, check_fields
 from kerncap.reproducer.format import Capture, reproducer_dir
 from kerncap.reproducer.variants import variants_dir
 from kerncap.sources.names import base_name
@@ -41,6 +42,27 @@ DEFAULT_TIMEOUT = 600.0
 OWN_KERNEL_PREFIX = "kc_cmp_"  # kerncap's compare kernels (native/replay/compare_kernels.cu)
 # Driver errors a faulting kernel leaves behind (see kerncap.replay.server.STICKY_CUDA_ERRORS).
 FAULT_CODES = {700, 702, 709, 710, 714, 715, 716, 717, 718, 719, 999}
+
+SANITIZE_CUBIN = Option("cubin", "--cubin", str, None, "a variant cubin (none: the captured one)", metavar="V",
+                        nullable=True)
+SANITIZE_TOOL = Option("tool", "--tool", str, "memcheck", "compute-sanitizer's tool", choices=TOOLS)
+SANITIZE_TIMEOUT = Option("timeout", "--timeout", float, DEFAULT_TIMEOUT, "kill the sanitizer and the replay after S "
+                          "seconds", above=0.0, metavar="S", mcp_name="timeout_s")
+
+
+@dataclass(frozen=True)
+class SanitizeRequest:
+    """One validation launch of the captured kernel (or the `cubin` variant) under
+    compute-sanitizer's `tool`: `kerncap sanitize` and MCP's `sanitize` (kerncap.frontends.verbs)."""
+
+    cubin: str | None = SANITIZE_CUBIN.field()
+    tool: str = SANITIZE_TOOL.field()
+    timeout: float = SANITIZE_TIMEOUT.field()
+
+    def checked(self) -> SanitizeRequest:
+        check_fields(self)
+        return self
+
 
 _PREFIX = re.compile(r"^=========(?: |$)")
 _SUMMARY = re.compile(r"ERROR SUMMARY: ([\d,]+) errors?")

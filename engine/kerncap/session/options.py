@@ -1,7 +1,8 @@
 """The requests of the edit loop, each field declared once with its option (flag, type,
 bounds, default, help: kerncap.core.option): ValidateRequest, ReplayRequest and
 CompareRequest (kerncap.replay.requests, re-exported here), ApplyRequest
-(kerncap.capture.apply, re-exported) and BuildRequest. The front
+(kerncap.capture.apply, re-exported), SanitizeRequest (kerncap.replay.sanitize,
+re-exported) and BuildRequest. The front
 ends render them (kerncap.frontends.render: argparse, MCP tool schemas, the workbench's
 settings); `Session` (kerncap.session) answers a request the same way wherever it came
 from.
@@ -15,6 +16,7 @@ from kerncap.capture.apply import APP_TIMEOUT_S, IDENTIFY_MODES, ApplyRequest  #
 from kerncap.core.option import Option, check_fields, option_named, options_of  # noqa: F401  (the front ends' names)
 from kerncap.errors import UsageError
 from kerncap.replay.requests import *  # noqa: F401,F403  (one namespace of requests and options: api.options)
+from kerncap.replay.sanitize import SanitizeRequest  # noqa: F401  (api.options.SanitizeRequest)
 from kerncap.replay.requests import (MAX_PERTURBATIONS, MIN_ROUNDS, RUNS, TIMING_INPUTS, CompareRequest,
                                      ValidateRequest)
 
