@@ -46,6 +46,24 @@ def interval(d: dict | None) -> str:
     return f"{d['speedup']:.3f}x" + (f" [{lo:.3f}-{hi:.3f}]" if lo is not None else "")
 
 
+def meets(a: dict | None, b: dict | None) -> bool:
+    return bool(a and b and a.get("low") is not None and b.get("low") is not None
+                and a["low"] <= b["high"] and b["low"] <= a["high"])
+
+
+def compare_interval(doc) -> dict | None:
+    """The variant's interval in a `kerncap replay --compare --json` document (its second
+    program; the first is the captured cubin)."""
+    if isinstance(doc, dict):
+        if isinstance(doc.get("programs"), list) and len(doc["programs"]) > 1:
+            return doc["programs"][1].get("interval")
+        for v in doc.values():
+            found = compare_interval(v)
+            if found:
+                return found
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", type=Path, help="testapps build directory (default: a temporary one, built now)")
@@ -70,6 +88,11 @@ def main() -> int:
         row = built.get("variant") or {}
         if status != 0 or row.get("validation") != "pass":
             raise SystemExit(f"the edited variant did not build and pass: {json.dumps(built)[:2000]}")
+        # The same variant timed in the reproducer as `replay --compare` does, over the
+        # build's 4 rotating inputs and over the captured input alone (an app that launches
+        # the kernel back to back on one buffer keeps its input in L2, as --inputs 1 does).
+        compared = {k: compare_interval(kerncap("replay", str(repro), "--compare", str(repro / row["cubin"]),
+                                                "--inputs", str(k), "--rounds", "10", "--json")[1]) for k in (4, 1)}
         status, applied, checked_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--check", "--runs",
                                              str(args.runs), "--json", "--", *command)
         _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
@@ -81,6 +104,8 @@ def main() -> int:
     print(f"smooth over {args.n} floats, the README's edit as History row {row['id']} "
           f"({row.get('validation')} {row.get('validation_detail')}):")
     print(f"  replay speedup (build, 4 rotating inputs): {interval(replay)}")
+    for k, iv in compared.items():
+        print(f"  replay --compare --inputs {k}: {interval(iv)}")
     print(f"  in the app, kernel GPU time ({args.runs} runs each way): {interval(kern)}")
     print(f"  in the app, wall time: {interval(t.get('app_speedup'))}; the kernel's share of GPU time "
           f"{share[0] if share[0] is None else f'{share[0]:.1%}'}")
@@ -88,10 +113,11 @@ def main() -> int:
           f"mismatch {check.get('mismatch')}; exit {status}")
     print(f"  kerncap apply wall time: {checked_s:.1f} s with --check, {plain_s:.1f} s without "
           f"(--check's cost {checked_s - plain_s:+.1f} s: two more runs of the app, fingerprinted)")
-    inside = (kern and replay["low"] is not None and kern.get("low") is not None
-              and kern["low"] <= replay["high"] and replay["low"] <= kern["high"])
+    inside = meets(kern, replay)
     print(f"goal (the in-app interval meets the replay interval): {'met' if inside else 'NOT met'}")
-    write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain,
+    for k, iv in compared.items():
+        print(f"  with --compare --inputs {k}: {'met' if meets(kern, iv) else 'NOT met'}")
+    write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain, "compare": compared,
                            "seconds": {"checked": checked_s, "plain": plain_s}})
     return 0
 
