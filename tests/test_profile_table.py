@@ -128,3 +128,41 @@ def test_cli_in_a_pipe(tmp_path, monkeypatch, capsys, wide):
         assert any(LONG_NAMES[2] in line for line in table)
     else:
         assert all(len(line) <= 80 for line in table), "\n".join(table)
+
+
+def test_xla_autotuner_helpers_are_marked_and_the_apps_first_kernel_named():
+    """JAX under XLA's default flags (H200, docs/facts.md §40): the autotuner's helpers led
+    the profile (RedzoneAllocatorKernelImpl 414 launches, DelayKernel 57, xla_fp_comparison
+    49). They are marked *, and a note says what they are and which row is the app's own."""
+    from kerncap.capture.profile_table import profile_text
+
+    names = [("_ZN15stream_executor3gpu12_GLOBAL__N_126RedzoneAllocatorKernelImplEPhmmmPj",
+              "stream_executor::gpu::(anonymous namespace)::RedzoneAllocatorKernelImpl(unsigned char*, ...)", 414),
+             ("_ZN15stream_executor3gpu11DelayKernelEPVNS_3gpu15GpuSemaphoreStateENS1_15GpuSemaphoreStateE",
+              "stream_executor::gpu::DelayKernel(...)", 57),
+             ("gemm_fusion_dot_general_5", "", 68),
+             ("_ZN3xla3gpu17xla_fp_comparisonI6bf16EEvPT_S3_fmPi", "void xla::gpu::xla_fp_comparison<bf16>(...)", 49)]
+    kernels = [KernelStat(name=n, demangled=d, calls=c, total_ns=10_000 * (5 - i), avg_ns=1.0, min_ns=1, max_ns=1,
+                          grid=[1, 1, 1], block=[32, 1, 1], percent=0.0) for i, (n, d, c) in enumerate(names)]
+    result = ProfileResult(kernels=kernels, total_ns=sum(k.total_ns for k in kernels), dispatches=588, processes=1)
+    text = profile_text(result, width=100)
+    ranks = [line.split()[0] for line in text.splitlines()[1:5]]
+    assert ranks == ["1*", "2*", "3", "4*"]
+    assert text.splitlines()[-1] == ("* XLA's autotuner: 3 kernel(s), 520 launches, 78.6 % of GPU time, ran while XLA "
+                                     "compiled; the fusions it tried ran then too, and extract skips those runs "
+                                     "(docs/capture-format.md); the first of the app's own is #3 "
+                                     "(gemm_fusion_dot_general_5)")
+    plain = ProfileResult(kernels=kernels[2:3], total_ns=30_000, dispatches=68, processes=1)
+    assert "*" not in profile_text(plain, width=100)
+
+
+def test_the_capture_librarys_helper_list_is_the_profiles():
+    """The two lists of XLA's autotuner helpers agree (the native one opens the candidate
+    window; DelayKernel, the timer's, only the profile marks)."""
+    import re
+
+    from kerncap.capture.profile import XLA_AUTOTUNE_KERNELS
+
+    src = (Path(__file__).parents[1] / "native" / "capture" / "xla_autotune.cpp").read_text()
+    native = re.findall(r'"([A-Za-z_]+)"', src[src.index("helpers[]"):src.index("};", src.index("helpers[]"))])
+    assert native and set(XLA_AUTOTUNE_KERNELS) - set(native) == {"DelayKernel"} and set(native) <= set(XLA_AUTOTUNE_KERNELS)

@@ -135,9 +135,13 @@ def test_jax_top_three_kernels_extract_validate_and_replay(extracts, jax_profile
     launches) and DelayKernel (57), every launch an autotuner run, which extract refuses
     as no dispatch of the app ("414 were XLA autotuner candidate runs"). Those are passed
     over, named, and the next ones taken."""
+    from kerncap.capture.profile_table import profile_text
     from kerncap.errors import KerncapError
     from kerncap.replay.client import ReplayClient
 
+    text = profile_text(jax_profile, top=8, width=120)
+    print(text)
+    assert "XLA's autotuner" in text.splitlines()[-1] and "*" in text.splitlines()[1]  # the helpers led, marked
     done, passed_over = [], []
     for k in jax_profile.kernels:
         if len(done) == 3:

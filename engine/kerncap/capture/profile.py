@@ -81,6 +81,18 @@ class KernelStat:
     def display_name(self) -> str:
         return self.demangled or self.name
 
+    @property
+    def autotune_helper(self) -> bool:
+        """A kernel XLA's autotuner launches while it compiles, not the app's own work."""
+        return any(h in self.name for h in XLA_AUTOTUNE_KERNELS)
+
+
+# XLA's autotuner runs each candidate config of a GEMM fusion, then these check it (the
+# capture library's list, native/capture/xla_autotune.cpp, opens its candidate window on
+# them), and stream_executor's timer delays the stream with DelayKernel meanwhile.
+XLA_AUTOTUNE_KERNELS = ("RedzoneAllocatorKernel", "redzone_checker", "xla_fp_comparison", "xla_int_comparison",
+                        "RepeatBufferKernel", "DelayKernel")
+
 
 @dataclass
 class ProfileResult:

@@ -46,7 +46,7 @@ def format_table(result: ProfileResult, *, top: int = 20, width: int | None = No
         if sampled:
             cells[2:2] = [interval_cell(k)]
             cells[4:4] = [f"{k.timed or 0:,}"]
-        rows.append([str(rank), *cells])
+        rows.append([f"{rank}*" if k.autotune_helper else str(rank), *cells])
     heads = ["#", *(SAMPLED_COLUMNS if sampled else NUMBER_COLUMNS)]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
     # "#", two spaces, the name, two spaces, then number columns one space apart.
@@ -148,7 +148,22 @@ def profile_text(result: ProfileResult, *, top: int = 20, width: int | None = No
     in full and the kernel names fitted into `width` (default: the terminal's, 80 in a
     pipe; `wide`: full names), then a summary line."""
     lines = format_table(result, top=top, width=width, wide=wide)
-    return "\n".join([*lines, summary_line(result, len(lines) - 1)])
+    note = autotune_note(result)
+    return "\n".join([*lines, summary_line(result, len(lines) - 1), *([note] if note else [])])
+
+
+def autotune_note(result: ProfileResult) -> str | None:
+    """What the rows marked * are, when XLA's autotuner ran in the app: its helpers' share,
+    and the first kernel that is the app's own (the one to extract)."""
+    helpers = [k for k in result.kernels if k.autotune_helper]
+    if not helpers:
+        return None
+    ns = sum(k.total_ns for k in helpers)
+    first = next(((i, k) for i, k in enumerate(result.kernels, 1) if not k.autotune_helper), None)
+    own = f"; the first of the app's own is #{first[0]} ({first[1].display_name})" if first else ""
+    return (f"* XLA's autotuner: {len(helpers)} kernel(s), {sum(k.calls for k in helpers):,} launches, "
+            f"{100 * ns / result.total_ns if result.total_ns else 0:.1f} % of GPU time, ran while XLA compiled; "
+            f"the fusions it tried ran then too, and extract skips those runs (docs/capture-format.md){own}")
 
 
 def nvtx_text(result: ProfileResult, *, top: int = 20, width: int | None = None, wide: bool = False) -> str:
