@@ -159,11 +159,23 @@ REGIONS = verbs.Verb("regions", "RegionsRequest", _regions, help="list regions",
                      text=lambda r: " ".join(map(str, r.doc["regions"])))
 
 
+@dataclass(frozen=True)
+class CountRequest:  # no cubin: nothing to resolve under MCP's roots
+    limit: int = LIMIT.field()
+
+
+COUNT = verbs.Verb("count", "CountRequest", lambda session, request, _run: Regions(
+    {"regions": min(request.limit, len(session.capture.regions))}), help="count regions",
+    description="Count regions.", doc="Count regions.", status=lambda r: 0, text=lambda r: str(r.doc["regions"]))
+
+
 @pytest.fixture
 def declared(monkeypatch):
-    """The verb `regions` declared: its request in api.options and its entry in VERBS."""
+    """The verbs `regions` and `count` declared: their requests in api.options and their
+    entries in VERBS."""
     monkeypatch.setattr(api.options, "RegionsRequest", RegionsRequest, raising=False)
-    monkeypatch.setattr(verbs, "VERBS", (*verbs.VERBS, REGIONS))
+    monkeypatch.setattr(api.options, "CountRequest", CountRequest, raising=False)
+    monkeypatch.setattr(verbs, "VERBS", (*verbs.VERBS, REGIONS, COUNT))
     cli.build_parser.cache_clear()
     yield REGIONS
     cli.build_parser.cache_clear()
@@ -186,3 +198,13 @@ def test_a_new_verb_is_its_declaration(declared, tmp_path, monkeypatch, capsys):
     assert cli.main(["regions", str(repro), "--limit", "0"]) == 2  # the option's bound, in both
     assert "must be >= 1" in capsys.readouterr().err
     assert _call(tmp_path, "regions", {"reproducer": str(repro), "limit": 0}).is_error
+
+
+def test_a_new_verb_without_a_cubin_option(declared, tmp_path, monkeypatch, capsys):
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy})
+    _rendered_from_the_declaration(COUNT, tmp_path)
+    assert cli.main(["count", str(repro), "--limit", "2", "--json"]) == 0
+    from_cli = json.loads(capsys.readouterr().out)
+    answer = _call(tmp_path, "count", {"reproducer": str(repro), "limit": 2})
+    assert not answer.is_error, answer.content[0].text
+    assert answer.structured_content == from_cli == {"regions": 2}

@@ -350,13 +350,14 @@ def _verb_tool(state: KerncapMCP, verb: verbs.Verb) -> Callable[..., Any]:
     runs the app takes its `command`, `cwd`, `env` and returns the tail of its output, as
     profile and extract do; a cancel stops what the verb started."""
     R = state.roots
+    declared = {o.name for o in api.options.options_of(verb.request)}
 
     async def answer(ctx: Context, reproducer: str, options: dict[str, Any], command: list[str] | None = None,
                      cwd: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
         repro = R.reproducer(reproducer)
         workdir = (R.path(cwd, "cwd") if cwd else R.dirs[0]) if verb.runs_app else None
         more: dict[str, Any] = {}
-        for name in verb.cubins:
+        for name in (n for n in verb.cubins if n in declared):
             variant = R.cubin(repro, options.pop(name, None))
             more[name] = None if variant is None else str(variant)
         for name in verb.app_files:

@@ -45,7 +45,8 @@ class Verb:
     exclusive: tuple[str, ...] = ()
     # MCP argument descriptions where they differ from the option's help
     descriptions: dict[str, str] = field(default_factory=dict)
-    # options naming a variant cubin: relative to the reproducer, and under the server's roots (MCP)
+    # options naming a variant cubin (those the request declares): relative to the reproducer,
+    # and under the server's roots (MCP)
     cubins: tuple[str, ...] = ("cubin",)
     # the verb runs the user's app: the CLI takes it after `--` (or --cmd) and --quiet, MCP
     # `command`, `cwd`, `env` and returns the output's tail; `app_files` are options naming
