@@ -300,6 +300,9 @@ class ProfilePane(Vertical):
             elif self._is_captured(k):
                 at = [c[0] for c in self.columns].index("kernel")
                 cells[at] = Text(f"▶ {cells[at].plain}", style=CAPTURED_STYLE)
+            elif getattr(k, "autotune_helper", False):  # XLA's autotuning, not the app's work
+                at = [c[0] for c in self.columns].index("kernel")
+                cells[at] = Text(f"* {cells[at].plain}", style="dim")
             table.add_row(*cells, key=str(i))
         self.shown_count = len(shown)
         self._status()
@@ -307,6 +310,8 @@ class ProfilePane(Vertical):
     def _status(self) -> None:
         arrow = "↓" if self.sort_reverse else "↑"
         marked = " · ▶ captured" if any(self._is_captured(k) for k in self.kernels) else ""
+        if any(getattr(k, "autotune_helper", False) for k in self.kernels):
+            marked += " · * XLA autotuning"
         what, verb = ("launches", "") if self.columns is SEQUENCE_COLUMNS else ("kernels", " · enter/x: extract")
         if self.columns is SEQUENCE_COLUMNS and self.selected_launch is not None:
             marked = f" · ▶ launch {self.selected_launch} (Memory, Source follow it)"

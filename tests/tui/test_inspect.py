@@ -234,3 +234,26 @@ async def test_profile_pane_shows_the_capture_runs_launches(settle, make_app, de
         assert cells == ["1", "▶ smooth(float const*, float*, float const*, int, int)"]
         status = str(app.query_one("#profile-status").render())
         assert "does not time kernels" in status
+
+
+@sync
+async def test_profile_pane_marks_xla_autotuning_kernels(settle, make_app, demo_root):
+    """A JAX profile led by XLA's autotuner helpers: their rows dim and marked *, the status
+    says what * is (kerncap profile's note, docs/capture-format.md)."""
+    import json
+
+    path = demo_root / "profile.json"
+    doc = json.loads(path.read_text())
+    helper = dict(doc["kernels"][0], name="_ZN15stream_executor3gpu12_GLOBAL__N_126RedzoneAllocatorKernelImplEPhmmmPj",
+                  demangled="stream_executor::gpu::RedzoneAllocatorKernelImpl(unsigned char*)", total_ns=99_000)
+    doc["kernels"].insert(0, helper)
+    path.write_text(json.dumps(doc))
+    app = make_app()
+    async with app.run_test(size=(120, 24)) as pilot:
+        await settle(pilot)
+        t = app.query_one("#profile-table", DataTable)
+        at = [str(c.label) for c in t.columns.values()].index("kernel")
+        kernel_cells = [str(t.get_row(key)[at]) for key in ("0", "1")]
+        assert kernel_cells[0].startswith("* stream_executor::gpu::RedzoneAllocatorKernelImpl")
+        assert kernel_cells[1].startswith("▶ smooth")
+        assert "* XLA autotuning" in str(app.query_one("#profile-status").render())
