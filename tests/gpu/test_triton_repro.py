@@ -180,8 +180,8 @@ def test_inductor_records_the_configs_its_autotuner_weighed(captures):
 
 
 def test_pinned_other_inductor_configs_fail_exact_and_pass_tolerance(captures):
-    """Every other config changes the order of the fp32 sum over the row: rstd (fp32)
-    and y (bf16) change in their last bits. Configs with another XBLOCK launch their own
+    """Every config with another tile width (R0_BLOCK) changes the order of the fp32 sum
+    over the row: rstd (fp32) and y (bf16) change in their last bits. Configs with another XBLOCK launch their own
     grid (cdiv(xnumel, XBLOCK)), which the replay takes from the variant's .launch.json."""
     from kerncap.replay.client import ReplayClient
     from kerncap.triton import configs, recompile, region_dtypes
@@ -197,6 +197,7 @@ def test_pinned_other_inductor_configs_fail_exact_and_pass_tolerance(captures):
     others = [c for c in configs.candidates(spec) if not c.captured]
     assert others and any(c.grid != spec["launch"]["grid"] for c in others), "no config with another grid"
     rows, cols = got.report["rows"], got.report["cols"]
+    captured, changed = configs.captured_constexprs(spec), 0
     with ReplayClient(repro) as rc:
         for c in others:
             res = recompile(repro, c.config)
@@ -209,9 +210,15 @@ def test_pinned_other_inductor_configs_fail_exact_and_pass_tolerance(captures):
             print(f"torch_compile_rmsnorm (captured {configs.captured_constexprs(spec)}) pinned {c.config}, grid "
                   f"{launch['grid']}: {counted[rstd_region]} of {rows} rstd and {counted[y_region]} of {rows * cols} "
                   f"y elements changed")
-            assert not exact.passed and counted[rstd_region] > 0, f"{c.config} did not change the rounding"
+            # The row's sum runs over R0_BLOCK-wide tiles: another tile width reorders it. With the
+            # captured width (only XBLOCK or the warps differ) the H200 gave the same bits once, when
+            # the autotuner had picked XBLOCK=2, R0_BLOCK=16384 (2026-12-04).
+            if c.constexprs.get("R0_BLOCK") != captured["R0_BLOCK"]:
+                assert not exact.passed and counted[rstd_region] > 0, f"{c.config} did not change the rounding"
+            changed += not exact.passed
             assert {r.id for r in exact.regions if r.mismatched_bytes} <= {y_region, rstd_region}
             assert tolerant.passed, (c.config, [(r.id, r.mismatched_elements) for r in tolerant.regions])
+    assert changed, "no other config changed the rounding"
 
 
 def test_cli_validate_compares_a_triton_reproducers_regions_as_their_dtypes(captures):
