@@ -212,6 +212,16 @@ MUTATIONS = [
     Mutation("workbench: the line filter lets control characters through", "workbench", "kerncap_tui/terminal.py",
              "        return _drop_controls(text)", "        return text",
              ("tests/tui/test_hostile_text.py",)),
+    Mutation("check --apply: a recorded command runs without --trust", "hostile input", "engine/kerncap/fleet/check.py",
+             "    if winners and not trust:", "    if winners and trust is None:",
+             ("tests/test_check.py", "-k", "apply")),
+    Mutation("check --apply: a winner that failed its replay check is applied anyway", "apply",
+             "engine/kerncap/fleet/check.py", "        if replayed not in (None, PASS):", "        if False:",
+             ("tests/test_check.py", "-k", "apply")),
+    Mutation("apply: a set's outcome is not kept on its History row", "apply", "engine/kerncap/session/sets.py",
+             "        if row is not None:\n            self.history.note_in_app(row, result.in_app(r.command))",
+             "        if row is None:\n            self.history.note_in_app(row, result.in_app(r.command))",
+             ("tests/test_check.py", "-k", "set")),
 ]
 
 
