@@ -218,9 +218,9 @@ MUTATIONS = [
     Mutation("check --apply: a winner that failed its replay check is applied anyway", "apply",
              "engine/kerncap/fleet/check.py", "        if replayed not in (None, PASS):", "        if False:",
              ("tests/test_check.py", "-k", "apply")),
-    Mutation("apply: a set's outcome is not kept on its History row", "apply", "engine/kerncap/session/sets.py",
-             "        if row is not None:\n            self.history.note_in_app(row, result.in_app(r.command))",
-             "        if row is None:\n            self.history.note_in_app(row, result.in_app(r.command))",
+    Mutation("apply: the outcome is not kept on the History row", "apply", "engine/kerncap/session/session.py",
+             "        v = self.history.note_in_app(result.row, result.in_app(request.command))",
+             "        v = self.history.get(result.row)",
              ("tests/test_check.py", "-k", "set")),
 ]
 

@@ -513,7 +513,8 @@ def applied_app(built, tmp_path, monkeypatch):
     for vid, image in ((1, "fast"), (2, "late3"), (3, "fast nokernel")):
         (repro / "variants" / f"{vid}.cubin").write_bytes(f"FAKEMOD impl={image}".encode() + b"\0")
         rows.append({"id": vid, "time": "2026-12-04T00:00:00Z", "median_ms": 0.01, "validation": "pass",
-                     "cubin": f"variants/{vid}.cubin"})
+                     "cubin": f"variants/{vid}.cubin",
+                     **({"speedup": 1.25, "speedup_low": 1.21, "speedup_high": 1.29} if vid == 1 else {})})
     (repro / "history.json").write_text(json.dumps({"version": 1, "variants": rows}))
     command = [str(built["app"]), str(built["inject"]), "5", str(tmp_path / "y.bin")]
     return repro, command
@@ -564,6 +565,9 @@ def test_apply_is_one_result_in_every_front_end(applied_app, tmp_path, capsys, v
     assert not is_error and cli_status == status == from_mcp["exit_status"]
     assert from_cli == from_mcp == from_session
     assert from_cli["row"] == variant and from_cli["launches"] == 5
+    # the row's speedup in the reproducer beside the in-app one (v2: a ratio of medians, no interval)
+    assert from_cli["replay_speedup"] == ({"speedup": 1.25, "low": 1.21, "high": 1.29} if variant == 1
+                                          else {"speedup": 1.0, "low": None, "high": None})
     assert from_cli["substituted"] == (2 if dispatch else 5)
     mismatch = from_cli["check"]["mismatch"]
     assert (mismatch and (mismatch["launch"], mismatch["param"])) == ((2, 0) if variant == 2 else None)
@@ -632,6 +636,7 @@ def test_a_sets_variant_runs_in_the_app_through_its_first_member(applied_app, tm
     assert status == 0, doc
     assert (doc["row"], doc["launches"], doc["substituted"], doc["check"]["compared"]) == (1, 5, 5, 5)
     assert doc["check"]["mismatch"] is None and doc["variant"] == str((root / "variants" / "fast.cubin").resolve())
+    assert doc["replay_speedup"] == {"speedup": 1.25, "low": None, "high": None}  # the set's row: 0.01 / 0.008
     kept = History.load(root).get(1).in_app
     assert kept["check"] == "pass" and kept["substituted"] == 5
     assert History.load(root / "members" / "0").get(1).in_app is None  # the member's own row is not the set's

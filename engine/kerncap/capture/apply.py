@@ -454,6 +454,9 @@ class ApplyResult:
     timing: Timing | None
     skipped_globals: list[str]
     row: int | None = None  # the History row whose cubin was applied (its `in_app` records this)
+    # that row's speedup in the reproducer, as `build` measured it ({speedup, low, high}), to
+    # read beside the in-app one; None when the variant is no row or was not timed
+    replay: dict[str, float | None] | None = None
 
     @property
     def exit_status(self) -> int:
@@ -461,7 +464,7 @@ class ApplyResult:
 
     def to_dict(self) -> dict[str, Any]:
         """`kerncap apply --json`, MCP's `apply` (docs/apply.md)."""
-        doc = {"variant": str(self.variant), "row": self.row, "launches": self.launches,
+        doc = {"variant": str(self.variant), "row": self.row, "replay_speedup": self.replay, "launches": self.launches,
                "substituted": self.substituted, "skipped_globals": self.skipped_globals,
                "check": asdict(self.check) if self.check else None, "timing": None}
         if self.timing:
@@ -480,6 +483,10 @@ class ApplyResult:
             lines.append(self.check.text())
         if self.timing:
             lines.append(self.timing.text("kernel"))
+        if self.replay is not None:
+            r = self.replay
+            interval = f" [{r['low']:.3f}–{r['high']:.3f}]" if r.get("low") is not None else ""
+            lines.append(f"  in the reproducer (History v{self.row}): kernel speedup {r['speedup']:.3f}×{interval}")
         if self.row is not None:
             lines.append(f"  recorded on History row v{self.row} (in app)")
         return "\n".join(lines)

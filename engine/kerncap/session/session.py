@@ -234,6 +234,17 @@ class Opened:
         raise UsageError(f"kerncap apply substitutes one captured kernel: {self.root} is a reproducer set",
                          "apply one of its members (members/<i>), each a reproducer of its own")
 
+    def _kept_in_app(self, result, request: ApplyRequest):
+        """An apply's outcome kept on its History row, and that row's speedup in the
+        reproducer put beside the in-app one."""
+        if result.row is None:
+            return result
+        v = self.history.note_in_app(result.row, result.in_app(request.command))
+        speedup = self.history.speedup(v)
+        if speedup is not None:
+            result = replace(result, replay={"speedup": speedup, "low": v.speedup_low, "high": v.speedup_high})
+        return result
+
     def _after_baseline(self, request, progress: Progress, built: Path, seconds: float, measure: Callable[[], Any]):
         """(the baseline, recorded first when the history has none, else None; measure()).
         A replay that cannot run here (no GPU, no replay core) is ReplayNotRun: `built`
@@ -460,9 +471,7 @@ class Session(Opened):
             raise UsageError(f"kerncap apply substitutes one captured kernel: {self.root} is a sequence",
                              "apply a reproducer of one dispatch (kerncap extract without --sequence)")
         result = apply_tool.apply_request(self.root, r, output=output, cancelled=cancelled)
-        if result.row is not None:
-            self.history.note_in_app(result.row, result.in_app(r.command))
-        return result
+        return self._kept_in_app(result, r)
 
     # -- the edit loop ------------------------------------------------------------------------
     def recompile(self, config: str | None = None, *, mode: str = "auto", trust: bool = False,

@@ -169,10 +169,7 @@ class SetSession(Opened):
         with self.member_session(self.members[0]) as s:
             result = s.apply(replace(r, cubin=str(cubin.resolve()), variant=None), output=output, cancelled=cancelled)
         row = r.variant if r.variant is not None else self._row_of(variant)
-        result = replace(result, row=row)
-        if row is not None:
-            self.history.note_in_app(row, result.in_app(r.command))
-        return result
+        return self._kept_in_app(replace(result, row=row, replay=None), r)
 
     def _row_of(self, variant: Path) -> int | None:
         """The set's History row whose variant is `variant` (a set variant's .json or a cubin)."""
