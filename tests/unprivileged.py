@@ -22,12 +22,36 @@ def shared_tmp() -> Path:
     return path
 
 
+_preloaded = False
+
+
+def _preload_kerncap() -> None:
+    """Import every kerncap module here, once, before a child drops to nobody: the engine
+    imports lazily (kerncap.api, the CLI's commands), and nobody may not be able to read
+    the installed files (a clone under a 0700 directory, as bench/ci_time.py makes). Two
+    tests failed so whenever no earlier test of their worker had imported the module."""
+    global _preloaded
+    if _preloaded:
+        return
+    import importlib
+    import pkgutil
+
+    import kerncap
+
+    for m in pkgutil.walk_packages(kerncap.__path__, "kerncap."):
+        if not m.name.endswith("__main__") and not m.name.startswith("kerncap.pyhooks"):
+            importlib.import_module(m.name)
+    _preloaded = True
+
+
 def run_unprivileged(fn, *args):
     """fn(*args) as a non-root user; its result, or the exception it raised (re-raised
-    here as RuntimeError(type name, str) when it cannot be pickled). Import what fn
-    needs before calling this: the child may not be able to read the interpreter's files."""
+    here as RuntimeError(type name, str) when it cannot be pickled). Every kerncap module
+    is imported first; import anything else fn needs before calling this: the child may
+    not be able to read the interpreter's files."""
     if os.geteuid() != 0:
         return fn(*args)
+    _preload_kerncap()
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: drop privileges, run, report, leave without pytest's teardown
