@@ -137,15 +137,6 @@ def fuzz_shortfall() -> str | None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: one worker more than the cores this process may run on. Much of the suite
-    waits on child processes (replay servers, the CLI, the workbench's pilot): on 2 cores,
-    the same installed clone ran the suite in 437 s with 2 workers, 397 s with 3 and 427 s
-    with 4 (2026-12-04, idle; docs/testing.md)."""
-    return len(os.sched_getaffinity(0)) + 1
-
-
-@pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     node.workerinput["kerncap_fuzz_seed"] = FUZZ_SEED
 
