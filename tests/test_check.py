@@ -315,3 +315,30 @@ def test_a_set_variant_of_several_cubins_is_refused_by_apply(fake_set, tmp_path,
         with api.open(set_dir) as session:
             session.apply(api.options.ApplyRequest(command=("app",), variant=1))
     assert applied.requests == []
+
+
+def test_apply_passes_only_the_recorded_settings_it_knows_and_shows_them(corpus, capsys, monkeypatch):
+    """A reproducer is someone else's words: of its recorded environment only the capture
+    library's own variables reach the app (a planted LD_PRELOAD and PATH do not), and those
+    are named before --trust; a winner with no recorded command is a case saying so."""
+    demo = corpus / "demo"
+    manifest = demo / "capture" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["provenance"]["env"] = {"LD_PRELOAD": "/tmp/evil.so", "PATH": "/tmp/evil", "TRITON_CACHE_DIR": "/tmp/tc",
+                                "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "KERNCAP_MODE": "capture"}
+    manifest.write_text(json.dumps(doc))
+    assert main(["check", str(demo), "--backend", "serial", "--apply"]) == 2
+    assert ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True TRITON_CACHE_DIR=/tmp/tc /tmp/kc-testapps/smooth 65536"
+            in capsys.readouterr().err)
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/2.cubin": 0.008}))
+    applied = _Applied(monkeypatch)
+    with api.open_fanout(backend="serial") as f:
+        api.check([demo], f, options=fake(), apply=True, trust=True, apply_runs=0)
+    assert applied.requests[0].env == {"TRITON_CACHE_DIR": "/tmp/tc", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+    del doc["provenance"]["command"]
+    manifest.write_text(json.dumps(doc))
+    with api.open_fanout(backend="serial") as f:
+        report = api.check([demo], f, options=fake(), apply=True)  # nothing to run: no --trust asked
+    case = report.cases[-1]
+    assert (case.label, case.status) == ("v2-in-app", "error") and "recorded no command" in case.message

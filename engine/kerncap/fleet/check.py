@@ -184,10 +184,11 @@ def check(dirs: Sequence[str | os.PathLike], fanout: Fanout, *, options: Measure
     if apply_runs < 0:
         raise UsageError(f"--apply-runs {apply_runs} is negative", "give a run count, e.g. --apply-runs 5 (0: no timing)")
     winners = app_winners(corpus) if apply else []
-    if winners and not trust:
+    runnable = [w for w in winners if w.command]
+    if runnable and not trust:
         raise UsageError("--apply runs the command each reproducer recorded: "
-                         + "; ".join(f"{shlex.join(w.command)} (in {w.cwd or '?'})" for w in winners[:3])
-                         + (f" and {len(winners) - 3} more" if len(winners) > 3 else ""),
+                         + "; ".join(w.shown for w in runnable[:3])
+                         + (f" and {len(runnable) - 3} more" if len(runnable) > 3 else ""),
                          "read them, then add --trust to run them (kerncap info DIR shows each reproducer's command)")
     ship = fanout.remote if ship is None else ship
     jobs, plans = [], {}
@@ -265,11 +266,25 @@ class Winner:
     cwd: str | None
     env: dict[str, str]
 
+    @property
+    def shown(self) -> str:
+        """What --apply will run, as the trust message names it."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"{env + ' ' if env else ''}{shlex.join(self.command)} (in {self.cwd or '?'})"
 
-# Recorded variables the app's own run needs again (kerncap's own KERNCAP_* are the capture's
-# settings; CUDA_VISIBLE_DEVICES names the capturing machine's GPUs, this shell's rule).
+
+# Recorded variables the app's own run needs again: those the capture library records
+# (native/capture/provenance_util.hpp kept_env) but kerncap's own KERNCAP_* (the capture's
+# settings) and CUDA_VISIBLE_DEVICES (the capturing machine's GPUs: this shell's rule). An
+# allow-list: a hostile manifest's env (LD_PRELOAD, PATH…) never reaches the app, and what
+# is passed is shown before --trust (Winner.shown).
+APP_ENV = ("CUDA_MODULE_LOADING", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_ORDER",
+           "CUBLAS_WORKSPACE_CONFIG")
+
+
 def _app_env(recorded: dict[str, Any]) -> dict[str, str]:
-    return {k: str(v) for k, v in recorded.items() if not k.startswith("KERNCAP_") and k != "CUDA_VISIBLE_DEVICES"}
+    return {k: str(v) for k, v in recorded.items()
+            if isinstance(k, str) and (k in APP_ENV or k.startswith("TRITON_"))}
 
 
 def app_winners(corpus: Sequence[tuple[str, Path]]) -> list[Winner]:
@@ -291,9 +306,9 @@ def app_winners(corpus: Sequence[tuple[str, Path]]) -> list[Winner]:
             prov = Capture.open(path).provenance if best is not None else {}
         except KerncapError:
             continue  # the baseline case reports the damage
-        command = prov.get("command")
-        if best is None or not command:
+        if best is None:
             continue
+        command = prov.get("command") or []  # none recorded: the winner's case says so
         out.append(Winner(key, root, best, shlex.split(command) if isinstance(command, str) else list(command),
                           prov.get("cwd"), _app_env(prov.get("env") or {})))
     return out
@@ -316,7 +331,10 @@ def apply_winners(winners: Sequence[Winner], cases: Sequence[CheckCase], *, runs
                          status=PASS)
         replayed = status.get(f"{w.key}#{w.variant.label}")
         started = time.monotonic()
-        if replayed not in (None, PASS):
+        if not w.command:
+            case.status, case.message = ERROR, "not applied: the capture recorded no command of the app"
+            case.hint = f"apply it by hand: kerncap apply {w.root} --variant {w.variant.id} --check -- CMD…"
+        elif replayed not in (None, PASS):
             case.status, case.message = ERROR, f"not applied: {w.variant.label} did not pass its replay check ({replayed})"
             case.hint = "fix the variant first; `kerncap check` on the reproducer alone shows why"
         else:
