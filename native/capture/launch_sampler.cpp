@@ -270,7 +270,77 @@ CUresult first_launch(CUfunction f, CUstream stream, CUdeviceptr* arg, const cha
   return r;
 }
 
+// kerncap's empty kernel from `*module` (loaded there first if need be), launched once on
+// `own`: null, with why in *no_kernel, where it cannot be had.
+CUfunction load_empty_kernel(CUmodule* module, CUstream own, std::string* no_kernel) {
+  const char* call = "cuModuleLoadData";
+  CUfunction empty = nullptr;
+  if (!*module) {
+    const CUresult m = KC_CU(cuModuleLoadData)(module, kEmptyKernelPtx);
+    if (m != CUDA_SUCCESS) {
+      *module = nullptr;
+      *no_kernel = "cuModuleLoadData: " + cu_error_string(m);
+    }
+  }
+  if (*module) {
+    const CUresult f = KC_CU(cuModuleGetFunction)(&empty, *module, "kc_sampler_empty");
+    if (f != CUDA_SUCCESS || first_launch(empty, own, nullptr, &call) != CUDA_SUCCESS) {
+      empty = nullptr;
+      *no_kernel = std::string(f != CUDA_SUCCESS ? "cuModuleGetFunction" : call) + " failed";
+    }
+  }
+  return empty;
+}
+
 }  // namespace
+
+// Stamps where asked for and the stamp kernel runs in this context (c.stamp set), else
+// events; c.timer says which, and why not stamps.
+void LaunchSampler::choose_timer(Context& c, CUstream own, const std::string& no_kernel) const {
+  std::string no_stamp = !stamps_ ? "" : !c.stamps ? "no host memory for the stamps" : !c.empty_module ? no_kernel : "";
+  if (stamps_ && no_stamp.empty()) {
+    CUfunction stamp = nullptr;
+    CUdeviceptr scratch = c.stamps_dev;
+    const char* call = "cuLaunchKernel";
+    if (KC_CU(cuModuleGetFunction)(&stamp, c.empty_module, "kc_sampler_stamp") != CUDA_SUCCESS)
+      no_stamp = "cuModuleGetFunction failed";
+    else if (first_launch(stamp, own, &scratch, &call) != CUDA_SUCCESS)
+      no_stamp = std::string(call) + " failed";
+    else
+      c.stamp = stamp;  // from here on this context's pairs are stamped
+  }
+  c.timer = c.stamp ? "stamps" : stamps_ ? "events (no stamp kernel: " + no_stamp + ")" : "events";
+}
+
+// The calibration's pairs failed: `call`, with r.
+void LaunchSampler::calibration_failed(Context& c, CUresult r, const char* call) {
+  if (std::strcmp(call, "cuStreamWaitValue32") == 0) {
+    // Stream memory operations unavailable here: the app's launches go unheld too (begin()
+    // would find the same), and an unheld pair has nothing to calibrate against.
+    c.hold.store(false, std::memory_order_relaxed);
+    c.calibration = "none (stream not held)";
+    std::lock_guard<std::mutex> g(mu_);
+    if (unheld_.empty()) unheld_ = "cuStreamWaitValue32: " + cu_error_string(r);
+  } else {
+    c.calibration = std::string("failed: ") + call + ": " + cu_error_string(r);
+  }
+}
+
+// The bracket from the calibration's pairs: around nothing (pair) and around the empty
+// kernel (kernel; `empty`: it could be launched).
+void LaunchSampler::set_bracket(Context& c, const std::vector<double>& pair, const std::vector<double>& kernel,
+                                bool empty, const std::string& no_kernel) const {
+  c.pair_ns = median_of(pair);
+  c.empty_kernel_pair_ns = median_of(kernel);
+  if (empty && !kernel.empty()) {
+    // At least what the pair alone reads: an empty kernel cannot make a pair shorter.
+    c.bracket_ns = std::max(c.pair_ns, c.empty_kernel_pair_ns - empty_kernel_ns_);
+    c.calibration = "empty kernel";
+  } else {
+    c.bracket_ns = std::max(0.0, c.pair_ns);
+    c.calibration = "empty pair (no empty kernel: " + no_kernel + ")";
+  }
+}
 
 void LaunchSampler::calibrate(Context& c, CUstream app_stream) {
   c.calibrated = true;
@@ -287,35 +357,9 @@ void LaunchSampler::calibrate(Context& c, CUstream app_stream) {
     c.calibration = "failed: cuStreamCreate: " + cu_error_string(r);
     return;
   }
-  const char* call = "cuModuleLoadData";
-  CUfunction empty = nullptr;
   std::string no_kernel;
-  if (!c.empty_module) {
-    const CUresult m = KC_CU(cuModuleLoadData)(&c.empty_module, kEmptyKernelPtx);
-    if (m != CUDA_SUCCESS) {
-      c.empty_module = nullptr;
-      no_kernel = "cuModuleLoadData: " + cu_error_string(m);
-    }
-  }
-  if (c.empty_module) {
-    const CUresult f = KC_CU(cuModuleGetFunction)(&empty, c.empty_module, "kc_sampler_empty");
-    if (f != CUDA_SUCCESS || first_launch(empty, own, nullptr, &call) != CUDA_SUCCESS) {
-      empty = nullptr;
-      no_kernel = std::string(f != CUDA_SUCCESS ? "cuModuleGetFunction" : call) + " failed";
-    }
-  }
-  std::string no_stamp = !stamps_ ? "" : !c.stamps ? "no host memory for the stamps" : !c.empty_module ? no_kernel : "";
-  if (stamps_ && no_stamp.empty()) {
-    CUfunction stamp = nullptr;
-    CUdeviceptr scratch = c.stamps_dev;
-    if (KC_CU(cuModuleGetFunction)(&stamp, c.empty_module, "kc_sampler_stamp") != CUDA_SUCCESS)
-      no_stamp = "cuModuleGetFunction failed";
-    else if (first_launch(stamp, own, &scratch, &call) != CUDA_SUCCESS)
-      no_stamp = std::string(call) + " failed";
-    else
-      c.stamp = stamp;  // from here on this context's pairs are stamped
-  }
-  c.timer = c.stamp ? "stamps" : stamps_ ? "events (no stamp kernel: " + no_stamp + ")" : "events";
+  const CUfunction empty = load_empty_kernel(&c.empty_module, own, &no_kernel);
+  choose_timer(c, own, no_kernel);
   if (bracket_mode_ != "auto") {
     c.bracket_ns = bracket_mode_ == "fixed" ? bracket_fixed_ns_ : 0.0;
     c.calibration = bracket_mode_;
@@ -334,7 +378,7 @@ void LaunchSampler::calibrate(Context& c, CUstream app_stream) {
   CUevent e0 = nullptr, e1 = nullptr;  // stamped pairs take none
   r = c.stamp ? CUDA_SUCCESS : KC_CU(cuEventCreate)(&e0, CU_EVENT_DEFAULT);
   if (r == CUDA_SUCCESS && !c.stamp) r = KC_CU(cuEventCreate)(&e1, CU_EVENT_DEFAULT);
-  call = "cuEventCreate";
+  const char* call = "cuEventCreate";
   const uint32_t w = c.free_words.back();  // nothing of this context is in flight yet
   std::vector<double> pair, kernel;
   for (int i = 0; i < kCalibrationWarmup && r == CUDA_SUCCESS; ++i) held_pair(c, on, empty, e0, e1, w, &r, &call);
@@ -346,30 +390,112 @@ void LaunchSampler::calibrate(Context& c, CUstream app_stream) {
       if (r == CUDA_SUCCESS && k >= 0) kernel.push_back(k);
     }
   }
-  if (r != CUDA_SUCCESS && std::strcmp(call, "cuStreamWaitValue32") == 0) {
-    // Stream memory operations unavailable here: the app's launches go unheld too (begin()
-    // would find the same), and an unheld pair has nothing to calibrate against.
-    c.hold.store(false, std::memory_order_relaxed);
-    c.calibration = "none (stream not held)";
-    std::lock_guard<std::mutex> g(mu_);
-    if (unheld_.empty()) unheld_ = "cuStreamWaitValue32: " + cu_error_string(r);
-  } else if (r != CUDA_SUCCESS) {
-    c.calibration = std::string("failed: ") + call + ": " + cu_error_string(r);
-  } else {
-    c.pair_ns = median_of(pair);
-    c.empty_kernel_pair_ns = median_of(kernel);
-    if (empty && !kernel.empty()) {
-      // At least what the pair alone reads: an empty kernel cannot make a pair shorter.
-      c.bracket_ns = std::max(c.pair_ns, c.empty_kernel_pair_ns - empty_kernel_ns_);
-      c.calibration = "empty kernel";
-    } else {
-      c.bracket_ns = std::max(0.0, c.pair_ns);
-      c.calibration = "empty pair (no empty kernel: " + no_kernel + ")";
-    }
-  }
+  if (r != CUDA_SUCCESS)
+    calibration_failed(c, r, call);
+  else
+    set_bracket(c, pair, kernel, empty != nullptr, no_kernel);
   if (e0) KC_CU(cuEventDestroy)(e0);
   if (e1) KC_CU(cuEventDestroy)(e1);
   KC_CU(cuStreamDestroy)(own);
+}
+
+// The context's hold words (and, for stamps, its stamp slots) in mapped host memory, at
+// its first timed launch: false when the words cannot be had (the context disabled, counted).
+bool LaunchSampler::alloc_words(Context& c) {
+  void* host = nullptr;
+  const CUresult r = KC_CU(cuMemHostAlloc)(&host, kWords * sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP);
+  if (r != CUDA_SUCCESS || KC_CU(cuMemHostGetDevicePointer)(&c.words_dev, host, 0) != CUDA_SUCCESS) {
+    c.disabled = true;
+    std::lock_guard<std::mutex> g(mu_);
+    ++errors_;
+    if (first_error_.empty()) first_error_ = "cuMemHostAlloc / cuMemHostGetDevicePointer for the hold words: " + cu_error_string(r);
+    return false;
+  }
+  c.words = static_cast<std::atomic<uint32_t>*>(host);
+  for (uint32_t i = 0; i < kWords; ++i) c.words[i].store(1, std::memory_order_relaxed);
+  for (uint32_t i = kWords; i-- > 0;) c.free_words.push_back(i);
+  void* stamps = nullptr;  // without them the context's pairs are events (calibrate() says so)
+  if (stamps_ && KC_CU(cuMemHostAlloc)(&stamps, 2 * kWords * sizeof(uint64_t), CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS) {
+    if (KC_CU(cuMemHostGetDevicePointer)(&c.stamps_dev, stamps, 0) == CUDA_SUCCESS)
+      c.stamps = static_cast<std::atomic<uint64_t>*>(stamps);
+    else
+      KC_CU(cuMemFreeHost)(stamps);
+  }
+  return true;
+}
+
+// A free hold word and `need` events in the pool (made as needed): false when not
+// (counted).
+bool LaunchSampler::reserve_events(Context& c, size_t need) {
+  if (c.free_words.empty() || (c.events.size() < need && c.events_made + need > 2 * size_t(kWords))) {
+    std::lock_guard<std::mutex> g(mu_);
+    ++no_event_;
+    return false;
+  }
+  while (c.events.size() < need) {
+    CUevent e = nullptr;
+    const CUresult r = KC_CU(cuEventCreate)(&e, CU_EVENT_DEFAULT);
+    if (r != CUDA_SUCCESS) {
+      std::lock_guard<std::mutex> g(mu_);
+      ++errors_;
+      if (first_error_.empty()) first_error_ = "cuEventCreate: " + cu_error_string(r);
+      return false;
+    }
+    c.events.push_back(e);
+    ++c.events_made;
+  }
+  return true;
+}
+
+// A Pending (a spare one, else new) with a hold word and, if `need`, a pair of events
+// from the pool reserve_events() filled.
+LaunchSampler::Pending* LaunchSampler::take_pending(Context& c, size_t need) {
+  Pending* p = nullptr;
+  if (c.spare.empty()) {
+    p = new Pending;
+  } else {
+    p = c.spare.back();
+    c.spare.pop_back();
+  }
+  p->ctx = &c;
+  p->e0 = p->e1 = nullptr;
+  if (need) {
+    p->e1 = c.events.back();
+    c.events.pop_back();
+    p->e0 = c.events.back();
+    c.events.pop_back();
+  }
+  p->word = c.free_words.back();
+  c.free_words.pop_back();
+  return p;
+}
+
+// Tracks the streams with timed launches (64 at most) and whether a second thread
+// timed one on a stream (end() drops an interleaved sample only there).
+void LaunchSampler::note_stream(Context& c, CUstream stream) {
+  const auto it = std::find(c.streams.begin(), c.streams.end(), stream);
+  const std::thread::id me = std::this_thread::get_id();
+  if (it != c.streams.end()) {
+    const size_t i = size_t(it - c.streams.begin());
+    if (c.stream_thread[i] != me) c.stream_shared[i] = true;
+  } else if (c.streams.size() < 64) {
+    c.streams.push_back(stream);
+    c.stream_thread.push_back(me);
+    c.stream_shared.push_back(false);
+  }
+}
+
+// Holds `stream` until hold word w is set, where the context still holds its streams.
+void LaunchSampler::hold_stream(Context& c, CUstream stream, uint32_t w) {
+  if (!c.hold.load(std::memory_order_relaxed)) return;
+  const CUresult r = KC_CU(cuStreamWaitValue32)(stream, c.words_dev + 4 * w, 1, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS) {
+    // Stream memory operations unavailable here: time unheld pairs (they include the
+    // CPU's launch latency when the stream was idle; the profile says so).
+    c.hold.store(false, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> g(mu_);
+    if (unheld_.empty()) unheld_ = "cuStreamWaitValue32: " + cu_error_string(r);
+  }
 }
 
 LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, const void* key, double weight,
@@ -382,74 +508,14 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
   {
     std::lock_guard<std::mutex> lock(c->mu);
     if (c->disabled) return nullptr;
-    if (!c->words) {
-      void* host = nullptr;
-      const CUresult r = KC_CU(cuMemHostAlloc)(&host, kWords * sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP);
-      if (r != CUDA_SUCCESS || KC_CU(cuMemHostGetDevicePointer)(&c->words_dev, host, 0) != CUDA_SUCCESS) {
-        c->disabled = true;
-        std::lock_guard<std::mutex> g(mu_);
-        ++errors_;
-        if (first_error_.empty()) first_error_ = "cuMemHostAlloc / cuMemHostGetDevicePointer for the hold words: " + cu_error_string(r);
-        return nullptr;
-      }
-      c->words = static_cast<std::atomic<uint32_t>*>(host);
-      for (uint32_t i = 0; i < kWords; ++i) c->words[i].store(1, std::memory_order_relaxed);
-      for (uint32_t i = kWords; i-- > 0;) c->free_words.push_back(i);
-      void* stamps = nullptr;  // without them the context's pairs are events (calibrate() says so)
-      if (stamps_ && KC_CU(cuMemHostAlloc)(&stamps, 2 * kWords * sizeof(uint64_t), CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS) {
-        if (KC_CU(cuMemHostGetDevicePointer)(&c->stamps_dev, stamps, 0) == CUDA_SUCCESS)
-          c->stamps = static_cast<std::atomic<uint64_t>*>(stamps);
-        else
-          KC_CU(cuMemFreeHost)(stamps);
-      }
-    }
+    if (!c->words && !alloc_words(*c)) return nullptr;
     if (!c->calibrated) calibrate(*c, stream);
     poll(*c, 4, false);  // read a few finished pairs back: the pool stays small
     // A pair of events from the pool, unless this context's pairs are stamps.
     const size_t need = c->stamp ? 0 : 2;
-    if (c->free_words.empty() || (c->events.size() < need && c->events_made + need > 2 * size_t(kWords))) {
-      std::lock_guard<std::mutex> g(mu_);
-      ++no_event_;
-      return nullptr;
-    }
-    while (c->events.size() < need) {
-      CUevent e = nullptr;
-      const CUresult r = KC_CU(cuEventCreate)(&e, CU_EVENT_DEFAULT);
-      if (r != CUDA_SUCCESS) {
-        std::lock_guard<std::mutex> g(mu_);
-        ++errors_;
-        if (first_error_.empty()) first_error_ = "cuEventCreate: " + cu_error_string(r);
-        return nullptr;
-      }
-      c->events.push_back(e);
-      ++c->events_made;
-    }
-    if (c->spare.empty()) {
-      p = new Pending;
-    } else {
-      p = c->spare.back();
-      c->spare.pop_back();
-    }
-    p->ctx = c;
-    p->e0 = p->e1 = nullptr;
-    if (need) {
-      p->e1 = c->events.back();
-      c->events.pop_back();
-      p->e0 = c->events.back();
-      c->events.pop_back();
-    }
-    p->word = c->free_words.back();
-    c->free_words.pop_back();
-    const auto it = std::find(c->streams.begin(), c->streams.end(), stream);
-    const std::thread::id me = std::this_thread::get_id();
-    if (it != c->streams.end()) {
-      const size_t i = size_t(it - c->streams.begin());
-      if (c->stream_thread[i] != me) c->stream_shared[i] = true;
-    } else if (c->streams.size() < 64) {
-      c->streams.push_back(stream);
-      c->stream_thread.push_back(me);
-      c->stream_shared.push_back(false);
-    }
+    if (!reserve_events(*c, need)) return nullptr;
+    p = take_pending(*c, need);
+    note_stream(*c, stream);
   }
   p->key = key;
   p->stream = stream;
@@ -459,16 +525,7 @@ LaunchSampler::Pending* LaunchSampler::begin(CUcontext ctx, CUstream stream, con
   c->overdue[p->word].store(false, std::memory_order_relaxed);
   c->words[p->word].store(0, std::memory_order_release);
   c->held_since[p->word].store(now_ns(), std::memory_order_release);
-  if (c->hold.load(std::memory_order_relaxed)) {
-    const CUresult w = KC_CU(cuStreamWaitValue32)(stream, c->words_dev + 4 * p->word, 1, CU_STREAM_WAIT_VALUE_GEQ);
-    if (w != CUDA_SUCCESS) {
-      // Stream memory operations unavailable here: time unheld pairs (they include the
-      // CPU's launch latency when the stream was idle; the profile says so).
-      c->hold.store(false, std::memory_order_relaxed);
-      std::lock_guard<std::mutex> g(mu_);
-      if (unheld_.empty()) unheld_ = "cuStreamWaitValue32: " + cu_error_string(w);
-    }
-  }
+  hold_stream(*c, stream, p->word);
   const CUresult r = mark(*c, stream, p->word, false, p->e0);
   if (r == CUDA_SUCCESS) return p;
   // Nothing is left held; this context's launches are counted from now on, not timed.

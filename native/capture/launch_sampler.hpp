@@ -101,6 +101,17 @@ class LaunchSampler {
   Context* context_for(CUcontext ctx);
   void poll(Context& c, size_t max_reads, bool wait);
   void calibrate(Context& c, CUstream app_stream);
+  // calibrate()'s steps: the timer, then what its pairs read.
+  void choose_timer(Context& c, CUstream own, const std::string& no_kernel) const;
+  void calibration_failed(Context& c, CUresult r, const char* call);
+  void set_bracket(Context& c, const std::vector<double>& pair, const std::vector<double>& kernel, bool empty,
+                   const std::string& no_kernel) const;
+  // begin()'s steps, in its order.
+  bool alloc_words(Context& c);
+  bool reserve_events(Context& c, size_t need);
+  static Pending* take_pending(Context& c, size_t need);
+  static void note_stream(Context& c, CUstream stream);
+  void hold_stream(Context& c, CUstream stream, uint32_t w);
   static double stamped_ns(const Context& c, uint32_t w);  // a stamped pair's ns (-1: unreadable)
   // A pair's start (end false) or end on `stream` for hold word w: kerncap's stamp kernel
   // into the word's slot where the context stamps (the start clears both slots first),

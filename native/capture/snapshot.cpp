@@ -174,16 +174,16 @@ size_t Snapshotter::acquire_slot(std::deque<size_t>& in_flight) {
   }
 }
 
-std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& items) {
-  init_resources();
-  std::vector<ItemSnapshot> out(items.size());
-  for (size_t i = 0; i < items.size(); ++i) out[i].chunks.resize((items[i].size + kChunkSize - 1) / kChunkSize);
+// Which chunks were fingerprinted, and what the fingerprints read.
+struct Snapshotter::Fingerprints {
+  std::vector<DeviceChunk> chunks;
+  std::vector<std::pair<size_t, size_t>> where;  // (item, chunk) of each fingerprinted chunk
+  std::vector<Fingerprint> fps;
+};
 
-  // Fingerprint every chunk that can be read on the device; a chunk whose fingerprint
-  // matches the remembered one keeps its hash (and blob) and is not copied.
-  std::vector<std::vector<char>> keep(items.size());
-  std::vector<DeviceChunk> fp_chunks;
-  std::vector<std::pair<size_t, size_t>> fp_where;  // (item, chunk) of each fingerprinted chunk
+// Fingerprints each chunk of the items the device can read (keep: none kept yet).
+void Snapshotter::fingerprint(const std::vector<SnapshotItem>& items, const std::vector<ItemSnapshot>& out,
+                              std::vector<std::vector<char>>& keep, Fingerprints& fp) {
   ChunkFingerprinter& fingerprinter = chunk_fingerprinter();
   const bool fingerprints = fingerprinter.available();
   if (!fingerprints) fingerprint_note_ = fingerprinter.reason();
@@ -197,27 +197,117 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
       continue;
     for (size_t c = 0; c < out[i].chunks.size(); ++c) {
       const uint64_t off = uint64_t(c) * kChunkSize;
-      fp_chunks.emplace_back(it.base + off, std::min<uint64_t>(kChunkSize, it.size - off));
-      fp_where.emplace_back(i, c);
+      fp.chunks.emplace_back(it.base + off, std::min<uint64_t>(kChunkSize, it.size - off));
+      fp.where.emplace_back(i, c);
     }
   }
-  std::vector<Fingerprint> fps;
-  if (!fp_chunks.empty() && !fingerprinter.run(fp_chunks, stream_, fps)) fingerprint_note_ = fingerprinter.reason();
-  ChunkMemory& memory = chunk_memory();
-  for (size_t k = 0; k < fps.size(); ++k) {
-    auto [i, c] = fp_where[k];
-    const RememberedChunk* r = memory.find(fp_chunks[k]);
-    if (r && r->fp == fps[k] && (!r->stored || store_.adopt(r->hash))) {
+  if (!fp.chunks.empty() && !fingerprinter.run(fp.chunks, stream_, fp.fps)) fingerprint_note_ = fingerprinter.reason();
+}
+
+// Marks kept each fingerprinted chunk that is unchanged since `memory` remembered it
+// (its stored hash reused) or all zero.
+void Snapshotter::keep_known(const Fingerprints& fp, const ChunkMemory& memory, std::vector<ItemSnapshot>& out,
+                             std::vector<std::vector<char>>& keep) {
+  for (size_t k = 0; k < fp.fps.size(); ++k) {
+    auto [i, c] = fp.where[k];
+    const RememberedChunk* r = memory.find(fp.chunks[k]);
+    if (r && r->fp == fp.fps[k] && (!r->stored || store_.adopt(r->hash))) {
       out[i].chunks[c] = ChunkHash{r->stored, r->hash};
       keep[i][c] = 1;
-      unchanged_ += fp_chunks[k].second;
-    } else if (fps[k] == zero_fingerprint(fp_chunks[k].second)) {
+      unchanged_ += fp.chunks[k].second;
+    } else if (fp.fps[k] == zero_fingerprint(fp.chunks[k].second)) {
       // All zero (as sure as "unchanged" is): nothing to copy, nothing to store.
       out[i].chunks[c] = ChunkHash{false, 0};
       keep[i][c] = 1;
-      zero_ += fp_chunks[k].second;
+      zero_ += fp.chunks[k].second;
     }
   }
+}
+
+// Queues the copy of every chunk not kept, slot by slot, each full slot's event recorded
+// into in_flight (the last one's too).
+void Snapshotter::copy_chunks(const std::vector<SnapshotItem>& items, std::vector<ItemSnapshot>& out,
+                              const std::vector<std::vector<char>>& keep, std::deque<size_t>& in_flight) {
+  const size_t none = SIZE_MAX;
+  size_t cur = none;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const SnapshotItem& it = items[i];
+    for (size_t c = 0; c < out[i].chunks.size(); ++c) {
+      if (keep[i][c]) continue;
+      const uint64_t off = uint64_t(c) * kChunkSize;
+      const size_t len = size_t(std::min<uint64_t>(kChunkSize, it.size - off));
+      if (cur == none || slots_[cur].fill + len > slot_size_) {
+        if (cur != none) {
+          KC_CHECK(cuEventRecord, (slots_[cur].done, stream_), "the snapshot stream");
+          in_flight.push_back(cur);
+        }
+        cur = acquire_slot(in_flight);
+      }
+      Slot& s = slots_[cur];
+      if (it.host)  // the app's host memory: the GPU is drained and the app's threads are held
+        std::memcpy(s.host + s.fill, reinterpret_cast<const void*>(uintptr_t(it.base + off)), len);
+      else
+        KC_CHECK(cuMemcpyDtoHAsync, (s.host + s.fill, CUdeviceptr(it.base + off), len, stream_),
+                 it.label + " bytes " + hex_addr(it.base + off) + "+" + std::to_string(len));
+      s.tasks.push_back(Task{s.host + s.fill, len, &out[i].chunks[c], cur});
+      s.fill += len;
+      logical_ += len;
+    }
+  }
+  if (cur != none) {
+    KC_CHECK(cuEventRecord, (slots_[cur].done, stream_), "the snapshot stream");
+    in_flight.push_back(cur);
+  }
+}
+
+// Waits for the copies in flight, hands each slot to the workers and waits until every
+// slot is free again; throws a worker's error.
+void Snapshotter::finish_copies(std::deque<size_t>& in_flight) {
+  while (!in_flight.empty()) {
+    size_t k = in_flight.front();
+    in_flight.pop_front();
+    KC_CHECK(cuEventSynchronize, (slots_[k].done), "a device-to-host snapshot copy");
+    dispatch(k);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    free_cv_.wait(lock, [&] {
+      for (const Slot& s : slots_)
+        if (s.busy) return false;
+      return true;
+    });
+  }
+  rethrow_worker_error();
+}
+
+// Leave the ring idle before unwinding: no copy in flight, no worker on a slot.
+void Snapshotter::idle_ring() {
+  KC_CU(cuStreamSynchronize)(stream_);
+  std::unique_lock<std::mutex> lock(mu_);
+  free_cv_.wait(lock, [&] {
+    for (const Slot& s : slots_)
+      if (s.pending) return false;
+    return true;
+  });
+  for (Slot& s : slots_) {
+    s.busy = false;
+    s.tasks.clear();
+  }
+  error_ = nullptr;
+}
+
+std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& items) {
+  init_resources();
+  std::vector<ItemSnapshot> out(items.size());
+  for (size_t i = 0; i < items.size(); ++i) out[i].chunks.resize((items[i].size + kChunkSize - 1) / kChunkSize);
+
+  // Fingerprint every chunk that can be read on the device; a chunk whose fingerprint
+  // matches the remembered one keeps its hash (and blob) and is not copied.
+  std::vector<std::vector<char>> keep(items.size());
+  Fingerprints fp;
+  fingerprint(items, out, keep, fp);
+  ChunkMemory& memory = chunk_memory();
+  keep_known(fp, memory, out, keep);
 
   uint64_t to_copy = 0;
   for (size_t i = 0; i < items.size(); ++i)
@@ -226,72 +316,16 @@ std::vector<ItemSnapshot> Snapshotter::run(const std::vector<SnapshotItem>& item
   ensure_ring(to_copy);
 
   std::deque<size_t> in_flight;
-  const size_t none = SIZE_MAX;
-  size_t cur = none;
   try {
-    for (size_t i = 0; i < items.size(); ++i) {
-      const SnapshotItem& it = items[i];
-      for (size_t c = 0; c < out[i].chunks.size(); ++c) {
-        if (keep[i][c]) continue;
-        const uint64_t off = uint64_t(c) * kChunkSize;
-        const size_t len = size_t(std::min<uint64_t>(kChunkSize, it.size - off));
-        if (cur == none || slots_[cur].fill + len > slot_size_) {
-          if (cur != none) {
-            KC_CHECK(cuEventRecord, (slots_[cur].done, stream_), "the snapshot stream");
-            in_flight.push_back(cur);
-          }
-          cur = acquire_slot(in_flight);
-        }
-        Slot& s = slots_[cur];
-        if (it.host)  // the app's host memory: the GPU is drained and the app's threads are held
-          std::memcpy(s.host + s.fill, reinterpret_cast<const void*>(uintptr_t(it.base + off)), len);
-        else
-          KC_CHECK(cuMemcpyDtoHAsync, (s.host + s.fill, CUdeviceptr(it.base + off), len, stream_),
-                   it.label + " bytes " + hex_addr(it.base + off) + "+" + std::to_string(len));
-        s.tasks.push_back(Task{s.host + s.fill, len, &out[i].chunks[c], cur});
-        s.fill += len;
-        logical_ += len;
-      }
-    }
-    if (cur != none) {
-      KC_CHECK(cuEventRecord, (slots_[cur].done, stream_), "the snapshot stream");
-      in_flight.push_back(cur);
-      cur = none;
-    }
-    while (!in_flight.empty()) {
-      size_t k = in_flight.front();
-      in_flight.pop_front();
-      KC_CHECK(cuEventSynchronize, (slots_[k].done), "a device-to-host snapshot copy");
-      dispatch(k);
-    }
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      free_cv_.wait(lock, [&] {
-        for (const Slot& s : slots_)
-          if (s.busy) return false;
-        return true;
-      });
-    }
-    rethrow_worker_error();
+    copy_chunks(items, out, keep, in_flight);
+    finish_copies(in_flight);
   } catch (...) {
-    // Leave the ring idle before unwinding: no copy in flight, no worker on a slot.
-    KC_CU(cuStreamSynchronize)(stream_);
-    std::unique_lock<std::mutex> lock(mu_);
-    free_cv_.wait(lock, [&] {
-      for (const Slot& s : slots_)
-        if (s.pending) return false;
-      return true;
-    });
-    for (Slot& s : slots_) {
-      s.busy = false;
-      s.tasks.clear();
-    }
-    error_ = nullptr;
+    idle_ring();
     throw;
   }
-  for (size_t k = 0; k < fps.size(); ++k) {
-    auto [i, c] = fp_where[k];
-    memory.remember(fp_chunks[k], RememberedChunk{fps[k], out[i].chunks[c].stored, out[i].chunks[c].hash});
+  for (size_t k = 0; k < fp.fps.size(); ++k) {
+    auto [i, c] = fp.where[k];
+    memory.remember(fp.chunks[k], RememberedChunk{fp.fps[k], out[i].chunks[c].stored, out[i].chunks[c].hash});
   }
   for (size_t i = 0; i < items.size(); ++i) {
     for (size_t c = 0; c < out[i].chunks.size(); ++c) {

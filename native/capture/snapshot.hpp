@@ -24,6 +24,8 @@
 
 namespace kc {
 
+class ChunkMemory;
+
 struct SnapshotItem {
   uint64_t base = 0;
   uint64_t size = 0;
@@ -97,6 +99,16 @@ class Snapshotter {
   void dispatch(size_t slot);            // hand a copied slot's chunks to the workers
   size_t acquire_slot(std::deque<size_t>& in_flight);
   void rethrow_worker_error();
+  // run()'s steps.
+  struct Fingerprints;
+  void fingerprint(const std::vector<SnapshotItem>& items, const std::vector<ItemSnapshot>& out,
+                   std::vector<std::vector<char>>& keep, Fingerprints& fp);
+  void keep_known(const Fingerprints& fp, const ChunkMemory& memory, std::vector<ItemSnapshot>& out,
+                  std::vector<std::vector<char>>& keep);
+  void copy_chunks(const std::vector<SnapshotItem>& items, std::vector<ItemSnapshot>& out,
+                   const std::vector<std::vector<char>>& keep, std::deque<size_t>& in_flight);
+  void finish_copies(std::deque<size_t>& in_flight);
+  void idle_ring();  // after a failure: nothing in flight, no slot busy, no error kept
 
   BlobStore& store_;
   CUstream stream_ = nullptr;

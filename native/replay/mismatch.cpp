@@ -63,6 +63,78 @@ Mapper& mapper() {
   return *m;
 }
 
+// The kernels' parameters for `spec` over `size` bytes of `unit`-byte elements; throws on
+// a misaligned item or an empty or overlapping view.
+MapParams params_for(CUdeviceptr actual, CUdeviceptr expected, CUdeviceptr pre, size_t size, size_t unit,
+                     const MapSpec& spec, const std::string& what) {
+  if (actual % unit || expected % unit || pre % unit)
+    throw Error("input", what + " is not aligned for " + spec.dtype);
+  if (spec.view_rows == 0 || spec.view_cols == 0 || spec.row_stride < spec.view_cols)
+    throw Error("input", "the view of " + what + " is empty or its rows overlap (" + std::to_string(spec.view_rows) +
+                             " x " + std::to_string(spec.view_cols) + ", row stride " +
+                             std::to_string(spec.row_stride) + ")");
+  const unsigned long long n = size / unit;
+  return MapParams{actual, expected, pre, n, spec.view_start, spec.view_rows, spec.view_cols, spec.row_stride,
+                   std::clamp<unsigned long long>(spec.grid_rows, 1, std::min(spec.view_rows, kMaxGrid)),
+                   std::clamp<unsigned long long>(spec.grid_cols, 1, std::min(spec.view_cols, kMaxGrid)),
+                   std::min(spec.view_rows, kMaxProfile), std::min(spec.view_cols, kMaxProfile),
+                   std::max<unsigned long long>(1, std::min(n, kIdxBins)), spec.atol, spec.rtol,
+                   spec.tolerance ? 1 : 0};
+}
+
+// The accumulators' places in the one buffer at `at`, u64 each in MapResult's order, then
+// the u32 position histogram.
+MapBuffers carve(CUdeviceptr at, size_t cells, const MapParams& p) {
+  MapBuffers o;
+  auto take = [&](size_t count) { CUdeviceptr here = at; at += count * 8; return here; };
+  o.totals = take(kTotals);
+  o.err_hist = take(kErrBins);
+  o.ulp_hist = take(kUlpBins);
+  o.value_hist = take(kValueBins);
+  o.cell_count = take(cells);
+  o.cell_worst = take(cells);
+  o.row_prof = take(p.prof_rows);
+  o.col_prof = take(p.prof_cols);
+  o.idx_hist = at;
+  return o;
+}
+
+// The downloaded u64 accumulators (laid out as carve places them) into r.
+void unpack(MapResult& r, const std::vector<unsigned long long>& all, size_t cells, const MapParams& p) {
+  auto slice = [&](size_t& pos, size_t count) {
+    std::vector<unsigned long long> v(all.begin() + pos, all.begin() + pos + count);
+    pos += count;
+    return v;
+  };
+  size_t pos = 0;
+  r.totals = slice(pos, kTotals);
+  r.err_hist = slice(pos, kErrBins);
+  r.ulp_hist = slice(pos, kUlpBins);
+  r.value_hist = slice(pos, kValueBins);
+  r.cell_count = slice(pos, cells);
+  r.cell_worst = slice(pos, cells);
+  r.row_profile = slice(pos, p.prof_rows);
+  r.col_profile = slice(pos, p.prof_cols);
+}
+
+// The element ranges [lo, hi), as pairs, of the smallest non-empty position bins that
+// together hold first_k mismatches.
+std::vector<unsigned long long> first_ranges(const std::vector<unsigned>& idx, const MapParams& p, unsigned first_k) {
+  const unsigned long long n = p.n;
+  std::vector<unsigned long long> ranges;
+  unsigned long long seen = 0;
+  for (unsigned long long b = 0; b < p.idx_bins && seen < first_k; ++b) {
+    if (!idx[b]) continue;
+    seen += idx[b];
+    // bin b holds the elements i with i * bins / n == b
+    const unsigned long long lo = (b * n + p.idx_bins - 1) / p.idx_bins;
+    const unsigned long long hi = ((b + 1) * n + p.idx_bins - 1) / p.idx_bins;
+    ranges.push_back(lo);
+    ranges.push_back(std::min(hi, n));
+  }
+  return ranges;
+}
+
 CUdeviceptr state_of(const Session::ItemPointers& p, const std::string& which) {
   if (which == "actual") return p.actual;
   if (which == "expected") return p.expected;
@@ -84,18 +156,8 @@ MapResult Mapper::map(CUstream s, CUdeviceptr actual, CUdeviceptr expected, CUde
                       const MapSpec& spec, const std::string& what) {
   const Kind& kind = kind_of(spec.dtype, what);
   const size_t unit = spec.dtype.empty() ? 1 : dtype_size(spec.dtype);
-  if (actual % unit || expected % unit || pre % unit)
-    throw Error("input", what + " is not aligned for " + spec.dtype);
-  if (spec.view_rows == 0 || spec.view_cols == 0 || spec.row_stride < spec.view_cols)
-    throw Error("input", "the view of " + what + " is empty or its rows overlap (" + std::to_string(spec.view_rows) +
-                             " x " + std::to_string(spec.view_cols) + ", row stride " +
-                             std::to_string(spec.row_stride) + ")");
-  const unsigned long long n = size / unit;
-  MapParams p{actual, expected, pre, n, spec.view_start, spec.view_rows, spec.view_cols, spec.row_stride,
-              std::clamp<unsigned long long>(spec.grid_rows, 1, std::min(spec.view_rows, kMaxGrid)),
-              std::clamp<unsigned long long>(spec.grid_cols, 1, std::min(spec.view_cols, kMaxGrid)),
-              std::min(spec.view_rows, kMaxProfile), std::min(spec.view_cols, kMaxProfile),
-              std::max<unsigned long long>(1, std::min(n, kIdxBins)), spec.atol, spec.rtol, spec.tolerance ? 1 : 0};
+  MapParams p = params_for(actual, expected, pre, size, unit, spec, what);
+  const unsigned long long n = p.n;
   const size_t cells = p.grid_rows * p.grid_cols;
   // One zeroed buffer holds every accumulator (u64 each; the position histogram is u32).
   const size_t u64s = kTotals + kErrBins + kUlpBins + kValueBins + 2 * cells + p.prof_rows + p.prof_cols;
@@ -103,18 +165,7 @@ MapResult Mapper::map(CUstream s, CUdeviceptr actual, CUdeviceptr expected, CUde
   KC_CHECK(cuMemsetD8Async, (acc.get(), 0, acc.size(), s), "the mismatch map of " + what);
   const unsigned long long ratio_min_init = ~0ull;
   KC_CHECK(cuMemcpyHtoDAsync, (acc.get() + 8 * 8, &ratio_min_init, 8, s), "the mismatch map of " + what);
-  MapBuffers o;
-  CUdeviceptr at = acc.get();
-  auto take = [&](size_t count) { CUdeviceptr here = at; at += count * 8; return here; };
-  o.totals = take(kTotals);
-  o.err_hist = take(kErrBins);
-  o.ulp_hist = take(kUlpBins);
-  o.value_hist = take(kValueBins);
-  o.cell_count = take(cells);
-  o.cell_worst = take(cells);
-  o.row_prof = take(p.prof_rows);
-  o.col_prof = take(p.prof_cols);
-  o.idx_hist = at;
+  MapBuffers o = carve(acc.get(), cells, p);
 
   Event start, stop;
   KC_CHECK(cuEventRecord, (start.get(), s), "a timing event");
@@ -125,37 +176,13 @@ MapResult Mapper::map(CUstream s, CUdeviceptr actual, CUdeviceptr expected, CUde
   KC_CHECK(cuStreamSynchronize, (s), map_name + " on " + what);
 
   MapResult r;
-  std::vector<unsigned long long> all = download(acc.get(), u64s, "the mismatch map of " + what);
-  auto slice = [&](size_t& pos, size_t count) {
-    std::vector<unsigned long long> v(all.begin() + pos, all.begin() + pos + count);
-    pos += count;
-    return v;
-  };
-  size_t pos = 0;
-  r.totals = slice(pos, kTotals);
-  r.err_hist = slice(pos, kErrBins);
-  r.ulp_hist = slice(pos, kUlpBins);
-  r.value_hist = slice(pos, kValueBins);
-  r.cell_count = slice(pos, cells);
-  r.cell_worst = slice(pos, cells);
-  r.row_profile = slice(pos, p.prof_rows);
-  r.col_profile = slice(pos, p.prof_cols);
+  unpack(r, download(acc.get(), u64s, "the mismatch map of " + what), cells, p);
 
   // The first mismatches: the smallest position bins that together hold first_k of them.
   if (r.totals[0] && spec.first_k) {
     std::vector<unsigned> idx(p.idx_bins);
     KC_CHECK(cuMemcpyDtoH, (idx.data(), o.idx_hist, p.idx_bins * 4), "the mismatch positions of " + what);
-    std::vector<unsigned long long> ranges;
-    unsigned long long seen = 0;
-    for (unsigned long long b = 0; b < p.idx_bins && seen < spec.first_k; ++b) {
-      if (!idx[b]) continue;
-      seen += idx[b];
-      // bin b holds the elements i with i * bins / n == b
-      const unsigned long long lo = (b * n + p.idx_bins - 1) / p.idx_bins;
-      const unsigned long long hi = ((b + 1) * n + p.idx_bins - 1) / p.idx_bins;
-      ranges.push_back(lo);
-      ranges.push_back(std::min(hi, n));
-    }
+    const std::vector<unsigned long long> ranges = first_ranges(idx, p, spec.first_k);
     const unsigned nranges = static_cast<unsigned>(ranges.size() / 2);
     DeviceBuffer dev_ranges(ranges.size() * 8, "the first mismatches of " + what);
     DeviceBuffer found((kFirstCapacity + 1) * 8, "the first mismatches of " + what);

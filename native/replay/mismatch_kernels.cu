@@ -158,6 +158,95 @@ __device__ __forceinline__ bool mismatch(unsigned long long ab, unsigned long lo
   return !(fabs(a - e) <= p.atol + p.rtol * fabs(e));
 }
 
+// One thread's share of the totals (enum Total), reduced per warp at the end of pass 1.
+struct ThreadTotals {
+  unsigned long long mismatched = 0, bytes = 0, nan_err = 0, inf_err = 0, outside = 0, stale = 0;
+  unsigned long long max_abs = 0, max_rel = 0, ratio_min = ~0ull, ratio_max = 0;
+};
+
+// One mismatched element into t and the block's error and ULP histograms; returns its key
+// for the cell's worst element: KEY_NAN, KEY_INF, or |a - e| as a float's bits.
+template <int K>
+__device__ __forceinline__ unsigned long long tally_mismatch(ThreadTotals& t, unsigned int* s_err,
+                                                            unsigned int* s_ulp, unsigned long long ab,
+                                                            unsigned long long eb, unsigned long long pb,
+                                                            double a, double e) {
+  const bool is_nan = isnan(a) || isnan(e);
+  const bool is_inf = !is_nan && (isinf(a) || isinf(e));
+  const double d = fabs(a - e);
+  ++t.mismatched;
+  t.stale += ab == pb;
+  if (is_nan) {
+    ++t.nan_err;
+    return KEY_NAN;
+  }
+  if (is_inf) {
+    ++t.inf_err;
+    return KEY_INF;
+  }
+  const unsigned long long key = __float_as_uint(__double2float_rn(d));
+  const double rel = fabs(e) > 0.0 ? d / fabs(e) : (d > 0.0 ? __longlong_as_double(0x7ff0000000000000ll) : 0.0);
+  t.max_abs = max(t.max_abs, static_cast<unsigned long long>(__double_as_longlong(d)));
+  t.max_rel = max(t.max_rel, static_cast<unsigned long long>(__double_as_longlong(rel)));
+  if (e != 0.0) {
+    const unsigned long long rk = order_key(a / e);
+    t.ratio_min = min(t.ratio_min, rk);
+    t.ratio_max = max(t.ratio_max, rk);
+  }
+  atomicAdd(&s_err[d == 0.0 ? 0 : 1 + log2_bin(d) - LOG_MIN], 1u);
+  const unsigned long long oa = ordered<K>(ab), oe = ordered<K>(eb);
+  const unsigned long long u = oa > oe ? oa - oe : oe - oa;
+  atomicAdd(&s_ulp[u ? 64 - __clzll(static_cast<long long>(u)) : 0], 1u);
+  return key;
+}
+
+// Where in the view element i lies: row and column, grid cell, profile bins; then the
+// position histogram. Counts a mismatch (`bad`) outside the view. All 32 lanes must call it.
+__device__ __forceinline__ void add_position(const MapParams& p, const MapBuffers& o, unsigned long long i, bool bad,
+                                             unsigned long long key, unsigned long long& outside) {
+  const unsigned long long k = i - p.view_start;  // wraps for i < start: then outside
+  const unsigned long long r = i >= p.view_start ? k / p.row_stride : p.view_rows;
+  const unsigned long long c = i >= p.view_start ? k % p.row_stride : 0;
+  const bool inside = bad && r < p.view_rows && c < p.view_cols;
+  outside += bad && !inside;
+  const unsigned long long gy = inside ? r * p.grid_rows / p.view_rows : 0;
+  const unsigned long long gx = inside ? c * p.grid_cols / p.view_cols : 0;
+  const unsigned long long cell = gy * p.grid_cols + gx;
+  add_by_key(o.cell_count, cell, inside);
+  max_by_key(o.cell_worst, cell, (key << 32) | (i & 0xffffffffull), inside);
+  add_by_key(o.row_prof, inside ? r * p.prof_rows / p.view_rows : 0, inside);
+  add_by_key(o.col_prof, inside ? c * p.prof_cols / p.view_cols : 0, inside);
+  add_by_key(o.idx_hist, bad ? i * p.idx_bins / p.n : 0, bad);
+}
+
+// Per-thread totals: one atomic per warp. All 32 lanes must call it.
+__device__ __forceinline__ void add_totals(ThreadTotals t, const MapBuffers& o) {
+  t.mismatched = warp_sum(t.mismatched);
+  t.bytes = warp_sum(t.bytes);
+  t.nan_err = warp_sum(t.nan_err);
+  t.inf_err = warp_sum(t.inf_err);
+  t.outside = warp_sum(t.outside);
+  t.stale = warp_sum(t.stale);
+  t.max_abs = warp_max(t.max_abs);
+  t.max_rel = warp_max(t.max_rel);
+  t.ratio_min = warp_min(t.ratio_min);
+  t.ratio_max = warp_max(t.ratio_max);
+  if (lane() == 0) {
+    if (t.bytes) atomicAdd(&o.totals[T_BYTES], t.bytes);
+    if (t.mismatched) {
+      atomicAdd(&o.totals[T_MISMATCHED], t.mismatched);
+      atomicAdd(&o.totals[T_NAN], t.nan_err);
+      atomicAdd(&o.totals[T_INF], t.inf_err);
+      atomicAdd(&o.totals[T_OUTSIDE], t.outside);
+      atomicAdd(&o.totals[T_STALE], t.stale);
+      atomicMax(&o.totals[T_MAX_ABS], t.max_abs);
+      atomicMax(&o.totals[T_MAX_REL], t.max_rel);
+      atomicMin(&o.totals[T_RATIO_MIN], t.ratio_min);
+      atomicMax(&o.totals[T_RATIO_MAX], t.ratio_max);
+    }
+  }
+}
+
 // Pass 1. Warps walk the item 32 consecutive elements at a time, all lanes together (the
 // by-key helpers need converged warps); block-shared histograms are flushed at the end.
 template <int K>
@@ -172,8 +261,7 @@ __device__ void map_pass(const MapParams& p, const MapBuffers& o) {
 
   const unsigned long long warps = static_cast<unsigned long long>(gridDim.x) * (blockDim.x / 32);
   const unsigned long long warp = static_cast<unsigned long long>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  unsigned long long mismatched = 0, bytes = 0, nan_err = 0, inf_err = 0, outside = 0, stale = 0;
-  unsigned long long max_abs = 0, max_rel = 0, ratio_min = ~0ull, ratio_max = 0;
+  ThreadTotals totals;
   const unsigned nbytes = Traits<K>::width / 8;
   for (unsigned long long base = warp * 32; base < p.n; base += warps * 32) {
     const unsigned long long i = base + lane();
@@ -190,79 +278,15 @@ __device__ void map_pass(const MapParams& p, const MapBuffers& o) {
       atomicAdd(&s_value[VALUE_BINS + value_bin(e)], 1u);
       atomicAdd(&s_value[2 * VALUE_BINS + value_bin(a)], 1u);
       const unsigned long long x = ab ^ eb;
-      for (unsigned k = 0; k < nbytes; ++k) bytes += ((x >> (8 * k)) & 0xffu) != 0;
+      for (unsigned k = 0; k < nbytes; ++k) totals.bytes += ((x >> (8 * k)) & 0xffu) != 0;
     }
     const bool bad = valid && mismatch<K>(ab, eb, a, e, p);
     if (!__any_sync(FULL, bad)) continue;
-    const bool is_nan = isnan(a) || isnan(e);
-    const bool is_inf = !is_nan && (isinf(a) || isinf(e));
-    const double d = fabs(a - e);
     unsigned long long key = 0;
-    if (bad) {
-      ++mismatched;
-      stale += ab == pb;
-      if (is_nan) {
-        ++nan_err;
-        key = KEY_NAN;
-      } else if (is_inf) {
-        ++inf_err;
-        key = KEY_INF;
-      } else {
-        key = __float_as_uint(__double2float_rn(d));
-        const double rel = fabs(e) > 0.0 ? d / fabs(e) : (d > 0.0 ? __longlong_as_double(0x7ff0000000000000ll) : 0.0);
-        max_abs = max(max_abs, static_cast<unsigned long long>(__double_as_longlong(d)));
-        max_rel = max(max_rel, static_cast<unsigned long long>(__double_as_longlong(rel)));
-        if (e != 0.0) {
-          const unsigned long long rk = order_key(a / e);
-          ratio_min = min(ratio_min, rk);
-          ratio_max = max(ratio_max, rk);
-        }
-        atomicAdd(&s_err[d == 0.0 ? 0 : 1 + log2_bin(d) - LOG_MIN], 1u);
-        const unsigned long long oa = ordered<K>(ab), oe = ordered<K>(eb);
-        const unsigned long long u = oa > oe ? oa - oe : oe - oa;
-        atomicAdd(&s_ulp[u ? 64 - __clzll(static_cast<long long>(u)) : 0], 1u);
-      }
-    }
-    // Where in the view: row and column, grid cell, profile bins.
-    const unsigned long long k = i - p.view_start;  // wraps for i < start: then outside
-    const unsigned long long r = i >= p.view_start ? k / p.row_stride : p.view_rows;
-    const unsigned long long c = i >= p.view_start ? k % p.row_stride : 0;
-    const bool inside = bad && r < p.view_rows && c < p.view_cols;
-    outside += bad && !inside;
-    const unsigned long long gy = inside ? r * p.grid_rows / p.view_rows : 0;
-    const unsigned long long gx = inside ? c * p.grid_cols / p.view_cols : 0;
-    const unsigned long long cell = gy * p.grid_cols + gx;
-    add_by_key(o.cell_count, cell, inside);
-    max_by_key(o.cell_worst, cell, (key << 32) | (i & 0xffffffffull), inside);
-    add_by_key(o.row_prof, inside ? r * p.prof_rows / p.view_rows : 0, inside);
-    add_by_key(o.col_prof, inside ? c * p.prof_cols / p.view_cols : 0, inside);
-    add_by_key(o.idx_hist, bad ? i * p.idx_bins / p.n : 0, bad);
+    if (bad) key = tally_mismatch<K>(totals, s_err, s_ulp, ab, eb, pb, a, e);
+    add_position(p, o, i, bad, key, totals.outside);
   }
-  // Per-thread totals: one atomic per warp.
-  mismatched = warp_sum(mismatched);
-  bytes = warp_sum(bytes);
-  nan_err = warp_sum(nan_err);
-  inf_err = warp_sum(inf_err);
-  outside = warp_sum(outside);
-  stale = warp_sum(stale);
-  max_abs = warp_max(max_abs);
-  max_rel = warp_max(max_rel);
-  ratio_min = warp_min(ratio_min);
-  ratio_max = warp_max(ratio_max);
-  if (lane() == 0) {
-    if (bytes) atomicAdd(&o.totals[T_BYTES], bytes);
-    if (mismatched) {
-      atomicAdd(&o.totals[T_MISMATCHED], mismatched);
-      atomicAdd(&o.totals[T_NAN], nan_err);
-      atomicAdd(&o.totals[T_INF], inf_err);
-      atomicAdd(&o.totals[T_OUTSIDE], outside);
-      atomicAdd(&o.totals[T_STALE], stale);
-      atomicMax(&o.totals[T_MAX_ABS], max_abs);
-      atomicMax(&o.totals[T_MAX_REL], max_rel);
-      atomicMin(&o.totals[T_RATIO_MIN], ratio_min);
-      atomicMax(&o.totals[T_RATIO_MAX], ratio_max);
-    }
-  }
+  add_totals(totals, o);
   __syncthreads();
   for (unsigned t = threadIdx.x; t < 3 * VALUE_BINS; t += blockDim.x)
     if (s_value[t]) atomicAdd(&o.value_hist[t], static_cast<unsigned long long>(s_value[t]));

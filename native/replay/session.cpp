@@ -55,6 +55,37 @@ std::string copy_to_host(CUdeviceptr src, size_t n, const std::string& what) {
   return out;
 }
 
+// Queues payload h for `dst`; one payload used at two lengths is a broken capture.
+void add_job(std::map<std::string, BlobJob>& jobs, const std::string& h, size_t length, CUdeviceptr dst,
+             const std::string& use) {
+  BlobJob& job = jobs[h];
+  if (job.targets.empty()) {
+    job.hash = h;
+    job.length = length;
+    job.use = use;
+  } else if (job.length != length) {
+    throw Error("capture", "payload " + h + " is used as " + std::to_string(job.length) + " bytes (" + job.use +
+                               ") and as " + std::to_string(length) + " bytes (" + use + ")");
+  }
+  job.targets.push_back(dst);
+}
+
+// Fills the zeroed resident copies: the payloads, then the post-state chunks that repeat
+// their pre-state chunk (copied from it once it is loaded).
+void upload_state(CUcontext ctx, const std::string& blob_dir, std::map<std::string, BlobJob>& jobs,
+                  const std::vector<std::pair<CUdeviceptr, CUdeviceptr>>& post_from_pre,
+                  const std::vector<size_t>& post_from_pre_len, int threads) {
+  KC_CHECK(cuCtxSynchronize, (), "zeroing the resident state");  // memsets done before uploads
+  std::vector<BlobJob> list;
+  list.reserve(jobs.size());
+  for (auto& [h, job] : jobs) list.push_back(std::move(job));
+  load_blobs(ctx, blob_dir, list, threads);
+  for (size_t i = 0; i < post_from_pre.size(); ++i)
+    KC_CHECK(cuMemcpyDtoD, (post_from_pre[i].first, post_from_pre[i].second, post_from_pre_len[i]),
+             "post-state chunk shared with the pre-state");
+  KC_CHECK(cuCtxSynchronize, (), "loading the resident state");
+}
+
 }  // namespace
 
 Session::Session(int ordinal) : ctx_(init_driver(ordinal)) {
@@ -123,6 +154,81 @@ void Session::register_host(const std::vector<SpanSpec>& ranges, const std::vect
   check_device_pointers(ctx_.device(), regions);
 }
 
+Session::Item Session::plan_item(const ItemSpec& spec, size_t chunks) const {
+  if (spec.pre.size() != chunks || spec.post.size() != chunks)
+    throw Error("capture", spec.label + " lists the wrong number of chunks");
+  Item item;
+  item.spec = spec;
+  item.target = spec.base;
+  if (spec.array >= 0) {  // a CUDA array: its staging buffer stands for it (arrays.hpp)
+    if (!arrays_) throw Error("input", spec.label + " is an array, but no arrays were loaded");
+    item.target = arrays_->staging(size_t(spec.array), spec.label);
+    if (arrays_->packed_size(size_t(spec.array)) != spec.size)
+      throw Error("capture", spec.label + " lists " + std::to_string(spec.size) + " bytes, its descriptor makes " +
+                                 std::to_string(arrays_->packed_size(size_t(spec.array))));
+  }
+  std::vector<std::pair<unsigned long long, unsigned long long>> parts = spec.segments;
+  if (!spec.sparse) parts.assign(1, {0, spec.size});
+  if (spec.sparse && (spec.host || !spec.global_name.empty()))
+    throw Error("input", spec.label + ": only device regions replay sparsely");
+  for (const auto& [off, len] : parts) {
+    if (off > spec.size || len > spec.size - off || len == 0 ||
+        (!item.segments.empty() && off < item.segments.back().offset + item.segments.back().length))
+      throw Error("input", spec.label + ": backed part +" + std::to_string(off) + " (" + std::to_string(len) +
+                               " bytes) is empty, overlaps the previous one or lies outside the item");
+    Segment seg;
+    seg.offset = off;
+    seg.length = len;
+    item.segments.push_back(std::move(seg));
+  }
+  return item;
+}
+
+// The segment holding item bytes [off, off + len), or npos when none holds them all.
+size_t Session::segment_of(const Item& item, size_t off, size_t len) {
+  for (size_t k = 0; k < item.segments.size(); ++k) {
+    const Segment& g = item.segments[k];
+    if (off >= g.offset && off + len <= g.offset + g.length) return k;
+  }
+  return SIZE_MAX;
+}
+
+std::vector<bool> Session::mark_written(Item& item, unsigned long long chunk_size, size_t chunks) {
+  const ItemSpec& spec = item.spec;
+  std::vector<bool> seg_written(item.segments.size(), false);
+  for (size_t i = 0; i < chunks; ++i) {
+    const size_t off = i * chunk_size, len = std::min<size_t>(chunk_size, spec.size - off);
+    const bool live = spec.pre[i] || spec.post[i];
+    const size_t k = segment_of(item, off, len);
+    if (live && k == SIZE_MAX)
+      throw Error("input", spec.label + " chunk " + std::to_string(i) +
+                               " holds data but lies outside every backed part (a sparse plan that is wrong)");
+    if (spec.pre[i] != spec.post[i]) {
+      seg_written[k] = true;
+      if (!item.written.empty() && item.written.back().segment == k &&
+          item.written.back().offset + item.written.back().length == off)
+        item.written.back().length += len;
+      else
+        item.written.push_back(Written{k, off, len});
+    }
+  }
+  return seg_written;
+}
+
+void Session::allocate_segments(Item& item, const std::vector<bool>& seg_written) {
+  const ItemSpec& spec = item.spec;
+  for (size_t k = 0; k < item.segments.size(); ++k) {
+    Segment& g = item.segments[k];
+    const std::string part = item.segments.size() > 1 ? " +" + std::to_string(g.offset) : std::string();
+    g.pre = DeviceBuffer(g.length, "resident pre-state of " + spec.label + part);
+    KC_CHECK(cuMemsetD8, (g.pre.get(), 0, g.length), "resident pre-state of " + spec.label + part);
+    if (seg_written[k]) {
+      g.post = DeviceBuffer(g.length, "resident post-state of " + spec.label + part);
+      KC_CHECK(cuMemsetD8, (g.post.get(), 0, g.length), "resident post-state of " + spec.label + part);
+    }
+  }
+}
+
 void Session::load_state(const std::string& blob_dir, unsigned long long chunk_size,
                          const std::vector<ItemSpec>& specs, int threads) {
   if (!items_.empty()) throw Error("input", "the capture state is already loaded");
@@ -132,96 +238,25 @@ void Session::load_state(const std::string& blob_dir, unsigned long long chunk_s
   std::vector<std::pair<CUdeviceptr, CUdeviceptr>> post_from_pre;  // dst, src (chunk)
   std::vector<size_t> post_from_pre_len;
 
-  auto add_job = [&](const std::string& h, size_t length, CUdeviceptr dst, const std::string& use) {
-    BlobJob& job = jobs[h];
-    if (job.targets.empty()) {
-      job.hash = h;
-      job.length = length;
-      job.use = use;
-    } else if (job.length != length) {
-      throw Error("capture", "payload " + h + " is used as " + std::to_string(job.length) + " bytes (" + job.use +
-                                 ") and as " + std::to_string(length) + " bytes (" + use + ")");
-    }
-    job.targets.push_back(dst);
-  };
-
   for (const ItemSpec& spec : specs) {
     const size_t chunks = (spec.size + chunk_size - 1) / chunk_size;
-    if (spec.pre.size() != chunks || spec.post.size() != chunks)
-      throw Error("capture", spec.label + " lists the wrong number of chunks");
-    Item item;
-    item.spec = spec;
-    item.target = spec.base;
-    if (spec.array >= 0) {  // a CUDA array: its staging buffer stands for it (arrays.hpp)
-      if (!arrays_) throw Error("input", spec.label + " is an array, but no arrays were loaded");
-      item.target = arrays_->staging(size_t(spec.array), spec.label);
-      if (arrays_->packed_size(size_t(spec.array)) != spec.size)
-        throw Error("capture", spec.label + " lists " + std::to_string(spec.size) + " bytes, its descriptor makes " +
-                                   std::to_string(arrays_->packed_size(size_t(spec.array))));
-    }
-    std::vector<std::pair<unsigned long long, unsigned long long>> parts = spec.segments;
-    if (!spec.sparse) parts.assign(1, {0, spec.size});
-    if (spec.sparse && (spec.host || !spec.global_name.empty()))
-      throw Error("input", spec.label + ": only device regions replay sparsely");
-    for (const auto& [off, len] : parts) {
-      if (off > spec.size || len > spec.size - off || len == 0 ||
-          (!item.segments.empty() && off < item.segments.back().offset + item.segments.back().length))
-        throw Error("input", spec.label + ": backed part +" + std::to_string(off) + " (" + std::to_string(len) +
-                                 " bytes) is empty, overlaps the previous one or lies outside the item");
-      Segment seg;
-      seg.offset = off;
-      seg.length = len;
-      item.segments.push_back(std::move(seg));
-    }
-    // The segment holding item bytes [off, off + len), or npos when none holds them all.
-    auto segment_of = [&](size_t off, size_t len) -> size_t {
-      for (size_t k = 0; k < item.segments.size(); ++k) {
-        const Segment& g = item.segments[k];
-        if (off >= g.offset && off + len <= g.offset + g.length) return k;
-      }
-      return SIZE_MAX;
-    };
-    std::vector<bool> seg_written(item.segments.size(), false);
-    for (size_t i = 0; i < chunks; ++i) {
-      const size_t off = i * chunk_size, len = std::min<size_t>(chunk_size, spec.size - off);
-      const bool live = spec.pre[i] || spec.post[i];
-      const size_t k = segment_of(off, len);
-      if (live && k == SIZE_MAX)
-        throw Error("input", spec.label + " chunk " + std::to_string(i) +
-                                 " holds data but lies outside every backed part (a sparse plan that is wrong)");
-      if (spec.pre[i] != spec.post[i]) {
-        seg_written[k] = true;
-        if (!item.written.empty() && item.written.back().segment == k &&
-            item.written.back().offset + item.written.back().length == off)
-          item.written.back().length += len;
-        else
-          item.written.push_back(Written{k, off, len});
-      }
-    }
+    Item item = plan_item(spec, chunks);
+    const std::vector<bool> seg_written = mark_written(item, chunk_size, chunks);
     if (spec.array >= 0) arrays_->set_written(size_t(spec.array), !item.written.empty());
-    for (size_t k = 0; k < item.segments.size(); ++k) {
-      Segment& g = item.segments[k];
-      const std::string part = item.segments.size() > 1 ? " +" + std::to_string(g.offset) : std::string();
-      g.pre = DeviceBuffer(g.length, "resident pre-state of " + spec.label + part);
-      KC_CHECK(cuMemsetD8, (g.pre.get(), 0, g.length), "resident pre-state of " + spec.label + part);
-      if (seg_written[k]) {
-        g.post = DeviceBuffer(g.length, "resident post-state of " + spec.label + part);
-        KC_CHECK(cuMemsetD8, (g.post.get(), 0, g.length), "resident post-state of " + spec.label + part);
-      }
-    }
+    allocate_segments(item, seg_written);
     for (size_t i = 0; i < chunks; ++i) {
       const size_t off = i * chunk_size, len = std::min<size_t>(chunk_size, spec.size - off);
       if (!spec.pre[i] && !spec.post[i]) continue;  // zero before and after: the copies start zeroed
-      const Segment& g = item.segments[segment_of(off, len)];
+      const Segment& g = item.segments[segment_of(item, off, len)];
       const size_t at = off - g.offset;
       const std::string where = " chunk " + std::to_string(i);
-      if (spec.pre[i]) add_job(*spec.pre[i], len, g.pre.get() + at, spec.label + " pre-state" + where);
+      if (spec.pre[i]) add_job(jobs, *spec.pre[i], len, g.pre.get() + at, spec.label + " pre-state" + where);
       if (!g.post.get() || !spec.post[i]) continue;  // unwritten part, or a zero chunk (already zero)
       if (spec.post[i] == spec.pre[i]) {
         post_from_pre.emplace_back(g.post.get() + at, g.pre.get() + at);
         post_from_pre_len.push_back(len);
       } else {
-        add_job(*spec.post[i], len, g.post.get() + at, spec.label + " post-state" + where);
+        add_job(jobs, *spec.post[i], len, g.post.get() + at, spec.label + " post-state" + where);
       }
     }
     items_.push_back(std::move(item));
@@ -231,15 +266,7 @@ void Session::load_state(const std::string& blob_dir, unsigned long long chunk_s
   for (Item& item : items_)
     if (!item.spec.global_name.empty()) item.global_index = g++;
 
-  KC_CHECK(cuCtxSynchronize, (), "zeroing the resident state");  // memsets done before uploads
-  std::vector<BlobJob> list;
-  list.reserve(jobs.size());
-  for (auto& [h, job] : jobs) list.push_back(std::move(job));
-  load_blobs(ctx_.get(), blob_dir, list, threads);
-  for (size_t i = 0; i < post_from_pre.size(); ++i)
-    KC_CHECK(cuMemcpyDtoD, (post_from_pre[i].first, post_from_pre[i].second, post_from_pre_len[i]),
-             "post-state chunk shared with the pre-state");
-  KC_CHECK(cuCtxSynchronize, (), "loading the resident state");
+  upload_state(ctx_.get(), blob_dir, jobs, post_from_pre, post_from_pre_len, threads);
 }
 
 void Session::load_arrays(const std::vector<MipmapSpec>& mipmaps, const std::vector<ArraySpec>& arrays,
@@ -681,17 +708,78 @@ void Session::clear_references() {
   for (Item& item : items_) item.refs.clear();
 }
 
+// Where a segment's bytes are for the selected program (see actual_of).
+CUdeviceptr Session::actual_at(const Item& item, const Segment& g) const {
+  return target_of(item) ? target_of(item) + g.offset : g.pre.get();
+}
+
+void Session::enqueue_compares(CUstream s, const std::vector<CompareSpec>& specs, int slot,
+                               const std::vector<size_t>& first_slot) {
+  for (size_t i = 0; i < items_.size(); ++i) {
+    const Item& item = items_[i];
+    for (size_t k = 0; k < item.segments.size(); ++k) {
+      const Segment& g = item.segments[k];
+      const CUdeviceptr out = results_.get() + (first_slot[i] + 2 * k) * sizeof(CmpResult);
+      comparer_->bytes(s, actual_at(item, g), expected_at(item, g, slot), g.length, out);
+      if (!specs[i].dtype.empty())
+        comparer_->elements(s, specs[i].dtype, specs[i].atol, specs[i].rtol, actual_at(item, g),
+                            expected_at(item, g, slot), g.length, out + sizeof(CmpResult), item.spec.label);
+    }
+  }
+}
+
+void Session::enqueue_zero_check(CUstream s, size_t zero_slot) {
+  if (!zero_expected_.get()) {
+    zero_expected_ = DeviceBuffer(zero_->chunk(), "the zero chunk's expected state");
+    KC_CHECK(cuMemsetD8Async, (zero_expected_.get(), 0, zero_->chunk(), s), "the zero chunk's expected state");
+  }
+  comparer_->bytes(s, zero_->view(), zero_expected_.get(), zero_->chunk(),
+                   results_.get() + zero_slot * sizeof(CmpResult));
+  if (zero_->small_view())  // the granule chunk behind range tails (never larger than the chunk)
+    comparer_->bytes(s, zero_->small_view(), zero_expected_.get(), zero_->small_chunk(),
+                     results_.get() + (zero_slot + 1) * sizeof(CmpResult));
+}
+
+void Session::summarize(CompareOut& o, const Item& item, const CompareSpec& spec, const std::vector<CmpResult>& host,
+                        size_t base, unsigned long long dirty_zero, int slot) const {
+  const bool elementwise = !spec.dtype.empty();
+  const size_t unit = elementwise ? dtype_size(spec.dtype) : 1;
+  const Segment* first_seg = nullptr;
+  unsigned long long first_in_seg = kNone;
+  for (size_t k = 0; k < item.segments.size(); ++k) {
+    const Segment& g = item.segments[k];
+    const CmpResult& b = host[base + 2 * k];
+    const CmpResult& e = host[base + 2 * k + 1];
+    o.mismatched_bytes += b.mismatches;
+    if (b.first != kNone && o.first_byte == kNone) o.first_byte = g.offset + b.first;
+    if (elementwise) {
+      o.mismatched_elements += e.mismatches;
+      if (e.first != kNone && o.first_element == kNone) o.first_element = g.offset / unit + e.first;
+      o.max_abs = std::max(o.max_abs, from_bits(e.max_abs_bits));
+      o.max_rel = std::max(o.max_rel, from_bits(e.max_rel_bits));
+    }
+    const unsigned long long first = elementwise ? e.first : b.first;
+    if (first != kNone && !first_seg) {
+      first_seg = &g;
+      first_in_seg = first;
+    }
+  }
+  if (dirty_zero && item.spec.sparse)
+    o.mismatched_bytes += dirty_zero;  // a stray write into a sparse region's zero backing
+  if (!first_seg) return;
+  const size_t at = size_t(first_in_seg) * unit;
+  o.window_offset = first_seg->offset + at;
+  const size_t n = std::min<size_t>(kWindowElements * unit, first_seg->length - at);
+  o.actual = copy_to_host(actual_at(item, *first_seg) + at, n, item.spec.label);
+  o.expected = copy_to_host(expected_at(item, *first_seg, slot) + at, n, "expected state of " + item.spec.label);
+}
+
 std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, const std::string& against) {
   require_kernel("compare");
   if (specs.size() != items_.size())
     throw Error("input", "compare got " + std::to_string(specs.size()) + " compare specs for " +
                              std::to_string(items_.size()) + " regions and globals");
   const int slot = slot_of(against);
-  auto expected_of = [&](const Item& item, const Segment& g) -> CUdeviceptr { return expected_at(item, g, slot); };
-  // Where a segment's bytes are for the selected program (see actual_of).
-  auto actual_at = [&](const Item& item, const Segment& g) -> CUdeviceptr {
-    return target_of(item) ? target_of(item) + g.offset : g.pre.get();
-  };
   if (!comparer_) comparer_ = std::make_unique<Comparer>();
   const CUstream s = stream_->get();
 
@@ -711,68 +799,17 @@ std::vector<CompareOut> Session::compare(const std::vector<CompareSpec>& specs, 
   // On the replay stream (not the legacy one): ordered before the compare kernels.
   if (slots)
     KC_CHECK(cuMemcpyHtoDAsync, (results_.get(), host.data(), slots * sizeof(CmpResult), s), "compare results");
-  for (size_t i = 0; i < items_.size(); ++i) {
-    const Item& item = items_[i];
-    for (size_t k = 0; k < item.segments.size(); ++k) {
-      const Segment& g = item.segments[k];
-      const CUdeviceptr out = results_.get() + (first_slot[i] + 2 * k) * sizeof(CmpResult);
-      comparer_->bytes(s, actual_at(item, g), expected_of(item, g), g.length, out);
-      if (!specs[i].dtype.empty())
-        comparer_->elements(s, specs[i].dtype, specs[i].atol, specs[i].rtol, actual_at(item, g), expected_of(item, g),
-                            g.length, out + sizeof(CmpResult), item.spec.label);
-    }
-  }
-  if (check_zero) {  // read-write zero backing: any byte no longer zero is a stray write
-    if (!zero_expected_.get()) {
-      zero_expected_ = DeviceBuffer(zero_->chunk(), "the zero chunk's expected state");
-      KC_CHECK(cuMemsetD8Async, (zero_expected_.get(), 0, zero_->chunk(), s), "the zero chunk's expected state");
-    }
-    comparer_->bytes(s, zero_->view(), zero_expected_.get(), zero_->chunk(),
-                     results_.get() + zero_slot * sizeof(CmpResult));
-    if (zero_->small_view())  // the granule chunk behind range tails (never larger than the chunk)
-      comparer_->bytes(s, zero_->small_view(), zero_expected_.get(), zero_->small_chunk(),
-                       results_.get() + (zero_slot + 1) * sizeof(CmpResult));
-  }
+  enqueue_compares(s, specs, slot, first_slot);
+  if (check_zero)  // read-write zero backing: any byte no longer zero is a stray write
+    enqueue_zero_check(s, zero_slot);
   KC_CHECK(cuStreamSynchronize, (s), "the compare kernels");
   if (slots) KC_CHECK(cuMemcpyDtoH, (host.data(), results_.get(), slots * sizeof(CmpResult)), "compare results");
   const unsigned long long dirty_zero =
       check_zero ? host[zero_slot].mismatches + (zero_->small_view() ? host[zero_slot + 1].mismatches : 0) : 0;
 
   std::vector<CompareOut> outs(items_.size());
-  for (size_t i = 0; i < items_.size(); ++i) {
-    const Item& item = items_[i];
-    CompareOut& o = outs[i];
-    const bool elementwise = !specs[i].dtype.empty();
-    const size_t unit = elementwise ? dtype_size(specs[i].dtype) : 1;
-    const Segment* first_seg = nullptr;
-    unsigned long long first_in_seg = kNone;
-    for (size_t k = 0; k < item.segments.size(); ++k) {
-      const Segment& g = item.segments[k];
-      const CmpResult& b = host[first_slot[i] + 2 * k];
-      const CmpResult& e = host[first_slot[i] + 2 * k + 1];
-      o.mismatched_bytes += b.mismatches;
-      if (b.first != kNone && o.first_byte == kNone) o.first_byte = g.offset + b.first;
-      if (elementwise) {
-        o.mismatched_elements += e.mismatches;
-        if (e.first != kNone && o.first_element == kNone) o.first_element = g.offset / unit + e.first;
-        o.max_abs = std::max(o.max_abs, from_bits(e.max_abs_bits));
-        o.max_rel = std::max(o.max_rel, from_bits(e.max_rel_bits));
-      }
-      const unsigned long long first = elementwise ? e.first : b.first;
-      if (first != kNone && !first_seg) {
-        first_seg = &g;
-        first_in_seg = first;
-      }
-    }
-    if (dirty_zero && item.spec.sparse)
-      o.mismatched_bytes += dirty_zero;  // a stray write into a sparse region's zero backing
-    if (!first_seg) continue;
-    const size_t at = size_t(first_in_seg) * unit;
-    o.window_offset = first_seg->offset + at;
-    const size_t n = std::min<size_t>(kWindowElements * unit, first_seg->length - at);
-    o.actual = copy_to_host(actual_at(item, *first_seg) + at, n, item.spec.label);
-    o.expected = copy_to_host(expected_of(item, *first_seg) + at, n, "expected state of " + item.spec.label);
-  }
+  for (size_t i = 0; i < items_.size(); ++i)
+    summarize(outs[i], items_[i], specs[i], host, first_slot[i], dirty_zero, slot);
   return outs;
 }
 

@@ -232,6 +232,25 @@ class Session {
   // The expected bytes of segment g of `item` for slot (-1: captured post/pre).
   CUdeviceptr expected_at(const Item& item, const Segment& g, int slot) const;
   void enqueue_check(const TimeInput& in, int slot, CUdeviceptr out);
+  // load_state, per item: its target and segments checked against the manifest and the
+  // loaded arrays (nothing allocated) ...
+  Item plan_item(const ItemSpec& spec, size_t chunks) const;
+  static size_t segment_of(const Item& item, size_t off, size_t len);
+  // ... the chunk runs the baseline wrote (item.written) and which segments hold any ...
+  static std::vector<bool> mark_written(Item& item, unsigned long long chunk_size, size_t chunks);
+  // ... then zeroed resident copies: pre-state, and post-state where seg_written.
+  static void allocate_segments(Item& item, const std::vector<bool>& seg_written);
+  // compare: segment g's bytes as the selected program left them (see actual_of) ...
+  CUdeviceptr actual_at(const Item& item, const Segment& g) const;
+  // ... each segment's byte (and, with a dtype, element) compare into its two result
+  // slots from first_slot[item], then the zero chunk's into zero_slot (and + 1) ...
+  void enqueue_compares(CUstream s, const std::vector<CompareSpec>& specs, int slot,
+                        const std::vector<size_t>& first_slot);
+  void enqueue_zero_check(CUstream s, size_t zero_slot);
+  // ... and one item's CompareOut from its host results (from `base`), with windows of
+  // actual and expected bytes at the first mismatch.
+  void summarize(CompareOut& o, const Item& item, const CompareSpec& spec, const std::vector<CmpResult>& host,
+                 size_t base, unsigned long long dirty_zero, int slot) const;
   struct Program {
     std::unique_ptr<LaunchConfig> launch;
     std::unique_ptr<LoadedKernel> kernel;
