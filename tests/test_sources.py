@@ -165,3 +165,15 @@ def test_several_objects_define_the_kernel_the_captured_cubins_object_wins():
     assert notes == ["2 objects define _Z1kv; the captured cubin matches b.o"]
     notes = []
     assert _pick([a, b], "_Z1kv", 90, None, notes) == (a, "likely") and "took the first" in notes[0]
+
+
+def test_include_dirs_read_every_spelling_cmake_and_nvcc_write(tmp_path):
+    """CMake writes a CUDA target's system headers as nvcc's `-isystem=/dir` (ggml's build
+    does): that names /dir, as `-isystem /dir` and `-isystem/dir` do, not `<cwd>/=/dir`."""
+    from kerncap.sources.compdb import CompileEntry
+
+    argv = ["nvcc", "-I/a/inc", "-I", "rel", "-isystem=/usr/local/cuda-13.0/include", "-isystem", "/b",
+            "-isystem/c", "--include-path=/d", "-iquote", "q", "-c", "k.cu"]
+    entry = CompileEntry(file=tmp_path / "k.cu", directory=tmp_path, argv=argv, output=None)
+    assert entry.include_dirs() == [Path("/a/inc"), tmp_path / "rel", Path("/usr/local/cuda-13.0/include"),
+                                    Path("/b"), Path("/c"), Path("/d"), tmp_path / "q"]

@@ -56,7 +56,8 @@ def iter_flag_values(argv: list[str], flags: tuple[str, ...]):
                 yield flag, arg[len(flag) + 1 :]
                 break
             if not flag.startswith("--") and arg.startswith(flag) and len(arg) > len(flag):
-                yield flag, arg[len(flag) :]
+                # nvcc's own spelling `-isystem=/dir` (CMake writes it for CUDA) names /dir
+                yield flag, arg[len(flag) + 1 :] if arg[len(flag)] == "=" else arg[len(flag) :]
                 break
         i += 1
 
