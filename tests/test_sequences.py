@@ -171,6 +171,11 @@ def _edit(seq: Path, change) -> None:
     (lambda d: d["steps"][6].update(payload=[]), "steps[6].payload"),
     (lambda d: d["kernels"][0].update(module=2), "kernels[0].module"),
     (lambda d: d["steps"][3].update(op="teleport"), "steps[3].op"),
+    # one past the last: the bounds are exclusive
+    (lambda d: d["launches"][1].update(kernel=len(d["kernels"])), "launches[1].kernel"),
+    (lambda d: d["kernels"][1].update(module=len(d["modules"])), "kernels[1].module"),
+    (lambda d: d["launches"][1].update(stream_id=len(d["streams"])), "launches[1].stream_id"),
+    (lambda d: d["steps"][1].update(event=d["events"]), "steps[1].event"),
 ])
 def test_an_edited_sequence_manifest_is_refused_naming_the_field(seq, change, field):
     _edit(seq, change)

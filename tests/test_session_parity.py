@@ -487,6 +487,26 @@ def test_options_only_the_cli_had_reach_mcp_from_the_request(repro, tmp_path, ca
     assert plain(cmp_cli) == plain(cmp_mcp)
 
 
+def test_mcp_arguments_named_apart_from_their_field_bound_the_timing(repro, tmp_path, capsys):
+    """compare's `min_time_s` and `max_time_s` (MCP's names of min_seconds and max_seconds)
+    reach the timing: min_time_s runs as many rounds as the CLI's --min-time, more than the
+    6 asked, and a limit already spent stops the timing after its first round, too few
+    for an interval."""
+    slow = str(tmp_path / "slow.cubin")
+    base = {"reproducer": str(repro), "cubins": [slow], "rounds": 6, "iterations": 2}
+    [longer] = mcp(tmp_path, ("compare", {**base, "min_time_s": 0.0012}))  # ~0.1 ms a round: 13 rounds
+    _, cli_longer = cli_json(capsys, "replay", str(repro), "--compare", slow, "--rounds", "6", "-n", "2",
+                             "--min-time", "0.0012")
+    rounds = [len(p["rounds"]) for p in longer["programs"]]
+    assert rounds == [len(p["rounds"]) for p in cli_longer["programs"]] and 6 < rounds[0] == rounds[1] <= 20, rounds
+
+    async def bounded():
+        async with Client(build_server([tmp_path])) as c:
+            return await c.call_tool("compare", {**base, "max_time_s": 1e-9})
+    r = anyio.run(bounded)
+    assert r.is_error and "1 rounds are too few for a confidence interval" in r.content[0].text, r.content[0].text
+
+
 # -- apply (issue 46): the app with a variant in place, one request through every front end ------------
 
 from test_apply import KERNEL, built  # noqa: E402,F401  (the stand-in driver and app, built once: tests/fixtures/apply)

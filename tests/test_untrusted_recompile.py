@@ -81,6 +81,24 @@ def test_an_include_path_is_judged_by_where_its_links_lead(tmp_path):
     assert trust.review(["-Isource/here", "-Isource"], repro, trust.ReadPlaces(repro)) == []
 
 
+def test_a_directory_beside_the_reproducer_that_shares_its_name_is_outside(tmp_path, monkeypatch):
+    """Inside means under the reproducer's directory, not a path that starts with its name:
+    `repro-evil/` beside `repro/` is outside for the include review and for PATH."""
+    repro, beside = tmp_path / "repro", tmp_path / "repro-evil"
+    (repro / "source").mkdir(parents=True)
+    (repro / "bin").mkdir()
+    beside.mkdir()
+    (beside / "secret.h").write_text("#error read\n")
+    for flags in (["-I", "../repro-evil"], [f"-I{beside}"], ["-include", f"{beside}/secret.h"],
+                  ["-Xcompiler", f"-isystem{beside}"]):
+        problems = trust.review(flags, repro, trust.ReadPlaces(repro))
+        assert len(problems) == 1 and str(beside) in problems[0] and "outside the reproducer" in problems[0], \
+            (flags, problems)
+    assert trust.review(["-Isource", f"-I{repro}"], repro, trust.ReadPlaces(repro)) == []
+    monkeypatch.setenv("PATH", os.pathsep.join([str(repro / "bin"), str(beside), "/usr/bin"]))
+    assert trust.search_path(repro).split(os.pathsep) == [str(beside), "/usr/bin"]
+
+
 @pytest.fixture
 def marker_nvcc(tmp_path):
     """A program named nvcc that leaves a marker when run: what a hostile reproducer records."""
