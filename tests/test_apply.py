@@ -2,7 +2,8 @@
 mode substitutes the variant's kernel, mirrors the module's globals, refuses what it
 cannot substitute (the app's own kernel runs then), selects launches with --dispatch, and
 --check names the first launch whose outputs differ. Needs the native build
-(KERNCAP_INJECT_LIB, docs/testing.md)."""
+(KERNCAP_INJECT_LIB, docs/testing.md), but for the last test: run_check over the runs'
+reports alone."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,121 @@ def test_a_cancelled_apply_stops_the_app(built, tmp_path, monkeypatch):
     with pytest.raises(KerncapError, match="cancelled"):
         job.run(substitute=True)
     assert time.monotonic() - started < 20
+
+
+def test_engine_check_fails_when_the_variant_run_fingerprints_fewer_launches(tmp_path):
+    """run_check over the interposer's reports (the app's runs stood in by their apply-*.json
+    contents, no native build): a variant whose run stopped after 3 of the 5 launches matched
+    on those 3 is not a pass; the first launch it lacks is the mismatch. The same 5 launches
+    on both sides pass."""
+    from kerncap.capture.apply import Apply, RunResult, Target, run_check
+
+    def fingerprints(n: int) -> list[dict]:
+        return [{"launch": i, "param": 0, "bytes": 4096, "hash": f"{i:016x}"} for i in range(n)]
+
+    class Reported(Apply):
+        def __init__(self, launches: int):
+            super().__init__(root=tmp_path, target=Target("_Z4axpyPfPKfi", "axpy(float*, float const*, int)",
+                                                          "0" * 64, [], [0]),
+                             variant=tmp_path / "v.cubin", command=["app"], quiet=True)
+            self.variant_launches = launches
+
+        def run(self, *, substitute, check=False, dump_at=None, profile=False):
+            n = self.variant_launches if substitute else 5
+            run_dir = Path(tempfile.mkdtemp(dir=tmp_path))
+            if dump_at is not None and dump_at < n:
+                (run_dir / f"dump-{dump_at}-p0.bin").write_bytes(bytes(4096))
+            report = {"launches": n, "substituted": n if substitute else 0, "fingerprints": fingerprints(n)}
+            return RunResult(seconds=0.0, returncode=0, reports=[report], profiles=[], procs=[], run_dir=run_dir)
+
+    short = run_check(Reported(3))
+    assert not short.passed and (short.mismatch.launch, short.mismatch.param) == (3, 0)
+    assert "FAIL at launch 3 (the 4th)" in short.text() and "ran 5 times as is but 3 times" in short.text()
+    whole = run_check(Reported(5))
+    assert whole.passed and whole.compared == 5
+
+
+def test_check_gives_no_verdict_where_the_apps_own_runs_differ(tmp_path):
+    """An app that gives its kernel other inputs each run (ggml's test-backend-ops seeds its
+    tensors from std::random_device: on the H200 --check called a byte-exact variant "FAIL at
+    launch 0", 32.5 MB of 33.1 MB differing). The second run as is, which the mismatch
+    report makes anyway, says so: no verdict (exit 3), the launches before the app's own
+    first difference counted as compared. A variant that differs where the app repeats itself
+    still fails (exit 1)."""
+    from kerncap.capture.apply import Apply, ApplyResult, RunResult, Target, run_check
+
+    class Runs(Apply):
+        def __init__(self, app_unsteady_from: int, variant_differs_at: int | None):
+            super().__init__(root=tmp_path, target=Target("_Z4axpyPfPKfi", "axpy(float*, float const*, int)",
+                                                          "0" * 64, [], [0]),
+                             variant=tmp_path / "v.cubin", command=["app"], quiet=True)
+            self.unsteady_from, self.differs_at, self.as_is_runs = app_unsteady_from, variant_differs_at, 0
+
+        def run(self, *, substitute, check=False, dump_at=None, profile=False):
+            run = 0 if substitute else self.as_is_runs
+            self.as_is_runs += not substitute
+            prints = []
+            for i in range(6):  # from `unsteady_from` on, every run of the app holds other data
+                own = f"{i}" if i < self.unsteady_from else f"{i}-run{run}-{substitute}"
+                wrong = substitute and self.differs_at is not None and i >= self.differs_at
+                prints.append({"launch": i, "param": 0, "bytes": 64, "hash": own + ("-wrong" if wrong else "")})
+            run_dir = Path(tempfile.mkdtemp(dir=tmp_path))
+            if dump_at is not None:
+                (run_dir / f"dump-{dump_at}-p0.bin").write_bytes(bytes([run, substitute]) * 32)
+            report = {"launches": 6, "substituted": 6 if substitute else 0, "fingerprints": prints}
+            return RunResult(seconds=0.0, returncode=0, reports=[report], profiles=[], procs=[], run_dir=run_dir)
+
+    def applied(check):
+        return ApplyResult(variant=tmp_path / "v.cubin", launches=6, substituted=6, check=check, timing=None,
+                           skipped_globals=[])
+
+    random_inputs = run_check(Runs(app_unsteady_from=0, variant_differs_at=None))
+    assert random_inputs.inconclusive and not random_inputs.passed and random_inputs.verdict == "unsteady"
+    assert random_inputs.compared == 0 and random_inputs.unsteady.launch == 0
+    assert "NO VERDICT: two runs of the app as is differ at launch 0" in random_inputs.text()
+    assert applied(random_inputs).exit_status == 3
+    assert applied(random_inputs).to_dict()["check"]["verdict"] == "unsteady"
+    assert applied(random_inputs).in_app(["app"])["check"] == "unsteady"
+
+    later = run_check(Runs(app_unsteady_from=4, variant_differs_at=None))
+    assert later.inconclusive and later.compared == 4 and later.unsteady.launch == 4
+
+    real = run_check(Runs(app_unsteady_from=4, variant_differs_at=2))
+    assert not real.inconclusive and real.verdict == "fail" and real.mismatch.launch == 2
+    assert applied(real).exit_status == 1 and "FAIL at launch 2" in real.text()
+
+    steady = run_check(Runs(app_unsteady_from=99, variant_differs_at=None))
+    assert steady.passed and steady.compared == 6 and applied(steady).exit_status == 0
+
+
+def test_a_kernel_launched_with_programmatic_dependent_launch_gets_no_kernel_speedup_when_globals_are_copied(tmp_path):
+    """ggml launches its mat-vec with programmatic dependent launch: as is, the kernel starts
+    early and waits in the GPU for the kernel before it (CUPTI counts the wait), while the
+    variant's launch follows kerncap's copies of the module's globals and never overlaps. On
+    the H200 the same code measured "6.29x" in the app. Such a timing gives no kernel
+    speedup, says why, and keeps the app's wall-time comparison; without globals to copy
+    (the launch keeps its overlap) or without the attribute, the speedup stands."""
+    from kerncap.capture.apply import Apply, RunResult, Target, programmatic, run_timing
+
+    pdl = {"id": 6, "value": "01000000" + "00" * 60}
+    assert programmatic([{"id": 1, "value": "01" + "00" * 63}, pdl])
+    assert not programmatic([{"id": 6, "value": "00" * 64}]) and not programmatic([])
+    assert not programmatic([{"id": 6, "value": "zz"}])
+
+    class Timed(Apply):
+        def run(self, *, substitute, check=False, dump_at=None, profile=False):
+            ns = 150e6 if substitute else 950e6
+            prof = {"kernels": [{"name": "_Z1kv", "demangled": "k()", "total_ns": ns}]}
+            return RunResult(seconds=2.0, returncode=0, reports=[{"launches": 4, "substituted": 4 * substitute}],
+                             profiles=[prof], procs=[], run_dir=Path(tempfile.mkdtemp(dir=tmp_path)))
+
+    def timing(pdl: bool, globals_: list):
+        job = Timed(root=tmp_path, target=Target("_Z1kv", "k()", "0" * 64, globals_, [0], pdl=pdl),
+                    variant=tmp_path / "v.cubin", command=["app"], quiet=True)
+        return run_timing(job, 6)
+
+    overlapped = timing(True, [("table", 64)])
+    assert overlapped.kernel_interval is None and overlapped.app_interval is not None
+    assert "programmatic dependent launch" in overlapped.text("kernel") and "GGML_CUDA_PDL=0" in overlapped.notes[0]
+    assert timing(True, []).kernel_interval is not None and timing(True, []).notes == []
+    assert timing(False, [("table", 64)]).kernel_interval.speedup > 6

@@ -37,15 +37,16 @@ __global__ void scale_by(float* y, int n, float a) {
 """
 
 
-def make_app(root: Path) -> Path:
-    """root/app/{include/scale.h, src/k.cu, build/k.o, build/compile_commands.json}."""
+def make_app(root: Path, include: str = "-I../include") -> Path:
+    """root/app/{include/scale.h, src/k.cu, build/k.o, build/compile_commands.json}, the
+    header's directory given as `include`."""
     app = root / "app"
     for rel, text in (("include/scale.h", HEADER), ("src/k.cu", TU)):
         (app / rel).parent.mkdir(parents=True, exist_ok=True)
         (app / rel).write_text(text)
     build = app / "build"
     build.mkdir()
-    command = ["nvcc", "-I../include", "-O3", "-std=c++17", "-arch=sm_90", "-c", "../src/k.cu", "-o", "k.o"]
+    command = ["nvcc", include.format(app=app), "-O3", "-std=c++17", "-arch=sm_90", "-c", "../src/k.cu", "-o", "k.o"]
     subprocess.run(command, cwd=build, check=True, capture_output=True)
     (build / "compile_commands.json").write_text(json.dumps(
         [{"directory": str(build), "arguments": command, "file": "../src/k.cu", "output": "k.o"}]))
@@ -124,6 +125,21 @@ def test_outside_header_is_copied_and_the_unpacked_reproducer_recompiles_the_sam
     assert again.cubin.read_bytes() == in_place.cubin.read_bytes()
     shutil.rmtree(app)  # the app is gone: the unpacked copy still recompiles
     assert recompile(elsewhere).cubin.read_bytes() == in_place.cubin.read_bytes()
+
+
+def test_an_absolute_include_directory_through_dot_dot_is_copied_too(tmp_path, state):
+    """CMake writes ggml's include directory as `-I<src>/../include`, so nvcc -M names its
+    headers `<src>/../include/ggml.h`. On the H200 that header was left outside (the
+    directory matched no normalized -I) and the recompile still read ggml's tree."""
+    app = make_app(tmp_path, "-I{app}/src/../include")
+    repro = tmp_path / "repro"
+    write_capture(repro, app)
+    attach_sources(repro, Capture.open(repro), app / "src", app / "build")
+    finish_sources(repro)
+    build = build_json(repro)
+    assert (repro / "source" / "outside" / "0-include" / "scale.h").read_text() == HEADER
+    assert not [a for a in build["compile_command"] if str(app) in a], build["compile_command"]
+    assert build["outside_include_dirs"] == {"outside/0-include": str(app / "include")}
 
 
 def test_own_extraction_recompiles_with_its_include_directories(extracted):

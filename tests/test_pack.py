@@ -124,6 +124,21 @@ def test_unpack_refuses_non_empty_dir_accepts_empty(tmp_path, demo_pack):
     Capture.open(empty).verify()
 
 
+def test_unpack_makes_the_directories_above_the_target_and_removes_them_on_failure(tmp_path, demo_pack):
+    """`-o new/deeper/r` under a directory that does not exist yet unpacks there (ggml's
+    reproducer, unpacked on the H200 under another path, failed with "No such file or
+    directory" and a hint about free space); a damaged pack leaves none of them behind."""
+    target = tmp_path / "new" / "deeper" / "r"
+    unpack(demo_pack, target)
+    Capture.open(target).verify()
+    damaged = tmp_path / "damaged.kcap"
+    damaged.write_bytes(demo_pack.read_bytes()[:200])
+    with pytest.raises(KerncapError, match="truncated"):
+        unpack(damaged, tmp_path / "other" / "deeper" / "r")
+    assert not (tmp_path / "other").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.kcap", "new"]
+
+
 def assert_clean_failure(tmp_path: Path, bad: Path, *needles: str) -> KerncapError:
     with pytest.raises(KerncapError) as exc:
         unpack(bad, tmp_path / "out")

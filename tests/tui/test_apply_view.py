@@ -119,3 +119,15 @@ def test_a_applies_the_selected_row_in_the_captured_app(settle, make_app, demo_r
         assert History.load(demo_root).get(1).in_app["mismatch_launch"] == 2
 
     asyncio.run(run())
+
+
+def test_an_app_whose_own_runs_differ_shows_no_verdict(demo_root):
+    """`check: "unsteady"` (two runs of the app as is differed, ApplyResult.in_app): a "?"
+    over the launches compared before that, neither ✓ nor ✗; the history keeps it."""
+    from kerncap_tui.widgets.history_pane import in_app_cell
+
+    history = History.load(demo_root)
+    history.note_in_app(2, {**FAILED, "check": "unsteady", "compared": 0, "mismatch_launch": 0})
+    row = History.load(demo_root).get(2)
+    assert row.in_app["check"] == "unsteady"
+    assert str(in_app_cell(row)) == "? 0/10"

@@ -34,7 +34,7 @@ from kerncap.capture.run import (OutputSink, app_environment, check_command, pre
                                  run_app)
 from kerncap.core.native import entry_library
 from kerncap.core.option import Option, check_fields
-from kerncap.errors import EXIT_FAILED, KerncapError, UsageError
+from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, KerncapError, UsageError
 from kerncap.replay.tools import Cancelled
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History
@@ -145,6 +145,9 @@ class Target:
     sha256: str       # the captured cubin's
     globals: list[tuple[str, int]]
     outputs: list[int]  # parameters that pointed at a written region at the capture
+    # launched with programmatic dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
+    # SERIALIZATION): the kernel may start while the one before it still runs
+    pdl: bool = False
 
 
 def target_of(cap: Capture) -> Target:
@@ -153,7 +156,21 @@ def target_of(cap: Capture) -> Target:
     outputs = [p.index for p in cap.params if p.region is not None and p.region in written]
     return Target(kernel=kernel["name"], demangled=kernel.get("demangled", kernel["name"]),
                   sha256=kernel["module"]["sha256"], globals=[(g.name, g.size) for g in cap.globals],
-                  outputs=outputs)
+                  outputs=outputs, pdl=programmatic(cap.launch.get("attributes") or []))
+
+
+PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+
+
+def programmatic(attributes: list[dict]) -> bool:
+    """Whether a captured launch's attributes allow programmatic dependent launch."""
+    for a in attributes:
+        if a.get("id") == PROGRAMMATIC_STREAM_SERIALIZATION:
+            try:
+                return int.from_bytes(bytes.fromhex(a.get("value") or "")[:4], "little") != 0
+            except ValueError:
+                return False
+    return False
 
 
 def resolve_variant(root: Path, cubin: str | Path | None, variant: int | None) -> Path:
@@ -312,14 +329,32 @@ class CheckResult:
     mismatch: Mismatch | None
     output_files: list[str] = field(default_factory=list)  # --compare-output paths that differ
     notes: list[str] = field(default_factory=list)
+    # where two runs of the app AS IS first differed (its inputs change run to run: a
+    # random seed, timing): from that launch on, a difference says nothing of the variant
+    unsteady: Mismatch | None = None
 
     @property
     def passed(self) -> bool:
-        return self.mismatch is None and not self.output_files
+        return self.mismatch is None and not self.output_files and self.unsteady is None
+
+    @property
+    def inconclusive(self) -> bool:
+        """The first difference is one the app makes by itself: no verdict on the variant."""
+        return self.unsteady is not None and (self.mismatch is None or self.mismatch.launch >= self.unsteady.launch)
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.passed else "unsteady" if self.inconclusive else "fail"
 
     def text(self) -> str:
         lines = []
-        if self.mismatch:
+        if self.inconclusive:
+            u = self.unsteady
+            lines.append(f"check: NO VERDICT: two runs of the app as is differ at launch {u.launch} (parameter "
+                         f"{u.param}'s buffer): the app does not give its kernel the same inputs each run (a "
+                         f"random seed, timing), so only the {self.compared} launch(es) before it were compared "
+                         "(all equal); make the app deterministic (e.g. a fixed seed) to check the rest")
+        elif self.mismatch:
             m = self.mismatch
             diff = f"{m.bytes_differing} of {m.bytes_compared} bytes differ" if m.bytes_differing is not None \
                 else f"{m.bytes_compared} bytes, fingerprints differ"
@@ -363,10 +398,15 @@ def run_check(job: Apply, compare_output: Sequence[str] = ()) -> CheckResult:
     if mismatch is None and len(a) != len(b):
         missing = next(f for f in a if (f["launch"], f["param"]) not in {(x["launch"], x["param"]) for x in b})
         mismatch = Mismatch(missing["launch"], missing["param"], None, missing["bytes"])
+    unsteady = None
     if mismatch is not None:
-        # Both runs once more, each dumping that launch's buffers: count the bytes.
+        # Both runs once more, each dumping that launch's buffers: count the bytes. The
+        # second run as is also says whether the app repeats itself up to that launch.
         da = job.run(substitute=False, check=True, dump_at=mismatch.launch)
         db = job.run(substitute=True, check=True, dump_at=mismatch.launch)
+        unsteady = first_difference(a, da.fingerprints())
+        if unsteady is not None and unsteady.launch > mismatch.launch:
+            unsteady = None  # the app repeated itself past the variant's difference: a real one
         name = f"dump-{mismatch.launch}-p{mismatch.param}.bin"
         pa, pb = da.run_dir / name, db.run_dir / name
         if pa.is_file() and pb.is_file():
@@ -379,9 +419,21 @@ def run_check(job: Apply, compare_output: Sequence[str] = ()) -> CheckResult:
     differing = [p for p in compare_output if base_files.get(p) != var_files.get(p)]
     for r in (base, var):
         shutil.rmtree(r.run_dir, ignore_errors=True)
-    compared = len({f["launch"] for f in b})
+    compared = len({f["launch"] for f in b if unsteady is None or f["launch"] < unsteady.launch})
     return CheckResult(launches=var.launches, compared=compared, mismatch=mismatch, output_files=differing,
-                       notes=notes)
+                       notes=notes, unsteady=unsteady)
+
+
+def first_difference(a: list[dict], b: list[dict]) -> Mismatch | None:
+    """The first (launch, parameter) whose fingerprint differs between two runs' lists, or
+    that only one of them has."""
+    key_a = {(f["launch"], f["param"]): f for f in a}
+    key_b = {(f["launch"], f["param"]): f for f in b}
+    for k in sorted(key_a.keys() | key_b.keys()):
+        f, g = key_a.get(k), key_b.get(k)
+        if f is None or g is None or f["hash"] != g["hash"] or f["bytes"] != g["bytes"]:
+            return Mismatch(k[0], k[1], None, (f or g)["bytes"])
+    return None
 
 
 @dataclass
@@ -393,6 +445,7 @@ class Timing:
     app_interval: object | None
     kernel_interval: object | None
     substituted: int
+    notes: list[str] = field(default_factory=list)
 
     def text(self, name: str) -> str:
         def med(xs):
@@ -409,6 +462,7 @@ class Timing:
         sa, sv = self.share
         if sa is not None and sv is not None:
             lines.append(f"  its share of the app's GPU time  {100 * sa:.1f} % / {100 * sv:.1f} %")
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
@@ -441,8 +495,19 @@ def run_timing(job: Apply, runs: int) -> Timing:
         return bootstrap_speedup([[x] for x in a], [[y] for y in b])
 
     share = tuple(statistics.median(s) if s else None for s in shares)
+    kernel_interval, notes = interval(*kern), []
+    if job.target.pdl and job.target.globals:
+        # As is, the kernel starts early and waits in the GPU for the one before it (CUPTI
+        # counts the wait); the variant's launch follows kerncap's copies of the globals on
+        # the stream, so it never overlaps. On ggml's mat-vec: "6.29x" for the same code.
+        kernel_interval = None
+        notes.append(f"the app launches the kernel with programmatic dependent launch and the variant's launches "
+                     f"wait for kerncap's copies of {len(job.target.globals)} module global(s): its GPU time as is "
+                     "includes waiting for the kernel before it and the variant's does not, so no kernel speedup "
+                     "is given (the app's wall time still compares); to time the kernel itself, run the app "
+                     "without programmatic dependent launch (ggml: GGML_CUDA_PDL=0)")
     return Timing(runs=runs, app_s=app, kernel_ms=kern, share=share, app_interval=interval(*app),
-                  kernel_interval=interval(*kern), substituted=substituted)
+                  kernel_interval=kernel_interval, substituted=substituted, notes=notes)
 
 
 @dataclass
@@ -460,18 +525,22 @@ class ApplyResult:
 
     @property
     def exit_status(self) -> int:
-        return EXIT_FAILED if self.check is not None and not self.check.passed else 0
+        if self.check is None or self.check.passed:
+            return 0
+        return EXIT_CANNOT_RUN if self.check.inconclusive else EXIT_FAILED
 
     def to_dict(self) -> dict[str, Any]:
         """`kerncap apply --json`, MCP's `apply` (docs/apply.md)."""
         doc = {"variant": str(self.variant), "row": self.row, "replay_speedup": self.replay, "launches": self.launches,
                "substituted": self.substituted, "skipped_globals": self.skipped_globals,
-               "check": asdict(self.check) if self.check else None, "timing": None}
+               "check": {**asdict(self.check), "verdict": self.check.verdict} if self.check else None,
+               "timing": None}
         if self.timing:
             t = self.timing
             doc["timing"] = {"runs": t.runs, "app_s": t.app_s, "kernel_ms": t.kernel_ms, "share": t.share,
                              "app_speedup": asdict(t.app_interval) if t.app_interval else None,
-                             "kernel_speedup": asdict(t.kernel_interval) if t.kernel_interval else None}
+                             "kernel_speedup": asdict(t.kernel_interval) if t.kernel_interval else None,
+                             "notes": t.notes}
         doc["exit_status"] = self.exit_status
         return doc
 
@@ -499,7 +568,7 @@ class ApplyResult:
         c, t = self.check, self.timing
         doc: dict[str, Any] = {"command": shlex.join(command)[:4096], "launches": self.launches,
                                "substituted": self.substituted,
-                               "check": None if c is None else "pass" if c.passed else "fail",
+                               "check": None if c is None else c.verdict,
                                "compared": None if c is None else c.compared,
                                "mismatch_launch": c.mismatch.launch if c is not None and c.mismatch else None}
         for key, iv in (("kernel", t.kernel_interval if t else None), ("app", t.app_interval if t else None)):

@@ -344,7 +344,10 @@ def apply_winners(winners: Sequence[Winner], cases: Sequence[CheckCase], *, runs
                 with open_session(w.root, compile_worker=False) as session:
                     result = session.apply(request, output=lambda _stream, _data: None)
                 case.in_app = result.to_dict()
-                if result.exit_status:
+                if result.check is not None and result.check.inconclusive:
+                    case.status, case.message = ERROR, "in the app: " + result.check.text().splitlines()[0]
+                    case.hint = "make the app deterministic (a fixed seed), then apply again"
+                elif result.exit_status:
                     case.status, case.message = FAIL, "in the app: " + result.check.text().splitlines()[0]
                     case.hint = f"kerncap apply {w.root} --variant {w.variant.id} --check -- … shows the launch"
             except KerncapError as exc:
@@ -439,8 +442,10 @@ def in_app_line(doc: dict[str, Any]) -> str:
     """One line of an applied winner (ApplyResult.to_dict): launches compared, speedups."""
     check = doc.get("check") or {}
     parts = [f"{doc['substituted']} of {doc['launches']} launch(es) substituted",
-             f"{check.get('compared', 0)} compared, " + ("byte-exact" if not check.get("mismatch") else
-                                                         f"launch {check['mismatch']['launch']} differs")]
+             f"{check.get('compared', 0)} compared, " + (
+                 f"no verdict: the app's own runs differ at launch {check['unsteady']['launch']}"
+                 if check.get("verdict") == "unsteady" else "byte-exact" if not check.get("mismatch") else
+                 f"launch {check['mismatch']['launch']} differs")]
     timing = doc.get("timing") or {}
     for what in ("kernel", "app"):
         iv = timing.get(f"{what}_speedup")

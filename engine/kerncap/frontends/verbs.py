@@ -72,7 +72,8 @@ APPLY = Verb(
     "--dispatch N,M…): the app's grid, block, shared memory and arguments, the module's globals copied in. --check "
     "compares what each launch wrote with the app's own kernel; the app is timed R times each way, interleaved. The "
     "outcome is kept on the variant's History row (the workbench's \"in app\"). Exit status 0, 1 a --check "
-    "mismatch, 4 the variant was refused (the app ran its own kernel), 3 could not run, 2 a usage error. "
+    "mismatch, 4 the variant was refused (the app ran its own kernel), 3 could not run (also: --check found the "
+    "app's own runs differing, so it has no verdict), 2 a usage error. "
     "docs/apply.md",
     doc="Run the app with a variant standing in for the captured kernel, as `kerncap apply --json` (the same "
     "request, the same result): every launch of that kernel (or those `dispatch` names) runs the variant with the "

@@ -82,7 +82,8 @@ def _dependencies(nvcc: str, flags: list[str], tu: Path, cwd: Path, reproducer: 
         i += 1
     if current:
         words.append(current)
-    return [w if os.path.isabs(w) else os.path.normpath(os.path.join(cwd, w)) for w in words]
+    # as the compiler found them: "/app/src/../include/x.h" through CMake's -I/app/src/../include
+    return [os.path.normpath(os.path.join(cwd, w)) for w in words]
 
 
 def _copy_outside_headers(reproducer: Path, build: dict, notes: list[str]) -> int:

@@ -425,20 +425,40 @@ def unpack(pack_file: str | os.PathLike, output: str | os.PathLike | None = None
             raise KerncapError(f"{out} exists and is not empty", "pass -o with a new directory, or remove that one")
         partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
         shutil.rmtree(partial, ignore_errors=True)  # a leftover of this pid's earlier, killed run
+        made = _missing_parents(out)  # `-o new/dir/r` makes new/dir, as mkdir -p would
+        done = False
         try:
             try:
+                for d in made:
+                    os.mkdir(d)
                 os.mkdir(partial)
                 with Tree(partial) as tree:
                     result = _extract(src, f, tree, limits or Limits())
                 os.rename(partial, out)  # onto an empty directory too (POSIX rename)
+                done = True
             except OSError as exc:
                 raise fs_error(exc, f"unpack {src} into {out}") from None
         finally:
             shutil.rmtree(partial, ignore_errors=True)  # gone after the rename; never the target
+            for d in reversed(made if not done else []):  # nothing of a failed unpack remains
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    break
     result.path = out
     result.packed = src.stat().st_size
     result.notes = [left.advice() for left in find_leftovers(out.parent, out.name)]
     return result
+
+
+def _missing_parents(out: Path) -> list[Path]:
+    """The directories above `out` that do not exist yet, outermost first."""
+    missing = []
+    parent = out.absolute().parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    return missing[::-1]
 
 
 def _corrupt(src: Path, entry: str, what: str) -> KerncapError:
