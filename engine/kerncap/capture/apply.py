@@ -497,15 +497,15 @@ def run_timing(job: Apply, runs: int) -> Timing:
     share = tuple(statistics.median(s) if s else None for s in shares)
     kernel_interval, notes = interval(*kern), []
     if job.target.pdl and job.target.globals:
-        # As is, the kernel starts early and waits in the GPU for the one before it (CUPTI
+        # As is, the kernel may start early and wait in the GPU for the one before it (CUPTI
         # counts the wait); the variant's launch follows kerncap's copies of the globals on
-        # the stream, so it never overlaps. On ggml's mat-vec: "6.29x" for the same code.
+        # the stream. On ggml's mat-vec the same code read 4-6x faster in the app (docs/apply.md).
         kernel_interval = None
-        notes.append(f"the app launches the kernel with programmatic dependent launch and the variant's launches "
-                     f"wait for kerncap's copies of {len(job.target.globals)} module global(s): its GPU time as is "
-                     "includes waiting for the kernel before it and the variant's does not, so no kernel speedup "
-                     "is given (the app's wall time still compares); to time the kernel itself, run the app "
-                     "without programmatic dependent launch (ggml: GGML_CUDA_PDL=0)")
+        notes.append(f"the capture launched the kernel with programmatic dependent launch (it may start early and "
+                     f"wait in the GPU for the kernel before it, which its GPU time then counts) and the variant's "
+                     f"launches follow kerncap's copies of {len(job.target.globals)} module global(s) on the "
+                     "stream: the two GPU times are not comparable, so no kernel speedup is given (the app's "
+                     "wall time still compares; the reproducer's speedup is the kernel's)")
     return Timing(runs=runs, app_s=app, kernel_ms=kern, share=share, app_interval=interval(*app),
                   kernel_interval=kernel_interval, substituted=substituted, notes=notes)
 
