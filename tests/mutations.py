@@ -265,6 +265,25 @@ MUTATIONS = [
              "if _argument(option) not in arguments or option.name in more:",
              "if option.name not in arguments or option.name in more:",
              ("tests/test_verbs.py", "tests/test_session_parity.py", "-k", "new_verb_is_its or named_apart")),
+    # -- the thirteenth session's fixes, each with the test that holds it -------------------
+    Mutation("apply --check: the app's own differing runs blamed on the variant", "apply",
+             "engine/kerncap/capture/apply.py",
+             "        unsteady = first_difference(a, da.fingerprints())\n",
+             "        unsteady = None\n",
+             ("tests/test_apply.py", "-k", "no_verdict")),
+    Mutation("unpack: the directories above -o are not made", "pack", "engine/kerncap/reproducer/pack.py",
+             "        made = _missing_parents(out)", "        made = []",
+             ("tests/test_pack.py", "-k", "directories_above")),
+    Mutation("recompile: the app's in-tree include directories stay beside their copies", "recompile",
+             "engine/kerncap/recompile/trust.py",
+             "            if path in mapped:\n                out.add(text)",
+             "            if path in mapped:\n                pass",
+             ("tests/test_own_extraction.py", "-k", "dot_dot")),
+    Mutation("extract: outside headers found through -I<src>/../include are left outside", "recompile",
+             "engine/kerncap/recompile/selfcontained.py",
+             "    return [os.path.normpath(os.path.join(cwd, w)) for w in words]",
+             "    return [w if os.path.isabs(w) else os.path.normpath(os.path.join(cwd, w)) for w in words]",
+             ("tests/test_own_extraction.py", "-k", "dot_dot")),
 ]
 
 

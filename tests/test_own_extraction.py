@@ -46,7 +46,7 @@ def make_app(root: Path, include: str = "-I../include") -> Path:
         (app / rel).write_text(text)
     build = app / "build"
     build.mkdir()
-    command = ["nvcc", include.format(app=app), "-O3", "-std=c++17", "-arch=sm_90", "-c", "../src/k.cu", "-o", "k.o"]
+    command = ["nvcc", *include.format(app=app).split(), "-O3", "-std=c++17", "-arch=sm_90", "-c", "../src/k.cu", "-o", "k.o"]
     subprocess.run(command, cwd=build, check=True, capture_output=True)
     (build / "compile_commands.json").write_text(json.dumps(
         [{"directory": str(build), "arguments": command, "file": "../src/k.cu", "output": "k.o"}]))
@@ -131,15 +131,19 @@ def test_an_absolute_include_directory_through_dot_dot_is_copied_too(tmp_path, s
     """CMake writes ggml's include directory as `-I<src>/../include`, so nvcc -M names its
     headers `<src>/../include/ggml.h`. On the H200 that header was left outside (the
     directory matched no normalized -I) and the recompile still read ggml's tree."""
-    app = make_app(tmp_path, "-I{app}/src/../include")
+    app = make_app(tmp_path, "-I{app}/src/../include -I {app}/src")
     repro = tmp_path / "repro"
     write_capture(repro, app)
     attach_sources(repro, Capture.open(repro), app / "src", app / "build")
     finish_sources(repro)
     build = build_json(repro)
     assert (repro / "source" / "outside" / "0-include" / "scale.h").read_text() == HEADER
-    assert not [a for a in build["compile_command"] if str(app) in a], build["compile_command"]
+    assert [a for a in build["compile_command"] if str(app) in a] == [f"{app}/src"]  # in-tree: copied by attach
     assert build["outside_include_dirs"] == {"outside/0-include": str(app / "include")}
+    # The recompile names neither: the in-tree directory's copy stands alone (ggml's
+    # -I<src>/ggml-cuda/.. was still on the H200's command line after the copy).
+    result = recompile(repro)
+    assert not [a for a in result.command if str(app) in a], result.command
 
 
 def test_own_extraction_recompiles_with_its_include_directories(extracted):

@@ -25,7 +25,7 @@ from kerncap.recompile import provenance
 from kerncap.recompile.devcompile.module_id import object_names
 from kerncap.recompile.inputs import check_tree, include_problems
 from kerncap.recompile.trust import (ReadPlaces, include_dirs, local_nvcc, require_trust, require_trusted_sources,
-                                     review)
+                                     review, shadowed_include_dirs, without_options)
 from kerncap.reproducer.editable import RECORDS
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
@@ -176,6 +176,9 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
     if not cwd.is_absolute() or not cwd.is_dir():
         cwd = source  # the original build dir is gone: in-tree -I dirs are remapped below anyway
     flags = device_flags(argv, tu_original, Path(build["cwd"]))
+    # the app's in-tree include directories the reproducer holds copies of: only the copies
+    flags = without_options(flags, shadowed_include_dirs(flags, Path(build["cwd"]), build.get("source_root"),
+                                                         build.get("include_dirs", [])))
     variants = repro / VARIANTS
     tmp = temp_name(variants / "variant.cubin")  # numbered only once it is checked (publish_variant)
     shadow = [f"-I{source / d}" for d in build.get("include_dirs", [])]

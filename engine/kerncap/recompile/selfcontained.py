@@ -18,7 +18,8 @@ from pathlib import Path
 from kerncap.errors import KerncapError
 from kerncap.recompile import provenance
 from kerncap.recompile.cuda import _load_build, arch_flag, device_flags
-from kerncap.recompile.trust import SYSTEM_INCLUDE_DIRS, _INCLUDE_DIR_FLAGS, local_nvcc, split, tool_env
+from kerncap.recompile.trust import (SYSTEM_INCLUDE_DIRS, _INCLUDE_DIR_FLAGS, local_nvcc, split, tool_env,
+                                     without_options)
 from kerncap.reproducer.format import Capture
 from kerncap.sources.attach import BUILD_JSON
 
@@ -137,23 +138,8 @@ def _copy_outside_headers(reproducer: Path, build: dict, notes: list[str]) -> in
             if rel in in_tree and rel not in order:
                 order.append(rel)
     build["include_dirs"] = order + [d for d in in_tree if d not in order]
-    build["compile_command"] = _without(argv, set(copies))
+    build["compile_command"] = without_options(argv, set(copies))
     build["outside_include_dirs"] = {copies[t]: p for t, _, p in searched if t in copies}
     notes.append(f"{sum(1 for f in build['files'] if f.startswith(OUTSIDE + '/'))} header(s) from outside "
                  f"--source-dir copied into source/{OUTSIDE}/")
     return len(outside)
-
-
-def _without(argv: list[str], texts: set[str]) -> list[str]:
-    """`argv` less the include options whose text (`-I/x`, or `-I /x` as two words) is in `texts`."""
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] in texts:
-            i += 1
-            continue
-        if i + 1 < len(argv) and f"{argv[i]} {argv[i + 1]}" in texts:
-            i += 2
-            continue
-        out.append(argv[i])
-        i += 1
-    return out

@@ -143,6 +143,40 @@ def include_dirs(flags: list[str], cwd: Path) -> list[Path]:
     return out
 
 
+def without_options(argv: list[str], texts: set[str]) -> list[str]:
+    """`argv` less the options whose text as split() gives it (`-I/x`, or `-I /x` as two
+    words) is in `texts`."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in texts:
+            i += 1
+            continue
+        if i + 1 < len(argv) and f"{argv[i]} {argv[i + 1]}" in texts:
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def shadowed_include_dirs(flags: list[str], cwd: Path, source_root: str | None, copied: list[str]) -> set[str]:
+    """The include options of `flags` (as split() writes them) that name an in-tree
+    directory the reproducer holds a copy of (`copied`: build.json's include_dirs, relative
+    to `source_root`): the copy stands first on the command line, so the original would be
+    read only for a header the copy lacks, outside the reproducer."""
+    if not source_root or not os.path.isabs(source_root):
+        return set()
+    root = os.path.normpath(source_root)
+    mapped = {os.path.normpath(os.path.join(root, d)) for d in copied if not os.path.isabs(d)}
+    out = set()
+    for name, value, text in split(flags):
+        if name in _INCLUDE_DIR_FLAGS and value:
+            path = os.path.normpath(value if os.path.isabs(value) else os.path.join(cwd, value))
+            if path in mapped:
+                out.add(text)
+    return out
+
+
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
