@@ -74,6 +74,20 @@ SEQUENCE_COLUMNS = [
 ]
 
 
+def fit_columns(table: DataTable, rows: list[list]) -> None:
+    """Each column as wide as its widest cell, before the rows go in. The table measures new
+    rows only when it next idles, and a frame drawn before that is cached at the labels'
+    widths until the rows change again (Textual's DataTable: its row cache does not key on
+    the widths): under load a kernel name stayed cut to "init\\x" (tests/tui/test_hostile_text.py)."""
+    for n, column in enumerate(table.ordered_columns):
+        widths = [column.label.cell_len, *(cell_len(row[n]) for row in rows if n < len(row))]
+        column.content_width = max(column.content_width, *widths)
+
+
+def cell_len(cell) -> int:
+    return cell.cell_len if isinstance(cell, Text) else len(str(cell))
+
+
 class ProfilePane(Vertical):
     DEFAULT_CLASSES = "session-pane"  # told of the open session (kerncap_tui.messages)
     BINDINGS = [
@@ -291,6 +305,7 @@ class ProfilePane(Vertical):
         ]
         sort_index = [c[0] for c in self.columns].index(self.sort_column)
         shown.sort(key=lambda ik: self.columns[sort_index][2](ik[1])[1], reverse=self.sort_reverse)
+        rows = []
         for i, k in shown:  # keyed by position: a profile may list one name twice (template instances)
             # Text, not str: a DataTable reads a str cell as markup, and a name is the profile's
             cells = [Text(one_line(fn(k)[0])) for _, _, fn in self.columns]
@@ -303,7 +318,10 @@ class ProfilePane(Vertical):
             elif getattr(k, "autotune_helper", False):  # XLA's autotuning, not the app's work
                 at = [c[0] for c in self.columns].index("kernel")
                 cells[at] = Text(f"* {cells[at].plain}", style="dim")
-            table.add_row(*cells, key=str(i))
+            rows.append((cells, str(i)))
+        fit_columns(table, [cells for cells, _ in rows])
+        for cells, key in rows:
+            table.add_row(*cells, key=key)
         self.shown_count = len(shown)
         self._status()
 

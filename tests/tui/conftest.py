@@ -17,12 +17,17 @@ async def _settle(pilot) -> None:
     from textual.worker import WorkerCancelled
 
     await pilot.pause()
-    ours = [w for w in pilot.app.workers if w.group in WORKBENCH_GROUPS]
-    if ours:  # an empty list would mean "all workers"
+    # Until none is left: a worker's result can start the next (the reproducer opened, then
+    # its profile read); waiting once left the Profile empty now and then under load.
+    for _ in range(50):
+        ours = [w for w in pilot.app.workers if w.group in WORKBENCH_GROUPS and not w.is_finished]
+        if not ours:  # an empty list would mean "all workers"
+            break
         try:
             await pilot.app.workers.wait_for_complete(ours)
         except WorkerCancelled:
             pass
+        await pilot.pause()
     await pilot.pause()
 
 
