@@ -388,16 +388,7 @@ def run_check(job: Apply, compare_output: Sequence[str] = ()) -> CheckResult:
         notes += rep.get("errors", [])
     if base.launches != var.launches:
         notes.append(f"the kernel ran {base.launches} times as is but {var.launches} times with the variant")
-    key_a = {(f["launch"], f["param"]): f for f in a}
-    mismatch = None
-    for f in b:
-        g = key_a.get((f["launch"], f["param"]))
-        if g is None or g["hash"] != f["hash"] or g["bytes"] != f["bytes"]:
-            mismatch = Mismatch(f["launch"], f["param"], None, f["bytes"])
-            break
-    if mismatch is None and len(a) != len(b):
-        missing = next(f for f in a if (f["launch"], f["param"]) not in {(x["launch"], x["param"]) for x in b})
-        mismatch = Mismatch(missing["launch"], missing["param"], None, missing["bytes"])
+    mismatch = first_difference(b, a)  # the variant's bytes where it has the launch
     unsteady = None
     if mismatch is not None:
         # Both runs once more, each dumping that launch's buffers: count the bytes. The
