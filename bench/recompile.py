@@ -16,7 +16,8 @@ medians, their ratio and where the reduced compile's time went.
 apps: every kernel of every CUDA C++ app of the GPU suite (testapps/cuda/**/*.cu but the
 replay variants, testapps/CMakeLists.txt) recompiled from a reproducer of its TU in the
 default mode; lists per kernel whether it compiled reduced or fell back, and why (issue 43:
-none should fall back). Exits 1 when one does.
+none should fall back), and whether the kernel's code (its .text) is the captured
+(whole-TU) compile's. Exits 1 when one falls back or differs.
 
 Runs on a CPU-only machine (nvcc and cmake needed, no GPU).
 """
@@ -80,7 +81,7 @@ PER_TU = 4  # kernels recompiled per app TU
 def apps() -> bool:
     """Each kernel of each GPU-suite app, recompiled in the default mode: reduced, or the
     fallback and its reason. True when none fell back."""
-    from tu_reproducer import CUDA, make_reproducer
+    from tu_reproducer import CUDA, kernel_text, make_reproducer
 
     from kerncap.errors import KerncapError
     from kerncap.sources import cubin as cubinfo
@@ -103,13 +104,19 @@ def apps() -> bool:
                 kernels = [kernels[round(j * (len(kernels) - 1) / (PER_TU - 1))] for j in range(PER_TU)]
             for i, kernel in enumerate(kernels):
                 root = Path(tmp) / f"{tu.stem}-{i}"
-                repro, _, _ = make_reproducer(root, CUDA, rel, files, kernel, APP_FLAGS.get(tu.name, []))
+                repro, captured, _ = make_reproducer(root, CUDA, rel, files, kernel, APP_FLAGS.get(tu.name, []))
                 try:
                     r = recompile(repro)
                     verdict = r.mode + (f": {'; '.join(r.notes)}" if r.notes else "")
+                    ok = r.mode == "reduced" and not r.notes
+                    code = kernel_text(r.cubin.read_bytes(), kernel)
+                    if code != kernel_text(captured, kernel):  # -rdc: the whole TU's recompile differs too
+                        same = kernel_text(recompile(repro, mode="full").cubin.read_bytes(), kernel) == code
+                        verdict += (", not the captured kernel's code, as the whole TU's recompile is not" if same
+                                    else ", but not the whole TU's kernel code")
+                        ok = ok and same
                 except KerncapError as exc:
-                    verdict = f"failed: {exc.message.splitlines()[0][:160]}"
-                ok = verdict == "reduced"
+                    verdict, ok = f"failed: {exc.message.splitlines()[0][:160]}", False
                 reduced += ok
                 fell_back += not ok
                 print(f"{'ok  ' if ok else 'FELL'} {rel} {kernel}: {verdict}", flush=True)

@@ -285,6 +285,23 @@ MUTATIONS = [
              "    return [os.path.normpath(os.path.join(cwd, w)) for w in words]",
              "    return [w if os.path.isabs(w) else os.path.normpath(os.path.join(cwd, w)) for w in words]",
              ("tests/test_own_extraction.py", "-k", "dot_dot")),
+    Mutation("reduce: a library header's names keep no user function", "recompile",
+             "engine/kerncap/recompile/devcompile/reduce.py",
+             "            names.update(_IDENT.findall(text, last, seg.start))", "            pass",
+             ("tests/test_devcompile.py", "-k", "nothing_kept_names")),
+    Mutation("reduce: a dropped template leaves its #pragma unroll behind", "recompile",
+             "engine/kerncap/recompile/devcompile/reduce.py",
+             "self.edits.append((start, close, _markers_only(text[start : close + 1])))",
+             "self.edits.append((start, close, _blanked_lines(text[start : close + 1])))",
+             ("tests/test_devcompile.py", "-k", "nothing_kept_names")),
+    Mutation("reduce: a function's name in a kept body keeps nothing", "recompile",
+             "engine/kerncap/recompile/devcompile/reduce.py",
+             "                names.update(_IDENT.findall(text, start, close))", "                pass",
+             ("tests/test_devcompile.py", "-k", "nothing_kept_names")),
+    Mutation("reduce: a directive on a stretch's first line is read as code", "recompile",
+             "engine/kerncap/recompile/devcompile/reduce.py",
+             '        start = pos - 1 if pos and text[pos - 1] == "\\n" else pos', "        start = pos",
+             ("tests/test_devcompile.py", "-k", "literals")),
 ]
 
 

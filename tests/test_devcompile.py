@@ -45,7 +45,7 @@ def body_of(text: str, name: str) -> str:
 
 def test_host_bodies_are_blanked_device_code_kept():
     code = f"""
-template <int N> {GLOBAL} void k(float* y) {{ y[0] = N; }}
+template <int N> {GLOBAL} void k(float* y) {{ y[0] = helper(both(N)); }}
 {DEV} float helper(float x) {{ return x * 2; }}
 {DEV} {"__attribute__((host))"} float both(float x) {{ return x + 1; }}
 void launch(float* y) {{
@@ -56,7 +56,7 @@ int main() {{ launch(nullptr); return 0; }}
 """
     r = reduce(code)
     assert "k<1>" not in r.text and "k<2>" not in r.text  # the launches are gone
-    assert "return x * 2" in r.text and "return x + 1" in r.text and "y[0] = N" in r.text
+    assert "return x * 2" in r.text and "return x + 1" in r.text and "y[0] = helper(both(N))" in r.text
     assert body_of(r.text, "void launch").startswith("{ __builtin_unreachable();")
     assert r.stubbed == 2
     assert r.text.count("\n") == ii((USER, code)).count("\n")  # every line keeps its number
@@ -72,20 +72,25 @@ def test_blanked_bodies_keep_their_line_markers():
     assert "int after;" in r.text
 
 
-def test_other_kernels_blanked_captured_and_templates_kept():
+def test_other_kernels_blanked_captured_and_named_templates_kept():
     code = f"""
 {GLOBAL} void other(float* y) {{ y[0] = 1; }}
 {GLOBAL} void k(float* y) {{ y[0] = 2; }}
 template <class T> {GLOBAL} void tmpl(T* y) {{ y[0] = 3; }}
+template <class T> {GLOBAL} void unnamed(T* y) {{ y[0] = 4; }}
+struct Table {{ void (*entry)(float*) = tmpl<float>; }};
 """
     r = reduce(code)
     assert "y[0] = 1" not in r.text and "y[0] = 2" in r.text and "y[0] = 3" in r.text
+    assert "unnamed" not in r.text and "y[0] = 4" not in r.text  # nothing kept names it: gone with its head
 
 
 def test_constexpr_deduced_and_enclosing_functions_are_kept():
     code = """
 constexpr int rows(int n) { return n * 2; }
 static auto make() { return 3; }
+int table[rows(2)];
+static int made = make();
 auto trailing() -> int { return 4; }
 void run_lambda() { launch([] { return 5; }); }
 """
@@ -139,16 +144,85 @@ void h() { const char* r = R"x(}{)x"; puts("{"); char c = '}'; int n = 1'000; }
 void g() <% launch(); %>
 #pragma nv_diag_suppress 177
 {DEV} void d() {{ work(); }}
-'''.replace("{DEV}", DEV).replace("{{", "{").replace("}}", "}")
+{GLOBAL} void k() {{ d(); }}
+'''.replace("{DEV}", DEV).replace("{GLOBAL}", GLOBAL).replace("{{", "{").replace("}}", "}")
     r = reduce(code)
     assert '"}{"' in r.text and "launch()" not in r.text and 'puts("{")' not in r.text
     assert "work()" in r.text
+
+
+def test_literals_that_hold_braces_or_quotes_at_any_place():
+    """The scan passes literals and directives whole wherever they stand: a directive on
+    a segment's first line (right after gcc's marker), digit separators in hex and
+    exponent forms (their quote opens no character literal), prefixed character and raw
+    literals, and the inside of a body, where only braces are followed."""
+    text = ii((SYS, "int sys();"),
+              (USER, "#pragma kerncap_probe {\nvoid h() { launch(1); }"),
+              (USER, f"void g() {{ int a = 0x1'F'F, b = 1'000'000; float e = 1.5e+1'0f; char c = u8'{{'; "
+                     f"const char* r = u8R\"d(}}{{)d\"; launch(2); }}\n{DEV} void d() {{ work(); }}\n"
+                     f"{GLOBAL} void k() {{ d(); }}"))
+    r = reduce_tu(text, user, "k")
+    assert "#pragma kerncap_probe {" in r.text and "launch(1)" not in r.text and "launch(2)" not in r.text
+    assert "work()" in r.text and r.stubbed == 2
+
+
+def test_functions_nothing_kept_names_are_blanked_transitively():
+    """The reduction follows names from what stays (the kernel, types, globals, heads) to
+    the functions they name, transitively, and from the library headers' code (which may
+    call a user's function by argument-dependent lookup); the rest of the device,
+    constexpr and template functions lose their bodies (a template its whole definition,
+    head included). Host bodies name nothing; operators always stay."""
+    code = f"""
+constexpr int cfg_a(int t) {{ return t * 3; }}
+constexpr int cfg(int t) {{ return cfg_a(t); }}
+constexpr int table_size() {{ return 8; }}
+constexpr int cfg_b(int n) {{ return n + 100; }}
+constexpr int cfg_c(int n) {{ return n + 200; }}
+{DEV} int ov(int x) {{ return x + 300; }}
+{DEV} int ov(float x) {{ return 400; }}
+{DEV} float used(float x) {{ return x + cfg(1) + ov(1); }}
+{DEV} float unused_dev(float x) {{ return x - 1; }}
+{DEV} float sized(float (&a)[table_size()]) {{ return a[0] + 500; }}
+#pragma pack(push, 1)
+template <int N> __attribute__((launch_bounds(cfg_b(N)))) {GLOBAL} void other(float* y) {{
+#pragma unroll
+  for (int i = 0; i < N; ++i) y[i] = N;
+}}
+static_assert(cfg_c(2) == 202, "layout");
+void host() {{ unused_dev(1); }}
+struct V {{ float x; }};
+{DEV} V operator+(V a, V b) {{ return {{a.x + b.x + 600}}; }}
+{DEV} void swap(V& a, V& b) {{ V t = a; a = b; b = t; }}
+{GLOBAL} void k(float* y) {{ y[0] = used(2); }}
+"""
+    library = "template <class T> void sort2(T& a, T& b) { if (b < a) swap(a, b); }"  # calls swap by ADL
+    r = reduce_tu(ii((SYS, library), (USER, code)), user, "k")
+    text = r.text
+    for kept in ("return t * 3", "return cfg_a(t)", "return x + 300", "return 400", "return 8", "a.x + b.x + 600",
+                 "V t = a", "y[0] = used(2)"):
+        assert kept in text, kept
+    for gone in ("return x - 1", "a[0] + 500", "n + 100", "n + 200", "y[i] = N", "void other", "static_assert",
+                 "unused_dev(1)", "#pragma unroll"):
+        assert gone not in text, gone
+    assert "float sized(float (&a)[table_size()])" in text  # a non-template's head stays, and what it evaluates
+    assert "#pragma pack(push, 1)" in text  # before the template's first word: it applies to what follows
+    assert (r.unused, r.asserts, r.stubbed) == (5, 1, 1)
+    assert text.count("\n") == ii((SYS, library), (USER, code)).count("\n")
+
+
+def test_a_template_whose_head_holds_another_files_code_keeps_its_head():
+    text = ii((USER, "template <int N>"), (SYS, "int sys_thing;"), (USER, f"{GLOBAL} void other(float* y) {{ y[0] = N; }}"),
+              (USER, f"{GLOBAL} void k(float* y) {{ y[0] = 1; }}"))
+    r = reduce_tu(text, user, "k")
+    assert "int sys_thing;" in r.text and "template <int N>" in r.text and "y[0] = N" not in r.text
+    assert r.unused == 1
 
 
 def test_system_headers_are_left_alone_and_heads_span_markers():
     text = ii((SYS, "void sys_launch() { k<7><<<1,1>>>(); }"),
               (USER, f"{DEV}"),
               (USER, "float split_head() { return 1; }"),  # gcc split the declaration with a marker
+              (USER, f"{GLOBAL} void k(float* y) {{ y[0] = split_head(); }}"),
               (USER, "void host() { k<8><<<1,1>>>(); }"))
     r = reduce_tu(text, user, "k")
     assert "k<7>" in r.text  # not the user's file: untouched
@@ -301,6 +375,7 @@ void a() noexcept {{ launch(1); }}
 void b() noexcept(true) {{ launch(2); }}
 struct S {{ int get() const volatile && noexcept {{ return launch(3); }} }};
 {DEV} float c() noexcept {{ return 4.0f; }}
+{GLOBAL} void k(float* y) {{ y[0] = c(); }}
 """
     r = reduce(code)
     assert "launch(" not in r.text and "return 4.0f" in r.text

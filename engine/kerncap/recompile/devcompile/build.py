@@ -176,8 +176,10 @@ def _reduce(req: Request, plan: phases.Plan, work: Path, timing: phases.Timing) 
     if reduction.instantiations_dropped:
         what += (f" (the source's own {reduction.instantiations_dropped} explicit kernel instantiation"
                  f"{'s' if reduction.instantiations_dropped > 1 else ''} left out)")
+    unused = (f", {reduction.unused} functions nothing kept names and {reduction.asserts} static_asserts left out"
+              if reduction.unused or reduction.asserts else "")
     return _Reduced(path, reduction, f"reduced translation unit: {reduction.stubbed} function bodies blanked "
-                                     f"(host code, other kernels), the captured kernel {what}",
+                                     f"(host code, other kernels){unused}, the captured kernel {what}",
                     user_file)
 
 

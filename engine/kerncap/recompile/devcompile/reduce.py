@@ -14,8 +14,10 @@ source/ copies; system and library headers are left alone):
   expressions) and functions with a deduced return type;
 - the bodies of other non-template kernels are blanked (they stay, empty, in the
   module);
-- the captured kernel, device and host-device functions, declarations, types and
-  module globals are kept as they are;
+- the captured kernel, declarations, types and module globals are kept as they are;
+  device, host-device, constexpr and template functions too when kept code names them
+  (`_Reducer.prune`, transitively), else their bodies go (a template's whole definition);
+- namespace-scope static_asserts go (no code, and they would keep what they name);
 - the captured template instance is instantiated explicitly at the end
   (kerncap.recompile.devcompile.instantiate).
 
@@ -29,17 +31,21 @@ cannot be followed (unbalanced braces, a statement where a declaration belongs),
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
-_TOKEN = re.compile(
-    r"""(?P<dir>^[ \t]*\#[^\n]*)                             # directive left by gcc -E (#pragma)
-      | (?P<raw>\b(?:u8|u|U|L)?R"(?P<delim>[^ ()\\\t\n]{0,16})\()  # raw string start
+# What the scan must step over as a whole, then the punctuation it follows. Numbers are
+# matched only when they hold a digit separator (1'000), which would otherwise open a
+# character literal; the others never reach Python (a ggml config table is mostly numbers).
+# The lookahead lets the regex engine pass other characters at once (half the time).
+_LITERALS = r"""(?P<dir>\n[ \t]*\#[^\n]*)                            # directive left by gcc -E (#pragma)
+      | (?P<raw>(?<!\w)(?:u8|[uUL])?R"(?P<delim>[^ ()\\\t\n]{0,16})\()  # raw string start
       | (?P<str>"(?:[^"\\\n]|\\.)*")
-      | (?P<num>(?<![\w.])\.?\d(?:[\w.]|'(?=\w)|[eEpP][+-])*)  # numbers, 1'000 separators
-      | (?P<chr>'(?:[^'\\\n]|\\.)*')
-      | (?P<p>[{};()]|<%|%>)""",
-    re.M | re.X,
-)
+      | (?P<num>(?<![\w.])\.?\d[\w.]*(?:[eEpP][+-][\w.]*)*'(?:[\w.]|'(?=\w)|[eEpP][+-])*)
+      | (?P<chr>'(?:[^'\\\n]|\\.)*')"""
+_TOKEN = re.compile(r"(?=[\n\"'{}();<%\d.uULR])(?:" + _LITERALS + r"| (?P<p>[{};()]|<%|%>))", re.X)
+# Inside a function body only its braces matter.
+_BODY_TOKEN = re.compile(r"(?=[\n\"'{}<%\d.uULR])(?:" + _LITERALS + r"| (?P<p>[{}]|<%|%>))", re.X)
 _DEVICE = re.compile(r"__attribute__\s*\(\(\s*(?:__)?(device|global)(?:__)?\b")
 _GLOBAL = re.compile(r"__attribute__\s*\(\(\s*(?:__)?global(?:__)?\b")
 _ATTR = re.compile(r"__attribute__\s*\(\(|\[\[|\balignas\s*\(|__declspec\s*\(")
@@ -64,6 +70,8 @@ class Reduction:
     stubbed: int = 0  # function bodies blanked
     instantiation: str = ""
     instantiations_dropped: int = 0  # the user's explicit instantiations of kernels left out
+    unused: int = 0  # bodies of device, constexpr and template functions nothing kept names, blanked
+    asserts: int = 0  # namespace-scope static_asserts left out
 
 
 @dataclass
@@ -209,6 +217,7 @@ class _Function:
     kernel: bool
     template: bool
     keep: bool  # constexpr, deduced return type
+    qualified: bool = False  # `A::f(...) {`: a member defined outside its class
 
 
 def _function(head: str) -> _Function | None:
@@ -233,6 +242,7 @@ def _function(head: str) -> _Function | None:
         kernel=_GLOBAL.search(head) is not None,
         template=re.match(r"\s*template\s*<", h) is not None,
         keep=_KEEP_WORDS.search(decl[:j]) is not None or deduced,
+        qualified=decl[: m.start()].rstrip().endswith("::"),
     )
 
 
@@ -250,8 +260,9 @@ def reduce_tu(text: str, is_user_file, kernel_name: str, keep_functions: frozens
         r.scan(seg)
     if r.skip or r.stack or r.parens:
         raise ReduceError("the reproducer's source ends inside a block (unbalanced braces)")
+    unused = r.prune(segs, instantiation)
     out, last = [], 0
-    for open_, close, replacement in r.edits:
+    for open_, close, replacement in sorted(r.edits):
         out.append(text[last:open_])
         out.append(replacement)
         last = close + 1
@@ -259,7 +270,7 @@ def reduce_tu(text: str, is_user_file, kernel_name: str, keep_functions: frozens
     reduced = "".join(out)
     if instantiation:
         reduced += f'\n# 1 "{INSTANTIATION_FILE}"\n{instantiation}\n'
-    return Reduction(reduced, len(r.edits) - r.dropped, instantiation, r.dropped)
+    return Reduction(reduced, len(r.edits) - r.dropped - unused - r.asserts, instantiation, r.dropped, unused, r.asserts)
 
 
 INSTANTIATION_FILE = "<kerncap: explicit instantiation of the captured kernel>"
@@ -270,6 +281,7 @@ class _Reducer:
         self.text = text
         self.instantiated = instantiated  # kerncap appends the captured instance's explicit instantiation
         self.dropped = 0  # the user's explicit instantiations of kernels left out
+        self.asserts = 0  # namespace-scope static_asserts left out
         self.kernel_name = kernel_name
         self.keep_functions = keep_functions
         self.edits: list[tuple[int, int, str]] = []  # (open brace, close brace, replacement), in order
@@ -280,6 +292,10 @@ class _Reducer:
         self.head_start: int | None = None
         self.gaps: list[tuple[int, int]] = []  # stretches of other files inside the current head
         self.last_end: int | None = None
+        # namespace-scope functions kept by the scan: (where what may go starts (the head of a
+        # template, else the body), open brace, close brace, name)
+        self.kept: list[tuple[int, int, int, str]] = []
+        self.declared: Counter[str] = Counter()  # names of namespace-scope function definitions
 
     def scan(self, seg: _Segment) -> None:
         text = self.text
@@ -289,21 +305,28 @@ class _Reducer:
             self.gaps.append((self.last_end, seg.start))  # a header of another file in between
         self.last_end = seg.end
         pos = seg.start
-        while True:
-            m = _TOKEN.search(text, pos, seg.end)
-            if m is None:
-                return
-            pos = m.end()
+        while pos < seg.end:
+            pos = self._scan_from(pos, seg)
+
+    def _scan_from(self, pos: int, seg: _Segment) -> int:
+        """Follow the tokens from `pos` until the scan enters or leaves a function body
+        (the pattern changes) or passes a raw string; where to go on from."""
+        text = self.text
+        body = bool(self.skip)
+        start = pos - 1 if pos and text[pos - 1] == "\n" else pos  # a directive on the first line
+        for m in (_BODY_TOKEN if body else _TOKEN).finditer(text, start, seg.end):
             kind = m.lastgroup
             if kind == "delim" or kind == "raw":
                 end = text.find(")" + (m.group("delim") or "") + '"', m.end())
                 if end < 0:
                     raise ReduceError("unterminated raw string literal")
-                pos = end + len(m.group("delim") or "") + 2
-                continue
+                return end + len(m.group("delim") or "") + 2
             if kind != "p":
                 continue
             self.token({"<%": "{", "%>": "}"}.get(m.group("p"), m.group("p")), m.start(), seg)
+            if bool(self.skip) != body:
+                return m.end()
+        return seg.end
 
     def token(self, tok: str, pos: int, seg: _Segment) -> None:
         if self.skip:
@@ -322,8 +345,10 @@ class _Reducer:
         elif self.parens:
             return  # braces and semicolons inside parentheses: lambdas in default arguments, decltype(...)
         elif tok == ";":
-            if self.instantiated and (not self.stack or self.stack[-1] == "ns"):
-                self.drop_kernel_instantiation(pos)
+            if not self.stack or self.stack[-1] == "ns":
+                if self.instantiated:
+                    self.drop_kernel_instantiation(pos)
+                self.drop_static_assert(pos)
             self.reset_head(pos + 1)
         elif tok == "}":
             if not self.stack:
@@ -342,7 +367,7 @@ class _Reducer:
                 self.reset_head(pos + 1)
                 return
             self.skip = 1
-            self.body = (pos, fn, seg)
+            self.body = (pos, fn, seg, self.head_start)
 
     def drop_kernel_instantiation(self, semicolon: int) -> None:
         """Blank the declaration ending at `semicolon` when it explicitly instantiates a
@@ -350,13 +375,30 @@ class _Reducer:
         explicit instantiation of it is an error)."""
         if not _is_kernel_instantiation(self.head_text(semicolon)):
             return
-        text = self.text
-        start = next((m.start() for m in _TEMPLATE_WORD.finditer(text, self.head_start, semicolon)
-                      if not text[text.rfind("\n", 0, m.start()) + 1 : m.start()].lstrip().startswith("#")), None)
+        start = self.first_word(_TEMPLATE_WORD, self.head_start, semicolon)
         if start is None or any(b > start and a < semicolon for a, b in self.gaps):
             return  # it spans another file's code: left as it is
-        self.edits.append((start, semicolon, _blanked_lines(text[start:semicolon]) + ";"))
+        self.edits.append((start, semicolon, _blanked_lines(self.text[start:semicolon]) + ";"))
         self.dropped += 1
+
+    def first_word(self, word: re.Pattern, start: int, end: int) -> int | None:
+        """Where `word` first stands in text[start:end] outside a directive line."""
+        text = self.text
+        return next((m.start() for m in word.finditer(text, start, end)
+                     if not text[text.rfind("\n", 0, m.start()) + 1 : m.start()].lstrip().startswith("#")), None)
+
+    def drop_static_assert(self, semicolon: int) -> None:
+        """Blank a namespace-scope `static_assert(...)`: it makes no code, the app's own
+        build checked it, and what it names (a ggml layout's stride function) would keep
+        whole overload sets from `prune`."""
+        if not _clean_head(self.head_text(semicolon)).lstrip().startswith("static_assert"):
+            return
+        text = self.text
+        start = text.find("static_assert", self.head_start, semicolon)
+        if start < 0 or any(b > start and a < semicolon and not _only_directives(text[a:b]) for a, b in self.gaps):
+            return
+        self.edits.append((start, semicolon, _blanked_lines(text[start : semicolon + 1])))
+        self.asserts += 1
 
     def head_text(self, pos: int) -> str:
         parts, start = [], self.head_start
@@ -373,12 +415,79 @@ class _Reducer:
         self.gaps = [g for g in self.gaps if g[1] > pos]
 
     def close_body(self, close: int) -> None:
-        open_, fn, seg = self.body
+        open_, fn, seg, head_start = self.body
         self.body = None
         if fn is None:
             return
+        at_namespace = "class" not in self.stack
         if self.blank(fn):
             self.edits.append((open_, close, _blanked(self.text[open_ + 1 : close])))
+        elif at_namespace and _prunable(fn, self):
+            # a template's head is evaluated only when it is instantiated: from its first
+            # `template` on, it goes with the body when nothing names the template (the
+            # directives before it stay: a #pragma pack applies to what follows), unless
+            # another file's code stands in it
+            start = self.first_word(_TEMPLATE_WORD, head_start, open_) if fn.template else None
+            whole = start is not None and not any(b > start and a < open_ and not _only_directives(self.text[a:b])
+                                                  for a, b in self.gaps)
+            self.kept.append((start if whole else open_, open_, close, fn.name))
+            if whole:
+                return
+        if at_namespace:
+            self.declared[fn.name] += 1  # the name in its own head, which stays
+
+    def prune(self, segs: list[_Segment], instantiation: str) -> int:
+        """Blank the bodies of the kept namespace-scope functions that no kept code names
+        (by identifier, transitively from everything else the user's files keep): a ggml
+        TU's tables of configurations and its other kernels' templates, which the front end
+        would otherwise parse and check for nothing. The number blanked."""
+        if not self.kept:
+            return 0
+        text = self.text
+        # what the user's files keep outside function bodies: declarations, types, globals,
+        # every head (a head may evaluate a constexpr function), each function's own name
+        # in its head not counted
+        holes = sorted([(a, b + 1) for a, b, _ in self.edits] + [(s, c + 1) for s, _, c, _ in self.kept])
+        counts = Counter(_IDENT.findall(instantiation))
+        counts.update(self.keep_functions)
+        counts[self.kernel_name] += 1
+        i = 0
+        for seg in segs:
+            pos = seg.start
+            while i < len(holes) and holes[i][1] <= pos:
+                i += 1
+            j = i
+            while j < len(holes) and holes[j][0] < seg.end:
+                a, b = holes[j]
+                if a > pos:
+                    counts.update(_IDENT.findall(text, pos, a))
+                pos = max(pos, b)
+                j += 1
+            if pos < seg.end:
+                counts.update(_IDENT.findall(text, pos, seg.end))
+        counts.subtract(self.declared)
+        names = {n for n, c in counts.items() if c > 0}
+        # and every name the other files use: a library template may call a user's
+        # function by argument-dependent lookup (~50 ms for a 3.4-MB TU of ggml's headers)
+        last = 0
+        for seg in segs:
+            names.update(_IDENT.findall(text, last, seg.start))
+            last = seg.end
+        names.update(_IDENT.findall(text, last))
+        pending = self.kept
+        while True:
+            used = [k for k in pending if k[3] in names]
+            if not used:
+                break
+            pending = [k for k in pending if k[3] not in names]
+            for start, _, close, _ in used:
+                names.update(_IDENT.findall(text, start, close))
+        for start, open_, close, _ in pending:
+            if start < open_:  # a template: the whole definition, its #pragma unroll too
+                self.edits.append((start, close, _markers_only(text[start : close + 1])))
+            else:
+                self.edits.append((open_, close, _blanked(text[open_ + 1 : close])))
+        return len(pending)
 
     def blank(self, fn: _Function) -> bool:
         if fn.keep or fn.name in self.keep_functions:
@@ -386,6 +495,17 @@ class _Reducer:
         if fn.kernel:
             return not fn.template and fn.name != self.kernel_name
         return not fn.device
+
+
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def _prunable(fn: _Function, r: "_Reducer") -> bool:
+    """A kept function whose body may go when nothing names it: not the captured kernel
+    nor a function kept for its local types, not an operator, destructor or member
+    defined outside its class (called without its name)."""
+    name = fn.name
+    return not (fn.qualified or name == r.kernel_name or name in r.keep_functions or name.startswith(("operator", "~")))
 
 
 _EXPLICIT_INSTANTIATION = re.compile(r"^\s*template\s+(?!<)")
@@ -398,6 +518,11 @@ def _is_kernel_instantiation(head: str) -> bool:
     `extern template` nor a template declaration."""
     h = _clean_head(head)
     return _EXPLICIT_INSTANTIATION.match(h) is not None and _GLOBAL.search(h) is not None
+
+
+def _only_directives(text: str) -> bool:
+    """Nothing but line markers and directives (what stands between two stretches of one file)."""
+    return all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.split("\n"))
 
 
 def _blanked_lines(text: str) -> str:
@@ -415,6 +540,11 @@ def _blanked(inner: str) -> str:
 
 
 _LINE_MARKER = re.compile(r'#[ \t]*\d+[ \t]+"')
+
+
+def _markers_only(text: str) -> str:
+    """`text` as blank lines but its line markers (no directive of it stays)."""
+    return "\n".join(ln if _LINE_MARKER.match(ln) else "" for ln in text.split("\n"))
 
 
 def _clean_head(head: str) -> str:
