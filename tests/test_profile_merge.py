@@ -157,3 +157,21 @@ def test_format_dim():
     assert format_dim([64, 32, 1]) == "64x32"
     assert format_dim([1, 1, 1]) == "1"
     assert format_dim([2, 1, 4]) == "2x1x4"
+
+
+def test_an_untimed_kernel_is_named_with_where_the_chosen_launches_went():
+    """A kernel none of whose launches has a time (its one launch's pair held over 5 ms,
+    say) is named with the sampler's counts of launches it chose and left out, summed over
+    the processes, so a reader (and a failing GPU test) sees why; none counted: no clause."""
+    def sk(name, calls, total, timed):
+        return {**k(name, calls, total, 20, 1500), "timed": timed, "preempted": 0, "total_var_ns2": 4.0}
+    p1 = {"pid": 1, "kernels": [sk("fill", 40, 4000, 40), sk("reduce", 1, 0, 0)],
+          "sampling": {"overdue": 1, "no_event": 0, "interleaved": 2}}
+    p2 = {"pid": 2, "kernels": [sk("fill", 40, 4100, 40)], "sampling": {"overdue": 2, "unfinished": 1}}
+    kernels, _ = merge_profiles([p1, p2])
+    (w,) = [w for w in sampling_warnings(kernels, [p1, p2], []) if "none of their launches" in w]
+    assert w.startswith("1 kernel(s) ran but none of their launches was timed: reduce")
+    assert ("timed launches left out: 3 held over 5 ms, 1 unfinished at exit, 2 another thread launched inside "
+            "the pair (without") in w
+    (w,) = [w for w in sampling_warnings(kernels, [{"pid": 1, "sampling": {}}], []) if "none of their" in w]
+    assert "left out" not in w

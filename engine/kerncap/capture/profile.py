@@ -311,6 +311,19 @@ def _add_tables(result: ProfileResult, profiles: list[dict], by_nvtx: bool, buck
         result.buckets = [b.to_dict() for b in bucket_tables.merge(tables)]
 
 
+# Why a launch the sampler chose has no time: the sampler's counters (launch_sampler.cpp).
+_LOSSES = (("overdue", "held over 5 ms"), ("unfinished", "unfinished at exit"), ("no_event", "no free hold word"),
+           ("interleaved", "another thread launched inside the pair"), ("failed_launches", "the launch failed"),
+           ("errors", "timing errors"))
+
+
+def _lost_samples(profiles: list[dict]) -> str:
+    """`; chosen but left out: 2 held over 5 ms, ...` (every process's counts), or ''."""
+    counts = {key: sum(int((p.get("sampling") or {}).get(key) or 0) for p in profiles) for key, _ in _LOSSES}
+    lost = [f"{counts[key]} {why}" for key, why in _LOSSES if counts[key]]
+    return f"; timed launches left out: {', '.join(lost)}" if lost else ""
+
+
 def sampling_warnings(kernels: list[KernelStat], profiles: list[dict], procs: list[dict]) -> list[str]:
     """What a user must know about sampled times: a process that fell back to exact timing,
     a sampler that failed, kernels launched but never timed, overlapping streams, graphs."""
@@ -356,7 +369,7 @@ def sampling_warnings(kernels: list[KernelStat], profiles: list[dict], procs: li
     if untimed:
         names = ", ".join(k.display_name for k in sorted(untimed, key=lambda k: -k.calls)[:3])
         out.append(f"{len(untimed)} kernel(s) ran but none of their launches was timed: {names}; their time is unknown "
-                   "and shown as 0 (without --sampled CUPTI times every launch)")
+                   f"and shown as 0{_lost_samples(profiles)} (without --sampled CUPTI times every launch)")
     if any(k.graph for k in kernels):
         out.append("CUDA graphs are timed as a whole (one row per executable graph); without --sampled their time "
                    "is split by kernel")
