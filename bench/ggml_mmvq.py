@@ -180,8 +180,12 @@ class Round:
               f"{check.get('verdict')} ({check.get('compared')} compared; mismatch {check.get('mismatch')}; "
               f"unsteady {check.get('unsteady')})" if check else "    no check")
         kernel_ms = timing.get("kernel_ms") or [[], []]
-        per = [sum(k) / len(k) / max(1, doc.get("launches") or 1) * 1e3 if k else None for k in kernel_ms]
-        print(f"    kernel GPU time per launch as is / variant: {per} us; kernel speedup "
+        calls = timing.get("kernel_calls") or [[], []]
+        # per execution (the activity records count each): test-backend-ops runs for a set
+        # time, so the two ways run the kernel a different number of times
+        per = [round(1e3 * sum(k) / sum(c), 2) if k and sum(c) else None for k, c in zip(kernel_ms, calls)]
+        print(f"    kernel executions per run as is / variant: {[sorted(c)[len(c) // 2] if c else None for c in calls]}; "
+              f"GPU time per execution: {per} us; kernel speedup "
               f"{interval(timing.get('kernel_speedup'))}, app {interval(timing.get('app_speedup'))}; "
               f"replay {interval(doc.get('replay_speedup'))}")
         for note in timing.get("notes") or []:

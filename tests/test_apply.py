@@ -267,7 +267,7 @@ def test_a_kernel_launched_with_programmatic_dependent_launch_gets_no_kernel_spe
     class Timed(Apply):
         def run(self, *, substitute, check=False, dump_at=None, profile=False):
             ns = 150e6 if substitute else 950e6
-            prof = {"kernels": [{"name": "_Z1kv", "demangled": "k()", "total_ns": ns}]}
+            prof = {"kernels": [{"name": "_Z1kv", "demangled": "k()", "total_ns": ns, "calls": 4}]}
             return RunResult(seconds=2.0, returncode=0, reports=[{"launches": 4, "substituted": 4 * substitute}],
                              profiles=[prof], procs=[], run_dir=Path(tempfile.mkdtemp(dir=tmp_path)))
 
@@ -281,3 +281,30 @@ def test_a_kernel_launched_with_programmatic_dependent_launch_gets_no_kernel_spe
     assert "programmatic dependent launch" in overlapped.text("kernel") and "not comparable" in overlapped.notes[0]
     assert timing(True, []).kernel_interval is not None and timing(True, []).notes == []
     assert timing(False, [("table", 64)]).kernel_interval.speedup > 6
+
+
+def test_an_app_that_runs_for_a_set_time_is_compared_per_execution(tmp_path):
+    """test-backend-ops runs its graph until a second has passed: on the H200, as is the
+    kernel's GPU time was 950 ms a run, with a variant whose launches cost more CPU (module
+    globals copied before each) 150 ms, a "6.3x" that was the app running the kernel four
+    times less often. The kernel speedup compares the GPU time per execution (the activity
+    records count every execution, a graph's replays too), shows both counts and says why
+    the totals and the wall time are not the same work."""
+    from kerncap.capture.apply import Apply, RunResult, Target, run_timing
+
+    class Timed(Apply):
+        def run(self, *, substitute, check=False, dump_at=None, profile=False):
+            ns, calls = (150e6, 15_337) if substitute else (950e6, 63_000)
+            prof = {"kernels": [{"name": "_Z1kv", "demangled": "k()", "total_ns": ns, "calls": calls},
+                                {"name": "_Z5otherv", "demangled": "other()", "total_ns": 50e6, "calls": 10}]}
+            return RunResult(seconds=1.1, returncode=0, reports=[{"launches": calls, "substituted": calls * substitute}],
+                             profiles=[prof], procs=[], run_dir=Path(tempfile.mkdtemp(dir=tmp_path)))
+
+    job = Timed(root=tmp_path, target=Target("_Z1kv", "k()", "0" * 64, [], [0]), variant=tmp_path / "v.cubin",
+                command=["app"], quiet=True)
+    t = run_timing(job, 6)
+    assert t.kernel_calls == ([63_000] * 6, [15_337] * 6)
+    assert abs(t.kernel_interval.speedup - (950e6 / 63_000) / (150e6 / 15_337)) < 1e-6  # 1.54x, not 6.3x
+    assert "63000 times as is and 15337 times with the variant" in t.notes[0]
+    text = t.text("kernel")
+    assert "(63000 / 15337 executions, 15.08 / 9.78 us each)" in text and "speedup per execution 1.54" in text

@@ -212,9 +212,12 @@ class RunResult:
         out = [f for r in self.reports for f in r.get("fingerprints", [])]
         return sorted(out, key=lambda f: (f["launch"], f["param"]))
 
-    def kernel_ms(self, kernel: str, demangled: str) -> tuple[float | None, float | None]:
-        """The kernel's total GPU time and every kernel's (ms), from the activity records."""
+    def kernel_ms(self, kernel: str, demangled: str) -> tuple[float | None, float | None, int]:
+        """The kernel's total GPU time and every kernel's (ms), and how many times the
+        kernel ran, from the activity records (a graph's replays included: the launches
+        the interposer counts are not every execution)."""
         mine = total = 0.0
+        calls = 0
         seen = False
         for p in self.profiles:
             for k in p.get("kernels", []):
@@ -222,8 +225,9 @@ class RunResult:
                 total += ns
                 if k.get("name") == kernel or k.get("demangled") == demangled:
                     mine += ns
+                    calls += int(k.get("calls") or 0)
                     seen = True
-        return (mine / 1e6 if seen else None), (total / 1e6 if self.profiles else None)
+        return (mine / 1e6 if seen else None), (total / 1e6 if self.profiles else None), calls
 
 
 @dataclass
@@ -431,12 +435,16 @@ def first_difference(a: list[dict], b: list[dict]) -> Mismatch | None:
 class Timing:
     runs: int
     app_s: tuple[list[float], list[float]]        # as is, with the variant
-    kernel_ms: tuple[list[float], list[float]]
+    kernel_ms: tuple[list[float], list[float]]      # the kernel's total GPU time per run
     share: tuple[float | None, float | None]       # the kernel's share of GPU time (median)
     app_interval: object | None
     kernel_interval: object | None
     substituted: int
     notes: list[str] = field(default_factory=list)
+    # how many times the kernel ran per run (activity records): the kernel speedup compares
+    # its GPU time per execution, since an app that runs for a set time (a benchmark loop)
+    # runs a faster or slower kernel a different number of times
+    kernel_calls: tuple[list[int], list[int]] = ([], [])
 
     def text(self, name: str) -> str:
         def med(xs):
@@ -448,8 +456,11 @@ class Timing:
                      + (f"   speedup {self.app_interval.text()}" if self.app_interval else ""))
         ka, kv = self.kernel_ms
         if ka and kv:
-            lines.append(f"  {name} GPU time  {med(ka):.3f} ms / {med(kv):.3f} ms"
-                         + (f"   speedup {self.kernel_interval.text()}" if self.kernel_interval else ""))
+            ca, cv = self.kernel_calls
+            per = (f" ({med(ca):g} / {med(cv):g} executions, {1e3 * med(_per_call(ka, ca)):.2f} / "
+                   f"{1e3 * med(_per_call(kv, cv)):.2f} us each)" if ca and cv else "")
+            lines.append(f"  {name} GPU time  {med(ka):.3f} ms / {med(kv):.3f} ms{per}"
+                         + (f"   speedup per execution {self.kernel_interval.text()}" if self.kernel_interval else ""))
         sa, sv = self.share
         if sa is not None and sv is not None:
             lines.append(f"  its share of the app's GPU time  {100 * sa:.1f} % / {100 * sv:.1f} %")
@@ -457,11 +468,16 @@ class Timing:
         return "\n".join(lines)
 
 
+def _per_call(ms: list[float], calls: list[int]) -> list[float]:
+    return [m / c for m, c in zip(ms, calls) if c]
+
+
 def run_timing(job: Apply, runs: int) -> Timing:
     from kerncap.replay.significance import MIN_ROUNDS, bootstrap_speedup
 
     app = ([], [])
     kern = ([], [])
+    calls = ([], [])
     shares = ([], [])
     substituted = 0
     for i in range(runs):
@@ -471,9 +487,10 @@ def run_timing(job: Apply, runs: int) -> Timing:
             side = int(substitute)
             r = job.run(substitute=substitute, profile=True)
             app[side].append(r.seconds)
-            mine, total = r.kernel_ms(job.target.kernel, job.target.demangled)
+            mine, total, n = r.kernel_ms(job.target.kernel, job.target.demangled)
             if mine is not None:
                 kern[side].append(mine)
+                calls[side].append(n)
                 if total:
                     shares[side].append(mine / total)
             if substitute:
@@ -486,11 +503,17 @@ def run_timing(job: Apply, runs: int) -> Timing:
         return bootstrap_speedup([[x] for x in a], [[y] for y in b])
 
     share = tuple(statistics.median(s) if s else None for s in shares)
-    kernel_interval, notes = interval(*kern), []
+    kernel_interval, notes = interval(_per_call(kern[0], calls[0]), _per_call(kern[1], calls[1])), []
+    if calls[0] and calls[1] and statistics.median(calls[0]) != statistics.median(calls[1]):
+        notes.append(f"the app ran the kernel {statistics.median(calls[0]):g} times as is and "
+                     f"{statistics.median(calls[1]):g} times with the variant (medians per run; an app that runs "
+                     "for a set time runs a faster or slower kernel more or less often): the kernel speedup "
+                     "compares its GPU time per execution, and the totals and the app's wall time are not "
+                     "the same work")
     if job.target.pdl and job.target.globals:
         # As is, the kernel may start early and wait in the GPU for the one before it (CUPTI
         # counts the wait); the variant's launch follows kerncap's copies of the globals on
-        # the stream. On ggml's mat-vec the same code read 4-6x faster in the app (docs/apply.md).
+        # the stream (docs/apply.md: ggml's mat-vec).
         kernel_interval = None
         notes.append(f"the capture launched the kernel with programmatic dependent launch (it may start early and "
                      f"wait in the GPU for the kernel before it, which its GPU time then counts) and the variant's "
@@ -498,7 +521,7 @@ def run_timing(job: Apply, runs: int) -> Timing:
                      "stream: the two GPU times are not comparable, so no kernel speedup is given (the app's "
                      "wall time still compares; the reproducer's speedup is the kernel's)")
     return Timing(runs=runs, app_s=app, kernel_ms=kern, share=share, app_interval=interval(*app),
-                  kernel_interval=kernel_interval, substituted=substituted, notes=notes)
+                  kernel_interval=kernel_interval, substituted=substituted, notes=notes, kernel_calls=calls)
 
 
 @dataclass
@@ -528,7 +551,8 @@ class ApplyResult:
                "timing": None}
         if self.timing:
             t = self.timing
-            doc["timing"] = {"runs": t.runs, "app_s": t.app_s, "kernel_ms": t.kernel_ms, "share": t.share,
+            doc["timing"] = {"runs": t.runs, "app_s": t.app_s, "kernel_ms": t.kernel_ms,
+                             "kernel_calls": t.kernel_calls, "share": t.share,
                              "app_speedup": asdict(t.app_interval) if t.app_interval else None,
                              "kernel_speedup": asdict(t.kernel_interval) if t.kernel_interval else None,
                              "notes": t.notes}
