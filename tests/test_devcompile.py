@@ -188,7 +188,9 @@ template <int N> __attribute__((launch_bounds(cfg_b(N)))) {GLOBAL} void other(fl
 #pragma unroll
   for (int i = 0; i < N; ++i) y[i] = N;
 }}
+#pragma message "static_assert"
 static_assert(cfg_c(2) == 202, "layout");
+static_assert_like kept_variable;
 void host() {{ unused_dev(1); }}
 struct V {{ float x; }};
 {DEV} V operator+(V a, V b) {{ return {{a.x + b.x + 600}}; }}
@@ -201,11 +203,12 @@ struct V {{ float x; }};
     for kept in ("return t * 3", "return cfg_a(t)", "return x + 300", "return 400", "return 8", "a.x + b.x + 600",
                  "V t = a", "y[0] = used(2)"):
         assert kept in text, kept
-    for gone in ("return x - 1", "a[0] + 500", "n + 100", "n + 200", "y[i] = N", "void other", "static_assert",
+    for gone in ("return x - 1", "a[0] + 500", "n + 100", "n + 200", "y[i] = N", "void other", "static_assert(",
                  "unused_dev(1)", "#pragma unroll"):
         assert gone not in text, gone
     assert "float sized(float (&a)[table_size()])" in text  # a non-template's head stays, and what it evaluates
     assert "#pragma pack(push, 1)" in text  # before the template's first word: it applies to what follows
+    assert '#pragma message "static_assert"' in text and "static_assert_like kept_variable;" in text
     assert (r.unused, r.asserts, r.stubbed) == (5, 1, 1)
     assert text.count("\n") == ii((SYS, library), (USER, code)).count("\n")
 

@@ -391,11 +391,11 @@ class _Reducer:
         """Blank a namespace-scope `static_assert(...)`: it makes no code, the app's own
         build checked it, and what it names (a ggml layout's stride function) would keep
         whole overload sets from `prune`."""
-        if not _clean_head(self.head_text(semicolon)).lstrip().startswith("static_assert"):
+        if not _STATIC_ASSERT.match(_clean_head(self.head_text(semicolon))):
             return
         text = self.text
-        start = text.find("static_assert", self.head_start, semicolon)
-        if start < 0 or any(b > start and a < semicolon and not _only_directives(text[a:b]) for a, b in self.gaps):
+        start = self.first_word(_STATIC_ASSERT_WORD, self.head_start, semicolon)
+        if start is None or any(b > start and a < semicolon and not _only_directives(text[a:b]) for a, b in self.gaps):
             return
         self.edits.append((start, semicolon, _blanked_lines(text[start : semicolon + 1])))
         self.asserts += 1
@@ -498,6 +498,8 @@ class _Reducer:
 
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+_STATIC_ASSERT = re.compile(r"\s*static_assert\s*\(")
+_STATIC_ASSERT_WORD = re.compile(r"(?<!\w)static_assert\b")
 
 
 def _prunable(fn: _Function, r: "_Reducer") -> bool:
