@@ -308,3 +308,32 @@ def test_an_app_that_runs_for_a_set_time_is_compared_per_execution(tmp_path):
     assert "63000 times as is and 15337 times with the variant" in t.notes[0]
     text = t.text("kernel")
     assert "(63000 / 15337 executions, 15.08 / 9.78 us each)" in text and "speedup per execution 1.54" in text
+
+
+def test_a_check_that_compared_nothing_gives_no_verdict(tmp_path):
+    """A kernel whose launches could not be fingerprinted (no pointer parameter, parameters
+    the interposer could not read: only notes) was "all 0 launches matched byte for byte",
+    a pass with exit 0 and `check: "pass"` on the History row. Nothing compared is no
+    verdict (exit 3, "nothing"); an output file both runs wrote alike is something compared."""
+    from kerncap.capture.apply import Apply, ApplyResult, RunResult, Target, run_check
+
+    class Blind(Apply):
+        def run(self, *, substitute, check=False, dump_at=None, profile=False):
+            (tmp_path / "out.txt").write_text("same")
+            report = {"launches": 5, "substituted": 5 if substitute else 0, "fingerprints": [],
+                      "errors": ["launch 0: the parameters of _Z1kv could not be read"]}
+            return RunResult(seconds=0.0, returncode=0, reports=[report], profiles=[], procs=[],
+                             run_dir=Path(tempfile.mkdtemp(dir=tmp_path)))
+
+    job = Blind(root=tmp_path, target=Target("_Z1kv", "k()", "0" * 64, [], []), variant=tmp_path / "v.cubin",
+                command=["app"], quiet=True, cwd=str(tmp_path))
+    blind = run_check(job)
+    result = ApplyResult(variant=tmp_path / "v.cubin", launches=5, substituted=5, check=blind, timing=None,
+                         skipped_globals=[])
+    assert not blind.passed and blind.inconclusive and blind.verdict == "nothing" and blind.compared == 0
+    assert blind.text().startswith("check: NO VERDICT: nothing was compared: the kernel ran 5 time(s)")
+    assert "could not be read" in blind.text()
+    assert result.exit_status == 3 and result.in_app(["app"])["check"] == "nothing"
+    assert run_check(job, ["missing.txt"]).verdict == "nothing"  # a file neither run wrote compares nothing
+    files = run_check(job, ["out.txt"])
+    assert files.passed and files.files_compared == 1 and files.verdict == "pass"

@@ -163,6 +163,25 @@ def test_build_json_fields_are_named(tmp_path):
         api.recompile(repro)
 
 
+def test_build_json_naming_a_translation_unit_by_an_absolute_path_is_refused(tmp_path):
+    """`tu` lies inside source/: a shared reproducer whose build.json names an absolute
+    file (one that exists, outside the reproducer) is refused as malformed before anything
+    is compiled or written, whatever the flags."""
+    repro = tmp_path / "demo"
+    shutil.copytree(DEMO, repro)
+    outside = tmp_path / "outside.cu"
+    outside.write_text("__global__ void k() {}\n")
+    build = repro / "source" / "build.json"
+    record = json.loads(build.read_text())
+    record["tu"] = str(outside)
+    build.write_text(json.dumps(record))
+    variants = sorted(p.name for p in (repro / "variants").iterdir()) if (repro / "variants").is_dir() else []
+    with pytest.raises(CaptureFormatError, match=r"build.json: field tu is malformed"):
+        api.recompile(repro)
+    now = sorted(p.name for p in (repro / "variants").iterdir()) if (repro / "variants").is_dir() else []
+    assert now == variants
+
+
 def test_store_marker_fields_are_named(repro):
     (repro / "capture" / "stored.json").write_text(json.dumps({"format": "kerncap-stored"}))
     cap = Capture.open(repro)

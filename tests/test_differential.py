@@ -219,6 +219,16 @@ def test_several_reproducers_of_one_kernel(reproducer, tmp_path):
     assert r.summary() == "PASS on 6 inputs of 2 reproducers (2 captured + 4 perturbed)"
 
 
+def test_several_reproducers_report_the_seed_that_drew_their_perturbed_inputs(reproducer, tmp_path):
+    """`kerncap validate DIR DIR --seed S`: the report (its text and its JSON) names the seed
+    the perturbed inputs were drawn from, so that the same inputs can be drawn again."""
+    second = tmp_path / "axpy2"
+    shutil.copytree(reproducer, second)
+    r = validate([reproducer, second], "same.cubin", perturb=2, seed=7)
+    assert r.passed and r.seed == 7 and r.to_dict()["seed"] == 7
+    assert diff.format_report(r).count("perturbation plan (seed 7):") == 2
+
+
 def test_reproducers_of_different_kernels_are_refused(reproducer):
     with pytest.raises(KerncapError, match="the reproducers hold different kernels"):
         validate([reproducer, DEMO])
@@ -246,6 +256,24 @@ def test_a_build_records_what_the_validation_covered_and_the_interval(reproducer
         assert good.speedup_low <= 1.0 <= good.speedup_high and good.significant is False
         bad = s.measure(reproducer.parent / "abs.cubin", request)
         assert bad.validation == "fail" and "perturbation 2 (widened): fail (region 1)" in bad.detail
+
+
+def test_a_build_times_only_inputs_the_captured_kernel_does_not_fault_on(reproducer, monkeypatch):
+    """Validation says which perturbed inputs make the captured kernel itself fault
+    (perturbations 2 and 4 here: widened x holds negatives, which it uses as indexes); the
+    build's timing rotates over the captured input and perturbed ones and leaves exactly
+    those out, so the variant is timed and passes."""
+    from kerncap.session.options import BuildRequest
+    from kerncap.session.session import Session
+
+    monkeypatch.setitem(sim.KERNELS, "captured", indexes_with_x)
+    monkeypatch.setitem(sim.KERNELS, "same.cubin", indexes_with_x)
+    request = BuildRequest(perturb=4, inputs=3, rounds=5)
+    with Session(reproducer) as s:
+        out = s.measure(reproducer.parent / "same.cubin", request)
+    assert [i.status for i in out.report.inputs] == ["pass", "pass", "baseline fault", "pass", "baseline fault"]
+    assert out.validation == "pass", out.detail
+    assert out.speedup is not None and out.speedup_low is not None  # timed, with its interval
 
 
 def test_the_seed_picks_the_perturbed_inputs(reproducer, monkeypatch):

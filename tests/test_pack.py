@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kerncap.cli import main
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.reproducer.format import Capture
+from kerncap.reproducer.format import Capture, capture_chunks
 from kerncap.reproducer.pack import (
     _HEADER,
     INDEX_NAME,
@@ -192,6 +192,32 @@ def test_a_pack_cut_between_two_entries_is_refused(tmp_path, demo_pack):
         bad.write_bytes(data[:end])
         err = assert_clean_failure(tmp_path, bad)
         assert "missing, and" in err.message and "(truncated)" in err.message, (kind, err.message)
+
+
+def test_a_pack_without_a_chunk_its_manifest_uses_is_refused(tmp_path, demo_pack):
+    """A pack whose index and frames both leave out a chunk the manifest uses (well formed,
+    nothing truncated: made or edited by something else) would unpack into a reproducer
+    missing a payload: refused, naming the chunk, and nothing is left behind."""
+    import io
+
+    import zstandard
+
+    data = demo_pack.read_bytes()
+    frames = frame_ends(data)
+    starts = [_HEADER.size] + [end for _, end in frames[:-1]]
+    raw = {name: data[start:end] for (name, end), start in zip(frames, starts)}
+    head = len(INDEX_NAME.encode()) + 2 + 8
+    index = json.loads(zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw[INDEX_NAME][head:])).read())
+    dropped = index["blobs"].pop(0)["hash"]
+    assert dropped in dict(capture_chunks(Capture.open(DEMO)))
+    bad = tmp_path / "lacking.kcap"
+    with open(bad, "wb") as f:
+        f.write(data[:_HEADER.size])
+        _write_frame(f, INDEX_NAME, compress(json.dumps(index).encode()))
+        for name, _ in frames[1:]:
+            if name != f"blobs/{dropped}":
+                f.write(raw[name])
+    assert_clean_failure(tmp_path, bad, "the manifest uses 1 chunk(s) the pack does not hold", dropped)
 
 
 def test_corrupt_blob_names_the_entry(tmp_path, demo_pack):

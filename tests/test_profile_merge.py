@@ -175,3 +175,16 @@ def test_an_untimed_kernel_is_named_with_where_the_chosen_launches_went():
             "the pair (without") in w
     (w,) = [w for w in sampling_warnings(kernels, [{"pid": 1, "sampling": {}}], []) if "none of their" in w]
     assert "left out" not in w
+
+
+def test_a_process_that_timed_none_of_a_kernels_launches_leaves_its_minimum_alone():
+    """Sampled timing: a process whose launches of a kernel were counted but none timed
+    reports no time for them (min_ns 0); the merged minimum is the timed launches' of the
+    other processes, in whichever order the processes come."""
+    def sk(calls, total, lo, hi, timed):
+        return {**k("gemm", calls, total, lo, hi), "timed": timed, "preempted": 0, "total_var_ns2": 4.0}
+    timed = {"pid": 1, "kernels": [sk(40, 40_000, 800, 1200, 40)]}
+    untimed = {"pid": 2, "kernels": [sk(3, 0, 0, 0, 0)]}
+    for order in ([timed, untimed], [untimed, timed]):
+        (gemm,), _ = merge_profiles(order)
+        assert (gemm.min_ns, gemm.max_ns, gemm.timed, gemm.calls) == (800, 1200, 40, 43), order

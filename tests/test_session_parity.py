@@ -462,6 +462,20 @@ def test_dump_is_one_result_in_every_front_end(repro, tmp_path, capsys, variant)
             assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes() == (outs[2] / name).read_bytes()
 
 
+def test_dump_of_a_perturbed_input_writes_output_and_expected_in_every_front_end(repro, tmp_path, capsys):
+    """`kerncap dump --perturbation K` with no cubin: the captured cubin's output on perturbed
+    input K and what validate compares it with are written by default (docs/cli.md), by
+    MCP's dump as by the CLI: the same states, files and document."""
+    outs = [tmp_path / f"out-{name}" for name in ("cli", "mcp")]
+    status, from_cli = cli_json(capsys, "dump", str(repro), "-o", str(outs[0]), "--perturbation", "1")
+    [from_mcp] = mcp(tmp_path, ("dump", {"reproducer": str(repro), "output": str(outs[1]), "perturbation": 1}))
+    assert status == 0
+    assert _without(from_cli, outs[0]) == _without(from_mcp, outs[1])
+    files = [sorted(p.name for p in out.iterdir()) for out in outs]
+    assert files[0] == files[1]
+    assert {n.rsplit(".", 2)[-2] for n in files[0] if n.endswith(".npy")} == {"pre", "post", "output", "expected"}, files[0]
+
+
 def test_options_only_the_cli_had_reach_mcp_from_the_request(repro, tmp_path, capsys):
     """validate's --region-shape and compare's --seed existed in the CLI only; the MCP tools
     now render every option their request declares, so both are there with the CLI's

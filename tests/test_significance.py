@@ -192,3 +192,15 @@ def test_replay_compare_bad_arguments(axpy_repro, args, needle, capsys):
     cubin = axpy_repro.parent / "fast.cubin"
     assert cli.main(["replay", str(axpy_repro), "--compare", str(cubin), *args]) == 2  # usage
     assert needle in capsys.readouterr().err
+
+
+def test_the_minimum_round_count_gives_an_interval_one_round_fewer_is_refused():
+    """MIN_ROUNDS is the least a comparison may have (`--rounds` takes it, and `kerncap
+    apply` gives an interval from that many runs): exactly that many rounds give an
+    interval; one fewer is refused, naming the count."""
+    b = [[1.0, 1.1, 0.9]] * sig.MIN_ROUNDS
+    v = [[0.5, 0.55, 0.45]] * sig.MIN_ROUNDS
+    iv = sig.bootstrap_speedup(b, v)
+    assert iv.speedup == pytest.approx(2.0) and iv.verdict == "faster"
+    with pytest.raises(KerncapError, match=f"^{sig.MIN_ROUNDS - 1} rounds are too few"):
+        sig.bootstrap_speedup(b[:-1], v[:-1])

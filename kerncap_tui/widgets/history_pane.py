@@ -44,7 +44,7 @@ def in_app_cell(v) -> Text:
         return Text("")
     if a.get("check") == "fail":
         text = Text(f"✗ launch {a.get('mismatch_launch')}", style="bold red")
-    elif a.get("check") == "unsteady":  # the app's own runs differ: no verdict on the variant
+    elif a.get("check") in ("unsteady", "nothing"):  # the app's own runs differ, or nothing compared: no verdict
         text = Text(f"? {a.get('compared')}/{a.get('launches')}", style="yellow")
     elif a.get("check") == "pass":
         text = Text(f"✓ {a.get('compared')}/{a.get('launches')}", style="green")

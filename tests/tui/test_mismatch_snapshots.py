@@ -77,3 +77,22 @@ async def test_cursor_first_mismatch_write_and_shape():
         await pilot.pause()
         req = app.posted[-1].request
         assert req.shape == (256, 256) and req.items == ("1",)
+
+
+@sync
+async def test_page_down_and_page_up_move_the_cursor_eight_pixel_rows():
+    app = PaneApp([planted_map("row_scale")])
+    async with app.run_test(size=(100, 34)) as pilot:
+        await pilot.pause()
+        await pilot.press("f")
+        await pilot.pause()
+        heat = app.query_one(MismatchHeatmap)
+        rows = len(heat.pixels)
+        start = heat.cursor
+        assert rows > start[0] + 8, (rows, start)  # room below the first mismatch for a page
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert heat.cursor == (start[0] + 8, start[1])
+        await pilot.press("pageup", "pageup")
+        await pilot.pause()
+        assert heat.cursor == (max(start[0] - 8, 0), start[1])

@@ -336,23 +336,39 @@ class CheckResult:
     # where two runs of the app AS IS first differed (its inputs change run to run: a
     # random seed, timing): from that launch on, a difference says nothing of the variant
     unsteady: Mismatch | None = None
+    files_compared: int = 0  # --compare-output files that either run wrote
+
+    @property
+    def nothing_compared(self) -> bool:
+        """No launch's outputs fingerprinted (no pointer parameter, parameters unreadable)
+        and no file compared: no difference found in nothing is no pass."""
+        return (self.compared == 0 and self.files_compared == 0 and self.mismatch is None and not self.output_files
+                and self.unsteady is None)
 
     @property
     def passed(self) -> bool:
-        return self.mismatch is None and not self.output_files and self.unsteady is None
+        return (self.mismatch is None and not self.output_files and self.unsteady is None
+                and not self.nothing_compared)
 
     @property
     def inconclusive(self) -> bool:
-        """The first difference is one the app makes by itself: no verdict on the variant."""
-        return self.unsteady is not None and (self.mismatch is None or self.mismatch.launch >= self.unsteady.launch)
+        """The first difference is one the app makes by itself, or nothing was compared: no
+        verdict on the variant."""
+        return self.nothing_compared or (self.unsteady is not None and (
+            self.mismatch is None or self.mismatch.launch >= self.unsteady.launch))
 
     @property
     def verdict(self) -> str:
-        return "pass" if self.passed else "unsteady" if self.inconclusive else "fail"
+        return ("pass" if self.passed else "nothing" if self.nothing_compared else "unsteady" if self.inconclusive
+                else "fail")
 
     def text(self) -> str:
         lines = []
-        if self.inconclusive:
+        if self.nothing_compared:
+            lines.append(f"check: NO VERDICT: nothing was compared: the kernel ran {self.launches} time(s) but no "
+                         "launch's outputs could be fingerprinted (the notes say why) and no output file was "
+                         "compared; name the app's output files with --compare-output")
+        elif self.inconclusive:
             u = self.unsteady
             lines.append(f"check: NO VERDICT: two runs of the app as is differ at launch {u.launch} (parameter "
                          f"{u.param}'s buffer): the app does not give its kernel the same inputs each run (a "
@@ -412,11 +428,12 @@ def run_check(job: Apply, compare_output: Sequence[str] = ()) -> CheckResult:
         for r in (da, db):
             shutil.rmtree(r.run_dir, ignore_errors=True)
     differing = [p for p in compare_output if base_files.get(p) != var_files.get(p)]
+    files = sum(1 for p in compare_output if base_files.get(p) is not None or var_files.get(p) is not None)
     for r in (base, var):
         shutil.rmtree(r.run_dir, ignore_errors=True)
     compared = len({f["launch"] for f in b if unsteady is None or f["launch"] < unsteady.launch})
     return CheckResult(launches=var.launches, compared=compared, mismatch=mismatch, output_files=differing,
-                       notes=notes, unsteady=unsteady)
+                       notes=notes, unsteady=unsteady, files_compared=files)
 
 
 def first_difference(a: list[dict], b: list[dict]) -> Mismatch | None:

@@ -346,7 +346,9 @@ def apply_winners(winners: Sequence[Winner], cases: Sequence[CheckCase], *, runs
                 case.in_app = result.to_dict()
                 if result.check is not None and result.check.inconclusive:
                     case.status, case.message = ERROR, "in the app: " + result.check.text().splitlines()[0]
-                    case.hint = "make the app deterministic (a fixed seed), then apply again"
+                    case.hint = ("name the app's output files (kerncap apply --compare-output)"
+                                 if result.check.nothing_compared else
+                                 "make the app deterministic (a fixed seed), then apply again")
                 elif result.exit_status:
                     case.status, case.message = FAIL, "in the app: " + result.check.text().splitlines()[0]
                     case.hint = f"kerncap apply {w.root} --variant {w.variant.id} --check -- … shows the launch"
@@ -444,7 +446,8 @@ def in_app_line(doc: dict[str, Any]) -> str:
     parts = [f"{doc['substituted']} of {doc['launches']} launch(es) substituted",
              f"{check.get('compared', 0)} compared, " + (
                  f"no verdict: the app's own runs differ at launch {check['unsteady']['launch']}"
-                 if check.get("verdict") == "unsteady" else "byte-exact" if not check.get("mismatch") else
+                 if check.get("verdict") == "unsteady" else "no verdict: nothing compared"
+                 if check.get("verdict") == "nothing" else "byte-exact" if not check.get("mismatch") else
                  f"launch {check['mismatch']['launch']} differs")]
     timing = doc.get("timing") or {}
     for what in ("kernel", "app"):

@@ -335,7 +335,7 @@ HISTORY_VARIANT = Obj({
     # the last `kerncap apply` of the row's cubin (kerncap.capture.apply.ApplyResult.in_app)
     "in_app?": Opt(Obj({
         "time": Str(max_len=64), "command": Str(max_len=4096), "launches": Int(min=0), "substituted": Int(min=0),
-        "check": Opt(Str(choices=("pass", "fail", "unsteady"))), "compared": Opt(Int(min=0)), "mismatch_launch": Opt(Int(min=0)),
+        "check": Opt(Str(choices=("pass", "fail", "unsteady", "nothing"))), "compared": Opt(Int(min=0)), "mismatch_launch": Opt(Int(min=0)),
         "kernel_speedup": _RATIO, "kernel_low": _RATIO, "kernel_high": _RATIO,
         "app_speedup": _RATIO, "app_low": _RATIO, "app_high": _RATIO, "share": Opt(Num(min=0.0, max=1.0)),
     })),
