@@ -343,7 +343,7 @@ MUTATIONS = [
     Mutation("recompile: a cicc outside the local toolkit runs without --trust", "hostile input",
              "engine/kerncap/recompile/trust.py",
              '        if kind in ("cicc", "ptxas"):', '        if kind == "ptxas":',
-             ("tests/test_untrusted_recompile.py", "-k", "outside_the_local_toolkit")),
+             ("tests/test_untrusted_recompile.py", "-k", "outside_the_local_toolkit and cicc")),
     Mutation("workbench: page up in the Mismatch map moves the cursor down", "workbench",
              "kerncap_tui/widgets/mismatch_pane.py",
              'Binding("pageup", "move(-8, 0)", "Page up", show=False)',

@@ -169,62 +169,36 @@ def test_local_nvcc_prefers_the_toolkit(tmp_path, monkeypatch, marker_nvcc):
         trust.local_nvcc("/bin/sh")
 
 
-def test_compile_steps_outside_the_local_toolkit_need_trust(reproducer, monkeypatch, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("step", ["ptxas", "cicc"])
+def test_compile_steps_outside_the_local_toolkit_need_trust(reproducer, monkeypatch, tmp_path, step):  # noqa: F811
     """kerncap runs nvcc's steps itself (issue 18): a step whose program is not the local
-    toolkit's (here ptxas swapped for a script, as a PATH set by a hostile environment
-    could) is refused before anything runs, naming it; --trust runs it."""
+    toolkit's (here ptxas, or cicc, swapped for a script, as a PATH set by a hostile
+    environment could) is refused before anything runs, naming it (also as review_steps
+    says it); --trust runs it."""
     from kerncap.recompile.devcompile import phases
     from kerncap.recompile.devcompile.build import CompileFailed
 
     repro = reproducer("_Z13bounded_saxpyfPKfPfi")
     marker = tmp_path / "ran"
-    fake = tmp_path / "ptxas"
+    fake = tmp_path / step
     fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
     fake.chmod(0o755)
     real_plan = phases.plan
 
     def hostile_plan(*args, **kwargs):
         p = real_plan(*args, **kwargs)
-        p.ptxas.argv[0] = str(fake)
+        getattr(p, step).argv[0] = str(fake)
         return p
 
     monkeypatch.setattr(phases, "plan", hostile_plan)
-    with pytest.raises(trust.UntrustedCommand, match=r"ptxas .*ptxas: not part of the CUDA toolkit"):
+    with pytest.raises(trust.UntrustedCommand, match=rf"{step} .*{step}: not part of the CUDA toolkit"):
         recompile(repro)
     assert not marker.exists() and not any((repro / "variants").glob("*.cubin"))
     with pytest.raises(CompileFailed):  # trusted: it runs (and this stand-in fails the build)
         recompile(repro, trust=True)
     assert marker.exists()
-
-
-def test_a_cicc_outside_the_local_toolkit_needs_trust(reproducer, monkeypatch, tmp_path):  # noqa: F811
-    """As ptxas above: cicc, the step that turns the preprocessed source into PTX, must be
-    the local toolkit's; a stand-in elsewhere is refused before anything runs, naming it
-    (also as review_steps says it), and runs only with --trust."""
-    from kerncap.recompile.devcompile import phases
-    from kerncap.recompile.devcompile.build import CompileFailed
-
-    repro = reproducer("_Z13bounded_saxpyfPKfPfi")
-    marker = tmp_path / "ran"
-    fake = tmp_path / "cicc"
-    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
-    fake.chmod(0o755)
-    real_plan = phases.plan
-
-    def hostile_plan(*args, **kwargs):
-        p = real_plan(*args, **kwargs)
-        p.cicc.argv[0] = str(fake)
-        return p
-
-    monkeypatch.setattr(phases, "plan", hostile_plan)
-    with pytest.raises(trust.UntrustedCommand, match=r"cicc .*cicc: not part of the CUDA toolkit"):
-        recompile(repro)
-    assert not marker.exists() and not any((repro / "variants").glob("*.cubin"))
-    with pytest.raises(CompileFailed):
-        recompile(repro, trust=True)
-    assert marker.exists()
     toolkit = tmp_path / "cuda"
-    problems = trust.review_steps(str(toolkit / "bin" / "nvcc"), {"cicc": str(fake)}, repro)
-    assert len(problems) == 1 and problems[0].startswith(f"cicc {fake}: not part of the CUDA toolkit"), problems
-    assert trust.review_steps(str(toolkit / "bin" / "nvcc"), {"cicc": str(toolkit / "nvvm" / "bin" / "cicc")},
-                              repro) == []
+    problems = trust.review_steps(str(toolkit / "bin" / "nvcc"), {step: str(fake)}, repro)
+    assert len(problems) == 1 and problems[0].startswith(f"{step} {fake}: not part of the CUDA toolkit"), problems
+    local = toolkit / ("nvvm/bin/cicc" if step == "cicc" else "bin/ptxas")
+    assert trust.review_steps(str(toolkit / "bin" / "nvcc"), {step: str(local)}, repro) == []
