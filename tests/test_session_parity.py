@@ -136,7 +136,7 @@ def compiles(monkeypatch):
     the next numbered variant as recompile does (its bytes pick the simulated kernel)."""
     made = []
 
-    def recompile(root, config=None, *, trust=False, mode="auto"):
+    def recompile(root, config=None, *, trust=False, mode="auto", split=False):
         root = Path(root)
         variants = root / "variants"
         variants.mkdir(exist_ok=True)
@@ -743,7 +743,7 @@ def test_recompile_of_a_set_is_one_result_in_every_front_end(fake_set, tmp_path,
     """`kerncap recompile SET` built the set's variant on a CLI path of its own, and MCP's
     recompile refused a set ("is not a reproducer"); both now ask the set's session
     (SetSession.recompile), so they give one document. nvcc is a stand-in here."""
-    def stand_in(root, config=None, *, trust=False, mode="auto"):
+    def stand_in(root, config=None, *, trust=False, mode="auto", split=False):
         variants = Path(root) / "variants"
         variants.mkdir(exist_ok=True)
         cubin = variants / f"{len(list(variants.glob('*.cubin'))) + 1}.cubin"

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     with api.open(args.reproducer, compile_worker=False) as session:
         if args.list_configs:
             return list_configs(session.autotune_configs(), args.reproducer, args.json)
-        result = session.recompile(args.config, mode=_mode(args), trust=args.trust, kernel=args.kernel)
+        result = session.recompile(args.config, mode=_mode(args), trust=args.trust, kernel=args.kernel,
+                                   split=args.verbose)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0

@@ -17,10 +17,11 @@ __all__ = ["RecompileResult", "recompile", "sources_kind"]
 
 
 def recompile(reproducer_dir: str | Path, config: str | None = None, *, trust: bool = False,
-              mode: str = "auto") -> RecompileResult:
+              mode: str = "auto", split: bool = False) -> RecompileResult:
     """Rebuild the kernel; `config` ("num_warps=4,...") applies to Triton reproducers only;
     `trust` lets a CUDA C++ build run recorded flags outside the allow-list; `mode` (CUDA):
-    "auto" (only what the kernel needs, else the whole TU), "reduced" (no fallback), "full"."""
+    "auto" (only what the kernel needs, else the whole TU), "reduced" (no fallback), "full";
+    `split` (CUDA): time cicc's front end and NVVM apart (`recompile --verbose`)."""
     if is_sequence(reproducer_dir):  # refused here, so the CLI and MCP say the same
         raise UsageError(f"{reproducer_dir} is a sequence: pick the kernel to rebuild",
                          "kerncap recompile DIR --kernel K (kerncap info DIR lists its kernels)")
@@ -32,5 +33,5 @@ def recompile(reproducer_dir: str | Path, config: str | None = None, *, trust: b
     if config is not None:
         raise UsageError(f"--config applies to Triton reproducers; {repro} holds CUDA C++ source",
                            "edit the source (e.g. __launch_bounds__) instead")
-    return cuda.recompile(repro, trust=trust, mode=mode)
+    return cuda.recompile(repro, trust=trust, mode=mode, split=split)
 

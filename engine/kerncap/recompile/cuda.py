@@ -149,13 +149,13 @@ def _is_joined_drop(arg: str) -> bool:
     return arg.startswith("-l") and arg not in ("-lineinfo", "-lto", "-l")
 
 
-def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "auto") -> RecompileResult:
+def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "auto", split: bool = False) -> RecompileResult:
     """Rebuild the CUDA C++ kernel of the reproducer into variants/<n>.cubin with the local
     toolkit's nvcc: `mode` "auto" compiles the translation unit reduced to what the
     captured kernel needs (kerncap.recompile.devcompile), else the whole unit; "reduced"
     never falls back; "full" compiles the whole unit. Recorded flags outside the
     allow-list (kerncap.recompile.trust) are refused unless `trust`; so are compile steps
-    nvcc would run outside the local toolkit."""
+    nvcc would run outside the local toolkit. `split`: build.Request.split."""
     repro = Path(reproducer_dir).resolve()
     build = _load_build(repro)
     capture = Capture.open(repro)
@@ -214,7 +214,7 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
     try:
         built = compile_cubin(Request(nvcc=nvcc, tu=tu_copy, cwd=cwd, user_root=source, kernel=kernel,
                                       captured_names=_captured_symbols(capture), accept=accept, mode=mode,
-                                      trust=trust, reproducer=repro))
+                                      trust=trust, reproducer=repro, split=split))
         seconds = time.perf_counter() - start
         tmp.write_bytes(built.cubin)
         final = publish_variant(tmp, variants)

@@ -76,7 +76,7 @@ def sync_source(s: ReproducerSet) -> None:
 
 
 def recompile_set(s: ReproducerSet, config: str | None = None, *, trust: bool = False,
-                  mode: str = "auto") -> SetVariant:
+                  mode: str = "auto", split: bool = False) -> SetVariant:
     """Builds the set's source once per distinct captured cubin (members of one cubin
     share the build; Triton members with their own autotune configs get their own)
     and writes <set>/variants/<n>.json naming each member's cubin. `config`, `trust`
@@ -88,7 +88,7 @@ def recompile_set(s: ReproducerSet, config: str | None = None, *, trust: bool = 
     for m in s.members:
         sha = Capture.open(m.path).kernel.get("module", {}).get("sha256") or str(m.index)
         if sha not in built:
-            built[sha] = recompile(m.path, config, trust=trust, mode=mode)
+            built[sha] = recompile(m.path, config, trust=trust, mode=mode, split=split)
         cubins[m.index] = Path(built[sha].cubin)
     make_dirs(s.variants_dir)
     n = max((int(p.stem) for p in s.variants_dir.glob("*.json") if p.stem.isdigit()), default=0) + 1

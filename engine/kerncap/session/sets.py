@@ -134,12 +134,12 @@ class SetSession(Opened):
         return report, (run if time_it and report.verdict != "fail" else None)
 
     def recompile(self, config: str | None = None, *, mode: str = "auto", trust: bool = False,
-                  kernel: str | None = None) -> SetVariant:
+                  kernel: str | None = None, split: bool = False) -> SetVariant:
         """One variant every member uses, built from the set's source/ (kerncap.recompile.set_variant)."""
         if kernel is not None:
             raise UsageError("--kernel picks one kernel of a sequence", f"{self.root} is a reproducer set: "
                              "recompile it whole")
-        return recompile_set(self.set, config, trust=trust, mode=mode)
+        return recompile_set(self.set, config, trust=trust, mode=mode, split=split)
 
     def autotune_configs(self) -> AutotuneConfigs:
         """Its first member's (members share the kernel and its source)."""

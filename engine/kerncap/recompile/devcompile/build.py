@@ -67,6 +67,9 @@ class Request:
     mode: str = "auto"
     trust: bool = False  # run steps outside the local toolkit (kerncap.recompile.trust.review_steps)
     reproducer: Path | None = None  # where the sources come from (no step may run a program from there)
+    # split cicc's time into the front end and NVVM (--device-time-trace): on ggml's mmvq.cu
+    # the trace costs ~0.12 s of cicc's 0.9 s, so only `recompile --verbose` asks for it
+    split: bool = False
 
 
 def compile_cubin(req: Request) -> Build:
@@ -118,7 +121,8 @@ def _compile(req: Request, work: Path) -> Build:
         else:
             attempt = phases.Timing()
             try:
-                data, log = _cicc_ptxas(plan, reduced.path, id_file, [_REDUCED_DIAG_SUPPRESS], attempt, work)
+                data, log = _cicc_ptxas(plan, reduced.path, id_file, [_REDUCED_DIAG_SUPPRESS], attempt, work,
+                                        req.split)
                 if req.accept is not None:
                     req.accept(data, "reduced")
                 timing.phases += attempt.phases
@@ -136,7 +140,7 @@ def _compile(req: Request, work: Path) -> Build:
                              "compiled the whole translation unit instead")
             timing.add("reduced attempt", attempt.seconds())
     try:
-        data, log = _cicc_ptxas(plan, plan.ii, id_file, [], timing, work)
+        data, log = _cicc_ptxas(plan, plan.ii, id_file, [], timing, work, req.split)
     except phases.StepFailed as exc:
         raise _failed(req, exc.log) from None
     if req.accept is not None:
@@ -184,16 +188,17 @@ def _reduce(req: Request, plan: phases.Plan, work: Path, timing: phases.Timing) 
 
 
 def _cicc_ptxas(plan: phases.Plan, ii: Path, id_file: Path | None, extra: list[str], timing: phases.Timing,
-                work: Path) -> tuple[bytes, str]:
-    trace = work / "cicc-trace.json"
-    trace.unlink(missing_ok=True)
+                work: Path, split: bool = False) -> tuple[bytes, str]:
+    trace = work / "cicc-trace.json" if split else None
+    if trace is not None:
+        trace.unlink(missing_ok=True)
     plan.ptx.unlink(missing_ok=True)
     plan.cubin.unlink(missing_ok=True)
     seconds, log1 = phases.run_step("cicc", phases.cicc_argv(plan, ii, id_file, extra, trace), plan)
-    split = phases.cicc_split(trace)
-    if split:
-        timing.add("front end", split["front end"])
-        timing.add("PTX", max(0.0, seconds - split["front end"]))  # NVVM: optimizer + PTX code generation
+    parts = phases.cicc_split(trace) if trace is not None else None
+    if parts:
+        timing.add("front end", parts["front end"])
+        timing.add("PTX", max(0.0, seconds - parts["front end"]))  # NVVM: optimizer + PTX code generation
     else:
         timing.add("front end + PTX", seconds)
     seconds, log2 = phases.run_step("ptxas", plan.ptxas.argv, plan)
