@@ -297,9 +297,26 @@ needs_cxxfilt = pytest.mark.skipif(shutil.which("c++filt") is None and shutil.wh
      "(minikokkos::impl::ParallelFor<Smooth3, minikokkos::RangePolicy>);"),
     ("_ZN12_GLOBAL__N_11kIiEEvT_", "namespace { template __attribute__((global)) void k<int>(int); }"),
     ("_Z4fillIJifEEvDpT_", "template __attribute__((global)) void fill<int, float>(int, float);"),
+    # ggml's unary.cu: a static device function as the template argument, which nvcc
+    # qualifies with its module's _INTERNAL_… name (fell back to the whole TU before)
+    ("_Z21unary_gated_op_kernelIXadL_ZN44_INTERNAL_305daebf_8_unary_cu_f8002d80_2729711op_gelu_erfEfEE6__halfEvPKT0_S4_PS2_llll",
+     "template __attribute__((global)) void unary_gated_op_kernel<&op_gelu_erf, __half>"
+     "(__half const*, __half const*, __half*, long, long, long, long);"),
 ])
 def test_instantiation_spelling(mangled, expected):
     assert instantiate.spell(mangled).instantiation == expected
+
+
+@needs_cxxfilt
+def test_the_address_of_a_function_templates_instance_is_spelled_as_cpp():
+    """ggml's getrows.cu: `&(void f<T>(…))` as the demangler writes a function template's
+    instance passed as a template argument is `&f<T>` in C++ (the whole TU was compiled
+    before). Only the template-id is asserted: the demangler reads nvcc's mangling of one
+    parameter (uint3) oddly, and the recompile's check of the mangled name guards that."""
+    mangled = ("_Z13k_get_rows_kqI6__halfXadL_ZN47_INTERNAL_387c8958_10_getrows_cu_f8002d80_2081617dequantize_iq4_nl"
+               "IS0_EEvPKvlPT_iEEEvS4_PKiS6_llS_mmmmmmmmm")
+    assert instantiate.spell(mangled).instantiation.startswith(
+        "template __attribute__((global)) void k_get_rows_kq<__half, &dequantize_iq4_nl<__half>>(void const*, ")
 
 
 @needs_cxxfilt

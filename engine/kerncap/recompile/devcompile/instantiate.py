@@ -115,7 +115,16 @@ def spell(mangled: str) -> Spelling:
     return Spelling(base, f"{opens}{body} {closes}".strip(), frozenset())
 
 
+# nvcc's qualifier for an entity of internal linkage (a static function, in the module id's
+# name): `_INTERNAL_305daebf_8_unary_cu_f8002d80_27297::op_gelu_erf`; in the TU it is `op_gelu_erf`.
+_INTERNAL = re.compile(r"\b_INTERNAL_\w+::")
+# The demangler's address of a function template's instance, `&(void f<T>(void const*, long))`:
+# C++ writes `&f<T>` (the parameter's type picks the overload).
+_FUNCTION_ADDRESS = re.compile(r"&\((?:[^()<>]|<[^()]*>)*?\s([A-Za-z_][\w:]*(?:<[^()]*>)?)\s*\([^()]*\)\)")
+
+
 def _fix(text: str) -> str:
-    """Demangler spellings that are not C++: drop `(anonymous namespace)::`, `(void)`."""
-    text = text.replace(_ANON, "")
+    """Demangler spellings that are not C++: drop `(anonymous namespace)::` and nvcc's
+    `_INTERNAL_…::`, `&(void f<T>(…))` as `&f<T>`, `(void)`."""
+    text = _FUNCTION_ADDRESS.sub(r"&\1", _INTERNAL.sub("", text.replace(_ANON, "")))
     return "" if text.strip() == "void" else text
