@@ -337,3 +337,18 @@ def test_a_check_that_compared_nothing_gives_no_verdict(tmp_path):
     assert run_check(job, ["missing.txt"]).verdict == "nothing"  # a file neither run wrote compares nothing
     files = run_check(job, ["out.txt"])
     assert files.passed and files.files_compared == 1 and files.verdict == "pass"
+
+
+def test_the_compilers_own_constants_are_not_mirrored_into_the_variant():
+    """A module's `$str…` and `__unnamed_N` are numbered per build: a reduced variant's
+    `$str$1` can be another string (ggml's mmq TU: 100 bytes against the captured 61), so
+    apply mirrors only the module's named globals."""
+    from types import SimpleNamespace as NS
+
+    from kerncap.capture.apply import target_of
+
+    cap = NS(kernel={"name": "_Z1kv", "demangled": "k()", "module": {"sha256": "0" * 64}}, regions=[], params=[],
+             globals=[NS(name=n, size=s) for n, s in (("$str", 113), ("$str$1", 61), ("__unnamed_3", 10),
+                                                       ("iq2xs_grid", 4096))],
+             launch={})
+    assert target_of(cap).globals == [("iq2xs_grid", 4096)]

@@ -127,6 +127,30 @@ def test_verdicts_baseline_and_regression(corpus, tmp_path, monkeypatch):
     assert by["demo#v2"].timing is None  # not timed after a failed validation
 
 
+
+def test_a_new_baseline_keeps_no_regressed_median(corpus, tmp_path, monkeypatch):
+    """--write-baseline after a run with a regression stores the passing cases only: the
+    regressed variant's slow median must not become the bar the next run is held to
+    (it is then a new case, timed and not compared). Mutation caught: every timed case
+    written, the regression included."""
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/2.cubin": 0.008}))
+    with api.open_fanout(backend="serial") as f:
+        api.write_check_baseline(api.check([corpus], f, options=fake()), first)
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/2.cubin": 0.012}))
+    with api.open_fanout(backend="serial") as f:
+        regressed = api.check([corpus], f, options=fake(), baseline=first)
+    assert {c.key: c.status for c in regressed.cases}["demo#v2"] == "regressed"
+    api.write_check_baseline(regressed, second)
+    stored = json.loads(second.read_text())["cases"]
+    assert "demo#v2" not in stored
+    assert stored["demo#baseline"]["median_ms"] == 0.010 and "cuda/axpy_small#baseline" in stored
+    with api.open_fanout(backend="serial") as f:
+        again = api.check([corpus], f, options=fake(), baseline=second)
+    v2 = {c.key: c for c in again.cases}["demo#v2"]
+    assert v2.status == "pass" and v2.baseline_ms is None
+    assert "not in the baseline (new case): timed, not compared" in v2.warnings
+
 def test_cli_usage_errors_and_a_damaged_baseline(corpus, tmp_path, capsys):
     assert main(["check", str(tmp_path / "nope")]) == 2
     assert main(["check", str(corpus), "--baseline", str(tmp_path / "missing.json")]) == 2

@@ -249,6 +249,32 @@ def test_resident_server_is_reused_and_killed_when_the_session_ends(root, tmp_pa
     assert not any(alive(p) for p in during), "the session ended but its replay servers live on"
 
 
+
+def test_the_least_recently_used_session_is_the_one_closed_at_the_limit(root, tmp_path, monkeypatch):
+    """Two resident sessions at most: a, b, a again, then c closes b (used last before a
+    was used again), not a (opened first); a's next request finds its server still up.
+    Mutation caught: the sessions kept in the order they were opened."""
+    monkeypatch.setenv("FAKE_PIDS", str(tmp_path))
+    shutil.copytree(FIXTURES / "axpy_older", root / "axpy_older")
+    server = build_server([root], replay_server_cmd=FAKE, max_resident=2)
+    state = server.kerncap
+
+    async def go():
+        async with Client(server) as c:
+            def replay(name):
+                return c.call_tool("replay", {"reproducer": name, "iterations": 2})
+            a1, b = await replay("axpy_small"), await replay("graph_explicit")
+            a2, _ = await replay("axpy_small"), await replay("axpy_older")
+            resident = [p.name for p in state.pool.resident]
+            a3 = await replay("axpy_small")
+            return a1, b, a2, a3, resident
+    a1, b, a2, a3, resident = anyio.run(go)
+    assert resident == ["axpy_small", "axpy_older"]  # least recently used first
+    pid = a1.structured_content["notes"]
+    assert a2.structured_content["notes"] == pid == a3.structured_content["notes"]  # never restarted
+    assert b.structured_content["notes"] != pid
+    assert not alive(int(b.structured_content["notes"][0].split()[-1]))
+
 def test_release_shuts_the_resident_server_down(root, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_PIDS", str(tmp_path))
     server = build_server([root], replay_server_cmd=FAKE)

@@ -148,6 +148,19 @@ def test_validate_bad_perturbation_arguments(axpy_repro, args, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
+
+def test_keep_takes_region_0_and_refuses_a_negative_one(axpy_repro, capsys):
+    """--keep's bound is "from 0": region 0 (the first, often the input) can be kept; -1
+    is a usage error naming the bound. Mutation caught: a repeatable option's minimum
+    itself refused."""
+    assert cli.main(["validate", str(axpy_repro), "--cubin", str(axpy_repro.parent / "good.cubin"), "--perturb", "2",
+                     "--keep", "0", "--seed", "3", "--json"]) == 0
+    [doc] = json.loads(capsys.readouterr().out)["reproducers"]
+    assert any(line.startswith("not perturbed: region 0 ") and line.endswith("kept (--keep)") for line in doc["plan"])
+    assert [line for line in doc["plan"] if line.startswith("perturbed: ")][0].startswith("perturbed: region 1 ")
+    assert cli.main(["validate", str(axpy_repro), "--perturb", "2", "--keep", "-1"]) == 2
+    assert "argument --keep: must be >= 0 (got -1)" in capsys.readouterr().err
+
 @pytest.mark.parametrize("args,needle", [
     (["--dtype", "complex64"], "unsupported dtype 'complex64'"),
     (["--atol", "-1"], "must be >= 0"),

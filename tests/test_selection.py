@@ -107,6 +107,22 @@ def test_a_device_the_target_never_ran_on():
     assert "never on device 3 (it ran on device(s) 0, 1)" in err.message
 
 
+
+def test_a_kernel_that_ran_on_the_chosen_device_too_is_not_blamed_on_the_device():
+    """--device 1 and the kernel ran 12 times on device 0 and also on device 1: the device
+    is not why nothing was captured (diagnose returns None, and the NVTX selection is
+    looked at next), so no message may say it never ran there. Mutation caught: any
+    off-device launch read as "never on device N"."""
+    sel = {"device": 1, "off_device": 12, "target_devices": [0, 1]}
+    assert diagnose(Selection(device=1), [proc(11, selection=sel)], TARGET) is None
+    nvtx = {"pattern": "step", "calls_seen": False, "target_in_range": 0, "target_outside": 3, "names": [],
+            "paths": []}
+    err = diagnose(Selection(device=1, nvtx="step"), [proc(11, selection=sel, nvtx=nvtx)], TARGET)
+    assert "saw no NVTX range at all" in err.message and "device" not in err.message
+    # not on the chosen device at all: that is the reason
+    err = diagnose(Selection(device=2), [proc(11, selection=sel)], TARGET)
+    assert "never on device 2 (it ran on device(s) 0, 1)" in err.message
+
 def test_job_summary_and_excluded_processes():
     procs = [proc(11, rank=0, world=2, selected=False, why_not="process 11 is rank 0 (RANK)"), proc(12, rank=1, world=2)]
     assert job_summary(procs) == "2 process(es): pid 11 rank 0, pid 12 rank 1 (world size 2)"

@@ -306,6 +306,28 @@ def test_a_signal_just_after_the_scratch_mkdir_leaves_nothing(tmp_path, monkeypa
     assert list(root.iterdir()) == []
 
 
+
+@pytest.mark.parametrize("mode", [0o750, 0o705, 0o777, 0o1777])
+def test_a_scratch_root_others_may_enter_is_refused_and_nothing_is_written_there(tmp_path, monkeypatch, mode):
+    """`$TMPDIR/kerncap-<uid>` holds the compilers' temporary files (the preprocessed
+    source among them): one that a group or others may read or enter, made beforehand by
+    anyone, is refused with the way out, and no scratch directory is made in it. The
+    private one (0700) is used. Mutation caught: only the owner and the kind checked."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    base = tmp_path / f"kerncap-{os.getuid()}"
+    base.mkdir()
+    base.chmod(mode)
+    with pytest.raises(KerncapError, match="is not a private directory of yours") as err:
+        with fsio.scratch("build"):
+            pass
+    assert "set TMPDIR to a directory of your own" in err.value.hint
+    assert list(base.iterdir()) == []
+    base.chmod(0o700)
+    with fsio.scratch("build") as path:
+        assert path.parent == base and path.is_dir()
+    assert list(base.iterdir()) == []
+
 @pytest.mark.parametrize("exc", ["KeyboardInterrupt", "Terminated"])
 def test_a_signal_inside_an_import_callback_still_ends_the_command(exc):
     """CI, 2026-12-04: SIGTERM landed inside importlib's module-lock weakref callback (an

@@ -177,3 +177,41 @@ def test_include_dirs_read_every_spelling_cmake_and_nvcc_write(tmp_path):
     entry = CompileEntry(file=tmp_path / "k.cu", directory=tmp_path, argv=argv, output=None)
     assert entry.include_dirs() == [Path("/a/inc"), tmp_path / "rel", Path("/usr/local/cuda-13.0/include"),
                                     Path("/b"), Path("/c"), Path("/d"), tmp_path / "q"]
+
+
+def _one_cubin_tree(root: Path) -> tuple[Path, Path]:
+    """A tree whose compile_commands.json (under build/) compiles src/axpy.cu to
+    build/axpy.cubin: the committed H200 capture's cubin, which defines the kernel (no
+    nvcc needed). (the .cu, the cubin)."""
+    capture = Path(__file__).parent / "fixtures" / "captures" / "axpy_small" / "capture" / "cubins"
+    (root / "src").mkdir(parents=True)
+    (root / "build").mkdir()
+    cubin = root / "build" / "axpy.cubin"
+    shutil.copyfile(next(capture.iterdir()), cubin)
+    tu = root / "src" / "axpy.cu"
+    tu.write_text("__global__ void axpy_inplace(float a, const float* x, float* y, int n) {\n"
+                  "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] += a * x[i];\n}\n")
+    (root / "build" / "compile_commands.json").write_text(json.dumps([{
+        "directory": str(root / "build"), "file": "../src/axpy.cu",
+        "arguments": ["nvcc", "-arch=sm_90", "-cubin", "-c", "../src/axpy.cu", "-o", "axpy.cubin"]}]))
+    return tu, cubin
+
+
+def test_a_translation_unit_edited_after_its_build_is_only_likely(tmp_path):
+    """The object that defines the kernel is older than its translation unit: the tree
+    changed since the build, so the object no longer proves which source it came from.
+    The discovery says so and is "likely", not "exact". Mutation caught: the check of
+    the two files' times skipped."""
+    import os
+
+    tu, cubin = _one_cubin_tree(tmp_path)
+    os.utime(tu, (1_600_000_000, 1_600_000_000))
+    os.utime(cubin, (1_600_000_100, 1_600_000_100))
+    fresh = discover("_Z12axpy_inplacefPKfPfi", tmp_path).report()
+    assert (fresh["translation_unit"], fresh["method"], fresh["confidence"]) == ("src/axpy.cu", "nm+compile_commands",
+                                                                                 "exact")
+    assert fresh["notes"] == []
+    os.utime(tu, (1_600_000_200, 1_600_000_200))
+    edited = discover("_Z12axpy_inplacefPKfPfi", tmp_path).report()
+    assert (edited["translation_unit"], edited["confidence"]) == ("src/axpy.cu", "likely")
+    assert edited["notes"] == [f"{tu.resolve()} is newer than its object {cubin}: the tree changed since the build"]

@@ -111,3 +111,24 @@ def test_sweep_cli_usage(tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "r"), "--variants", str(cubin), "--backend", "serial", "--json"]) == 3
     out = json.loads(capsys.readouterr().out)
     assert all(e["status"] == "error" and e["gpu_step"] for e in out["entries"])
+
+
+def test_a_sweep_whose_every_variant_fails_its_validation_exits_1(tmp_path, monkeypatch):
+    """Variants ran and none passed: a verdict (exit status 1, as `check` and `validate`
+    give), not "could not run" (3); the report's JSON and text say the same. Mutation
+    caught: a failed validation counted as an entry that could not run."""
+    repro = tmp_path / "axpy"
+    shutil.copytree(FIXTURES / "axpy_small", repro)
+    captured = next((repro / "capture" / "cubins").iterdir())
+    wrong = []
+    for name in ("wrong_a.cubin", "wrong_b.cubin"):
+        wrong.append(tmp_path / name)
+        wrong[-1].write_bytes(captured.read_bytes() + name.encode())
+    monkeypatch.setenv("FAKE_FAIL", "wrong_")
+    with api.open_fanout(backend="serial") as f:
+        report = api.sweep(repro, f, variants=wrong, options=fake())
+    assert [(e.label, e.status) for e in report.entries] == [("captured", "pass"), ("wrong_a.cubin", "fail"),
+                                                              ("wrong_b.cubin", "fail")]
+    assert report.best is None
+    assert report.exit_status == 1 == report.to_dict()["exit_status"]
+    assert "2 variant(s): 0 passed; best: none" in api.format_sweep(report)

@@ -85,6 +85,24 @@ def test_pinned_user_config_launches_the_grid_the_app_computed_for_it():
     assert configs.pinned_grid(same, {"BLOCK_M": 16})[0] == [16, 1, 1]
 
 
+
+def test_a_config_whose_grid_the_hook_could_not_tell_is_refused_even_when_the_others_agree():
+    """The app's grid callable failed for one config (the hook recorded grid_error), and
+    the configs it could evaluate all launch the captured grid: pinning that one must not
+    assume the captured grid (it may need another number of programs), it is refused
+    naming why. Mutation caught: "every config launches the captured grid" judged on the
+    known grids only."""
+    spec = _user_spec([[16, 1, 1], [16, 1, 1], [16, 1, 1]])
+    unknown = spec["autotune_config"]["configs"][2]
+    unknown["grid"], unknown["grid_error"] = None, "grid callable raised KeyError: 'BLOCK_N'"
+    with pytest.raises(KerncapError, match=r"the grid for this config is unknown \(grid callable raised "
+                                           r"KeyError: 'BLOCK_N'\)") as err:
+        configs.pinned_grid(spec, {"BLOCK_M": 128})
+    assert "--list-configs" in err.value.hint
+    # a config whose grid is known is pinned at it
+    grid, note = configs.pinned_grid(spec, {"BLOCK_M": 32})
+    assert grid == [16, 1, 1] and "the app's grid" in note
+
 def test_list_configs_prints_pinnable_configs(inductor, tmp_path):
     (tmp_path / "source").mkdir()
     (tmp_path / "source" / "triton.json").write_text(json.dumps(inductor))

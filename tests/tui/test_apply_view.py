@@ -131,3 +131,22 @@ def test_an_app_whose_own_runs_differ_shows_no_verdict(demo_root):
     row = History.load(demo_root).get(2)
     assert row.in_app["check"] == "unsteady"
     assert str(in_app_cell(row)) == "? 0/10"
+
+
+def test_an_in_app_check_that_compared_nothing_shows_no_verdict(demo_root):
+    """`check: "nothing"` (no launch fingerprinted, no output file compared: docs/apply.md)
+    is no verdict: a yellow "?" over 0 launches compared, like an unsteady app, never the
+    dim "substituted/launches run" of an apply without --check; the speedup still follows.
+    Mutation caught: only "unsteady" read as no verdict."""
+    from kerncap_tui.widgets.history_pane import in_app_cell
+
+    history = History.load(demo_root)
+    history.note_in_app(2, {**PASSED, "check": "nothing", "compared": 0})
+    row = History.load(demo_root).get(2)
+    assert row.in_app["check"] == "nothing"
+    cell = in_app_cell(row)
+    assert str(cell) == "? 0/10 · 1.21× [1.18–1.24]"
+    assert cell.style == "yellow"
+    no_check = History.load(demo_root)
+    no_check.note_in_app(3, {**PASSED, "check": None, "compared": 0})
+    assert str(in_app_cell(History.load(demo_root).get(3))).startswith("10/10 run")

@@ -101,6 +101,24 @@ def test_kernel_site_cuda_and_triton(demo_root, tmp_path):
     assert locate_kernel(tmp_path, {"name": "x"}) is None
 
 
+
+def test_kernel_site_prefers_the_file_the_line_table_names(demo_root):
+    """Two files of source/ define the captured kernel (an older copy kept beside it, a
+    second instantiation): the Source pane opens at the one the cubin's line table named
+    (reproducer.json's line_table_files, relative to source/), not at the first in path
+    order. Mutation caught: the line table's relative names compared with absolute paths."""
+    cap = Capture.open(demo_root)
+    assert (demo_root / "source" / "common").is_dir()  # sorts before smooth/
+    (demo_root / "source" / "common" / "old_smooth.cuh").write_text(
+        "#pragma once\n__global__ void smooth(const float* x, float* y, const float* w, int n, int taps) {}\n")
+    site = locate_kernel(demo_root, cap.kernel)
+    assert site.path == demo_root / "source" / "smooth" / "smooth_kernel.cuh" and site.line == 7
+    record = json.loads((demo_root / "reproducer.json").read_text())
+    record["sources"]["line_table_files"] = ["common/old_smooth.cuh"]
+    (demo_root / "reproducer.json").write_text(json.dumps(record))
+    site = locate_kernel(demo_root, cap.kernel)
+    assert site.path == demo_root / "source" / "common" / "old_smooth.cuh" and site.line == 2
+
 def test_tool_results_by_variant(demo_root):
     from inspect_helpers import store_tool_results
 

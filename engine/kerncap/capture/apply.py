@@ -34,6 +34,7 @@ from kerncap.capture.run import (OutputSink, app_environment, check_command, pre
                                  run_app)
 from kerncap.core.native import entry_library
 from kerncap.core.option import Option, check_fields
+from kerncap.recompile.devcompile.module_id import compiler_constant
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, KerncapError, UsageError
 from kerncap.replay.tools import Cancelled
 from kerncap.reproducer.format import Capture
@@ -154,8 +155,10 @@ def target_of(cap: Capture) -> Target:
     kernel = cap.kernel
     written = {r.id for r in cap.regions if getattr(r, "written", False)}
     outputs = [p.index for p in cap.params if p.region is not None and p.region in written]
+    # the compiler's own constants are numbered per module: the variant keeps its own
+    globals_ = [(g.name, g.size) for g in cap.globals if not compiler_constant(g.name)]
     return Target(kernel=kernel["name"], demangled=kernel.get("demangled", kernel["name"]),
-                  sha256=kernel["module"]["sha256"], globals=[(g.name, g.size) for g in cap.globals],
+                  sha256=kernel["module"]["sha256"], globals=globals_,
                   outputs=outputs, pdl=programmatic(cap.launch.get("attributes") or []))
 
 

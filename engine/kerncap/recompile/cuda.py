@@ -22,7 +22,7 @@ from kerncap.core.schema import check
 from kerncap.errors import KerncapError
 from kerncap.recompile.devcompile.build import Request, compile_cubin
 from kerncap.recompile import provenance
-from kerncap.recompile.devcompile.module_id import object_names
+from kerncap.recompile.devcompile.module_id import compiler_constant, object_names
 from kerncap.recompile.inputs import check_tree, include_problems
 from kerncap.recompile.trust import (ReadPlaces, include_dirs, local_nvcc, require_trust, require_trusted_sources,
                                      review, shadowed_include_dirs, without_options)
@@ -149,6 +149,15 @@ def _is_joined_drop(arg: str) -> bool:
     return arg.startswith("-l") and arg not in ("-lineinfo", "-lto", "-l")
 
 
+def _require_globals(capture, data: bytes) -> None:
+    """A reduced cubin holds every module global the replay restores (the compiler's own
+    constants aside: a variant keeps its own, module_id.compiler_constant)."""
+    missing = sorted({g.name for g in capture.globals if not compiler_constant(g.name)} - (object_names(data) or set()))
+    if missing:
+        raise KerncapError(f"it lacks module global {missing[0]}"
+                           + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+
+
 def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "auto", split: bool = False) -> RecompileResult:
     """Rebuild the CUDA C++ kernel of the reproducer into variants/<n>.cubin with the local
     toolkit's nvcc: `mode` "auto" compiles the translation unit reduced to what the
@@ -205,10 +214,7 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
                                "check the toolkit (KERNCAP_NVCC, CUDA_HOME, PATH)")
         check_cubin(data, kernel, capture, str(tu_copy))
         if how == "reduced":  # the reduction must not lose a module global the replay restores
-            missing = sorted({g.name for g in capture.globals} - (object_names(data) or set()))
-            if missing:
-                raise KerncapError(f"it lacks module global {missing[0]}"
-                                   + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+            _require_globals(capture, data)
 
     start = time.perf_counter()
     try:

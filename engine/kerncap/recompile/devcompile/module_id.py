@@ -57,15 +57,28 @@ def rename(name: str, old: str, new: str) -> str:
     return name.replace(old, new)  # e.g. nested _GLOBAL__N_ inside an _INTERNAL_ name
 
 
+_COMPILER_CONSTANT = re.compile(r"\$str(\$\d+)?|__unnamed_\d+")
+
+
+def compiler_constant(name: str) -> bool:
+    """A constant the compiler names itself (`$str$2`, a string literal; `__unnamed_7`):
+    read-only, and numbered per module, so another build's `__unnamed_7` may be another
+    object. A variant keeps its own, never the captured module's bytes."""
+    return _COMPILER_CONSTANT.fullmatch(name) is not None
+
+
 def global_names_for(captured: list[str], available: set[str]) -> dict[str, str | None]:
     """For each captured global name, the name of the same global in a module that
-    defines `available` (None when it has no such global): the same name, or the same
-    name under the other module's id."""
+    defines `available` (None when it has no such global, or when it is a compiler
+    constant, see compiler_constant): the same name, or the same name under the other
+    module's id."""
     old = module_id(captured)
     new = module_id(available)
     out: dict[str, str | None] = {}
     for name in captured:
-        if name in available:
+        if compiler_constant(name):
+            out[name] = None
+        elif name in available:
             out[name] = name
         elif old and new and old != new and rename(name, old, new) in available:
             out[name] = rename(name, old, new)
