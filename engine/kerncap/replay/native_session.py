@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from kerncap.core import dtypes as dt
 from kerncap.core import native
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.recompile.devcompile.module_id import global_names_for, object_names
+from kerncap.recompile.devcompile.module_id import compiler_constant, global_names_for, object_names
 from kerncap.replay.cubin import describe_arch_mismatch
 from kerncap.replay.devices import arch_refusal
 from kerncap.replay import host_memory, sparse
@@ -45,6 +46,28 @@ COOPERATIVE_APIS = ("cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz
 # Cubins kept loaded at once (the captured one and recent variants).
 MAX_PROGRAMS = 8
 
+
+
+_NOT_RESTORED = re.compile(r"module global (\S+) is not defined by (.+?): nothing in it can reach the global")
+
+
+def fold_constant_notes(notes: list[str]) -> list[str]:
+    """The core's "module global X is not defined by V …" for each of the compiler's own
+    constants (`$str`, `__unnamed_N`: never restored into a variant, module_id.compiler_constant)
+    as one note: a ggml module has up to 18 of them."""
+    kept, folded, label = [], [], ""
+    for n in notes:
+        m = _NOT_RESTORED.match(n)
+        if m and compiler_constant(m.group(1)):
+            folded.append(m.group(1))
+            label = m.group(2)
+        else:
+            kept.append(n)
+    if folded:
+        shown = ", ".join(folded[:3]) + (f" and {len(folded) - 3} more" if len(folded) > 3 else "")
+        kept.append(f"{label} keeps its own compiler constants ({shown}: string literals and unnamed "
+                    "constants, numbered per build), not the captured module's")
+    return kept
 
 class NativeSession:
     def __init__(self, capture_dir: str | Path, device: int = 0, reader_threads: int = 4,
@@ -466,7 +489,8 @@ class NativeSession:
 
     def notes(self) -> list[str]:
         """The native core's notes, and what an older capture does not hold."""
-        out = list(self.session.notes()) + [f"this capture lacks {what}" for what in lacks(self.capture)]
+        out = fold_constant_notes(list(self.session.notes()))
+        out += [f"this capture lacks {what}" for what in lacks(self.capture)]
         out += [m.note for m in self.plan.shared]
         out += shared_maps(self.capture.regions, self.plan.granularity)[1]
         if self.device_backed:
