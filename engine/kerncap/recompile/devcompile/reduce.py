@@ -381,6 +381,11 @@ class _Reducer:
         self.edits.append((start, semicolon, _blanked_lines(self.text[start:semicolon]) + ";"))
         self.dropped += 1
 
+    def other_code_in(self, start: int, end: int) -> bool:
+        """Whether another file's code (more than line markers and directives) stands in
+        text[start:end] of the current head."""
+        return any(b > start and a < end and not _only_directives(self.text[a:b]) for a, b in self.gaps)
+
     def first_word(self, word: re.Pattern, start: int, end: int) -> int | None:
         """Where `word` first stands in text[start:end] outside a directive line."""
         text = self.text
@@ -393,11 +398,10 @@ class _Reducer:
         whole overload sets from `prune`."""
         if not _STATIC_ASSERT.match(_clean_head(self.head_text(semicolon))):
             return
-        text = self.text
         start = self.first_word(_STATIC_ASSERT_WORD, self.head_start, semicolon)
-        if start is None or any(b > start and a < semicolon and not _only_directives(text[a:b]) for a, b in self.gaps):
+        if start is None or self.other_code_in(start, semicolon):
             return
-        self.edits.append((start, semicolon, _blanked_lines(text[start : semicolon + 1])))
+        self.edits.append((start, semicolon, _blanked_lines(self.text[start : semicolon + 1])))
         self.asserts += 1
 
     def head_text(self, pos: int) -> str:
@@ -428,8 +432,7 @@ class _Reducer:
             # directives before it stay: a #pragma pack applies to what follows), unless
             # another file's code stands in it
             start = self.first_word(_TEMPLATE_WORD, head_start, open_) if fn.template else None
-            whole = start is not None and not any(b > start and a < open_ and not _only_directives(self.text[a:b])
-                                                  for a, b in self.gaps)
+            whole = start is not None and not self.other_code_in(start, open_)
             self.kept.append((start if whole else open_, open_, close, fn.name))
             if whole:
                 return
