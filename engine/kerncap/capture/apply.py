@@ -34,8 +34,8 @@ from kerncap.capture.run import (OutputSink, app_environment, check_command, pre
                                  run_app)
 from kerncap.core.native import entry_library
 from kerncap.core.option import Option, check_fields
-from kerncap.recompile.devcompile.module_id import compiler_constant
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, KerncapError, UsageError
+from kerncap.recompile.devcompile.module_id import compiler_constant
 from kerncap.replay.tools import Cancelled
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History
