@@ -220,11 +220,6 @@ def _marked_then(settle, *keys):
         for key in keys:
             await pilot.press(key)
             await settle(pilot)
-        # The Source editor measures its scroll range at the next idle: a frame taken before
-        # it drew the scrollbar one eighth of a cell short (a fresh-clone CI run, 1 in ~5).
-        await pilot.wait_for_scheduled_animations()
-        await pilot.pause()
-        await pilot.pause()
     return run_before
 
 

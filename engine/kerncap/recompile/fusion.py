@@ -147,7 +147,8 @@ def skeleton(repro: str | os.PathLike, first: int, last: int, name: str, *, forc
     step_of = {s.launch: j for j, s in enumerate(seq.steps) if s.op == "launch"}
     inside = [s.describe() for s in seq.steps[step_of[first]:step_of[last] + 1] if s.op != "launch"]
     text = "\n".join([
-        f"// kerncap fusion skeleton '{name}': launches {first}-{last} of the sequence in {root}",
+        # no path: the file travels with the reproducer (pack, unpack, another machine)
+        f"// kerncap fusion skeleton '{name}': launches {first}-{last} of this reproducer's sequence",
         f"// ({kernels}),",
         "// replaced by this one kernel. Its parameters are every buffer those launches take (each",
         "// device pointer once), then each launch's scalar arguments: fusion.json passes the",
