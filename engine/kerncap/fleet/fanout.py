@@ -22,6 +22,7 @@ GPU steps run one at a time per GPU, so timings never share a GPU.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import importlib.util
 import logging
 import multiprocessing
@@ -357,7 +358,15 @@ class DaskFanout(Fanout):
         if client is not None:
             client.close()
         if cluster is not None:
-            cluster.close()
+            try:
+                cluster.close()
+            except AssertionError:
+                # distributed's teardown race: a nanny still restarting a worker a job killed
+                # is asked to join a process not yet started ("can only join a started
+                # process"; a fresh-clone CI run, 2026-12-05). The work is done: close once
+                # more, quietly, rather than end a finished run in a traceback.
+                with contextlib.suppress(Exception):
+                    cluster.close()
 
 
 def open_fanout(*, backend: str = "auto", gpus: Sequence[str] | None = None, scheduler: str | None = None,
