@@ -145,6 +145,34 @@ def test_engine_check_reports_launch_2_and_the_bytes(built, tmp_path, monkeypatc
     assert ok.passed and "all 5 launches matched byte for byte" in ok.text()
 
 
+def test_only_the_globals_the_variants_build_recorded_are_copied(built, tmp_path, monkeypatch):
+    """The variant's build records which module globals its kernel's PTX reaches
+    (variants/<n>.reach.json); apply hands the interposer only those. Recorded with `scale`,
+    the variant sees the app's scale (the app's own y); recorded without it, nothing is
+    copied and the stand-in variant scales by its own, zero, `scale`."""
+    from kerncap.capture.apply import Apply, Target, mirrored
+    from kerncap.reproducer.variants import record_reach
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))
+    y = tmp_path / "y.bin"
+    cmd = [str(built["app"]), str(built["inject"]), "5", str(y)]
+    target = Target(kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64,
+                    globals=[("scale", 4)], outputs=[0])
+    variant = _variant(tmp_path, "FAKEMOD impl=fast")
+
+    def y_with(reached: frozenset[str]) -> bytes:
+        record_reach(variant, variant.read_bytes(), KERNEL, reached)
+        job = Apply(root=tmp_path, target=mirrored(target, variant), variant=variant, command=cmd,
+                    identify="name", quiet=True)
+        assert job.run(substitute=True).substituted == 5
+        return y.read_bytes()
+
+    Apply(root=tmp_path, target=target, variant=variant, command=cmd, identify="name", quiet=True).run(substitute=False)
+    as_is = y.read_bytes()
+    assert y_with(frozenset({"scale"})) == as_is
+    assert y_with(frozenset()) != as_is
+
+
 def test_a_cancelled_apply_stops_the_app(built, tmp_path, monkeypatch):
     """MCP's cancel (Session.apply's `cancelled`): the app's process group is stopped
     within the poll, and the apply ends with one message instead of waiting for the app."""

@@ -137,6 +137,46 @@ def test_small_template_instance_is_reduced(mini):
     assert kernel_text(result.cubin.read_bytes(), MINI_KERNEL) == kernel_text(captured, MINI_KERNEL)
 
 
+TABLES = """\
+__constant__ float coef[4] = {1, 2, 3, 4};
+__device__ int table[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+__device__ int* rows = table;
+static const __device__ unsigned short unused_grid[4] = {1, 2, 3, 4};
+__constant__ float unused_coef[4];
+__global__ void lookup(float* y) { y[threadIdx.x] = coef[threadIdx.x & 3] * rows[threadIdx.x & 7]; }
+__global__ void other_tables(float* y) { y[0] = unused_grid[1] + unused_coef[0]; }
+int main() { lookup<<<1, 32>>>(nullptr); other_tables<<<1, 1>>>(nullptr); return 0; }
+"""
+
+
+@pytest.mark.parametrize("mode", ["reduced", "full"])
+def test_a_build_records_the_globals_its_kernel_reaches_and_apply_copies_only_those(mini, mode):
+    """Every module global stays in the variant's cubin (ptxas keeps the unused ones) and
+    nothing in the cubin says which a kernel uses; the PTX does. The build records what
+    `lookup` reaches (`table` only through the pointer `rows`), and apply copies those
+    three, not the other kernel's tables; an edit that reads another table is recorded
+    by its own build."""
+    from kerncap.capture.apply import mirrored, target_of
+    from kerncap.reproducer.format import Capture
+    from kerncap.reproducer.variants import read_reach
+
+    repro, _, _ = mini(TABLES, kernel="_Z6lookupPf")
+    captured = {g.name for g in Capture.open(repro).globals}
+    assert {"coef", "table", "rows", "unused_grid", "unused_coef"} <= captured
+    result = recompile(repro, mode=mode)
+    assert result.mode == mode
+    assert captured <= object_names(result.cubin.read_bytes())
+    assert read_reach(result.cubin, "_Z6lookupPf") == {"coef", "table", "rows"}
+    target = mirrored(target_of(Capture.open(repro)), result.cubin)
+    assert sorted(n for n, _ in target.globals) == ["coef", "rows", "table"]
+    assert set(target.unreached) == captured - {"coef", "table", "rows"}
+    append(repro, "")
+    path = repro / "source" / "mini.cu"
+    path.write_text(path.read_text().replace("* rows[threadIdx.x & 7]", "* rows[threadIdx.x & 7] + unused_coef[1]"))
+    edited = recompile(repro, mode=mode)
+    assert read_reach(edited.cubin, "_Z6lookupPf") == {"coef", "table", "rows", "unused_coef"}
+
+
 # An edit that is fine for the whole file but breaks the reduced one: after main, a
 # using-directive makes `Twice` ambiguous where the explicit instantiation names it.
 AMBIGUOUS_AT_THE_END = "namespace v2 { struct Twice {}; }\nusing namespace v2;\n"

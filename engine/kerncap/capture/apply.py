@@ -39,6 +39,7 @@ from kerncap.recompile.devcompile.module_id import compiler_constant
 from kerncap.replay.tools import Cancelled
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History
+from kerncap.reproducer.variants import read_reach
 
 EXIT_REFUSED = 4  # the variant cannot stand in for the captured kernel (docs/cli.md)
 
@@ -149,6 +150,20 @@ class Target:
     # launched with programmatic dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
     # SERIALIZATION): the kernel may start while the one before it still runs
     pdl: bool = False
+    # the module globals left out of the copies: the variant's code names none of them (its
+    # build's record, variants/<n>.reach.json), so it can neither read nor write them
+    unreached: list[str] = field(default_factory=list)
+
+
+def mirrored(target: Target, variant: Path) -> Target:
+    """`target` with only the globals the variant's code can reach left to copy; all of
+    them when the variant's build recorded nothing (a cubin from elsewhere, nvcc run as
+    one step, Triton)."""
+    reach = read_reach(variant, target.kernel)
+    if reach is None:
+        return target
+    return replace(target, globals=[g for g in target.globals if g[0] in reach],
+                   unreached=[n for n, _ in target.globals if n not in reach])
 
 
 def target_of(cap: Capture) -> Target:
@@ -552,6 +567,7 @@ class ApplyResult:
     check: CheckResult | None
     timing: Timing | None
     skipped_globals: list[str]
+    unreached_globals: list[str] = field(default_factory=list)  # not copied: the variant's code names none
     row: int | None = None  # the History row whose cubin was applied (its `in_app` records this)
     # that row's speedup in the reproducer, as `build` measured it ({speedup, low, high}), to
     # read beside the in-app one; None when the variant is no row or was not timed
@@ -567,6 +583,7 @@ class ApplyResult:
         """`kerncap apply --json`, MCP's `apply` (docs/apply.md)."""
         doc = {"variant": str(self.variant), "row": self.row, "replay_speedup": self.replay, "launches": self.launches,
                "substituted": self.substituted, "skipped_globals": self.skipped_globals,
+               "unreached_globals": self.unreached_globals,
                "check": {**asdict(self.check), "verdict": self.check.verdict} if self.check else None,
                "timing": None}
         if self.timing:
@@ -583,6 +600,10 @@ class ApplyResult:
         lines = [f"apply: {self.variant.name} substituted for {self.substituted} of {self.launches} launch(es)"]
         if self.skipped_globals:
             lines.append(f"  note: the variant has no {', '.join(self.skipped_globals)}: not mirrored")
+        if self.unreached_globals:
+            n = len(self.unreached_globals)
+            lines.append(f"  note: the variant's code reaches none of {n} module global{'s' if n > 1 else ''} "
+                         f"({_names(self.unreached_globals)}): not copied before its launches")
         if self.check:
             lines.append(self.check.text())
         if self.timing:
@@ -633,7 +654,8 @@ def apply_request(reproducer: str | Path, request: ApplyRequest, *, output: Outp
     r = request
     cap = Capture.open(reproducer)
     root = cap.reproducer_dir
-    job = Apply(root=root, target=target_of(cap), variant=resolve_variant(root, r.cubin, r.variant),
+    variant = resolve_variant(root, r.cubin, r.variant)
+    job = Apply(root=root, target=mirrored(target_of(cap), variant), variant=variant,
                 command=list(r.command), dispatches=list(r.dispatch or ()), identify=r.identify,
                 timeout=r.timeout, cwd=r.cwd, env=r.env, output=output, cancelled=cancelled)
     check_command(job.command, cwd=r.cwd, env={**os.environ, **(r.env or {})})
@@ -643,8 +665,12 @@ def apply_request(reproducer: str | Path, request: ApplyRequest, *, output: Outp
     checked = run_check(job, r.compare_output) if r.check else None
     timing = run_timing(job, r.runs) if r.runs else None
     return ApplyResult(variant=job.variant, launches=first.launches, substituted=first.substituted,
-                       check=checked, timing=timing, skipped_globals=skipped,
+                       check=checked, timing=timing, skipped_globals=skipped, unreached_globals=job.target.unreached,
                        row=r.variant if r.variant is not None else history_row(root, job.variant))
+
+
+def _names(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _ordinal(n: int) -> str:

@@ -29,7 +29,7 @@ from kerncap.recompile.trust import (ReadPlaces, include_dirs, local_nvcc, requi
 from kerncap.reproducer.editable import RECORDS
 from kerncap.reproducer.format import Capture, read_json
 from kerncap.reproducer.schemas import BUILD_JSON as BUILD_JSON_SCHEMA
-from kerncap.reproducer.variants import VARIANTS, RecompileResult, publish_variant, variants_dir
+from kerncap.reproducer.variants import VARIANTS, RecompileResult, publish_variant, record_reach, variants_dir
 from kerncap.sources import cubin as cubinfo
 from kerncap.sources.attach import BUILD_JSON, capture_arch
 from kerncap.sources.names import demangle_all
@@ -224,6 +224,7 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
         seconds = time.perf_counter() - start
         tmp.write_bytes(built.cubin)
         final = publish_variant(tmp, variants)
+        record_reach(final, built.cubin, kernel, built.reach)
     except OSError as exc:
         remove_quietly(tmp)
         raise fs_error(exc, f"write a variant into {variants}") from None

@@ -4,6 +4,8 @@ alike) and what one build reports."""
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -11,8 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from kerncap.core.confined import real_dir
+from kerncap.core.fsio import remove_quietly, write_atomic
 
 VARIANTS = "variants"
+# beside <n>.cubin: the module globals its kernel's code can reach, which `kerncap apply`
+# copies into it before each launch (the others it cannot see: ptx_reach)
+REACH = ".reach.json"
+MAX_REACH_BYTES = 1 << 20
 
 
 @dataclass
@@ -93,3 +100,42 @@ def publish_variant(tmp: Path, variants: Path) -> Path:
             return final
         tmp.unlink()
         return final
+
+
+def reach_path(cubin: Path) -> Path:
+    return cubin.with_name(cubin.stem + REACH)
+
+
+def record_reach(cubin: Path, data: bytes, kernel: str, names: frozenset[str] | None) -> None:
+    """Keep which module globals `kernel` of the cubin `data` (just published as `cubin`)
+    can reach; nothing when that is not known. Losing it costs apply only its copies of
+    every global, so a write that fails is no error."""
+    path = reach_path(cubin)
+    if names is None:
+        remove_quietly(path)
+        return
+    doc = {"cubin_sha256": hashlib.sha256(data).hexdigest(), "kernel": kernel, "globals": sorted(names)}
+    try:
+        write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    except OSError:
+        remove_quietly(path)
+
+
+def read_reach(cubin: Path, kernel: str) -> frozenset[str] | None:
+    """The module globals `kernel` of `cubin` can reach, as its build recorded them; None
+    (every global is copied) when there is no record, or it is damaged, a link, or made
+    for another cubin or kernel (a variant rebuilt or replaced since)."""
+    try:
+        fd = os.open(reach_path(cubin), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_REACH_BYTES + 1)
+        doc = json.loads(raw) if len(raw) <= MAX_REACH_BYTES else None
+        sha = hashlib.sha256(cubin.read_bytes()).hexdigest()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("cubin_sha256") != sha or doc.get("kernel") != kernel:
+        return None
+    names = doc.get("globals")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    return frozenset(names)

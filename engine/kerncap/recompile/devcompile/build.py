@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kerncap.recompile.devcompile import instantiate, phases
 from kerncap.recompile.devcompile.module_id import module_id
+from kerncap.recompile.devcompile.ptx_reach import globals_reached
 from kerncap.recompile.devcompile.reduce import INSTANTIATION_FILE, Reduction, ReduceError, reduce_tu
 from kerncap.core.fsio import scratch
 from kerncap.errors import KerncapError
@@ -53,6 +54,9 @@ class Build:
     notes: list[str] = field(default_factory=list)  # what the user must know: a fallback and why
     log: str = ""
     summary: str = ""  # what the reduction did
+    # the module globals the kernel's code can reach (ptx_reach), None: not known (nvcc run
+    # as one step, no PTX kept)
+    reach: frozenset[str] | None = None
 
 
 @dataclass
@@ -126,7 +130,7 @@ def _compile(req: Request, work: Path) -> Build:
                 if req.accept is not None:
                     req.accept(data, "reduced")
                 timing.phases += attempt.phases
-                return Build(data, "reduced", timing, notes, log, reduced.summary)
+                return Build(data, "reduced", timing, notes, log, reduced.summary, _reach(plan, req.kernel))
             except phases.StepFailed as exc:
                 if req.mode == "reduced" or _users_own_errors(exc.log, reduced.user_file):
                     raise _failed(req, exc.log, reduced=True) from None
@@ -145,7 +149,15 @@ def _compile(req: Request, work: Path) -> Build:
         raise _failed(req, exc.log) from None
     if req.accept is not None:
         req.accept(data, "full")
-    return Build(data, "full", timing, notes, log)
+    return Build(data, "full", timing, notes, log, reach=_reach(plan, req.kernel))
+
+
+def _reach(plan: phases.Plan, kernel: str) -> frozenset[str] | None:
+    """The module globals the kernel's PTX reaches (apply copies only those)."""
+    try:
+        return globals_reached(plan.ptx.read_text(errors="surrogateescape"), kernel)
+    except OSError:
+        return None
 
 
 @dataclass
