@@ -336,3 +336,24 @@ def test_the_timing_check_holds_a_varying_region_to_its_tolerance_class(reproduc
     base, ok, wrong = c.programs
     assert not base.void and not ok.void and ok.interval is not None
     assert wrong.void and wrong.interval is None and wrong.check.failures[0][3] == 8
+
+
+def drifted(m, s):  # nondeterministic, and always 1e-3 off the capture in y's first 4 elements
+    noisy(m, s)
+    m.f32(1)[:4] += np.float32(1e-3)
+
+
+def test_a_nondeterministic_kernels_class_covers_its_replays_difference_from_the_capture(reproducer, monkeypatch):
+    """The tolerance class of a varying region is derived from every difference the
+    determinism check saw: the later runs against the first, and the first against the
+    captured post-state (what the variant is compared with). A variant that is the captured
+    kernel again, 1e-3 off the capture where every replay of it is, passes."""
+    (reproducer.parent / "drifted.cubin").write_bytes(b"drifted.cubin")
+    monkeypatch.setitem(sim.KERNELS, "captured", drifted)
+    monkeypatch.setitem(sim.KERNELS, "drifted.cubin", drifted)
+    r = validate(reproducer, "drifted.cubin")
+    (spread,) = r.reproducers[0].determinism.regions
+    assert spread.region == 1 and spread.dtype == "float32"
+    assert spread.max_abs == pytest.approx(1e-3, rel=0.01) and spread.atol == 4 * spread.max_abs
+    assert diff.load_record(reproducer)["regions"][0]["atol"] == pytest.approx(4e-3, rel=0.01)
+    assert r.passed, diff.format_report(r)

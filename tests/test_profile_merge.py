@@ -34,6 +34,17 @@ def test_merge_sums_and_ranks_across_processes():
     assert dropped == 3
 
 
+def test_the_grid_is_that_of_the_process_with_the_most_time_among_several():
+    """Three processes: the grid and block are those of the one that spent the most time in
+    the kernel (the second here), not of a later one that spent more than the first only."""
+    p1 = {"pid": 1, "kernels": [k("gemm", 10, 1000, 90, 110, grid=(8, 8, 1), block=(64, 1, 1))]}
+    p2 = {"pid": 2, "kernels": [k("gemm", 30, 3300, 80, 130, grid=(16, 16, 1), block=(256, 1, 1))]}
+    p3 = {"pid": 3, "kernels": [k("gemm", 20, 2000, 90, 120, grid=(4, 4, 1), block=(32, 1, 1))]}
+    for order in ([p1, p2, p3], [p3, p2, p1], [p2, p1, p3]):
+        (gemm,), _ = merge_profiles(order)
+        assert (gemm.grid, gemm.block, gemm.total_ns) == ([16, 16, 1], [256, 1, 1], 6300), order
+
+
 def test_merge_ties_are_stable_and_empty_is_empty():
     kernels, _ = merge_profiles([{"kernels": [k("b", 1, 5, 5, 5), k("a", 1, 5, 5, 5)]}])
     assert [s.name for s in kernels] == ["a", "b"]

@@ -178,6 +178,18 @@ def test_one_past_the_end_counts_and_just_beyond_does_not(tmp_path):
     assert c.kept == [0, 1, 2]
 
 
+def test_one_past_the_end_of_the_highest_region_keeps_it(tmp_path):
+    """The highest captured region (region 4: the extra regions lie above axpy's) is kept by
+    a pointer one past its end, as any other region is, and not by one 8 bytes beyond."""
+    root = derive(tmp_path, extra=3, pointers=[(0, 0x8, extra_base(4) + EXTRA_SIZE)])
+    cap = Capture.open(root)
+    assert max(r.end for r in cap.regions) == extra_base(4) + EXTRA_SIZE
+    c = compute_closure(cap)
+    assert c.kept == [0, 1, 4] and c.reasons[4] == "pointer at region 0+0x8"
+    beyond = derive(tmp_path, extra=3, pointers=[(0, 0x8, extra_base(4) + EXTRA_SIZE + 8)], name="beyond")
+    assert compute_closure(Capture.open(beyond)).kept == [0, 1]
+
+
 def test_end_of_one_region_that_is_the_base_of_the_next_keeps_only_the_next(tmp_path):
     # Adjacent regions (stride == size), as a caching allocator lays them out: the value
     # is region 3's base; counting it as region 2's one-past pointer too would keep every

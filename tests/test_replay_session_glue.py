@@ -337,3 +337,24 @@ def test_a_variant_gets_each_global_under_its_own_name(core, capture, tmp_path, 
     assert last_load()[2] == []  # the captured names: nothing to pass
     s.load(str(gone))
     assert last_load()[2] == [""]  # the variant does not define `scale`
+
+
+def test_a_variants_launch_json_sets_its_block_and_shared_memory(core, capture, tmp_path):
+    """A Triton recompile with another num_warps/num_stages writes <stem>.launch.json beside
+    the cubin: the variant launches with its block and dynamic shared memory (the grid and
+    the rest stay the captured ones); the captured cubin keeps its own again."""
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture)
+    v = tmp_path / "v.cubin"
+    v.write_bytes(b"\x7fELF v")
+    v.with_suffix(".launch.json").write_text(json.dumps({"block": [64, 1, 1], "shared_mem_bytes": 98304,
+                                                         "kernel_name": "other"}))
+    s.load(str(v))
+    launch = s.session.launch
+    assert (launch.block, launch.shared_mem_bytes, launch.grid) == ([64, 1, 1], 98304, [2, 1, 1])
+    assert launch.kernel_name == "_Z1kPfi" and launch.cooperative
+    plain = tmp_path / "plain.cubin"
+    plain.write_bytes(b"\x7fELF plain")
+    s.load(str(plain))
+    assert (s.session.launch.block, s.session.launch.shared_mem_bytes) == ([128, 1, 1], 65536)

@@ -176,6 +176,8 @@ def _edit(seq: Path, change) -> None:
     (lambda d: d["kernels"][1].update(module=len(d["modules"])), "kernels[1].module"),
     (lambda d: d["launches"][1].update(stream_id=len(d["streams"])), "launches[1].stream_id"),
     (lambda d: d["steps"][1].update(event=d["events"]), "steps[1].event"),
+    # a launch step on a stream that exists, but not the one its launch ran on
+    (lambda d: d["steps"][0].update(stream=1), "steps[0].stream"),
 ])
 def test_an_edited_sequence_manifest_is_refused_naming_the_field(seq, change, field):
     _edit(seq, change)

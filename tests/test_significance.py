@@ -128,6 +128,19 @@ def test_a_significantly_slower_variant_is_never_the_fastest():
     assert sig.best_significant(sig.analyse(raw([base, slower, faster], floor=None))).label == "fast.cubin"
 
 
+def test_the_fastest_significant_is_the_fastest_of_the_faster_variants():
+    """Two variants significantly faster (1.5x and 2x): the one named is the 2x one,
+    whichever order they were given in."""
+    base = {"label": "captured cubin", "cubin": None, "rounds": [[1.0, 1.1, 0.9]] * 6}
+    x15 = {"label": "x15.cubin", "cubin": "x15.cubin", "rounds": [[0.667, 0.733, 0.6]] * 6}
+    x2 = {"label": "x2.cubin", "cubin": "x2.cubin", "rounds": [[0.5, 0.55, 0.45]] * 6}
+    for order in ([x15, x2], [x2, x15]):
+        c = sig.analyse(raw([base, *order], floor=None))
+        assert all(p.interval.verdict == "faster" for p in c.variants)
+        assert sig.best_significant(c).label == "x2.cubin"
+        assert "fastest significant: x2.cubin (2.00×" in sig.format_comparison(c)
+
+
 def test_unavailable_clock_is_said():
     base = {"label": "captured cubin", "cubin": None, "rounds": [[1.0, 1.0, 1.0]] * 6}
     text = sig.format_comparison(sig.analyse(raw([base])))
