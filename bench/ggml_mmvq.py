@@ -179,6 +179,8 @@ class Round:
         print(f"    {doc.get('substituted')} of {doc.get('launches')} launches substituted; check: "
               f"{check.get('verdict')} ({check.get('compared')} compared; mismatch {check.get('mismatch')}; "
               f"unsteady {check.get('unsteady')})" if check else "    no check")
+        print(f"    module globals copied before each launch: all but {len(doc.get('unreached_globals') or [])} "
+              f"the variant does not reach; the variant lacks {doc.get('skipped_globals') or 'none'}")
         kernel_ms = timing.get("kernel_ms") or [[], []]
         calls = timing.get("kernel_calls") or [[], []]
         # per execution (the activity records count each): test-backend-ops runs for a set

@@ -178,3 +178,34 @@ def test_check_apply_runs_each_winner_in_its_app_a_sets_through_its_first_member
                 and c["timing"]}
     print("axpy in its reproducer (median ms):", replayed)
     assert History.load(res.set.root).get(built.variant.id).in_app["check"] == "pass"
+
+
+def test_a_variant_gets_the_globals_its_code_reaches_and_only_those(testapps_build, tmp_path):
+    """pointer_table's scale_table reads `scale`, a __constant__ the app sets with
+    cudaMemcpyToSymbol (1.5); the module's other kernel, fill, reads no global. The variant
+    kerncap builds records that its kernel reaches `scale` (variants/1.reach.json, from the
+    PTX), apply copies it before each launch, and --check passes (without the copy the
+    variant's `scale` is 0 and the app's own check of out1[0] fails). A copy of the cubin
+    outside variants/ has no record: every global is copied, the same outcome."""
+    import shutil
+    from pathlib import Path
+
+    from kerncap.capture.extract import extract
+    from kerncap.recompile import recompile
+    from kerncap.reproducer.variants import read_reach
+
+    from .apps import TESTAPPS
+
+    app = [str(testapps_build / "pointer_table")]
+    res = extract("scale_table", app, output=tmp_path / "pt", source_dir=TESTAPPS / "cuda",
+                  build_dir=testapps_build, timeout=120)
+    repro = Path(res.reproducer_dir)
+    built = recompile(repro)
+    assert read_reach(built.cubin, res.capture.kernel["name"]) == {"scale"}, built
+    rc, doc = _apply(repro, built.cubin, app, "--check", "--runs", "0")
+    print(json.dumps(doc, indent=1))
+    assert rc == 0 and doc["check"]["verdict"] == "pass" and doc["unreached_globals"] == [], doc
+    elsewhere = tmp_path / "elsewhere.cubin"
+    shutil.copy(built.cubin, elsewhere)
+    rc, doc = _apply(repro, elsewhere, app, "--check", "--runs", "0")
+    assert rc == 0 and doc["check"]["verdict"] == "pass" and doc["unreached_globals"] == [], doc
