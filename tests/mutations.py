@@ -435,7 +435,7 @@ MUTATIONS = [
              "    globals_ = [(g.name, g.size) for g in cap.globals if not compiler_constant(g.name)]",
              "    globals_ = [(g.name, g.size) for g in cap.globals]",
              ("tests/test_apply.py", "-k", "compilers_own")),
-    # -- a fifth fresh audit (sixteenth session): six in validation, timing, replay glue, profile, prune, sequences --
+    # -- a fifth fresh audit, part a (sixteenth session): six in validation, timing, replay glue, profile, prune, sequences --
     Mutation("validate: the first run's difference from the capture is left out of the tolerance class", "validation",
              "engine/kerncap/replay/differential.py",
              "        with_first = checks + [c for c in first if against_capture and c.id == rid and c.mismatched_bytes]\n",
@@ -462,6 +462,33 @@ MUTATIONS = [
              "engine/kerncap/reproducer/sequence.py",
              "            if launches[s.launch].stream != s.stream:\n", "            if False:\n",
              ("tests/test_sequences.py", "-k", "edited_sequence")),
+    # -- a fifth fresh audit, part b (sixteenth session): six in the History, session, CLI, MCP, apply and check code --
+    Mutation("history: a best variant's cubin outside the reproducer is followed", "history",
+             "engine/kerncap/reproducer/history.py",
+             "        return path.is_relative_to(root.resolve()) and path.is_file()",
+             "        return path.is_file()",
+             ("tests/test_history.py", "-k", "outside_the_reproducer")),
+    Mutation("build: a variant that crashes is recorded as a wrong answer, not an error", "front ends",
+             "engine/kerncap/session/session.py",
+             '        if any(i.status == "variant fault" for i in report.inputs):',
+             "        if False:",
+             ("tests/test_differential.py", "-k", "faults_only_on_a_perturbed")),
+    Mutation("check CLI: --threshold is ignored", "fleet", "engine/kerncap/commands/check.py",
+             "threshold_pct=args.threshold, ", "",
+             ("tests/test_check.py", "-k", "threshold_given")),
+    Mutation("MCP: a reproducer under a second --root is refused", "front ends",
+             "engine/kerncap/frontends/mcp_server.py",
+             "        if not any(resolved.is_relative_to(d) for d in self.dirs):",
+             "        if not resolved.is_relative_to(self.dirs[0]):",
+             ("tests/test_mcp_server.py", "-k", "every_root")),
+    Mutation("apply --check: the app's own runs differing at the variant's launch is called a failure", "apply",
+             "engine/kerncap/capture/apply.py",
+             "self.mismatch is None or self.mismatch.launch >= self.unsteady.launch",
+             "self.mismatch is None or self.mismatch.launch > self.unsteady.launch",
+             ("tests/test_apply.py", "-k", "apps_own_runs_differ")),
+    Mutation("check: a regressed median exits 0", "fleet", "engine/kerncap/fleet/check.py",
+             "        if states & {FAIL, REGRESSED}:", "        if FAIL in states:",
+             ("tests/test_check.py", "-k", "verdicts_baseline_and_regression")),
 ]
 
 

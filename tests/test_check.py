@@ -151,6 +151,31 @@ def test_a_new_baseline_keeps_no_regressed_median(corpus, tmp_path, monkeypatch)
     assert v2.status == "pass" and v2.baseline_ms is None
     assert "not in the baseline (new case): timed, not compared" in v2.warnings
 
+def test_the_cli_holds_a_median_to_the_threshold_given(corpus, tmp_path, capsys, monkeypatch):
+    """`kerncap check --baseline F --threshold PCT`: the CLI's threshold is the one the
+    verdict uses (not the default 10 %). The best variant 15 % slower than the baseline the
+    CLI wrote is within --threshold 20 (exit 0) and regressed beyond --threshold 5 (exit 1)."""
+    from dataclasses import replace
+
+    from kerncap.commands import fanout_args
+
+    parsed = fanout_args.options  # the command line's request, answered by the replay stand-in
+    monkeypatch.setattr(fanout_args, "options", lambda args: replace(parsed(args), server_cmd=tuple(FAKE)))
+    demo, base = corpus / "demo", tmp_path / "base.json"
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/2.cubin": 0.008}))
+    assert main(["check", str(demo), "--backend", "serial", "--iterations", "5", "--write-baseline", str(base)]) == 0
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/2.cubin": 0.0092}))
+    capsys.readouterr()
+    for threshold, status, v2 in (("20", 0, "pass"), ("5", 1, "regressed")):
+        got = main(["check", str(demo), "--backend", "serial", "--iterations", "5", "--baseline", str(base),
+                    "--threshold", threshold, "--json"])
+        out = json.loads(capsys.readouterr().out)
+        by = {c["key"]: c for c in out["cases"]}
+        assert (got, out["exit_status"], out["threshold_pct"]) == (status, status, float(threshold))
+        assert by["demo#v2"]["status"] == v2 and round(by["demo#v2"]["change_pct"]) == 15
+        assert by["demo#baseline"]["status"] == "pass"
+
+
 def test_cli_usage_errors_and_a_damaged_baseline(corpus, tmp_path, capsys):
     assert main(["check", str(tmp_path / "nope")]) == 2
     assert main(["check", str(corpus), "--baseline", str(tmp_path / "missing.json")]) == 2

@@ -276,6 +276,24 @@ def test_a_build_times_only_inputs_the_captured_kernel_does_not_fault_on(reprodu
     assert out.speedup is not None and out.speedup_low is not None  # timed, with its interval
 
 
+def test_a_variant_that_faults_only_on_a_perturbed_input_is_an_error_not_a_wrong_answer(reproducer, monkeypatch):
+    """A variant that crashes on some perturbed inputs (negative x used as an index) and is
+    right on the captured one, timed on the captured input alone: the History row says
+    `error` (a crash, docs/cli.md: `build` exits 3), not `fail` (a wrong answer, exit 1),
+    and the detail names the faulting inputs."""
+    from kerncap.session.options import BuildRequest
+    from kerncap.session.session import Session
+
+    monkeypatch.setitem(sim.KERNELS, "same.cubin", indexes_with_x)  # the captured kernel stays axpy
+    with Session(reproducer) as s:
+        out = s.measure(reproducer.parent / "same.cubin", BuildRequest(perturb=4, inputs=1, rounds=5))
+    assert [i.status for i in out.report.inputs] == ["pass", "pass", "variant fault", "pass", "variant fault"]
+    assert out.report.verdict == "fail"  # the trust report's verdict; the row's is sharper
+    assert out.validation == "error", (out.validation, out.detail)
+    assert "perturbation 2 (widened): variant fault" in out.detail
+    assert out.speedup is not None  # the captured input was timed
+
+
 def test_the_seed_picks_the_perturbed_inputs(reproducer, monkeypatch):
     """`--seed` reaches the fills: the perturbed inputs the kernels see are the ones the
     plan draws for that seed (the same again for the same seed, others for another)."""

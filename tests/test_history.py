@@ -82,6 +82,25 @@ def test_two_variants_with_one_id_are_refused(demo):
         History.load(demo)
 
 
+@pytest.mark.parametrize("where", ["dot-dot", "absolute", "link"])
+def test_a_best_variant_whose_cubin_lies_outside_the_reproducer_is_never_chosen(demo, tmp_path, where):
+    """history.json travels with shared reproducers: the fastest passing row naming a cubin
+    outside the reproducer (by `..`, an absolute path, a link in variants/ leading out) is
+    not the best variant, so `kerncap check` and `--apply` never run that file."""
+    outside = tmp_path / "elsewhere.cubin"
+    outside.write_bytes((demo / "variants" / "2.cubin").read_bytes())
+    if where == "link":
+        (demo / "variants" / "out.cubin").symlink_to(outside)
+    cubin = {"dot-dot": "../elsewhere.cubin", "absolute": str(outside), "link": "variants/out.cubin"}[where]
+    doc = json.loads((demo / hist.HISTORY_FILE).read_text())
+    doc["variants"][2]["cubin"] = cubin  # v2, the fastest passing row
+    write(demo, doc)
+    assert (demo / cubin).is_file()  # it exists: only where it lies refuses it
+    assert best_variant(demo).label == "v1"
+    from kerncap.fleet.check import cases_of
+    assert cases_of(demo) == [("baseline", None), ("v1", "variants/1.cubin")]
+
+
 def test_a_newer_writers_fields_are_kept_out_not_refused(demo):
     doc = json.loads((demo / hist.HISTORY_FILE).read_text())
     doc["variants"][1]["heatmap"] = {"from": "a newer kerncap"}

@@ -110,6 +110,31 @@ def test_list_reproducers_under_the_roots(root):
     assert paths == ["axpy_small", "graph_explicit"]
 
 
+def test_every_root_is_usable_not_only_the_first(root, tmp_path):
+    """`kerncap mcp --root A --root B`: a reproducer, a cubin and an output under B are
+    used like A's (absolute paths; relative ones are the first root's); a path under
+    neither is still refused."""
+    second = tmp_path / "second"
+    shutil.copytree(FIXTURES / "axpy_small", second / "other")
+    cubin = next((second / "other" / "capture" / "cubins").iterdir())
+    info, listed, dumped, validated, outside = call(
+        build_server([root, second], replay_server_cmd=FAKE),
+        ("info", {"reproducer": str(second / "other")}),
+        ("list_reproducers", {}),
+        ("dump", {"reproducer": str(second / "other"), "output": str(second / "dumps"), "items": ["1"]}),
+        ("validate", {"reproducer": "axpy_small", "cubin": str(cubin)}),
+        ("info", {"reproducer": str(tmp_path / "root" / ".." / "elsewhere")}))
+    assert not info.is_error, info.content
+    assert info.structured_content["kernel"]["name"] == "_Z12axpy_inplacefPKfPfi"
+    assert sorted(Path(x["path"]).name for x in listed.structured_content["reproducers"]) == \
+        ["axpy_small", "graph_explicit", "other"]
+    assert not dumped.is_error, dumped.content
+    assert all(Path(a["path"]).is_relative_to(second / "dumps") for a in dumped.structured_content["arrays"])
+    assert not validated.is_error, validated.content  # the cubin under the second root is replayed
+    assert validated.structured_content["cubin"] == str(cubin)
+    assert outside.is_error and "outside the directories this server may use" in outside.content[0].text
+
+
 def test_sources_read_edit_and_recompile(root):
     if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists():
         pytest.skip("no nvcc: recompile needs the CUDA toolkit")
