@@ -101,6 +101,23 @@ def test_correct_variant_passes_every_perturbed_input(reproducer):
     assert "perturbation 2 (widened): pass [byte-exact]" in text
 
 
+
+def test_a_perturbation_the_captured_kernels_outputs_ignore_proves_little(reproducer, monkeypatch):
+    """Each perturbed input says how much it changed the captured kernel's outputs, the
+    redrawn inputs themselves (x, region 0) not counted: axpy's y follows x, so they
+    differ; a captured kernel that writes the captured y whatever its input changes
+    nothing, and each perturbation says it proves little (x, redrawn, differs)."""
+    r = validate(reproducer, "same.cubin", perturb=2)
+    for i in r.inputs[1:]:
+        assert i.notes[0].startswith("the captured kernel's outputs differ from the captured ones in "), i.notes
+    monkeypatch.setitem(sim.KERNELS, "captured", cached)
+    little = validate(reproducer, "cached.cubin", perturb=2)
+    assert [i.status for i in little.inputs] == ["pass", "pass", "pass"]
+    for i in little.inputs[1:]:
+        assert i.notes[0] == "the captured kernel's outputs did not change on this input: it proves little", i.notes
+    assert "it proves little" in diff.format_report(little)
+
+
 def test_variant_relying_on_nonnegative_input_passes_the_capture_and_fails_widened_inputs(reproducer):
     r = validate(reproducer, "abs.cubin", perturb=4)
     status = {i.input: i.status for i in r.inputs}

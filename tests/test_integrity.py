@@ -168,6 +168,21 @@ def test_a_dispatch_that_wrote_nothing_new_is_judged_on_a_canary_input(reproduce
     assert good.verdict == "pass" and good.discriminates and good.short() == "exact · canary"
 
 
+
+def test_the_summary_counts_a_canary_input_apart_from_the_perturbed_ones(reproducer):
+    """A dispatch that wrote nothing new, validated with --perturb 2: the captured input,
+    the canary input and two perturbed ones, each counted once under its own name."""
+    _written_nothing(reproducer)
+    r = diff.validate_reproducers([reproducer], reproducer.parent / "same.cubin", diff.ValidateRequest(perturb=2))
+    assert [i.input.split(" (")[0] for i in r.inputs] == ["captured input", "canary input", "perturbation 1",
+                                                          "perturbation 2"]
+    assert r.verdict == "pass", diff.format_report(r)
+    assert r.summary() == "PASS on 4 inputs of 1 reproducer (1 captured + 2 perturbed + 1 canary)"
+    assert r.to_dict()["summary"] == r.summary() and r.short() == "exact · p2 · canary"
+    alone = diff.validate_reproducers([reproducer], reproducer.parent / "same.cubin", diff.ValidateRequest())
+    assert alone.summary() == "PASS on 2 inputs of 1 reproducer (1 captured + 0 perturbed + 1 canary)"
+
+
 def test_a_verdict_that_cannot_tell_a_noop_from_the_kernel_is_not_a_pass(reproducer):
     """No input on which the captured kernel changed a byte: inconclusive, and said why."""
     _written_nothing(reproducer)

@@ -164,6 +164,26 @@ def test_span_holding_device_addresses_is_kept(tmp_path):
     assert kept == {0: "holds device addresses of captured regions: kept"}
 
 
+
+@pytest.mark.parametrize("addresses,kept", [(pt.ADDRESS_WORDS, True), (pt.ADDRESS_WORDS - 1, False)])
+def test_a_span_with_exactly_the_threshold_of_address_words_is_kept(tmp_path, addresses, kept):
+    """A float span of 2,048 words, `addresses` of them device addresses into y (the rest
+    1.0f pairs, which point nowhere): ADDRESS_WORDS of them (the threshold, above
+    len // 1000 = 2) keep it as a table of addresses; one fewer is float data, redrawn."""
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    y = Capture.open(repro).regions[1]
+    words = [y.base + 64 * i for i in range(addresses)] + [0x3F8000003F800000] * (2048 - addresses)
+    rewrite_region(repro, 0, struct.pack("<2048Q", *words), "axpy_inplace(float, float const*, float*, int)")
+    plan = pt.plan(Capture.open(repro))
+    reasons = {p.span.region: p.reason for p in plan.spans}
+    if kept:
+        assert reasons[0] == "holds device addresses of captured regions: kept"
+        assert [p.span.region for p in plan.perturbed] == [1]
+    else:
+        assert [p.span.region for p in plan.perturbed] == [0, 1], reasons
+
+
 def test_integer_and_pointer_arguments_are_kept(tmp_path):
     repro = tmp_path / "axpy"
     shutil.copytree(AXPY, repro)

@@ -389,6 +389,26 @@ def test_validated_prune_replaces_the_reproducer(tmp_path, validated, monkeypatc
     assert json.loads((root / "reproducer.json").read_text())["prune"]["kept"] == "pruned"
 
 
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
+def test_a_reproducer_named_through_a_link_is_pruned_where_the_link_leads(tmp_path, validated, monkeypatch,
+                                                                         exchange):
+    """`kerncap prune LINK`: the directory the link leads to is replaced by its pruned form
+    (staged and validated beside it), and the link stays a link to it."""
+    if not exchange:
+        monkeypatch.setattr(prune_mod, "_exchange", lambda a, b: False)
+    root = derive(tmp_path, extra=3, pointers=[(0, 0x10, extra_base(2))])
+    link = tmp_path / "link"
+    link.symlink_to("repro", target_is_directory=True)
+    report = prune_reproducer(link)
+    assert report.kept == "pruned" and report.validated and report.path == root and report.output == root
+    assert validated == [tmp_path / f"repro.prune-{os.getpid()}"]
+    assert link.is_symlink() and os.readlink(link) == "repro"
+    assert siblings(root) == ["link", "repro"], "no staged, full or moved link left behind"
+    assert [r.id for r in Capture.open(root).regions] == [0, 1, 2]
+    assert json.loads((root / "reproducer.json").read_text())["prune"]["kept"] == "pruned"
+
+
 def test_replay_error_keeps_the_full_reproducer(tmp_path, monkeypatch):
     root = derive(tmp_path, extra=2)
     before = tree(root)

@@ -72,6 +72,50 @@ def test_a_rebuilt_module_that_computes_otherwise_fails_at_its_launch(seq):
     assert not same["diverged"] and same["launches_checked"] == 2
 
 
+
+def _mark(seq, states: dict[int, str]) -> None:
+    """Marks regions as allocated or freed inside the window, as the capture records them:
+    a freed region's post-state is its pre-state (nothing was read back after the free)."""
+    path = seq / "capture" / "manifest.json"
+    m = json.loads(path.read_text())
+    for r in m["regions"]:
+        if r["id"] in states:
+            r["sequence_state"] = states[r["id"]]
+            if states[r["id"]] == "freed":
+                r["post"], r["written"] = list(r["pre"]), False
+    path.write_text(json.dumps(m, indent=1))
+
+
+def test_a_region_freed_inside_the_sequence_is_left_out_and_an_allocated_one_is_judged(seq, monkeypatch):
+    """w (region 4) is freed inside the window: its recorded post-state is its pre-state
+    (zeros), the replay's fill leaves 7.0 there, and that difference is no failure: the row
+    says why it was not judged. y (region 2) was allocated inside the window: a variant
+    that computes it wrongly still fails there."""
+    monkeypatch.setattr("kerncap.replay.differential.ReplayClient", S.SeqClient, raising=False)
+    _mark(seq, {4: "freed", 2: "allocated"})
+    c = _client(seq)
+    v = c.validate()
+    w = next(r for r in v.regions if r.kind == "region" and r.id == 4)
+    assert w.mismatched_bytes > 0, "the fill left 7.0 where the capture recorded zeros"
+    assert w.excluded and "freed inside the sequence" in w.excluded and w.passed
+    assert v.passed and v.failures == []
+    again = type(w).from_dict(w.to_dict())
+    assert again.passed and again.excluded == w.excluded and w.to_dict()["passed"] is True
+    assert any("region 4 (0x7f0000400000) was freed inside the sequence" in n for n in v.notes)
+    assert all(r.excluded is None for r in v.regions if r.id != 4), "only the freed region is left out"
+    report = api.validate_request([seq], api.ValidateRequest(cubin=None, runs=3))
+    assert report.passed and report.exit_status == 0, report.summary()
+    # nor is it a difference from the capture: no "polluted" note, no escalation to 4 x 3 runs
+    det = report.reproducers[0].determinism
+    assert det.capture_mismatch == [] and det.runs == 3, det.text()
+    (seq / "variants").mkdir()
+    (seq / "variants" / "add_wrong.cubin").write_bytes(b"synthetic")
+    variant = write_variant(seq, "wrong", modules={0: "variants/add_wrong.cubin"})
+    bad = c.validate(cubin=variant)
+    assert not bad.passed and [r.id for r in bad.failures] == [2]  # y, allocated inside the window, judged
+    assert not api.validate_request([seq], api.ValidateRequest(cubin=str(variant), runs=1)).passed
+
+
 def _fused_body(config: dict) -> str:
     names = {p["address"]: p["name"] for p in config["params"] if p.get("kind") == "buffer"}
     x, y = names[S.BASES["x"]], names[S.BASES["y"]]
