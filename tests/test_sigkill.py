@@ -269,7 +269,7 @@ def test_the_next_command_removes_and_names_what_a_killed_recompile_left(tmp_pat
     assert not left.exists() and tmp.exists()  # info writes nothing into the reproducer
     again = run(["recompile", str(repro)], extra)
     assert again.returncode == 0 and f"removed {tmp}, a temporary file an interrupted kerncap" in again.stdout
-    assert sorted(p.name for p in variants.iterdir()) == ["1.cubin"] and list(scratch.iterdir()) == []
+    assert sorted(p.name for p in variants.iterdir()) == ["1.cubin", "1.reach.json"] and list(scratch.iterdir()) == []
 
 
 @needs_nvcc
