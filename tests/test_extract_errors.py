@@ -212,6 +212,17 @@ def test_too_few_dispatches(fake):
     assert "between 0 and 1" in e.value.hint
 
 
+def test_a_dispatch_one_past_the_last_is_too_few_not_an_unexplained_miss(fake):
+    """--dispatch N of a kernel that ran exactly N times (dispatches 0..N-1): the same
+    "ran only N time(s)" as any later dispatch, never "matched N dispatches but no capture"."""
+    for dispatch, valid in ((2, "between 0 and 1"), (1, "between 0 and 0")):
+        with pytest.raises(KerncapError) as e:
+            fake({"proc": {"kernels_seen": SEEN, "target_matches": dispatch}}, dispatch=dispatch)
+        assert f"only {dispatch} time(s)" in e.value.message and f"--dispatch {dispatch}" in e.value.message
+        assert "no capture was written" not in e.value.message
+        assert valid in e.value.hint
+
+
 def test_unfinished_capture_shows_interposer_log(fake):
     with pytest.raises(KerncapError) as e:
         fake({"proc": {"target_matches": 1}, "partial": True, "signal": int(signal.SIGKILL)})

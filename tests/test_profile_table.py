@@ -166,3 +166,21 @@ def test_the_capture_librarys_helper_list_is_the_profiles():
     src = (Path(__file__).parents[1] / "native" / "capture" / "xla_autotune.cpp").read_text()
     native = re.findall(r'"([A-Za-z_]+)"', src[src.index("helpers[]"):src.index("};", src.index("helpers[]"))])
     assert native and set(XLA_AUTOTUNE_KERNELS) - set(native) == {"DelayKernel"} and set(native) <= set(XLA_AUTOTUNE_KERNELS)
+
+
+def test_a_sampled_totals_interval_is_shown_as_its_half_width_in_percent():
+    """Sampled timing: the ±% column is the 90 % interval's half-width as a percentage of
+    the total (10 ms, 9.5 to 10.5 ms: ±5.0), next to the launches timed; a kernel none of
+    whose launches was timed shows "?", one without an interval "-"."""
+    def stat(name, total, lo, hi, timed):
+        return KernelStat(name=name, demangled="", calls=100, total_ns=total, avg_ns=total / 100, min_ns=1, max_ns=2,
+                          grid=[1, 1, 1], block=[32, 1, 1], percent=0.0, timed=timed, total_lo_ns=lo, total_hi_ns=hi)
+    kernels = [stat("gemm", 10_000_000, 9_500_000, 10_500_000, 40), stat("skewed", 4_000_000, 3_000_000, 4_400_000, 8),
+               stat("untimed", 1_000_000, 1_000_000, 1_000_000, 0), stat("exact", 500_000, None, None, None)]
+    result = ProfileResult(kernels=kernels, total_ns=15_500_000, dispatches=400, processes=1, timing="sampled")
+    lines = format_table(result, width=120)
+    assert lines[0].split()[4:8] == ["ms", "±%", "%", "timed"]
+    cells = {line.split()[1]: line.split() for line in lines[1:]}
+    assert cells["gemm"][4:7] == ["5.0", "0.0", "40"]
+    assert cells["skewed"][4] == "17.5"  # (4.4 - 3.0) / 2 of 4.0 ms
+    assert cells["untimed"][4] == "?" and cells["exact"][4] == "-"

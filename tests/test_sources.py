@@ -141,6 +141,20 @@ def test_attach_copies_sources_and_leaves_the_tree_alone(built_project, tmp_path
         attach_sources(repro, FakeCapture("_ZN5kcfix11deep_kernelEPfPKfi", tmp_path), built_project.root, None)
 
 
+def test_the_recorded_arch_is_the_capturing_gpus_major_and_minor(built_project, tmp_path):
+    """build.json's arch (what a recompile targets) is the captured GPU's compute
+    capability, minor version included (an sm_86 GPU is never recorded as sm_80, nor
+    sm_121 as sm_120); the note on objects built for another arch names it too."""
+    for cc, arch in (((8, 6), "sm_86"), ((12, 1), "sm_121"), ((9, 0), "sm_90")):
+        repro = tmp_path / arch
+        report = attach_sources(repro, FakeCapture("_ZN5kcfix11deep_kernelEPfPKfi", tmp_path, cc=cc),
+                                built_project.root, built_project.build)
+        build = json.loads((repro / "source" / "build.json").read_text())
+        assert build["arch"] == arch
+        other = [n for n in report["notes"] if "the capture ran on" in n]
+        assert other == ([] if arch == "sm_90" else [f"the objects hold device code for sm_90, the capture ran on {arch}"])
+
+
 def test_cli_json(built_project, capsys):
     assert main(["sources", "deep_kernel", "--source-dir", str(built_project.root), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -169,6 +169,29 @@ def test_local_nvcc_prefers_the_toolkit(tmp_path, monkeypatch, marker_nvcc):
         trust.local_nvcc("/bin/sh")
 
 
+def test_of_several_local_toolkits_the_one_the_app_was_built_with_is_chosen(tmp_path, monkeypatch):
+    """Two toolkits here (CUDA_HOME's first, another on PATH): the recorded nvcc picks the
+    local one it names, also through a link to it; a recorded nvcc that is none of them
+    (another machine's) gets the first local one, never itself."""
+    toolkits = {}
+    for name in ("cuda-12.4", "cuda-12.8"):
+        nvcc = tmp_path / name / "bin" / "nvcc"
+        nvcc.parent.mkdir(parents=True)
+        nvcc.write_text("#!/bin/sh\nexit 0\n")
+        nvcc.chmod(0o755)
+        toolkits[name] = str(nvcc)
+    (tmp_path / "cuda").symlink_to(tmp_path / "cuda-12.8")
+    for var in ("KERNCAP_NVCC", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda-12.4"))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'cuda-12.8' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert trust.local_nvcc(toolkits["cuda-12.8"]) == toolkits["cuda-12.8"]
+    assert trust.local_nvcc(str(tmp_path / "cuda" / "bin" / "nvcc")) == toolkits["cuda-12.8"]
+    assert trust.local_nvcc(toolkits["cuda-12.4"]) == toolkits["cuda-12.4"]
+    assert trust.local_nvcc("/other/machine/cuda-12.8/bin/nvcc") == toolkits["cuda-12.4"]
+    assert trust.local_nvcc("nvcc") == toolkits["cuda-12.4"]
+
+
 @pytest.mark.parametrize("step", ["ptxas", "cicc"])
 def test_compile_steps_outside_the_local_toolkit_need_trust(reproducer, monkeypatch, tmp_path, step):  # noqa: F811
     """kerncap runs nvcc's steps itself (issue 18): a step whose program is not the local

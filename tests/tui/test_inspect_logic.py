@@ -98,6 +98,9 @@ def test_kernel_site_cuda_and_triton(demo_root, tmp_path):
     (triton / "source").mkdir(parents=True)
     (triton / "source" / "kernel.py").write_text("import triton\n\n@triton.jit\ndef add_kernel(x, y):\n    pass\n")
     assert locate_kernel(triton, {"name": "add_kernel"}).line == 4
+    # blank lines right above the def (a decorator, then a blank line; or none) are not its line
+    (triton / "source" / "kernel.py").write_text("import triton\n\n@triton.jit\n\n\ndef add_kernel(x, y):\n    pass\n")
+    assert locate_kernel(triton, {"name": "add_kernel"}).line == 6
     assert locate_kernel(tmp_path, {"name": "x"}) is None
 
 

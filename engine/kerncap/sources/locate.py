@@ -44,7 +44,7 @@ def locate_kernel(root: Path, kernel: dict) -> KernelSite | None:
 
 
 def _triton_site(source: Path, name: str) -> KernelSite | None:
-    pattern = re.compile(rf"^\s*def\s+{re.escape(name)}\s*\(", re.M)
+    pattern = re.compile(rf"^[ \t]*def\s+{re.escape(name)}\s*\(", re.M)
     for path in sorted(source.glob("*.py")):
         try:
             text = path.read_text()
