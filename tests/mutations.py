@@ -320,6 +320,10 @@ MUTATIONS = [
              "engine/kerncap/recompile/devcompile/ptx_reach.py",
              "            var = _VARIABLE.search(text, start, m.end())", "            var = _VARIABLE.match(text, start, m.end())",
              ("tests/test_ptx_reach.py",)),
+    Mutation("cli: an error a signal's exception became in C code is a traceback", "interrupts",
+             "engine/kerncap/cli.py",
+             "        if not _RECEIVED:\n            raise", "        if True:\n            raise",
+             ("tests/test_sigkill.py", "-k", "c_code")),
     # -- a third fresh audit: ten more, as a reviewer would plant them ----------------------------
     Mutation("compare: five rounds, the documented minimum, are refused", "significance",
              "engine/kerncap/replay/significance.py",

@@ -353,3 +353,44 @@ def test_a_signal_inside_an_import_callback_still_ends_the_command(exc):
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60)
     assert done.stdout == "ended\n" and "Traceback" not in done.stderr, (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("sig,status,words", [("SIGTERM", 143, "terminated (SIGTERM)"), ("SIGINT", 130, "interrupted")])
+def test_a_signal_that_c_code_turned_into_another_error_still_ends_the_command(sig, status, words):
+    """tests/test_adversarial.py's random interrupts, 2026-12-05: a SIGTERM inside numpy's
+    first import (the engine imports it on first use, here in `prune`) came out as numpy's
+    ImportError ("PyCapsule_Import could not import module datetime") and a traceback. An
+    error that escapes a command after a signal arrived ends it as the signal would. Here
+    a command's handler turns the signal's exception into an ImportError, as numpy's C code
+    does; without a signal the same error is not hidden."""
+    code = textwrap.dedent(f"""
+        import os, signal, sys, time
+        from kerncap import cli
+
+        def handler(args):
+            if os.environ.get("KC_SEND"):
+                try:
+                    os.kill(os.getpid(), signal.{sig})
+                    time.sleep(5)
+                except KeyboardInterrupt:
+                    raise ImportError("PyCapsule_Import could not import module datetime") from None
+            raise ImportError("no signal: a real error")
+
+        real = cli.build_parser
+        def parser(command):
+            p = real(command)
+            parse = p.parse_args
+            def parse_args(argv):
+                args = parse(argv)
+                args.handler = handler
+                return args
+            p.parse_args = parse_args
+            return p
+        cli.build_parser = parser
+        sys.exit(cli.main(["list"]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**env(), "KC_SEND": "1"})
+    assert done.returncode == status and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+    real = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env())
+    assert real.returncode == 1 and "no signal: a real error" in real.stderr  # a traceback: not hidden

@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     saved = sys.stdout, sys.stderr
     if command not in RAW_OUTPUT:
         sys.stdout, sys.stderr = _Printable(sys.stdout), _Printable(sys.stderr)
+    _RECEIVED.clear()
     previous = handle_sigterm()
+    previous_int = _handle_sigint()
     unraisable, sys.unraisablehook = sys.unraisablehook, _signal_in_a_callback
     try:
         status = _run(own, app_cmd, command, as_json)
@@ -129,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.unraisablehook = unraisable
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
         sys.stdout, sys.stderr = saved
 
 
@@ -152,9 +156,38 @@ def _signal_in_a_callback(unraisable) -> None:
     again.start()
 
 
+# The signals that arrived during the command. C code can turn the exception a signal
+# raises into its own: a SIGTERM inside numpy's first import (the engine imports it on
+# first use) surfaced as numpy's ImportError ("PyCapsule_Import could not import module
+# datetime") and a traceback (tests/test_adversarial.py's random interrupts).
+_RECEIVED: list[int] = []
+
+
 def _terminate(_signum, _frame) -> None:
+    _RECEIVED.append(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
     raise Terminated()
+
+
+def _interrupt(_signum, _frame) -> None:
+    _RECEIVED.append(signal.SIGINT)
+    raise KeyboardInterrupt()
+
+
+def _handle_sigint():
+    """Ctrl-C as Python's own handler answers it, but noted (`_RECEIVED`). The previous
+    handler, or None when another one is installed (an embedding program's) or this is
+    not the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not signal.default_int_handler:
+            return None
+        signal.signal(signal.SIGINT, _interrupt)
+    except (ValueError, OSError):
+        return None
+    return previous
 
 
 def handle_sigterm():
@@ -199,9 +232,18 @@ def _run(own: list[str], app_cmd: list[str], command: str | None, as_json: bool)
                                    "check free space and permissions of that location, then run the command again"),
                       command, as_json)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
-        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"kerncap {command or ''}: {what}".replace("  ", " "), file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        return _stopped(command, isinstance(exc, Terminated))
+    except Exception:
+        if not _RECEIVED:
+            raise
+        # what the signal's exception became inside C code (an ImportError of numpy's)
+        return _stopped(command, _RECEIVED[-1] == signal.SIGTERM)
+
+
+def _stopped(command: str | None, terminated: bool) -> int:
+    what = "terminated (SIGTERM)" if terminated else "interrupted"
+    print(f"kerncap {command or ''}: {what}".replace("  ", " "), file=sys.stderr)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 def _closed_streams(command: str | None) -> int | None:
