@@ -561,6 +561,28 @@ MUTATIONS = [
              'return sorted(found, key=lambda d: int(d.name[8:]) if d.name != "capture" else -1)',
              "return sorted(found)",
              ("tests/test_sets.py", "tests/test_extract_selection.py")),
+    # -- a fifth fresh audit, part d (sixteenth session): five in the workbench (Profile's x, History, Mismatch, restore into Source, apply) --
+    Mutation("workbench: a Profile row is keyed by its shown position, so x after a re-sort names another kernel", "workbench",
+             "kerncap_tui/widgets/profile_pane.py",
+             "        for i, k in shown:", "        for i, (_, k) in enumerate(shown):",
+             ("tests/tui/test_app.py", "-k", "extract")),
+    Mutation("workbench: History's cursor on the last row moves up one on every refresh", "workbench",
+             "kerncap_tui/widgets/history_pane.py",
+             "t.move_cursor(row=min(max(cursor, 0), len(variants) - 1))",
+             "t.move_cursor(row=min(max(cursor, 0), len(variants) - 2))",
+             ("tests/tui/test_app.py", "-k", "keeps_its_cursor")),
+    Mutation("workbench: the Mismatch pane opens on the first item given, not the first failing one", "workbench",
+             "kerncap_tui/widgets/mismatch_pane.py",
+             "        self.maps = sorted(maps, key=lambda m: m.passed)", "        self.maps = list(maps)",
+             ("tests/tui/test_mismatch_snapshots.py",)),
+    Mutation("workbench: a restore leaves the editor showing the text it replaced", "workbench", "kerncap_tui/app.py",
+             "            self.call_from_thread(pane.reload_if_open, pane.path)", "            pass",
+             ("tests/tui/test_app.py", "-k", "restore")),
+    Mutation("workbench: apply runs the app outside the directory its capture recorded", "apply",
+             "kerncap_tui/inspect_actions.py",
+             'return (tuple(command) if ok else ()), provenance.get("cwd") if isinstance(provenance.get("cwd"), str) else None',
+             "return (tuple(command) if ok else ()), None",
+             ("tests/tui/test_apply_view.py",)),
 ]
 
 

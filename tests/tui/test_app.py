@@ -13,6 +13,7 @@ from textual.widgets import DataTable, RichLog, TextArea
 from kerncap_tui.messages import SourceChanged
 from kerncap_tui.widgets.history_pane import HistoryPane
 from kerncap_tui.widgets.memory_pane import MemoryPane
+from kerncap_tui.widgets.source_pane import SourcePane
 
 
 def sync(test):
@@ -138,6 +139,56 @@ async def test_x_extracts_the_kernel_under_the_cursor(settle, make_app):
 
 
 @sync
+async def test_x_and_enter_extract_the_kernel_shown_after_a_re_sort_or_a_filter(settle, make_app):
+    """A row names the kernel it shows whatever the order: R puts the cheaper kernel first
+    and x on the top row extracts that one; a filter that leaves only it, then Enter, the
+    same. Mutation caught: rows keyed by their shown position (the hot kernel extracted)."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        kernels = app.profile.kernels
+        hot, cheap = max(kernels, key=lambda k: k.total_ns), min(kernels, key=lambda k: k.total_ns)
+        assert kernels.index(hot) == 0 and hot.name != cheap.name  # the profile lists the hot one first
+        await pilot.press("1", "R", "x")  # ascending total: the cheaper kernel on top
+        await pilot.pause()
+        assert type(app.screen).__name__ == "ExtractScreen" and app.screen.kernel == cheap.name
+        await pilot.press("escape", "R")  # the hot one on top again
+        app.query_one("#profile-filter").value = (cheap.demangled or cheap.name)[:6]  # what / and typing do
+        table = app.query_one("#profile-table", DataTable)
+        table.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert table.row_count == 1 and (cheap.demangled or cheap.name)[:6] in str(table.get_row_at(0))
+        assert type(app.screen).__name__ == "ExtractScreen" and app.screen.kernel == cheap.name
+
+
+@sync
+async def test_history_keeps_its_cursor_on_the_row_across_a_mark_and_a_refresh(settle, make_app):
+    """History redraws its rows on a mark, a build and a tool's end; the cursor stays on the
+    row it was on, the last one too (where n, k, a and ctrl+r act next). Mutation caught:
+    the cursor's bound one row short (the last row's cursor moved up one on every redraw)."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        pane = app.query_one(HistoryPane)
+        await pilot.press("4")
+        table = pane.query_one(DataTable)
+        table.move_cursor(row=table.row_count - 1)
+        await pilot.pause()
+        assert pane.selected().id == 3
+        await pilot.press("space")  # mark v3: the rows are redrawn with its dot
+        await pilot.pause()
+        assert pane.marked == 3 and pane.selected().id == 3
+        pane.show(pane.history)  # what a build or a tool's end does
+        await pilot.pause()
+        assert pane.selected().id == 3
+        table.move_cursor(row=1)
+        pane.show(pane.history)
+        await pilot.pause()
+        assert pane.selected().id == 1
+
+
+@sync
 async def test_gpu_actions_notify_instead_of_crashing(settle, make_app, monkeypatch):
     """Without the replay core (a wheel built without the CUDA toolkit) the baseline's
     replay fails in the replay server's own import of it: the workbench says it needs a
@@ -180,8 +231,10 @@ async def test_saves_are_debounced_into_one_build(settle, make_app, monkeypatch)
 
 @sync
 async def test_restore_puts_variant_source_back(settle, make_app):
-    """Restoring v3 puts v3's committed files back into source/. The demo's working tree
-    holds v2, so a restore that does nothing fails (mutation: History.restore a no-op)."""
+    """Restoring v3 puts v3's committed files back into source/, and the editor shows the
+    restored text. The demo's working tree holds v2, so a restore that does nothing fails
+    (mutation: History.restore a no-op), and so does one that leaves the editor on the
+    text it replaced (mutation: the Source pane not reloaded)."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -193,9 +246,14 @@ async def test_restore_puts_variant_source_back(settle, make_app):
         want = {p: hist.repo().git.show(f"{commit}:source/{p.relative_to(source)}",
                                         strip_newline_in_stdout=False) for p in files}
         assert any(want[p] != p.read_text() for p in files), "v3 should differ from the working tree"
+        source_pane = app.query_one(SourcePane)
+        shown = source_pane.path
+        assert shown in want and app.query_one("#editor", TextArea).text != want[shown]
         app.restore_variant(target)
         await settle(pilot)
         assert {p: p.read_text() for p in files} == want
+        # the editor shows the restored text (a ctrl+s of the old text would undo the restore)
+        assert source_pane.path == shown and app.query_one("#editor", TextArea).text == want[shown]
 
 
 @sync

@@ -150,3 +150,58 @@ def test_an_in_app_check_that_compared_nothing_shows_no_verdict(demo_root):
     no_check = History.load(demo_root)
     no_check.note_in_app(3, {**PASSED, "check": None, "compared": 0})
     assert str(in_app_cell(History.load(demo_root).get(3))).startswith("10/10 run")
+
+
+def test_a_runs_the_captured_command_in_the_directory_the_capture_recorded(settle, make_app, demo_root, tmp_path,
+                                                                           monkeypatch):
+    """`a` runs the app as its capture recorded it: the command (here relative, `./app`) in
+    the recorded working directory, not the workbench's; its output reaches the Log line by
+    line, a last line without a newline too. The substitution itself needs the native
+    build (the test above, tests/test_apply.py): here the engine's apply_request only runs
+    the command where the request says. Mutation caught: the recorded cwd dropped (the app
+    was looked for in the workbench's directory)."""
+    import subprocess
+    from pathlib import Path
+
+    from kerncap.capture import apply as apply_tool
+
+    app_dir = tmp_path / "app-dir"
+    app_dir.mkdir()
+    (app_dir / "app").write_text('#!/bin/sh\necho "app ran in $(pwd) with $*"\nprintf "last words"\n')
+    (app_dir / "app").chmod(0o755)
+    manifest = demo_root / "capture" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["provenance"].update(command=["./app", "7"], cwd=str(app_dir))
+    manifest.write_text(json.dumps(doc))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the workbench's own directory holds no ./app
+    requests = []
+
+    def run_it(root, r, *, output=None, cancelled=None):
+        requests.append(r)
+        p = subprocess.run(list(r.command), cwd=r.cwd, capture_output=True, timeout=30)
+        output("stdout", p.stdout)
+        return apply_tool.ApplyResult(variant=Path(root) / "variants" / "1.cubin", launches=0, substituted=0,
+                                      check=None, timing=None, skipped_globals=[])
+
+    monkeypatch.setattr(apply_tool, "apply_request", run_it)
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(140, 40)) as pilot:
+            await settle(pilot)
+            await pilot.press("4")
+            t = app.query_one("#history-table", DataTable)
+            t.move_cursor(row=t.get_row_index("1"))
+            await pilot.press("a")
+            await settle(pilot)
+            for _ in range(100):  # the tool worker ends
+                if app._tool_cancel is None:
+                    break
+                await pilot.pause(0.05)
+            log = "\n".join(str(line) for line in app.query_one("#log").entries)
+            assert [(r.command, r.cwd, r.variant, r.check) for r in requests] == [(("./app", "7"), str(app_dir), 1, True)]
+            assert f"app ran in {app_dir} with 7" in log and "last words" in log, log
+
+    asyncio.run(run())

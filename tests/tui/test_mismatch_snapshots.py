@@ -96,3 +96,26 @@ async def test_page_down_and_page_up_move_the_cursor_eight_pixel_rows():
         await pilot.press("pageup", "pageup")
         await pilot.pause()
         assert heat.cursor == (max(start[0] - 8, 0), start[1])
+
+
+@sync
+async def test_the_pane_opens_on_a_failing_item_whatever_the_order_given():
+    """The maps come in the replay's item order, a passing region before the failing one
+    here: the pane shows the failing one first (title, `f`), the passing one after `r`.
+    Mutation caught: the maps kept in the order given (it opened on "0 mismatches")."""
+    _cap, pre, post = demo_states()
+    passing = api.mismatch_map_arrays("region 0", post.copy(), post, pre, dtype="float32", grid=(64, 128),
+                                      actual_label="synthetic exact", expected_label="captured post-state")
+    assert passing.passed and not planted_map("row_scale").passed
+    app = PaneApp([passing, planted_map("row_scale")])
+    async with app.run_test(size=(100, 34)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(MismatchPane)
+        title = str(app.query_one("#mismatch-title").render())
+        assert pane.current.name == "region 1" and "synthetic row_scale" in title and "1 failing · 1/2" in title
+        await pilot.press("f")
+        await pilot.pause()
+        assert not app._notifications and "worst [" in str(app.query_one("#mismatch-cursor").render())
+        await pilot.press("r")
+        await pilot.pause()
+        assert pane.current.name == "region 0" and "synthetic exact" in str(app.query_one("#mismatch-title").render())
