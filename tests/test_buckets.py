@@ -39,6 +39,17 @@ def test_scalar_text():
     assert scalar_text({"size": 24, "hex": "xxh64:0123456789abcdef"}) == "<24-byte struct 01234567>"
 
 
+def test_a_one_or_two_byte_scalar_reads_as_its_value():
+    """A short, a char or a bool argument is a number in the bucket's signature, as an int
+    is (the set's members are told apart by it), not its hex bytes."""
+    assert scalar_text({"size": 2, "hex": struct.pack("<h", -3).hex()}) == "-3"
+    assert scalar_text({"size": 2, "hex": struct.pack("<H", 512).hex()}) == "512"
+    assert scalar_text({"size": 1, "hex": "01"}) == "1"
+    b = Bucket.from_native(dict(native(0, 64, 1, 1, 10), scalars=[{"index": 2, "size": 2, "hex": struct.pack("<h", 7).hex()},
+                                                                  {"index": 3, "size": 1, "hex": "00"}]))
+    assert b.signature() == "grid 64 block 256 smem 0 | #2=7 #3=0"
+
+
 def test_merge_across_processes_and_time_shares():
     a = [Bucket.from_native(native(0, 4096, 1 << 20, 24, 2400)), Bucket.from_native(native(1, 256, 1 << 16, 2, 40))]
     b = [Bucket.from_native(native(0, 256, 1 << 16, 2, 60))]

@@ -236,6 +236,39 @@ def test_perturbed_validation_reaches_each_variant(tmp_path, monkeypatch):
     assert plain.status == "ok"  # the captured input alone cannot tell
 
 
+def test_an_inconclusive_validation_is_no_pass_and_is_not_timed(tmp_path, monkeypatch):
+    """A worker whose validation can judge nothing (the captured kernel varies run to run
+    in a region of unknown dtype: `kerncap validate` says inconclusive, exit 3) reports
+    the variant as could-not-run, says what to do, and does not time it, as a failed
+    validation is not timed. Mutation caught: the inconclusive verdict taken for a pass
+    (the case passed, a speedup was measured for a variant nobody checked)."""
+    import numpy as np
+    import replay_sim as sim
+
+    from kerncap.fleet import tasks
+
+    noise = np.random.default_rng(5)
+
+    def noisy(m, _s):  # float atomics: the last bit of some elements varies from run to run
+        y = m.f32(1)
+        out = y + np.float32(0.5) * m.f32(0)
+        flip = noise.random(len(out)) < 0.2
+        out[flip] = np.nextafter(out[flip], np.float32(np.inf))
+        y[:] = out
+
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": noisy, "same.cubin": noisy})
+    manifest = repro / "capture" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["kernel"]["demangled"]  # no signature: region 1's dtype is unknown
+    manifest.write_text(json.dumps(m))
+    monkeypatch.setattr(tasks, "_pool", None)
+    out = tasks.measure(str(repro), "same", str(tmp_path / "same.cubin"), api.MeasureRequest(iterations=5, warmup=1))
+    assert out.validation["verdict"] == "inconclusive"
+    assert out.status == "error" and out.problem.name == "validate", out.steps
+    assert "kerncap validate DIR --perturb K" in out.problem.hint
+    assert out.timing is None and [(s.name, s.status) for s in out.steps][-1] == ("time", "skipped")
+
+
 # -- --apply: each winner in its app (issue 46) ---------------------------------------------------
 
 

@@ -6,6 +6,7 @@ are tests/fanout_jobs.py; test_check.py and test_sweep.py run kerncap's own jobs
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -90,6 +91,24 @@ def test_serial_runs_here_in_order():
                      Job(key="bad", gpu_fn=fanout_jobs.where, gpu_args=("not a number",))])
     assert results[0].ok and results[0].value["extra"][0]["tag"] == "t"
     assert not results[1].ok and "TypeError" in results[1].error
+
+
+def test_one_gpu_named_runs_here_pinned_to_it_and_nothing_else_is_touched(monkeypatch):
+    """`--gpus 3` with nothing to spread (one GPU, no compiles; or --backend serial) runs
+    in this process, and the replay servers it starts see GPU 3 only: CUDA_VISIBLE_DEVICES
+    is set for the run and put back after it. Without --gpus the environment is left as
+    it is. Mutation caught: the serial fan-out ignoring the GPU it was given (the replay
+    ran on the machine's first GPU, not the one asked for)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    for backend in ("auto", "serial"):
+        with open_fanout(backend=backend, gpus=["3"]) as f:
+            assert isinstance(f, SerialFanout) and "CUDA_VISIBLE_DEVICES 3" in f.description
+            [r] = f.run([Job(key="x", gpu_fn=fanout_jobs.where)])
+        assert r.ok and r.value["cvd"] == "3" and r.value["pid"] == os.getpid()
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # put back
+    with open_fanout(backend="serial") as f:  # no --gpus: the environment's own GPUs
+        [r] = f.run([Job(key="x", gpu_fn=fanout_jobs.where)])
+    assert r.value["cvd"] == "0,1,2,3"
 
 
 def test_unreachable_scheduler_is_one_clear_error():

@@ -79,6 +79,20 @@ def test_planted_patterns_are_named(kind):
     assert again.summary() == m.summary() and np.array_equal(again.cell_worst, m.cell_worst)
 
 
+def test_a_column_pattern_that_stops_short_of_the_last_column_is_not_every_nth():
+    """Every 64th column up to the last, and the same pattern stopping one period short:
+    the second is three columns, not "every 64th" (a NaN from a division that stopped at
+    column 128 is not one that reaches every column block)."""
+    _cap, pre, post = demo_states()
+    for cols, said in (((0, 64, 128, 192), "every 64th column"), ((0, 64, 128), "column 0, column 64, column 128")):
+        got = post.copy()
+        got[:, list(cols)] = np.float32(np.nan)
+        m = api.mismatch_map_arrays("region 1", got, post, pre, dtype="float32", grid=(32, 32))
+        assert np.flatnonzero(m.col_profile).tolist() == list(cols)
+        assert said in m.summary(), m.summary()
+        assert ("every" in m.summary()) == (len(cols) == 4), m.summary()
+
+
 def test_histograms_ulps_and_keys():
     e = np.array([1.0, 1.0, 0.0, 2.0, np.inf, 3.0, 5.0, -1.5], np.float32)
     a = e.copy()

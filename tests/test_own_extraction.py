@@ -193,3 +193,25 @@ def test_a_copy_an_edit_a_lost_record_or_another_user_is_refused_as_before(extra
     for entry in state.iterdir():
         entry.unlink()  # the state directory lost the record
     refused(repro)
+
+
+def test_an_edit_to_any_field_the_extraction_vouches_for_ends_the_vouching(extracted):
+    """The extraction's record vouches for the recorded compile as a whole: the kernel,
+    the command, its directory, the source root, the translation unit and the include
+    directories the reproducer holds copies of (which decide what the recompile shadows).
+    An edit to any one of them since the extraction makes the reproducer anyone's again:
+    its outside -I needs --trust. Mutation caught: include_dirs left out of the digest (an
+    edited list still vouched for)."""
+    _, make = extracted
+    repro = make("own")
+    original = build_json(repro)
+    assert provenance.verify(repro, original) is None and original["include_dirs"]
+    edits = {"kernel": "other_kernel", "compile_command": [*original["compile_command"], "-DEXTRA=1"],
+             "cwd": original["cwd"] + "/..", "source_root": original["source_root"] + "/..", "tu": "other.cu",
+             "include_dirs": [*original["include_dirs"], "outside/9-more"]}
+    for field_name, value in edits.items():
+        build = {**original, field_name: value}
+        assert provenance.verify(repro, build) == "its recorded compile was edited since the extraction", field_name
+    path = repro / "source" / "build.json"
+    path.write_text(json.dumps({**original, "include_dirs": original["include_dirs"][1:]}))
+    assert provenance.verify(repro, build_json(repro)) is not None

@@ -73,6 +73,26 @@ def test_a_rebuilt_module_that_computes_otherwise_fails_at_its_launch(seq):
 
 
 
+def test_a_cubin_lacking_one_of_a_modules_launched_kernels_replaces_no_module(tmp_path):
+    """A bare cubin replaces the modules whose launched kernels it defines, every one of
+    them: seq_small's one module launches five kernels; its own cubin replaces it, and so
+    does nothing once one launched kernel (sp_bias, here renamed) is one the cubin lacks:
+    refused up front, not a module swapped in whose launch of that kernel then fails."""
+    from kerncap.replay.sequence_replay import variant_of
+
+    repro = shutil.copytree(Path(__file__).parent / "fixtures" / "captures" / "seq_small", tmp_path / "seq")
+    cap = Capture.open(repro)
+    cubin = cap.root / cap.sequence.modules[0].cubin
+    assert variant_of(cap, cubin).modules == {0: cubin}
+    path = repro / "capture" / "sequence.json"
+    doc = json.loads(path.read_text())
+    bias = next(k for k in doc["kernels"] if k["name"] == "_Z7sp_biasPfPKfPKji")
+    bias["name"] = "_Z7sp_biasPfPKfPKjii"  # rebuilt with another signature: not in the cubin
+    path.write_text(json.dumps(doc, indent=1))
+    with pytest.raises(KerncapError, match="defines none of the sequence's modules' kernels"):
+        variant_of(Capture.open(repro), cubin)
+
+
 def _mark(seq, states: dict[int, str]) -> None:
     """Marks regions as allocated or freed inside the window, as the capture records them:
     a freed region's post-state is its pre-state (nothing was read back after the free)."""
@@ -137,6 +157,26 @@ def test_a_fusion_skeleton_names_every_buffer_and_scalar_with_its_role(seq):
         api.fuse_skeleton(seq, 0, 1, "pair")
     with pytest.raises(UsageError, match="one launch"):
         api.fuse_skeleton(seq, 1, 1, "single")
+
+
+def test_a_buffer_one_launch_reads_and_a_later_one_writes_is_written_in_the_skeleton(seq):
+    """Launch 0 reads x through a const pointer, launch 1 then writes it (add(tmp, x): an
+    in-place update): the fused kernel writes x, so the skeleton declares it `float*`,
+    role written, whatever order its uses come in. Mutation caught: only a buffer of no
+    known signature upgraded to written (x stayed `const float*`, role read, and the fused
+    kernel's write to it would not compile)."""
+    path = seq / "capture" / "sequence.json"
+    doc = json.loads(path.read_text())
+    doc["launches"][1] = S._launch(1, 1, 0, [S.BASES["tmp"], S.BASES["x"]])
+    path.write_text(json.dumps(doc, indent=1))
+    source = api.fuse_skeleton(seq, 0, 1, "inplace")
+    config = json.loads((source.parent / "fusion.json").read_text())
+    buffers = {b["address"]: b for b in config["params"] if b["kind"] == "buffer"}
+    assert sorted(buffers) == [S.BASES["x"], S.BASES["tmp"]]
+    x = buffers[S.BASES["x"]]
+    assert (x["ctype"], x["role"], x["launches"]) == ("float*", "written", [0, 1])
+    assert (buffers[S.BASES["tmp"]]["ctype"], buffers[S.BASES["tmp"]]["role"]) == ("float*", "written")
+    assert f"    float* {x['name']},  // written; launch 0" in source.read_text()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").is_file(),

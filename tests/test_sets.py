@@ -115,6 +115,30 @@ def test_replay_set_reports_each_member_even_when_replay_is_unavailable(fake_set
     assert json.loads(json.dumps(run.to_dict()))["members"][1]["error"]
 
 
+def test_a_sets_row_says_inconclusive_when_a_member_could_not_tell_and_fail_when_one_differs(tmp_path):
+    """The History row of a set's build or baseline takes its verdict over every member's
+    inputs (session.sets.verdict): a member whose check could not tell (a region varying
+    with no dtype known) makes the row inconclusive, not fail; a member that differs
+    makes it fail whatever the others say."""
+    from kerncap.replay.differential import InputVerdict, ReproducerReport, TrustReport
+    from kerncap.replay.set_run import MemberRun, SetRun
+    from kerncap.reproducer.sets import Member
+    from kerncap.session.sets import verdict
+
+    def member(i: int, status: str) -> MemberRun:
+        report = ReproducerReport(f"members/{i}", KERNEL, None, [],
+                                  [InputVerdict("captured input", status, "byte-exact", changed_bytes=4096)])
+        return MemberRun(Member(i, tmp_path / "members" / str(i), 3 + i, 0.5, None),
+                         validation=TrustReport("v.cubin", 0, 0, [report]))
+
+    passing, unsure, wrong = member(0, "pass"), member(1, "inconclusive"), member(2, "fail")
+    assert verdict(SetRun(None, [passing, passing])) == ("pass", "")
+    v, detail = verdict(SetRun(None, [passing, unsure]))
+    assert v == "inconclusive" and detail.startswith("member(s) #1: inconclusive (INCONCLUSIVE on 2 inputs"), detail
+    v, detail = verdict(SetRun(None, [unsure, wrong]))
+    assert v == "fail" and detail.startswith("member(s) #1, #2 differ (FAIL on 2 inputs"), detail
+
+
 def test_a_set_is_refused_where_one_reproducer_is_needed(fake_set, tmp_path):
     with pytest.raises(KerncapError, match="--prune works on one reproducer"):
         fake_set(tmp_path / "set", prune=True)

@@ -139,6 +139,41 @@ def test_attach_without_records_names_the_run_dir(tmp_path, hook_run):
         attach_triton(root, capture, tmp_path)
 
 
+def test_the_captured_launch_is_the_one_all_of_whose_tensors_are_the_captures(hook_run, tmp_path):
+    """Among the hook's launches of the captured grid, the captured one is the launch each
+    of whose tensor pointers is a parameter of the capture. A later launch that shares
+    only some of them (the same input, another output: the app's next call) is not it,
+    though it comes last. Mutation caught: a launch sharing any one pointer taken for the
+    captured one (its tensors' shapes and dtypes would then describe the wrong call)."""
+    import copy
+    import shutil
+
+    from kerncap.triton import records
+
+    run_dir, result = hook_run
+    root = tmp_path / "repro"
+    root.mkdir()
+    capture = build_capture(root, bytes.fromhex(result["cubins"]["2"]), result["ptrs"], [16, 1, 1], num_warps=2)
+    chosen = records.select(capture, run_dir)
+    assert chosen.launch_match == "params+grid" and not chosen.warnings
+    ptrs = [a["data_ptr"] for a in chosen.launch["args"] if a.get("kind") == "tensor"]
+    assert len(ptrs) == 3 and set(ptrs) <= set(result["ptrs"])
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    [path] = run.glob("triton-*.json")
+    doc = json.loads(path.read_text())
+    record = doc["kernels"][chosen.record["cubin_sha256"]]
+    later = copy.deepcopy(chosen.launch)
+    tensors = [a for a in later["args"] if a.get("kind") == "tensor"]
+    for arg in tensors[1:]:  # x stays the capture's; y and out are another call's
+        arg["data_ptr"] += 1 << 20
+    record["launches"].append(later)
+    path.write_text(json.dumps(doc))
+    again = records.select(capture, run)
+    assert again.launch_match == "params+grid" and not again.warnings
+    assert [a["data_ptr"] for a in again.launch["args"] if a.get("kind") == "tensor"] == ptrs
+
+
 def test_region_dtypes_come_from_the_tensor_arguments(reproducer):
     root, capture, _ = reproducer
     assert region_dtypes(root, capture) == {0: "float32", 1: "float32", 2: "float32"}
