@@ -569,3 +569,27 @@ def test_extract_selects_a_sequence_through_the_engines_arguments(root, monkeypa
     assert nvtx.is_error and "stopped by the test" in nvtx.content[0].text
     assert seen["sequence"] == api.SequenceRequest("nvtx") and seen["selection"].nvtx == "step.1/layer.1"
     assert seen["dispatch"] == 2 and seen["output"].name.startswith("step.1_layer.1")
+
+
+def test_profile_returns_the_last_lines_the_app_wrote(tmp_path, monkeypatch):
+    """An app's output never reaches the stdio transport: `profile` returns its tail, the
+    last APP_OUTPUT_LINES lines (an error an app prints last is what an agent needs), not
+    its first ones. The app is test_profile_run's stand-in: it writes the profile the
+    capture library would (an empty KERNCAP_INJECT_LIB stands for the library)."""
+    from test_profile_run import KERNELS, PROFILING_APP
+
+    from kerncap.frontends.mcp_server import APP_OUTPUT_LINES
+
+    app = tmp_path / "app.py"
+    app.write_text(PROFILING_APP)
+    lib = tmp_path / "libkerncap_inject.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
+    lines = [f"line {i}" for i in range(APP_OUTPUT_LINES + 60)]
+    spec = {"kernels": KERNELS, "stderr": lines}
+    [r] = call(build_server([tmp_path]), ("profile", {"command": [sys.executable, str(app)],
+                                                      "env": {"FAKE_SPEC": json.dumps(spec)}}))
+    assert not r.is_error, r.content[0].text
+    tail = r.structured_content["app_output_tail"]
+    assert tail == [f"stderr: {line}" for line in lines[-APP_OUTPUT_LINES:]], tail[:3]
+    assert [k["name"] for k in r.structured_content["kernels"]] == ["_Z4gemmPf", "add_kernel"]

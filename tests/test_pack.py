@@ -311,3 +311,17 @@ def test_cli_pack_unpack(tmp_path, capsys):
     assert "kerncap unpack: error:" in err and str(out) in err and "hint:" in err and "truncated" in err
     assert main(["unpack", str(tmp_path / "missing.kcap")]) == 3
     assert "cannot open" in capsys.readouterr().err
+
+
+def test_cli_unpack_holds_a_pack_to_the_max_bytes_given(tmp_path, capsys):
+    """`--max-bytes SIZE` is the limit the CLI applies, not only its usage check: a pack
+    declaring more than SIZE is refused before anything is written, one of less unpacks."""
+    out = tmp_path / "a.kcap"
+    declared = pack(AXPY, out).logical
+    assert 1024 < declared < 1 << 30
+    assert main(["unpack", str(out), "-o", str(tmp_path / "small"), "--max-bytes", "1K"]) == 3
+    err = capsys.readouterr().err
+    assert "more than the 1.0 KiB kerncap unpacks (--max-bytes)" in err, err
+    assert not (tmp_path / "small").exists()
+    assert main(["unpack", str(out), "-o", str(tmp_path / "fits"), "--max-bytes", "1G"]) == 0
+    assert main(["info", str(tmp_path / "fits")]) == 0

@@ -262,6 +262,10 @@ def _edit(seq: Path, change) -> None:
     (lambda d: d["steps"][1].update(event=d["events"]), "steps[1].event"),
     # a launch step on a stream that exists, but not the one its launch ran on
     (lambda d: d["steps"][0].update(stream=1), "steps[0].stream"),
+    # a module's global one past the manifest's last (the synthetic manifest has none)
+    (lambda d: d["modules"][0].update(globals=[0]), "modules[0].globals[0]"),
+    # a sequence.json of a format this kerncap does not know
+    (lambda d: d.update(format_version=2), "format_version"),
 ])
 def test_an_edited_sequence_manifest_is_refused_naming_the_field(seq, change, field):
     _edit(seq, change)

@@ -103,6 +103,23 @@ def test_sanitize_is_one_result_through_the_cli_and_mcp(repro, fake_tools, tmp_p
     assert from_cli["label"] == "variants/1.cubin" and bool(from_cli["errors"]) == bool(status)
 
 
+def test_sanitize_runs_the_tool_named_through_the_cli_and_mcp(repro, fake_tools, tmp_path, capsys):
+    """`--tool racecheck` (MCP's `tool`) is the tool compute-sanitizer runs and the one the
+    result and its stored log name, not the default memcheck."""
+    argv_file = fake_tools("ok", log="race.racecheck.log")
+    assert cli.main(["sanitize", str(repro), "--tool", "racecheck", "--json"]) == 1
+    from_cli = json.loads(capsys.readouterr().out)
+    ran = json.loads(argv_file.read_text())
+    assert ran[ran.index("--tool") + 1] == "racecheck", ran
+    assert from_cli["tool"] == "racecheck" and from_cli["log"].endswith("racecheck.log"), from_cli
+    argv_file.unlink()
+    answer = _call(tmp_path, "sanitize", {"reproducer": str(repro), "tool": "racecheck"})
+    assert not answer.is_error, answer.content[0].text
+    ran = json.loads(argv_file.read_text())
+    assert ran[ran.index("--tool") + 1] == "racecheck", ran
+    assert _sanitized(answer.structured_content) == _sanitized(from_cli)
+
+
 def test_a_set_refuses_sanitize_in_both_front_ends(fake_set, tmp_path, capsys):
     root = fake_set(tmp_path / "set").set_dir
     assert cli.main(["sanitize", str(root), "--json"]) == 2
