@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -816,16 +817,22 @@ def main() -> int:
             if count != 1:
                 print(f"{m.name}: the snippet occurs {count} times in {m.path}; update the mutation")
                 return 2
-        rows, missed, left, unmutated_ok = [], [], [], set()
+        rows, missed, left, unmutated_ok, cannot = [], [], [], set(), {}
         for m in chosen:
             if args.budget is not None and time.monotonic() - started > args.budget:
                 left.append(m.name)
+                continue
+            if m.tests in cannot:
                 continue
             if m.tests not in unmutated_ok:  # the tests pass unmutated first (once per set of tests)
                 rc, last, seconds = run_tests(tree, m.tests)
                 if rc != 0:
                     print(f"unmutated tree: {' '.join(m.tests)} fails already ({last}); fix that first")
                     return 2
+                if not _ran(last):  # every test skipped here (no nvcc, no native build): no verdict
+                    cannot[m.tests] = last
+                    print(f"not run {m.name}  [{' '.join(m.tests)}: {last}: nothing runs on this machine]", flush=True)
+                    continue
                 unmutated_ok.add(m.tests)
             path = tree / m.path
             original = path.read_text()
@@ -840,9 +847,16 @@ def main() -> int:
             rows.append(m.name)
             print(f"{'caught' if caught else 'MISSED':6}  {m.name}  [{' '.join(m.tests)}: {last}] ({seconds:.0f} s)",
                   flush=True)
+    skipped = [m.name for m in chosen if m.tests in cannot]
     print(f"\n{len(rows) - len(missed)} of {len(rows)} mutations caught" + (f"; missed: {', '.join(missed)}" if missed else "")
-          + (f"; not run (--budget {args.budget:g} s): {', '.join(left)}" if left else ""))
+          + (f"; not run (--budget {args.budget:g} s): {', '.join(left)}" if left else "")
+          + (f"; not run (their tests skip here): {', '.join(skipped)}" if skipped else ""))
     return 0 if not missed else 1
+
+
+def _ran(last: str) -> bool:
+    """Whether pytest's summary line says a test passed (not only skipped or deselected)."""
+    return re.search(r"\b\d+ passed\b", last) is not None
 
 
 if __name__ == "__main__":

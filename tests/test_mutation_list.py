@@ -9,12 +9,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _mutations():
+def _module():
     spec = importlib.util.spec_from_file_location("kerncap_mutations", REPO / "tests" / "mutations.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, mod)  # dataclasses look their module up there
     spec.loader.exec_module(mod)
-    return mod.MUTATIONS
+    return mod
+
+
+def _mutations():
+    return _module().MUTATIONS
 
 
 def test_every_mutation_applies_once_and_names_tests_that_exist():
@@ -32,3 +36,14 @@ def test_every_mutation_applies_once_and_names_tests_that_exist():
 def test_mutation_names_are_unique():
     names = [m.name for m in _mutations()]
     assert len(names) == len(set(names))
+
+
+def test_tests_that_only_skip_here_give_no_verdict():
+    """CI has no nvcc and no native build: a mutation whose tests all skip there would pass
+    unmutated and mutated alike and read as MISSED, failing CI for a machine's reason. Only
+    a summary that counts a passed test lets a mutation be judged."""
+    ran = _module()._ran
+    assert ran("3 passed in 1.2s") and ran("1 failed, 2 passed, 4 deselected in 0.9s")
+    assert ran("2 passed, 10 skipped in 0.4s")
+    assert not ran("10 skipped in 0.3s") and not ran("12 deselected in 0.2s")
+    assert not ran("no tests ran in 0.1s") and not ran("1 skipped, 3 deselected in 0.2s")
