@@ -53,6 +53,9 @@ def edit_manifest(repro: Path, change) -> Path:
     (lambda m: m["regions"][1].update(id=0), "lists a region id twice"),
     (lambda m: m["regions"][1].update(base=m["regions"][0]["base"] + 8), "overlaps another"),
     (lambda m: m["regions"][0].update(pre=[]), "regions[0].pre/post list 0/1 chunks, expected 1"),
+    # the post-state list checked too, not only the pre-state one (mutation caught: its count skipped)
+    (lambda m: m["regions"][1].update(post=m["regions"][1]["post"][:-1]), "regions[1].pre/post list"),
+    (lambda m: m["regions"][0].update(post=[*m["regions"][0]["post"], None]), "regions[0].pre/post list 1/2 chunks"),
 ])
 def test_manifest_fields_are_named(repro, change, field, capsys):
     path = edit_manifest(repro, change)

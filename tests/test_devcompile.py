@@ -347,6 +347,18 @@ def test_module_id_is_cut_out_by_its_length():
     assert module_id.module_ids([anon]) == {"_e7fc82dc_4_g_cu__Z1kPf"}
 
 
+def test_names_of_several_translation_units_carry_no_one_module_id():
+    """Globals of a module linked from two TUs (-rdc) carry two module ids: that is no one
+    TU's id, so none is handed to cicc (a variant of one TU named after the other would
+    have its globals restored from the other TU's). Mutation caught: one of the ids
+    returned."""
+    other_tu = "_ZN32_INTERNAL_e7fc82dc_4_g_cu__Z1kPf4cuda3std3__45__cpo5beginE"
+    assert module_id.module_ids([CPO, other_tu]) == {"_1600f83a_6_eam_cu_main", "_e7fc82dc_4_g_cu__Z1kPf"}
+    assert module_id.module_id([CPO, other_tu]) is None
+    assert module_id.module_id([CPO, IGNORE]) == "_1600f83a_6_eam_cu_main"  # one TU's names, twice over
+    assert module_id.global_names_for([CPO, other_tu], {CPO}) == {CPO: CPO, other_tu: None}
+
+
 def test_globals_are_matched_under_another_module_id():
     other = "_e7fc82dc_4_g_cu__Z1kPf"
     renamed = module_id.rename(IGNORE, "_1600f83a_6_eam_cu_main", other)
@@ -419,6 +431,36 @@ def test_plan_finds_nvccs_three_steps(tmp_path):
     argv = phases.cicc_argv(p, tmp_path / "reduced.ii", tmp_path / "id", ["--diag_suppress=177"], None)
     assert "--gen_module_id_file" not in argv and argv[argv.index("--module_id_file_name") + 1] == str(tmp_path / "id")
     assert str(tmp_path / "reduced.ii") in argv and str(p.ii) not in argv and argv[1] == "--diag_suppress=177"
+
+
+def test_plan_strips_the_redirections_of_a_threaded_nvcc(tmp_path):
+    """`nvcc --threads N` (CMake's CUDA_FLAGS often hold `-t N`) writes each step of its dry
+    run with the shell's redirections of its output behind it (`> /tmp/tmpxft_…_stdout
+    2>/tmp/tmpxft_…_stderr`, as nvcc 13.0 prints them, below): they are not the step's
+    arguments, and cicc or ptxas handed `>` and a file name would fail. An nvcc stand-in
+    prints that dry run (no toolkit needed). Mutation caught: the redirections kept."""
+    tmp = "/tmp/tmpxft_000076d2_00000000-3_275c3e00"
+    dry = "\n".join([
+        "#$ _HERE_=/usr/local/cuda-13.0/bin",
+        "#$ CICC_PATH=/usr/local/cuda-13.0/bin/../nvvm/bin",
+        f'#$ gcc -D__CUDA_ARCH__=900 -E -x c++ -D__CUDACC__ -m64 "k.cu" -o "{tmp_path}/k.cpp1.ii"  '
+        f"> {tmp}_1_stdout 2>{tmp}_1_stderr",
+        f'#$ "$CICC_PATH/cicc" --c++17 -arch compute_90 -m64 --gen_module_id_file --module_id_file_name '
+        f'"{tmp_path}/k.module_id" "{tmp_path}/k.cpp1.ii" -o "{tmp_path}/k.ptx" > {tmp}_2_stdout 2>{tmp}_2_stderr',
+        f'#$ ptxas -arch=sm_90 -m64  "{tmp_path}/k.ptx"  -o "k.cubin"  > {tmp}_3_stdout 2>{tmp}_3_stderr', ""])
+    (tmp_path / "dryrun.txt").write_text(dry)
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\ncat '{tmp_path / 'dryrun.txt'}' >&2\n")
+    nvcc.chmod(0o755)
+    p = phases.plan([str(nvcc), "-t", "2", "-arch=sm_90", "-cubin", "-o", "k.cubin", "k.cu"], tmp_path, tmp_path,
+                    env={"PATH": "/usr/bin:/bin"})
+    assert p.preprocess.argv[-2:] == ["-o", f"{tmp_path}/k.cpp1.ii"]
+    assert p.cicc.argv[0] == "/usr/local/cuda-13.0/bin/../nvvm/bin/cicc"
+    assert p.cicc.argv[-2:] == ["-o", f"{tmp_path}/k.ptx"] and p.ptxas.argv[-2:] == ["-o", "k.cubin"]
+    for step in (p.preprocess, p.cicc, p.ptxas):
+        assert not any(">" in w or w.startswith(tmp) for w in step.argv), step.argv
+    argv = phases.cicc_argv(p, tmp_path / "reduced.ii", tmp_path / "id", [], None)
+    assert argv[-3:] == [str(tmp_path / "reduced.ii"), "-o", f"{tmp_path}/k.ptx"]
 
 
 def test_exception_specifications_and_trailers():

@@ -229,3 +229,35 @@ def test_a_translation_unit_edited_after_its_build_is_only_likely(tmp_path):
     edited = discover("_Z12axpy_inplacefPKfPfi", tmp_path).report()
     assert (edited["translation_unit"], edited["confidence"]) == ("src/axpy.cu", "likely")
     assert edited["notes"] == [f"{tu.resolve()} is newer than its object {cubin}: the tree changed since the build"]
+
+
+def test_grep_follows_a_kernel_macro_that_names_its_kernel_after_a_later_parameter(tmp_path):
+    """A kernel macro whose first parameter is not the kernel's name
+    (`KC_KERNEL(bounds, name)`): the definition is found by the argument in the name's
+    place, never by the one in the first. Mutation caught: the macro's naming parameter
+    taken to be its first."""
+    (tmp_path / "k.cu").write_text(
+        "#define KC_KERNEL(bounds, name) __global__ void __launch_bounds__(bounds) name\n"
+        "KC_KERNEL(256, scale_f)(float* p) { p[0] = 1; }\n"
+        "KC_KERNEL(128, scale_h)(short* p) { p[0] = 1; }\n")
+    hits = find_definitions(tmp_path, "scale_h")
+    assert [(h.file.name, h.line, h.via_macro) for h in hits] == [("k.cu", 3, "KC_KERNEL")]
+    assert find_definitions(tmp_path, "256") == [] and find_definitions(tmp_path, "128") == []
+
+
+def test_without_a_demangler_a_namespaced_kernel_is_found_by_its_own_name(tmp_path, monkeypatch):
+    """No c++filt on PATH: the base name of a mangled nested name is read from the
+    mangling itself, and it is the kernel's (the innermost name), not its namespace's, so
+    the grep finds `kcfix::inner::deep_kernel`. Mutation caught: the first source name of
+    the mangling taken (the namespace)."""
+    from kerncap.sources.names import base_name
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "deep.cu").write_text("namespace kcfix { namespace inner {\n"
+                                 "__global__ void deep_kernel(float* p) { p[0] = 1; }\n} }\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # neither c++filt nor cu++filt
+    assert base_name("_ZN5kcfix5inner11deep_kernelEPf") == "deep_kernel"
+    assert base_name("_Z12scale_kernelIfEvPT_iS0_") == "scale_kernel"  # not nested: its one name
+    report = discover("_ZN5kcfix5inner11deep_kernelEPf", tmp_path).report()
+    assert (report["translation_unit"], report["method"]) == ("src/deep.cu", "grep")

@@ -126,3 +126,25 @@ def test_one_look_serves_a_sets_members(monkeypatch):
     now[0] += stack._STACK_TTL_S + 0.1
     stack.running_stack(uuid="GPU-1")
     assert looks == ["GPU-1", "GPU-2", "GPU-1"]
+
+
+def test_a_look_for_one_python_does_not_answer_for_another(monkeypatch):
+    """The packages come from the app's own Python: a look taken for kerncap's interpreter
+    (a native app) does not answer, within its TTL, for a Python app's venv on the same
+    GPU, nor one venv's for another's. Mutation caught: the cache keyed by the GPU alone."""
+    looks = []
+
+    def look(uuid, index, python):
+        looks.append(python)
+        return {"gpu": {"uuid": uuid}, "packages": {"torch": None if python is None else f"torch of {python}"}}
+
+    monkeypatch.setattr(stack, "_look_at_stack", look)
+    monkeypatch.setattr(stack.time, "monotonic", lambda: 100.0)
+    assert stack.running_stack(uuid="GPU-1")["packages"] == {"torch": None}
+    venv = stack.running_stack(uuid="GPU-1", python="/venv/bin/python3")
+    assert venv["packages"] == {"torch": "torch of /venv/bin/python3"}
+    other = stack.running_stack(uuid="GPU-1", python="/other/bin/python3")
+    assert other["packages"] == {"torch": "torch of /other/bin/python3"}
+    assert looks == [None, "/venv/bin/python3", "/other/bin/python3"]
+    stack.running_stack(uuid="GPU-1", python="/venv/bin/python3")  # the same one again: answered from the look
+    assert len(looks) == 3
