@@ -701,6 +701,36 @@ MUTATIONS = [
              "engine/kerncap/reproducer/format.py",
              "                if len(r.pre) != n or len(r.post) != n:", "                if len(r.pre) != n:",
              ("tests/test_damaged_input.py", "-k", "fields_are_named")),
+    # -- a seventh fresh audit, part j (sixteenth session): six in the session's verbs (validate's
+    # plan, compare's confidence), api.open's order, apply's check verdict and timing, the recompile's arch --
+    Mutation("validate: a session's second validation with another --keep reuses the first one's plan", "validation",
+             "engine/kerncap/session/session.py",
+             "        key = (tuple(r.keep), tuple(sorted(r.region_dtypes.items())))",
+             "        key = (tuple(sorted(r.region_dtypes.items())),)",
+             ("tests/test_differential.py", "-k", "keep")),
+    Mutation("compare: --confidence is ignored (the interval at the default 99 %)", "significance",
+             "engine/kerncap/session/session.py",
+             "                                                confidence=r.confidence, inputs=inputs)",
+             "                                                inputs=inputs)",
+             ("tests/test_session_parity.py", "-k", "compare")),
+    Mutation("api.open: the sequence order is ignored (streams always)", "front ends", "engine/kerncap/api.py",
+             "        session.use_order(order)", "        pass",
+             ("tests/test_mcp_sequences.py", "tests/test_sequences.py")),
+    Mutation("apply --check: an output file that differs (--compare-output) passes when every launch matched", "apply",
+             "engine/kerncap/capture/apply.py",
+             "        return (self.mismatch is None and not self.output_files and self.unsteady is None",
+             "        return (self.mismatch is None and self.unsteady is None",
+             ("tests/test_apply.py",)),
+    Mutation("apply timing: the launches substituted per run are the last run's (an as-is run's 0 after an even "
+             "number of rounds)", "apply",
+             "engine/kerncap/capture/apply.py",
+             "            if substitute:\n                substituted = r.substituted",
+             "            if True:\n                substituted = r.substituted",
+             ("tests/test_apply.py",)),
+    Mutation("recompile: a family-specific target (sm_100f) is compiled as plain sm_100", "recompile",
+             "engine/kerncap/recompile/cuda.py",
+             '    for suffix in ("a", "f"):', '    for suffix in ("a",):',
+             ("tests/test_recompile.py", "-k", "arch")),
 ]
 
 

@@ -367,6 +367,64 @@ def test_a_check_that_compared_nothing_gives_no_verdict(tmp_path):
     assert files.passed and files.files_compared == 1 and files.verdict == "pass"
 
 
+def test_an_output_file_that_differs_fails_the_check_when_every_launch_matched(tmp_path):
+    """--compare-output names the app's own result: a variant whose launches all fingerprint
+    alike but whose run writes another file (a later kernel, the host, reads its output
+    differently) fails the check (exit 1, "fail" on the History row); the same file both
+    ways passes."""
+    from kerncap.capture.apply import Apply, ApplyResult, RunResult, Target, run_check
+
+    class Writes(Apply):
+        differs = True  # the variant's run writes another result
+
+        def run(self, *, substitute, check=False, dump_at=None, profile=False):
+            (tmp_path / "out.txt").write_text("2.0" if substitute and self.differs else "1.0")
+            prints = [{"launch": i, "param": 0, "bytes": 64, "hash": f"{i:016x}"} for i in range(3)]
+            report = {"launches": 3, "substituted": 3 if substitute else 0, "fingerprints": prints}
+            return RunResult(seconds=0.0, returncode=0, reports=[report], profiles=[], procs=[],
+                             run_dir=Path(tempfile.mkdtemp(dir=tmp_path)))
+
+    def job(differs: bool) -> Writes:
+        j = Writes(root=tmp_path, target=Target("_Z1kv", "k()", "0" * 64, [], [0]), variant=tmp_path / "v.cubin",
+                   command=["app"], quiet=True, cwd=str(tmp_path))
+        j.differs = differs
+        return j
+
+    r = run_check(job(True), ["out.txt"])
+    assert r.mismatch is None and r.compared == 3 and r.output_files == ["out.txt"]
+    assert not r.passed and not r.inconclusive and r.verdict == "fail"
+    assert "check: output file out.txt differs" in r.text()
+    result = ApplyResult(variant=tmp_path / "v.cubin", launches=3, substituted=3, check=r, timing=None,
+                         skipped_globals=[])
+    assert result.exit_status == 1 and result.in_app(["app"])["check"] == "fail"
+    same = run_check(job(False), ["out.txt"])
+    assert same.passed and same.verdict == "pass" and same.output_files == []
+
+
+def test_the_timing_alternates_the_runs_and_counts_the_variants_substitutions(tmp_path):
+    """run_timing runs the app as is and with the variant in ABBA order (drift falls on both
+    sides alike) and reports the launches substituted in a run with the variant, whichever
+    side ran last in the final round (an even number of rounds ends on an as-is run)."""
+    from kerncap.capture.apply import Apply, RunResult, Target, run_timing
+
+    class Timed(Apply):
+        def run(self, *, substitute, check=False, dump_at=None, profile=False):
+            self.order.append(substitute)
+            prof = {"kernels": [{"name": "_Z1kv", "demangled": "k()", "total_ns": 2e6 if substitute else 3e6,
+                                 "calls": 4}]}
+            return RunResult(seconds=1.0, returncode=0, reports=[{"launches": 4, "substituted": 4 * substitute}],
+                             profiles=[prof], procs=[], run_dir=Path(tempfile.mkdtemp(dir=tmp_path)))
+
+    for runs in (5, 6):
+        job = Timed(root=tmp_path, target=Target("_Z1kv", "k()", "0" * 64, [], [0]), variant=tmp_path / "v.cubin",
+                    command=["app"], quiet=True)
+        job.order = []
+        t = run_timing(job, runs)
+        assert job.order == [False, True, True, False, False, True, True, False, False, True, True, False][:2 * runs]
+        assert t.substituted == 4 and "(as is / with the variant; 4 launch(es) substituted per run)" in t.text("k")
+        assert len(t.app_s[0]) == len(t.app_s[1]) == runs and abs(t.kernel_interval.speedup - 1.5) < 1e-9
+
+
 def test_the_compilers_own_constants_are_not_mirrored_into_the_variant():
     """A module's `$str…` and `__unnamed_N` are numbered per build: a reduced variant's
     `$str$1` can be another string (ggml's mmq TU: 100 bytes against the captured 61), so

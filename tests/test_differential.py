@@ -206,6 +206,21 @@ def test_keep_leaves_a_region_alone_and_a_missing_one_is_named(reproducer):
     assert "its regions are 0, 1" in err.value.hint
 
 
+def test_one_sessions_validations_each_follow_their_own_keep(reproducer):
+    """A session (the workbench's, one in MCP's pool) plans its perturbations once per
+    request shape: a second validation with --keep 0 leaves region 0 alone, and a third
+    without it perturbs region 0 again, on the same session."""
+    from kerncap import api
+
+    cubin = str(reproducer.parent / "same.cubin")
+    kept = "not perturbed: region 0 +0x0 (16 KiB float32): argument 1 `float const*`; kept (--keep)"
+    with api.open(reproducer, compile_worker=False) as s:
+        plans = [s.validate(api.ValidateRequest(cubin=cubin, perturb=2, keep=keep)).reproducers[0].plan
+                 for keep in ((), (0,), ())]
+    assert [kept in p for p in plans] == [False, True, False], plans
+    assert plans[0] == plans[2]
+
+
 def test_reproducer_without_known_dtypes_says_so_and_validates_the_rest(reproducer):
     manifest = reproducer / "capture" / "manifest.json"
     m = json.loads(manifest.read_text())

@@ -152,6 +152,28 @@ def test_device_flags_drop_host_and_output_flags():
     assert device_flags(argv, Path("/t/a.cu"), Path("/t/build")) == ["-DX=1", "-Iinc", "-lineinfo", "-x", "cu", "-Xcompiler=-fPIC"]
 
 
+def test_the_arch_is_the_captured_gpus_with_the_suffix_the_apps_build_used():
+    """-arch=sm_XX of the captured GPU, keeping an arch-specific (`a`) or family-specific
+    (`f`) target the app's build compiled for, spelled as sm_ or compute_; a suffix of
+    another GPU's arch is not taken; without the GPU's compute capability, build.json's arch."""
+    from types import SimpleNamespace as NS
+
+    from kerncap.recompile.cuda import arch_flag
+
+    def on(major: int, minor: int):
+        return NS(provenance={"gpu": {"name": "synthetic", "cc": [major, minor]}})
+
+    assert arch_flag({}, on(9, 0), ["nvcc", "-O3", "-c", "k.cu"]) == "sm_90"
+    assert arch_flag({}, on(9, 0), ["nvcc", "-gencode", "arch=compute_90a,code=sm_90a"]) == "sm_90a"
+    assert arch_flag({}, on(9, 0), ["nvcc", "-arch=compute_90a"]) == "sm_90a"
+    assert arch_flag({}, on(10, 0), ["nvcc", "--generate-code=arch=compute_100f,code=[sm_100f]"]) == "sm_100f"
+    assert arch_flag({}, on(10, 0), ["nvcc", "-arch=compute_100f"]) == "sm_100f"
+    assert arch_flag({}, on(9, 0), ["nvcc", "-gencode", "arch=compute_100a,code=sm_100a", "-arch=sm_90"]) == "sm_90"
+    assert arch_flag({"arch": "sm_86"}, NS(provenance={}), ["nvcc"]) == "sm_86"
+    with pytest.raises(KerncapError, match="does not record the GPU's compute capability"):
+        arch_flag({}, NS(provenance={"gpu": {}}), ["nvcc"])
+
+
 def test_missing_host_compiler_is_dropped(tmp_path):
     from kerncap.recompile.cuda import device_flags
 

@@ -121,6 +121,20 @@ def test_replay_and_compare_are_one_result_in_every_front_end(repro, tmp_path, c
     assert mcp_cmp["programs"][1]["interval"]["verdict"] == "slower"
 
 
+def test_compare_confidence_reaches_the_interval_in_every_front_end(repro, tmp_path, capsys):
+    """--confidence (MCP's `confidence`, CompareRequest.confidence) is the interval's: the
+    comparison and each variant's interval say 0.9, not the 0.99 default."""
+    slow = str(tmp_path / "slow.cubin")
+    _, from_cli = cli_json(capsys, "replay", str(repro), "--compare", slow, "--rounds", "6", "-n", "4",
+                           "--confidence", "0.9")
+    [from_mcp] = mcp(tmp_path, ("compare", {"reproducer": str(repro), "cubins": [slow], "rounds": 6, "iterations": 4,
+                                            "confidence": 0.9}))
+    with api.open(repro, compile_worker=False) as s:
+        from_api = s.compare(api.CompareRequest(cubins=(slow,), rounds=6, iterations=4, confidence=0.9)).to_dict()
+    for doc in (from_cli, from_mcp, from_api):
+        assert doc["confidence"] == 0.9 and doc["programs"][1]["interval"]["confidence"] == 0.9, doc
+
+
 def test_info_is_one_result_in_every_front_end(repro, tmp_path, capsys):
     _, from_cli = cli_json(capsys, "info", str(repro))
     [from_mcp] = mcp(tmp_path, ("info", {"reproducer": str(repro)}))
