@@ -731,6 +731,30 @@ MUTATIONS = [
              "engine/kerncap/recompile/cuda.py",
              '    for suffix in ("a", "f"):', '    for suffix in ("a",):',
              ("tests/test_recompile.py", "-k", "arch")),
+    # -- a sixth fresh audit, part i (sixteenth session): five in the workbench (m after a range, the
+    # Source tree on another launch, a Log line written once shown, a superseded build, ncu's timeout) --
+    Mutation("workbench: m after a marked range extends it instead of starting a new one", "workbench",
+             "kerncap_tui/widgets/profile_pane.py",
+             "        if old is not None and old[0] == old[1]:", "        if old is not None:",
+             ("tests/tui/test_fusion_view.py", "-k", "m_after_a_marked_range")),
+    Mutation("workbench: the Source tree stays on the first launch's kernel when another launch is selected",
+             "workbench", "kerncap_tui/widgets/source_pane.py",
+             "            tree.path, tree.display = source_dir, True", "            tree.display = True",
+             ("tests/tui/test_sequence_view.py", "tests/tui/test_fusion_view.py", "-k",
+              "follows_its_launch or fusion_open_in_source")),
+    Mutation("workbench: a Log line written once the pane is shown wraps at the console's width", "workbench",
+             "kerncap_tui/widgets/log_pane.py",
+             "        self.write(text, width=self.wrapped_at or None)", "        self.write(text)",
+             ("tests/tui/test_terminal.py", "-k", "logged_while")),
+    Mutation("workbench: a build superseded by a newer one still records its row", "workbench",
+             "kerncap_tui/app.py",
+             "cancelled=lambda: worker.is_cancelled", "cancelled=lambda: False",
+             ("tests/tui/test_sequence_view.py", "-k", "superseded")),
+    Mutation("workbench: Nsight Compute runs unbounded by KERNCAP_TOOL_TIMEOUT", "workbench",
+             "kerncap_tui/inspect_actions.py",
+             "r = session.ncu(cubin, timeout=self.tool_timeout, cancel=cancel, progress=progress)",
+             "r = session.ncu(cubin, cancel=cancel, progress=progress)",
+             ("tests/tui/test_inspect.py", "-k", "hanging_ncu")),
 ]
 
 

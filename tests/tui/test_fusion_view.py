@@ -212,6 +212,34 @@ def test_the_engines_refusals_are_shown_as_they_are(repro, settle):
     asyncio.run(run())
 
 
+def test_m_after_a_marked_range_starts_a_new_range_on_the_launch(repro, settle):
+    """m once a range is marked (both ends) starts a new range on the launch under the cursor,
+    whichever launch that is: the range is not stretched to it (F would fuse launches the user
+    did not mark), and its first end alone is drawn and named in the status line; m on it again
+    clears it."""
+    async def run():
+        app = KerncapApp(repro)
+        async with app.run_test(size=(160, 44)) as pilot:
+            await settle(pilot)
+            profile = app.query_one(ProfilePane)
+            table = profile.query_one(DataTable)
+            await _mark(pilot, settle, 0, 1)
+            assert profile.marked == (0, 1)
+            await pilot.press("m")  # the cursor still on launch 1, the range's last end
+            assert profile.marked == (1, 1)
+            assert [r[0] for r in _cells(table)] == ["0", "◆ 1"]
+            assert "range from 1: m on its last launch" in str(profile.query_one("#profile-status", Static).content)
+            await pilot.press("m")
+            assert profile.marked is None and [r[0] for r in _cells(table)] == ["0", "1"]
+            await _mark(pilot, settle, 1, 0)
+            table.move_cursor(row=0)
+            await settle(pilot)
+            await pilot.press("m")  # on the range's first end: a new range there too
+            assert profile.marked == (0, 0) and [r[0] for r in _cells(table)] == ["◆ 0", "1"]
+
+    asyncio.run(run())
+
+
 def _marked_then(settle, *keys):
     """A snapshot's run_before: launches 0-1 marked for a fusion, then `keys` pressed."""
     async def run_before(pilot):

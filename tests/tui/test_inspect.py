@@ -152,6 +152,27 @@ async def test_hanging_sanitizer_is_bounded_and_the_workbench_stays_responsive(s
 
 
 @sync
+async def test_a_hanging_ncu_is_bounded_by_the_tool_timeout(settle, make_app, tmp_path, monkeypatch):
+    """n on a variant whose run never answers: KERNCAP_TOOL_TIMEOUT bounds Nsight Compute as it
+    bounds compute-sanitizer (above): past 1 s the stand-in ncu and its replay server are
+    killed, the failure named with the bound, and the tool lock released. Without the bound
+    ncu's own default (600 s) holds the workbench's one tool run; the wait below only bounds
+    that failure."""
+    install_fake_tools(tmp_path / "bin", monkeypatch, "hang")
+    monkeypatch.setenv("KERNCAP_TOOL_TIMEOUT", "1")
+    app = make_app()
+    said = _record_notifications(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        _select_variant(app, 1)
+        await pilot.press("n")
+        assert app.query_one(ToolProgress).has_class("running")
+        await _wait(pilot, lambda: not app.query_one(ToolProgress).has_class("running"), 30)
+        assert any("did not finish within 1 s" in m for m in said), said
+        assert app._tool_cancel is None
+
+@sync
 async def test_cancel_kills_the_tool(settle, make_app, tmp_path, monkeypatch):
     argv = install_fake_tools(tmp_path / "bin", monkeypatch, "hang")
     app = make_app()

@@ -24,7 +24,7 @@ from kerncap_tui.messages import SourceChanged  # noqa: E402
 from kerncap_tui.widgets.history_pane import HistoryPane  # noqa: E402
 from kerncap_tui.widgets.memory_pane import MemoryPane  # noqa: E402
 from kerncap_tui.widgets.profile_pane import ProfilePane  # noqa: E402
-from kerncap_tui.widgets.source_pane import SourcePane  # noqa: E402
+from kerncap_tui.widgets.source_pane import SourcePane, SourceTree  # noqa: E402
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc (the pipeline's kernels are compiled)")
 
@@ -56,6 +56,7 @@ def test_the_workbench_shows_a_sequence_follows_its_launch_and_records_a_rebuild
             rows = _cells(profile.query_one(DataTable))
             assert rows[1][3].startswith("▶ sp_add") and not rows[0][3].startswith("▶")
             assert app.launch == 1 and source.source_dir == repro / "kernels" / "1" / "source"
+            assert Path(source.query_one(SourceTree).path) == source.source_dir  # the tree: kernel 1's files
             memory = app.query_one(MemoryPane)
             # launch 1 (add) takes tmp and y: regions 1 and 2 (by address), not x (region 0)
             assert [k for k, r in memory.rows.items() if r.by_argument] == ["r1", "r2"]
@@ -83,6 +84,70 @@ def test_the_workbench_shows_a_sequence_follows_its_launch_and_records_a_rebuild
 
     asyncio.run(run())
 
+
+def test_a_build_superseded_by_a_newer_one_records_no_row(tmp_path, monkeypatch, settle):
+    """A build started while the one before is still compiling (b pressed again, or a save
+    after the debounce) supersedes it: the engine is told (its `cancelled()`) and drops it
+    after the compile, so one History row lands for the two, the newer build's, and the log
+    says the older was superseded. The first compile is held (a handshake, not a clock)
+    until the second build has recorded its row; it then answers as the second did (the
+    same source)."""
+    import threading
+    import time
+
+    from kerncap.recompile import sequence_kernel
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    repro = _pipeline_with_entries(tmp_path, monkeypatch)
+    held, go = threading.Event(), threading.Event()
+    compile_kernel, compiled = sequence_kernel.recompile_kernel, []
+
+    def held_first(*args, **kwargs):
+        if not held.is_set():
+            held.set()
+            go.wait(120)
+            return compiled[0]
+        compiled.append(compile_kernel(*args, **kwargs))
+        return compiled[0]
+
+    monkeypatch.setattr(sequence_kernel, "recompile_kernel", held_first)
+
+    async def until(pilot, cond) -> None:  # not settle: a superseded worker counts as finished
+        deadline = time.monotonic() + 60
+        while not cond():
+            assert time.monotonic() < deadline, "timed out waiting"
+            await pilot.pause(0.05)
+
+    async def run():
+        app = KerncapApp(repro)
+        try:
+            async with app.run_test(size=(160, 40)) as pilot:
+                await settle(pilot)
+                build, ended = app.session.build, []
+
+                def observed(*args, **kwargs):  # the engine's build, its outcome noted
+                    result = build(*args, **kwargs)
+                    ended.append(result.status)
+                    return result
+
+                app.session.build = observed
+                await pilot.press("b")  # launch 0 selected: kernel 0
+                await until(pilot, held.is_set)
+                await pilot.press("b")  # again, while the first build compiles
+                await until(pilot, lambda: ended == ["recorded"])
+                go.set()
+                await until(pilot, lambda: len(ended) == 2)
+                await settle(pilot)
+                assert ended == ["recorded", "superseded"]
+                assert [(v.id, v.kernel) for v in app.session.history.variants] == [(0, None), (1, 0)]
+                log = app.query_one("#log")
+                text = "\n".join([line.text for line in log.lines]
+                                  + [getattr(d.content, "plain", str(d.content)) for d in log._deferred_renders])
+                assert "superseded by a newer save" in text, text
+        finally:
+            go.set()
+
+    asyncio.run(run())
 
 def test_snapshot_of_a_sequences_launches(snap_compare, settle, tmp_path, monkeypatch):
     """The Profile tab of the sequence at 140x40, launch 1 selected (its times from the

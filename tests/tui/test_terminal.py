@@ -57,6 +57,36 @@ async def test_the_log_rewraps_on_a_resize(make_app, settle):
             assert " ".join(words[-22:]) == long, width  # and nothing lost
 
 
+
+@sync
+async def test_a_line_logged_while_the_log_is_shown_wraps_at_its_width(make_app, settle):
+    """Lines written once the Log has its size (a build's progress while the user watches it)
+    wrap at the pane's line width, as the lines re-wrapped on a resize do; left to RichLog
+    they wrap at the app console's width (80 columns whatever the terminal) and at least its
+    min_width (78): broken early at 200 columns, cut at the edge at 60."""
+    from kerncap_tui.widgets.log_pane import WorkbenchLog
+
+    long = "recompiled " + " ".join(f"step{i:02d}" for i in range(20)) + " end"  # 154 characters
+    app = make_app()
+    async with app.run_test(size=(200, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("5")
+        await settle(pilot)
+        log = app.query_one("#log", WorkbenchLog)
+        assert log.wrapped_at == log.line_width > len(long) + 9  # the time stamp before it
+        app.log_line(long)
+        await pilot.pause()
+        rows = [line.text.rstrip() for line in log.lines]
+        assert rows[-1].endswith(" " + long), rows[-3:]  # one row
+        await pilot.resize_terminal(60, 30)
+        await settle(pilot)
+        said = long.replace("recompiled", "replayed")
+        app.log_line(said)
+        await pilot.pause()
+        rows = [line.text.rstrip() for line in log.lines]
+        assert all(len(r) <= log.line_width for r in rows), (log.line_width, rows[-4:])  # nothing cut
+        assert " ".join(" ".join(rows).split()[-22:]) == said  # nothing lost
+
 @pytest.mark.parametrize("env, plain", [
     ({"TERM": "xterm-256color", "LANG": "en_US.UTF-8"}, False),
     ({"TERM": "xterm-256color"}, False),                       # no locale set: Python reads UTF-8
