@@ -796,7 +796,11 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, str, float]:
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     last = lines[-1] if lines else proc.stderr.strip()[-200:]
     failed = [ln.split(" - ")[0].removeprefix("FAILED ") for ln in lines if ln.startswith("FAILED ")]
+    LAST_OUTPUT[:] = (proc.stdout + proc.stderr).splitlines()[-80:]
     return proc.returncode, last + (f"; {failed[0]}" if failed else ""), time.monotonic() - t0
+
+
+LAST_OUTPUT: list[str] = []  # the tail of the last run's output: why an unmutated run failed
 
 
 # -- --changed-since: the mutations a change can affect --------------------------------------------
@@ -909,6 +913,7 @@ def main() -> int:
             if m.tests not in unmutated_ok:  # the tests pass unmutated first (once per set of tests)
                 rc, last, seconds = run_tests(tree, m.tests)
                 if rc != 0:
+                    print("\n".join(LAST_OUTPUT))
                     print(f"unmutated tree: {' '.join(m.tests)} fails already ({last}); fix that first")
                     return 2
                 if not _ran(last):  # every test skipped here (no nvcc, no native build): no verdict
