@@ -36,6 +36,17 @@ def cells(app) -> dict[str, str]:
     return {str(t.get_row_at(i)[1]): str(t.get_cell(str(i), "in app")) for i in range(t.row_count)}
 
 
+async def apply_row(pilot, app, settle, row: str):
+    """Open History, put the cursor on `row` and press `a`; the table."""
+    await settle(pilot)
+    await pilot.press("4")
+    t = app.query_one("#history-table", DataTable)
+    t.move_cursor(row=t.get_row_index(row))
+    await pilot.press("a")
+    await settle(pilot)
+    return t
+
+
 def test_the_in_app_column_shows_the_check_verdict_and_the_in_app_speedup(settle, make_app, demo_root):
     async def run():
         app = make_app()
@@ -98,12 +109,7 @@ def test_a_applies_the_selected_row_in_the_captured_app(settle, make_app, demo_r
     async def run():
         app = make_app()
         async with app.run_test(size=(140, 40)) as pilot:
-            await settle(pilot)
-            await pilot.press("4")
-            t = app.query_one("#history-table", DataTable)
-            t.move_cursor(row=t.get_row_index("1"))
-            await pilot.press("a")
-            await settle(pilot)
+            t = await apply_row(pilot, app, settle, "1")
             for _ in range(100):  # the tool worker ends, then History reloads
                 if "in app" in [str(c.label) for c in t.columns.values()]:
                     break
@@ -190,12 +196,7 @@ def test_a_runs_the_captured_command_in_the_directory_the_capture_recorded(settl
     async def run():
         app = make_app()
         async with app.run_test(size=(140, 40)) as pilot:
-            await settle(pilot)
-            await pilot.press("4")
-            t = app.query_one("#history-table", DataTable)
-            t.move_cursor(row=t.get_row_index("1"))
-            await pilot.press("a")
-            await settle(pilot)
+            t = await apply_row(pilot, app, settle, "1")
             for _ in range(100):  # the tool worker ends
                 if app._tool_cancel is None:
                     break
