@@ -755,6 +755,33 @@ MUTATIONS = [
              "r = session.ncu(cubin, timeout=self.tool_timeout, cancel=cancel, progress=progress)",
              "r = session.ncu(cubin, cancel=cancel, progress=progress)",
              ("tests/tui/test_inspect.py", "-k", "hanging_ncu")),
+    # -- an eighth fresh audit, part l (sixteenth session): six in lines no mutation had touched
+    # (a saved comparison's inputs, an exact profile's untimed warning, a d2d copy's source as a
+    # prune root, validate_once with a dtype alone, what the captured dispatch wrote, a dead server) --
+    Mutation("compare: a saved comparison reloads as timed on the captured input only", "significance",
+             "engine/kerncap/replay/significance.py",
+             'list(d.get("notes", [])), int(d.get("inputs", 1)))', 'list(d.get("notes", [])))',
+             ("tests/test_significance.py", "-k", "saved_comparison")),
+    Mutation("profile: an exact-timed kernel is warned as having none of its launches timed", "profile",
+             "engine/kerncap/capture/profile.py",
+             "    untimed = [k for k in kernels if k.timed == 0]", "    untimed = [k for k in kernels if not k.timed]",
+             ("tests/test_profile_merge.py", "tests/test_profile_run.py")),
+    Mutation("prune: a sequence's device-to-device copy source is not a root", "prune", "engine/kerncap/prune/roots.py",
+             '        if st.kind in ("d2d", "d2h"):', '        if st.kind == "d2h":',
+             ("tests/test_sequence_prune.py", "-k", "device_to_device")),
+    Mutation("validate_once: a dtype alone (no atol/rtol) compares byte-exact, not element-wise", "validation",
+             "engine/kerncap/replay/native_session.py",
+             "        tolerance = atol is not None or rtol is not None or dtype is not None",
+             "        tolerance = atol is not None or rtol is not None",
+             ("tests/test_differential.py", "-k", "dtype_alone")),
+    Mutation("validate: what the captured dispatch wrote counts its regions only (not globals, host regions, arrays)",
+             "integrity", "engine/kerncap/replay/differential.py",
+             'for kind in ("regions", "globals", "host_regions", "arrays"):', 'for kind in ("regions",):',
+             ("tests/test_replay_hostmem.py", "-k", "counts_its_host_regions")),
+    Mutation("validate: a replay server that died under a perturbed input is an error, not a baseline fault",
+             "validation", "engine/kerncap/replay/differential.py",
+             'return kind == "died" or (kind == "cuda"', 'return (kind == "cuda"',
+             ("tests/test_differential.py", "-k", "dies_under")),
 ]
 
 

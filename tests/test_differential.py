@@ -135,6 +135,29 @@ def test_variant_whose_outputs_ignore_the_inputs_fails_perturbation(reproducer):
     assert [i.status for i in r.inputs[1:]] == ["fail", "fail"]
 
 
+def test_a_server_that_dies_under_a_perturbed_input_is_a_baseline_fault(reproducer, monkeypatch):
+    """A launch that takes the replay server down (the client's "died" error, as
+    ReplayClient._died raises it; the next request starts a fresh server) is a fault of
+    that input like a CUDA error is: the input is not covered, validation goes on.
+    Mutation caught: is_fault knowing only the CUDA errors, so the death aborted validate."""
+    class DiesOnTheFirstPerturbation(sim.InProcessClient):
+        died = False
+
+        def request(self, op, **args):
+            if op == "reference" and args.get("fills") is not None and not DiesOnTheFirstPerturbation.died:
+                DiesOnTheFirstPerturbation.died = True
+                self.close()
+                exc = KerncapError("replay server died during reference (killed by signal 11)", "")
+                exc.kind = "died"
+                raise exc
+            return super().request(op, **args)
+
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", DiesOnTheFirstPerturbation)
+    r = validate(reproducer, "same.cubin", perturb=2)
+    assert [i.status for i in r.inputs] == ["pass", "baseline fault", "pass"] and r.passed
+    assert "replay server died" in r.inputs[1].notes[0]
+
+
 def test_faulting_variant_is_a_failure_named_as_a_fault(reproducer):
     r = validate(reproducer, "fault.cubin")
     assert r.inputs[0].status == "variant fault" and r.verdict == "fail"
@@ -369,6 +392,27 @@ def test_a_one_run_validation_compares_every_region_the_last_too(reproducer, mon
     bad = validate_once(reproducer, cubin=reproducer.parent / "wrong_last.cubin")
     assert not bad.passed and [c.name for c in bad.regions if not c.passed] == ["region 1"]
     assert min(at for at, *_ in bad.regions[-1].first_mismatches) >= 16384 - 16  # in the last 4 floats
+
+
+def test_a_one_run_validation_with_a_dtype_alone_compares_element_wise(reproducer, monkeypatch):
+    """`Session.validate_once(dtype=...)` with no atol/rtol: "byte-exact unless atol/rtol/
+    dtype is given" (ReplayClient.validate), so the regions are compared element-wise in
+    that dtype (tolerance 0), measuring the error; per-region dtypes cross the replay
+    protocol and decide how their region reads. Mutation caught: the server's validate
+    asking for element-wise checks on atol/rtol only, so a dtype alone compared byte-exact."""
+    from kerncap import api
+
+    (reproducer.parent / "wrong_last.cubin").write_bytes(b"wrong_last.cubin")
+    monkeypatch.setitem(sim.KERNELS, "wrong_last.cubin", wrong_last)
+    with api.open(reproducer, compile_worker=False) as s:
+        cubin = reproducer.parent / "wrong_last.cubin"
+        v = s.validate_once(cubin, dtype="float32")
+        as_int = s.validate_once(cubin, atol=0.5, dtypes={1: "int32"})
+        as_float = s.validate_once(cubin, atol=1.5, dtypes={1: "float32"})
+    assert v.mode == "tolerance" and [c.dtype for c in v.regions] == ["float32", "float32"] and not v.passed
+    (bad,) = [c for c in v.regions if not c.passed]
+    assert bad.name == "region 1" and bad.mismatched_elements == 4 and bad.max_abs_err == pytest.approx(1.0)
+    assert as_float.passed and [c.dtype for c in as_int.regions] == ["float32", "int32"] and not as_int.passed
 
 
 def test_the_timing_check_holds_a_varying_region_to_its_tolerance_class(reproducer, monkeypatch):

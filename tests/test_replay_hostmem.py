@@ -398,6 +398,18 @@ def test_a_variant_writing_host_memory_is_judged_on_it(simulated):
     assert [(c.kind, c.id, c.mismatched_bytes, c.unexpected_write) for c in bad] == [("host", 0, 1, True)]
 
 
+def test_what_the_captured_dispatch_wrote_counts_its_host_regions(simulated):
+    """validate's "changed bytes" of the captured input (differential.written_bytes: what
+    decides whether a no-op would pass and whether a canary input is run) counts a host
+    region the dispatch wrote, not only device regions. Mutation caught: regions alone."""
+    from kerncap.replay import differential as diff
+
+    repro, _ = simulated
+    before = diff.written_bytes(Capture.open(repro))
+    add_host_region(repro, 0x7E00_0000_0000)  # written: pre and post chunks differ, 16 KiB
+    assert before > 0 and diff.written_bytes(Capture.open(repro)) == before + 16384
+
+
 def test_a_device_pointer_that_differs_in_replay_is_named(simulated):
     repro, _ = simulated
     m = add_host_region(repro, 0x7E00_0000_0000)

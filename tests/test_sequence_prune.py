@@ -186,6 +186,19 @@ def test_a_pointer_among_a_host_copys_bytes_is_followed(tmp_path):
     assert c.reasons[IDS["ballast"]] == "step 6: h2d copy's bytes+0x0" and c.kinds[IDS["ballast"]] == MEMORY_OPS
 
 
+def test_a_device_to_device_copys_source_is_a_root(tmp_path):
+    """A d2d copy reads its source: a region only such a copy reads is kept (named as the
+    copy's source), or the pruned sequence copies zeros. Mutation caught: only a d2h copy's
+    source counted."""
+    def edit(m, seq, cap):
+        seq["steps"].append({"op": "copy", "api": "cuMemcpyDtoDAsync_v2", "stream": 0, "kind": "d2d",
+                             "dst": S.BASES["z"], "src": EXTRA["ballast"] + 16, "bytes": 64})
+
+    c = compute_closure(Capture.open(linked_sequence(tmp_path / "seq", edit=edit)))
+    assert c.reasons[IDS["ballast"]] == "step 9: d2d copy source" and c.kinds[IDS["ballast"]] == MEMORY_OPS
+    assert IDS["ballast"] in c.kept and c.dropped == 0 and c.refusal == ""
+
+
 def test_a_device_to_host_copys_source_a_2d_fill_and_a_span_over_two_regions_are_roots(tmp_path):
     from kerncap.prune.roots import _Spans, _touched
     from kerncap.reproducer.sequence import SeqStep

@@ -114,6 +114,18 @@ def test_analyse_warns_about_the_launch_floor_and_the_clock():
     assert again.variants[0].interval == c.variants[0].interval and again.clock == c.clock
 
 
+def test_a_saved_comparison_keeps_the_inputs_its_launches_rotated_over():
+    """A comparison written to JSON (the workbench's History, --json) and read back still
+    says it rotated over the captured and perturbed inputs, not "on the captured input
+    only". Mutation caught: from_dict dropping `inputs`."""
+    base = {"label": "captured cubin", "cubin": None, "rounds": [[1.0, 1.1, 0.9]] * 6}
+    other = {"label": "v.cubin", "cubin": "v.cubin", "rounds": [[1.0, 1.05, 0.95]] * 6}
+    c = sig.analyse({**raw([base, other], floor=None), "inputs": 4})
+    again = sig.TimingComparison.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert c.inputs == 4 and again.inputs == 4
+    assert "rotating over 4 inputs (the captured one and 3 perturbed)" in sig.format_comparison(again)
+
+
 def test_a_significantly_slower_variant_is_never_the_fastest():
     """Only a variant whose whole interval lies above 1 is named: one significantly slower
     (its interval wholly below 1) is not, even as the only significant one."""
