@@ -782,6 +782,36 @@ MUTATIONS = [
              "validation", "engine/kerncap/replay/differential.py",
              'return kind == "died" or (kind == "cuda"', 'return (kind == "cuda"',
              ("tests/test_differential.py", "-k", "dies_under")),
+    # -- an eighth fresh audit, part m (sixteenth session): six in the schemas (a set member's weight), MCP's
+    # app output tail, the session's timing (the variant's program, the inputs after a faulted one), build's
+    # --reduced and the Profile pane's filter --
+    Mutation("set.json: a member's weight above 1 is accepted", "capture format",
+             "engine/kerncap/reproducer/schemas.py",
+             '"weight": Num(min=0.0, max=1.0), "bucket?": Opt(BUCKET)', '"weight": Num(min=0.0), "bucket?": Opt(BUCKET)',
+             ("tests/test_sets.py", "-k", "weight")),
+    Mutation("MCP: an app's output line split across two reads is cut in two", "front ends",
+             "engine/kerncap/frontends/mcp_server.py",
+             "        text = self._partial[stream] + data\n", "        text = data\n",
+             ("tests/test_mcp_server.py", "-k", "split_across or last_lines")),
+    Mutation("build: a variant's row records the captured cubin's timing (the first program, not the last)",
+             "front ends", "engine/kerncap/session/session.py",
+             "            p = c.programs[-1]\n", "            p = c.programs[0]\n",
+             ("tests/test_session_parity.py", "-k", "build")),
+    Mutation("build: the timing takes one input fewer for each the captured kernel faulted on", "front ends",
+             "engine/kerncap/session/session.py",
+             "usable = [k for k in range(r.inputs - 1 + len(r.skip)) if k not in r.skip][:r.inputs - 1]",
+             "usable = [k for k in range(r.inputs - 1) if k not in r.skip][:r.inputs - 1]",
+             ("tests/test_differential.py", "-k", "fault or rotates_over")),
+    Mutation("build CLI: --reduced is ignored (auto, with its whole-unit fallback)", "front ends",
+             "engine/kerncap/commands/build.py",
+             'mode="full" if args.full else "reduced" if args.reduced else "auto")',
+             'mode="full" if args.full else "auto")',
+             ("tests/test_session_parity.py", "-k", "compile_mode")),
+    Mutation("workbench: the Profile filter matches mangled names only (not the demangled name shown)", "workbench",
+             "kerncap_tui/widgets/profile_pane.py",
+             '            if needle in k.name.lower() or needle in (getattr(k, "demangled", "") or "").lower()\n',
+             "            if needle in k.name.lower()\n",
+             ("tests/tui/test_app.py", "-k", "filter_matches_the_demangled or extract")),
 ]
 
 

@@ -331,6 +331,22 @@ def test_a_build_times_only_inputs_the_captured_kernel_does_not_fault_on(reprodu
     assert out.speedup is not None and out.speedup_low is not None  # timed, with its interval
 
 
+def test_a_timing_that_skips_faulting_inputs_still_rotates_over_as_many(reproducer, monkeypatch):
+    """`inputs` 3 with perturbations 2 and 4 left out (the captured kernel faults on them):
+    the timing takes the next usable ones (1 and 3), so it still rotates over 3 inputs, the
+    captured one and 2 perturbed, and none it was told to skip."""
+    from kerncap.session.options import CompareRequest
+    from kerncap.session.session import Session
+
+    monkeypatch.setitem(sim.KERNELS, "captured", indexes_with_x)
+    monkeypatch.setitem(sim.KERNELS, "same.cubin", indexes_with_x)
+    with Session(reproducer) as s:
+        c = s.compare(CompareRequest(cubins=(str(reproducer.parent / "same.cubin"),), rounds=5, inputs=3,
+                                     skip=(1, 3)))
+    assert c.inputs == 3, (c.inputs, c.notes)
+    assert c.programs[-1].interval is not None
+
+
 def test_a_variant_that_faults_only_on_a_perturbed_input_is_an_error_not_a_wrong_answer(reproducer, monkeypatch):
     """A variant that crashes on some perturbed inputs (negative x used as an index) and is
     right on the captured one, timed on the captured input alone: the History row says

@@ -571,6 +571,20 @@ def test_extract_selects_a_sequence_through_the_engines_arguments(root, monkeypa
     assert seen["dispatch"] == 2 and seen["output"].name.startswith("step.1_layer.1")
 
 
+def test_an_app_output_line_split_across_reads_is_one_line():
+    """The app's output arrives in whatever pieces the pipe gives: a line split across two
+    reads (or interleaved with the other stream's) is one line of the tail, whole."""
+    from kerncap.frontends.mcp_server import _Tail
+
+    tail = _Tail()
+    tail("stdout", b"first li")
+    tail("stderr", b"err")
+    tail("stdout", b"ne\nsec")
+    tail("stderr", b"or: bad\n")
+    tail("stdout", b"ond\n")
+    assert tail.lines == ["stdout: first line", "stderr: error: bad", "stdout: second"]
+
+
 def test_profile_returns_the_last_lines_the_app_wrote(tmp_path, monkeypatch):
     """An app's output never reaches the stdio transport: `profile` returns its tail, the
     last APP_OUTPUT_LINES lines (an error an app prints last is what an agent needs), not

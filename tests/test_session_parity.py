@@ -280,6 +280,15 @@ def test_mcp_recompile_and_build_take_every_compile_mode(tmp_path, monkeypatch, 
     assert recompiled["mode"] == "reduced" and built["compiled"]["mode"] == "reduced"
 
 
+@pytest.mark.parametrize("flag,mode", [(None, "auto"), ("--reduced", "reduced"), ("--full", "full")])
+def test_cli_build_takes_every_compile_mode(tmp_path, monkeypatch, capsys, compiles, flag, mode):
+    """`kerncap build --full/--reduced` reach the compile as MCP's `mode` does (the stand-in
+    records the mode it was asked for): --reduced is no fallback-allowing auto."""
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    status, built = cli_json(capsys, "build", str(repro), *([flag] if flag else []))
+    assert status == 0 and built["compiled"]["mode"] == mode, built["compiled"]
+
+
 def noisy(m, _s):  # the last bit of some elements of y varies from run to run
     y = m.f32(1)
     out = y + np.float32(0.5) * m.f32(0)

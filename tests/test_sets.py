@@ -188,6 +188,23 @@ def test_a_set_json_cannot_point_outside_the_set(fake_set, tmp_path):
         ReproducerSet.open(root)
 
 
+def test_a_members_weight_is_a_share_between_0_and_1(fake_set, tmp_path):
+    """A member's weight is its share of the kernel's in-app time: an edited set.json with a
+    weight above 1 (or below 0) would skew the weighted speedup, and is refused on open."""
+    from kerncap.reproducer.sets import ReproducerSet
+
+    root = fake_set(tmp_path / "set").set_dir
+    manifest = json.loads((root / "set.json").read_text())
+    for weight in (1.5, -0.25):
+        manifest["members"][1]["weight"] = weight
+        (root / "set.json").write_text(json.dumps(manifest))
+        with pytest.raises(KerncapError, match=r"members\[1\]\.weight"):
+            ReproducerSet.open(root)
+    manifest["members"][1]["weight"] = 1.0
+    (root / "set.json").write_text(json.dumps(manifest))
+    assert ReproducerSet.open(root).weights()[1] == 1.0
+
+
 def test_a_set_counts_as_its_members_for_validation(fake_set, tmp_path):
     """`validate SET` (its SetSession) checks every member: the set expands
     to its members (hydrated), a set variant to each member's cubin."""

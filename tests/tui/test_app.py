@@ -163,6 +163,21 @@ async def test_x_and_enter_extract_the_kernel_shown_after_a_re_sort_or_a_filter(
 
 
 @sync
+async def test_the_profile_filter_matches_the_demangled_name_it_shows(settle, make_app):
+    """The filter finds a kernel by what its row shows, the demangled name (a parameter
+    type, a namespace), not only by the mangled one: "float const*" is in smooth's
+    signature only, "(float*" in init_smooth's only; neither is in a mangled name."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        table = app.query_one("#profile-table", DataTable)
+        for needle, kernel in (("float const*", "smooth(float const*"), ("(FLOAT*", "init_smooth(float*")):
+            app.query_one("#profile-filter").value = needle
+            await pilot.pause()
+            assert table.row_count == 1 and kernel in str(table.get_row_at(0)), (needle, table.row_count)
+
+
+@sync
 async def test_history_keeps_its_cursor_on_the_row_across_a_mark_and_a_refresh(settle, make_app):
     """History redraws its rows on a mark, a build and a tool's end; the cursor stays on the
     row it was on, the last one too (where n, k, a and ctrl+r act next). Mutation caught:
