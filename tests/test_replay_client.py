@@ -38,7 +38,8 @@ FAKE_SERVER = textwrap.dedent('''
             if os.environ.get("FAKE_OPEN") == "corrupt":
                 send({"id": rid, "ok": False, "error": "payload blobs/ab.bin (region 0 pre-state chunk 0) is corrupt",
                       "kind": "capture", "fatal": True}); sys.exit(3)
-            send({"id": rid, "ok": True, "result": {"capture": req["capture"], "pid": os.getpid()}})
+            send({"id": rid, "ok": True, "result": {"capture": req["capture"], "pid": os.getpid(),
+                                                    "sequence_order": req.get("sequence_order")}})
         elif op == "replay":
             if cubin.endswith("fault.cubin"):
                 send({"id": rid, "ok": False, "error": "cuStreamSynchronize on kernel k failed: "
@@ -55,7 +56,10 @@ FAKE_SERVER = textwrap.dedent('''
             send({"id": rid, "ok": True, "result": {
                 "times_ms": times, "median_ms": 2.0, "min_ms": 1.0, "max_ms": 3.0, "spread_pct": 80.0,
                 "iterations": 3, "warmup": req["warmup"], "flush_l2": req["flush_l2"], "cubin": req.get("cubin"),
-                "notes": [str(os.getpid())]}})
+                "notes": [str(os.getpid())] + (["per_launch"] if req.get("per_launch") else [])}})
+        elif op == "time_compare":  # answers after a while: longer than the client's timeout in the tests
+            time.sleep(0.5)
+            send({"id": rid, "ok": True, "result": {"max_seconds": req.get("max_seconds")}})
         elif op == "validate":
             send({"id": rid, "ok": False, "error": "variant v.cubin has no kernel k", "kind": "variant",
                   "fatal": False})
@@ -172,3 +176,25 @@ def test_open_gives_up_after_three_servers_and_says_so(server_cmd, tmp_path, mon
         rc.start()
     assert "retry" in err.value.hint and rc._child is None
     assert (tmp_path / "opens").read_text() == "3"
+
+
+def test_open_sends_the_sequence_order_only_when_one_is_asked_for(server_cmd, tmp_path):
+    with ReplayClient(tmp_path, server_cmd=server_cmd, sequence_order="serial") as rc:
+        assert rc.info["sequence_order"] == "serial"
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        assert rc.info["sequence_order"] is None  # the server's default (streams)
+
+
+def test_replay_per_launch_is_asked_of_the_server(server_cmd, tmp_path):
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        assert rc.replay(per_launch=True).notes[1:] == ["per_launch"]
+        assert rc.replay().notes[1:] == []
+
+
+def test_a_timing_is_given_its_max_seconds_on_top_of_the_timeout(server_cmd, tmp_path):
+    """time_compare may run for its own max_seconds: the request's limit is that plus the
+    default timeout, not the client's (here tiny) timeout, which still bounds a replay."""
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        rc.timeout = 0.2  # after the open, which waits on the server's start
+        assert rc.request("time_compare", cubins=[], max_seconds=1.0) == {"max_seconds": 1.0}
+        assert rc.starts == 1 and rc.alive

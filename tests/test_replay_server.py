@@ -128,3 +128,23 @@ def test_real_server_debug_block_host_maps_the_range():
                                 {"id": 2, "op": "shutdown"})
     assert proc.returncode == 0, proc.stderr
     assert resp[0] == {"id": 1, "ok": True, "result": {"base": base}}
+
+
+class FaultingSession(FakeSession):
+    """A session whose launch faulted where the capture could not hold everything."""
+
+    def __init__(self, program):
+        super().__init__(CudaError("cuStreamSynchronize on kernel k failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)", 700))
+        self.current_key, self.captured_key = program, "captured"
+
+    def fault_context(self):
+        return " The capture could not hold region 3 (host memory)"
+
+
+@pytest.mark.parametrize("program,capture_hint", [("captured", True), ("variant.cubin", False)])
+def test_a_fault_of_the_captured_cubin_is_blamed_on_the_capture_a_variants_is_not(fake_core, program, capture_hint):
+    _, resp = run(opened(FaultingSession(program)), {"id": 1, "op": "replay"})
+    assert "could not hold region 3" in resp[0]["error"] and resp[0]["fatal"]
+    assert ("the cause is in the capture" in resp[0]["hint"]) is capture_hint
+    if not capture_hint:
+        assert resp[0]["hint"] == srv.HINTS["cuda"]  # check the variant's indexing

@@ -229,3 +229,26 @@ def test_the_minimum_round_count_gives_an_interval_one_round_fewer_is_refused():
     assert iv.speedup == pytest.approx(2.0) and iv.verdict == "faster"
     with pytest.raises(KerncapError, match=f"^{sig.MIN_ROUNDS - 1} rounds are too few"):
         sig.bootstrap_speedup(b[:-1], v[:-1])
+
+
+def test_the_programs_take_turns_at_being_timed_first_in_a_round(tmp_path, monkeypatch, capsys):
+    """time_compare rotates the programs' order from round to round (kerncap.replay.session_ops):
+    round k starts with program k mod N, so none is always timed right after the warm-up of
+    the stream or right after the same neighbour."""
+    calls: list[str] = []
+
+    def kernel(name):
+        def run(m, _s):
+            calls.append(name)
+        run.ms = 0.05
+        return run
+
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": kernel("C"), "a.cubin": kernel("A"),
+                                                        "b.cubin": kernel("B")})
+    a, b = repro.parent / "a.cubin", repro.parent / "b.cubin"
+    assert cli.main(["replay", str(repro), "--compare", str(a), str(b), "--rounds", "5", "--iterations", "1",
+                     "--json"]) == 0
+    capsys.readouterr()
+    blocks = [c for i, c in enumerate(calls) if i == 0 or calls[i - 1] != c]  # one per timed block
+    rounds = [blocks[i:i + 3] for i in range(len(blocks) - 15, len(blocks), 3)]
+    assert rounds == [["C", "A", "B"], ["A", "B", "C"], ["B", "C", "A"], ["C", "A", "B"], ["A", "B", "C"]]
