@@ -118,3 +118,10 @@ def test_read_reports_ignores_temp_files_and_names_bad_ones(tmp_path):
 
 def test_outcome_describes_signals():
     assert AppOutcome(command=["a"], returncode=-11, seconds=0).describe_exit() == "was killed by signal SIGSEGV (11)"
+
+
+def test_stderr_excerpt_shows_the_last_lines_of_the_tail():
+    # An error message quotes the end of what the app wrote (its traceback's last line), not the start.
+    res = AppOutcome(command=["app"], returncode=1, seconds=0.0, stderr_tail=[f"err {i}" for i in range(50)])
+    assert res.stderr_excerpt(3).splitlines() == ["    | err 47", "    | err 48", "    | err 49"]
+    assert AppOutcome(command=["app"], returncode=1, seconds=0.0).stderr_excerpt() == "(the app wrote nothing to stderr)"

@@ -93,3 +93,11 @@ def test_info_set_info_and_list_are_typed_with_the_json_unchanged(fake_set, tmp_
     [row, *_] = api.list_reproducers(tmp_path / "none", [axpy])
     assert isinstance(row, api.ReproducerRow) and row.path == str(axpy) and row.error is None
     assert [dict(r) for r in api.list_reproducers(tmp_path / "none", [axpy])] == list_captures(tmp_path / "none", [axpy])
+
+
+def test_size_line_says_how_many_times_smaller_the_stored_payloads_are():
+    s = summarize(FIXTURES / "graph_explicit")
+    s["sizes"] = {"logical": 10 << 20, "stored": 4 << 20}
+    assert "size        10.0 MiB logical, 4.0 MiB stored (2.5x smaller)" in format_summary(s).splitlines()
+    s["sizes"] = {"logical": 4 << 20, "stored": 10 << 20}  # stored larger (chunk rounding): no ratio
+    assert "size        4.0 MiB logical, 10.0 MiB stored" in format_summary(s).splitlines()

@@ -70,3 +70,13 @@ def test_cli_list(workspace, tmp_path, capsys):
     assert "(unreadable)" in capsys.readouterr().out
     assert main(["list", "--workspace", str(tmp_path / "none")]) == 0
     assert "no reproducers under" in capsys.readouterr().out
+
+
+def test_cli_list_exits_3_for_a_problem_named_on_a_readable_row(workspace, capsys):
+    # The capture reads but its history.json does not: the row is listed, its problem named
+    # beneath the table, and the exit status says something is damaged.
+    (workspace / "reproducers" / "smooth-1" / "history.json").write_text("{not json")
+    assert main(["list", "--workspace", str(workspace)]) == 3
+    out = capsys.readouterr().out
+    assert "unreadable history.json" in out and f"  ! {workspace / 'reproducers' / 'smooth-1'}: " in out
+    assert main(["list", "--workspace", str(workspace), "--json"]) == 3

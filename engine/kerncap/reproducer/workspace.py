@@ -49,7 +49,14 @@ class Workspace:
         """Saved profiles, newest first."""
         if not self.profiles_dir.is_dir():
             return []
-        return sorted(self.profiles_dir.glob("*.json"), reverse=True)
+        return sorted(self.profiles_dir.glob("*.json"), key=_taken_order, reverse=True)
+
+
+def _taken_order(path: Path) -> tuple[str, int]:
+    """A profile's name in the order it was taken: `<timestamp>-2.json` (the second of one
+    second, see _unique) after `<timestamp>.json`, which plain name order puts last."""
+    m = re.fullmatch(r"(\d{8}-\d{6})(?:-(\d+))?", path.stem)
+    return (m.group(1), int(m.group(2) or 1)) if m else (path.stem, 0)
 
 
 def _unique(path: Path) -> Path:
