@@ -878,6 +878,17 @@ MUTATIONS = [
              "    shown = result.kernels if top <= 0 else result.kernels[:top]",
              "    shown = result.kernels if top < 0 else result.kernels[:top]",
              ("tests/test_profile_table.py", "-k", "in_a_pipe")),
+    # -- apply's check of outputs reached through a table of pointers (sixteenth session)
+    Mutation("apply --check: outputs reached through a table are never named to the interposer", "apply",
+             "engine/kerncap/capture/apply.py",
+             "            if t.outputs or t.indirect:",
+             "            if t.outputs:",
+             ("tests/test_apply.py", "-k", "tables_output")),
+    Mutation("apply: a pointer to an unwritten region in a table counts as an output", "apply",
+             "engine/kerncap/capture/apply.py",
+             "    targets = [r for r in cap.regions if r.id in written]",
+             "    targets = list(cap.regions)",
+             ("tests/test_apply.py", "-k", "tables_name")),
 ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
@@ -143,6 +144,71 @@ def test_engine_check_reports_launch_2_and_the_bytes(built, tmp_path, monkeypatc
     good.variant.write_bytes(b"FAKEMOD impl=fast\0")
     ok = run_check(good, compare_output=[str(y)])
     assert ok.passed and "all 5 launches matched byte for byte" in ok.text()
+
+
+def test_outputs_reached_through_a_table_are_compared_not_the_tables_addresses(built, tmp_path):
+    """A kernel whose first parameter is a device table holding y's address (the GPU suite's
+    pointer_table): the table's bytes are an address, which moves from run to run, so
+    --check names the output as 0@0 (the buffer the pointer at +0 of parameter 0's buffer
+    names) and fingerprints y itself: launches 0 and 1 alike, the third differs, and the
+    dump of launch 2 is y's 4096 bytes, named for the pointer."""
+    table = {"KC_TEST_TABLE": "1", "KERNCAP_APPLY_CHECK": "1", "KERNCAP_APPLY_OUTPUTS": "0@0"}
+    base, _, _ = _run(built, tmp_path, **table)
+    var, _, _ = _run(built, tmp_path, **table, KERNCAP_APPLY_DUMP_AT="2",
+                      KERNCAP_APPLY_CUBIN=str(_variant(tmp_path, "FAKEMOD impl=late3 table")))
+    assert base["errors"] == [] and var["errors"] == [] and var["substituted"] == 5
+    keys = [(f["launch"], f["param"], f["via"], f["bytes"]) for f in base["fingerprints"]]
+    assert keys == [(i, 0, 0, 4096) for i in range(5)]
+    assert keys == [(f["launch"], f["param"], f["via"], f["bytes"]) for f in var["fingerprints"]]
+    assert [f["hash"] == g["hash"] for f, g in zip(base["fingerprints"], var["fingerprints"])] == \
+        [True, True, False, False, False]
+    assert var["dumps"] == ["dump-2-p0+0.bin"]
+    dump = (tmp_path / "run" / "dump-2-p0+0.bin").read_bytes()
+    # y after the 3rd launch: 1 + 3 x 2i, and late3's +1 on y[0]
+    assert list(struct.unpack("1024f", dump)) == [2.0] + [1.0 + 6 * i for i in range(1, 1024)]
+
+
+def test_engine_check_names_a_tables_output_and_passes_a_faithful_variant(built, tmp_path, monkeypatch):
+    """run_check with the output reached through the table: FAIL at launch 2 in the buffer
+    the table names (2 of its 4096 bytes), and a variant that computes the same passes."""
+    from kerncap.capture.apply import Apply, Target, run_check
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))
+    monkeypatch.setenv("KC_TEST_TABLE", "1")
+    target = Target(kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64,
+                    globals=[("scale", 4)], outputs=[], indirect=[(0, 0)])
+    cmd = [str(built["app"]), str(built["inject"]), "5", str(tmp_path / "y.bin")]
+    bad = Apply(root=tmp_path, target=target, variant=_variant(tmp_path, "FAKEMOD impl=late3 table"), command=cmd,
+                identify="name", quiet=True)
+    r = run_check(bad)
+    m = r.mismatch
+    assert m is not None and (m.launch, m.param, m.via) == (2, 0, 0), r
+    assert (m.bytes_differing, m.bytes_compared) == (2, 4096)
+    assert "FAIL at launch 2 (the 3rd): the buffer named at +0 of parameter 0's differs (2 of 4096 bytes" in r.text()
+    good_cubin = tmp_path / "fast.cubin"
+    good_cubin.write_bytes(b"FAKEMOD impl=fast table\0")
+    ok = run_check(Apply(root=tmp_path, target=target, variant=good_cubin, command=cmd, identify="name", quiet=True))
+    assert ok.passed and ok.compared == 5, ok.text()
+
+
+def test_a_capture_finds_the_outputs_its_parameters_tables_name(tmp_path, monkeypatch):
+    """target_of: a pointer to a written region stored in an unwritten buffer a parameter
+    points to is an output at (parameter, offset from the parameter's pointer); pointers to
+    unwritten regions, and tables above MAX_TABLE bytes, are not."""
+    from kerncap.capture import apply as apply_mod
+    from kerncap.reproducer.format import Capture
+    from test_prune import AXPY, derive, extra_base
+
+    y = Capture.open(AXPY).regions[1]  # written: axpy's y, parameter 2
+    root = derive(tmp_path, extra=2, written=(2,), pointers=[
+        (0, 0x10, extra_base(2)),   # in x's buffer (parameter 1): region 2, written
+        (0, 0x18, extra_base(3)),   # region 3, never written
+        (0, 0x28, y.base + 64),     # inside y
+    ])
+    target = apply_mod.target_of(Capture.open(root))
+    assert target.outputs == [2] and target.indirect == [(1, 0x10), (1, 0x28)]
+    monkeypatch.setattr(apply_mod, "MAX_TABLE", 8 << 10)  # x's 16 KiB buffer is no table then
+    assert apply_mod.target_of(Capture.open(root)).indirect == []
 
 
 def test_only_the_globals_the_variants_build_recorded_are_copied(built, tmp_path, monkeypatch):

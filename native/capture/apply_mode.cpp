@@ -44,7 +44,12 @@ struct Pending {
   uint32_t correlation = 0;
   uint64_t index = 0;
   CUstream stream = nullptr;
-  std::vector<std::pair<uint32_t, CUdeviceptr>> outputs;  // parameter index, its pointer
+  struct Output {
+    uint32_t param;
+    CUdeviceptr ptr;  // the parameter's value
+    int64_t via;      // >= 0: the output is the buffer the pointer at ptr + via names
+  };
+  std::vector<Output> outputs;
 };
 thread_local Pending tl_pending;
 
@@ -84,9 +89,12 @@ ApplyConfig ApplyConfig::from_env(std::string& error) {
   if (!outputs.empty()) {
     c.outputs_given = true;
     for (const std::string& n : split(outputs, ',')) {
-      uint64_t v = 0;
-      if (!parse_u64(n, v) || v > 65535) error = "KERNCAP_APPLY_OUTPUTS item '" + n + "' is not a parameter index";
-      c.outputs.push_back(uint32_t(v));
+      const size_t at = n.find('@');
+      uint64_t v = 0, via = 0;
+      if (!parse_u64(n.substr(0, at), v) || v > 65535 ||
+          (at != std::string::npos && (!parse_u64(n.substr(at + 1), via) || via > (uint64_t(1) << 40))))
+        error = "KERNCAP_APPLY_OUTPUTS item '" + n + "' is neither a parameter index nor index@offset";
+      c.outputs.push_back({uint32_t(v), at == std::string::npos ? -1 : int64_t(via)});
     }
   }
   uint64_t v = 0;
@@ -296,13 +304,12 @@ void Applier::launch_enter(CUpti_CallbackId cbid, void* params, const LaunchDesc
     errors_.push_back("launch " + std::to_string(index) + ": the parameters of " + cfg_.kernel + " could not be read");
   } else {
     for (const ParamSlot& s : layout) {
-      if (cfg_.outputs_given ? std::find(cfg_.outputs.begin(), cfg_.outputs.end(), s.index) == cfg_.outputs.end()
-                             : s.size != 8)
-        continue;
       if (s.size != 8 || s.offset + 8 > bytes.size()) continue;
       CUdeviceptr ptr = 0;
       std::memcpy(&ptr, bytes.data() + s.offset, 8);
-      p.outputs.emplace_back(s.index, ptr);
+      if (!cfg_.outputs_given) p.outputs.push_back({s.index, ptr, -1});
+      for (const ApplyConfig::Output& o : cfg_.outputs)
+        if (o.param == s.index) p.outputs.push_back({s.index, ptr, o.via});
     }
   }
   tl_pending = std::move(p);
@@ -324,25 +331,31 @@ void Applier::launch_exit(uint32_t correlation, CUresult result) {
     return;
   }
   std::vector<unsigned char> host;
-  for (const auto& [param, ptr] : p.outputs) {
+  for (const auto& [param, value, via] : p.outputs) {
+    const std::string what = "launch " + std::to_string(p.index) + ": parameter " + std::to_string(param) +
+                             (via < 0 ? "" : " (the pointer at +" + std::to_string(via) + " of its buffer)");
+    CUdeviceptr ptr = value;
+    if (via >= 0 && (r = KC_CU(cuMemcpyDtoH)(&ptr, value + CUdeviceptr(via), 8)) != CUDA_SUCCESS) {
+      errors_.push_back(what + ": reading the pointer failed (cuMemcpyDtoH: " + cu_error_string(r) + ")");
+      continue;
+    }
     CUdeviceptr base = 0;
     size_t size = 0;
     if (KC_CU(cuMemGetAddressRange)(&base, &size, ptr) != CUDA_SUCCESS) {
-      if (cfg_.outputs_given)
-        errors_.push_back("launch " + std::to_string(p.index) + ": parameter " + std::to_string(param) +
-                          " points at no device allocation");
+      if (cfg_.outputs_given) errors_.push_back(what + " points at no device allocation");
       continue;  // a scalar that is no address
     }
     const size_t n = std::min<size_t>(base + size - ptr, kMaxHashed);
     host.resize(n);
     if ((r = KC_CU(cuMemcpyDtoH)(host.data(), ptr, n)) != CUDA_SUCCESS) {
-      errors_.push_back("launch " + std::to_string(p.index) + ": reading parameter " + std::to_string(param) +
-                        "'s buffer failed (cuMemcpyDtoH: " + cu_error_string(r) + ")");
+      errors_.push_back(what + ": reading its buffer failed (cuMemcpyDtoH: " + cu_error_string(r) + ")");
       continue;
     }
-    fingerprints_.push_back({p.index, param, n, xxh64_hex(xxh64(host.data(), n))});
+    fingerprints_.push_back({p.index, param, via, n, xxh64_hex(xxh64(host.data(), n))});
     if (cfg_.dump_at >= 0 && p.index == uint64_t(cfg_.dump_at)) {
-      const std::string name = "dump-" + std::to_string(p.index) + "-p" + std::to_string(param) + ".bin";
+      // named as kerncap.capture.apply.Mismatch.dump_name reads it
+      const std::string name = "dump-" + std::to_string(p.index) + "-p" + std::to_string(param) +
+                               (via < 0 ? "" : "+" + std::to_string(via)) + ".bin";
       try {
         write_file_atomic(path_join(cfg_.out_dir, name), host.data(), n);
         dumps_.push_back(name);
@@ -379,7 +392,11 @@ std::string Applier::report_json(int pid) {
   w.field("check", cfg_.check).field("fingerprints_truncated", fingerprints_truncated_);
   w.key("fingerprints").begin_array();
   for (const Fingerprint& f : fingerprints_)
-    w.begin_object().field("launch", f.launch).field("param", f.param).field("bytes", f.bytes).field("hash", f.hash).end_object();
+  {
+    w.begin_object().field("launch", f.launch).field("param", f.param);
+    if (f.via >= 0) w.field("via", f.via);
+    w.field("bytes", f.bytes).field("hash", f.hash).end_object();
+  }
   w.end_array();
   w.key("dumps").begin_array();
   for (const std::string& s : dumps_) w.value(s);

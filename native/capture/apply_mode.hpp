@@ -35,7 +35,13 @@ struct ApplyConfig {
   std::vector<uint64_t> dispatches;   // KERNCAP_APPLY_DISPATCH=N,M,...; empty: every launch
   bool check = false;                 // KERNCAP_APPLY_CHECK=1: fingerprint each launch's outputs
   bool outputs_given = false;
-  std::vector<uint32_t> outputs;      // KERNCAP_APPLY_OUTPUTS=i,j: the parameters whose memory is compared
+  // KERNCAP_APPLY_OUTPUTS=i,j@off: the parameters whose memory is compared; i@off: the buffer
+  // named by the pointer at byte `off` of parameter i's buffer (an output reached through a table)
+  struct Output {
+    uint32_t param;
+    int64_t via = -1;
+  };
+  std::vector<Output> outputs;
   int64_t dump_at = -1;               // KERNCAP_APPLY_DUMP_AT=N: that launch's outputs written to dump-N-p<i>.bin
   uint64_t check_max = 100000;        // KERNCAP_APPLY_CHECK_MAX: launches fingerprinted at most
   bool profile = false;               // KERNCAP_APPLY_PROFILE=1: CUPTI activity records (profile-<pid>.json)
@@ -84,6 +90,7 @@ class Applier {
   struct Fingerprint {
     uint64_t launch;
     uint32_t param;
+    int64_t via;  // -1: the parameter's own buffer
     uint64_t bytes;
     std::string hash;
   };

@@ -37,6 +37,7 @@ from kerncap.core.option import Option, check_fields
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, KerncapError, UsageError
 from kerncap.recompile.devcompile.module_id import compiler_constant
 from kerncap.replay.tools import Cancelled
+from kerncap.prune.closure import PointerFinder
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History
 from kerncap.reproducer.variants import read_reach
@@ -147,6 +148,9 @@ class Target:
     sha256: str       # the captured cubin's
     globals: list[tuple[str, int]]
     outputs: list[int]  # parameters that pointed at a written region at the capture
+    # (parameter, byte offset from its pointer) of a pointer to a written region stored in
+    # a buffer the launch left alone: outputs reached through a table (indirect_outputs)
+    indirect: list[tuple[int, int]] = field(default_factory=list)
     # launched with programmatic dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
     # SERIALIZATION): the kernel may start while the one before it still runs
     pdl: bool = False
@@ -174,7 +178,37 @@ def target_of(cap: Capture) -> Target:
     globals_ = [(g.name, g.size) for g in cap.globals if not compiler_constant(g.name)]
     return Target(kernel=kernel["name"], demangled=kernel.get("demangled", kernel["name"]),
                   sha256=kernel["module"]["sha256"], globals=globals_,
-                  outputs=outputs, pdl=programmatic(cap.launch.get("attributes") or []))
+                  outputs=outputs, indirect=indirect_outputs(cap, written),
+                  pdl=programmatic(cap.launch.get("attributes") or []))
+
+
+MAX_TABLE = 1 << 16     # bytes of a parameter's unwritten buffer searched for output pointers
+MAX_INDIRECT = 64       # such pointers compared at most
+
+
+def indirect_outputs(cap: Capture, written: set[int]) -> list[tuple[int, int]]:
+    """(parameter, byte offset from its pointer) of each pointer to a region the launch
+    wrote, stored in a small buffer a parameter points to that the launch left as it was: a
+    kernel that reaches its outputs through a table of pointers (batched GEMMs' pointer
+    arrays). Comparing the table itself would compare addresses, which differ run to run."""
+    targets = [r for r in cap.regions if r.id in written]
+    if not targets:
+        return []
+    finder = PointerFinder(targets)
+    regions = {r.id: r for r in cap.regions}
+    out: list[tuple[int, int]] = []
+    for p in cap.params:
+        r = regions.get(p.region) if p.region is not None and p.region not in written else None
+        if r is None or r.size > MAX_TABLE:
+            continue
+        for i, h in enumerate(r.pre):
+            if h is None:
+                continue  # zeros: no pointer
+            for _, at in finder.hits(cap.read_chunk(h, cap.chunk_length(r.size, i))):
+                rel = i * cap.chunk_size + at - (p.region_offset or 0)
+                if rel >= 0 and (p.index, rel) not in out:
+                    out.append((p.index, rel))
+    return out[:MAX_INDIRECT]
 
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
@@ -228,7 +262,7 @@ class RunResult:
 
     def fingerprints(self) -> list[dict]:
         out = [f for r in self.reports for f in r.get("fingerprints", [])]
-        return sorted(out, key=lambda f: (f["launch"], f["param"]))
+        return sorted(out, key=fingerprint_key)
 
     def kernel_ms(self, kernel: str, demangled: str) -> tuple[float | None, float | None, int]:
         """The kernel's total GPU time and every kernel's (ms), and how many times the
@@ -280,8 +314,9 @@ class Apply:
                 settings["KERNCAP_APPLY_DISPATCH"] = ",".join(map(str, self.dispatches))
         if check:
             settings["KERNCAP_APPLY_CHECK"] = "1"
-            if t.outputs:
-                settings["KERNCAP_APPLY_OUTPUTS"] = ",".join(map(str, t.outputs))
+            if t.outputs or t.indirect:
+                settings["KERNCAP_APPLY_OUTPUTS"] = ",".join([*map(str, t.outputs),
+                                                             *(f"{i}@{at}" for i, at in t.indirect)])
         if dump_at is not None:
             settings["KERNCAP_APPLY_DUMP_AT"] = str(dump_at)
         if profile:
@@ -342,6 +377,14 @@ class Mismatch:
     param: int
     bytes_differing: int | None
     bytes_compared: int
+    via: int | None = None  # the buffer the pointer at this offset of the parameter's buffer names
+
+    def where(self) -> str:
+        return (f"parameter {self.param}'s buffer" if self.via is None
+                else f"the buffer named at +{self.via} of parameter {self.param}'s")
+
+    def dump_name(self) -> str:  # as the interposer names it (apply_mode.cpp)
+        return f"dump-{self.launch}-p{self.param}" + ("" if self.via is None else f"+{self.via}") + ".bin"
 
 
 @dataclass
@@ -388,15 +431,15 @@ class CheckResult:
                          "compared; name the app's output files with --compare-output")
         elif self.inconclusive:
             u = self.unsteady
-            lines.append(f"check: NO VERDICT: two runs of the app as is differ at launch {u.launch} (parameter "
-                         f"{u.param}'s buffer): the app does not give its kernel the same inputs each run (a "
+            lines.append(f"check: NO VERDICT: two runs of the app as is differ at launch {u.launch} ("
+                         f"{u.where()}): the app does not give its kernel the same inputs each run (a "
                          f"random seed, timing), so only the {self.compared} launch(es) before it were compared "
                          "(all equal); make the app deterministic (e.g. a fixed seed) to check the rest")
         elif self.mismatch:
             m = self.mismatch
             diff = f"{m.bytes_differing} of {m.bytes_compared} bytes differ" if m.bytes_differing is not None \
                 else f"{m.bytes_compared} bytes, fingerprints differ"
-            lines.append(f"check: FAIL at launch {m.launch} (the {_ordinal(m.launch + 1)}): parameter {m.param}'s buffer differs ({diff})")
+            lines.append(f"check: FAIL at launch {m.launch} (the {_ordinal(m.launch + 1)}): {m.where()} differs ({diff})")
         else:
             lines.append(f"check: all {self.compared} launches matched byte for byte")
         for p in self.output_files:
@@ -436,7 +479,7 @@ def run_check(job: Apply, compare_output: Sequence[str] = ()) -> CheckResult:
         unsteady = first_difference(a, da.fingerprints())
         if unsteady is not None and unsteady.launch > mismatch.launch:
             unsteady = None  # the app repeated itself past the variant's difference: a real one
-        name = f"dump-{mismatch.launch}-p{mismatch.param}.bin"
+        name = mismatch.dump_name()
         pa, pb = da.run_dir / name, db.run_dir / name
         if pa.is_file() and pb.is_file():
             x, y = pa.read_bytes(), pb.read_bytes()
@@ -457,13 +500,18 @@ def run_check(job: Apply, compare_output: Sequence[str] = ()) -> CheckResult:
 def first_difference(a: list[dict], b: list[dict]) -> Mismatch | None:
     """The first (launch, parameter) whose fingerprint differs between two runs' lists, or
     that only one of them has."""
-    key_a = {(f["launch"], f["param"]): f for f in a}
-    key_b = {(f["launch"], f["param"]): f for f in b}
+    key_a = {fingerprint_key(f): f for f in a}
+    key_b = {fingerprint_key(f): f for f in b}
     for k in sorted(key_a.keys() | key_b.keys()):
         f, g = key_a.get(k), key_b.get(k)
         if f is None or g is None or f["hash"] != g["hash"] or f["bytes"] != g["bytes"]:
-            return Mismatch(k[0], k[1], None, (f or g)["bytes"])
+            return Mismatch(k[0], k[1], None, (f or g)["bytes"], via=None if k[2] < 0 else k[2])
     return None
+
+
+def fingerprint_key(f: dict) -> tuple[int, int, int]:
+    """(launch, parameter, offset of the pointer in its buffer or -1: the buffer itself)."""
+    return f["launch"], f["param"], f.get("via", -1)
 
 
 @dataclass

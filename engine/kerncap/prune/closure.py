@@ -87,7 +87,7 @@ def compute_closure(capture: Capture, roots: Roots | None = None) -> Closure:
     cap = capture
     if roots is None:
         roots = sequence_roots(cap) if cap.sequence is not None else dispatch_roots(cap)
-    finder = _PointerFinder(cap.regions)
+    finder = PointerFinder(cap.regions)
     reasons: dict[int, str] = {}
     kinds: dict[int, str] = {}
     frontier: list[Region] = []
@@ -192,7 +192,7 @@ def kept_items(cap: Capture) -> list:
     return [*cap.globals, *(a for a in cap.arrays if a.captured), *cap.snapshotted_host_regions, *seq]
 
 
-def _scan(cap: Capture, finder: "_PointerFinder", items: list[tuple[list[str | None], int]],
+def _scan(cap: Capture, finder: "PointerFinder", items: list[tuple[list[str | None], int]],
           cache: dict[str, list[tuple[int, int]]], pool: ThreadPoolExecutor) -> None:
     """Read and scan every blob of `items` (pre-state chunks, item size) not scanned yet.
     Zero chunks hold no pointers; a blob is read once however often it repeats."""
@@ -238,7 +238,7 @@ def _item_hits(cap: Capture, chunks: list[str | None],
     return list(found.items())
 
 
-class _PointerFinder:
+class PointerFinder:
     """Which captured regions the u64 values of a byte string point into (or one past)."""
 
     def __init__(self, regions: list[Region]):
