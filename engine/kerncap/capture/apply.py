@@ -37,7 +37,6 @@ from kerncap.core.option import Option, check_fields
 from kerncap.errors import EXIT_CANNOT_RUN, EXIT_FAILED, KerncapError, UsageError
 from kerncap.recompile.devcompile.module_id import compiler_constant
 from kerncap.replay.tools import Cancelled
-from kerncap.prune.closure import PointerFinder
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.history import History
 from kerncap.reproducer.variants import read_reach
@@ -194,6 +193,8 @@ def indirect_outputs(cap: Capture, written: set[int]) -> list[tuple[int, int]]:
     targets = [r for r in cap.regions if r.id in written]
     if not targets:
         return []
+    from kerncap.prune.closure import PointerFinder  # numpy: not at the workbench's start
+
     finder = PointerFinder(targets)
     regions = {r.id: r for r in cap.regions}
     out: list[tuple[int, int]] = []
