@@ -241,10 +241,10 @@ def _same_machine_code(data: bytes, capture: Capture, kernel: str) -> bool:
     """The kernel's `.text` equals the captured cubin's (an unmodified or reverted source
     compiled as the app's build did)."""
     try:
-        ours = cubinfo.open_elf(data, "the variant").get_section_by_name(f".text.{kernel}")
-        theirs = cubinfo.open_elf(capture.cubin_path.read_bytes(), "the captured cubin").get_section_by_name(f".text.{kernel}")
-        return ours is not None and theirs is not None and ours.data() == theirs.data()
-    except (OSError, KeyError, KerncapError):
+        ours = cubinfo.section_data(data, f".text.{kernel}", "the variant")
+        theirs = cubinfo.section_data(capture.cubin_path.read_bytes(), f".text.{kernel}", "the captured cubin")
+        return ours is not None and ours == theirs
+    except (OSError, KerncapError):
         return False
 
 
@@ -253,11 +253,8 @@ def _captured_symbols(capture: Capture) -> list[str]:
     capture's global names when the cubin cannot be read."""
     names = [g.name for g in capture.globals]
     try:
-        elf = cubinfo.open_elf(capture.cubin_path.read_bytes(), str(capture.cubin_path))
-        symtab = elf.get_section_by_name(".symtab")
-        if symtab is not None:
-            names += [s.name for s in symtab.iter_symbols() if s.name]
-    except (OSError, KeyError, KerncapError):
+        names += cubinfo.symbol_names(capture.cubin_path.read_bytes(), str(capture.cubin_path))
+    except (OSError, KerncapError):
         pass
     return names
 

@@ -1,0 +1,35 @@
+"""The struct-only section and symbol readers of kerncap.sources.cubin (recompile's
+machine-code comparison and the captured module's names) agree with pyelftools on every
+committed H200 capture's cubin, and a damaged image is one KerncapError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kerncap.errors import KerncapError
+from kerncap.sources import cubin
+
+CUBINS = sorted((Path(__file__).resolve().parent / "fixtures" / "captures").glob("*/capture/cubins/*.cubin"))
+
+
+@pytest.mark.parametrize("path", CUBINS, ids=lambda p: p.parts[-4])
+def test_sections_and_symbols_match_pyelftools(path):
+    data = path.read_bytes()
+    elf = cubin.open_elf(data, str(path))
+    symtab = elf.get_section_by_name(".symtab")
+    assert cubin.symbol_names(data, "x") == [s.name for s in symtab.iter_symbols() if s.name]
+    named = [s for s in elf.iter_sections() if s.name]
+    assert len(named) > 5
+    for s in named:
+        want = b"" if s["sh_type"] == "SHT_NOBITS" else s.data()
+        assert cubin.section_data(data, s.name, "x") == want, s.name
+    assert cubin.section_data(data, ".text.no_such_kernel", "x") is None
+
+
+def test_a_damaged_image_is_named():
+    data = bytearray(CUBINS[0].read_bytes())
+    for bad in (b"", b"\x7fELF\x01" + bytes(64), bytes(data[:0x40]),
+                data[:0x28] + (len(data) + 1).to_bytes(8, "little") + data[0x30:]):
+        with pytest.raises(KerncapError, match="the variant is not a readable cubin"):
+            cubin.section_data(bytes(bad), ".text.k", "the variant")
