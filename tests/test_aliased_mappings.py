@@ -84,6 +84,20 @@ def test_a_granularity_the_aliases_do_not_fit_is_named():
     assert shared == [] and "not multiples of this GPU's 8 MiB allocation granularity" in notes[0]
 
 
+def test_aliases_at_aligned_addresses_whose_size_is_not_a_granule_multiple_get_their_own_memory():
+    """cuMemMap maps whole granules: aligned bases are not enough, the size must be a
+    multiple too; such a group is named and each region gets memory of its own."""
+    size = PAGE + 4096
+    regions = [R(1, RING, size, (7, 0)), R(2, RING + 2 * PAGE, size, (7, 0))]
+    shared, notes = shared_maps(regions, PAGE)
+    assert shared == [] and len(notes) == 1
+    assert notes[0].startswith("regions 1, 2 map one physical allocation (7) at addresses or sizes that are not "
+                               "multiples of this GPU's 2 MiB allocation granularity")
+    plan = plan_address_space(regions, PAGE, shared=shared)
+    assert plan.aliases == set() and plan.shared == []
+    assert plan.maps == [(RING, 4 * PAGE)]  # each region's two pages, its own
+
+
 # -- the manifest -----------------------------------------------------------------------------
 
 

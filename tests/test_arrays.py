@@ -230,3 +230,27 @@ def test_dump_and_mismatch_maps_see_arrays_as_items(repro):
     level = tv.item_layout(cap, arrays[1])
     assert (level.dtype, level.shape) == ("uint8", (16, 64))  # 16 texels of 4 channels a row
     assert [i.name for i, _ in tv.select_items(cap, [])] == ["region 1", "array 0"]  # the written items
+
+
+def test_a_mipmapped_array_missing_one_level_is_not_recreated_nor_its_captured_level(repro):
+    """A mipmapped array is recreated only when every level was captured: with level 1
+    not captured, neither it nor its captured level 0 is a replay item or a native array,
+    and the texture over it is handed over as "none", saying why. Mutation caught: one
+    captured level was enough (`all` -> `any`)."""
+    from kerncap.replay import tensor_view as tv
+    from kerncap.replay.native_session import NativeSession
+    from kerncap.reproducer.arrays import replayed_arrays
+
+    edit_manifest(repro, lambda m: m["arrays"][2].update(captured=False, pre=[], post=[], why="too large"))
+    cap = Capture.open(repro)
+    arrays, mipmaps = replayed_arrays(cap.arrays, cap.mipmapped_arrays)
+    assert [a.id for a in arrays] == [0] and mipmaps == []
+    assert [(i.id, i.index) for i in tv.replay_items(cap) if i.kind == "array"] == [(0, 2)]
+    calls: list = []
+    ns = NativeSession.__new__(NativeSession)
+    ns.capture = cap
+    ns.core, ns.session = _fake_core(calls)
+    assert ns._load_arrays() == {0: 0}
+    ((mipmap_specs, array_specs, objects),) = calls
+    assert mipmap_specs == [] and [a.desc.width for a in array_specs] == [64]
+    assert objects[2].resource == "none" and objects[2].why == "its mipmapped array 0 was not captured"

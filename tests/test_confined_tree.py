@@ -39,3 +39,18 @@ def test_committed_and_discarded_files_are_left_as_they_are(tmp_path):
         h.write(b"k")
         tree.commit(h)
     assert sorted(os.listdir(tmp_path)) == ["kept.bin", "old.bin"] and (tmp_path / "old.bin").read_bytes() == b"new"
+
+
+@pytest.mark.parametrize("rel", ["../outside.bin", "sub/../../outside.bin", "../outside/deeper.bin"])
+def test_a_path_through_dotdot_is_refused_and_nothing_lands_above_the_tree(tmp_path, rel):
+    """A name climbing out with `..` (an index entry of a packed reproducer, a blob name) is
+    refused however deep it starts, and nothing is written above the tree. Mutation
+    caught: `..` let through as a directory name (os.open("..", dir_fd=...) climbs)."""
+    root = tmp_path / "tree"
+    root.mkdir()
+    with confined.Tree(root) as tree:
+        with pytest.raises(confined.TreeError, match="not a path inside the directory"):
+            tree.create(rel)
+        with pytest.raises(confined.TreeError):
+            tree.dir_fd("..")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tree"]

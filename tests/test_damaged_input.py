@@ -15,7 +15,7 @@ import pytest
 from kerncap import api
 from kerncap.cli import main
 from kerncap.errors import CaptureFormatError, KerncapError
-from kerncap.reproducer.format import Capture
+from kerncap.reproducer.format import Capture, capture_chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 AXPY = ROOT / "tests" / "fixtures" / "captures" / "axpy_small"
@@ -56,6 +56,9 @@ def edit_manifest(repro: Path, change) -> Path:
     # the post-state list checked too, not only the pre-state one (mutation caught: its count skipped)
     (lambda m: m["regions"][1].update(post=m["regions"][1]["post"][:-1]), "regions[1].pre/post list"),
     (lambda m: m["regions"][0].update(post=[*m["regions"][0]["post"], None]), "regions[0].pre/post list 1/2 chunks"),
+    # JSON's true and false are no integers, though Python's bool is one (mutation caught: isinstance)
+    (lambda m: m["launch"].update(grid=[True, 1, 1]), "field launch.grid[0] must be an integer (got True)"),
+    (lambda m: m["launch"].update(block=[256, False, 1]), "field launch.block[1] must be an integer (got False)"),
 ])
 def test_manifest_fields_are_named(repro, change, field, capsys):
     path = edit_manifest(repro, change)
@@ -123,6 +126,28 @@ def test_payloads_in_the_store_are_counted(repro):
     p = api.info(repro)["payloads"]
     assert p["ok"] and p["in_store"] == p["chunks"] > 0 and p["local"] == 0
     assert "in the store" in p["summary"]
+
+
+def test_verify_reads_the_chunks_held_in_the_store(repro, capsys):
+    """`--verify` checks every chunk's hash wherever it lies: a store object that still
+    decompresses to a chunk of the right length, but of other bytes, is damaged under
+    --verify (the chunk named with what it is) and fine without. Mutation caught: the
+    chunks in the store counted without being read."""
+    from kerncap.reproducer.store import compress, store_of
+
+    api.store(repro)
+    cap = Capture.open(repro)
+    h, n = max(capture_chunks(cap), key=lambda c: c[1])
+    obj = store_of(cap.root).object_path(h)
+    obj.unlink()
+    obj.write_bytes(compress(b"\x01" * n))  # the right length, other bytes
+    assert api.info(repro)["payloads"]["ok"]  # sizes only
+    assert main(["info", str(repro), "--verify", "--json"]) == 3
+    p = json.loads(capsys.readouterr().out)["payloads"]
+    assert p["verified"] and not p["ok"] and p["in_store"] == p["chunks"] and p["damaged_count"] == 1
+    assert p["damaged"][0].startswith(f"{h} (") and "does not match its hash" in p["damaged"][0]
+    rows = api.list_reproducers(repro.parent.parent, verify=True)
+    assert "does not match its hash" in rows[0]["payloads"]
 
 
 def test_a_fifo_blob_or_manifest_never_blocks(repro):

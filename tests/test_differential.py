@@ -206,6 +206,18 @@ def test_replay_that_differs_from_the_capture_only_deterministically_fails_after
     assert r.verdict == "fail"
 
 
+def test_two_identical_runs_unlike_the_capture_are_enough_to_run_again_one_is_not(reproducer, monkeypatch):
+    """`--runs 2`, the fewest that can show the runs agree: a replay unlike the capture whose
+    two runs agree is run 2 × ESCALATE times before it is called polluted; `--runs 1` shows
+    no agreement, so it is not escalated. Mutation caught: escalating only above 2 runs."""
+    monkeypatch.setitem(sim.KERNELS, "captured", polluted)
+    two = validate(reproducer, runs=2).reproducers[0].determinism
+    assert two.deterministic and two.runs == 2 * diff.ESCALATE and two.capture_mismatch == ["region 1"]
+    assert f"deterministic ({2 * diff.ESCALATE} runs identical)" in two.text()
+    one = validate(reproducer, runs=1).reproducers[0].determinism
+    assert one.runs == 1 and "determinism not checked (--runs 1)" in one.text()
+
+
 def test_nondeterministic_region_of_unknown_dtype_is_inconclusive_until_its_dtype_is_given(reproducer, monkeypatch):
     manifest = reproducer / "capture" / "manifest.json"
     m = json.loads(manifest.read_text())
@@ -429,6 +441,30 @@ def test_a_one_run_validation_with_a_dtype_alone_compares_element_wise(reproduce
     (bad,) = [c for c in v.regions if not c.passed]
     assert bad.name == "region 1" and bad.mismatched_elements == 4 and bad.max_abs_err == pytest.approx(1.0)
     assert as_float.passed and [c.dtype for c in as_int.regions] == ["float32", "int32"] and not as_int.passed
+
+
+def test_a_one_run_validation_reads_regions_of_unknown_type_in_the_dtype_given(reproducer, monkeypatch):
+    """`validate_once(dtype=T)` on a capture whose parameter types are unknown (no demangled
+    signature): every region is read as T, the default for a region kerncap knows nothing of
+    ("else `default`, else float32"). A variant 1.0 off in 4 floats passes atol 1.5 read as
+    float32 and fails it read as int32 (the bits differ by millions). Mutation caught: the
+    server's region_dtypes ignoring the dtype given and reading float32."""
+    from kerncap import api
+
+    manifest = reproducer / "capture" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["kernel"]["demangled"]
+    manifest.write_text(json.dumps(m))
+    (reproducer.parent / "wrong_last.cubin").write_bytes(b"wrong_last.cubin")
+    monkeypatch.setitem(sim.KERNELS, "wrong_last.cubin", wrong_last)
+    cubin = reproducer.parent / "wrong_last.cubin"
+    with api.open(reproducer, compile_worker=False) as s:
+        as_int = s.validate_once(cubin, atol=1.5, dtype="int32")
+        as_float = s.validate_once(cubin, atol=1.5, dtype="float32")
+        as_double = s.validate_once(cubin, dtype="float64")
+    assert [c.dtype for c in as_int.regions] == ["int32", "int32"] and not as_int.passed
+    assert [c.dtype for c in as_float.regions] == ["float32", "float32"] and as_float.passed
+    assert [c.dtype for c in as_double.regions] == ["float64", "float64"]
 
 
 def test_the_timing_check_holds_a_varying_region_to_its_tolerance_class(reproducer, monkeypatch):

@@ -180,6 +180,31 @@ def test_validate_byte_count_is_reproduced_by_the_dump(tmp_path, monkeypatch):
     assert maps[0].summary() == check.report["summary"]
 
 
+
+def test_a_map_on_a_perturbed_input_compares_with_the_captured_cubin_on_that_same_input(tmp_path, monkeypatch):
+    """On a perturbed input the map's default reference ("baseline") is the captured
+    cubin run on the same perturbed input: a variant computing what the captured kernel
+    computes differs nowhere, one that leaves the last 64 elements unwritten differs in
+    exactly those, and one right only for the captured input's x >= 0 differs where the
+    perturbed x is negative (the second perturbation is the widened one, of either sign)."""
+    def last(m, s):
+        sim.axpy(m, s)
+        m.f32(1)[-64:] = 0
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy, "same.cubin": sim.axpy,
+                                                        "last.cubin": last, "abs.cubin": sim.axpy_abs})
+    with api.open_session(repro) as session:
+        def mismatched(cubin, **options):
+            (m,) = session.mismatch_maps(cubin=tmp_path / cubin, items=["1"], perturbation=2, seed=3, **options)
+            return m
+        same, cut, absolute = mismatched("same.cubin"), mismatched("last.cubin"), mismatched("abs.cubin")
+        assert same.expected_label == "captured cubin on perturbation 2 (seed 3)"
+        assert same.mismatched_elements == 0
+        assert cut.mismatched_elements == 64 and cut.first[0].index == 4096 - 64
+        assert 0 < absolute.mismatched_elements < 4096
+        # against the captured post-state, the perturbed run differs almost everywhere
+        assert mismatched("same.cubin", against="captured").mismatched_elements > 4000
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 

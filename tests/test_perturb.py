@@ -202,3 +202,27 @@ def test_integer_and_pointer_arguments_are_kept(tmp_path):
 def test_region_dtype_for_a_missing_region_is_named():
     with pytest.raises(KerncapError, match="--region-dtype 5=…: the capture has no region 5"):
         pt.plan(Capture.open(AXPY), region_dtypes={5: "float32"})
+
+
+def test_pointers_at_touching_spans_of_one_region_keep_their_own_types(tmp_path):
+    """A float* at the start of a region and an int* at its middle (one pool, two arrays):
+    the float span ends where the int span starts; spans that touch do not overlap, so the
+    float half is redrawn and the integer half kept, neither left untyped."""
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    m = json.loads((repro / "capture" / "manifest.json").read_text())
+    x = next(r for r in m["regions"] if r["id"] == 0)
+    half = x["size"] // 2
+    p = m["params"][2]
+    p["pointer"] = {"region": 0, "offset": half}
+    p["value"] = struct.pack("<Q", x["base"] + half).hex()
+    m["kernel"]["demangled"] = "axpy_inplace(float, float const*, int*, int)"
+    (repro / "capture" / "manifest.json").write_text(json.dumps(m))
+    cap = Capture.open(repro)
+    spans, notes = rt.typed_spans(cap, repro)
+    assert [(s.region, s.offset, s.length, s.role, s.dtype) for s in spans] == [
+        (0, 0, half, "float", "float32"), (0, half, half, "integer", "int32")]
+    assert not any("overlap" in n for n in notes)
+    plan = pt.plan(cap)
+    assert [(p.span.region, p.span.offset) for p in plan.perturbed] == [(0, 0)]
+    assert [(p.span.offset, p.span.role) for p in plan.kept if p.span.region == 0] == [(half, "integer")]

@@ -29,10 +29,12 @@ PROFILING_APP = textwrap.dedent(
         os.rename(path + ".tmp", path)
 
     def report():
-        write("proc", {"pid": os.getpid(), "errors": spec.get("errors", []), "kernels_seen": {}})
+        child = len(sys.argv) > 1 and sys.argv[1] == "child"
+        write("proc", {"pid": os.getpid(), "errors": spec.get("errors", []), "kernels_seen": {},
+                       **spec.get("child_proc" if child else "proc", {})})
         if spec.get("kernels") is not None:
             write("profile", {"pid": os.getpid(), "kernels": spec["kernels"], "dropped_records": 0,
-                              **spec.get("extra", {})})
+                              **spec.get("extra", {}), **(spec.get("child_extra", {}) if child else {})})
 
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         report()
@@ -80,6 +82,22 @@ def test_two_processes_are_merged(app):
     assert res.kernels[0].calls == 20 and res.total_ns == 20_000_000 and res.dispatches == 2020
     assert res.kernels[0].percent == pytest.approx(90.0)
     assert res.warnings == [] and res.exit_status == 0
+
+
+def test_a_profile_is_sampled_only_when_every_process_sampled(app):
+    """`--sampled` where one process (here the child) fell back to CUPTI's record of every
+    launch: the profile's timing is "exact" ("sampled" or "exact", every process's), so no
+    90 % intervals are claimed for it, and the warning names the process that fell back; with
+    both processes sampled it is "sampled". Mutation caught: "sampled" when any process was."""
+    sampled = {"timing": "sampled", "sampling": {}}
+    fell_back = {"profile_timing": {"requested": "sampled", "used": "exact", "why": "no entry points"}}
+    mixed = profile(app, {"kernels": KERNELS, "child": True, "extra": sampled, "child_extra": {"timing": "exact"},
+                          "child_proc": fell_back})
+    assert mixed.processes == 2 and mixed.timing == "exact"
+    assert [w for w in mixed.warnings if "timed every launch through CUPTI (no entry points)" in w]
+    assert ProfileResult.from_dict(json.loads(json.dumps(mixed.to_dict()))).timing == "exact"
+    both = profile(app, {"kernels": KERNELS, "child": True, "extra": sampled})
+    assert both.processes == 2 and both.timing == "sampled"
 
 
 def test_user_module_loading_is_respected(app):

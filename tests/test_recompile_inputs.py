@@ -71,6 +71,29 @@ def test_a_source_linking_out_of_the_reproducer_is_refused_by_name(demo, secret,
     assert SECRET not in out + err and cubins(demo) == []
 
 
+def test_a_link_into_a_sibling_sharing_the_reproducers_name_is_outside(tmp_path):
+    """`repro-evil/` beside `repro/` is outside the reproducer, though its path begins with
+    the reproducer's; `source2/` beside `source/` is outside `source/`. Mutation caught:
+    inside tested as a string prefix (no `/` after the root)."""
+    repro = tmp_path / "repro"
+    (repro / "source").mkdir(parents=True)
+    (repro / "source2").mkdir()
+    (tmp_path / "repro-evil").mkdir()
+    (tmp_path / "repro-evil" / "secret.h").write_text(f"// {SECRET}\n")
+    link = repro / "source" / "evil.h"
+    link.symlink_to(tmp_path / "repro-evil" / "secret.h")
+    with pytest.raises(KerncapError, match="is a symbolic link to .*repro-evil/secret.h, outside the reproducer"):
+        inputs.check_tree(repro / "source", repro)
+    link.unlink()
+    (repro / "source" / "ext").symlink_to(repro / "source2")
+    with pytest.raises(KerncapError, match="is a symbolic link to the directory .*source2, outside"):
+        inputs.check_tree(repro / "source", repro)
+    (repro / "source" / "ext").unlink()
+    (repro / "source" / "inner").mkdir()
+    (repro / "source" / "ext").symlink_to(repro / "source" / "inner")  # a link within source/ is checked where it leads
+    assert inputs.check_tree(repro / "source", repro) == []
+
+
 def test_a_directory_link_out_and_a_link_inside_the_reproducer(demo, secret, capsys):
     (demo / "source" / "ext").symlink_to(secret.parent)
     assert main(["recompile", str(demo)]) == 3

@@ -274,6 +274,39 @@ def test_an_edited_sequence_manifest_is_refused_naming_the_field(seq, change, fi
     assert "sequence.json" in e.value.message and field in e.value.message, e.value.message
 
 
+def test_an_edited_sequence_variant_is_refused_naming_the_field(seq):
+    """A sequence variant is untrusted input: a module or a launch range one past the
+    sequence's last, a range backwards, a parameter value of another size, a cubin
+    outside the reproducer are each refused naming the field; the last module and the
+    last launch are accepted. Mutation caught: a module index one past the last read as
+    a module (`>=` -> `>`)."""
+    from kerncap.reproducer.sequence_variant import read_variant
+
+    s = Capture.open(seq).sequence
+    n_modules, n_launches = len(s.modules), len(s.launches)
+    fuse = {"cubin": "variants/f.cubin", "kernel": "f", "grid": [1], "block": [32],
+            "params": [{"name": "n", "size": 4, "value": "01000000"}]}
+
+    def read(name, **kw):
+        return read_variant(seq, write_variant(seq, name, **kw), s)
+
+    v = read("last-module", modules={n_modules - 1: "variants/m.cubin"})
+    assert list(v.modules) == [n_modules - 1] and v.modules[n_modules - 1] == (seq / "variants" / "m.cubin").resolve()
+    v = read("last-launch", fuse={**fuse, "first": 0, "last": n_launches - 1})
+    assert (v.fuse.first, v.fuse.last, v.fuse.grid, v.fuse.block) == (0, n_launches - 1, (1, 1, 1), (32, 1, 1))
+    for name, kw, field in [
+        ("past-module", {"modules": {n_modules: "variants/m.cubin"}}, f"modules.{n_modules} names no module"),
+        ("past-launch", {"fuse": {**fuse, "first": 0, "last": n_launches}}, "fuse.first/last"),
+        ("backwards", {"fuse": {**fuse, "first": 1, "last": 0}}, "fuse.first/last"),
+        ("short-param", {"fuse": {**fuse, "first": 0, "last": 0, "params": [{"name": "n", "size": 8, "value": "01"}]}},
+         "fuse.params[0].value holds 1 bytes"),
+        ("outside", {"modules": {0: "../elsewhere.cubin"}}, "modules.0 is malformed"),
+    ]:
+        with pytest.raises(CaptureFormatError) as e:
+            read(name, **kw)
+        assert f"{name}.json" in e.value.message and field in e.value.message, (name, e.value.message)
+
+
 def test_a_truncated_sequence_manifest_is_refused_naming_the_file(seq):
     path = seq / "capture" / "sequence.json"
     path.write_bytes(path.read_bytes()[:300])

@@ -499,6 +499,26 @@ def test_dump_of_a_perturbed_input_writes_output_and_expected_in_every_front_end
     assert {n.rsplit(".", 2)[-2] for n in files[0] if n.endswith(".npy")} == {"pre", "post", "output", "expected"}, files[0]
 
 
+def test_dump_of_a_perturbed_input_follows_its_seed_in_every_front_end(repro, tmp_path, capsys):
+    """`kerncap dump --perturbation 1 --seed 7` and MCP's dump with `seed` 7 run on the same
+    redrawn input (validate's perturbation 1 of seed 7): the same document and the same
+    bytes, unlike those of seed 0. Mutation caught: MCP's dump passing seed 0 whatever it
+    was given."""
+    outs = {name: tmp_path / f"out-{name}" for name in ("cli", "mcp", "mcp0")}
+    status, from_cli = cli_json(capsys, "dump", str(repro), "1", "-o", str(outs["cli"]), "--perturbation", "1",
+                                "--seed", "7")
+    from_mcp, seed0 = mcp(tmp_path,
+                          ("dump", {"reproducer": str(repro), "output": str(outs["mcp"]), "items": ["1"],
+                                    "perturbation": 1, "seed": 7}),
+                          ("dump", {"reproducer": str(repro), "output": str(outs["mcp0"]), "items": ["1"],
+                                    "perturbation": 1}))
+    assert status == 0
+    assert _without(from_cli, outs["cli"]) == _without(from_mcp, outs["mcp"]) != _without(seed0, outs["mcp0"])
+    assert "seed 7" in json.dumps(from_mcp) and "seed 7" not in json.dumps(seed0)
+    expected = {name: [p.read_bytes() for p in sorted(out.glob("*.expected.npy"))] for name, out in outs.items()}
+    assert len(expected["cli"]) == 1 and expected["cli"] == expected["mcp"] != expected["mcp0"]
+
+
 def test_options_only_the_cli_had_reach_mcp_from_the_request(repro, tmp_path, capsys):
     """validate's --region-shape and compare's --seed existed in the CLI only; the MCP tools
     now render every option their request declares, so both are there with the CLI's

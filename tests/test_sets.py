@@ -115,6 +115,37 @@ def test_replay_set_reports_each_member_even_when_replay_is_unavailable(fake_set
     assert json.loads(json.dumps(run.to_dict()))["members"][1]["error"]
 
 
+
+def test_a_set_run_with_a_member_that_fails_its_validation_has_not_passed(fake_set, tmp_path, monkeypatch):
+    """Every member ran (no error), one member's variant differs: the set run has not
+    passed (exit status 3, `passed: false` in its JSON) and its text names that member;
+    with a variant right on both members it has passed (exit status 0)."""
+    import replay_sim as sim
+    from kerncap.api import ValidateRequest, format_set_run, open
+
+    def last(m, s):
+        sim.axpy(m, s)
+        m.f32(1)[-64:] = 0
+    sim.install(monkeypatch)
+    monkeypatch.setattr(sim, "KERNELS", {"captured": sim.axpy, "good.cubin": sim.axpy, "bad.cubin": last})
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", sim.InProcessClient)
+    root = fake_set(tmp_path / "set").set_dir
+    (root / "variants").mkdir()
+    for name, cubins in (("1", ("good", "bad")), ("2", ("good", "good"))):
+        for i, c in enumerate(cubins):
+            (root / "members" / str(i) / f"{c}.cubin").write_bytes(c.encode())
+        (root / "variants" / f"{name}.json").write_text(json.dumps(
+            {"format": "kerncap-set-variant", "cubins": {str(i): f"members/{i}/{c}.cubin" for i, c in enumerate(cubins)}}))
+    with open(root) as s:
+        run = s.run_members(root / "variants" / "1.json", validate=ValidateRequest(runs=1), replay=None)
+        right = s.run_members(root / "variants" / "2.json", validate=ValidateRequest(runs=1), replay=None)
+    assert [r.error for r in run.runs] == [None, None]
+    assert [r.validation.verdict for r in run.runs] == ["pass", "fail"]
+    assert not run.passed and run.exit_code == 3 and run.to_dict()["passed"] is False
+    assert "not passed: member(s) 1" in format_set_run(run)
+    assert right.passed and right.exit_code == 0 and right.to_dict()["passed"] is True
+
+
 def test_a_sets_row_says_inconclusive_when_a_member_could_not_tell_and_fail_when_one_differs(tmp_path):
     """The History row of a set's build or baseline takes its verdict over every member's
     inputs (session.sets.verdict): a member whose check could not tell (a region varying
@@ -249,3 +280,33 @@ def test_check_finds_a_sets_members(fake_set, tmp_path):
     root = fake_set(tmp_path / "set").set_dir
     assert [k for k, _ in find_corpus([root])] == ["members/0", "members/1"]
     assert [k for k, _ in find_corpus([tmp_path])] == ["set/members/0", "set/members/1"]
+
+
+def test_a_set_in_a_workspace_stores_its_members_in_the_workspaces_store(fake_set, tmp_path):
+    """A set extracted to WORKSPACE/reproducers/<set> moves its members' payloads into
+    WORKSPACE/store, the store every other reproducer of the workspace uses (so a
+    reproducer stored there later adds nothing the set holds); elsewhere into <set>/store.
+    Mutation caught: the store one level too shallow (reproducers/store)."""
+    import shutil
+
+    from kerncap.reproducer.format import Capture
+    from kerncap.reproducer.sets import ReproducerSet, store_for_set
+    from kerncap.reproducer.stored import store_reproducer
+
+    ws = tmp_path / "ws"
+    out = ws / "reproducers" / "set"
+    res = fake_set(out)
+    assert res.stored["store"] == str((ws / "store").absolute()) and (ws / "store" / "objects").is_dir()
+    assert store_for_set(out) == (ws / "store").absolute()
+    assert store_for_set(tmp_path / "set") == (tmp_path / "set" / "store").absolute()
+    assert sorted(p.name for p in ws.iterdir()) == ["reproducers", "store"]
+    assert sorted(p.name for p in (ws / "reproducers").iterdir()) == ["set"] and not (out / "store").exists()
+    for m in ReproducerSet.open(out).members:
+        assert not list((m.path / "capture" / "blobs").glob("*.bin"))
+        Capture.open(m.path).verify()  # read from the workspace's store
+    # an ordinary reproducer of the same kernel in the workspace shares the set's chunks
+    other = ws / "reproducers" / "axpy"
+    (other / "capture").mkdir(parents=True)
+    shutil.copytree(FIXTURE, other / "capture", dirs_exist_ok=True)
+    r = store_reproducer(other)
+    assert r.store == ws / "store" and r.chunks > 0 and r.objects_added == 0

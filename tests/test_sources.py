@@ -261,3 +261,30 @@ def test_without_a_demangler_a_namespaced_kernel_is_found_by_its_own_name(tmp_pa
     assert base_name("_Z12scale_kernelIfEvPT_iS0_") == "scale_kernel"  # not nested: its one name
     report = discover("_ZN5kcfix5inner11deep_kernelEPf", tmp_path).report()
     assert (report["translation_unit"], report["method"]) == ("src/deep.cu", "grep")
+
+
+def test_a_compile_database_one_level_below_a_build_directory_is_found(tmp_path):
+    """A multi-config CMake build (Visual Studio's or Ninja Multi-Config's layout) writes
+    build/Release/compile_commands.json: discovery finds it there and compiles as it
+    records, not by grepping the objects. Mutation caught: the search of build*/'s
+    subdirectories dropped."""
+    from kerncap.sources.compdb import find_compdb
+
+    import os
+
+    tu, _ = _one_cubin_tree(tmp_path)
+    os.utime(tu, (1_600_000_000, 1_600_000_000))  # built after its last edit
+    release = tmp_path / "build" / "Release"
+    release.mkdir()
+    (tmp_path / "build" / "axpy.cubin").rename(release / "axpy.cubin")
+    doc = json.loads((tmp_path / "build" / "compile_commands.json").read_text())
+    doc[0].update(directory=str(release), file="../../src/axpy.cu")
+    doc[0]["arguments"][4] = "../../src/axpy.cu"
+    (tmp_path / "build" / "compile_commands.json").unlink()
+    (release / "compile_commands.json").write_text(json.dumps(doc))
+    assert find_compdb(tmp_path, None) == release / "compile_commands.json"
+    report = discover("_Z12axpy_inplacefPKfPfi", tmp_path).report()
+    assert (report["translation_unit"], report["method"], report["confidence"]) == ("src/axpy.cu",
+                                                                                    "nm+compile_commands", "exact")
+    (tmp_path / "build" / "compile_commands.json").write_text("[]")  # build/'s own comes first
+    assert find_compdb(tmp_path, None) == tmp_path / "build" / "compile_commands.json"

@@ -147,3 +147,22 @@ def test_cli_store_list_hydrate(tmp_path, capsys):
     assert main(["hydrate", str(repro)]) == 0
     assert f"hydrated {repro}: {len(before)} chunks" in capsys.readouterr().out
     assert blob_files(repro) == before
+
+
+def test_hydrate_writes_back_a_blob_file_cut_short_or_grown(tmp_path):
+    """A hydrated blob file of the wrong length (a full disk, a copy cut short, an editor)
+    is what `info` calls damaged: hydrate writes it back from the store, and only it.
+    Mutation caught: the length not compared, so the short file stayed and the replay
+    read it."""
+    repro = copy(DEMO, tmp_path / "demo")
+    before = blob_files(repro)
+    store_reproducer(repro, Store(tmp_path / "store"))
+    hydrate(repro)
+    cap = Capture.open(repro)
+    (short, n_short), (long, n_long) = list(capture_chunks(cap))[:2]
+    cap.blob_path(short).write_bytes(before[f"{short}.bin"][:-1])
+    cap.blob_path(long).write_bytes(before[f"{long}.bin"] + b"\0")
+    r = hydrate(repro)
+    assert (r.chunks, r.bytes) == (2, n_short + n_long)
+    assert blob_files(repro) == before
+    Capture.open(repro).verify()

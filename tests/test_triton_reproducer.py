@@ -217,6 +217,19 @@ def test_recompile_rejects_a_signature_change(reproducer):
         recompile(root)
 
 
+def test_recompile_rejects_reordered_arguments(reproducer):
+    """Two pointer arguments swapped keep the parameter layout (the cubin check passes) but
+    the replay would hand each the other's buffer: the signature check names the order.
+    Mutation caught: the argument lists compared as sets."""
+    root, _capture, _ = reproducer
+    path = root / "source" / "kernel.py"
+    path.write_text(path.read_text().replace("def kc_add(x_ptr, y_ptr,", "def kc_add(y_ptr, x_ptr,"))
+    with pytest.raises(KerncapError, match=r"signature of kc_add changed: reordered \(x_ptr, y_ptr, out_ptr, n, BLOCK "
+                                           r"-> y_ptr, x_ptr, out_ptr, n, BLOCK\)"):
+        recompile(root)
+    assert not list(root.glob("variants/*.cubin"))
+
+
 def test_recompile_reports_the_compiler_message(reproducer):
     root, _capture, _ = reproducer
     path = root / "source" / "kernel.py"

@@ -15,6 +15,7 @@ from test_recompile import reproducer, write_capture  # noqa: F401  (fixtures)
 from test_sources_project import built_project  # noqa: F401  (session fixture)
 
 from kerncap.cli import main
+from kerncap.errors import KerncapError
 from kerncap.recompile import trust
 from kerncap.recompile.cuda import recompile
 
@@ -141,6 +142,27 @@ def test_hostile_flags_need_trust_and_nothing_is_written(reproducer, capsys, tmp
     out = capsys.readouterr().out
     assert out.startswith("$ ") and f"--keep-dir={keep}" in out and "variants/1.cubin" in out
     assert any(keep.iterdir())  # nvcc kept its intermediate files where the flag said
+
+
+def test_nvcc_run_as_one_step_still_checks_the_kernel_it_built(reproducer, tmp_path):  # noqa: F811
+    """Trusted flags that say where nvcc keeps its files make kerncap run nvcc as one step,
+    as recorded; its cubin is checked like a stepwise one's: an edit that changes the
+    kernel's signature is refused and leaves no variant. Mutation caught: the one-step
+    compile's cubin accepted unchecked (a variant the replay would launch with the
+    captured argument bytes)."""
+    repro = reproducer("_Z13bounded_saxpyfPKfPfi")
+    build = repro / "source" / "build.json"
+    record = json.loads(build.read_text())
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    record["compile_command"][1:1] = ["-keep", f"--keep-dir={keep}"]
+    build.write_text(json.dumps(record))
+    tu = next((repro / "source").rglob("bounded.cu"))
+    tu.write_text(tu.read_text().replace("float a,", "double a,"))
+    with pytest.raises(KerncapError, match="no longer defines _Z13bounded_saxpyfPKfPfi: did the signature change"):
+        recompile(repro, trust=True)
+    assert any(keep.iterdir())  # nvcc ran as one step: it kept its files where the flag said
+    assert not list(repro.glob("variants/*.cubin"))
 
 
 def test_api_and_json(reproducer, capsys):  # noqa: F811
