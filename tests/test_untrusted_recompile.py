@@ -124,7 +124,8 @@ def test_recorded_compiler_is_never_run(reproducer, marker_nvcc, monkeypatch):  
     assert Path(result.command[0]).name == "nvcc" and result.cubin.is_file()
 
 
-def test_hostile_flags_need_trust_and_nothing_is_written(reproducer, capsys, tmp_path):  # noqa: F811
+def _keeping(reproducer, tmp_path: Path) -> tuple[Path, Path]:
+    """bounded_saxpy's reproducer with `-keep --keep-dir=<tmp>/keep` in its recorded command."""
     repro = reproducer("_Z13bounded_saxpyfPKfPfi")
     build = repro / "source" / "build.json"
     record = json.loads(build.read_text())
@@ -132,6 +133,11 @@ def test_hostile_flags_need_trust_and_nothing_is_written(reproducer, capsys, tmp
     keep.mkdir()
     record["compile_command"][1:1] = ["-keep", f"--keep-dir={keep}"]
     build.write_text(json.dumps(record))
+    return repro, keep
+
+
+def test_hostile_flags_need_trust_and_nothing_is_written(reproducer, capsys, tmp_path):  # noqa: F811
+    repro, keep = _keeping(reproducer, tmp_path)
     assert main(["recompile", str(repro)]) == 3
     err = capsys.readouterr().err
     assert "flags outside kerncap's allow-list" in err and f"--keep-dir={keep}" in err and "-keep:" in err
@@ -150,13 +156,7 @@ def test_nvcc_run_as_one_step_still_checks_the_kernel_it_built(reproducer, tmp_p
     kernel's signature is refused and leaves no variant. Mutation caught: the one-step
     compile's cubin accepted unchecked (a variant the replay would launch with the
     captured argument bytes)."""
-    repro = reproducer("_Z13bounded_saxpyfPKfPfi")
-    build = repro / "source" / "build.json"
-    record = json.loads(build.read_text())
-    keep = tmp_path / "keep"
-    keep.mkdir()
-    record["compile_command"][1:1] = ["-keep", f"--keep-dir={keep}"]
-    build.write_text(json.dumps(record))
+    repro, keep = _keeping(reproducer, tmp_path)
     tu = next((repro / "source").rglob("bounded.cu"))
     tu.write_text(tu.read_text().replace("float a,", "double a,"))
     with pytest.raises(KerncapError, match="no longer defines _Z13bounded_saxpyfPKfPfi: did the signature change"):
