@@ -195,7 +195,7 @@ SET_APP = textwrap.dedent(
     out = os.environ["KERNCAP_OUT"]
     spec = json.loads(os.environ["FAKE_SPEC"])
     assert os.environ["KERNCAP_DISPATCH"] == "3,17" and os.environ["KERNCAP_SET"] == "1"
-    for bucket, dispatch in ((0, 3), (1, 17)):
+    for bucket, dispatch in zip(spec.get("member_buckets", (0, 1)), (3, 17)):
         partial = os.path.join(out, "capture-%d.partial-%d" % (dispatch, os.getpid()))
         shutil.copytree(spec["capture"], partial)
         m = json.load(open(os.path.join(partial, "manifest.json")))
@@ -230,7 +230,8 @@ SET_APP = textwrap.dedent(
 def fake_set(tmp_path, monkeypatch):
     """extract(..., dispatch=[3, 17]) of a fake app that publishes capture-3 and capture-17
     (copies of a real H200 capture), buckets-<pid>.json and proc-<pid>.json the way the
-    capture library does for a set; returns the SetExtractResult."""
+    capture library does for a set (`member_buckets`: the bucket each capture stands for);
+    returns the SetExtractResult."""
     from kerncap.capture.extract import extract
 
     app = tmp_path / "app.py"
@@ -239,8 +240,8 @@ def fake_set(tmp_path, monkeypatch):
     lib.write_bytes(b"")
     monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
 
-    def run(output: Path, **kwargs):
-        spec = {"capture": str(SET_CAPTURE), "kernel": SET_KERNEL}
+    def run(output: Path, member_buckets=(0, 1), **kwargs):
+        spec = {"capture": str(SET_CAPTURE), "kernel": SET_KERNEL, "member_buckets": list(member_buckets)}
         return extract("axpy", [sys.executable, str(app)], output=output, dispatch=[17, 3],
                        env={"FAKE_SPEC": json.dumps(spec)}, output_sink=lambda s, d: None, timeout=60, **kwargs)
 

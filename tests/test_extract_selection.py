@@ -98,3 +98,17 @@ def test_a_set_request_reaches_the_app(app):
 def test_cli_flags_parse(capsys):
     assert main(["extract", "k", "--nvtx-match", "glob", "--", "true"]) == 2  # usage
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_cli_selection_flags_reach_the_app(app, tmp_path, monkeypatch, capsys):
+    """`kerncap extract --nvtx --nvtx-match --rank --device` each reach the capture
+    library's environment (mutation caught: --device parsed, then dropped from the
+    selection the command builds, so every device's launches counted)."""
+    app_py = tmp_path / "app.py"  # the fixture's fake app, which checks its environment
+    env = {"KERNCAP_NVTX": "step", "KERNCAP_NVTX_MATCH": "regex", "KERNCAP_RANK": "0", "KERNCAP_DEVICE": "1"}
+    monkeypatch.setenv("FAKE_SPEC", json.dumps({"env": env}))
+    argv = ["extract", "kc_tp_bias_act", "--nvtx", "step", "--nvtx-match", "regex", "--rank", "0", "--device", "1",
+            "-o", str(tmp_path / "out"), "--timeout", "60", "--", sys.executable, str(app_py)]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "never ran" in err and "AssertionError" not in err, err

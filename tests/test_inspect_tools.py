@@ -194,6 +194,17 @@ def test_ncu_profiles_one_launch_after_the_warmup_and_stores_the_report(repro, f
     assert "duration" in text and "80.26 us" in text and "DRAM read" in text and "[OPT] AchievedOccupancy" in text
 
 
+def test_cli_ncu_skips_the_warmup_asked_for(repro, fake_tools, capsys):
+    """`kerncap replay --ncu --warmup W` profiles the launch after W warm-up launches;
+    without --warmup, after 3 (mutation caught: --warmup ignored under --ncu)."""
+    argv_file = fake_tools("ok")
+    for extra, skip in ((["--warmup", "7"], "7"), ([], "3"), (["--warmup", "0"], "0")):
+        assert cli.main(["replay", str(repro), "--ncu", "--timeout", "60", *extra]) == 0
+        argv = json.loads(argv_file.read_text())
+        assert argv[argv.index("--launch-skip") + 1] == skip, extra
+    assert "duration" in capsys.readouterr().out
+
+
 def test_ncu_counters_not_permitted(repro, fake_tools, capsys):
     fake_tools("perm")
     assert cli.main(["replay", str(repro), "--ncu", "--timeout", "60"]) == 3
@@ -353,3 +364,63 @@ def test_a_range_the_sanitizer_holds_is_named_as_the_tools(repro, fake_tools, mo
     assert info.value.message.startswith("compute-sanitizer memcheck on captured cubin cannot restore this capture")
     assert "under compute-sanitizer the replay process reserves memory of its own" in info.value.hint
     assert killed and _leftovers(repro) == []
+
+
+# -- an eleventh audit's survivors ---------------------------------------------------------------
+
+
+def test_errors_the_tool_counted_but_the_parser_could_not_read_are_not_clean(repro, fake_tools, tmp_path, capsys):
+    """A report whose messages are in a layout this parser does not read (no `=========`
+    prefix) but whose summary counts 3 errors: not clean, exit 1, the count and a note
+    said. Mutation caught: `clean` judged on the parsed errors alone."""
+    log = tmp_path / "unreadable.memcheck.log"
+    log.write_text("========= COMPUTE-SANITIZER\n"
+                   "[memcheck] Invalid __global__ write of size 4 bytes at axpy_inplace+0x1b0\n"
+                   "========= ERROR SUMMARY: 3 errors\n")
+    fake_tools("ok", log=str(log))
+    assert cli.main(["validate", str(repro), "--sanitize", "--timeout", "60"]) == 1
+    out = capsys.readouterr().out
+    assert "clean" not in out.splitlines()[0] and "(the tool counted 3)" in out
+    assert "the tool counted 3 errors this parser could not read" in out
+    stored = sanitize.load_stored(repro, None, "memcheck")
+    assert stored is not None and not stored.errors and stored.reported_count == 3 and not stored.clean
+
+
+def test_a_stored_report_is_reused_only_for_the_same_warmup(repro, fake_tools, capsys):
+    """`--ncu --compare` reuses a stored report of the same cubin bytes and setup; asked
+    with another --warmup it profiles again, skipping that many launches. Mutation caught:
+    the warm-up count left out of the setup compared."""
+    argv_file = fake_tools("ok")
+    args = ["replay", str(repro), "--ncu", "--compare", "captured", str(repro / "variants" / "1.cubin"), "--json"]
+    assert cli.main(args) == 0 and cli.main(args) == 0
+    assert capsys.readouterr().err.count("using the stored report") == 2  # the second run: both reused
+    assert cli.main([*args, "--warmup", "5"]) == 0
+    out, err = capsys.readouterr()
+    assert "using the stored report" not in err
+    data = json.loads(out)
+    assert data["a"]["warmup"] == data["b"]["warmup"] == 5
+    argv = json.loads(argv_file.read_text())
+    assert argv[argv.index("--launch-skip") + 1] == "5"
+
+
+def test_a_tool_is_found_in_cuda_home_before_cuda_path(tmp_path, no_tools, monkeypatch):
+    """Not on PATH: `ncu` is looked for in $CUDA_HOME/bin, then $CUDA_PATH/bin, then the
+    default toolkit; a file there that is not executable is passed over, and the message
+    names every directory looked in. Mutation caught: $CUDA_HOME ignored."""
+    def toolkit(name: str, mode: int = 0o755) -> Path:
+        exe = tmp_path / name / "bin" / "ncu"
+        exe.parent.mkdir(parents=True)
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(mode)
+        return exe
+
+    home, path, plain = toolkit("cuda-home"), toolkit("cuda-path"), toolkit("cuda-plain", 0o644)
+    monkeypatch.setenv("CUDA_PATH", str(path.parents[1]))
+    assert tools.find_tool("ncu", "Nsight Compute") == path
+    monkeypatch.setenv("CUDA_HOME", str(home.parents[1]))
+    assert tools.find_tool("ncu", "Nsight Compute") == home
+    monkeypatch.setenv("CUDA_HOME", str(plain.parents[1]))
+    monkeypatch.delenv("CUDA_PATH")
+    with pytest.raises(KerncapError) as err:
+        tools.find_tool("ncu", "Nsight Compute")
+    assert str(plain.parent) in err.value.message and str(tmp_path / "no-cuda" / "bin") in err.value.message

@@ -253,6 +253,66 @@ def test_huge_region_to_a_small_disk_is_refused_up_front(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_the_free_space_check_counts_every_state_of_every_item(tmp_path, monkeypatch):
+    """A disk with room for one state of axpy's region 1 (16 KiB and a header) but not
+    two: `pre` alone is written, `pre` and `post` together are refused up front, naming
+    what both need, and nothing is written. Mutation caught: the check counting one
+    state per item."""
+    import collections
+
+    usage = collections.namedtuple("usage", "total used free")
+    one = 16384 + 4096  # the item and its header room
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage(1 << 30, (1 << 30) - (one + 1000), one + 1000))
+    out = api.dump(FIXTURES / "axpy_small", ["1"], ["pre"], output=tmp_path / "one")
+    assert [a.state for a in out.arrays] == ["pre"]
+    with pytest.raises(KerncapError) as err:
+        api.dump(FIXTURES / "axpy_small", ["1"], ["pre", "post"], output=tmp_path / "two")
+    assert "the dump needs 40.0 KiB" in err.value.message
+    assert not (tmp_path / "two").exists()
+
+
+def test_a_perturbed_inputs_dump_goes_to_a_directory_of_its_own_by_default(tmp_path, monkeypatch):
+    """Without --output a dump lands in the reproducer's dumps/<cubin>[-pK]: the captured
+    cubin's output on the captured input, on perturbation 2 and a variant's on perturbation
+    1 each keep their own files (the perturbed output is not the captured one's). Mutation
+    caught: the -pK suffix dropped, each perturbed dump overwriting the captured input's."""
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy, "v.cubin": sim.axpy})
+    plain = api.dump(repro, ["1"], ["output"])
+    perturbed = api.dump(repro, ["1"], ["output"], perturbation=2, seed=3)
+    variant = api.dump(repro, ["1"], ["output"], cubin=tmp_path / "v.cubin", perturbation=1)
+    dumps = repro.resolve() / "dumps"
+    assert [Path(r.directory).resolve() for r in (plain, perturbed, variant)] == [
+        dumps / "captured", dumps / "captured-p2", dumps / "v-p1"]
+    cap = api.open_capture(repro)
+    region = next(r for r in cap.regions if r.id == 1)
+    captured_out = np.load(plain.arrays[0].path)
+    assert captured_out.tobytes() == cap.read_bytes(region.post, region.size)  # still the captured input's output
+    assert np.load(perturbed.arrays[0].path).tobytes() != captured_out.tobytes()
+
+
+def test_a_typed_argument_at_an_offset_into_its_region_stops_at_the_regions_end(tmp_path):
+    """axpy's `float* y` edited to point 4 KiB into region 1 (16 KiB): its tensor is the
+    3,072 floats from +0x1000 to the region's end, in the layout, the view and the dump's
+    sidecar. Mutation caught: the element count taken over the whole region (4,096 floats
+    from +0x1000, running 4 KiB past its end)."""
+    repro = tmp_path / "offset"
+    shutil.copytree(FIXTURES / "axpy_small", repro)
+    manifest = repro / "capture" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    base = m["regions"][1]["base"] + 4096
+    m["params"][2]["pointer"]["offset"] = 4096
+    m["params"][2]["value"] = base.to_bytes(8, "little").hex()
+    manifest.write_text(json.dumps(m))
+    (_i, layout, view), = api.item_layouts(repro, ["arg:2"])
+    assert (layout.dtype, layout.offset, layout.shape) == ("float32", 4096, (3072,))
+    assert layout.offset + math.prod(layout.shape) * 4 == 16384
+    assert view.start == 1024 and view.rows * view.cols == 3072
+    api.dump(repro, ["arg:2"], ["post"], output=tmp_path / "d")
+    side = json.loads((tmp_path / "d" / "region1.json").read_text())
+    assert side["tensor"]["offset_bytes"] == 4096 and side["tensor"]["shape"] == [3072]
+    assert side["numpy"]["shape"] == [4096]  # the file holds the whole item; the sidecar says where the tensor lies
+
+
 def test_faulting_variant_is_not_dumped(tmp_path, monkeypatch):
     def fault(_m, _s):
         raise sim.sticky("cuStreamSynchronize on kernel _Z12axpy_inplacefPKfPfi of f.cubin failed: "

@@ -137,6 +137,23 @@ def test_region_dtypes_alone_ask_for_elementwise_checks(axpy_repro, capsys):
     assert doc["mode"] == "tolerance" and doc["regions"][1]["dtype"] == "float32"
 
 
+def test_validate_of_two_reproducers_checks_both_and_gives_one_verdict(axpy_repro, capsys):
+    """Several DIRs (reproducers of one kernel) are all checked, each on its own input, in
+    one verdict; two are as many as several (mutation caught: only a third DIR made it
+    several, two were checked on the first alone)."""
+    import shutil
+
+    second = axpy_repro.parent / "axpy-2"
+    shutil.copytree(axpy_repro, second)
+    good = str(axpy_repro.parent / "good.cubin")
+    assert cli.main(["validate", str(axpy_repro), str(second), "--cubin", good, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["reproducer"] for d in doc["reproducers"]] == [str(axpy_repro), str(second)]
+    assert doc["summary"].startswith("PASS on 2 inputs")
+    assert cli.main(["validate", str(axpy_repro), str(second), "--cubin", good]) == 0
+    assert "PASS on 2 inputs of 2 reproducers" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--perturb", "0"], "--perturb 0: the number of perturbed inputs must be between 1 and 1000"),
     (["--perturb", "100000"], "--perturb 100000: the number of perturbed inputs must be between 1 and 1000"),

@@ -352,6 +352,7 @@ def test_list_names_a_sequence_and_its_launches(seq, capsys):
     (["extract", "--sequence", "nvtx", "--", "true"], "--sequence nvtx needs --nvtx PATH"),
     (["extract", "--sequence", "graph", "--nvtx", "x", "--", "true"], "--sequence graph needs KERNEL"),
     (["extract", "k", "--count", "3", "--", "true"], "--count and --until bound a run"),
+    (["extract", "k", "--until", "add", "--", "true"], "--count and --until bound a run"),  # not ignored
     (["extract", "k", "--sequence", "nvtx", "--nvtx", "l", "--count", "3", "--", "true"], "bound a run"),
     (["extract", "k", "--sequence", "run", "--count", "3", "--dispatch", "1,2", "--", "true"], "one window"),
 ])

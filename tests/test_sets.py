@@ -46,6 +46,23 @@ def test_dispatch_list_becomes_a_set_with_weights_and_the_refused_bucket_named(f
     assert (out / "store" / "objects").is_dir()
 
 
+def test_two_members_of_one_bucket_share_its_weight(fake_set, tmp_path):
+    """A dispatch list that hits one bucket twice (dispatches 3 and 17 both of bucket 0,
+    3 ms of the kernel's 4 ms): each member stands for half of that bucket, the weights
+    still sum to 1 and the coverage is the bucket's share (mutation caught: each member
+    of one bucket given the bucket's whole share)."""
+    from kerncap.capture.set_extract import format_set_extract
+    from kerncap.reproducer.sets import ReproducerSet
+
+    res = fake_set(tmp_path / "set", member_buckets=(0, 0))
+    s = ReproducerSet.open(res.set_dir)
+    assert [m.dispatch for m in s.members] == [3, 17]
+    assert [round(m.weight, 6) for m in s.members] == [0.5, 0.5]
+    assert s.members[0].signature == s.members[1].signature == "grid 16 block 256 smem 0 | #0=0.5 #3=4096"
+    assert s.manifest["coverage"] == 0.75  # bucket 1 (1 ms) has no member
+    assert "#0  50.0%  grid 16 block 256" in format_set_extract(res)
+
+
 def _chunks(capture_dir: Path) -> set[str]:
     from kerncap.reproducer.format import Capture
 

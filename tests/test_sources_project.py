@@ -98,3 +98,45 @@ def test_compressed_fatbin_entries_decode_to_the_plain_cubin(built_project, tmp_
     subprocess.run([*base, "-Xfatbin=-compress-mode=none", "-o", str(plain)], check=True)
     subprocess.run([*base, "-Xfatbin=-compress-all", f"-Xfatbin=-compress-mode={mode}", "-o", str(packed)], check=True)
     assert device_images(packed)[0].data == device_images(plain)[0].data
+
+
+def test_every_fat_binary_of_a_linked_section_is_read(built_project, tmp_path):
+    """A linked object, library or executable holds one fat binary per translation unit,
+    one after another in its `.nv_fatbin` section: each one's cubin is found, in order.
+    Mutation caught: the section read no further than its first fat binary."""
+    from kerncap.sources import cubin
+    from kerncap.sources.fatbin import device_images
+
+    ld = shutil.which("ld")
+    if ld is None:
+        pytest.skip("needs ld on PATH")
+    tus = ["bounded.cu", "deep.cu", "macro.cu"]
+    linked = tmp_path / "linked.o"
+    subprocess.run([ld, "-r", *(str(built_project.obj(tu)) for tu in tus), "-o", str(linked)], check=True)
+    images = device_images(linked)
+    assert [im.arch for im in images] == [90, 90, 90]
+    assert [cubin.kernel_names(cubin.open_elf(im.data, "x")) for im in images] == [
+        {"_Z13bounded_saxpyfPKfPfi"}, {"_ZN5kcfix11deep_kernelEPfPKfi"}, {"macro_fill"}]
+    assert [im.data for im in images] == [device_images(built_project.obj(tu))[0].data for tu in tus]
+
+
+def test_each_kernel_of_a_cubin_gets_only_its_own_line_table_files(tmp_path):
+    """Two kernels of one translation unit, each in its own header: each kernel's files
+    are those of its own code, the whole table has both. Mutation caught: every line
+    sequence counted for whichever kernel was asked for."""
+    from kerncap.sources import cubin
+
+    toolchain_or_skip()
+    body = "{\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) x[i] %s;\n}\n"
+    (tmp_path / "a.cuh").write_text("__global__ void kernel_a(float* x, int n)\n" + body % "*= 2.0f")
+    (tmp_path / "b.cuh").write_text("__global__ void kernel_b(int* x, int n)\n" + body % "+= 3")
+    (tmp_path / "two.cu").write_text('#include "a.cuh"\n#include "b.cuh"\n')
+    out = tmp_path / "two.cubin"
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-lineinfo", str(tmp_path / "two.cu"), "-o", str(out)],
+                   check=True, cwd=tmp_path)
+    elf = cubin.open_elf(out.read_bytes(), "two.cubin")
+    assert cubin.kernel_names(elf) == {"_Z8kernel_aPfi", "_Z8kernel_bPii"}
+    names = lambda files: sorted(Path(f).name for f in files)  # noqa: E731
+    assert names(cubin.line_table_files(elf, "_Z8kernel_aPfi")) == ["a.cuh"]
+    assert names(cubin.line_table_files(elf, "_Z8kernel_bPii")) == ["b.cuh"]
+    assert names(cubin.line_table_files(elf)) == ["a.cuh", "b.cuh"]

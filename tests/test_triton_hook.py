@@ -288,3 +288,47 @@ def test_hook_source_has_no_engine_imports():
     for path in PYHOOKS.glob("*.py"):
         text = path.read_text()
         assert "import kerncap" not in text and "from kerncap" not in text, path
+
+
+def test_a_sets_dispatch_list_records_up_to_its_last_member(app_dir, fake_inject, tmp_path):
+    """A set's KERNCAP_DISPATCH is a list ("2,0", as a set's members may come): every
+    launch up to its highest member is recorded. Mutation caught: recorded only up to the
+    lowest."""
+    run_capture(app_dir, tmp_path / "run", fake_inject, KERNCAP_DISPATCH="2,0")
+    (doc,) = [json.loads(p.read_text()) for p in (tmp_path / "run").glob("triton-*.json")]
+    (rec,) = doc["kernels"].values()
+    assert [x["hook_dispatch"] for x in rec["launches"]] == [0, 1, 2]
+
+
+def _private_hooks():
+    """A fresh copy of _kerncap_hooks (its module state is its own)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_kerncap_hooks_under_test", PYHOOKS / "_kerncap_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_module_already_imported_is_patched_at_once_and_one_still_executing_later(monkeypatch):
+    """when_imported: a module the app imported before the hooks installed is patched
+    right away (its import will not run again); one whose body is still executing is not
+    patched half-made, but queued for the end of its import. Mutation caught: the
+    initialising check flipped."""
+    import importlib.machinery
+    import types
+
+    hooks = _private_hooks()
+    patched = []
+    done = types.ModuleType("kc_hooks_probe_done")
+    done.__spec__ = importlib.machinery.ModuleSpec("kc_hooks_probe_done", None)
+    monkeypatch.setitem(sys.modules, "kc_hooks_probe_done", done)
+    hooks.when_imported("kc_hooks_probe_done", patched.append)
+    assert patched == [done] and "kc_hooks_probe_done" not in hooks._PATCHES
+
+    half = types.ModuleType("kc_hooks_probe_half")
+    half.__spec__ = importlib.machinery.ModuleSpec("kc_hooks_probe_half", None)
+    half.__spec__._initializing = True
+    monkeypatch.setitem(sys.modules, "kc_hooks_probe_half", half)
+    hooks.when_imported("kc_hooks_probe_half", patched.append)
+    assert patched == [done] and hooks._PATCHES["kc_hooks_probe_half"] == [patched.append]

@@ -23,7 +23,7 @@ xxhash = pytest.importorskip("xxhash")
 from kerncap.errors import KerncapError  # noqa: E402
 from kerncap.reproducer.format import Capture  # noqa: E402
 from kerncap.triton import attach_triton, recompile, region_dtypes  # noqa: E402
-from kerncap.triton.kernel_source import sanitize_module  # noqa: E402
+from kerncap.triton.kernel_source import function_only_module, sanitize_module  # noqa: E402
 from kerncap.triton.pinned import parse_config  # noqa: E402
 from test_triton_hook import app_dir, fake_inject, run_capture  # noqa: E402,F401  (fixtures)
 
@@ -340,3 +340,15 @@ def test_recompile_pins_another_autotuned_block(reproducer):
     assert f"the app's grid for BLOCK={other}" in res.log
     assert f"BLOCK={other}" in res.command
     assert res.cubin.read_bytes() != recompile(root).cubin.read_bytes()
+
+
+def test_a_kernel_rebuilt_from_its_source_alone_keeps_its_line_numbers():
+    """With no module file, source/kernel.py is the Triton imports and the function at the
+    line it had in the app, so a compiler message's line is the app's. Mutation caught:
+    the function one line late."""
+    source = "@triton.jit\ndef k(x_ptr, n):\n    pid = tl.program_id(0)\n"
+    for first_line in (3, 10, 40):
+        lines = function_only_module(source, first_line).splitlines()
+        assert lines[first_line - 1:first_line + 2] == source.splitlines(), first_line
+        assert lines[:2] == ["import triton", "import triton.language as tl"]
+    assert function_only_module(source, None).splitlines()[2:] == source.splitlines()

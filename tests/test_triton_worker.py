@@ -134,3 +134,15 @@ def test_worker_that_hangs_is_killed_with_a_message(reproducer, monkeypatch):  #
         # loaded 2-core machine, so 1 s would fail it for the machine's sake, not the code's.
         monkeypatch.setattr(worker_module, "WARMUP_TIMEOUT_S", default_timeout)
         assert worker.recompile().cubin.is_file()  # a new worker
+
+
+def test_a_pinned_config_reaches_the_warm_worker(reproducer):  # noqa: F811
+    """recompile(config) in the worker compiles with those options, as `kerncap recompile
+    --config` does: the launch record has the block of num_warps=8. Mutation caught: the
+    request sent without its config (the captured options compiled)."""
+    root, _capture, _ = reproducer
+    with CompileWorker(root) as worker:
+        res = worker.recompile("num_warps=8")
+    launch = json.loads(res.cubin.with_suffix(".launch.json").read_text())
+    assert launch["block"] == [256, 1, 1] and "block" in launch["changed"], launch
+    assert "num_warps': 8" in res.log and "overridden" in res.log
