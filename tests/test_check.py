@@ -215,6 +215,34 @@ def test_local_dask_cluster_runs_check(corpus, monkeypatch, tmp_path):
     assert set(copies) == {"axpy_small", "graph_explicit", "demo"}
 
 
+def test_a_shipped_reproducer_edited_since_reaches_the_worker_as_edited(tmp_path, monkeypatch):
+    """check/sweep --ship: a worker writes each bundle once into its cache, keyed by the
+    bundle's digest. A reproducer whose file changed since (same paths, other bytes: an
+    edited record or source, a variant rebuilt under its old name) is a new digest, and
+    the worker runs the edit, not the copy it cached before; an unchanged one reuses it.
+    Mutation caught: the digest taken over the paths alone."""
+    from kerncap.fleet.ship import make_bundle, materialize
+
+    monkeypatch.setenv("KERNCAP_WORKER_CACHE", str(tmp_path / "cache"))
+    repro = tmp_path / "axpy_small"
+    shutil.copytree(FIXTURES / "axpy_small", repro)
+    (repro / "variants").mkdir()
+    (repro / "variants" / "1.cubin").write_bytes(b"first build")
+    first = make_bundle(repro)
+    on_worker = materialize(first)
+    assert (on_worker / "variants" / "1.cubin").read_bytes() == b"first build"
+    assert make_bundle(repro).digest == first.digest and materialize(make_bundle(repro)) == on_worker
+
+    (repro / "variants" / "1.cubin").write_bytes(b"other build")  # rebuilt: same name and size
+    record = repro / "reproducer.json"
+    record.write_text(record.read_text().replace("axpy", "axpz", 1))
+    edited = make_bundle(repro)
+    assert set(edited.files) == set(first.files) and edited.digest != first.digest
+    now = materialize(edited)
+    assert now != on_worker and (now / "variants" / "1.cubin").read_bytes() == b"other build"
+    assert (now / "reproducer.json").read_bytes() == record.read_bytes()
+    assert (on_worker / "variants" / "1.cubin").read_bytes() == b"first build"  # the old copy is its own
+
 def test_perturbed_validation_reaches_each_variant(tmp_path, monkeypatch):
     """MeasureRequest(perturb=K): a worker validates each variant on K perturbed inputs
     too (the replay core simulated in numpy, tests/replay_sim.py), so a variant that is

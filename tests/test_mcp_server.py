@@ -160,6 +160,31 @@ def test_sources_read_edit_and_recompile(root):
     assert built.structured_content["command"][0].endswith("nvcc")
 
 
+def test_files_under_a_hidden_directory_of_source_are_no_sources(root):
+    """A source/ kept under git (source/.git/) or beside an editor's settings (.vscode/,
+    a .cache/ further down): the files in those hidden directories are no sources. MCP's
+    list_sources does not list them and the sources' fingerprint (what tells a build that
+    nothing changed) ignores them; a file beside them is a source. Mutation caught:
+    is_source_file judging the file's own name alone."""
+    from kerncap import api
+
+    repro = root / "graph_explicit"
+    src = repro / "source"
+    server = build_server([root])
+    [listed] = call(server, ("list_sources", {"reproducer": "graph_explicit"}))
+    names = sorted(f["path"] for f in listed.structured_content["files"])
+    before = api.source_fingerprint(src)
+    for rel in (".git/HEAD", ".git/objects/ab/cdef01", ".vscode/settings.json", "sub/.cache/k.cu"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("not a source\n")
+    [listed] = call(server, ("list_sources", {"reproducer": "graph_explicit"}))
+    assert sorted(f["path"] for f in listed.structured_content["files"]) == names
+    assert sorted(f.path for f in api.list_sources(repro)) == names
+    assert api.source_fingerprint(src) == before
+    (src / "sub" / "k.cu").write_text("// a source\n")
+    assert api.source_fingerprint(src) != before
+    assert [f.path for f in api.list_sources(repro)] == sorted([*names, "sub/k.cu"])
+
 def test_gpu_tools_answer_with_the_engines_error(root):
     server = build_server([root])
     results = call(server, ("validate", {"reproducer": "axpy_small"}),

@@ -21,7 +21,7 @@ from kerncap import api
 from kerncap.cli import main
 from kerncap.errors import CaptureFormatError, KerncapError, UsageError
 from kerncap.reproducer.format import Capture
-from kerncap.recompile.sequence_kernel import kernel_of_source
+from kerncap.recompile.sequence_kernel import kernel_index, kernel_of_source
 from kerncap.reproducer.sequence_variant import write_variant
 
 
@@ -543,6 +543,21 @@ def test_build_kernel_on_one_dispatch_is_refused(capsys):
     assert main(["build", str(repro), "--kernel", "0"]) == 2
     assert "--kernel picks one kernel of a sequence" in capsys.readouterr().err
 
+
+def test_a_kernel_number_one_past_the_last_names_no_kernel(seq, capsys):
+    """`--kernel K` is the kernel's number when it is one (0 .. kernels - 1), else a part of
+    its name: with two kernels, `--kernel 2` names none, and recompile and build say so
+    (exit 2) with the kernels there are, rather than looking for a kernel entry 2.
+    Mutation caught: the number bound off by one (`<=`)."""
+    cap = Capture.open(seq)
+    assert [kernel_index(cap, str(k)) for k in (0, 1)] == [0, 1]
+    with pytest.raises(UsageError, match="--kernel '2' names no kernel of the sequence"):
+        kernel_index(cap, "2")
+    for verb in ("recompile", "build"):
+        assert main([verb, str(seq), "--kernel", "2"]) == 2, verb
+        err = capsys.readouterr().err
+        assert "--kernel '2' names no kernel of the sequence" in err, err
+        assert "0: scale(float const*, float*); 1: add(float const*, float*)" in err, err
 
 def test_a_sequence_variant_is_validated_through_the_request_api_not_taken_for_a_set_variant(seq, monkeypatch):
     """On the H200, `validate_request` with variants/<name>.json of a sequence said "is a

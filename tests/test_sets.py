@@ -120,6 +120,56 @@ def test_source_sync_keeps_each_members_own_launch_files(fake_set, tmp_path):
         assert json.loads((m.path / "source" / "triton.json").read_text()) == {"member": m.index}
 
 
+def test_source_sync_replaces_a_link_in_a_member_and_writes_nothing_outside(fake_set, tmp_path):
+    """A member's source/ file that is a symbolic link (to anywhere: a set from someone
+    else) is replaced by the set's file; the file it pointed to is not written. Mutation
+    caught: the link kept, the set's source copied through it onto the file outside."""
+    from kerncap.recompile.set_variant import sync_source
+    from kerncap.reproducer.sets import ReproducerSet
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    (s.source_dir / "k").mkdir(parents=True)
+    (s.source_dir / "k" / "kernel.cu").write_text("edited")
+    outside = tmp_path / "outside.cu"
+    outside.write_text("someone else's file")
+    for m in s.members:
+        (m.path / "source" / "k").mkdir(parents=True)
+        (m.path / "source" / "k" / "kernel.cu").symlink_to(outside)
+    sync_source(s)
+    assert outside.read_text() == "someone else's file"
+    for m in s.members:
+        dst = m.path / "source" / "k" / "kernel.cu"
+        assert not dst.is_symlink() and dst.read_text() == "edited"
+
+def test_source_sync_writes_nothing_through_a_linked_directory_of_a_member(fake_set, tmp_path):
+    """A member's source/ (or a directory in it) that is a link to a directory elsewhere:
+    the sync refuses it, naming the link, and writes nothing there (the member's own
+    file beside the link check included). Was: copied through the link onto the files
+    outside (only a link at the file itself was replaced)."""
+    from kerncap.recompile.set_variant import sync_source
+    from kerncap.reproducer.sets import ReproducerSet
+
+    s = ReproducerSet.open(fake_set(tmp_path / "set").set_dir)
+    (s.source_dir / "k").mkdir(parents=True)
+    (s.source_dir / "k" / "kernel.cu").write_text("edited")
+    outside = tmp_path / "outside"
+    (outside / "k").mkdir(parents=True)
+    (outside / "k" / "kernel.cu").write_text("someone else's file")
+    first, *rest = s.members
+    (first.path / "source").symlink_to(outside)
+    with pytest.raises(KerncapError, match="is a symbolic link .*does not write through it"):
+        sync_source(s)
+    (first.path / "source").unlink()
+    (first.path / "source").mkdir()
+    (first.path / "source" / "k").symlink_to(outside / "k")
+    with pytest.raises(KerncapError, match=f"{first.path / 'source' / 'k'} is a symbolic link"):
+        sync_source(s)
+    assert (outside / "k" / "kernel.cu").read_text() == "someone else's file"
+    (first.path / "source" / "k").unlink()
+    sync_source(s)
+    assert all((m.path / "source" / "k" / "kernel.cu").read_text() == "edited" for m in s.members)
+    assert (outside / "k" / "kernel.cu").read_text() == "someone else's file"
+
 def test_replay_set_reports_each_member_even_when_replay_is_unavailable(fake_set, tmp_path, monkeypatch):
     """Without the replay core (this CPU machine), every member says so; none is skipped."""
     from kerncap.api import ReplayRequest, ValidateRequest, format_set_run, open

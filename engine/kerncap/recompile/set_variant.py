@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kerncap.core.confined import real_dir
 from kerncap.core.fsio import make_dirs, write_atomic
 from kerncap.errors import KerncapError
 from kerncap.recompile import recompile
@@ -66,12 +67,14 @@ def sync_source(s: ReproducerSet) -> None:
             # write through one either: nothing outside the set is touched.
             if src.is_symlink() or src.is_dir() or src.name in MEMBER_OWN_FILES:
                 continue
-            dst = dst_root / src.relative_to(s.source_dir)
+            # Every directory from the set down to dst checked: a linked source/ or
+            # subdirectory of a member would carry the copy outside.
+            rel = (dst_root / src.relative_to(s.source_dir)).relative_to(s.root)
+            dst = real_dir(s.root, rel.parent, create=True) / rel.name
             if dst.is_symlink():
                 dst.unlink()
             elif dst.is_file() and dst.read_bytes() == src.read_bytes():
                 continue
-            make_dirs(dst.parent)
             shutil.copy2(src, dst)
 
 
