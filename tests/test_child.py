@@ -26,6 +26,9 @@ CHILD = textwrap.dedent('''
         req = decode(line)
         if req["op"] == "echo":
             out.write("not json\\n"); out.write(encode({"echo": req["value"]})); out.flush()
+        elif req["op"] == "json_not_objects":  # valid JSON on the channel, but no reply
+            out.write("[1, 2]\\n"); out.write('"text"\\n'); out.write("null\\n"); out.write("3\\n")
+            out.write(encode({"reply": 1})); out.flush()
         elif req["op"] == "spawn_and_hang":
             g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
             out.write(encode({"grandchild": g.pid})); out.flush()
@@ -70,6 +73,17 @@ def test_lines_a_stray_line_and_the_process_group(child):
     c.close({"op": "quit-by-eof"}, wait=10)
     assert c.proc.returncode == 0
     assert "child started" in c.log
+
+
+def test_a_json_line_that_is_no_object_is_logged_not_taken_for_the_reply(child):
+    """Only a JSON object is a reply: a list, a string, null or a number that reached the
+    channel is stray output, logged like a line that is not JSON at all."""
+    c = child()
+    c.send({"op": "json_not_objects"})
+    assert c.receive(10) == {"reply": 1}
+    stray = [line for line in c.log if line.startswith("(unexpected output)")]
+    assert stray == ["(unexpected output) [1, 2]", '(unexpected output) "text"', "(unexpected output) null",
+                     "(unexpected output) 3"]
 
 
 def test_a_timeout_kills_the_whole_group(child):

@@ -91,6 +91,31 @@ def test_errors_are_one_message_and_a_hint(argv, words, status, capsys, monkeypa
     assert "hint:" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["replay", "r", "--ncu", "--timeout", "0"], "argument --timeout: must be > 0 (got 0)"),
+    (["validate", "r", "--sanitize", "--timeout", "-1.5"], "argument --timeout: must be > 0 (got -1.5)"),
+    (["unpack", "r.kcap", "--max-ratio", "0.0"], "argument --max-ratio: must be > 0 (got 0.0)"),
+    (["unpack", "r.kcap", "--max-ratio", "nan"], "argument --max-ratio: must be > 0 (got nan)"),
+    (["mcp", "--root", "r", "--max-resident", "0"], "argument --max-resident: must be >= 1 (got 0)"),
+    (["replay", "r", "--device", "-1"], "argument --device: must be >= 0 (got -1)"),
+])
+def test_an_argument_out_of_its_types_range_is_a_usage_error(argv, words, capsys):
+    """The shared argument types (kerncap.commands.arguments) refuse a value at their bound
+    before anything runs: a usage error, exit status 2."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kerncap {argv[0]}: error: {words}") and "Traceback" not in err
+
+
+def test_an_argument_just_inside_its_types_range_is_taken():
+    assert parse(["replay", "r", "--ncu", "--timeout", "0.001"]).timeout == 0.001
+    assert parse(["unpack", "r.kcap", "--max-ratio", "1e-9"]).max_ratio == 1e-9
+    assert parse(["mcp", "--root", "r", "--max-resident", "1"]).max_resident == 1
+    assert parse(["replay", "r", "--device", "0"]).device == 0
+    args = parse(["fuse", "r", "--first", "0", "--last", "0"])
+    assert (args.first, args.last) == (0, 0)
+
+
 def test_missing_native_library_is_reported(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("KERNCAP_INJECT_LIB", str(tmp_path / "gone.so"))
     rc = main(["extract", "k", "-o", str(tmp_path / "o"), "--", sys.executable, "-c", "pass"])

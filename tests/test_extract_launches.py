@@ -94,3 +94,14 @@ def test_captured_kernel_found_by_its_short_name():
     procs = [{"kernels_seen": {"k<4>(float*)": 2, "other(int)": 5}, "launches": 7}]
     got = AppLaunches.from_reports(procs, "k<4>(float* __restrict__)", ["app"])
     assert [k.captured for k in got.kernels] == [False, True]
+
+
+def test_a_short_name_several_kernels_share_marks_none_of_them_captured():
+    """Overloads share a short name: when the captured kernel's full name is none of theirs,
+    no entry is marked rather than the first (most launched) of them."""
+    procs = [{"kernels_seen": {"k(int*)": 9, "k(float*)": 4, "other(int)": 5}, "launches": 18}]
+    got = AppLaunches.from_reports(procs, "k(float* __restrict__)", ["app"])
+    assert [k.name for k in got.kernels] == ["k(int*)", "other(int)", "k(float*)"]
+    assert [k.captured for k in got.kernels] == [False, False, False] and got.captured is None
+    exact = AppLaunches.from_reports(procs, "k(float*)", ["app"])  # the full name decides
+    assert exact.captured is not None and exact.captured.name == "k(float*)" and exact.captured.calls == 4

@@ -68,12 +68,21 @@ def _pads(m, s):
     s.padding = 64
 
 
+def _one_sign_off(m, s):
+    """Right output but for one element of y whose sign is flipped: one byte and one
+    element unlike the expected state."""
+    sim.axpy(m, s)
+    y = m.f32(1)
+    y[5] = -y[5] if y[5] != 0 else np.float32(1.0)
+    return 0.01
+
+
 @pytest.fixture
 def reproducer(tmp_path, monkeypatch):
     return sim.axpy_reproducer(tmp_path, monkeypatch, {
         "captured": sim.axpy, "same.cubin": sim.axpy, "lazy.cubin": _first_launch_only(),
         "cache.cubin": _remembers_inputs(), "noop.cubin": _noop,
-        "pads.cubin": _pads})
+        "pads.cubin": _pads, "one.cubin": _one_sign_off})
 
 
 def test_a_variant_that_stops_working_after_its_first_launch_has_a_void_timing(reproducer, capsys):
@@ -105,6 +114,21 @@ def test_plain_replay_checks_its_launches_and_exits_1_when_void(reproducer, caps
     assert cli.main(["replay", str(reproducer), "--cubin", str(reproducer.parent / "noop.cubin"), "--json"]) == 1
     check = json.loads(capsys.readouterr().out)["check"]
     assert check["void"] and check["checked"] == 20 and len(check["failures"]) == 20
+
+
+def test_a_launch_that_left_a_single_byte_unlike_the_expected_state_voids_the_timing(reproducer, capsys):
+    """The smallest difference is a failure: every timed launch of a variant one byte (one
+    element) off is named, `replay` exits 1 and `replay --compare` reports no speedup."""
+    one = reproducer.parent / "one.cubin"
+    assert cli.main(["replay", str(reproducer), "--cubin", str(one), "--json"]) == 1
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert check["void"] and check["checked"] == 20 and len(check["failures"]) == 20
+    assert {n for *_, n in check["failures"]} == {1}
+    assert cli.main(["replay", str(reproducer), "--cubin", str(one)]) == 1
+    assert "launch 1 of round 1 (the captured input) left 1 byte(s) or element(s)" in capsys.readouterr().out
+    with Session(reproducer) as s:
+        c = s.compare(CompareRequest(cubins=(str(one),), rounds=5))
+    assert c.programs[1].void and c.programs[1].interval is None and not c.programs[0].void
 
 
 def test_the_timing_rotates_over_the_captured_and_perturbed_inputs(reproducer, monkeypatch):

@@ -82,6 +82,26 @@ def test_process_tree_follows_descendants_and_ignores_reused_pids(tmp_path):
         tree.reap()
 
 
+def test_a_live_pid_with_another_start_time_is_not_the_apps_and_is_never_signalled():
+    """A pid the app once had, now reused by an unrelated process (it runs, but started at
+    another time), is neither alive for the tree nor signalled when the app is stopped."""
+    import subprocess
+
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        started = read_process_table()[stranger.pid][1]
+        tree = ProcessTree(max(read_process_table()) + 10_000_000)  # a root long gone
+        tree.known[stranger.pid] = started + 1  # the app's process of that pid started at another time
+        assert tree.alive() == []
+        assert tree.signal(9) == 0
+        assert stranger.poll() is None and alive(stranger.pid)
+        tree.known[stranger.pid] = started  # the same start time: that one is the app's
+        assert tree.alive() == [stranger.pid]
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
 def test_stop_report_text():
     assert StopReport().describe() == ""
     r = StopReport(processes=3, signals=["SIGTERM", "SIGKILL"], killed=1)

@@ -218,3 +218,24 @@ def test_nvtx_filter_that_keeps_nothing_lists_the_ranges_seen(app):
         profile(app, spec, nvtx="layer.9")
     listed = [line.strip() for line in e.value.message.splitlines()[1:]]
     assert set(listed[:2]) == {"layer.5", "layer.8"} and "forward.S1024" in listed
+
+
+def test_nvtx_rows_of_several_processes_merge_their_counts_and_extremes():
+    """One (range, kernel) row from each of two processes: calls and time add up, the minimum
+    is the smaller of the two minima and the maximum the larger of the maxima; the table is
+    ranked by total time and each row's percent is of the whole table."""
+    from kerncap.capture.nvtx_summary import merge
+
+    gemm = {"path": "fwd/layer.0", "kernel": "_Z4gemmPf"}
+    reports = [
+        {"pid": 1, "nvtx_ranges": [{**gemm, "calls": 2, "total_ns": 3_000, "min_ns": 1_000, "max_ns": 2_000},
+                                   {"path": "", "kernel": "k", "calls": 1, "total_ns": 1_000, "min_ns": 1_000,
+                                    "max_ns": 1_000}]},
+        {"pid": 2, "nvtx_ranges": [{**gemm, "calls": 3, "total_ns": 6_000, "min_ns": 1_500, "max_ns": 2_500}]},
+        {"pid": 3, "nvtx_ranges": [{**gemm, "calls": 1, "total_ns": 500, "min_ns": 500, "max_ns": 500}]},
+    ]
+    rows = merge(reports, {"_Z4gemmPf": "gemm(float*)"})
+    assert [(r.path_text, r.kernel) for r in rows] == [("fwd/layer.0", "_Z4gemmPf"), ("(no range)", "k")]
+    g = rows[0]
+    assert (g.calls, g.total_ns, g.min_ns, g.max_ns, g.demangled) == (6, 9_500, 500, 2_500, "gemm(float*)")
+    assert g.avg_ns == pytest.approx(9_500 / 6) and g.percent == pytest.approx(100 * 9_500 / 10_500)

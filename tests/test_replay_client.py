@@ -61,6 +61,10 @@ FAKE_SERVER = textwrap.dedent('''
             time.sleep(0.5)
             send({"id": rid, "ok": True, "result": {"max_seconds": req.get("max_seconds")}})
         elif op == "validate":
+            if cubin.endswith("hinted.cubin"):  # the server's own hint, more precise than its kind's
+                send({"id": rid, "ok": False, "error": "variant hinted.cubin takes 4 parameters, the captured k 3",
+                      "hint": "keep k's parameter list (float, const float*, float*)", "kind": "variant",
+                      "fatal": False, "code": 17}); continue
             send({"id": rid, "ok": False, "error": "variant v.cubin has no kernel k", "kind": "variant",
                   "fatal": False})
         elif op == "shutdown":
@@ -121,6 +125,20 @@ def test_non_fatal_error_keeps_the_server(server_cmd, tmp_path):
             rc.validate(cubin="v.cubin")
         assert "kerncap recompile" in err.value.hint  # default hint for kind "variant"
         assert pid_of(rc.replay()) == pid and rc.starts == 1
+
+
+def test_an_error_keeps_the_servers_own_hint_and_its_kind_and_code(server_cmd, tmp_path):
+    """A hint the server sent with its error reaches the caller as it is; the kind's
+    generic hint stands in only where the server sent none."""
+    with ReplayClient(tmp_path, server_cmd=server_cmd) as rc:
+        with pytest.raises(KerncapError, match="takes 4 parameters") as err:
+            rc.validate(cubin="hinted.cubin")
+        assert err.value.hint == "keep k's parameter list (float, const float*, float*)"
+        assert (err.value.kind, err.value.code) == ("variant", 17)
+        with pytest.raises(KerncapError, match="has no kernel k") as err:
+            rc.validate(cubin="v.cubin")
+        assert err.value.hint.startswith("the variant must keep the captured kernel's name")
+        assert (err.value.kind, err.value.code) == ("variant", None)
 
 
 def test_no_gpu_is_a_plain_message(server_cmd, tmp_path):

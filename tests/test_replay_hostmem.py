@@ -234,6 +234,20 @@ def test_sparse_replay_thresholds_and_switches():
     assert sparse.sparse_regions([r], 4 * MiB, 8 * MiB + 1) == {}
 
 
+def test_a_regions_partial_last_chunk_counts_only_its_own_bytes():
+    """A region whose size is no multiple of the chunk size ends in a partial chunk: live,
+    its backed part stops at the region's end; zero, it adds only its own bytes to the
+    never-written zeros that decide whether the region replays sparsely."""
+    size = 8 * MiB + 1 * MiB  # chunks of 4, 4 and 1 MiB
+    live = R(0, 0x7F00_0000_0000, size, [None, None, "a" * 16], [None, None, "a" * 16])
+    assert sparse.live_intervals(live.pre, live.post, size, 4 * MiB) == ([(8 * MiB, 1 * MiB)], 8 * MiB)
+    assert sparse.sparse_regions([live], 4 * MiB, 1) == {0: [(8 * MiB, 1 * MiB)]}
+    dead = R(1, 0x7F00_0000_0000, size, [None] * 3, [None] * 3)
+    assert sparse.live_intervals(dead.pre, dead.post, size, 4 * MiB) == ([], size)
+    assert sparse.sparse_regions([dead], 4 * MiB, size) == {1: []}
+    assert sparse.sparse_regions([dead], 4 * MiB, size + 1) == {}
+
+
 def test_spans_keep_off_host_ranges_or_say_why():
     region = R(0, 0x7F00_0000_0000 + 40 * MiB, 1 * MiB)
     host_above = (0x7F00_0000_0000 + 70 * MiB, 4096)  # where upward padding would reach

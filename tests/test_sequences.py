@@ -337,6 +337,19 @@ def test_info_shows_the_launches_and_the_window(seq, capsys):
                                                                   "add(float const*, float*)"]
 
 
+def test_info_names_regions_the_window_frees_or_allocates_even_when_it_only_frees(seq, capsys):
+    _mark(seq, {4: "freed"})
+    assert main(["info", str(seq)]) == 0
+    out = capsys.readouterr().out
+    assert "regions allocated inside: none; freed inside (not compared): [4]" in out, out
+    _mark(seq, {2: "allocated"})
+    assert main(["info", str(seq)]) == 0
+    assert "regions allocated inside: [2]; freed inside (not compared): [4]" in capsys.readouterr().out
+    assert main(["info", str(seq), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["sequence"]
+    assert data["freed"] == [4] and data["allocated"] == [2]
+
+
 def test_list_names_a_sequence_and_its_launches(seq, capsys):
     """`kerncap list` (and the MCP's list_reproducers, the same rows): a sequence is not
     listed as its first launch's kernel."""

@@ -377,3 +377,22 @@ def test_a_set_in_a_workspace_stores_its_members_in_the_workspaces_store(fake_se
     shutil.copytree(FIXTURE, other / "capture", dirs_exist_ok=True)
     r = store_reproducer(other)
     assert r.store == ws / "store" and r.chunks > 0 and r.objects_added == 0
+
+
+def test_a_set_with_one_member_missing_its_cubin_is_not_complete(fake_set, tmp_path, capsys):
+    """`payloads_ok` of a set is every member's: one member's cubin gone makes the set's info
+    say so (`payloads_ok` false, the member's line names it) and `kerncap info SET` exit 3,
+    while the other member stays "ok"."""
+    from kerncap import api
+    from kerncap.cli import main
+
+    root = fake_set(tmp_path / "set").set_dir
+    (cubin,) = (root / "members" / "1" / "capture" / "cubins").glob("*.cubin")
+    cubin.unlink()
+    info = api.set_info(root)
+    assert [m["payloads"] == "ok" for m in info["members"]] == [True, False]
+    assert "cubin missing" in info["members"][1]["payloads"] and not info["payloads_ok"]
+    assert main(["info", str(root)]) == 3
+    assert "     payloads: cubin missing" in capsys.readouterr().out
+    assert main(["info", str(root), "--json"]) == 3
+    assert json.loads(capsys.readouterr().out)["payloads_ok"] is False

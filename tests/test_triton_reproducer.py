@@ -327,6 +327,25 @@ def test_sanitize_keeps_definitions_and_blanks_work():
     assert len(blanked) == 4
 
 
+def test_recompile_list_configs_prints_the_recorded_configs_as_json_or_a_table(reproducer, capsys):
+    """`kerncap recompile DIR --list-configs [--json]`: the autotuner's configs as --config
+    values with their grids, the captured one marked; --json gives the same as a list."""
+    from kerncap.cli import main
+
+    root, _, _ = reproducer
+    assert main(["recompile", str(root), "--list-configs", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(c["config"], c["grid"], c["captured"]) for c in listed] == [
+        ("BLOCK=64,num_warps=2,num_stages=3,num_ctas=1", [16, 1, 1], True),
+        ("BLOCK=128,num_warps=4,num_stages=3,num_ctas=1", [8, 1, 1], False)]
+    assert main(["recompile", str(root), "--list-configs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "2 autotune configs of kc_add (grid in programs); pin one with --config:"
+    assert lines[1].startswith("  * BLOCK=64,") and lines[1].endswith("grid [16, 1, 1]")
+    assert lines[2].startswith("    BLOCK=128,") and lines[3] == "  * the captured config"
+    assert not (root / "variants").exists()  # listing builds nothing
+
+
 def test_recompile_pins_another_autotuned_block(reproducer):
     root, _capture, _ = reproducer
     spec = json.loads((root / "source" / "triton.json").read_text())

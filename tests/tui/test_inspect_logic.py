@@ -44,8 +44,20 @@ def test_map_cuts_huge_gaps_and_zooms_around_the_focus():
     assert zoomed.start > 0x7F0000000000
 
 
-def test_host_regions_are_drawn_as_their_own_kind(tmp_path):
-    """Synthetic: the committed axpy capture with a mapped host region 0x100000 above y."""
+def test_a_window_zoomed_on_the_last_region_ends_at_the_maps_end():
+    """Zoomed in on a small region at the top of the range: the window is still `width`
+    cells and ends with that region (it cannot be centred past the map's end). Mutation
+    caught: the window's first cell not held to `total - width` (a short, clipped strip)."""
+    rows = [_row(0, 0x7F0000000000, GiB, arg=True), _row(1, 0x7F0040000000, 4 * GiB, zero=True),
+            _row(2, 0x7F0140000000, 16 * MiB, written=True)]
+    view = layout(rows, 80, zoom=16, focus="r2")
+    assert view.total_cells > 80 and len(view.cells) == 80
+    assert view.cells[-1][1] == "r2" and view.end == 0x7F0140000000 + 16 * MiB
+    assert "#2" in view.labels and view.start > 0x7F0040000000  # inside region 1, the window's first cell
+
+
+def _axpy_with_host_region(tmp_path, offset: int):
+    """The committed axpy capture with a mapped host region `offset` bytes from y's base."""
     import shutil
     from pathlib import Path
 
@@ -54,12 +66,32 @@ def test_host_regions_are_drawn_as_their_own_kind(tmp_path):
     path = tmp_path / "axpy" / "capture" / "manifest.json"
     m = json.loads(path.read_text())
     y = m["regions"][1]
-    m["host_regions"] = [{"id": 0, "base": y["base"] + 0x100000, "size": 16384, "api": "cuMemHostAlloc",
-                          "device_pointer": y["base"] + 0x100000, "written": True, "zero_fraction": 0.0,
+    m["host_regions"] = [{"id": 0, "base": y["base"] + offset, "size": 16384, "api": "cuMemHostAlloc",
+                          "device_pointer": y["base"] + offset, "written": True, "zero_fraction": 0.0,
                           "pre": y["pre"], "post": y["post"]}]
     m["params"][2]["host_pointers"] = [{"at": 0, "host_region": 0, "offset": 0}]
     path.write_text(json.dumps(m))
-    cap = Capture.open(tmp_path / "axpy")
+    return Capture.open(tmp_path / "axpy"), m
+
+
+def test_the_region_table_lists_host_and_device_regions_by_address(tmp_path):
+    """A host region below every device region comes first in the table (the Memory pane
+    lists map_rows in order), globals and arrays after. Mutation caught: the rows not
+    sorted (host regions listed after every device region)."""
+    from pathlib import Path
+
+    m = json.loads((Path(__file__).parents[1] / "fixtures" / "captures" / "axpy_small" / "capture"
+                    / "manifest.json").read_text())
+    lowest = min(r["base"] for r in m["regions"])
+    cap, _ = _axpy_with_host_region(tmp_path, lowest - m["regions"][1]["base"] - 0x100000)
+    rows = R.map_rows(cap)
+    assert [r.key for r in rows][:3] == ["h0", "r0", "r1"]
+    assert [r.base for r in rows if r.on_map] == sorted(r.base for r in rows if r.on_map)
+
+
+def test_host_regions_are_drawn_as_their_own_kind(tmp_path):
+    """Synthetic: the committed axpy capture with a mapped host region 0x100000 above y."""
+    cap, _ = _axpy_with_host_region(tmp_path, 0x100000)
     rows = R.map_rows(cap)
     host = next(r for r in rows if r.key == "h0")
     assert host.label == "host region 0" and host.kind == "host/cuMemHostAlloc" and host.by_argument and host.written
@@ -83,6 +115,23 @@ def test_plot_marks_each_variant_and_the_baseline():
     assert any("┄" in line for line in lines)
     assert lines[-1].split() == ["b", "1", "2", "3"]
     assert lines[0].strip().startswith("10.") and "µs" in lines[0]
+
+
+def test_plot_scale_reaches_the_fastest_run():
+    """The y axis spans every variant's fastest run, not only the medians: its bottom label
+    is at or below the fastest run and that run's line reaches the bottom rows. Mutation
+    caught: the scale from the medians alone (the fastest runs' lines clamped at the bottom)."""
+    variants = [Variant(id=i, time="", median_ms=0.010 - 0.0002 * i, min_ms=0.005 - 0.0002 * i, validation="pass")
+                for i in range(4)]
+    height = 12
+    lines = [line.plain for line in plot_lines(variants, 60, height)]
+    rows = height - 2
+    bottom = lines[rows - 1].split("┤")[0].strip()
+    assert bottom.endswith(" µs") and float(bottom[:-3]) <= 1e3 * min(v.min_ms for v in variants), bottom
+    top = lines[0].split("┤")[0].strip()
+    assert float(top[:-3]) >= 1e3 * max(v.median_ms for v in variants), top
+    # each line runs from its median (top half) to its fastest run (bottom rows): over half the plot
+    assert sum("│" in line.split("┤")[1] for line in lines[:rows]) >= rows // 2
 
 
 def test_plot_keeps_the_latest_variants_when_narrow():

@@ -123,6 +123,41 @@ def test_watcher_ignores_editor_droppings():
     assert not is_source_event("/r/source/.git/k.cu", __import__("pathlib").Path("/r/source"))
 
 
+def test_a_save_by_renaming_a_temporary_file_onto_a_source_is_seen(tmp_path):
+    """Editors (vim's backupcopy, VS Code, sed -i) save by writing a dropping and renaming it
+    onto the source: the watchdog's move event names the dropping as its src and the
+    source as its dest, and it is the dest that was saved. Mutation caught: the path taken
+    from the event's src (the dropping: ignored, so such a save never built)."""
+    import os
+    import threading
+
+    from kerncap_tui.messages import SourceChanged
+    from kerncap_tui.watcher import SourceWatcher
+
+    src = tmp_path / "source"
+    src.mkdir()
+    (src / "k.cu").write_text("// v0\n")
+    seen: list[SourceChanged] = []
+    got = threading.Event()
+
+    def post(message) -> None:
+        seen.append(message)
+        if isinstance(message, SourceChanged) and message.path.name == "k.cu":
+            got.set()
+
+    watcher = SourceWatcher(src, post)
+    watcher.start()
+    try:
+        dropping = src / ".k.cu.swp"
+        dropping.write_text("// v1\n")
+        os.replace(dropping, src / "k.cu")
+        assert got.wait(30), [getattr(m, "path", m) for m in seen]  # 30 s only bounds a failure
+    finally:
+        watcher.stop()
+    assert (src / "k.cu").read_text() == "// v1\n"
+    assert all(is_source_event(str(m.path), src) for m in seen)  # the dropping itself posts nothing
+
+
 def test_one_definition_of_the_sources(tmp_path):
     """Listing (MCP's list_sources), the history's fingerprint and the watcher agree on
     what a source is: an editor's droppings change none of them."""

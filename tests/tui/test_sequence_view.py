@@ -167,7 +167,8 @@ def test_snapshot_of_a_sequences_launches(snap_compare, settle, tmp_path, monkey
 def test_the_extract_dialog_selects_a_sequence_through_the_engines_arguments(make_app, settle, open_extract, tmp_path, monkeypatch):
     """The extract dialog's choice of a window reaches api.extract as `extract --sequence`
     sends it (api.sequence_extract_arguments); a run's bound without a sequence is refused
-    in the dialog, nothing started."""
+    in the dialog, nothing started. The dispatch and the output typed reach it too (mutation
+    caught: the dispatch index ignored, dispatch 0 extracted)."""
     from kerncap import api
     from kerncap.errors import KerncapError
     from textual.widgets import Select
@@ -189,11 +190,13 @@ def test_the_extract_dialog_selects_a_sequence_through_the_engines_arguments(mak
             await settle(pilot)
             assert not seen and not screen.query_one("#extract-go").disabled
             screen.query_one("#extract-what", Select).value = "run"
+            screen.query_one("#extract-dispatch").value = "2"  # the run starts at the kernel's third dispatch
             await pilot.pause()
             screen.start()
             await settle(pilot)
             (kernel, kw), = seen
             assert kernel == screen.kernel and kw["sequence"] == api.SequenceRequest("run", count=3)
+            assert kw["dispatch"] == 2 and kw["output"] == tmp_path / "out"
             screen.query_one("#extract-what", Select).value = "nvtx"
             screen.query_one("#extract-count").value = ""
             screen.query_one("#extract-nvtx").value = "step.1/layer.1"

@@ -36,13 +36,6 @@ def non_negative_float(text: str) -> float:
     return v
 
 
-def confidence(text: str) -> float:
-    v = float(text)
-    if not 0.5 <= v < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0.5, 1), e.g. 0.99 (got {text})")
-    return v
-
-
 def shape(text: str) -> tuple[int, ...]:
     """A tensor shape, "1024,1024" or "-1,256" (kerncap.api.parse_shape)."""
     from kerncap import api
