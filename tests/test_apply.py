@@ -209,6 +209,11 @@ def test_a_capture_finds_the_outputs_its_parameters_tables_name(tmp_path, monkey
     assert target.outputs == [2] and target.indirect == [(1, 0x10), (1, 0x28)]
     monkeypatch.setattr(apply_mod, "MAX_TABLE", 8 << 10)  # x's 16 KiB buffer is no table then
     assert apply_mod.target_of(Capture.open(root)).indirect == []
+    monkeypatch.undo()
+    # x's payload gone (apply without --check reads none): no output named through it, no error
+    cap = Capture.open(root)
+    cap.blob_path(cap.regions[0].pre[0]).unlink()
+    assert apply_mod.target_of(cap).indirect == [] and apply_mod.target_of(cap).outputs == [2]
 
 
 def test_only_the_globals_the_variants_build_recorded_are_copied(built, tmp_path, monkeypatch):
