@@ -66,3 +66,17 @@ def test_an_os_error_is_one_message_not_a_traceback(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "Permission denied (/some/where/manifest.json)" in captured.err and "Traceback" not in captured.err
     assert json.loads(captured.out)["error"]["exit_status"] == 3
+
+
+def test_an_errors_text_carries_its_hint_and_its_own_exit_status():
+    """str() of an error (what MCP, the workbench and pytest's match see) is the message
+    and, when there is one, the hint on its own line; an exit_code given overrides the
+    type's, in the JSON too."""
+    from kerncap.errors import KerncapError, UsageError
+
+    assert str(KerncapError("no GPU here", "run it on the GPU machine")) == "no GPU here\n  hint: run it on the GPU machine"
+    assert str(KerncapError("no GPU here")) == "no GPU here"
+    e = UsageError("bad", "fix it")
+    assert e.exit_code == EXIT_USAGE and e.to_json()["error"] == {
+        "type": "UsageError", "message": "bad", "hint": "fix it", "exit_status": EXIT_USAGE}
+    assert KerncapError("verdict", exit_code=EXIT_FAILED).to_json()["error"]["exit_status"] == EXIT_FAILED

@@ -101,3 +101,19 @@ def test_size_line_says_how_many_times_smaller_the_stored_payloads_are():
     assert "size        10.0 MiB logical, 4.0 MiB stored (2.5x smaller)" in format_summary(s).splitlines()
     s["sizes"] = {"logical": 4 << 20, "stored": 10 << 20}  # stored larger (chunk rounding): no ratio
     assert "size        4.0 MiB logical, 10.0 MiB stored" in format_summary(s).splitlines()
+
+
+def test_every_typed_field_reads_the_key_of_its_own_name():
+    """ReproducerInfo, SetInfo and ReproducerRow: each typed attribute is its own key of the
+    JSON document (`row.stored` is the bytes on disk, not the logical bytes)."""
+    from kerncap import api
+
+    for cls in (api.ReproducerInfo, api.SetInfo, api.ReproducerRow):
+        names = [n for n, v in vars(cls).items()
+                 if isinstance(v, property) and v.fget.__name__ == "<lambda>"]
+        assert names, cls
+        doc = cls({n: f"{cls.__name__}.{n}" for n in names})
+        assert {n: getattr(doc, n) for n in names} == dict(doc), cls
+    axpy = Path(__file__).resolve().parent / "fixtures" / "captures" / "axpy_small"
+    [row] = [r for r in api.list_reproducers(Path("/nonexistent-workspace"), [axpy]) if r.path == str(axpy)]
+    assert (row.logical, row.stored) == (row["logical"], row["stored"]) and row.stored is not None

@@ -19,9 +19,9 @@ from kerncap.replay.clocks import ClockSampler
 class FakeNvml(types.ModuleType):
     NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
 
-    def __init__(self, *, fail_init=False, fail_clock_after=None):
+    def __init__(self, *, fail_init=False, fail_clock_after=None, fail_max=False):
         super().__init__("pynvml")
-        self.fail_init, self.fail_clock_after = fail_init, fail_clock_after
+        self.fail_init, self.fail_clock_after, self.fail_max = fail_init, fail_clock_after, fail_max
         self.inits = self.shutdowns = self.clock_calls = 0
         self.looked_up = []
 
@@ -52,6 +52,8 @@ class FakeNvml(types.ModuleType):
         return 1980 if which == self.NVML_CLOCK_SM else 2619
 
     def nvmlDeviceGetMaxClockInfo(self, h, which):
+        if self.fail_max:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
         return 1980
 
     def nvmlDeviceGetApplicationsClock(self, h, which):
@@ -120,3 +122,50 @@ def test_nvml_that_does_not_start(fake):
     fake(fail_init=True)
     s = ClockSampler("0000:19:00.0")
     assert not s.available and "NVML_ERROR_DRIVER_NOT_LOADED" in s.report()["unavailable_reason"]
+
+
+class OldNvml(FakeNvml):
+    """An NVML before 12: the clock event reasons still go by their old name (throttle)."""
+
+    def __getattribute__(self, name):
+        if name == "nvmlDeviceGetCurrentClocksEventReasons":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return 0x4 | 0x1
+
+
+def test_an_nvml_before_12_reports_its_throttle_reasons_and_one_with_neither_says_so(monkeypatch):
+    """NVML 12 renamed nvmlDeviceGetCurrentClocksThrottleReasons: an older one is asked by
+    its old name, so a comparison's clock report still names a power cap."""
+    monkeypatch.setitem(sys.modules, "pynvml", OldNvml())
+    with nvml.open_device(index=0) as d:
+        assert d.clock_event_reasons() == 0x5
+    s = ClockSampler("0000:19:00.0")
+    s.sample()
+    report = s.report()
+    assert report["throttle"] == ["software power cap"] and report["samples_mhz"] == [1980] and s.available
+    s.close()
+
+    class NoReasons(OldNvml):
+        def __getattribute__(self, name):
+            if name == "nvmlDeviceGetCurrentClocksThrottleReasons":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    monkeypatch.setitem(sys.modules, "pynvml", NoReasons())
+    with nvml.open_device(index=0) as d, pytest.raises(nvml.NvmlUnavailable, match="no clock event reasons"):
+        d.clock_event_reasons()
+
+
+def test_a_maximum_clock_nvml_does_not_give_shuts_nvml_down_and_says_why(fake):
+    """NVML answers the device look-up but not the maximum SM clock: the sampler is
+    unavailable, says why, and its NVML session is shut down (not left open for the
+    server's life). Mutation caught: the device not closed on that path."""
+    module = fake(fail_max=True)
+    s = ClockSampler("0000:19:00.0")
+    assert not s.available and "NVML did not answer for GPU 0000:19:00.0" in s.report()["unavailable_reason"]
+    assert module.inits == module.shutdowns == 1
+    s.sample()  # nothing to sample: no call reaches NVML
+    assert module.clock_calls == 0 and s.report()["samples_mhz"] == []

@@ -211,6 +211,25 @@ def test_by_nvtx_and_buckets_tables_are_merged_and_printed(app, capsys):
     assert again.buckets == res.buckets and again.nvtx_ranges == res.nvtx_ranges
 
 
+def test_cli_by_nvtx_and_buckets_tables_follow_top(app, tmp_path, capsys, monkeypatch):
+    """`profile --by-nvtx --buckets --top 1` prints the NVTX and bucket tables after the
+    kernel table, each cut to --top rows with a line for the rest."""
+    monkeypatch.setenv("FAKE_SPEC", json.dumps({"kernels": KERNELS,
+                                                "extra": {"nvtx_ranges": NVTX_ROWS, "buckets": BUCKETS}}))
+    rc = main(["profile", "--by-nvtx", "--buckets", "--top", "1", "--output", str(tmp_path / "p.json"),
+               "--", sys.executable, str(app)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    nvtx = text[text.index("GPU time per NVTX range and kernel"):]
+    assert "forward.S1024/layer.5" in nvtx and "(no range)" not in nvtx
+    assert "(1 more rows; --top 0 shows all)" in nvtx
+    assert "gemm: 2 bucket(s)" in text
+    assert main(["profile", "--by-nvtx", "--top", "0", "--output", str(tmp_path / "q.json"),
+                 "--", sys.executable, str(app)]) == 0
+    text = capsys.readouterr().out
+    assert "(no range)" in text and "more rows" not in text
+
+
 def test_nvtx_filter_that_keeps_nothing_lists_the_ranges_seen(app):
     seen = {"pattern": "layer.9", "names": ["forward.S1024", "layer.5", "layer.8"], "paths": ["forward.S1024/layer.8"]}
     spec = {"kernels": [], "extra": {"nvtx": seen}, "env": {"KERNCAP_NVTX": "layer.9", "KERNCAP_NVTX_MATCH": "substring"}}

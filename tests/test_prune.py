@@ -515,6 +515,10 @@ def test_report_json_round_trip_and_ratio():
                            "(16.0x smaller), validated byte-exact in 2.1 s")
     d = json.loads(json.dumps(r.to_json()))
     assert PruneReport.from_json(d, "/r").summary() == r.summary()
+    r.validated, r.output = False, Path("/r-pruned")  # not validated: the summary names where it is
+    back = PruneReport.from_json(json.loads(json.dumps(r.to_json())), "/r")
+    assert back.output == Path("/r-pruned") and back.summary() == r.summary()
+    assert "into /r-pruned; NOT validated: run `kerncap validate /r-pruned`" in back.summary()
     r.stored_pruned = 0
     assert r.ratio == float("inf") and r.to_json()["ratio"] == "inf" and "nothing left to store" in r.summary()
 
@@ -537,6 +541,8 @@ def test_cli_prune_no_validate_and_info(tmp_path, capsys, no_validation):
     assert f"pruned      from {root}: held 4 regions (" in info and "); 1 dropped" in info
     assert "kept because" in info and "pointer at region 0+0x10" in info
     assert "prune       pruned 4 -> 3 regions" in info and "NOT validated" in info
+    # the record read back names the reproducer to validate, as the prune itself said
+    assert f"into {pruned}; NOT validated: run `kerncap validate {pruned}`" in info
     assert main(["info", str(pruned), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pruned"]["regions_dropped"] == 1
 

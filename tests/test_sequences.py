@@ -374,6 +374,15 @@ def test_the_cli_refuses_what_does_not_make_a_sequence(argv, words, capsys):
     assert words in capsys.readouterr().err
 
 
+def test_fuse_refuses_intermediates_without_build_and_writes_no_skeleton(seq, capsys):
+    """--intermediate is declared when the fusion is built: given with a skeleton's
+    --first/--last it is a usage error, not silently dropped. Mutation caught: the check
+    skipped (a skeleton written, the declaration lost)."""
+    assert main(["fuse", str(seq), "--first", "0", "--last", "1", "--intermediate", "buf1"]) == 2
+    assert "--intermediate goes with --build" in capsys.readouterr().err
+    assert not (seq / "fusions").exists()
+
+
 def test_commands_of_one_dispatch_refuse_a_sequence_or_its_kernel_entries(seq, capsys):
     # (prune takes a sequence: tests/test_sequence_prune.py)
     assert main(["recompile", str(seq)]) == 2

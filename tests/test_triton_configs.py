@@ -165,6 +165,8 @@ def _mixed_capture(root: Path, post_changes: dict[int, bytes]) -> Path:
     ({4: b"\x01"}, "bfloat16"),  # only w's
     ({4: b"\x01", 520: b"\x02"}, None),  # both: no one dtype covers the change
     ({2000: b"\x01"}, None),  # outside every tensor
+    ({255: b"\x00"}, "bfloat16"),  # w's last element (its span ends past it, not before)
+    ({575: b"\x00"}, "float32"),  # rstd's last element
 ])
 def test_shared_region_takes_the_dtype_of_the_bytes_the_kernel_wrote(tmp_path, changes, expected):
     from kerncap.reproducer.format import Capture

@@ -119,6 +119,33 @@ def test_attach_writes_editable_source_spec_and_script(reproducer, app_dir):  # 
     compile((root / "reproducer.py").read_text(), "reproducer.py", "exec")
 
 
+def test_attach_takes_the_captured_launchs_autotune_config_over_the_records(hook_run, tmp_path, monkeypatch):
+    """An autotuned kernel's record may carry another config than the launch captured (the
+    autotuner's pick for other shapes): the sources' config and the spec pin the launch's.
+    Mutation caught: the record's config taken first."""
+    import dataclasses
+
+    from kerncap.triton import records
+
+    run_dir, result = hook_run
+    real = records.select
+
+    def select(capture, run):
+        chosen = real(capture, run)
+        record = {**chosen.record, "autotune_config": {"kwargs": {"BLOCK": {"type": "int", "value": 128}}}}
+        launch = {**chosen.launch, "autotune_config": {"kwargs": {"BLOCK": {"type": "int", "value": 64}}}}
+        return dataclasses.replace(chosen, record=record, launch=launch)
+
+    monkeypatch.setattr(records, "select", select)
+    root = tmp_path / "repro"
+    root.mkdir()
+    capture = build_capture(root, bytes.fromhex(result["cubins"]["2"]), result["ptrs"], [16, 1, 1], num_warps=2)
+    sources = attach_triton(root, capture, run_dir)
+    assert sources["config"]["autotune_kwargs"] == {"BLOCK": {"type": "int", "value": 64}}
+    spec = json.loads((root / "source" / "triton.json").read_text())
+    assert spec["autotune_config"]["kwargs"]["BLOCK"]["value"] == 64
+
+
 def test_attach_falls_back_to_the_kernel_name_with_a_warning(hook_run, tmp_path):
     run_dir, result = hook_run
     root = tmp_path / "repro"
@@ -215,6 +242,30 @@ def test_recompile_rejects_a_signature_change(reproducer):
     path.write_text(path.read_text().replace("out_ptr, n, BLOCK", "out_ptr, n, scale, BLOCK"))
     with pytest.raises(KerncapError, match="signature of kc_add changed: added scale"):
         recompile(root)
+
+
+def test_a_parameter_layout_refusal_names_the_parameter_the_variant_adds(reproducer):
+    """A recompiled cubin that takes one parameter more than the capture (e.g. a global
+    scratch pointer the kernel newly needs) is refused naming it, and each it lacks too.
+    Mutation caught: only the parameters both take compared (the added one unnamed)."""
+    from types import SimpleNamespace
+
+    from kerncap.triton import pinned
+    from kerncap.triton.recompile import _check_params
+
+    root, capture, _ = reproducer
+    cubin = recompile(root).cubin.read_bytes()
+    spec = pinned.load_spec(root)
+    ordered = sorted(capture.params, key=lambda p: p.index)
+    fewer = SimpleNamespace(kernel=capture.kernel, cubin_path=root / "absent.cubin", params=ordered[:-1])
+    with pytest.raises(KerncapError) as err:
+        _check_params(cubin, fewer, spec)
+    last = ordered[-1]
+    assert f"captured absent, now offset {last.offset} size {last.size}" in str(err.value)
+    more = SimpleNamespace(kernel=capture.kernel, cubin_path=root / "absent.cubin",
+                           params=[*ordered, SimpleNamespace(index=len(ordered), offset=last.offset + 8, size=8)])
+    with pytest.raises(KerncapError, match=rf"#{len(ordered)}: captured offset {last.offset + 8} size 8, now absent"):
+        _check_params(cubin, more, spec)
 
 
 def test_recompile_rejects_reordered_arguments(reproducer):

@@ -152,11 +152,14 @@ def test_the_fused_launch_is_edited_through_the_engine_and_rebuilt(repro, settle
             await settle(pilot)
             assert "every size must be >= 1" in _log(app) and json.loads(config.read_text())["grid"] == [1, 1, 1]
             grid.value = "2"
+            app.query_one(FusionPanel).query_one("#fusion-smem", Input).value = "1024"
             await pilot.press("enter")
             await settle(pilot)
             await pilot.pause(0.6)
             await settle(pilot)
-            assert json.loads(config.read_text())["grid"] == [2, 1, 1]
+            launch = json.loads(config.read_text())
+            assert (launch["grid"], launch["shared_mem_bytes"]) == ([2, 1, 1], 1024), launch
+            assert app.query_one(FusionPanel).query_one("#fusion-smem", Input).value == "1024"
             assert [v.id for v in app.session.history.variants] == [0, 1, 2], _log(app)
 
     asyncio.run(run())

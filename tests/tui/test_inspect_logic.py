@@ -182,3 +182,30 @@ def test_tool_results_by_variant(demo_root):
     assert VI.metric_cell("dram_read_bytes", 16793600.0) == "16.8M" and VI.metric_cell("registers", None) == "—"
     (demo_root / "variants" / "2.ncu.json").write_text(json.dumps({"broken": True}))
     assert 2 not in VI.load_all(demo_root, history.variants)
+
+
+def test_a_variants_sanitizer_cell_shows_its_latest_run_whichever_tool_it_was(demo_root):
+    """A clean memcheck of v1, then a racecheck that found hazards: v1's cell is the racecheck's
+    (the later run), and swapped in time it is the memcheck's."""
+    from kerncap.replay import sanitize
+
+    from inspect_helpers import TOOLS_DIR
+
+    history = History.load(demo_root)
+    cubin = demo_root / "variants" / "1.cubin"
+
+    def store(tool: str, log: str, created: str) -> None:
+        errors, count = sanitize.parse_report((TOOLS_DIR / log).read_text())
+        r = sanitize.SanitizeResult(tool=tool, kernel="_Z6smoothPKfPfS0_ii", cubin=str(cubin), label="variants/1.cubin",
+                                    captured=False, errors=errors, reported_count=count, log=f"{tool}.log",
+                                    validation="pass", created=created)
+        sanitize.stored_path(demo_root, cubin, tool).write_text(json.dumps(r.to_dict()))
+
+    store("memcheck", "clean.memcheck.log", "2026-11-30T10:00:00+0000")
+    store("racecheck", "race.racecheck.log", "2026-11-30T11:00:00+0000")
+    found = VI.load_all(demo_root, history.variants)
+    assert sorted(found[1].sanitize) == ["memcheck", "racecheck"] and found[1].latest_sanitize.tool == "racecheck"
+    cell = VI.sanitize_cell(found[1])
+    assert cell.plain.startswith("✗ racecheck ") and cell.plain != "✗ racecheck 0", cell.plain
+    store("memcheck", "clean.memcheck.log", "2026-11-30T12:00:00+0000")
+    assert VI.sanitize_cell(VI.load_all(demo_root, history.variants)[1]).plain == "✓ memcheck"

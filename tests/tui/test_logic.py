@@ -188,14 +188,30 @@ def test_bar():
     assert interval_text(1.2, 1.35) == "1.20–1.35" and interval_text(None, 1.0) == ""
 
 
-def test_house_themes_and_user_theme_errors(tmp_path, monkeypatch):
-    names = {t.name for t in theming.house_themes()}
-    assert {"kerncap-dark", "kerncap-light"} <= names
+def _theme_dir(tmp_path, monkeypatch):
+    """The user's theme directory, under a fresh XDG_CONFIG_HOME."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     tdir = tmp_path / "kerncap" / "themes"
     tdir.mkdir(parents=True)
+    return tdir
+
+
+def test_house_themes_and_user_theme_errors(tmp_path, monkeypatch):
+    names = {t.name for t in theming.house_themes()}
+    assert {"kerncap-dark", "kerncap-light"} <= names
+    tdir = _theme_dir(tmp_path, monkeypatch)
     (tdir / "mine.toml").write_text('primary = "#ff0000"\ndark = false\n')
     (tdir / "bad.toml").write_text('primary = "#ff0000"\ncolour = "x"\n')
     themes, errors = theming.user_themes()
     assert [t.name for t in themes] == ["mine"]
     assert len(errors) == 1 and "bad.toml" in errors[0].message and "colour" in errors[0].message
+
+
+def test_a_user_theme_keeps_the_name_it_gives_itself(tmp_path, monkeypatch):
+    """`name = "solarized-night"` in mine.toml is the theme's name (what `theme` in the
+    palette and the config name); the file's name only stands in where it gives none."""
+    tdir = _theme_dir(tmp_path, monkeypatch)
+    (tdir / "mine.toml").write_text('name = "solarized-night"\nprimary = "#268bd2"\n')
+    (tdir / "plain.toml").write_text('primary = "#ff0000"\n')
+    themes, errors = theming.user_themes()
+    assert [t.name for t in themes] == ["solarized-night", "plain"] and errors == []

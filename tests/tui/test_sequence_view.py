@@ -49,6 +49,11 @@ def test_the_workbench_shows_a_sequence_follows_its_launch_and_records_a_rebuild
             assert "2/2 launches" in status and "▶ launch 0 " in status and "whole 0.0200 ms (streams order)" in status
             source = app.query_one(SourcePane)
             assert source.source_dir == repro / "kernels" / "0" / "source"
+            # a region selected in Memory (r2, not the first) stays selected when the launch changes
+            memory = app.query_one(MemoryPane)
+            memory.query_one("#region-table", DataTable).move_cursor(row=2)
+            await settle(pilot)
+            assert memory.selected == "r2"
             # the cursor on launch 1: it is marked, Source shows kernel 1's entry, Memory its arguments
             profile.query_one(DataTable).focus()
             await pilot.press("down")
@@ -61,6 +66,7 @@ def test_the_workbench_shows_a_sequence_follows_its_launch_and_records_a_rebuild
             # launch 1 (add) takes tmp and y: regions 1 and 2 (by address), not x (region 0)
             assert [k for k, r in memory.rows.items() if r.by_argument] == ["r1", "r2"]
             assert "launch 1" in str(memory.query_one(".status", Static).content)
+            assert memory.selected == "r2" and memory.query_one("#region-table", DataTable).cursor_row == 2
             # a save in kernel 1's source (unchanged text): rebuilt, the sequence recorded
             assert source.path is not None and source.path.is_relative_to(repro / "kernels" / "1" / "source")
             await pilot.press("3")

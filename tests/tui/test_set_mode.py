@@ -84,3 +84,28 @@ async def test_a_set_lists_members_builds_and_records_the_weighted_speedup(fake_
         assert "worst #1 1.00×" in v1.note and v1.validation == "pass"
         assert "worst #1" in str(app.query_one("#history-status").content)
         assert members.get_row_at(0)[4] == "2.00×"
+
+
+@sync
+async def test_a_member_whose_validation_failed_is_shown_failed(fake_set, tmp_path, settle, monkeypatch):
+    """The members table's valid column after a build: ✓ pass for the member that passed,
+    ✗ FAIL for the one whose validation failed, error for one that did not run."""
+    import dataclasses
+
+    from kerncap_tui.app import KerncapApp
+    from kerncap_tui.set_mode import SetMembersPane
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    root = fake_set(tmp_path / "set").set_dir
+    app = KerncapApp(root)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        pane = app.query_one(SetMembersPane)
+        run = fake_run(pane.set, 1, (0.5, 2.0))
+        run.runs[1].validation = dataclasses.replace(run.runs[1].validation, passed=False)
+        pane.show_results(run)
+        members = app.query_one("#members-table", DataTable)
+        assert [members.get_row_at(i)[5] for i in range(members.row_count)] == ["✓ pass", "✗ FAIL"]
+        run.runs[1].error, run.runs[1].validation = "the replay failed", None
+        pane.show_results(run)
+        assert [members.get_row_at(i)[5] for i in range(members.row_count)] == ["✓ pass", "error"]
