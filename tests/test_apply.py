@@ -191,6 +191,23 @@ def test_engine_check_names_a_tables_output_and_passes_a_faithful_variant(built,
     assert ok.passed and ok.compared == 5, ok.text()
 
 
+def test_a_variant_that_points_the_table_elsewhere_is_compared_on_the_apps_buffer(built, tmp_path, monkeypatch):
+    """A variant that computes the right values into a buffer of its own and points the
+    table at it, leaving the app's y unchanged: the table is read before each launch, so
+    the app's y is what is compared (FAIL at launch 0), and the changed pointer is named."""
+    from kerncap.capture.apply import Apply, Target, run_check
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))
+    monkeypatch.setenv("KC_TEST_TABLE", "1")
+    target = Target(kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64,
+                    globals=[("scale", 4)], outputs=[], indirect=[(0, 0)])
+    cmd = [str(built["app"]), str(built["inject"]), "5", str(tmp_path / "y.bin")]
+    r = run_check(Apply(root=tmp_path, target=target, variant=_variant(tmp_path, "FAKEMOD impl=redirect table"),
+                        command=cmd, identify="name", quiet=True))
+    assert not r.passed and r.mismatch is not None and (r.mismatch.launch, r.mismatch.via) == (0, 0), r.text()
+    assert any("was changed by the launch" in n for n in r.notes), r.notes
+
+
 def test_a_capture_finds_the_outputs_its_parameters_tables_name(tmp_path, monkeypatch):
     """target_of: a pointer to a written region stored in an unwritten buffer a parameter
     points to is an output at (parameter, offset from the parameter's pointer); pointers to

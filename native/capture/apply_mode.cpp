@@ -46,8 +46,9 @@ struct Pending {
   CUstream stream = nullptr;
   struct Output {
     uint32_t param;
-    CUdeviceptr ptr;  // the parameter's value
-    int64_t via;      // >= 0: the output is the buffer the pointer at ptr + via names
+    CUdeviceptr ptr;         // the parameter's value
+    int64_t via;             // >= 0: the output is the buffer the pointer at ptr + via names
+    CUdeviceptr target = 0;  // that pointer, read before the launch
   };
   std::vector<Output> outputs;
 };
@@ -245,6 +246,29 @@ Applier::Handle Applier::identify(const CubinSha& sha) {
   return h;
 }
 
+namespace {
+
+// An output reached through a table is the buffer the table names *before* the launch
+// (the work queued on its stream done): a variant that pointed the table at a buffer of its
+// own would otherwise be compared by what it wrote there, the app's buffer unlooked at.
+void resolve_tables(Pending& p, std::vector<std::string>& errors) {
+  bool synced = false;
+  for (Pending::Output& o : p.outputs) {
+    if (o.via < 0) continue;
+    CUresult r = synced ? CUDA_SUCCESS : KC_CU(cuStreamSynchronize)(p.stream);
+    synced = true;
+    if (r == CUDA_SUCCESS) r = KC_CU(cuMemcpyDtoH)(&o.target, o.ptr + CUdeviceptr(o.via), 8);
+    if (r != CUDA_SUCCESS) {
+      o.target = 0;
+      errors.push_back("launch " + std::to_string(p.index) + ": parameter " + std::to_string(o.param) +
+                        ": reading the pointer at +" + std::to_string(o.via) + " of its buffer before the launch "
+                        "failed (" + cu_error_string(r) + ")");
+    }
+  }
+}
+
+}  // namespace
+
 void Applier::launch_enter(CUpti_CallbackId cbid, void* params, const LaunchDesc& d, bool is_kernel,
                            uint32_t correlation, const CubinSha& sha) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -312,6 +336,7 @@ void Applier::launch_enter(CUpti_CallbackId cbid, void* params, const LaunchDesc
         if (o.param == s.index) p.outputs.push_back({s.index, ptr, o.via});
     }
   }
+  resolve_tables(p, errors_);
   tl_pending = std::move(p);
 }
 
@@ -331,14 +356,14 @@ void Applier::launch_exit(uint32_t correlation, CUresult result) {
     return;
   }
   std::vector<unsigned char> host;
-  for (const auto& [param, value, via] : p.outputs) {
+  for (const auto& [param, value, via, target] : p.outputs) {
     const std::string what = "launch " + std::to_string(p.index) + ": parameter " + std::to_string(param) +
                              (via < 0 ? "" : " (the pointer at +" + std::to_string(via) + " of its buffer)");
-    CUdeviceptr ptr = value;
-    if (via >= 0 && (r = KC_CU(cuMemcpyDtoH)(&ptr, value + CUdeviceptr(via), 8)) != CUDA_SUCCESS) {
-      errors_.push_back(what + ": reading the pointer failed (cuMemcpyDtoH: " + cu_error_string(r) + ")");
-      continue;
-    }
+    if (via >= 0 && !target) continue;  // unread before the launch: said then
+    CUdeviceptr ptr = via < 0 ? value : target, now = target;
+    if (via >= 0 && KC_CU(cuMemcpyDtoH)(&now, value + CUdeviceptr(via), 8) == CUDA_SUCCESS && now != target)
+      errors_.push_back(what + " was changed by the launch (the captured kernel never writes it): the buffer it "
+                        "named before is the one compared");
     CUdeviceptr base = 0;
     size_t size = 0;
     if (KC_CU(cuMemGetAddressRange)(&base, &size, ptr) != CUDA_SUCCESS) {
