@@ -33,3 +33,27 @@ def test_a_damaged_image_is_named():
                 data[:0x28] + (len(data) + 1).to_bytes(8, "little") + data[0x30:]):
         with pytest.raises(KerncapError, match="the variant is not a readable cubin"):
             cubin.section_data(bytes(bad), ".text.k", "the variant")
+
+
+def test_hostile_images_give_a_result_or_one_kerncaperror():
+    """Bytes flipped in the ELF header and section headers of a real cubin, and the image cut
+    short: the readers answer or raise KerncapError, never another exception."""
+    import random
+
+    data = CUBINS[0].read_bytes()
+    shoff = int.from_bytes(data[0x28:0x30], "little")
+    rng = random.Random(44)
+    for _ in range(400):
+        bad = bytearray(data[: rng.choice([len(data), rng.randrange(len(data))])])
+        for _ in range(rng.randrange(1, 6)):
+            at = rng.choice([rng.randrange(0x40), shoff + rng.randrange(max(1, len(data) - shoff))])
+            if at < len(bad):
+                bad[at] = rng.randrange(256)
+        try:
+            cubin.symbol_names(bytes(bad), "x")
+            cubin.section_data(bytes(bad), ".text.k", "x")
+        except KerncapError:
+            pass
+    for n in range(6, 0x40, 5):  # an ELF64 magic with its header cut short
+        with pytest.raises(KerncapError, match="not a readable cubin"):
+            cubin.section_data(data[:n], ".text.k", "x")
