@@ -197,7 +197,7 @@ def indirect_outputs(cap: Capture, written: set[int]) -> list[tuple[int, int]]:
 
     finder = PointerFinder(targets)
     regions = {r.id: r for r in cap.regions}
-    out: list[tuple[int, int]] = []
+    out: dict[tuple[int, int], None] = {}  # in the order found, each once
     for p in cap.params:
         r = regions.get(p.region) if p.region is not None and p.region not in written else None
         if r is None or r.size > MAX_TABLE:
@@ -211,9 +211,9 @@ def indirect_outputs(cap: Capture, written: set[int]) -> list[tuple[int, int]]:
                 continue  # a payload gone (`apply` without --check needs none): no output named through it
             for _, at in finder.hits(data):
                 rel = i * cap.chunk_size + at - (p.region_offset or 0)
-                if rel >= 0 and (p.index, rel) not in out:
-                    out.append((p.index, rel))
-    return out[:MAX_INDIRECT]
+                if rel >= 0:
+                    out.setdefault((p.index, rel))
+    return list(out)[:MAX_INDIRECT]
 
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
