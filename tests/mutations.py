@@ -889,6 +889,16 @@ MUTATIONS = [
              "    targets = [r for r in cap.regions if r.id in written]",
              "    targets = list(cap.regions)",
              ("tests/test_apply.py", "-k", "tables_name")),
+    Mutation("apply: table outputs are looked for (payloads read) when no --check compares them", "apply",
+             "engine/kerncap/capture/apply.py",
+             "    indirect = indirect_outputs(cap, written) if tables else []",
+             "    indirect = indirect_outputs(cap, written)",
+             ("tests/test_apply.py", "-k", "tables_name")),
+    Mutation("apply --check: table outputs cut at MAX_INDIRECT pass without a word", "apply",
+             "engine/kerncap/capture/apply.py",
+             "    if job.target.indirect_left:",
+             "    if False:",
+             ("tests/test_apply.py", "-k", "tables_output")),
     # -- a tenth fresh audit (sixteenth session), part p: six in the replay's address plan (an alias group's
     # granularity), the typed spans' overlaps, the validate request's --keep, the mismatch map's baseline on a
     # perturbed input, the host ranges a device-backed range leaves, a set run's verdict --

@@ -187,8 +187,10 @@ def test_engine_check_names_a_tables_output_and_passes_a_faithful_variant(built,
     assert "FAIL at launch 2 (the 3rd): the buffer named at +0 of parameter 0's differs (2 of 4096 bytes" in r.text()
     good_cubin = tmp_path / "fast.cubin"
     good_cubin.write_bytes(b"FAKEMOD impl=fast table\0")
+    target.indirect_left = 3  # pointers cut at MAX_INDIRECT: the pass says so
     ok = run_check(Apply(root=tmp_path, target=target, variant=good_cubin, command=cmd, identify="name", quiet=True))
     assert ok.passed and ok.compared == 5, ok.text()
+    assert "3 more output pointer(s) found in tables were not compared (at most 64)" in ok.text()
 
 
 def test_a_variant_that_points_the_table_elsewhere_is_compared_on_the_apps_buffer(built, tmp_path, monkeypatch):
@@ -223,7 +225,13 @@ def test_a_capture_finds_the_outputs_its_parameters_tables_name(tmp_path, monkey
         (0, 0x28, y.base + 64),     # inside y
     ])
     target = apply_mod.target_of(Capture.open(root))
-    assert target.outputs == [2] and target.indirect == [(1, 0x10), (1, 0x28)]
+    assert target.outputs == [2] and target.indirect == [(1, 0x10), (1, 0x28)] and target.indirect_left == 0
+    # without --check nothing compares them: none looked for
+    assert apply_mod.target_of(Capture.open(root), tables=False).indirect == []
+    monkeypatch.setattr(apply_mod, "MAX_INDIRECT", 1)  # the cut is counted, for the check's note
+    cut = apply_mod.target_of(Capture.open(root))
+    assert cut.indirect == [(1, 0x10)] and cut.indirect_left == 1
+    monkeypatch.undo()
     monkeypatch.setattr(apply_mod, "MAX_TABLE", 8 << 10)  # x's 16 KiB buffer is no table then
     assert apply_mod.target_of(Capture.open(root)).indirect == []
     monkeypatch.undo()

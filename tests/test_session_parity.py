@@ -583,7 +583,7 @@ def applied_app(built, tmp_path, monkeypatch):
     monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))  # the stand-in libcuda.so.1
     target = apply_tool.Target(kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64,
                                globals=[("scale", 4)], outputs=[0])
-    monkeypatch.setattr(apply_tool, "target_of", lambda cap: target)
+    monkeypatch.setattr(apply_tool, "target_of", lambda cap, **_: target)
     repro = sim.axpy_reproducer(tmp_path / "src", monkeypatch, KERNELS)
     (repro / "variants").mkdir()
     rows = [{"id": 0, "time": "2026-12-04T00:00:00Z", "median_ms": 0.01, "validation": "pass"}]

@@ -95,7 +95,7 @@ def test_a_applies_the_selected_row_in_the_captured_app(settle, make_app, demo_r
     monkeypatch.setattr(options, "ApplyRequest", ByName)
 
     monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))
-    monkeypatch.setattr(apply_tool, "target_of", lambda cap: apply_tool.Target(
+    monkeypatch.setattr(apply_tool, "target_of", lambda cap, **_: apply_tool.Target(
         kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64, globals=[("scale", 4)],
         outputs=[0]))
     monkeypatch.setattr(apply_tool, "run_timing", lambda job, runs: None)

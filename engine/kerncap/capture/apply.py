@@ -150,6 +150,7 @@ class Target:
     # (parameter, byte offset from its pointer) of a pointer to a written region stored in
     # a buffer the launch left alone: outputs reached through a table (indirect_outputs)
     indirect: list[tuple[int, int]] = field(default_factory=list)
+    indirect_left: int = 0  # such pointers found past MAX_INDIRECT: not compared
     # launched with programmatic dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
     # SERIALIZATION): the kernel may start while the one before it still runs
     pdl: bool = False
@@ -169,15 +170,19 @@ def mirrored(target: Target, variant: Path) -> Target:
                    unreached=[n for n, _ in target.globals if n not in reach])
 
 
-def target_of(cap: Capture) -> Target:
+def target_of(cap: Capture, *, tables: bool = True) -> Target:
+    """What apply substitutes and compares; `tables`: look for outputs reached through
+    tables of pointers (only --check compares them, and looking reads payloads)."""
     kernel = cap.kernel
     written = {r.id for r in cap.regions if getattr(r, "written", False)}
     outputs = [p.index for p in cap.params if p.region is not None and p.region in written]
     # the compiler's own constants are numbered per module: the variant keeps its own
     globals_ = [(g.name, g.size) for g in cap.globals if not compiler_constant(g.name)]
+    indirect = indirect_outputs(cap, written) if tables else []
     return Target(kernel=kernel["name"], demangled=kernel.get("demangled", kernel["name"]),
                   sha256=kernel["module"]["sha256"], globals=globals_,
-                  outputs=outputs, indirect=indirect_outputs(cap, written),
+                  outputs=outputs, indirect=indirect[:MAX_INDIRECT],
+                  indirect_left=max(0, len(indirect) - MAX_INDIRECT),
                   pdl=programmatic(cap.launch.get("attributes") or []))
 
 
@@ -213,7 +218,7 @@ def indirect_outputs(cap: Capture, written: set[int]) -> list[tuple[int, int]]:
                 rel = i * cap.chunk_size + at - (p.region_offset or 0)
                 if rel >= 0:
                     out.setdefault((p.index, rel))
-    return list(out)[:MAX_INDIRECT]
+    return list(out)
 
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
@@ -472,6 +477,9 @@ def run_check(job: Apply, compare_output: Sequence[str] = ()) -> CheckResult:
         notes.append("only the first launches were fingerprinted (KERNCAP_APPLY_CHECK_MAX)")
     for rep in base.reports + var.reports:
         notes += rep.get("errors", [])
+    if job.target.indirect_left:
+        notes.append(f"{job.target.indirect_left} more output pointer(s) found in tables were not compared "
+                     f"(at most {MAX_INDIRECT})")
     if base.launches != var.launches:
         notes.append(f"the kernel ran {base.launches} times as is but {var.launches} times with the variant")
     mismatch = first_difference(b, a)  # the variant's bytes where it has the launch
@@ -708,7 +716,7 @@ def apply_request(reproducer: str | Path, request: ApplyRequest, *, output: Outp
     cap = Capture.open(reproducer)
     root = cap.reproducer_dir
     variant = resolve_variant(root, r.cubin, r.variant)
-    job = Apply(root=root, target=mirrored(target_of(cap), variant), variant=variant,
+    job = Apply(root=root, target=mirrored(target_of(cap, tables=r.check), variant), variant=variant,
                 command=list(r.command), dispatches=list(r.dispatch or ()), identify=r.identify,
                 timeout=r.timeout, cwd=r.cwd, env=r.env, output=output, cancelled=cancelled)
     check_command(job.command, cwd=r.cwd, env={**os.environ, **(r.env or {})})

@@ -217,9 +217,10 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
             _require_globals(capture, data)
 
     start = time.perf_counter()
+    captured = _captured_cubin(capture)  # read once: its symbols now, its machine code after
     try:
         built = compile_cubin(Request(nvcc=nvcc, tu=tu_copy, cwd=cwd, user_root=source, kernel=kernel,
-                                      captured_names=_captured_symbols(capture), accept=accept, mode=mode,
+                                      captured_names=_captured_symbols(capture, captured), accept=accept, mode=mode,
                                       trust=trust, reproducer=repro, split=split))
         seconds = time.perf_counter() - start
         tmp.write_bytes(built.cubin)
@@ -232,30 +233,39 @@ def recompile(reproducer_dir: str | Path, *, trust: bool = False, mode: str = "a
         remove_quietly(tmp)
         raise
     summary = built.summary
-    if _same_machine_code(built.cubin, capture, kernel):
+    if _same_machine_code(built.cubin, captured, kernel):
         summary = (summary + "; " if summary else "") + "the kernel's machine code is identical to the captured one"
     return RecompileResult(cubin=final, seconds=seconds, command=command, log=built.log, mode=built.mode,
                            phases=built.timing.as_dict(), notes=[*cleaned, *built.notes], summary=summary)
 
-def _same_machine_code(data: bytes, capture: Capture, kernel: str) -> bool:
+def _captured_cubin(capture: Capture) -> bytes | None:
+    try:
+        return capture.cubin_path.read_bytes()
+    except OSError:
+        return None
+
+
+def _same_machine_code(data: bytes, captured: bytes | None, kernel: str) -> bool:
     """The kernel's `.text` equals the captured cubin's (an unmodified or reverted source
     compiled as the app's build did)."""
+    if captured is None:
+        return False
     try:
         ours = cubinfo.section_data(data, f".text.{kernel}", "the variant")
-        theirs = cubinfo.section_data(capture.cubin_path.read_bytes(), f".text.{kernel}", "the captured cubin")
-        return ours is not None and ours == theirs
-    except (OSError, KerncapError):
+        return ours is not None and ours == cubinfo.section_data(captured, f".text.{kernel}", "the captured cubin")
+    except KerncapError:
         return False
 
 
-def _captured_symbols(capture: Capture) -> list[str]:
+def _captured_symbols(capture: Capture, captured: bytes | None) -> list[str]:
     """Symbol names of the captured cubin (they carry the TU's module id), or the
     capture's global names when the cubin cannot be read."""
     names = [g.name for g in capture.globals]
-    try:
-        names += cubinfo.symbol_names(capture.cubin_path.read_bytes(), str(capture.cubin_path))
-    except (OSError, KerncapError):
-        pass
+    if captured is not None:
+        try:
+            names += cubinfo.symbol_names(captured, str(capture.cubin_path))
+        except KerncapError:
+            pass
     return names
 
 
