@@ -534,3 +534,45 @@ def test_the_compilers_own_constants_are_not_mirrored_into_the_variant():
                                                        ("iq2xs_grid", 4096))],
              launch={})
     assert target_of(cap).globals == [("iq2xs_grid", 4096)]
+
+
+def test_a_history_rows_cubin_that_leads_out_of_the_reproducer_is_not_applied(tmp_path):
+    """`apply --variant N` takes row N's cubin from history.json, a file an edit (or a
+    copied reproducer) can point anywhere: a cubin outside the reproducer is refused by name
+    before the app runs; a row inside it resolves to its file. Mutation caught: the
+    containment check skipped (the outside file applied)."""
+    from kerncap.capture.apply import ApplyRequest, apply_request, resolve_variant
+    from kerncap.errors import KerncapError
+    from kerncap_tui import demo
+
+    if not demo.available():
+        pytest.skip("no demo reproducer")
+    repro = tmp_path / "repro"
+    shutil.copytree(demo.demo_path(), repro, ignore=shutil.ignore_patterns("dot-git"))
+    (tmp_path / "outside.cubin").write_bytes(b"\x7fELF not the reproducer's")
+    hist = json.loads((repro / "history.json").read_text())
+    [row] = [v for v in hist["variants"] if v["id"] == 2]
+    row["cubin"] = "../outside.cubin"
+    (repro / "history.json").write_text(json.dumps(hist))
+    assert resolve_variant(repro, None, 1) == (repro / "variants" / "1.cubin").resolve()
+    with pytest.raises(KerncapError, match="variant 2's cubin ../outside.cubin leads out of the reproducer"):
+        resolve_variant(repro, None, 2)
+    request = ApplyRequest(command=("true",), variant=2, runs=0).checked()
+    with pytest.raises(KerncapError, match="leads out of the reproducer"):
+        apply_request(repro, request)
+
+
+def test_dispatch_counts_launches_from_0():
+    """--dispatch numbers launches from 0, as extract does: launch 0 (the first) is a launch
+    to substitute, alone or in a list, through the CLI's text and MCP's list alike; -1 is
+    refused naming the bound. Mutation caught: launch 0 refused as a negative number."""
+    from kerncap.capture.apply import ApplyRequest, dispatch_list
+    from kerncap.errors import UsageError
+
+    assert dispatch_list("0") == (0,) and dispatch_list("3,0, 3") == (0, 3)
+    assert ApplyRequest(command=("app",), cubin="v.cubin", dispatch="0").checked().dispatch == (0,)
+    assert ApplyRequest(command=("app",), cubin="v.cubin", dispatch=[2, 0]).checked().dispatch == (0, 2)
+    with pytest.raises(ValueError, match="negative launch number"):
+        dispatch_list("0,-1")
+    with pytest.raises(UsageError, match="negative launch number"):
+        ApplyRequest(command=("app",), cubin="v.cubin", dispatch="-1").checked()

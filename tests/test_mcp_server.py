@@ -632,3 +632,23 @@ def test_profile_returns_the_last_lines_the_app_wrote(tmp_path, monkeypatch):
     tail = r.structured_content["app_output_tail"]
     assert tail == [f"stderr: {line}" for line in lines[-APP_OUTPUT_LINES:]], tail[:3]
     assert [k["name"] for k in r.structured_content["kernels"]] == ["_Z4gemmPf", "add_kernel"]
+
+
+def test_profile_runs_the_app_in_the_cwd_given(tmp_path, monkeypatch):
+    """MCP's `profile` runs the app in its `cwd` (relative to the first root), as the CLI
+    runs it in the shell's: an app started as `python app.py` from its own directory is
+    found there and sees that directory as its working one. Mutation caught: `cwd` ignored
+    (the app ran in the first root, where no app.py is)."""
+    from test_profile_run import KERNELS, PROFILING_APP
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "app.py").write_text("import os, sys\nprint('cwd=' + os.getcwd(), file=sys.stderr)\n" + PROFILING_APP)
+    lib = tmp_path / "libkerncap_inject.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
+    [r] = call(build_server([tmp_path]), ("profile", {"command": [sys.executable, "app.py"], "cwd": "work",
+                                                      "env": {"FAKE_SPEC": json.dumps({"kernels": KERNELS})}}))
+    assert not r.is_error, r.content[0].text
+    assert f"stderr: cwd={work.resolve()}" in r.structured_content["app_output_tail"]
+    assert [k["name"] for k in r.structured_content["kernels"]] == ["_Z4gemmPf", "add_kernel"]

@@ -126,6 +126,22 @@ def test_save_load_roundtrip(tmp_path):
     assert not list(path.parent.glob(".*tmp*")), "no temp file left"
 
 
+def test_a_saved_sampled_profile_loads_as_sampled(tmp_path):
+    """A sampled profile saved and read back (the workbench's Profile, `profile --load`,
+    MCP's saved profile) keeps its timing: "sampled" says its totals are estimates with the
+    90 % interval kept beside them, not CUPTI's exact ones. Mutation caught: from_dict
+    dropped `timing`, so every loaded profile read "exact"."""
+    sampled = {**k("gemm", 100, 5000, 40, 60), "timed": 10, "preempted": 0, "total_var_ns2": 400.0}
+    kernels, _ = merge_profiles([{"pid": 1, "kernels": [sampled]}])
+    res = ProfileResult(kernels=kernels, total_ns=5000, dispatches=100, processes=1, timing="sampled")
+    back = ProfileResult.load(res.save(tmp_path / "sampled.json"))
+    assert back.timing == "sampled" and back == res
+    assert (back.kernels[0].timed, back.kernels[0].total_lo_ns, back.kernels[0].total_hi_ns) == (10, 4967, 5033)
+    exact = ProfileResult(kernels=merge_profiles([{"kernels": [k("gemm", 1, 5, 5, 5)]}])[0], total_ns=5, dispatches=1,
+                          processes=1)
+    assert ProfileResult.load(exact.save(tmp_path / "exact.json")).timing == "exact"
+
+
 def test_load_errors_name_the_file(tmp_path):
     with pytest.raises(KerncapError, match="does not exist"):
         ProfileResult.load(tmp_path / "none.json")

@@ -250,6 +250,23 @@ def test_dense_pointer_table_over_several_chunks(tmp_path):
     assert c.reasons[4] == "pointer at region 0+0x0" and c.reasons[3] == "pointer at region 4+0x0"
 
 
+def test_a_pointer_in_a_later_chunk_is_named_at_its_offset_in_the_region(tmp_path):
+    """A 12 MiB region (3 chunks) whose first two chunks are zero and whose last holds one
+    pointer at 0x40: the reason names the pointer's offset in the region (8 MiB + 0x40),
+    not its offset in the chunk that holds it."""
+    size = 12 << 20
+    table = EXTRA_BASE + (64 << 20)
+
+    def add_table(m, cap_dir):
+        h = _put(cap_dir, bytes(0x40) + extra_base(3).to_bytes(8, "little") + bytes((4 << 20) - 0x48))
+        m["regions"].append({"id": 4, "base": table, "size": size, "api": "cuMemAlloc_v2", "kind": "device",
+                             "written": False, "zero_fraction": 0.0, "pre": [None, None, h], "post": [None, None, h]})
+
+    c = compute_closure(Capture.open(derive(tmp_path, extra=2, pointers=[(0, 0, table)], manifest_edit=add_table)))
+    assert c.kept == [0, 1, 3, 4]
+    assert c.reasons[3] == f"pointer at region 4+{(8 << 20) + 0x40:#x}" == "pointer at region 4+0x800040"
+
+
 def test_written_region_outside_the_closure_is_refused(tmp_path, no_validation):
     root = derive(tmp_path, extra=2, written=(3,))
     c = compute_closure(Capture.open(root))

@@ -2,6 +2,7 @@
 replay client replaced by a recorder (the GPU suite runs the real one)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,6 +153,32 @@ def test_validate_of_two_reproducers_checks_both_and_gives_one_verdict(axpy_repr
     assert doc["summary"].startswith("PASS on 2 inputs")
     assert cli.main(["validate", str(axpy_repro), str(second), "--cubin", good]) == 0
     assert "PASS on 2 inputs of 2 reproducers" in capsys.readouterr().out
+
+
+def test_validate_runs_every_dir_on_the_device_named(axpy_repro, monkeypatch, capsys):
+    """`--device N` picks the GPU for one DIR and for several alike: every reproducer's
+    replay server opens on GPU N. Mutation caught: several DIRs ran on GPU 0 whatever
+    --device said."""
+    import shutil
+
+    opened = []
+
+    class OnDevice(sim.InProcessClient):
+        def __init__(self, capture_dir, device=0, **kw):
+            p = Path(capture_dir)
+            opened.append((p.parent.name if p.name == "capture" else p.name, device))
+            super().__init__(capture_dir, device, **kw)
+
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", OnDevice)
+    second = axpy_repro.parent / "axpy-2"
+    shutil.copytree(axpy_repro, second)
+    assert cli.main(["validate", str(axpy_repro), "--device", "1", "--json"]) == 0
+    assert opened and set(opened) == {("axpy", 1)}, opened
+    capsys.readouterr()
+    opened.clear()
+    assert cli.main(["validate", str(axpy_repro), str(second), "--device", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"].startswith("PASS on 2 inputs")
+    assert {name for name, _ in opened} == {"axpy", "axpy-2"} and {d for _, d in opened} == {1}, opened
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -220,6 +220,19 @@ def test_tolerance_dtypes_come_from_caller_then_hints_then_default(core, capture
     assert s.session.calls[-1][1] == [("int8", 0.0, 0.1), ("float16", 0.0, 0.1), ("", 0.0, 0.1)]
 
 
+def test_a_region_dtype_keyed_by_its_id_as_a_string_is_used(core, capture):
+    """Region ids arrive as JSON object keys ("0"): NativeSession.region_dtypes takes them
+    as given, like int keys, and never falls back to the hint or the default for that region."""
+    from kerncap.replay.native_session import NativeSession
+
+    s = NativeSession(capture)
+    FakeSession.outs = [out(), out(elements=0, max_abs=0.0), out()]
+    s.validate(None, 1e-3, None, None, {"0": "int8"})
+    assert s.session.calls[-1][1] == [("int8", 1e-3, 0.0), ("float16", 1e-3, 0.0), ("", 1e-3, 0.0)]
+    assert s.region_dtypes(None, {"0": "bf16"}, []) == s.region_dtypes(None, {0: "bf16"}, [])
+    assert s.region_dtypes(None, {"0": "bf16"}, [])[0] == "bfloat16"
+
+
 def test_same_cubin_bytes_are_not_reloaded(core, capture, tmp_path):
     from kerncap.replay.native_session import NativeSession
 

@@ -262,6 +262,32 @@ def test_build_json_prints_the_documented_keys_and_a_reused_cubin_says_so(tmp_pa
     assert sorted([*second, "log"]) == sorted(documented)
 
 
+def test_a_cubin_compiled_from_this_source_but_gone_since_is_compiled_again(tmp_path, monkeypatch, compiles):
+    """A build whose replay could not run keeps its cubin for the next build of the same
+    source; when that cubin has been deleted since (variants/ cleaned), the next build
+    compiles again and records the new cubin, not `reused` and not a replay of a missing file."""
+    from kerncap.errors import NativeUnavailable
+
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    real_start, starts = sim.InProcessClient._start, []
+
+    def no_gpu_the_first_time(self):
+        starts.append(1)
+        if len(starts) == 1:
+            raise NativeUnavailable("replay core not built (stand-in)", "a test's")
+        real_start(self)
+
+    monkeypatch.setattr(sim.InProcessClient, "_start", no_gpu_the_first_time)
+    with api.open_session(repro, compile_worker=False) as session:
+        with pytest.raises(api.ReplayNotRun):
+            session.build()
+        [first] = compiles
+        first.unlink()
+        second = session.build()
+    assert len(compiles) == 2 and second.reused is False and second.status == "recorded"
+    assert second.variant.validation == "pass" and (repro / second.variant.cubin).is_file()
+
+
 def test_mcp_recompile_and_build_take_every_compile_mode(tmp_path, monkeypatch, compiles):
     """MCP's `mode` offers what the CLI's --full/--reduced and the compiler take, and
     reaches the compile (the stand-in records the mode it was asked for)."""

@@ -178,6 +178,29 @@ async def test_the_profile_filter_matches_the_demangled_name_it_shows(settle, ma
 
 
 @sync
+async def test_the_profile_pane_opens_the_newest_saved_profile(settle, make_app, demo_root):
+    """Without its own profile.json, a directory's Profile is the newest profile saved in
+    its profiles/ (a workspace's, `kerncap profile` names them by time; a second one in the
+    same second gets `-2`), not the oldest. Mutation caught: the oldest opened."""
+    import json
+
+    profile = json.loads((demo_root / "profile.json").read_text())
+    (demo_root / "profile.json").unlink()
+    saved = demo_root / "profiles"
+    saved.mkdir()
+    hot = max(profile["kernels"], key=lambda k: k["total_ns"])
+    cheap = min(profile["kernels"], key=lambda k: k["total_ns"])
+    for stem, kernels in (("20261201-120000", [hot]), ("20261203-120000", [hot]), ("20261203-120000-2", [cheap])):
+        (saved / f"{stem}.json").write_text(json.dumps({**profile, "kernels": kernels}))
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        table = app.query_one("#profile-table", DataTable)
+        assert table.row_count == 1 and [k.name for k in app.profile.kernels] == [cheap["name"]]
+        assert (cheap["demangled"] or cheap["name"])[:10] in str(table.get_row_at(0))
+
+
+@sync
 async def test_history_keeps_its_cursor_on_the_row_across_a_mark_and_a_refresh(settle, make_app):
     """History redraws its rows on a mark, a build and a tool's end; the cursor stays on the
     row it was on, the last one too (where n, k, a and ctrl+r act next). Mutation caught:
