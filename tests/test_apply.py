@@ -74,6 +74,21 @@ def test_every_launch_runs_the_variant_with_the_apps_globals(built, tmp_path):
     assert y == y0  # scale mirrored: without it the variant would scale by 0
 
 
+def test_a_global_the_kernel_writes_is_copied_back_for_the_app_to_read(built, tmp_path):
+    """The stand-in's axpy increments its module's __device__ `count`, which the app reads
+    after its 5 launches. Copied in and back (KERNCAP_APPLY_GLOBALS_BACK) the app reads 5,
+    as it does as is, also when only launches 1 and 3 run the variant; copied in only, the
+    variant's increments stay in its own module and the app reads 0."""
+    fast = str(_variant(tmp_path, "FAKEMOD impl=fast"))
+    both = {"KERNCAP_APPLY_GLOBALS": "scale:4,count:4", "KERNCAP_APPLY_CUBIN": fast}
+    assert "count=5" in _run(built, tmp_path, KERNCAP_APPLY_GLOBALS="scale:4,count:4")[1]
+    rep, out, _ = _run(built, tmp_path, KERNCAP_APPLY_GLOBALS_BACK="count", **both)
+    assert rep["substituted"] == 5 and rep["errors"] == [] and "count=5" in out, out
+    rep, out, _ = _run(built, tmp_path, KERNCAP_APPLY_GLOBALS_BACK="count", KERNCAP_APPLY_DISPATCH="1,3", **both)
+    assert rep["substituted"] == 2 and "count=5" in out, out
+    assert "count=0" in _run(built, tmp_path, **both)[1]
+
+
 def test_dispatch_selects_launches(built, tmp_path):
     rep, out, _ = _run(built, tmp_path, KERNCAP_APPLY_CUBIN=str(_variant(tmp_path, "FAKEMOD impl=fast")),
                        KERNCAP_APPLY_DISPATCH="1,3")
@@ -267,6 +282,32 @@ def test_only_the_globals_the_variants_build_recorded_are_copied(built, tmp_path
     as_is = y.read_bytes()
     assert y_with(frozenset({"scale"})) == as_is
     assert y_with(frozenset()) != as_is
+
+
+def test_the_engine_copies_back_the_writable_globals_the_variant_reaches(built, tmp_path, monkeypatch):
+    """Target.returned (a capture's `.nv.global*` globals) reaches the interposer: the app
+    reads the count the variant wrote; a build's reach record without `count` copies it
+    neither in nor back (the variant's code cannot write it)."""
+    from kerncap.capture.apply import Apply, Target, mirrored
+    from kerncap.reproducer.variants import record_reach
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))
+    cmd = [str(built["app"]), str(built["inject"]), "5", str(tmp_path / "y.bin")]
+    target = Target(kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64,
+                    globals=[("scale", 4), ("count", 4)], outputs=[0], returned=["count"])
+    variant = _variant(tmp_path, "FAKEMOD impl=fast")
+
+    def count_read(t: Target) -> str:
+        out: list[str] = []
+        Apply(root=tmp_path, target=t, variant=variant, command=cmd, identify="name",
+              output=lambda stream, data: out.append(data.decode())
+              ).run(substitute=True)
+        return next(w for w in "".join(out).split() if w.startswith("count="))
+
+    assert count_read(target) == "count=5"
+    record_reach(variant, variant.read_bytes(), KERNEL, frozenset({"scale"}))
+    only_scale = mirrored(target, variant)
+    assert only_scale.returned == [] and only_scale.globals == [("scale", 4)]
 
 
 def test_a_cancelled_apply_stops_the_app(built, tmp_path, monkeypatch):
@@ -530,10 +571,13 @@ def test_the_compilers_own_constants_are_not_mirrored_into_the_variant():
     from kerncap.capture.apply import target_of
 
     cap = NS(kernel={"name": "_Z1kv", "demangled": "k()", "module": {"sha256": "0" * 64}}, regions=[], params=[],
-             globals=[NS(name=n, size=s) for n, s in (("$str", 113), ("$str$1", 61), ("__unnamed_3", 10),
-                                                       ("iq2xs_grid", 4096))],
+             globals=[NS(name=n, size=s, section=".nv.global.init") for n, s in (
+                 ("$str", 113), ("$str$1", 61), ("__unnamed_3", 10), ("iq2xs_grid", 4096))]
+             + [NS(name="scale", size=4, section=".nv.constant3")],
              launch={})
-    assert target_of(cap).globals == [("iq2xs_grid", 4096)]
+    # of those mirrored, only the writable (`__device__`) one is copied back after a launch
+    assert target_of(cap).globals == [("iq2xs_grid", 4096), ("scale", 4)]
+    assert target_of(cap).returned == ["iq2xs_grid"]
 
 
 def test_a_history_rows_cubin_that_leads_out_of_the_reproducer_is_not_applied(tmp_path):

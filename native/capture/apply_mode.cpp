@@ -38,12 +38,20 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// The launch in flight on this thread, when its outputs are fingerprinted at its exit.
+// The launch in flight on this thread, when its exit has work: the globals it may have
+// written copied back into the app's, its outputs fingerprinted.
 struct Pending {
   bool active = false;
+  bool check = false;
   uint32_t correlation = 0;
   uint64_t index = 0;
   CUstream stream = nullptr;
+  struct Back {
+    CUdeviceptr app, variant;
+    size_t size;
+    std::string name;
+  };
+  std::vector<Back> back;
   struct Output {
     uint32_t param;
     CUdeviceptr ptr;         // the parameter's value
@@ -79,6 +87,7 @@ ApplyConfig ApplyConfig::from_env(std::string& error) {
     }
     c.globals.emplace_back(g.substr(0, colon), size);
   }
+  c.globals_back = split(env("KERNCAP_APPLY_GLOBALS_BACK"), ',');
   for (const std::string& n : split(env("KERNCAP_APPLY_DISPATCH"), ',')) {
     uint64_t v = 0;
     if (!parse_u64(n, v)) error = "KERNCAP_APPLY_DISPATCH item '" + n + "' is not a launch number";
@@ -215,6 +224,8 @@ bool Applier::prepare(const LaunchDesc& d, bool is_kernel, CUcontext ctx, Ready&
       return false;
     }
     m.size = size;
+    m.name = name;
+    m.back = std::find(cfg_.globals_back.begin(), cfg_.globals_back.end(), name) != cfg_.globals_back.end();
     out.globals.push_back(m);
   }
   // Dynamic shared memory above the default needs the attribute the app set on its own function.
@@ -269,6 +280,19 @@ void resolve_tables(Pending& p, std::vector<std::string>& errors) {
 
 }  // namespace
 
+// The app's globals into the variant's, on the launch's stream, before it.
+bool Applier::mirror_globals(const Ready& ready, CUstream stream) {
+  for (const Mirror& m : ready.globals) {
+    const CUresult r = KC_CU(cuMemcpyDtoDAsync)(m.dst, m.src, m.size, stream);
+    if (r != CUDA_SUCCESS) {
+      refuse("global", "copying global " + m.name + " into the variant failed (cuMemcpyDtoDAsync: " +
+                           cu_error_string(r) + ")");
+      return false;
+    }
+  }
+  return true;
+}
+
 void Applier::launch_enter(CUpti_CallbackId cbid, void* params, const LaunchDesc& d, bool is_kernel,
                            uint32_t correlation, const CubinSha& sha) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -289,41 +313,33 @@ void Applier::launch_enter(CUpti_CallbackId cbid, void* params, const LaunchDesc
                          std::binary_search(cfg_.dispatches.begin(), cfg_.dispatches.end(), index)) &&
                         !(bench_held_ && bench_held_());
   if (!cfg_.variant.empty() && !selected) not_selected_.fetch_add(1, std::memory_order_relaxed);
+  Pending p;
+  p.correlation = correlation;
+  p.index = index;
+  p.stream = stream;
   if (!cfg_.variant.empty() && selected && !refused_.load()) {
     if (!ready) {
       Ready fresh;
       if (prepare(d, is_kernel, ctx, fresh)) ready = &ready_.emplace(std::make_pair(d.f, ctx), fresh).first->second;
     }
-    bool ok = ready != nullptr;
-    for (size_t i = 0; ok && i < ready->globals.size(); ++i) {
-      const Mirror& m = ready->globals[i];
-      r = KC_CU(cuMemcpyDtoDAsync)(m.dst, m.src, m.size, stream);
-      if (r != CUDA_SUCCESS) {
-        refuse("global", "copying global " + cfg_.globals[i].first + " into the variant failed (cuMemcpyDtoDAsync: " +
-                             cu_error_string(r) + ")");
-        ok = false;
-      }
-    }
-    if (ok) {
+    if (ready && mirror_globals(*ready, stream)) {
       set_launch_function(cbid, params, ready->variant);
       substituted_.fetch_add(1, std::memory_order_relaxed);
+      for (const Mirror& m : ready->globals)
+        if (m.back) p.back.push_back({m.src, m.dst, m.size, m.name});
     }
   }
-
-  if (!cfg_.check) return;
-  if (index >= cfg_.check_max) {
-    fingerprints_truncated_ = true;
+  p.check = cfg_.check && index < cfg_.check_max;
+  if (cfg_.check && !p.check) fingerprints_truncated_ = true;
+  p.active = p.check || !p.back.empty();
+  if (!p.check) {
+    tl_pending = std::move(p);
     return;
   }
   // The outputs: the parameters named (KERNCAP_APPLY_OUTPUTS), else every 8-byte
   // parameter holding a device address.
   std::vector<ParamSlot> layout = ready ? ready->layout : param_layout(d.f, is_kernel ? reinterpret_cast<CUkernel>(d.f) : nullptr);
   std::vector<unsigned char> bytes;
-  Pending p;
-  p.active = true;
-  p.correlation = correlation;
-  p.index = index;
-  p.stream = stream;
   if (layout.empty() || !param_bytes(d, layout, bytes)) {
     errors_.push_back("launch " + std::to_string(index) + ": the parameters of " + cfg_.kernel + " could not be read");
   } else {
@@ -350,6 +366,15 @@ void Applier::launch_exit(uint32_t correlation, CUresult result) {
     errors_.push_back("launch " + std::to_string(p.index) + " of " + cfg_.kernel + " failed: " + cu_error_string(result));
     return;
   }
+  // Stream-ordered after the variant: the app's next reader of the global (a kernel, a
+  // cudaMemcpyFromSymbol) sees what the variant wrote, as it would the captured kernel's.
+  for (const Pending::Back& b : p.back) {
+    const CUresult c = KC_CU(cuMemcpyDtoDAsync)(b.app, b.variant, b.size, p.stream);
+    if (c != CUDA_SUCCESS)
+      errors_.push_back("launch " + std::to_string(p.index) + ": copying the variant's global " + b.name +
+                        " back into the app's failed (cuMemcpyDtoDAsync: " + cu_error_string(c) + ")");
+  }
+  if (!p.check) return;
   CUresult r = KC_CU(cuStreamSynchronize)(p.stream);
   if (r != CUDA_SUCCESS) {
     errors_.push_back("launch " + std::to_string(p.index) + ": cuStreamSynchronize failed: " + cu_error_string(r));

@@ -32,6 +32,9 @@ struct ApplyConfig {
   std::string sha256;                 // KERNCAP_APPLY_SHA256: the captured cubin's
   bool by_name = false;               // KERNCAP_APPLY_IDENTIFY=name: the name alone identifies the kernel
   std::vector<std::pair<std::string, uint64_t>> globals;  // KERNCAP_APPLY_GLOBALS=name:size,...
+  // KERNCAP_APPLY_GLOBALS_BACK=name,...: of those, the ones the kernel can write (`__device__`):
+  // copied back into the app's after each substituted launch, so the app reads what it wrote
+  std::vector<std::string> globals_back;
   std::vector<uint64_t> dispatches;   // KERNCAP_APPLY_DISPATCH=N,M,...; empty: every launch
   bool check = false;                 // KERNCAP_APPLY_CHECK=1: fingerprint each launch's outputs
   bool outputs_given = false;
@@ -79,8 +82,10 @@ class Applier {
     std::string why;  // not the target: why (a cubin of another sha256, unknown)
   };
   struct Mirror {
-    CUdeviceptr src = 0, dst = 0;
+    CUdeviceptr src = 0, dst = 0;  // the app's, the variant's
     size_t size = 0;
+    bool back = false;  // copied back after the launch (ApplyConfig::globals_back)
+    std::string name;
   };
   struct Ready {  // per (original handle, context): checked once
     CUfunction variant = nullptr;
@@ -96,6 +101,7 @@ class Applier {
   };
   void refuse(const std::string& kind, const std::string& message);
   bool prepare(const LaunchDesc& d, bool is_kernel, CUcontext ctx, Ready& out);
+  bool mirror_globals(const Ready& ready, CUstream stream);  // with mu_ held
   Handle identify(const CubinSha& sha);  // with mu_ held
   CUmodule variant_module(CUcontext ctx);
 

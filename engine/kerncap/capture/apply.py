@@ -157,6 +157,10 @@ class Target:
     # the module globals left out of the copies: the variant's code names none of them (its
     # build's record, variants/<n>.reach.json), so it can neither read nor write them
     unreached: list[str] = field(default_factory=list)
+    # of `globals`, those the kernel can write (`__device__`: a `.nv.global*` section, not a
+    # constant bank): copied back into the app's after each substituted launch, or what the
+    # variant wrote there (a counter, a flag, a result read by cudaMemcpyFromSymbol) is lost
+    returned: list[str] = field(default_factory=list)
 
 
 def mirrored(target: Target, variant: Path) -> Target:
@@ -167,7 +171,8 @@ def mirrored(target: Target, variant: Path) -> Target:
     if reach is None:
         return target
     return replace(target, globals=[g for g in target.globals if g[0] in reach],
-                   unreached=[n for n, _ in target.globals if n not in reach])
+                   unreached=[n for n, _ in target.globals if n not in reach],
+                   returned=[n for n in target.returned if n in reach])
 
 
 def target_of(cap: Capture, *, tables: bool = True) -> Target:
@@ -177,12 +182,14 @@ def target_of(cap: Capture, *, tables: bool = True) -> Target:
     written = {r.id for r in cap.regions if getattr(r, "written", False)}
     outputs = [p.index for p in cap.params if p.region is not None and p.region in written]
     # the compiler's own constants are numbered per module: the variant keeps its own
-    globals_ = [(g.name, g.size) for g in cap.globals if not compiler_constant(g.name)]
+    named = [g for g in cap.globals if not compiler_constant(g.name)]
+    globals_ = [(g.name, g.size) for g in named]
     indirect = indirect_outputs(cap, written) if tables else []
     return Target(kernel=kernel["name"], demangled=kernel.get("demangled", kernel["name"]),
                   sha256=kernel["module"]["sha256"], globals=globals_,
                   outputs=outputs, indirect=indirect[:MAX_INDIRECT],
                   indirect_left=max(0, len(indirect) - MAX_INDIRECT),
+                  returned=[g.name for g in named if g.section.startswith(".nv.global")],
                   pdl=programmatic(cap.launch.get("attributes") or []))
 
 
@@ -320,6 +327,8 @@ class Apply:
         }
         if substitute:
             settings["KERNCAP_APPLY_CUBIN"] = str(self.variant)
+            if t.returned:
+                settings["KERNCAP_APPLY_GLOBALS_BACK"] = ",".join(t.returned)
             if self.dispatches:
                 settings["KERNCAP_APPLY_DISPATCH"] = ",".join(map(str, self.dispatches))
         if check:
@@ -629,6 +638,7 @@ class ApplyResult:
     timing: Timing | None
     skipped_globals: list[str]
     unreached_globals: list[str] = field(default_factory=list)  # not copied: the variant's code names none
+    returned_globals: list[str] = field(default_factory=list)  # copied back after each launch (Target.returned)
     row: int | None = None  # the History row whose cubin was applied (its `in_app` records this)
     # that row's speedup in the reproducer, as `build` measured it ({speedup, low, high}), to
     # read beside the in-app one; None when the variant is no row or was not timed
@@ -644,7 +654,7 @@ class ApplyResult:
         """`kerncap apply --json`, MCP's `apply` (docs/apply.md)."""
         doc = {"variant": str(self.variant), "row": self.row, "replay_speedup": self.replay, "launches": self.launches,
                "substituted": self.substituted, "skipped_globals": self.skipped_globals,
-               "unreached_globals": self.unreached_globals,
+               "unreached_globals": self.unreached_globals, "returned_globals": self.returned_globals,
                "check": {**asdict(self.check), "verdict": self.check.verdict} if self.check else None,
                "timing": None}
         if self.timing:
@@ -665,6 +675,10 @@ class ApplyResult:
             n = len(self.unreached_globals)
             lines.append(f"  note: the variant's code reaches none of {n} module global{'s' if n > 1 else ''} "
                          f"({_names(self.unreached_globals)}): not copied before its launches")
+        if self.returned_globals:
+            n = len(self.returned_globals)
+            lines.append(f"  note: {n} module global{'s' if n > 1 else ''} the kernel can write "
+                         f"({_names(self.returned_globals)}) copied back into the app's after each launch")
         if self.check:
             lines.append(self.check.text())
         if self.timing:
@@ -727,6 +741,7 @@ def apply_request(reproducer: str | Path, request: ApplyRequest, *, output: Outp
     timing = run_timing(job, r.runs) if r.runs else None
     return ApplyResult(variant=job.variant, launches=first.launches, substituted=first.substituted,
                        check=checked, timing=timing, skipped_globals=skipped, unreached_globals=job.target.unreached,
+                       returned_globals=[n for n in job.target.returned if n not in skipped],
                        row=r.variant if r.variant is not None else history_row(root, job.variant))
 
 
