@@ -310,6 +310,37 @@ def test_the_engine_copies_back_the_writable_globals_the_variant_reaches(built, 
     assert only_scale.returned == [] and only_scale.globals == [("scale", 4)]
 
 
+def test_check_compares_the_globals_the_kernel_writes(built, tmp_path, monkeypatch):
+    """--check fingerprints the app's `count` after each launch in both runs: a variant whose
+    y is right but whose count is not FAILs at launch 0 on the global (1 of its 4 bytes);
+    one that cannot reach `count` (its build's record), so the app's stays 0, too; the
+    faithful variant passes with the global compared at every launch."""
+    from kerncap.capture.apply import Apply, Target, mirrored, run_check
+    from kerncap.reproducer.variants import record_reach
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(built["dir"]))
+    cmd = [str(built["app"]), str(built["inject"]), "5", str(tmp_path / "y.bin")]
+    target = Target(kernel=KERNEL, demangled="axpy(float*, float const*, int)", sha256="0" * 64,
+                    globals=[("scale", 4), ("count", 4)], outputs=[0], returned=["count"], written_globals=["count"])
+
+    def check(impl: str, reach: frozenset[str] | None = None):
+        v = tmp_path / f"{impl}{'-reach' if reach is not None else ''}.cubin"
+        v.write_bytes(f"FAKEMOD impl={impl}\0".encode())
+        if reach is not None:
+            record_reach(v, v.read_bytes(), KERNEL, reach)
+        return run_check(Apply(root=tmp_path, target=mirrored(target, v), variant=v, command=cmd, identify="name",
+                               quiet=True))
+
+    bad = check("count2")
+    m = bad.mismatch
+    assert m is not None and (m.launch, m.global_name, m.bytes_differing, m.bytes_compared) == (0, "count", 1, 4)
+    assert "FAIL at launch 0 (the 1st): module global count differs (1 of 4 bytes differ)" in bad.text()
+    unreached = check("fast", frozenset({"scale"}))
+    assert unreached.mismatch is not None and unreached.mismatch.global_name == "count", unreached.text()
+    ok = check("fast")
+    assert ok.passed and ok.compared == 5, ok.text()
+
+
 def test_a_cancelled_apply_stops_the_app(built, tmp_path, monkeypatch):
     """MCP's cancel (Session.apply's `cancelled`): the app's process group is stopped
     within the poll, and the apply ends with one message instead of waiting for the app."""
@@ -571,13 +602,19 @@ def test_the_compilers_own_constants_are_not_mirrored_into_the_variant():
     from kerncap.capture.apply import target_of
 
     cap = NS(kernel={"name": "_Z1kv", "demangled": "k()", "module": {"sha256": "0" * 64}}, regions=[], params=[],
-             globals=[NS(name=n, size=s, section=".nv.global.init") for n, s in (
+             globals=[NS(name=n, size=s, section=".nv.global.init", written=False) for n, s in (
                  ("$str", 113), ("$str$1", 61), ("__unnamed_3", 10), ("iq2xs_grid", 4096))]
-             + [NS(name="scale", size=4, section=".nv.constant3")],
+             + [NS(name="scale", size=4, section=".nv.constant3", written=False),
+                NS(name="flag", size=4, section=".nv.global", written=True),
+                NS(name="../up", size=4, section=".nv.global", written=True)],  # a hostile capture's
              launch={})
-    # of those mirrored, only the writable (`__device__`) one is copied back after a launch
-    assert target_of(cap).globals == [("iq2xs_grid", 4096), ("scale", 4)]
-    assert target_of(cap).returned == ["iq2xs_grid"]
+    t = target_of(cap)
+    assert t.globals == [("iq2xs_grid", 4096), ("scale", 4), ("flag", 4), ("../up", 4)]
+    # of those mirrored, only the writable (`__device__`) ones are copied back after a launch
+    assert t.returned == ["iq2xs_grid", "flag", "../up"] and t.written_globals == ["flag", "../up"]
+    # --check compares what the kernel wrote and what the variant may write; no name that
+    # would lead a dump file out of its directory
+    assert t.checked_globals == ["flag", "iq2xs_grid"]
 
 
 def test_a_history_rows_cubin_that_leads_out_of_the_reproducer_is_not_applied(tmp_path):

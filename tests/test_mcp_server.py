@@ -434,6 +434,9 @@ def test_client_vanishing_mid_request_leaves_no_replay_server(root, tmp_path, ho
 def test_http_address_is_checked():
     assert parse_http("127.0.0.1:8765") == ("127.0.0.1", 8765)
     assert parse_http("[::1]:9000") == ("::1", 9000)
+    # no host: loopback, never every interface (an empty host binds 0.0.0.0)
+    assert parse_http(":8765") == ("127.0.0.1", 8765)
+    assert parse_http("[]:8765") == ("127.0.0.1", 8765)
     with pytest.raises(UsageError):
         parse_http("localhost")
     with pytest.raises(UsageError):

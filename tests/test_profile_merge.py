@@ -204,6 +204,27 @@ def test_an_untimed_kernel_is_named_with_where_the_chosen_launches_went():
     assert "left out" not in w
 
 
+def test_timed_launches_that_could_not_be_read_are_warned_past_one_percent_of_a_process():
+    """A sampled process's chosen launches whose pair could not be read, held over 5 ms
+    (`overdue`) or unfinished at exit (`unfinished`), both count as lost; past 1 % of that
+    process's timed launches plus the lost ones a warning says how many, at or below it
+    none does (a thread preempted while it held its stream changes nothing)."""
+    def proc(pid, timed, sampling):
+        return {"pid": pid, "kernels": [{**k("fill", timed, 100 * timed, 90, 110), "timed": timed, "preempted": 0,
+                                         "total_var_ns2": 4.0}], "sampling": sampling}
+
+    def lost_warnings(p):
+        kernels, _ = merge_profiles([p])
+        return [w for w in sampling_warnings(kernels, [p], []) if "could not be read" in w]
+
+    assert lost_warnings(proc(1, 100, {"unfinished": 5})) == [
+        "process 1: 5 of 105 timed launches could not be read (held over 5 ms, or unfinished at exit) and were left out"]
+    (w,) = lost_warnings(proc(2, 98, {"overdue": 1, "unfinished": 1}))
+    assert w.startswith("process 2: 2 of 100 timed launches could not be read")
+    assert lost_warnings(proc(3, 99, {"unfinished": 1})) == []            # 1 of 100: not past 1 %
+    assert lost_warnings(proc(4, 1000, {"overdue": 3, "unfinished": 2})) == []
+
+
 def test_a_process_that_timed_none_of_a_kernels_launches_leaves_its_minimum_alone():
     """Sampled timing: a process whose launches of a kernel were counted but none timed
     reports no time for them (min_ns 0); the merged minimum is the timed launches' of the

@@ -832,3 +832,23 @@ def test_recompile_of_a_set_is_one_result_in_every_front_end(fake_set, tmp_path,
     assert from_cli["variant"] != from_mcp["variant"]  # two numbered set variants
     assert cli.main(["recompile", str(root), "--kernel", "0"]) == 2  # a set refuses --kernel itself
     assert "--kernel picks one kernel of a sequence" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize("inputs", [1, 3])
+def test_a_builds_inputs_are_the_inputs_its_timing_rotates_over(tmp_path, monkeypatch, compiles, inputs):
+    """`build --inputs K` times the baseline and the variant on the captured input and K-1
+    perturbed ones, as `compare --inputs K` does: the replay core is given K inputs to
+    rotate over (a build that passed on the compare request's default gave it 4)."""
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    given: list[int] = []
+    real = sim.SimSession.set_time_inputs
+
+    def recorded(self, specs):
+        given.append(len(specs))
+        return real(self, specs)
+
+    monkeypatch.setattr(sim.SimSession, "set_time_inputs", recorded)
+    result = api.build(repro, api.BuildRequest(inputs=inputs, rounds=5, iterations=2, perturb=1))
+    assert result.status == "recorded" and result.variant.speedup_low is not None
+    assert given and max(given) == inputs, given  # after each timing: [[]], the captured input again

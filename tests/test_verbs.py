@@ -60,9 +60,12 @@ def _rendered_from_the_declaration(verb: verbs.Verb, root: Path) -> None:
         prop = schema["properties"][option.mcp_name or option.name]
         assert prop.get("default") == (None if option.many else option.default), (verb.name, option.name, prop)
         assert prop["description"] == verb.descriptions.get(option.name, option.help)
-        if option.minimum is not None and not option.many:
+        if not option.many:  # every bound the option declares is in the tool argument's schema
             bounds = [prop, *prop.get("anyOf", [])]
-            assert option.minimum in [b.get("minimum") for b in bounds], (verb.name, option.name, prop)
+            for key, bound in (("minimum", option.minimum), ("maximum", option.maximum),
+                               ("exclusiveMinimum", option.above), ("exclusiveMaximum", option.below)):
+                if bound is not None:
+                    assert bound in [b.get(key) for b in bounds], (verb.name, option.name, key, prop)
         if option.choices is not None:
             assert tuple(prop["enum"]) == option.choices and tuple(action.choices) == option.choices
     own_cli = {"help", "path", "json"} | ({"quiet", "cmd"} if verb.runs_app else set())
@@ -215,6 +218,9 @@ def test_a_new_verb_is_its_declaration(declared, tmp_path, monkeypatch, capsys):
     assert cli.main(["regions", str(repro), "--limit", "0"]) == 2  # the option's bound, in both
     assert "must be >= 1" in capsys.readouterr().err
     assert _call(tmp_path, "regions", {"reproducer": str(repro), "limit": 0}).is_error
+    assert cli.main(["regions", str(repro), "--limit", "101"]) == 2  # and its maximum, in both
+    assert "must be <= 100" in capsys.readouterr().err
+    assert _call(tmp_path, "regions", {"reproducer": str(repro), "limit": 101}).is_error
 
 
 def test_a_new_verb_without_a_cubin_option(declared, tmp_path, monkeypatch, capsys):

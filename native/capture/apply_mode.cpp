@@ -59,6 +59,7 @@ struct Pending {
     CUdeviceptr target = 0;  // that pointer, read before the launch
   };
   std::vector<Output> outputs;
+  std::vector<std::pair<std::string, std::pair<CUdeviceptr, size_t>>> globals;  // the app's, compared
 };
 thread_local Pending tl_pending;
 
@@ -88,6 +89,7 @@ ApplyConfig ApplyConfig::from_env(std::string& error) {
     c.globals.emplace_back(g.substr(0, colon), size);
   }
   c.globals_back = split(env("KERNCAP_APPLY_GLOBALS_BACK"), ',');
+  c.check_globals = split(env("KERNCAP_APPLY_CHECK_GLOBALS"), ',');
   for (const std::string& n : split(env("KERNCAP_APPLY_DISPATCH"), ',')) {
     uint64_t v = 0;
     if (!parse_u64(n, v)) error = "KERNCAP_APPLY_DISPATCH item '" + n + "' is not a launch number";
@@ -141,6 +143,7 @@ void Applier::forget_handles() {
   std::lock_guard<std::mutex> lock(mu_);
   handles_.clear();
   ready_.clear();
+  checked_globals_.clear();
 }
 
 CUmodule Applier::variant_module(CUcontext ctx) {
@@ -158,6 +161,38 @@ CUmodule Applier::variant_module(CUcontext ctx) {
   }
   modules_[ctx] = m;
   return m;
+}
+
+// The original module's globals: the launched CUkernel's library, else its module.
+Applier::Origin Applier::origin_of(const LaunchDesc& d, bool is_kernel) {
+  Origin o;
+  if (is_kernel) {
+    if (KC_CU(cuKernelGetLibrary)(&o.library, reinterpret_cast<CUkernel>(d.f)) != CUDA_SUCCESS) o.library = nullptr;
+  } else if (KC_CU(cuFuncGetModule)(&o.module, d.f) != CUDA_SUCCESS) {
+    o.module = nullptr;
+  }
+  return o;
+}
+
+CUresult Applier::app_global(const Origin& o, const std::string& name, CUdeviceptr& ptr, size_t& size) {
+  return o.library ? KC_CU(cuLibraryGetGlobal)(&ptr, &size, o.library, name.c_str())
+         : o.module ? KC_CU(cuModuleGetGlobal)(&ptr, &size, o.module, name.c_str()) : CUDA_ERROR_INVALID_HANDLE;
+}
+
+// Looked up once per (launched handle, context), in both runs of --check: the app's
+// copy is what the next reader sees, whichever kernel wrote it.
+const std::vector<Applier::AppGlobal>& Applier::checked_globals(const LaunchDesc& d, bool is_kernel, CUcontext ctx) {
+  auto it = checked_globals_.find({d.f, ctx});
+  if (it != checked_globals_.end()) return it->second;
+  std::vector<AppGlobal> found;
+  const Origin origin = origin_of(d, is_kernel);
+  for (const std::string& name : cfg_.check_globals) {
+    AppGlobal g{name};
+    const CUresult r = app_global(origin, name, g.ptr, g.size);
+    if (r == CUDA_SUCCESS) found.push_back(g);
+    else errors_.push_back("the app's global " + name + " cannot be compared (" + cu_error_string(r) + ")");
+  }
+  return checked_globals_.emplace(std::make_pair(d.f, ctx), std::move(found)).first->second;
 }
 
 // Checked once per (original handle, context): the variant's kernel, its parameter
@@ -189,15 +224,7 @@ bool Applier::prepare(const LaunchDesc& d, bool is_kernel, CUcontext ctx, Ready&
                                " (cuFuncGetParamInfo); the launch's arguments would be misread");
     return false;
   }
-  // The original module's globals (the launched CUkernel's library, else its module).
-  CUmodule om = nullptr;
-  CUlibrary ol = nullptr;
-  if (is_kernel) {
-    r = KC_CU(cuKernelGetLibrary)(&ol, k);
-    if (r != CUDA_SUCCESS) ol = nullptr;
-  } else if ((r = KC_CU(cuFuncGetModule)(&om, d.f)) != CUDA_SUCCESS) {
-    om = nullptr;
-  }
+  const Origin origin = origin_of(d, is_kernel);
   for (const auto& [name, size] : cfg_.globals) {
     Mirror m;
     size_t vs = 0, os = 0;
@@ -215,8 +242,7 @@ bool Applier::prepare(const LaunchDesc& d, bool is_kernel, CUcontext ctx, Ready&
                                 "kernel's " + std::to_string(size) + "; kerncap cannot mirror it");
       return false;
     }
-    r = ol ? KC_CU(cuLibraryGetGlobal)(&m.src, &os, ol, name.c_str())
-           : om ? KC_CU(cuModuleGetGlobal)(&m.src, &os, om, name.c_str()) : CUDA_ERROR_INVALID_HANDLE;
+    r = app_global(origin, name, m.src, os);
     if (r != CUDA_SUCCESS || os != size) {
       refuse("global", "the app's global " + name + " of " + cfg_.kernel + " cannot be read (" +
                            (r != CUDA_SUCCESS ? cu_error_string(r) : "its size is " + std::to_string(os)) +
@@ -352,6 +378,7 @@ void Applier::launch_enter(CUpti_CallbackId cbid, void* params, const LaunchDesc
         if (o.param == s.index) p.outputs.push_back({s.index, ptr, o.via});
     }
   }
+  for (const AppGlobal& g : checked_globals(d, is_kernel, ctx)) p.globals.push_back({g.name, {g.ptr, g.size}});
   resolve_tables(p, errors_);
   tl_pending = std::move(p);
 }
@@ -380,7 +407,6 @@ void Applier::launch_exit(uint32_t correlation, CUresult result) {
     errors_.push_back("launch " + std::to_string(p.index) + ": cuStreamSynchronize failed: " + cu_error_string(r));
     return;
   }
-  std::vector<unsigned char> host;
   for (const auto& [param, value, via, target] : p.outputs) {
     const std::string what = "launch " + std::to_string(p.index) + ": parameter " + std::to_string(param) +
                              (via < 0 ? "" : " (the pointer at +" + std::to_string(via) + " of its buffer)");
@@ -395,24 +421,32 @@ void Applier::launch_exit(uint32_t correlation, CUresult result) {
       if (cfg_.outputs_given) errors_.push_back(what + " points at no device allocation");
       continue;  // a scalar that is no address
     }
-    const size_t n = std::min<size_t>(base + size - ptr, kMaxHashed);
-    host.resize(n);
-    if ((r = KC_CU(cuMemcpyDtoH)(host.data(), ptr, n)) != CUDA_SUCCESS) {
-      errors_.push_back(what + ": reading its buffer failed (cuMemcpyDtoH: " + cu_error_string(r) + ")");
-      continue;
-    }
-    fingerprints_.push_back({p.index, param, via, n, xxh64_hex(xxh64(host.data(), n))});
-    if (cfg_.dump_at >= 0 && p.index == uint64_t(cfg_.dump_at)) {
-      // named as kerncap.capture.apply.Mismatch.dump_name reads it
-      const std::string name = "dump-" + std::to_string(p.index) + "-p" + std::to_string(param) +
-                               (via < 0 ? "" : "+" + std::to_string(via)) + ".bin";
-      try {
-        write_file_atomic(path_join(cfg_.out_dir, name), host.data(), n);
-        dumps_.push_back(name);
-      } catch (const std::exception& e) {
-        errors_.push_back(std::string("cannot write ") + name + ": " + e.what());
-      }
-    }
+    fingerprint(p.index, param, via, "", ptr, std::min<size_t>(base + size - ptr, kMaxHashed), what);
+  }
+  for (const auto& [name, at] : p.globals)
+    fingerprint(p.index, 0, -1, name, at.first, at.second, "launch " + std::to_string(p.index) + ": global " + name);
+}
+
+// One output's bytes hashed, and written to a file at KERNCAP_APPLY_DUMP_AT's launch.
+void Applier::fingerprint(uint64_t launch, uint32_t param, int64_t via, const std::string& global, CUdeviceptr ptr,
+                          size_t n, const std::string& what) {
+  std::vector<unsigned char> host(n);
+  const CUresult r = KC_CU(cuMemcpyDtoH)(host.data(), ptr, n);
+  if (r != CUDA_SUCCESS) {
+    errors_.push_back(what + ": reading its buffer failed (cuMemcpyDtoH: " + cu_error_string(r) + ")");
+    return;
+  }
+  fingerprints_.push_back({launch, param, via, n, xxh64_hex(xxh64(host.data(), n)), global});
+  if (cfg_.dump_at < 0 || launch != uint64_t(cfg_.dump_at) || global.find('/') != std::string::npos) return;
+  // named as kerncap.capture.apply.Mismatch.dump_name reads it
+  const std::string name = "dump-" + std::to_string(launch) +
+                           (global.empty() ? "-p" + std::to_string(param) + (via < 0 ? "" : "+" + std::to_string(via))
+                                           : "-g" + global) + ".bin";
+  try {
+    write_file_atomic(path_join(cfg_.out_dir, name), host.data(), n);
+    dumps_.push_back(name);
+  } catch (const std::exception& e) {
+    errors_.push_back(std::string("cannot write ") + name + ": " + e.what());
   }
 }
 
@@ -443,7 +477,9 @@ std::string Applier::report_json(int pid) {
   w.key("fingerprints").begin_array();
   for (const Fingerprint& f : fingerprints_)
   {
-    w.begin_object().field("launch", f.launch).field("param", f.param);
+    w.begin_object().field("launch", f.launch);
+    if (f.global.empty()) w.field("param", f.param);
+    else w.field("global", f.global);
     if (f.via >= 0) w.field("via", f.via);
     w.field("bytes", f.bytes).field("hash", f.hash).end_object();
   }

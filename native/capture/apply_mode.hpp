@@ -35,6 +35,9 @@ struct ApplyConfig {
   // KERNCAP_APPLY_GLOBALS_BACK=name,...: of those, the ones the kernel can write (`__device__`):
   // copied back into the app's after each substituted launch, so the app reads what it wrote
   std::vector<std::string> globals_back;
+  // KERNCAP_APPLY_CHECK_GLOBALS=name,...: module globals --check fingerprints after each
+  // launch, as the app holds them (the kernel's outputs that no parameter points at)
+  std::vector<std::string> check_globals;
   std::vector<uint64_t> dispatches;   // KERNCAP_APPLY_DISPATCH=N,M,...; empty: every launch
   bool check = false;                 // KERNCAP_APPLY_CHECK=1: fingerprint each launch's outputs
   bool outputs_given = false;
@@ -98,7 +101,23 @@ class Applier {
     int64_t via;  // -1: the parameter's own buffer
     uint64_t bytes;
     std::string hash;
+    std::string global;  // non-empty: this module global of the app's, not a parameter's buffer
   };
+  struct AppGlobal {
+    std::string name;
+    CUdeviceptr ptr = 0;
+    size_t size = 0;
+  };
+  // The launched function's module or library, where the app's globals are looked up.
+  struct Origin {
+    CUmodule module = nullptr;
+    CUlibrary library = nullptr;
+  };
+  static Origin origin_of(const LaunchDesc& d, bool is_kernel);
+  static CUresult app_global(const Origin& o, const std::string& name, CUdeviceptr& ptr, size_t& size);
+  const std::vector<AppGlobal>& checked_globals(const LaunchDesc& d, bool is_kernel, CUcontext ctx);
+  void fingerprint(uint64_t launch, uint32_t param, int64_t via, const std::string& global, CUdeviceptr ptr,
+                   size_t n, const std::string& what);
   void refuse(const std::string& kind, const std::string& message);
   bool prepare(const LaunchDesc& d, bool is_kernel, CUcontext ctx, Ready& out);
   bool mirror_globals(const Ready& ready, CUstream stream);  // with mu_ held
@@ -111,6 +130,7 @@ class Applier {
   std::map<CUfunction, Handle> handles_;
   std::map<CUcontext, CUmodule> modules_;
   std::map<std::pair<CUfunction, CUcontext>, Ready> ready_;
+  std::map<std::pair<CUfunction, CUcontext>, std::vector<AppGlobal>> checked_globals_;
   int (*bench_held_)() = nullptr;
   std::atomic<bool> refused_{false};
   std::string refusal_kind_, refusal_;

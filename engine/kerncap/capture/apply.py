@@ -22,6 +22,7 @@ of the variant applied (`in_app`, shown by the workbench).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -161,6 +162,15 @@ class Target:
     # constant bank): copied back into the app's after each substituted launch, or what the
     # variant wrote there (a counter, a flag, a result read by cudaMemcpyFromSymbol) is lost
     returned: list[str] = field(default_factory=list)
+    # the globals the capture found the kernel writing: outputs no parameter points at
+    written_globals: list[str] = field(default_factory=list)
+
+    @property
+    def checked_globals(self) -> list[str]:
+        """The module globals --check compares after each launch, as the app holds them:
+        those the kernel wrote at the capture and those the variant may write (copied back)."""
+        names = dict.fromkeys([*self.written_globals, *self.returned])
+        return [n for n in names if _SYMBOL.fullmatch(n)]
 
 
 def mirrored(target: Target, variant: Path) -> Target:
@@ -190,8 +200,11 @@ def target_of(cap: Capture, *, tables: bool = True) -> Target:
                   outputs=outputs, indirect=indirect[:MAX_INDIRECT],
                   indirect_left=max(0, len(indirect) - MAX_INDIRECT),
                   returned=[g.name for g in named if g.section.startswith(".nv.global")],
+                  written_globals=[g.name for g in named if g.written],
                   pdl=programmatic(cap.launch.get("attributes") or []))
 
+
+_SYMBOL = re.compile(r"[A-Za-z_$][A-Za-z0-9_$.]*")  # a global's name as the interposer may use it in a file name
 
 MAX_TABLE = 1 << 16     # bytes of a parameter's unwritten buffer searched for output pointers
 MAX_INDIRECT = 64       # such pointers compared at most
@@ -336,6 +349,8 @@ class Apply:
             if t.outputs or t.indirect:
                 settings["KERNCAP_APPLY_OUTPUTS"] = ",".join([*map(str, t.outputs),
                                                              *(f"{i}@{at}" for i, at in t.indirect)])
+            if t.checked_globals:
+                settings["KERNCAP_APPLY_CHECK_GLOBALS"] = ",".join(t.checked_globals)
         if dump_at is not None:
             settings["KERNCAP_APPLY_DUMP_AT"] = str(dump_at)
         if profile:
@@ -397,12 +412,17 @@ class Mismatch:
     bytes_differing: int | None
     bytes_compared: int
     via: int | None = None  # the buffer the pointer at this offset of the parameter's buffer names
+    global_name: str | None = None  # not a parameter's: this module global of the app's
 
     def where(self) -> str:
+        if self.global_name is not None:
+            return f"module global {self.global_name}"
         return (f"parameter {self.param}'s buffer" if self.via is None
                 else f"the buffer named at +{self.via} of parameter {self.param}'s")
 
     def dump_name(self) -> str:  # as the interposer names it (apply_mode.cpp)
+        if self.global_name is not None:
+            return f"dump-{self.launch}-g{self.global_name}.bin"
         return f"dump-{self.launch}-p{self.param}" + ("" if self.via is None else f"+{self.via}") + ".bin"
 
 
@@ -527,13 +547,15 @@ def first_difference(a: list[dict], b: list[dict]) -> Mismatch | None:
     for k in sorted(key_a.keys() | key_b.keys()):
         f, g = key_a.get(k), key_b.get(k)
         if f is None or g is None or f["hash"] != g["hash"] or f["bytes"] != g["bytes"]:
-            return Mismatch(k[0], k[1], None, (f or g)["bytes"], via=None if k[2] < 0 else k[2])
+            return Mismatch(k[0], k[1], None, (f or g)["bytes"], via=None if k[2] < 0 else k[2],
+                            global_name=k[3] or None)
     return None
 
 
-def fingerprint_key(f: dict) -> tuple[int, int, int]:
-    """(launch, parameter, offset of the pointer in its buffer or -1: the buffer itself)."""
-    return f["launch"], f["param"], f.get("via", -1)
+def fingerprint_key(f: dict) -> tuple[int, int, int, str]:
+    """(launch, parameter or -1 for a module global, offset of the pointer in its buffer
+    or -1: the buffer itself, the global's name or "")."""
+    return f["launch"], f.get("param", -1), f.get("via", -1), f.get("global", "")
 
 
 @dataclass
