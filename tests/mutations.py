@@ -1499,8 +1499,36 @@ MUTATIONS = [
              'compared = len({f["launch"] for f in b if unsteady is None or f["launch"] < unsteady.launch})',
              'compared = len({f["launch"] for f in b if unsteady is None or f["launch"] <= unsteady.launch})',
              ("tests/test_apply.py",)),
+    # -- a fifteenth fresh audit (seventeenth session), part aj: the workbench's History, apply,
+    # -- Profile and Log panes, the build's verdict ------------------------------------------------
+    Mutation("workbench: a failed row with a validation detail shows as passed", "workbench",
+             "kerncap_tui/widgets/history_pane.py",
+             '    if v.validation == "pass" and v.validation_detail:', "    if v.validation_detail:",
+             ("tests/tui/test_app.py", "tests/tui/test_apply_view.py", "tests/tui/test_snapshots.py", "-k",
+              "history")),
+    Mutation("workbench: space on the marked History row does not unmark it", "workbench",
+             "kerncap_tui/widgets/history_pane.py",
+             "            self.marked = None if self.marked == v.id else v.id", "            self.marked = v.id",
+             ("tests/tui/test_app.py", "-k", "unmarks_it or keeps_its_cursor")),
+    Mutation("workbench: a in History applies the variant without --check", "workbench",
+             "kerncap_tui/inspect_actions.py",
+             "variant=variant.id, check=True)", "variant=variant.id)",
+             ("tests/tui/test_apply_view.py",)),
+    Mutation("workbench: a resize leaves the Log at its top though it was at its newest line", "workbench",
+             "kerncap_tui/widgets/log_pane.py",
+             "        at_end = self.scroll_y + self.scrollbar_size_horizontal >= self.max_scroll_y",
+             "        at_end = self.scroll_y + self.scrollbar_size_horizontal > self.max_scroll_y",
+             ("tests/tui/test_terminal.py", "-k", "log")),
+    Mutation("workbench: s onto the kernel column sorts it Z to A, the numbers A to Z", "workbench",
+             "kerncap_tui/widgets/profile_pane.py",
+             '        self.sort_reverse = self.sort_column != "kernel"', '        self.sort_reverse = self.sort_column == "kernel"',
+             ("tests/tui/test_app.py", "-k", "sorts_the_kernel_column")),
+    Mutation("workbench: a build whose validation was skipped is notified as an error", "workbench",
+             "kerncap_tui/app.py",
+             'severity="information" if latest.validation in ("pass", "skipped") else "error")',
+             'severity="information" if latest.validation == "pass" else "error")',
+             ("tests/tui/test_app.py", "-k", "skipped_is_notified")),
 ]
-
 
 # Put first on the tests' PYTHONPATH: after site-packages' .pth files ran, take out an
 # editable install's import hook (scikit-build-core's, setuptools'), which would import

@@ -40,7 +40,9 @@ class WorkbenchLog(RichLog):
         if not event.size.width or width == self.wrapped_at:
             return
         self.wrapped_at = width
-        at_end = self.scroll_y >= self.max_scroll_y
+        # at its end, give or take the horizontal scrollbar the old, wider lines bring up on a
+        # narrower pane (gone once they are wrapped again below)
+        at_end = self.scroll_y + self.scrollbar_size_horizontal >= self.max_scroll_y
         self.clear()
         for text in self.entries:
             self.write(text, width=width, scroll_end=False)

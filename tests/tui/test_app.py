@@ -227,6 +227,78 @@ async def test_history_keeps_its_cursor_on_the_row_across_a_mark_and_a_refresh(s
 
 
 @sync
+async def test_space_on_the_marked_row_unmarks_it_and_d_diffs_against_the_baseline_again(settle, make_app):
+    """space marks a History row (its dot; d and m compare against it); space on it again
+    takes the mark off, and d diffs against the baseline again. Mutation caught: a second
+    space left the mark on (d on that row then refused: "mark another variant")."""
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        pane = app.query_one(HistoryPane)
+        await pilot.press("4")
+        table = pane.query_one(DataTable)
+        table.move_cursor(row=table.get_row_index("3"))
+        await pilot.press("space")
+        await pilot.pause()
+        assert pane.marked == 3 and str(table.get_row("3")[0]) == "●"
+        await pilot.press("space")
+        await pilot.pause()
+        assert pane.marked is None and str(table.get_row("3")[0]) == " ", pane.marked
+        await pilot.press("d")
+        await settle(pilot)
+        assert type(app.screen).__name__ == "DiffScreen", [n.message for n in app._notifications]
+        assert app.screen.title_text.startswith("source/ baseline → v3"), app.screen.title_text
+
+
+@sync
+async def test_s_sorts_the_kernel_column_a_to_z_and_the_numbers_largest_first(settle, make_app):
+    """s moves the sort to the next column: numbers largest first (the costly kernels on
+    top), names A to Z. Mutation caught: the direction flipped (names Z to A, the numbers
+    smallest first)."""
+    app = make_app()
+    async with app.run_test(size=(140, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("1")
+        pane = app.query_one("ProfilePane")
+        table = app.query_one("#profile-table", DataTable)
+
+        def column(key: str) -> list[str]:
+            return [str(table.get_cell_at((r, list(table.columns).index(key)))).removeprefix("▶ ")
+                    for r in range(table.row_count)]
+
+        assert table.row_count >= 2
+        while pane.sort_column != "kernel":
+            await pilot.press("s")
+            await pilot.pause()
+        names = column("kernel")
+        assert not pane.sort_reverse and names == sorted(names, key=str.lower) and len(set(names)) > 1, names
+        await pilot.press("s")  # min µs: the largest first
+        await pilot.pause()
+        assert pane.sort_column == "min" and pane.sort_reverse
+        mins = [float(x) for x in column("min")]
+        assert mins == sorted(mins, reverse=True) and len(set(mins)) > 1, mins
+
+
+@sync
+async def test_a_build_whose_validation_was_skipped_is_notified_as_information(settle, make_app):
+    """A build's row is notified with its verdict: a failed or inconclusive validation is an
+    error notification, a pass or a skipped validation (nothing to compare: not a failure)
+    is information. Mutation caught: a skipped validation notified as an error."""
+    from kerncap import api
+    from kerncap_tui.app import BuildFinishedHere
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        for validation, severity in (("skipped", "information"), ("fail", "error"), ("pass", "information")):
+            v = app.session.history.record(median_ms=0.002, validation=validation, cubin="variants/1.cubin")
+            app.post_message(BuildFinishedHere(api.BuildResult("recorded", variant=v)))
+            await settle(pilot)
+            said = [n for n in app._notifications if n.title == "history" and n.message.startswith(f"{v.label}:")]
+            assert [n.severity for n in said] == [severity], (validation, [(n.message, n.severity) for n in said])
+
+
+@sync
 async def test_gpu_actions_notify_instead_of_crashing(settle, make_app, monkeypatch):
     """Without the replay core (a wheel built without the CUDA toolkit) the baseline's
     replay fails in the replay server's own import of it: the workbench says it needs a

@@ -87,6 +87,41 @@ async def test_a_line_logged_while_the_log_is_shown_wraps_at_its_width(make_app,
         assert all(len(r) <= log.line_width for r in rows), (log.line_width, rows[-4:])  # nothing cut
         assert " ".join(" ".join(rows).split()[-22:]) == said  # nothing lost
 
+@sync
+async def test_a_resize_keeps_the_log_on_its_newest_line(make_app, settle):
+    """A Log read at its end (the latest build's output) stays at its end across a resize,
+    narrower or wider, though every line is wrapped again; one scrolled back stays where
+    the user left it. Narrower, the old lines' horizontal scrollbar took a row off the
+    pane: the end was not recognised and the Log was left 80 rows up (fixed). Mutation
+    caught: the end never recognised (`>=` → `>`)."""
+    from kerncap_tui.widgets.log_pane import WorkbenchLog
+
+    app = make_app()
+    async with app.run_test(size=(120, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("5")
+        await settle(pilot)
+        log = app.query_one("#log", WorkbenchLog)
+        for i in range(80):
+            app.log_line(f"line {i:02d} " + "word " * 12)
+        await pilot.pause()
+        log.scroll_end(animate=False, immediate=True)
+        await pilot.pause()
+        assert log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y
+        await pilot.resize_terminal(60, 24)
+        await settle(pilot)
+        assert log.wrapped_at == log.line_width
+        assert log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y, (log.scroll_y, log.max_scroll_y)
+        await pilot.resize_terminal(120, 24)  # wider: no horizontal scrollbar on the way
+        await settle(pilot)
+        assert log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y, (log.scroll_y, log.max_scroll_y)
+        log.scroll_home(animate=False, immediate=True)
+        await pilot.pause()
+        await pilot.resize_terminal(70, 24)
+        await settle(pilot)
+        assert log.scroll_y == 0 < log.max_scroll_y
+
+
 @pytest.mark.parametrize("env, plain", [
     ({"TERM": "xterm-256color", "LANG": "en_US.UTF-8"}, False),
     ({"TERM": "xterm-256color"}, False),                       # no locale set: Python reads UTF-8
