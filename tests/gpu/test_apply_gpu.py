@@ -209,3 +209,34 @@ def test_a_variant_gets_the_globals_its_code_reaches_and_only_those(testapps_bui
     shutil.copy(built.cubin, elsewhere)
     rc, doc = _apply(repro, elsewhere, app, "--check", "--runs", "0")
     assert rc == 0 and doc["check"]["verdict"] == "pass" and doc["unreached_globals"] == [], doc
+
+
+def test_a_kernel_whose_result_is_a_device_global_has_it_copied_back_and_compared(testapps_build, tmp_path):
+    """device_counter's count_nonzero writes only `nonzero_count`, a __device__ global the
+    app reads with cudaMemcpyFromSymbol after each of its 4 launches. The variant kerncap
+    builds from the unmodified source reaches it; apply copies it in before and back after
+    each launch, and --check compares the app's copy at all 4 launches: pass. An edit that
+    counts x > 1 (a wrong count, no parameter's buffer written) fails at launch 0 on the
+    global."""
+    from pathlib import Path
+
+    from kerncap.capture.extract import extract
+    from kerncap.recompile import recompile
+
+    from .apps import TESTAPPS
+
+    app = [str(testapps_build / "device_counter")]
+    res = extract("count_nonzero", app, output=tmp_path / "dc", source_dir=TESTAPPS / "cuda",
+                  build_dir=testapps_build, timeout=120)
+    repro = Path(res.reproducer_dir)
+    assert [g.name for g in res.capture.globals if g.written] == ["nonzero_count"]
+    rc, doc = _apply(repro, recompile(repro).cubin, app, "--check", "--runs", "0")
+    print(json.dumps(doc, indent=1))
+    assert rc == 0 and doc["check"]["verdict"] == "pass" and doc["check"]["compared"] == 4, doc
+    assert doc["returned_globals"] == ["nonzero_count"], doc
+    (source,) = [p for p in (repro / "source").rglob("device_counter.cu")]
+    source.write_text(source.read_text().replace("mine += x[i] != 0.0f;", "mine += x[i] > 1.0f;"))
+    rc, doc = _apply(repro, recompile(repro).cubin, app, "--check", "--runs", "0")
+    print(json.dumps(doc, indent=1))
+    m = doc["check"]["mismatch"]
+    assert rc == 1 and m["launch"] == 0 and m["global_name"] == "nonzero_count", doc
