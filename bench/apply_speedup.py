@@ -12,7 +12,15 @@ row's speedup: timed over 4 rotating inputs, every launch checked); then `kernca
 interleaved, and reports the kernel's total GPU time (CUPTI, as `kerncap profile`) and the
 app's wall time, each as a speedup with its interval, and --check's verdict over every
 launch. The apply is run a second time without --check, so --check's cost shows as the
-difference of the two commands' wall times."""
+difference of the two commands' wall times.
+
+One clock on both sides (--clock-rounds R, 0 to skip): the replay's speedup is timed with
+CUDA events, the app's with CUPTI's activity records. To tell a difference of clocks from
+a difference of the kernel's surroundings (the app's back-to-back launches against the
+replay's restores), the reproducer is also replayed under `kerncap profile` (CUPTI, the
+app's clock), the captured cubin and the variant alternating R times, and that speedup (the
+median of the rounds' ratios of mean GPU time per launch, with their range) is printed
+beside the other two."""
 
 from __future__ import annotations
 
@@ -64,11 +72,39 @@ def compare_interval(doc) -> dict | None:
     return None
 
 
+def replay_under_cupti(repro: Path, kernel: str, cubin: Path | None, launches: int) -> float:
+    """Mean GPU time per launch (ns) of `kernel` replayed `launches` times under `kerncap
+    profile` (CUPTI activity records: the clock `kerncap apply` times the app with)."""
+    with tempfile.TemporaryDirectory(prefix="kc-one-clock-") as tmp:
+        out = Path(tmp) / "profile.json"
+        replay = [sys.executable, "-m", "kerncap", "replay", str(repro), "-n", str(launches), "-w", "3",
+                  *(["--cubin", str(cubin)] if cubin else [])]
+        status, _, _ = kerncap("profile", "--json", "--output", str(out), "--", *replay)
+        doc = json.loads(out.read_text())
+    rows = [k for k in doc["kernels"] if k["name"] == kernel]
+    if status != 0 or not rows:
+        raise SystemExit(f"the replay under kerncap profile timed no {kernel} (status {status})")
+    return rows[0]["total_ns"] / rows[0]["calls"]
+
+
+def one_clock(repro: Path, kernel: str, cubin: Path, rounds: int, launches: int = 200) -> dict | None:
+    """The replay speedup on CUPTI's clock: median and range of the per-round ratios."""
+    if rounds <= 0:
+        return None
+    ratios = []
+    for _ in range(rounds):
+        ratios.append(replay_under_cupti(repro, kernel, None, launches) / replay_under_cupti(repro, kernel, cubin, launches))
+    ratios.sort()
+    return {"speedup": ratios[len(ratios) // 2], "low": ratios[0], "high": ratios[-1], "ratios": ratios}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", type=Path, help="testapps build directory (default: a temporary one, built now)")
     ap.add_argument("--n", type=int, default=1 << 22, help="the smooth app's element count")
     ap.add_argument("--runs", type=int, default=10, help="app runs each way (apply --runs)")
+    ap.add_argument("--clock-rounds", type=int, default=5,
+                    help="rounds of the replay under kerncap profile (CUPTI, the app's clock); 0 skips it")
     ap.add_argument("--json", help="write both documents here")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
@@ -97,6 +133,7 @@ def main() -> int:
                                              str(args.runs), "--json", "--", *command)
         _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
                                     "--json", "--", *command)
+        cupti = one_clock(repro, SMOOTH_MANGLED, repro / row["cubin"], args.clock_rounds)
     t, check = applied.get("timing") or {}, applied.get("check") or {}
     replay = {"speedup": row.get("speedup"), "low": row.get("speedup_low"), "high": row.get("speedup_high")}
     kern = t.get("kernel_speedup")
@@ -106,6 +143,9 @@ def main() -> int:
     print(f"  replay speedup (build, 4 rotating inputs): {interval(replay)}")
     for k, iv in compared.items():
         print(f"  replay --compare --inputs {k}: {interval(iv)}")
+    if cupti:
+        print(f"  replay under kerncap profile (CUPTI, the app's clock; {args.clock_rounds} rounds, "
+              f"median [range]): {interval(cupti)}")
     print(f"  in the app, kernel GPU time ({args.runs} runs each way): {interval(kern)}")
     print(f"  in the app, wall time: {interval(t.get('app_speedup'))}; the kernel's share of GPU time "
           f"{share[0] if share[0] is None else f'{share[0]:.1%}'}")
@@ -117,7 +157,9 @@ def main() -> int:
     print(f"goal (the in-app interval meets the replay interval): {'met' if inside else 'NOT met'}")
     for k, iv in compared.items():
         print(f"  with --compare --inputs {k}: {'met' if meets(kern, iv) else 'NOT met'}")
-    write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain, "compare": compared,
+    if cupti:
+        print(f"  with the replay on CUPTI's clock (its range): {'met' if meets(kern, cupti) else 'NOT met'}")
+    write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain, "compare": compared, "cupti": cupti,
                            "seconds": {"checked": checked_s, "plain": plain_s}})
     return 0
 
