@@ -52,3 +52,15 @@ def test_a_record_needs_the_same_source_and_mode_and_the_cubin_unchanged(repro):
     assert built.recall(repro, "fp", mode="full") is None
     result.cubin.write_bytes(b"cubiN")  # same size, another SHA-256
     assert built.recall(repro, "fp", mode="reduced") is None
+
+
+def test_past_the_record_limit_the_newest_build_is_kept_and_the_oldest_dropped(repro):
+    """A reproducer's record holds its latest MAX_ENTRIES builds: the build just compiled
+    is always reusable, the oldest is the one forgotten. Mutation caught: the list cut
+    at its front, so every build past the limit was never remembered."""
+    n = built.MAX_ENTRIES + 2
+    for i in range(1, n + 1):
+        built.remember(repro, f"fp{i}", compiled(repro, f"{i}.cubin", f"cubin {i}".encode()))
+        assert built.recall(repro, f"fp{i}").cubin == repro / "variants" / f"{i}.cubin"
+    assert built.recall(repro, "fp1") is None and built.recall(repro, "fp2") is None
+    assert built.recall(repro, "fp3").cubin == repro / "variants" / "3.cubin"

@@ -424,3 +424,21 @@ def test_a_tool_is_found_in_cuda_home_before_cuda_path(tmp_path, no_tools, monke
     with pytest.raises(KerncapError) as err:
         tools.find_tool("ncu", "Nsight Compute")
     assert str(plain.parent) in err.value.message and str(tmp_path / "no-cuda" / "bin") in err.value.message
+
+
+def test_a_host_api_error_with_a_fault_code_but_no_kernel_fault_is_kerncaps_own():
+    """A failed synchronize (error 719) belongs to a kernel's fault only when the tool
+    reported that fault before it; alone, it is an error of kerncap's host path, and the
+    run is not clean. Mutation caught: every API error with a fault's code taken for a
+    follow-up (kerncap's own failing call hidden as "then the launch failed")."""
+    text = (TOOLS_DIR / "axpy_oob.memcheck.log").read_text()
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "Program hit" in line)
+    alone = "\n".join(lines[:1] + lines[at:]).replace("2 errors", "1 error")
+    errors, count = sanitize.parse_report(alone)
+    assert count == 1 and len(errors) == 1
+    assert errors[0].where == "host" and errors[0].code == 719 and errors[0].api_call == "cuStreamSynchronize"
+    result = sanitize.SanitizeResult(tool="memcheck", kernel=AXPY_KERNEL, cubin=None, label="captured cubin",
+                                     captured=True, errors=errors, reported_count=count, log="x.log")
+    assert len(result.host_errors) == 1 and not result.clean
+    assert "0 error(s) in the captured kernel itself, 1 in kerncap's replay path" in sanitize.format_result(result)

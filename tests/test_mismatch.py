@@ -338,3 +338,87 @@ def test_cli_dump_usage_and_refusals(tmp_path, capsys):
     assert main(["dump", str(FIXTURES / "axpy_small"), "1", "-o", str(tmp_path / "o"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [Path(a["path"]).name for a in data["arrays"]] == ["region1.pre.npy", "region1.post.npy"]
+
+
+# -- a sixteenth fresh audit (part ak): bytes past the last element, a strided view's padding,
+# -- the GPU map's byte count, the perturbation's lower bound ------------------------------------
+
+
+def test_a_difference_only_in_the_bytes_past_the_last_whole_element_fails():
+    """Ten bytes read as float32: two whole elements and two bytes past them. Got differs
+    from expected only in the last byte: no element mismatches, but the map does not pass
+    and its summary names the byte. Mutation caught: `passed` ignoring the tail bytes
+    (such an item reported "no mismatch")."""
+    expected = np.arange(10, dtype=np.uint8)
+    got = expected.copy()
+    got[9] ^= 0xFF
+    m = mm.map_of_arrays("region 1", got, expected, dtype="float32")
+    assert (m.mismatched_elements, m.tail_bytes, m.mismatched_bytes) == (0, 1, 1)
+    assert not m.passed
+    assert m.summary() == "0 of 2 float32 elements (0%); 1 differing bytes past the last whole element"
+    assert mm.MismatchMap.from_dict(m.to_dict()).passed is False
+    same = mm.map_of_arrays("region 1", expected, expected, dtype="float32")
+    assert same.passed and same.summary() == "no mismatch"
+
+
+def test_the_gpu_map_counts_the_differing_tail_bytes_as_the_numpy_map_does(monkeypatch):
+    """The replay core's answer counts the differing bytes of whole elements and the tail
+    bytes apart (totals[1], tail_bytes); the map built from it (mismatch_ops.from_native)
+    holds their sum, as the numpy reference does. Mutation caught: the tail bytes left out
+    of mismatched_bytes (the GPU map said 1 differing byte where 3 differ)."""
+    from kerncap.replay import mismatch_ops
+    from kerncap.replay.tensor_view import View
+
+    pre = np.zeros(10, np.uint8)
+    expected = np.arange(10, dtype=np.uint8)
+    got = expected.copy()
+    got[1] ^= 1      # inside element 0
+    got[8] ^= 1      # both bytes past the two whole float32 elements
+    got[9] ^= 1
+    reference = mm.map_of_arrays("region 1", got, expected, pre, dtype="float32")
+    assert (reference.mismatched_bytes, reference.tail_bytes) == (3, 2)
+    states = {"actual": got.tobytes(), "expected": expected.tobytes(), "pre": pre.tobytes()}
+    monkeypatch.setattr(sim, "_states", lambda _session, _item, _against: states)
+    view = View(0, 1, 2, 2, (2,), (1,), "test", wrapped=True)
+    spec = sim.Spec()
+    spec.item, spec.against, spec.dtype, spec.tolerance, spec.atol, spec.rtol = 0, "captured", "float32", False, 0.0, 0.0
+    spec.view_start, spec.view_rows, spec.view_cols, spec.row_stride = 0, 1, 2, 2
+    spec.grid_rows, spec.grid_cols, spec.first_k = 1, 2, mm.FIRST_K
+    raw = sim.mismatch_map(None, spec)
+    assert raw["totals"][1] == 1 and raw["tail_bytes"] == 2  # the core's split
+    m = mismatch_ops.from_native(raw, "region 1", 10, view, "float32", False, 0.0, 0.0, 1, 2, "got", "expected")
+    assert (m.mismatched_elements, m.tail_bytes, m.mismatched_bytes) == (1, 2, 3)
+    assert m.mismatched_bytes == reference.mismatched_bytes
+
+
+def test_an_element_in_a_strided_views_padding_is_outside_the_view():
+    """A 3×3 tensor whose rows are 4 elements apart (one padding column): element 3 lies
+    between rows 0 and 1, in no cell of the view. A mismatch there is counted outside the
+    view, and its first-mismatch entry has no tensor coordinates (shown by its index).
+    Mutation caught: View.coords checking the row only (the padding element got the
+    coordinates (0, 3) of a fourth column the tensor does not have)."""
+    from kerncap.replay.tensor_view import View
+
+    view = View(0, 3, 3, 4, (3, 3), (4, 1), "strided 3×3")
+    assert view.coords(3) is None and view.tensor_coords(3) is None
+    assert view.coords(4) == (1, 0) and view.tensor_coords(6) == (1, 2)
+    expected = np.arange(12, dtype=np.float32)
+    got = expected.copy()
+    got[3] = -1.0
+    m = mm.map_of_arrays("region 1", got, expected, dtype="float32", view=view, grid=(3, 3))
+    assert m.mismatched_elements == 1 and m.outside_view == 1 and not m.cell_count.any()
+    assert m.first[0].index == 3 and m.first[0].coords is None
+    assert "first: [3] expected 3 got -1" in mm.format_text(m)
+
+
+def test_a_dump_of_perturbation_zero_is_refused(tmp_path, monkeypatch):
+    """Perturbations count from 1, as validate reports them: --perturbation 0 is refused
+    before the replay runs, and nothing is written. Mutation caught: the bound at 0
+    (perturbation 0 dumped as the "perturbation -1" of the plan)."""
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": sim.axpy})
+    with pytest.raises(UsageError) as err:
+        api.dump(repro, ["1"], ["output"], perturbation=0, output=tmp_path / "d")
+    assert "they count from 1" in err.value.message
+    assert not list((tmp_path / "d").glob("*.npy"))
+    out = api.dump(repro, ["1"], ["output"], perturbation=1, output=tmp_path / "d")
+    assert out.input.startswith("perturbation 1 (")

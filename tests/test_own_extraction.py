@@ -23,7 +23,7 @@ from kerncap.reproducer.pack import pack, unpack
 from kerncap.sources import attach_sources
 from kerncap.sources import cubin as cubinfo
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
 KERNEL = "_Z8scale_byPfif"
 HEADER = """#pragma once
@@ -103,6 +103,7 @@ def build_json(repro: Path) -> dict:
     return json.loads((repro / "source" / "build.json").read_text())
 
 
+@needs_nvcc
 def test_outside_header_is_copied_and_the_unpacked_reproducer_recompiles_the_same(extracted, tmp_path):
     app, make = extracted
     repro = make("repro")
@@ -127,6 +128,7 @@ def test_outside_header_is_copied_and_the_unpacked_reproducer_recompiles_the_sam
     assert recompile(elsewhere).cubin.read_bytes() == in_place.cubin.read_bytes()
 
 
+@needs_nvcc
 def test_an_absolute_include_directory_through_dot_dot_is_copied_too(tmp_path, state):
     """CMake writes ggml's include directory as `-I<src>/../include`, so nvcc -M names its
     headers `<src>/../include/ggml.h`. On the H200 that header was left outside (the
@@ -146,6 +148,7 @@ def test_an_absolute_include_directory_through_dot_dot_is_copied_too(tmp_path, s
     assert not [a for a in result.command if str(app) in a], result.command
 
 
+@needs_nvcc
 def test_own_extraction_recompiles_with_its_include_directories(extracted):
     _, make = extracted
     repro = make("own", copy_headers=False)
@@ -160,6 +163,7 @@ def refused(repro: Path) -> None:
     assert "--trust" in err.value.hint
 
 
+@needs_nvcc
 def test_a_copy_an_edit_a_lost_record_or_another_user_is_refused_as_before(extracted, tmp_path, state, monkeypatch):
     _, make = extracted
     repro = make("own", copy_headers=False)
@@ -195,6 +199,7 @@ def test_a_copy_an_edit_a_lost_record_or_another_user_is_refused_as_before(extra
     refused(repro)
 
 
+@needs_nvcc
 def test_an_edit_to_any_field_the_extraction_vouches_for_ends_the_vouching(extracted):
     """The extraction's record vouches for the recorded compile as a whole: the kernel,
     the command, its directory, the source root, the translation unit and the include
@@ -215,3 +220,36 @@ def test_an_edit_to_any_field_the_extraction_vouches_for_ends_the_vouching(extra
     path = repro / "source" / "build.json"
     path.write_text(json.dumps({**original, "include_dirs": original["include_dirs"][1:]}))
     assert provenance.verify(repro, build_json(repro)) is not None
+
+
+def test_a_state_directory_or_record_others_can_write_vouches_for_nothing(tmp_path, state):
+    """The state directory is what makes a reproducer the user's own: where its group or
+    anyone else can write (kerncap/, extracted/ or the token's file), another user could
+    plant a record, so it vouches for nothing. Mutation caught: only others' write bit
+    looked at (a group-writable state directory still vouched). Engine bug found beside
+    it: under umask 002, record() made kerncap/ 0775 with mkdir(parents=True), so no
+    extraction of that user was ever vouched for; both directories are made 0700 now."""
+    repro = tmp_path / "own"
+    (repro / "source").mkdir(parents=True)
+    build = {"kernel": "scale_by", "compile_command": ["nvcc", "-c", "k.cu"], "cwd": str(tmp_path),
+             "source_root": str(tmp_path), "tu": "k.cu", "include_dirs": [str(tmp_path / "include")]}
+    old = os.umask(0o002)  # a user-private group's default
+    try:
+        build["origin"] = provenance.record(repro, build)
+    finally:
+        os.umask(old)
+    (repro / "source" / "build.json").write_text(json.dumps(build))
+    assert provenance.verify(repro, build) is None
+    entry = state / f"{build['origin']['token']}.json"
+    for path in (state.parent, state, entry):
+        mode = path.stat().st_mode & 0o777
+        assert not mode & 0o022, (path, oct(mode))
+        for bit in (0o020, 0o002):  # its group's write, anyone's
+            path.chmod(mode | bit)
+            assert provenance.verify(repro, build) == f"{path} is not a private file or directory of yours"
+        path.chmod(mode)
+    assert provenance.verify(repro, build) is None
+    # a state directory an earlier kerncap left 0775: the next record tightens it
+    state.parent.chmod(0o775)
+    build["origin"] = provenance.record(repro, build)
+    assert state.parent.stat().st_mode & 0o777 == 0o700 and provenance.verify(repro, build) is None

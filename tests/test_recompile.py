@@ -111,6 +111,20 @@ def test_compiler_errors_are_shown_verbatim(reproducer, capsys):
     assert "nvcc failed to compile" in err and 'error: expected a ";"' in err and "bounded.cu(" in err
 
 
+def test_a_compilers_warnings_are_printed_without_verbose(tmp_path):
+    """`kerncap recompile` prints what the compiler said whenever it said something (a
+    warning about the edited source must not need --verbose), and nothing more for a quiet
+    build. Mutation caught: the compiler's output printed only with --verbose."""
+    from kerncap.reproducer.variants import RecompileResult
+
+    warned = RecompileResult(cubin=tmp_path / "variants" / "1.cubin", seconds=0.5, command=["nvcc", "-c", "k.cu"],
+                             log="k.cu(3): warning #177-D: variable \"t\" was declared but never referenced\n")
+    text = warned.text()
+    assert "warning #177-D" in text.splitlines()[1] and text.splitlines()[0] == "$ nvcc -c k.cu"
+    quiet = RecompileResult(cubin=tmp_path / "variants" / "1.cubin", seconds=0.5, command=["nvcc"], log="  \n")
+    assert quiet.text().splitlines() == ["$ nvcc", f"{tmp_path / 'variants' / '1.cubin'}  (0.50 s)"]
+
+
 def test_missing_compiler(reproducer, monkeypatch, tmp_path):
     repro = reproducer("_Z13bounded_saxpyfPKfPfi")
     build_json = repro / "source" / "build.json"

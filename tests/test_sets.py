@@ -396,3 +396,20 @@ def test_a_set_with_one_member_missing_its_cubin_is_not_complete(fake_set, tmp_p
     assert "     payloads: cubin missing" in capsys.readouterr().out
     assert main(["info", str(root), "--json"]) == 3
     assert json.loads(capsys.readouterr().out)["payloads_ok"] is False
+
+
+def test_a_set_json_listing_one_member_index_twice_is_refused(tmp_path):
+    """Member indexes key a set variant's cubins and every per-member report: an edited
+    set.json that gives two members one index (one's variant cubin would run on both) is
+    refused on open. Mutation caught: the duplicate-index check skipped."""
+    from kerncap.reproducer.sets import ReproducerSet
+
+    member = {"dir": "members/0", "dispatch": 3, "weight": 0.5}
+    doc = {"format": "kerncap-set", "format_version": 1,
+           "members": [{**member, "index": 0}, {**member, "index": 1, "dir": "members/1", "dispatch": 17}]}
+    (tmp_path / "set.json").write_text(json.dumps(doc))
+    assert [m.index for m in ReproducerSet.open(tmp_path).members] == [0, 1]
+    doc["members"][1]["index"] = 0
+    (tmp_path / "set.json").write_text(json.dumps(doc))
+    with pytest.raises(KerncapError, match="lists a member index twice"):
+        ReproducerSet.open(tmp_path)

@@ -245,6 +245,22 @@ def test_grep_follows_a_kernel_macro_that_names_its_kernel_after_a_later_paramet
     assert find_definitions(tmp_path, "256") == [] and find_definitions(tmp_path, "128") == []
 
 
+def test_grep_skips_a_build_tree_inside_the_source_tree(tmp_path):
+    """A CMake build directory inside --source-dir (any name: one holding CMakeCache.txt)
+    holds generated copies of the sources; the grep reads the sources only, so the kernel
+    is not made ambiguous by its copy. A directory without CMakeCache.txt is read.
+    Mutation caught: build trees searched too (the kernel found twice, the copy first)."""
+    kernel = "__global__ void scale_k(float* p) { p[0] = 1; }\n"
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "k.cu").write_text(kernel)
+    for build in ("out", "gen"):
+        (tmp_path / build / "copies").mkdir(parents=True)
+        (tmp_path / build / "copies" / "k.cu").write_text(kernel)
+    (tmp_path / "out" / "CMakeCache.txt").write_text("CMAKE_CUDA_COMPILER:FILEPATH=/usr/local/cuda/bin/nvcc\n")
+    hits = find_definitions(tmp_path, "scale_k")
+    assert [str(h.file.relative_to(tmp_path)) for h in hits] == ["gen/copies/k.cu", "src/k.cu"]
+
+
 def test_without_a_demangler_a_namespaced_kernel_is_found_by_its_own_name(tmp_path, monkeypatch):
     """No c++filt on PATH: the base name of a mangled nested name is read from the
     mangling itself, and it is the kernel's (the innermost name), not its namespace's, so

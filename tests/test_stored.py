@@ -119,6 +119,27 @@ def test_a_stored_reproducer_packs_and_unpacks_with_its_payloads(tmp_path):
     Capture.open(restored).verify()
 
 
+def test_a_store_marker_that_is_a_dangling_link_is_named_not_taken_for_local_payloads(tmp_path):
+    """A stored reproducer whose stored.json became a link to nothing (a marker moved or
+    deleted elsewhere) still has its payloads in a store: reading a chunk names the broken
+    marker instead of calling the payload missing as if it were local. Mutation caught:
+    a dangling link treated as no marker (payloads local)."""
+    from kerncap.reproducer.store import store_of
+
+    repro = copy(AXPY, tmp_path / "axpy")
+    store_reproducer(repro, Store(tmp_path / "store"))
+    cap = Capture.open(repro)
+    marker = cap.root / MARKER
+    marker.unlink()
+    marker.symlink_to(tmp_path / "gone.json")
+    with pytest.raises(CaptureFormatError, match=r"cannot read .*stored\.json"):
+        store_of(cap.root)
+    h, n = next(iter(capture_chunks(cap)))
+    with pytest.raises(CaptureFormatError, match=r"stored\.json") as err:
+        Capture.open(repro).read_chunk(h, n)
+    assert "payload" not in err.value.message
+
+
 def test_moving_to_another_store_needs_a_hydrate_first(tmp_path):
     repro = copy(AXPY, tmp_path / "axpy")
     store_reproducer(repro, Store(tmp_path / "one"))

@@ -66,7 +66,14 @@ def record(reproducer: Path, build: dict) -> dict:
     token = secrets.token_hex(16)
     facts = _facts(reproducer)
     directory = state_dir()
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # kerncap/ as well as extracted/ made 0700: verify refuses either when others can write
+    # it, and a parent made by mkdir(parents=True) took the umask's mode (0775 under 002)
+    directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    directory.mkdir(exist_ok=True, mode=0o700)
+    for d in (directory.parent, directory):  # made so by an earlier kerncap: kerncap's own, tightened
+        st = os.lstat(d)
+        if st.st_uid == os.getuid() and stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022:
+            os.chmod(d, 0o700)
     entry = {**facts, "path": str(Path(reproducer).resolve()), "digest": digest(build),
              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     tmp = directory / f".{token}.tmp-{os.getpid()}"
