@@ -54,3 +54,54 @@ def test_a_path_through_dotdot_is_refused_and_nothing_lands_above_the_tree(tmp_p
         with pytest.raises(confined.TreeError):
             tree.dir_fd("..")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tree"]
+
+
+def test_real_dir_refuses_dotdot_links_and_files_in_the_way(tmp_path):
+    """real_dir: '..' anywhere is refused; a linked or non-directory component is named
+    (the link's target too); missing directories are made only with create."""
+    from kerncap.errors import KerncapError
+
+    root = tmp_path / "repro"
+    (root / "a").mkdir(parents=True)
+    with pytest.raises(KerncapError, match="leaves"):
+        confined.real_dir(root, "a/../../x", create=True)
+    assert not (tmp_path / "x").exists()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "a" / "link").symlink_to(outside)
+    with pytest.raises(KerncapError, match=r"a/link is a symbolic link \(to .*outside\): kerncap does not write"):
+        confined.real_dir(root, "a/link/deeper", create=True)
+    assert list(outside.iterdir()) == []
+    (root / "file").write_text("")
+    with pytest.raises(KerncapError, match="file is not a directory"):
+        confined.real_dir(root, "file/sub", create=True)
+    assert confined.real_dir(root, "b/c") == root / "b" / "c" and not (root / "b").exists()
+    assert confined.real_dir(root, "b/c", create=True).is_dir()
+
+
+def test_a_tree_never_follows_a_link_and_replaces_only_through_commit(tmp_path):
+    """Tree: a directory component that is a link, or a file name taken by a link, is a
+    TreeError and nothing is written through it; `replace` leaves the old file whole until
+    commit renames the new one over it; modes lose set-ID and group/other write bits."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "d").symlink_to(outside)
+    (root / "f").symlink_to(outside / "planted")
+    (root / "old").write_bytes(b"old")
+    with confined.Tree(root) as tree:
+        with pytest.raises(confined.TreeError, match="a symbolic link or not a directory"):
+            tree.create("d/x.bin")
+        with pytest.raises(confined.TreeError, match="already there"):
+            tree.create("f")
+        with pytest.raises(confined.TreeError, match="not a path inside"):
+            tree.dir_fd("..")
+        f = tree.create("old", replace=True)
+        f.write(b"new")
+        assert (root / "old").read_bytes() == b"old"
+        tree.commit(f, mode=0o6777)
+    assert list(outside.iterdir()) == [] and (root / "old").read_bytes() == b"new"
+    assert (root / "old").stat().st_mode & 0o7777 == 0o755
+    assert leftovers(root) == []
+    assert confined.safe_mode(0o000) == 0o400 and confined.safe_mode(0o000, directory=True) == 0o700
