@@ -218,6 +218,7 @@ SET_APP = textwrap.dedent(
         with open(tmp, "w") as f:
             f.write(json.dumps(doc))
         os.replace(tmp, os.path.join(out, name))
+    time.sleep(spec.get("buckets_after", 0))  # the library writes its table after the last capture
     publish("buckets-%d.json" % os.getpid(),
             {"pid": os.getpid(), "kernel": spec["kernel"], "final": False, "dispatches_counted": 18, "buckets": table})
     publish("proc-%d.json" % os.getpid(), {"pid": os.getpid(), "errors": [], "captured": True, "target_matches": 18})
@@ -240,8 +241,9 @@ def fake_set(tmp_path, monkeypatch):
     lib.write_bytes(b"")
     monkeypatch.setenv("KERNCAP_INJECT_LIB", str(lib))
 
-    def run(output: Path, member_buckets=(0, 1), **kwargs):
-        spec = {"capture": str(SET_CAPTURE), "kernel": SET_KERNEL, "member_buckets": list(member_buckets)}
+    def run(output: Path, member_buckets=(0, 1), buckets_after: float = 0, **kwargs):
+        spec = {"capture": str(SET_CAPTURE), "kernel": SET_KERNEL, "member_buckets": list(member_buckets),
+                "buckets_after": buckets_after}
         return extract("axpy", [sys.executable, str(app)], output=output, dispatch=[17, 3],
                        env={"FAKE_SPEC": json.dumps(spec)}, output_sink=lambda s, d: None, timeout=60, **kwargs)
 

@@ -46,6 +46,17 @@ def test_dispatch_list_becomes_a_set_with_weights_and_the_refused_bucket_named(f
     assert (out / "store" / "objects").is_dir()
 
 
+def test_the_app_is_stopped_only_once_its_bucket_table_is_written(fake_set, tmp_path):
+    """The capture library writes the bucket table (the members' in-app times) after the
+    last capture lands; extract waits for a table that counts past the last dispatch before
+    it stops the app. It used to stop the app on the captures alone, and a table written
+    a moment later was lost: equal weights (this suite's weights test failed so under load)."""
+    from kerncap.reproducer.sets import ReproducerSet
+
+    res = fake_set(tmp_path / "set", buckets_after=1.5)
+    assert [round(m.weight, 6) for m in ReproducerSet.open(res.set_dir).members] == [0.75, 0.25]
+
+
 def test_two_members_of_one_bucket_share_its_weight(fake_set, tmp_path):
     """A dispatch list that hits one bucket twice (dispatches 3 and 17 both of bucket 0,
     3 ms of the kernel's 4 ms): each member stands for half of that bucket, the weights

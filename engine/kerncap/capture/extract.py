@@ -295,6 +295,15 @@ def _done_check(run_dir: Path, dispatches: list[int], set_mode: bool, buckets: b
     asked for it (a selection this job cannot meet)."""
     written = _capture_written(run_dir) if not set_mode else None
     wanted = [] if buckets else [run_dir / f"capture-{d}" / "manifest.json" for d in dispatches]
+    last = max(dispatches, default=0)
+
+    def timed() -> bool:
+        # The bucket table written after the last capture (it counts past it): the members'
+        # weights come from it, so stopping the app before it lands gave them equal shares.
+        try:
+            return any(int(r.get("dispatches_counted") or 0) > last for r in read_reports(run_dir, "buckets"))
+        except (KerncapError, ValueError, TypeError):
+            return False
 
     def done() -> bool:
         if stop_requested(run_dir):
@@ -303,7 +312,7 @@ def _done_check(run_dir: Path, dispatches: list[int], set_mode: bool, buckets: b
             return False
         if written is not None:
             return written()
-        return bool(wanted) and all(p.is_file() for p in wanted)
+        return bool(wanted) and all(p.is_file() for p in wanted) and timed()
 
     return done
 
