@@ -643,6 +643,21 @@ def test_a_history_rows_cubin_that_leads_out_of_the_reproducer_is_not_applied(tm
         apply_request(repro, request)
 
 
+def test_launches_recorded_into_graphs_are_named_when_the_app_also_launches_directly(tmp_path):
+    """An app that launches the kernel directly and from CUDA graphs: only the direct
+    launches run the variant, and the result says so (the graph replays are neither checked
+    nor substituted, and they dilute the kernel's speedup); none, no note."""
+    from kerncap.capture.apply import ApplyResult
+
+    mixed = ApplyResult(variant=tmp_path / "v.cubin", launches=5, substituted=5, check=None, timing=None,
+                        skipped_globals=[], graph_launches=3)
+    assert mixed.to_dict()["graph_launches"] == 3
+    assert "note: 3 launch(es) recorded into CUDA graphs ran the app's own kernel" in mixed.text()
+    plain = ApplyResult(variant=tmp_path / "v.cubin", launches=5, substituted=5, check=None, timing=None,
+                        skipped_globals=[])
+    assert plain.to_dict()["graph_launches"] == 0 and "CUDA graphs" not in plain.text()
+
+
 def test_dispatch_counts_launches_from_0():
     """--dispatch numbers launches from 0, as extract does: launch 0 (the first) is a launch
     to substitute, alone or in a list, through the CLI's text and MCP's list alike; -1 is

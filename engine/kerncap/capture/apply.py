@@ -661,6 +661,8 @@ class ApplyResult:
     skipped_globals: list[str]
     unreached_globals: list[str] = field(default_factory=list)  # not copied: the variant's code names none
     returned_globals: list[str] = field(default_factory=list)  # copied back after each launch (Target.returned)
+    # launches recorded into CUDA graphs by stream capture: they ran the app's own kernel
+    graph_launches: int = 0
     row: int | None = None  # the History row whose cubin was applied (its `in_app` records this)
     # that row's speedup in the reproducer, as `build` measured it ({speedup, low, high}), to
     # read beside the in-app one; None when the variant is no row or was not timed
@@ -677,6 +679,7 @@ class ApplyResult:
         doc = {"variant": str(self.variant), "row": self.row, "replay_speedup": self.replay, "launches": self.launches,
                "substituted": self.substituted, "skipped_globals": self.skipped_globals,
                "unreached_globals": self.unreached_globals, "returned_globals": self.returned_globals,
+               "graph_launches": self.graph_launches,
                "check": {**asdict(self.check), "verdict": self.check.verdict} if self.check else None,
                "timing": None}
         if self.timing:
@@ -697,6 +700,10 @@ class ApplyResult:
             n = len(self.unreached_globals)
             lines.append(f"  note: the variant's code reaches none of {n} module global{'s' if n > 1 else ''} "
                          f"({_names(self.unreached_globals)}): not copied before its launches")
+        if self.graph_launches:
+            lines.append(f"  note: {self.graph_launches} launch(es) recorded into CUDA graphs ran the app's own "
+                         "kernel (not substituted there yet): --check does not compare them, and the kernel's "
+                         "GPU time counts their replays both ways, which pulls the speedup toward 1")
         if self.returned_globals:
             n = len(self.returned_globals)
             lines.append(f"  note: {n} module global{'s' if n > 1 else ''} the kernel can write "
@@ -758,12 +765,13 @@ def apply_request(reproducer: str | Path, request: ApplyRequest, *, output: Outp
     check_command(job.command, cwd=r.cwd, env={**os.environ, **(r.env or {})})
     first = job.run(substitute=True)
     skipped = sorted({g["name"] for rep in first.reports for g in rep.get("skipped_globals", [])})
+    graphs = sum(rep.get("graph_launches", 0) for rep in first.reports)
     shutil.rmtree(first.run_dir, ignore_errors=True)
     checked = run_check(job, r.compare_output) if r.check else None
     timing = run_timing(job, r.runs) if r.runs else None
     return ApplyResult(variant=job.variant, launches=first.launches, substituted=first.substituted,
                        check=checked, timing=timing, skipped_globals=skipped, unreached_globals=job.target.unreached,
-                       returned_globals=[n for n in job.target.returned if n not in skipped],
+                       returned_globals=[n for n in job.target.returned if n not in skipped], graph_launches=graphs,
                        row=r.variant if r.variant is not None else history_row(root, job.variant))
 
 
