@@ -929,6 +929,17 @@ MUTATIONS = [
              "        if st.st_uid == os.getuid() and stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022:",
              "        if False:",
              ("tests/test_own_extraction.py", "-k", "others_can_write")),
+    # -- a random scan of one-line operator mutations (seventeenth session, /tmp/scan): survivors --
+    Mutation("compare: any SM clock variation is warned of (max/min, not max/min - 1, against 5 %)", "timing",
+             "engine/kerncap/replay/significance.py",
+             "            if lo > 0 and hi / lo - 1 > CLOCK_DRIFT_WARN:",
+             "            if lo > 0 and hi / lo > CLOCK_DRIFT_WARN:",
+             ("tests/test_significance.py", "-k", "thresholds")),
+    Mutation("compare: a median exactly at 3x the launch floor is noted", "timing",
+             "engine/kerncap/replay/significance.py",
+             "            if p.median_ms < FLOOR_FACTOR * floor:",
+             "            if p.median_ms <= FLOOR_FACTOR * floor:",
+             ("tests/test_significance.py", "-k", "thresholds")),
     # -- the confined writers, from the in-process coverage map (seventeenth session) --
     Mutation("confined: a '..' in a reproducer's relative path is walked", "hostile input",
              "engine/kerncap/core/confined.py",

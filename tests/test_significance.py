@@ -114,6 +114,21 @@ def test_analyse_warns_about_the_launch_floor_and_the_clock():
     assert again.variants[0].interval == c.variants[0].interval and again.clock == c.clock
 
 
+def test_the_clock_and_floor_warnings_start_at_their_thresholds():
+    """A clock that varied 2 % or 4.7 % is no warning, 5.3 % is (max/min − 1 against
+    CLOCK_DRIFT_WARN); a median exactly 3× the launch floor has no floor note, one just
+    below it has; a minimum time of 0 adds no rounds."""
+    def clock_warned(samples):
+        return bool(sig.ClockReport(available=True, samples_mhz=samples).warnings())
+
+    assert not clock_warned([1960, 2000]) and not clock_warned([1910, 2000]) and clock_warned([1900, 2000])
+    base = {"label": "captured cubin", "cubin": None, "rounds": [[0.006, 0.006, 0.006]] * 6}
+    low = {"label": "v.cubin", "cubin": "v.cubin", "rounds": [[0.00599, 0.00599, 0.00599]] * 6}
+    c = sig.analyse(raw([base, low], floor=0.002))
+    assert not c.programs[0].notes and any("launch floor" in n for n in c.programs[1].notes)
+    assert sig.rounds_needed(7, 0.0, [0.0]) == 7 and sig.rounds_needed(7, 0, [2.0]) == 7
+
+
 def test_a_saved_comparison_keeps_the_inputs_its_launches_rotated_over():
     """A comparison written to JSON (the workbench's History, --json) and read back still
     says it rotated over the captured and perturbed inputs, not "on the captured input
