@@ -93,6 +93,7 @@ def test_captured_kernel_is_deterministic_and_recorded(reproducer):
 def test_correct_variant_passes_every_perturbed_input(reproducer):
     r = validate(reproducer, "same.cubin", perturb=4, seed=7)
     assert r.passed, diff.format_report(r)
+    assert (r.perturb, r.seed) == (4, 7) and r.to_dict()["perturb"] == 4  # what ran, as --json says it
     assert r.summary() == "PASS on 5 inputs of 1 reproducer (1 captured + 4 perturbed)"
     assert r.short() == "exact · p4"
     text = diff.format_report(r)
@@ -229,6 +230,11 @@ def test_nondeterministic_region_of_unknown_dtype_is_inconclusive_until_its_dtyp
     assert "its dtype is unknown, so it cannot be judged (--region-dtype 1=T)" in r.reproducers[0].determinism.text()
     given = validate(reproducer, "noisy.cubin", region_dtypes={1: "float32"}, dtype="float32", atol=1e-4)
     assert given.passed and given.mode == "tolerance"
+    assert "exceeds atol" not in diff.format_report(given)
+    # an atol below the kernel's own spread, no rtol: a correct variant may fail, and it is said
+    tight = validate(reproducer, "noisy.cubin", region_dtypes={1: "float32"}, dtype="float32", atol=1e-12)
+    assert "the captured kernel's own spread (max abs" in diff.format_report(tight)
+    assert "exceeds atol 1e-12" in diff.format_report(tight)
     derived = validate(reproducer, "noisy.cubin", region_dtypes={1: "float32"})
     assert derived.reproducers[0].determinism.regions[0].dtype == "float32" and derived.passed
 
