@@ -393,6 +393,32 @@ def test_engine_check_fails_when_the_variant_run_fingerprints_fewer_launches(tmp
     assert whole.passed and whole.compared == 5
 
 
+def test_the_bytes_differing_count_the_part_only_one_runs_dump_holds(tmp_path):
+    """The check's byte count at the first differing launch: the buffer the variant's run
+    dumps there is 48 bytes where the app's own holds 64, alike on the 48 both hold. The 16
+    only one run holds differ: "16 of 64 bytes differ", not 0 (which would read as no
+    difference at a launch called FAIL). Mutation caught: the length difference not counted."""
+    from kerncap.capture.apply import Apply, RunResult, Target, run_check
+
+    class Shorter(Apply):
+        def run(self, *, substitute, check=False, dump_at=None, profile=False):
+            size = 48 if substitute else 64
+            prints = [{"launch": i, "param": 0, "bytes": size if i == 2 and substitute else 64,
+                       "hash": f"{i}" + ("-short" if i == 2 and substitute else "")} for i in range(4)]
+            run_dir = Path(tempfile.mkdtemp(dir=tmp_path))
+            if dump_at is not None:
+                (run_dir / f"dump-{dump_at}-p0.bin").write_bytes(bytes(size))
+            report = {"launches": 4, "substituted": 4 if substitute else 0, "fingerprints": prints}
+            return RunResult(seconds=0.0, returncode=0, reports=[report], profiles=[], procs=[], run_dir=run_dir)
+
+    job = Shorter(root=tmp_path, target=Target("_Z4axpyPfPKfi", "axpy(float*, float const*, int)", "0" * 64, [], [0]),
+                  variant=tmp_path / "v.cubin", command=["app"], quiet=True)
+    r = run_check(job)
+    assert r.verdict == "fail" and r.mismatch.launch == 2
+    assert (r.mismatch.bytes_differing, r.mismatch.bytes_compared) == (16, 64)
+    assert "FAIL at launch 2 (the 3rd): parameter 0's buffer differs (16 of 64 bytes differ)" in r.text()
+
+
 def test_check_gives_no_verdict_where_the_apps_own_runs_differ(tmp_path):
     """An app that gives its kernel other inputs each run (ggml's test-backend-ops seeds its
     tensors from std::random_device: on the H200 --check called a byte-exact variant "FAIL at

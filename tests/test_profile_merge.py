@@ -142,6 +142,19 @@ def test_a_saved_sampled_profile_loads_as_sampled(tmp_path):
     assert ProfileResult.load(exact.save(tmp_path / "exact.json")).timing == "exact"
 
 
+def test_a_sampled_interval_wider_than_its_total_stops_at_zero_and_the_profile_reloads(tmp_path):
+    """A kernel launched a few times, one launch timed and a wide spread: its 90 % interval's
+    half-width (z sqrt(var) = 1.6449 x 1000 ns) exceeds the total (1000 ns). No GPU time is
+    negative: the low end is 0, the high end total + half; saved, the profile loads back (the
+    schema holds every bound to >= 0). Mutation caught: the low end unclamped (-645)."""
+    few = {**k("rare", 4, 1000, 200, 300), "timed": 1, "preempted": 0, "total_var_ns2": 1_000_000.0}
+    (rare,), _ = merge_profiles([{"pid": 1, "kernels": [few]}])
+    assert (rare.total_lo_ns, rare.total_hi_ns) == (0, 2645)
+    res = ProfileResult(kernels=[rare], total_ns=1000, dispatches=4, processes=1, timing="sampled")
+    back = ProfileResult.load(res.save(tmp_path / "wide.json"))
+    assert back == res and back.kernels[0].total_lo_ns == 0
+
+
 def test_load_errors_name_the_file(tmp_path):
     with pytest.raises(KerncapError, match="does not exist"):
         ProfileResult.load(tmp_path / "none.json")
