@@ -1716,6 +1716,32 @@ MUTATIONS = [
              "            found.append((window_offset + i * size, e, a))",
              "            found.append((window_offset + i, e, a))",
              ("tests/test_replay_results.py", "tests/test_differential.py")),
+    # -- a seventeenth fresh audit (seventeenth session), part an: the build loop an agent drives (MCP's
+    # -- fuse_build, the session's build, `kerncap build`, the session pool, api.build, the launch check) --
+    Mutation("MCP fuse_build: a shared_mem_bytes given alone is not written to fusion.json", "front ends",
+             "engine/kerncap/frontends/mcp_server.py",
+             "or block is not None or shared_mem_bytes is not None:", "or block is not None:",
+             ("tests/test_mcp_sequences.py", "tests/test_fusion_build.py", "-k", "fuse")),
+    Mutation("session build: a build superseded while it was measured is still recorded", "front ends",
+             "engine/kerncap/session/session.py",
+             "        if cancelled():\n            return self._superseded(progress, started, compiled=compiled, baseline=base, reused=reused)",
+             "        if False:\n            return self._superseded(progress, started, compiled=compiled, baseline=base, reused=reused)",
+             ("tests/test_session_parity.py",)),
+    Mutation("kerncap build: --device is ignored (the session opens GPU 0)", "front ends",
+             "engine/kerncap/commands/build.py",
+             "    with api.open_session(args.reproducer, device=args.device, compile_worker=False) as session:",
+             "    with api.open_session(args.reproducer, device=0, compile_worker=False) as session:",
+             ("tests/test_session_parity.py", "tests/test_cli.py")),
+    Mutation("session pool: a closed pool still opens sessions", "front ends", "engine/kerncap/session/pool.py",
+             "            if self._closed:\n", "            if False:\n",
+             ("tests/test_mcp_server.py",)),
+    Mutation("api.build: the progress callback is never called", "front ends", "engine/kerncap/api.py",
+             '**({"progress": progress} if progress else {})', "**{}",
+             ("tests/test_session_parity.py",)),
+    Mutation("launch check: a stored check's failing launches are dropped (a void timing reads as checked)",
+             "validation", "engine/kerncap/replay/launch_check.py",
+             '[tuple(int(x) for x in f) for f in d.get("failures", [])]', "[]",
+             ("tests/test_integrity.py", "tests/test_significance.py")),
 ]
 # Put first on the tests' PYTHONPATH: after site-packages' .pth files ran, take out an
 # editable install's import hook (scikit-build-core's, setuptools'), which would import

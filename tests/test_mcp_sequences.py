@@ -252,6 +252,16 @@ def test_a_fusion_is_written_built_validated_and_timed_over_mcp_alone(seq, capsy
     assert programs[1]["cubin"].endswith("fuse-pair.json") and programs[1]["interval"] is not None
 
 
+@needs_nvcc
+def test_fuse_build_writes_a_shared_memory_size_given_alone(seq):
+    """fuse_build with only `shared_mem_bytes` (no source, grid or block): fusion.json
+    takes it before the build, and the variant's launch carries it."""
+    api.fuse_skeleton(seq, 0, 1, "pair")
+    [r] = mcp(seq.parent, ("fuse_build", {"reproducer": seq.name, "name": "pair", "shared_mem_bytes": 1024}))
+    assert json.loads((seq / "fusions" / "pair" / "fusion.json").read_text())["shared_mem_bytes"] == 1024
+    assert ok(r)["shared_mem_bytes"] == 1024
+
+
 def test_a_fusion_name_or_range_that_is_not_one_is_a_tool_error(seq):
     bad_name, no_fusion, bad_grid = mcp(
         seq.parent,

@@ -325,6 +325,20 @@ def test_the_least_recently_used_session_is_the_one_closed_at_the_limit(root, tm
     assert b.structured_content["notes"] != pid
     assert not alive(int(b.structured_content["notes"][0].split()[-1]))
 
+def test_a_closed_or_killed_pool_refuses_every_later_request(root):
+    """After kill_all (the client went away) or close_all, the pool opens no session again:
+    a later request is refused, not served by a fresh session nobody would end."""
+    from kerncap import api
+
+    for end in ("kill_all", "close_all"):
+        pool = api.SessionPool(server_cmd=FAKE)
+        assert pool.run(root / "axpy_small", lambda s: s.root.name) == "axpy_small"
+        getattr(pool, end)()
+        with pytest.raises(RuntimeError, match="the session pool is closed"):
+            pool.run(root / "graph_explicit", lambda s: s.root.name)
+        assert pool.resident == [], end
+
+
 def test_release_shuts_the_resident_server_down(root, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_PIDS", str(tmp_path))
     server = build_server([root], replay_server_cmd=FAKE)

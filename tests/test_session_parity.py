@@ -288,6 +288,53 @@ def test_a_cubin_compiled_from_this_source_but_gone_since_is_compiled_again(tmp_
     assert second.variant.validation == "pass" and (repro / second.variant.cubin).is_file()
 
 
+def test_a_build_superseded_while_it_was_measured_records_no_variant(tmp_path, monkeypatch, compiles):
+    """`cancelled()` is asked again after the timing and validation (a newer save arrived
+    meanwhile): the build says superseded and records no variant row, only the baseline it
+    had to record first."""
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    asked: list[int] = []
+
+    def cancelled() -> bool:  # not yet after the compile; superseded by the time it was measured
+        asked.append(1)
+        return len(asked) >= 2
+
+    with api.open_session(repro, compile_worker=False) as s:
+        result = s.build(api.BuildRequest(rounds=5, iterations=2), cancelled=cancelled)
+        rows = list(s.reload_history().variants)
+    assert len(asked) == 2 and result.status == "superseded" and result.variant is None
+    assert result.baseline is not None and [v.id for v in rows] == [result.baseline.id], rows
+
+
+def test_api_build_reports_its_progress(tmp_path, monkeypatch, compiles):
+    """api.build's `progress` hears the build's steps as the CLI's does (the compile, the
+    baseline, the variant's line with its verdict)."""
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    heard: list[tuple[str, str]] = []
+    result = api.build(repro, api.BuildRequest(rounds=5, iterations=2),
+                       progress=lambda text, level="": heard.append((text, level)))
+    assert result.status == "recorded"
+    texts = [t for t, _ in heard]
+    assert "recompiling …" in texts and any(t.startswith("baseline: ") for t in texts), texts
+    assert heard[-1][1] == "pass" and heard[-1][0].startswith(result.variant.label), heard[-1]
+
+
+def test_cli_build_opens_the_device_asked_for(tmp_path, monkeypatch, capsys, compiles):
+    """`kerncap build --device N`: the replay server opens the capture on GPU N, not 0."""
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    devices: list[int] = []
+
+    class Recording(sim.InProcessClient):
+        def __init__(self, capture_dir, device=0, **kw):
+            devices.append(device)
+            super().__init__(capture_dir, device=device, **kw)
+
+    monkeypatch.setattr("kerncap.replay.client.ReplayClient", Recording)
+    status, built = cli_json(capsys, "build", str(repro), "--device", "1", "--rounds", "5", "-n", "2")
+    assert status == 0 and built["status"] == "recorded"
+    assert devices and set(devices) == {1}, devices
+
+
 def test_mcp_recompile_and_build_take_every_compile_mode(tmp_path, monkeypatch, compiles):
     """MCP's `mode` offers what the CLI's --full/--reduced and the compiler take, and
     reaches the compile (the stand-in records the mode it was asked for)."""
