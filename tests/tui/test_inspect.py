@@ -86,6 +86,42 @@ async def test_stored_metrics_become_history_columns_and_diff(settle, make_app, 
 
 
 @sync
+async def test_m_against_a_variant_with_sanitizer_results_but_no_metrics_says_to_run_ncu(settle, make_app, demo_root):
+    """A variant compute-sanitizer ran on, Nsight Compute never: History has its stored
+    results, but m (the metrics diff) has nothing to compare and says which variant to
+    measure, as for one never inspected. Mutation caught: only a variant with no stored
+    result at all was refused (the diff opened on missing metrics)."""
+    import json
+
+    from kerncap.replay import sanitize
+
+    from inspect_helpers import TOOLS_DIR
+
+    store_tool_results(demo_root)
+    errors, count = sanitize.parse_report((TOOLS_DIR / "clean.memcheck.log").read_text())
+    cubin = demo_root / "variants" / "3.cubin"
+    r = sanitize.SanitizeResult(tool="memcheck", kernel="_Z6smoothPKfPfS0_ii", cubin=str(cubin),
+                                label="variants/3.cubin", captured=False, errors=errors, reported_count=count,
+                                log="memcheck.log", validation="pass", created="2026-11-30T10:00:00+0000")
+    sanitize.stored_path(demo_root, cubin, "memcheck").write_text(json.dumps(r.to_dict()))
+    app = make_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        assert 3 in app.inspect and app.inspect[3].ncu is None and app.inspect[3].sanitize
+        _select_variant(app, 3)
+        await pilot.press("m")  # against the baseline, which has metrics
+        await pilot.pause()
+        assert type(app.screen).__name__ != "MetricsDiffScreen"
+        assert any("no Nsight Compute metrics for v3 yet" in n.message for n in app._notifications), \
+            [n.message for n in app._notifications]
+        _select_variant(app, 2)
+        await pilot.press("m")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "MetricsDiffScreen"
+
+
+@sync
 async def test_ncu_run_fills_the_row(settle, make_app, demo_root, tmp_path, monkeypatch):
     argv = install_fake_tools(tmp_path / "bin", monkeypatch, "ok")
     app = make_app()
@@ -241,6 +277,59 @@ async def test_memory_map_zooms_around_the_selected_region(settle, make_app):
         assert m.zoom == 2
         await pilot.press("0")
         assert m.zoom == 1
+
+
+@sync
+async def test_a_preview_read_for_the_dtype_left_behind_does_not_fill_the_new_dtypes_table(settle, make_app,
+                                                                                            monkeypatch):
+    """t while a region's preview is still being read (a 4 MiB chunk, hash-verified, off
+    the event loop): the table shows the new dtype's values, and the older read, ending
+    after, is dropped. The order is a handshake (the float32 read is held until the new
+    dtype's table is up), not a clock. Mutation caught: the late float32 rows filled the
+    table under the new dtype."""
+    import threading
+
+    from kerncap_tui import regions as R
+    from kerncap_tui.widgets.memory_pane import MemoryPane
+
+    value_rows, release, held = R.value_rows, threading.Event(), []
+
+    def gated(pre, post, dtype):
+        if dtype == "float32" and not release.is_set():
+            held.append(threading.get_ident())
+            assert release.wait(20)
+        return value_rows(pre, post, dtype)
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        await settle(pilot)
+        pane = app.query_one(MemoryPane)
+        title = app.query_one("#value-title")
+        assert pane.dtype == "float32" and "× float32" in str(title.render())
+        filled = []
+        call_from_thread = app.call_from_thread
+
+        def spy(callback, *args, **kwargs):
+            result = call_from_thread(callback, *args, **kwargs)
+            filled.append(threading.get_ident())  # the callback has run on the event loop
+            return result
+
+        monkeypatch.setattr(app, "call_from_thread", spy)
+        monkeypatch.setattr(R, "value_rows", gated)
+        await pilot.press("down")  # another region: its float32 preview is read, and held
+        await _wait(pilot, lambda: bool(held))
+        await pilot.press("t")
+        other = pane.dtype
+        assert other != "float32"
+        await _wait(pilot, lambda: f"× {other}" in str(title.render()))
+        rows = app.query_one("#value-table", DataTable).row_count
+        release.set()
+        await _wait(pilot, lambda: held[0] in filled)
+        await pilot.pause()
+        assert pane.dtype == other and f"× {other}" in str(title.render()), str(title.render())
+        assert app.query_one("#value-table", DataTable).row_count == rows
 
 
 @sync

@@ -209,3 +209,31 @@ def test_a_variants_sanitizer_cell_shows_its_latest_run_whichever_tool_it_was(de
     assert cell.plain.startswith("✗ racecheck ") and cell.plain != "✗ racecheck 0", cell.plain
     store("memcheck", "clean.memcheck.log", "2026-11-30T12:00:00+0000")
     assert VI.sanitize_cell(VI.load_all(demo_root, history.variants)[1]).plain == "✓ memcheck"
+
+
+def test_the_source_pane_opens_a_triton_kernels_python_source_first(tmp_path):
+    """The Source pane opens a reproducer's primary source: build.json's translation unit,
+    else the first C++ or Python file by name (a Triton kernel's source/ is Python), never
+    a README or a data file. Mutation caught: only C++ was primary (a Triton reproducer's
+    editor stayed empty)."""
+    from kerncap_tui.widgets.source_pane import SourcePane
+
+    triton = tmp_path / "triton" / "source"
+    triton.mkdir(parents=True)
+    (triton / "README.md").write_text("notes\n")
+    (triton / "a.json").write_text("{}\n")
+    (triton / "kernel.py").write_text("import triton\n\n@triton.jit\ndef add_kernel(x, y):\n    pass\n")
+    assert SourcePane.primary_source(triton) == triton / "kernel.py"
+    cuda = tmp_path / "cuda" / "source"
+    (cuda / "src").mkdir(parents=True)
+    (cuda / "a.py").write_text("print()\n")
+    (cuda / "src" / "main.cu").write_text("__global__ void k() {}\n")
+    assert SourcePane.primary_source(cuda) == cuda / "a.py"  # by name
+    (cuda / "build.json").write_text(json.dumps({"tu": "src/main.cu"}))
+    assert SourcePane.primary_source(cuda) == cuda / "src" / "main.cu"
+    (cuda / "build.json").write_text(json.dumps({"tu": "src/gone.cu"}))  # a tu no longer there
+    assert SourcePane.primary_source(cuda) == cuda / "a.py"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "README.md").write_text("notes\n")
+    assert SourcePane.primary_source(empty) is None

@@ -119,3 +119,62 @@ async def test_the_pane_opens_on_a_failing_item_whatever_the_order_given():
         await pilot.press("r")
         await pilot.pause()
         assert pane.current.name == "region 0" and "synthetic exact" in str(app.query_one("#mismatch-title").render())
+
+
+def test_a_pixel_a_sampled_map_read_only_in_part_is_drawn_as_read():
+    """A sampled map (the CPU's, past its byte budget) reads some view rows only: a pixel
+    is "not read" when none of its rows was read, and read when any was (its mismatches,
+    if any, were counted). Mutation caught: a pixel read only in part drawn as not read."""
+    from kerncap_tui.widgets.mismatch_pane import UNREAD_COLOUR, colour, pool
+
+    m = planted_map("row_scale")
+    assert (m.view.rows, m.grid_rows) == (256, 64)  # 4 view rows a grid row
+    m.covered_rows = [(0, 2), (9, 12)]  # half of grid row 0, the last 3 rows of grid row 2
+    fine = pool(m, 64, 128)
+    assert [fine[r][0].read for r in range(4)] == [True, False, True, False]
+    coarse = pool(m, 8, 16)  # 32 view rows a pixel: the first holds both read runs
+    assert coarse[0][0].read and not coarse[1][0].read
+    assert colour(fine[0][0], 0.0, 1.0) != UNREAD_COLOUR and colour(fine[1][0], 0.0, 1.0) == UNREAD_COLOUR
+
+
+@sync
+async def test_v_against_the_marked_baseline_maps_against_the_captured_cubins_output(settle, make_app):
+    """v in the Mismatch pane maps the variant selected in History against the marked one;
+    the baseline marked means the captured cubin run on the same input ("baseline"), not
+    the captured post-state (against None, what v asks with nothing marked). Mutation
+    caught: the marked baseline's missing cubin read as "against the captured post-state"."""
+    import time
+
+    app = make_app()
+    async with app.run_test(size=(120, 34)) as pilot:
+        await settle(pilot)
+        asked: list[dict] = []
+
+        def mismatch_maps(**kw):
+            asked.append(kw)
+            return []
+
+        async def v_on(row: str, mark: str | None) -> dict:
+            """History's cursor on `row` (`mark` marked with space first), then v's action."""
+            asked.clear()
+            if mark is not None:
+                table.move_cursor(row=table.get_row_index(mark))
+                await pilot.press("space")
+            table.move_cursor(row=table.get_row_index(row))
+            await pilot.pause()
+            app.query_one(MismatchPane).action_load_selected()
+            deadline = time.monotonic() + 20
+            while not asked:
+                assert time.monotonic() < deadline, [n.message for n in app._notifications]
+                await pilot.pause(0.02)
+            return asked[0]
+
+        app.session.mismatch_maps = mismatch_maps
+        await pilot.press("4")
+        table = app.query_one("#history-table")
+        got = await v_on("1", None)
+        assert got["against"] is None and got["cubin"].endswith("variants/1.cubin"), got
+        got = await v_on("1", "0")  # the baseline marked
+        assert got["against"] == "baseline" and got["cubin"].endswith("variants/1.cubin"), got
+        got = await v_on("1", "2")  # another variant marked: its cubin
+        assert got["against"].endswith("variants/2.cubin"), got
