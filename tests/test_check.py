@@ -452,3 +452,59 @@ def test_apply_passes_only_the_recorded_settings_it_knows_and_shows_them(corpus,
         report = api.check([demo], f, options=fake(), apply=True)  # nothing to run: no --trust asked
     case = report.cases[-1]
     assert (case.label, case.status) == ("v2-in-app", "error") and "recorded no command" in case.message
+
+
+def test_a_baseline_measured_on_another_gpu_is_not_compared(corpus, tmp_path, monkeypatch):
+    """A baseline case recorded on another GPU model is not held against this run (an
+    A100's median says nothing of an H200's): the case passes, with a warning naming both
+    GPUs, and carries no change. The same GPU is compared as usual. Mutation caught: the
+    GPU check skipped (a slower GPU's run reported as a regression)."""
+    from kerncap.fleet import baseline as baseline_file
+    from kerncap.fleet import tasks
+
+    here = dict(tasks.worker_stack(fake()), gpu={"name": "NVIDIA H200"})
+    monkeypatch.setattr(tasks, "_stack", here)  # the worker's GPU, as NVML would name it
+    base = tmp_path / "base.json"
+    baseline_file.save(base, {"demo#baseline": {"median_ms": 0.005, "gpu": "NVIDIA A100"},
+                              "demo#v2": {"median_ms": 0.004, "gpu": "NVIDIA H200"}})
+    monkeypatch.setenv("FAKE_MEDIANS", json.dumps({"captured": 0.010, "variants/2.cubin": 0.008}))
+    with api.open_fanout(backend="serial") as f:
+        report = api.check([corpus / "demo"], f, options=fake(), baseline=base)
+    by = {c.key: c for c in report.cases}
+    assert by["demo#baseline"].gpu == "NVIDIA H200"
+    assert by["demo#baseline"].status == "pass" and by["demo#baseline"].change_pct is None
+    assert "baseline measured on NVIDIA A100, this run on NVIDIA H200: not compared" in by["demo#baseline"].warnings
+    assert by["demo#v2"].status == "regressed" and round(by["demo#v2"].change_pct) == 100  # same GPU: compared
+    assert report.exit_status == 1
+
+
+def test_a_baseline_with_a_zero_median_is_unreadable(corpus, tmp_path):
+    """A baseline whose median is 0 (hand-edited, or a broken timer) is refused as
+    unreadable before anything runs: every change against it would be a division by
+    zero. Mutation caught: a zero median accepted (only negative ones refused)."""
+    from kerncap.errors import KerncapError
+    from kerncap.fleet import baseline as baseline_file
+
+    base = tmp_path / "zero.json"
+    baseline_file.save(base, {"demo#baseline": {"median_ms": 0, "gpu": None}})
+    with api.open_fanout(backend="serial") as f, pytest.raises(KerncapError) as info:
+        api.check([corpus / "demo"], f, options=fake(), baseline=base)
+    assert "median_ms 0 is not a positive number" in info.value.message and "unreadable" in info.value.message
+
+
+def test_junit_escapes_control_characters_in_attributes(tmp_path):
+    """A reproducer's strings (its path, a kernel name in a message) become JUnit
+    attributes; a control character there would make the report unparseable XML, which
+    CI then drops whole. Each is escaped (ESC -> \\x1b) in attributes as in text.
+    Mutation caught: attributes written as given."""
+    from kerncap.fleet import junit
+
+    case = junit.JUnitCase(classname="cuda/ax\x1bpy", name="v\x072", seconds=0.5, status="fail",
+                           message="kernel k\x1b[31m differs", detail="k\x1b[31m differs",
+                           properties={"reproducer": "/data/ax\x1bpy"})
+    path = junit.write(tmp_path / "j.xml", "kerncap check", [case], 1.0)
+    [tc] = ET.parse(path).getroot().iter("testcase")
+    assert (tc.get("classname"), tc.get("name")) == ("cuda/ax\\x1bpy", "v\\x072")
+    assert tc.find("failure").get("message") == "kernel k\\x1b[31m differs"
+    assert tc.find("failure").text == "k\\x1b[31m differs"
+    assert tc.find("properties/property").get("value") == "/data/ax\\x1bpy"

@@ -139,3 +139,17 @@ def test_bad_options():
         ProcessFanout([], 1)
     with pytest.raises(UsageError):
         open_fanout(backend="processes", scheduler="tcp://x:1")
+
+
+def test_one_gpu_with_compiles_to_run_spreads_them_over_compile_workers(monkeypatch):
+    """`auto` with one GPU but configs to compile (a Triton sweep on one GPU) is not the
+    serial fan-out: the compiles go to compile worker processes beside the GPU worker, so
+    that they overlap the timings instead of running in this process between them (and
+    the GPU worker is pinned). Without compiles the same one GPU runs here. Mutation
+    caught: compiles left out of `auto`'s choice (one GPU always serial)."""
+    monkeypatch.setattr("kerncap.fleet.fanout._dask_installed", lambda: False)  # the process pool, not Dask
+    with open_fanout(backend="auto", gpus=["0"], compiles=True, compile_workers=1) as f:
+        assert isinstance(f, ProcessFanout) and f.gpu_workers == 1
+        assert "1 GPU worker(s) (CUDA_VISIBLE_DEVICES 0), 1 compile worker(s)" in f.description
+    with open_fanout(backend="auto", gpus=["0"], compiles=False) as f:
+        assert isinstance(f, SerialFanout)

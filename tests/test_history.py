@@ -176,3 +176,14 @@ def test_two_processes_recording_into_one_history_keep_each_others_rows(demo):
                **{f"{k}_{q}": 1.1 for k in ("kernel", "app") for q in ("speedup", "low", "high")}}
     agent.note_in_app(4, outcome)
     assert History.load(demo).get(5).cubin == "variants/9.cubin"  # the note kept the workbench's row
+
+
+def test_an_older_records_speedup_is_the_baselines_median_over_the_variants(tmp_path):
+    """A row recorded before intervals existed has no speedup: it is the ratio of medians,
+    baseline over variant (a variant twice as fast is 2x, not 0.5x)."""
+    h = History(root=tmp_path, variants=[hist.Variant(id=0, time="t", median_ms=2.0),
+                                         hist.Variant(id=1, time="t", median_ms=1.0),
+                                         hist.Variant(id=2, time="t", median_ms=1.0, speedup=1.8)])
+    assert h.speedup(h.get(1)) == 2.0 and h.speedup(h.get(2)) == 1.8
+    assert History(root=tmp_path, variants=[hist.Variant(id=1, time="t", median_ms=1.0)]).speedup(
+        hist.Variant(id=1, time="t", median_ms=1.0)) is None  # no baseline: no ratio

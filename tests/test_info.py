@@ -117,3 +117,16 @@ def test_every_typed_field_reads_the_key_of_its_own_name():
     axpy = Path(__file__).resolve().parent / "fixtures" / "captures" / "axpy_small"
     [row] = [r for r in api.list_reproducers(Path("/nonexistent-workspace"), [axpy]) if r.path == str(axpy)]
     assert (row.logical, row.stored) == (row["logical"], row["stored"]) and row.stored is not None
+
+
+def test_rank_0_of_a_job_is_said_like_any_other_rank():
+    """Rank 0 is a rank: `info`'s job line and the selection's context name it (only a
+    missing or negative rank means no job)."""
+    from kerncap.reproducer.info import job_text
+
+    job = {"rank": 0, "world_size": 2, "rank_var": "RANK", "local_rank": 0}
+    assert job_text({"job": job}) == "rank 0 of 2 (RANK), local rank 0"
+    assert job_text({"job": {"rank": -1}}) == "" and job_text({}) == ""
+    s = summarize(FIXTURES / "graph_explicit")
+    s["provenance"]["job"] = job
+    assert "job         rank 0 of 2 (RANK), local rank 0" in format_summary(s).splitlines()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from kerncap.cli import main
+from kerncap.errors import KerncapError
 from kerncap.reproducer.format import Capture
 from kerncap.reproducer.listing import list_captures
 
@@ -80,3 +81,34 @@ def test_cli_list_exits_3_for_a_problem_named_on_a_readable_row(workspace, capsy
     out = capsys.readouterr().out
     assert "unreadable history.json" in out and f"  ! {workspace / 'reproducers' / 'smooth-1'}: " in out
     assert main(["list", "--workspace", str(workspace), "--json"]) == 3
+
+
+def test_a_sets_members_come_in_numeric_order(tmp_path):
+    """A set's members/<n> are listed by their number (2 before 10), not by name."""
+    from kerncap.reproducer.listing import find_reproducers
+    from kerncap.reproducer.sets import SET_FILE
+
+    root = tmp_path / "axpy-set"
+    for n in ("10", "2", "1"):
+        (root / "members" / n / "capture").mkdir(parents=True)
+    (root / SET_FILE).write_text("{}")
+    assert [p.name for p in find_reproducers(root)] == ["1", "2", "10"]
+    assert [p.name for p in find_reproducers(tmp_path)] == ["1", "2", "10"]
+
+
+def test_a_reproducer_json_of_the_wrong_shape_is_said_not_read(workspace):
+    """reproducer.json travels with a reproducer: one whose notes are a string, not a list,
+    is a problem `list` names and `info` warns of, never read as notes one letter each."""
+    from kerncap.reproducer.info import format_summary, summarize
+    from kerncap.reproducer.record import read_record
+
+    repro = workspace / "reproducers" / "axpy_inplace-1"
+    record = json.loads((repro / "reproducer.json").read_text())
+    (repro / "reproducer.json").write_text(json.dumps(record | {"notes": "oops"}))
+    with pytest.raises(KerncapError, match="notes"):
+        read_record(repro)
+    row = {Path(r["path"]).name: r for r in list_captures(workspace)}["axpy_inplace-1"]
+    assert row["error"] is None and any("notes" in p for p in row["problems"])
+    s = summarize(repro)
+    assert "notes" in s["reproducer"]["error"]
+    assert not any(line.startswith("note        ") for line in format_summary(s).splitlines())

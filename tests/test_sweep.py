@@ -132,3 +132,16 @@ def test_a_sweep_whose_every_variant_fails_its_validation_exits_1(tmp_path, monk
     assert report.best is None
     assert report.exit_status == 1 == report.to_dict()["exit_status"]
     assert "2 variant(s): 0 passed; best: none" in api.format_sweep(report)
+
+
+def test_a_config_given_twice_is_swept_once(tmp_path, monkeypatch):
+    """The same config from --configs and --config (or twice in a file) is compiled,
+    validated and timed once, in the order first given: a sweep's entries are one per
+    config. Mutation caught: duplicates kept (the config's entry listed, and counted,
+    twice)."""
+    repro = tmp_path / "axpy"
+    shutil.copytree(FIXTURES / "axpy_small", repro)
+    with api.open_fanout(backend="serial") as f:
+        report = api.sweep(repro, f, configs=["num_warps=4", "num_warps=8", "num_warps=4"], options=fake())
+    assert [e.label for e in report.entries] == ["captured", "num_warps=4", "num_warps=8"]
+    assert len(report.variants) == 2 and "2 variant(s)" in api.format_sweep(report)
