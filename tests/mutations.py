@@ -1821,6 +1821,35 @@ MUTATIONS = [
              "engine/kerncap/reproducer/history.py",
              "        return base.median_ms / v.median_ms", "        return v.median_ms / base.median_ms",
              ("tests/test_history.py", "-k", "older_records_speedup")),
+    # -- an eighteenth fresh audit (seventeenth session), part as: the workbench's app, its command
+    # -- palette, History's actions, the extract dialog and the replay limit ----------------------------
+    Mutation("replay limit: a KERNCAP_REPLAY_TIMEOUT of nan is taken as a limit", "workbench",
+             "kerncap_tui/replay_limit.py",
+             "    if not value > 0:", "    if value <= 0:",
+             ("tests/tui/test_replay_timeout.py",)),
+    Mutation("palette: a search lists the commands that do not match it", "workbench", "kerncap_tui/commands.py",
+             "            if score > 0:", "            if score >= 0:",
+             ("tests/tui/test_workbench.py", "-k", "palette")),
+    Mutation("workbench: one save seen twice builds its kernel twice (two History rows)", "workbench",
+             "kerncap_tui/app.py",
+             "        if request not in self.pending_builds:\n            self.pending_builds.append(request)",
+             "        self.pending_builds.append(request)",
+             ("tests/tui/test_app.py", "-k", "debounced or queues_its_build")),
+    Mutation("workbench: T (next theme) keeps the theme", "workbench", "kerncap_tui/app.py",
+             "names[(names.index(self.theme) + 1) % len(names)]", "names[names.index(self.theme) % len(names)]",
+             ("tests/tui/test_app.py", "-k", "theme")),
+    Mutation("History: m on the marked row compares its metrics with themselves", "workbench",
+             "kerncap_tui/widgets/history_pane.py",
+             '        if other is None or other.id == v.id:\n'
+             '            self.app.notify("mark another variant with space '
+             '(or record a baseline) to compare',
+             '        if other is None:\n            self.app.notify("mark another variant with space '
+             '(or record a baseline) to compare',
+             ("tests/tui/test_inspect.py", "-k", "marked_row or diff")),
+    Mutation("extract dialog: the run's until-kernel typed is ignored", "workbench",
+             "kerncap_tui/screens/extract_screen.py",
+             'until=self.query_one("#extract-until", Input).value.strip() or None)', "until=None)",
+             ("tests/tui/test_sequence_view.py", "tests/tui/test_workbench.py", "-k", "extract")),
 ]
 # Put first on the tests' PYTHONPATH: after site-packages' .pth files ran, take out an
 # editable install's import hook (scikit-build-core's, setuptools'), which would import

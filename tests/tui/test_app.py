@@ -398,3 +398,36 @@ def test_main_rejects_a_missing_directory(tmp_path, capsys):
     assert main([str(tmp_path / "nope")]) == 3
     err = capsys.readouterr().err
     assert "nope is not a directory" in err and "hint:" in err
+
+
+@sync
+async def test_a_save_seen_several_times_queues_its_build_once(settle, make_app, monkeypatch):
+    """The watchdog reports one editor save several times (modified, closed, moved onto the
+    file): the build it starts holds that source's request once, one History row (mutation
+    caught: each event queued its own request, the same source built and recorded twice)."""
+    from kerncap import api
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        monkeypatch.setattr(app, "action_build", lambda: None)  # the queue stays to be read
+        for _ in range(3):
+            app.post_message(SourceChanged(app.root / "source" / "x.cu"))
+        await pilot.pause()
+        assert app.pending_builds == [api.BuildRequest()]
+
+
+@sync
+async def test_T_steps_through_every_theme_and_back_to_the_first(settle, make_app):
+    """T (the palette's Theme) moves to the next registered theme each time, round to the
+    first (mutation caught: T kept the theme it was on)."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        names, start = list(app.theme_names), app.theme
+        assert start in names and len(set(names)) > 1
+        seen = []
+        for _ in names:
+            app.action_next_theme()
+            seen.append(app.theme)
+        assert seen[0] != start and seen[-1] == start and set(seen) == set(names)

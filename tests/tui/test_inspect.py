@@ -367,3 +367,20 @@ async def test_profile_pane_marks_xla_autotuning_kernels(settle, make_app, demo_
         assert kernel_cells[0].startswith("* stream_executor::gpu::RedzoneAllocatorKernelImpl")
         assert kernel_cells[1].startswith("▶ smooth")
         assert "* XLA autotuning" in str(app.query_one("#profile-status").render())
+
+
+@sync
+async def test_m_on_the_marked_row_asks_for_another_variant(settle, make_app, demo_root):
+    """m with the cursor on the marked row (its metrics against themselves) opens no diff and
+    says to mark another variant (mutation caught: the diff opened, every change 0)."""
+    store_tool_results(demo_root)
+    app = make_app()
+    said = _record_notifications(app)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        _select_variant(app, 2)
+        await pilot.press("space", "m")  # mark v2, then m on v2 itself
+        await pilot.pause()
+        assert type(app.screen).__name__ != "MetricsDiffScreen"
+        assert any("mark another variant" in s for s in said)

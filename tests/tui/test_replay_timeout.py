@@ -35,7 +35,8 @@ def test_a_replay_that_never_answers_is_killed_and_the_next_one_is_served(tmp_pa
         assert out.iterations == 3 and session.replay_starts == 2
 
 
-@pytest.mark.parametrize("text, ok", [("", 300.0), ("12.5", 12.5), ("x", None), ("0", None), ("-3", None)])
+@pytest.mark.parametrize("text, ok", [("", 300.0), ("12.5", 12.5), ("x", None), ("0", None), ("-3", None),
+                                      ("nan", None)])
 def test_the_limit_comes_from_the_environment(monkeypatch, text, ok):
     monkeypatch.setenv(replay_limit.REPLAY_TIMEOUT_ENV, text)
     if ok is None:

@@ -207,3 +207,53 @@ def test_a_row_recorded_by_another_kerncap_appears_in_history(make_app, settle, 
                                                                                "variants/100.cubin"]
 
     asyncio.run(run())
+
+
+def test_a_palette_search_lists_only_the_commands_that_match(make_app, settle):
+    """ctrl+p's search (kerncap_tui.commands.KerncapCommands) offers the commands whose title
+    matches what was typed, never the others (mutation caught: a search listed every
+    command, matching or not)."""
+    from kerncap_tui.commands import KerncapCommands
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            provider = KerncapCommands(app.screen)
+            hits = [hit async for hit in provider.search("restore")]
+            assert [h.help for h in hits] == ["history.restore · ctrl+r"]
+            assert [hit async for hit in provider.search("qqqqzzzz")] == []
+
+    asyncio.run(run())
+
+
+def test_the_extract_dialogs_run_until_a_kernel_reaches_the_engine(make_app, settle, open_extract, tmp_path,
+                                                                   monkeypatch):
+    """A run bounded by a kernel (the dialog's "run: until kernel") reaches api.extract as
+    `extract --sequence run --until K` sends it (mutation caught: the kernel typed was
+    dropped, the run unbounded)."""
+    from kerncap import api
+    from kerncap.errors import KerncapError
+    from textual.widgets import Select
+
+    seen = []
+
+    def fake_extract(kernel, command, **kw):
+        seen.append(kw)
+        raise KerncapError("stopped by the test")
+
+    monkeypatch.setattr(api, "extract", fake_extract)
+
+    async def run():
+        app = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await open_extract(pilot, tmp_path / "out")
+            screen.query_one("#extract-what", Select).value = "run"
+            screen.query_one("#extract-until").value = " gemm_kernel "
+            await pilot.pause()
+            screen.start()
+            await settle(pilot)
+            kw, = seen
+            assert kw["sequence"] == api.SequenceRequest("run", until="gemm_kernel")
+
+    asyncio.run(run())
