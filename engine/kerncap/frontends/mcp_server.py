@@ -23,6 +23,7 @@ import functools
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
@@ -152,12 +153,14 @@ class _Tail:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self._partial = {"stdout": b"", "stderr": b""}
+        self._lock = threading.Lock()  # stdout and stderr are pumped by two threads
 
     def __call__(self, stream: str, data: bytes) -> None:
-        text = self._partial[stream] + data
-        *done, self._partial[stream] = text.split(b"\n")
-        self.lines += [f"{stream}: {line.decode(errors='replace')}" for line in done]
-        del self.lines[:-APP_OUTPUT_LINES]
+        with self._lock:
+            text = self._partial[stream] + data
+            *done, self._partial[stream] = text.split(b"\n")
+            self.lines += [f"{stream}: {line.decode(errors='replace')}" for line in done]
+            del self.lines[:-APP_OUTPUT_LINES]
 
 
 class KerncapMCP:
