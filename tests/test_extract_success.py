@@ -125,3 +125,33 @@ def test_keep_run_dir_and_failing_attach_steps_are_notes(publish, tmp_path, monk
                for n in result.notes) == 2
     assert json.loads((out / "reproducer.json").read_text())["notes"] == result.notes
     shutil.rmtree(result.run_dir)
+
+
+def _with_written_regions(tmp_path: Path, n: int) -> Path:
+    """A copy of axpy_small whose manifest lists `n` written regions (region 1 and n - 1 more)."""
+    root = tmp_path / f"written{n}"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "captures" / "axpy_small", root)
+    path = root / "capture" / "manifest.json"
+    m = json.loads(path.read_text())
+    last = m["regions"][-1]
+    for i in range(n - 1):
+        m["regions"].append({**last, "id": len(m["regions"]), "base": last["base"] + (i + 1) * (1 << 20)})
+    path.write_text(json.dumps(m))
+    return root
+
+
+@pytest.mark.parametrize("n, listed, more", [(6, 6, None), (7, 6, "… 1 more"), (8, 6, "… 2 more")])
+def test_extract_text_lists_six_written_regions_then_counts_the_rest(tmp_path, n, listed, more):
+    """extract's summary names the first six written regions and counts the others
+    (mutation caught: a seventh region dropped from the list without '… 1 more')."""
+    from kerncap.capture.extract import ExtractResult
+    from kerncap.capture.extract_text import format_extract
+    from kerncap.reproducer.format import Capture
+
+    root = _with_written_regions(tmp_path, n)
+    text = format_extract(ExtractResult(reproducer_dir=root, capture=Capture.open(root), run_dir=tmp_path / "gone"))
+    line = next(l for l in text.splitlines() if l.startswith("memory"))
+    written = line.split("written: ", 1)[1]
+    assert written.count("#") == listed and written.startswith("#1 (16.0 KiB)")
+    assert (more in written) if more else ("more" not in written)
+    assert f"{n + 1} regions" in line

@@ -106,3 +106,22 @@ def test_stop_report_text():
     assert StopReport().describe() == ""
     r = StopReport(processes=3, signals=["SIGTERM", "SIGKILL"], killed=1)
     assert r.describe() == "stopped 3 process(es) of the app with SIGTERM/SIGKILL, 1 needed SIGKILL"
+
+
+def test_a_forced_scan_runs_within_the_scan_interval_and_an_unforced_one_waits(tmp_path):
+    """ProcessTree.scan: scans are spaced SCAN_INTERVAL apart unless forced (the stop
+    path forces one so that a worker started a moment ago is signalled too); mutation
+    caught: force ignored, so a scan just after another finds nothing new."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        tree = ProcessTree(child.pid)
+        tree._last_scan = time.monotonic() + 3600  # as if one had just run (whatever the machine's load)
+        tree.scan()
+        assert tree.known == {}
+        tree.scan(force=True)
+        assert child.pid in tree.known and tree.alive() == [child.pid]
+    finally:
+        child.kill()
+        child.wait()

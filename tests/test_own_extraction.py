@@ -149,6 +149,32 @@ def test_an_absolute_include_directory_through_dot_dot_is_copied_too(tmp_path, s
 
 
 @needs_nvcc
+def test_the_local_toolkits_own_headers_stay_out_of_the_reproducer(tmp_path, state, monkeypatch):
+    """A CUDA toolkit installed outside the system's directories (here tmp/toolkit, its nvcc
+    force-including its own header as the toolkit reads its include/): its headers are the
+    recompiling machine's, never copied nor reported as outside --source-dir; only the
+    app's scale.h is. Mutation caught: the toolkit's directory left out of those skipped."""
+    app = make_app(tmp_path)
+    toolkit = tmp_path / "toolkit"
+    (toolkit / "include").mkdir(parents=True)
+    (toolkit / "include" / "kc_toolkit.h").write_text("#pragma once\n")
+    (toolkit / "bin").mkdir()
+    nvcc = toolkit / "bin" / "nvcc"
+    real = os.path.realpath(shutil.which("nvcc"))
+    nvcc.write_text(f'#!/bin/sh\nexec "{real}" -include "{toolkit}/include/kc_toolkit.h" "$@"\n')
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("KERNCAP_NVCC", str(nvcc))
+    repro = tmp_path / "repro"
+    write_capture(repro, app)
+    attach_sources(repro, Capture.open(repro), app / "src", app / "build")
+    result = finish_sources(repro)
+    assert result["outside_headers"] == 1, result
+    assert not [n for n in result["notes"] if "kc_toolkit.h" in n], result["notes"]
+    copied = sorted(p.name for p in (repro / "source" / "outside").rglob("*") if p.is_file())
+    assert copied == ["scale.h"]
+
+
+@needs_nvcc
 def test_own_extraction_recompiles_with_its_include_directories(extracted):
     _, make = extracted
     repro = make("own", copy_headers=False)

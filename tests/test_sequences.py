@@ -159,6 +159,18 @@ def test_a_fusion_skeleton_names_every_buffer_and_scalar_with_its_role(seq):
         api.fuse_skeleton(seq, 1, 1, "single")
 
 
+def test_a_skeleton_parameter_keeps_every_level_of_indirection():
+    """A kernel taking an array of pointers (`float**`, `const float* const*`) gets a
+    skeleton parameter of that type: declared `float*`, the fused kernel would read the
+    pointer table as floats. Mutation caught: every pointer declared with one `*`."""
+    from kerncap.recompile.fusion import _clean_ctype
+
+    assert _clean_ctype("float**") == ("float**", True)
+    assert _clean_ctype("const float**") == ("const float**", False)
+    assert _clean_ctype("float*") == ("float*", True)
+    assert _clean_ctype("std::vector<int>**") == ("void**", True)
+
+
 def test_a_buffer_one_launch_reads_and_a_later_one_writes_is_written_in_the_skeleton(seq):
     """Launch 0 reads x through a const pointer, launch 1 then writes it (add(tmp, x): an
     in-place update): the fused kernel writes x, so the skeleton declares it `float*`,
@@ -618,3 +630,23 @@ def test_recompile_kernel_is_one_result_through_the_cli_and_mcp(tmp_path, monkey
     assert set(from_cli) == set(from_mcp) and from_cli["mode"] == from_mcp["mode"] == "full"
     assert [Path(d["variant"]).name for d in (from_cli, from_mcp)] == ["kernel-1-1.json", "kernel-1-2.json"]
     assert all(Path(d["cubin"]).is_relative_to(repro / "kernels" / "1") for d in (from_cli, from_mcp))
+
+
+def test_an_unclosed_run_is_a_crossing_only_when_another_process_ran_the_until_kernel():
+    """diagnose: a run (--until) left open is called a crossing only when the until-kernel
+    ran in another process; the capturing process's own earlier launches of it (before the
+    window) are no crossing (mutation caught: the capturing process counted among the others)."""
+    from kerncap.capture.selection import Selection
+    from kerncap.capture.sequence_extract import SequenceRequest, diagnose
+
+    request = SequenceRequest(mode="run", until="softmax")
+    unclosed = {"kind": "sequence_unclosed", "message": "the app ended before the run's last launch"}
+    own = [{"pid": 10, "errors": [unclosed], "sequence": {"until_seen": 2}}, {"pid": 11, "sequence": {"until_seen": 0}}]
+    err = diagnose(request, "gemm", 4, Selection(), own)
+    assert err is not None and "crosses" not in err.message
+    assert err.message == ("the run from dispatch 4 of 'gemm', up to the next launch of 'softmax' was not captured: "
+                           "the app ended before the run's last launch")
+    other = [{"pid": 10, "errors": [unclosed], "sequence": {"until_seen": 0}}, {"pid": 11, "sequence": {"until_seen": 3}}]
+    err = diagnose(request, "gemm", 4, Selection(), other)
+    assert err is not None and "crosses processes: it began in process 10" in err.message
+    assert "ran only in process 11 (3 launch(es))" in err.message

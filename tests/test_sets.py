@@ -424,3 +424,51 @@ def test_a_set_json_listing_one_member_index_twice_is_refused(tmp_path):
     (tmp_path / "set.json").write_text(json.dumps(doc))
     with pytest.raises(KerncapError, match="lists a member index twice"):
         ReproducerSet.open(tmp_path)
+
+
+def _set_run_dir(tmp_path: Path, table: list[dict]) -> Path:
+    """A run directory as the capture library leaves it for a set: capture-3 (bucket 0),
+    an unfinished capture-9 (no manifest yet) and the bucket table of process 42."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copytree(FIXTURE, run_dir / "capture-3")
+    m = json.loads((run_dir / "capture-3" / "manifest.json").read_text())
+    m["provenance"]["dispatch_index"], m["provenance"]["bucket"] = 3, 0
+    (run_dir / "capture-3" / "manifest.json").write_text(json.dumps(m))
+    (run_dir / "capture-9").mkdir()
+    (run_dir / "buckets-42.json").write_text(json.dumps(
+        {"pid": 42, "kernel": KERNEL, "final": True, "dispatches_counted": 20, "buckets": table}))
+    return run_dir
+
+
+def _bucket_row(i: int, grid: int, launches: int, total: int, **kw) -> dict:
+    b = {"id": i, "kernel": KERNEL, "grid": [grid, 1, 1], "block": [256, 1, 1], "shared_mem_bytes": 0,
+         "scalars_known": True, "scalars": [], "launches": launches, "timed": launches, "total_ns": total,
+         "min_ns": 1, "max_ns": total, "first_dispatch": -1, "captured_dispatch": -1, "capture_dir": None,
+         "refused": None, "failed": False}
+    b.update(kw)
+    return b
+
+
+def test_buckets_mode_names_every_bucket_no_member_stands_for_and_skips_an_unfinished_capture(tmp_path):
+    """extract --buckets: a bucket the app ran but no capture landed for (the app ended
+    first) is listed as refused, with its reason and a note, beside one the library refused;
+    a capture directory without its manifest is no member (mutations caught: uncaptured
+    buckets listed only when the library refused them; a manifest-less capture taken)."""
+    from kerncap.capture.assemble import captured_dirs
+    from kerncap.capture.set_extract import assemble_set
+
+    table = [_bucket_row(0, 16, 30, 3_000_000, captured_dispatch=3), _bucket_row(1, 64, 2, 1_000_000),
+             _bucket_row(2, 32, 0, 0, refused="executable graph #1: inside a conditional")]
+    run_dir = _set_run_dir(tmp_path, table)
+    assert [d.name for d in captured_dirs(run_dir)] == ["capture-3"]
+    res = assemble_set("axpy", "substring", [], True, ["app"], tmp_path / "set", run_dir, None, None, False,
+                       [{"pid": 42, "captured": True}])
+    s = res.set
+    assert [m.dispatch for m in s.members] == [3] and s.manifest["mode"] == "buckets"
+    reasons = sorted(r["reason"] for r in s.refused)
+    assert reasons == ["executable graph #1: inside a conditional", "not captured before the app ended"]
+    assert s.manifest["coverage"] == 0.75
+    assert any("grid 64" in n and "not captured before the app ended" in n for n in res.notes)

@@ -103,6 +103,22 @@ def test_a_config_whose_grid_the_hook_could_not_tell_is_refused_even_when_the_ot
     grid, note = configs.pinned_grid(spec, {"BLOCK_M": 32})
     assert grid == [16, 1, 1] and "the app's grid" in note
 
+def test_a_config_differing_from_the_capture_only_in_its_compile_options_is_not_the_captured_one():
+    """The app's autotuner offered the captured BLOCK_M with num_warps 4 and with 8; the
+    capture ran num_warps 4: only that config is marked captured (--list-configs' mark).
+    Mutation caught: the captured mark judged on the constexprs alone."""
+    spec = _user_spec([[32, 1, 1], [16, 1, 1]])
+    enc = {"type": "int", "value": 64}
+    spec["autotune_config"]["configs"] = [
+        {"kwargs": {"BLOCK_M": enc}, "num_warps": 8, "num_stages": 3, "grid": [16, 1, 1]},
+        {"kwargs": {"BLOCK_M": enc}, "num_warps": 4, "num_stages": 3, "grid": [16, 1, 1]},
+    ]
+    spec["options"] = {"num_warps": 4, "num_stages": 3}
+    cands = configs.candidates(spec)
+    assert [c.captured for c in cands] == [False, True]
+    assert cands[1].config == "BLOCK_M=64,num_warps=4,num_stages=3"
+
+
 def test_list_configs_prints_pinnable_configs(inductor, tmp_path):
     (tmp_path / "source").mkdir()
     (tmp_path / "source" / "triton.json").write_text(json.dumps(inductor))

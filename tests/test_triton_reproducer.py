@@ -201,6 +201,43 @@ def test_the_captured_launch_is_the_one_all_of_whose_tensors_are_the_captures(ho
     assert [a["data_ptr"] for a in again.launch["args"] if a.get("kind") == "tensor"] == ptrs
 
 
+def test_the_capturing_processs_record_is_taken_over_another_processs_of_the_same_cubin(hook_run, tmp_path):
+    """Two ranks launched the captured cubin, each writing its triton-<pid>.json: the record
+    of the process the capture names (provenance pid) holds the captured launch, though the
+    other file sorts after it. Mutation caught: every process's records searched alike (the
+    last file's record taken: its launch is not the captured one)."""
+    import copy
+
+    from kerncap.triton import records
+
+    run_dir, result = hook_run
+    root = tmp_path / "repro"
+    root.mkdir()
+    build_capture(root, bytes.fromhex(result["cubins"]["2"]), result["ptrs"], [16, 1, 1], num_warps=2)
+    manifest = root / "capture" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["provenance"]["pid"] = 100
+    manifest.write_text(json.dumps(doc))
+    capture = Capture.open(root)
+    [path] = run_dir.glob("triton-*.json")
+    hook = json.loads(path.read_text())
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "triton-100.json").write_text(json.dumps(hook))
+    other = copy.deepcopy(hook)
+    for record in other["kernels"].values():
+        for launch in record.get("launches") or []:
+            launch["grid"] = [99, 1, 1]
+            for arg in launch.get("args", []):
+                if arg.get("kind") == "tensor":
+                    arg["data_ptr"] += 1 << 20
+    (run / "triton-200.json").write_text(json.dumps(other))
+    chosen = records.select(capture, run)
+    assert chosen.source_file.name == "triton-100.json"
+    assert chosen.by == "sha256" and chosen.launch_match == "params+grid" and not chosen.warnings
+    assert chosen.launch["grid"] == [16, 1, 1]
+
+
 def test_region_dtypes_come_from_the_tensor_arguments(reproducer):
     root, capture, _ = reproducer
     assert region_dtypes(root, capture) == {0: "float32", 1: "float32", 2: "float32"}
@@ -277,6 +314,18 @@ def test_recompile_rejects_reordered_arguments(reproducer):
     path.write_text(path.read_text().replace("def kc_add(x_ptr, y_ptr,", "def kc_add(y_ptr, x_ptr,"))
     with pytest.raises(KerncapError, match=r"signature of kc_add changed: reordered \(x_ptr, y_ptr, out_ptr, n, BLOCK "
                                            r"-> y_ptr, x_ptr, out_ptr, n, BLOCK\)"):
+        recompile(root)
+    assert not list(root.glob("variants/*.cubin"))
+
+
+def test_recompile_rejects_a_parameter_made_constexpr(reproducer):
+    """`n` made a tl.constexpr keeps the argument names but drops it from the parameter
+    buffer the replay passes: the signature check names it. Mutation caught: only a
+    constexpr that became a runtime argument checked."""
+    root, _capture, _ = reproducer
+    path = root / "source" / "kernel.py"
+    path.write_text(path.read_text().replace("out_ptr, n, BLOCK", "out_ptr, n: tl.constexpr, BLOCK"))
+    with pytest.raises(KerncapError, match="signature of kc_add changed: n is now a tl.constexpr"):
         recompile(root)
     assert not list(root.glob("variants/*.cubin"))
 
