@@ -1910,6 +1910,37 @@ MUTATIONS = [
              "                    if not _within(real, top):", "                    if not _within(real, root):",
              ("tests/test_recompile_inputs.py",)),
 
+    # -- a nineteenth fresh audit (seventeenth session), part au: six in the replay's plumbing (a sparse region's
+    # last backed part, a sparse region's 8-byte base, the guards' spans beside host ranges, compare's
+    # --confidence through the client, compare's least rounds, a host range's device address) --
+    Mutation("plan: a sparse region's last backed part runs past the region's end to its page's", "replay",
+             "engine/kerncap/replay/plan.py",
+             "min(hi, r.base + r.size) - max(lo, r.base)", "hi - max(lo, r.base)",
+             ("tests/test_replay_plan.py", "tests/test_replay_hostmem.py", "tests/test_aliased_mappings.py",
+              "tests/test_small_fixtures.py")),
+    Mutation("sparse: a region whose base is not 8-byte aligned replays sparsely", "replay",
+             "engine/kerncap/replay/sparse.py",
+             "        if r.size <= 0 or r.base % 8:", "        if r.size <= 0:",
+             ("tests/test_replay_hostmem.py", "tests/test_mismatch.py", "tests/test_info.py")),
+    Mutation("guards: the guards' spans are planned without the capture's host ranges", "replay",
+             "engine/kerncap/replay/va_guards.py",
+             "        plan, _, _ = plan_replay(capture, _GRANULARITY)  # as the server plans them",
+             "        plan = plan_address_space(capture.regions, _GRANULARITY)  # as the server plans them",
+             ("tests/test_va_guards.py",)),
+    Mutation("replay client: compare_timing's confidence is ignored", "replay",
+             "engine/kerncap/replay/client.py",
+             "        return analyse(raw, confidence or DEFAULT_CONFIDENCE)",
+             "        return analyse(raw, DEFAULT_CONFIDENCE)",
+             ("tests/test_replay_client.py", "tests/test_session_parity.py", "tests/test_significance.py")),
+    Mutation("requests: compare with exactly the least rounds is refused", "validation",
+             "engine/kerncap/replay/requests.py",
+             "        if self.rounds < MIN_ROUNDS:", "        if self.rounds <= MIN_ROUNDS:",
+             ("tests/test_significance.py", "tests/test_session_parity.py", "tests/test_differential.py")),
+    Mutation("host memory: a host range's device pointer is taken to be its host address", "replay",
+             "engine/kerncap/replay/host_memory.py",
+             "        delta = h.device_pointer - h.base if h.device_pointer is not None else 0",
+             "        delta = 0",
+             ("tests/test_replay_hostmem.py", "tests/test_small_fixtures.py")),
 ]
 # Put first on the tests' PYTHONPATH: after site-packages' .pth files ran, take out an
 # editable install's import hook (scikit-build-core's, setuptools'), which would import

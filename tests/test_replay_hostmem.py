@@ -248,6 +248,35 @@ def test_a_regions_partial_last_chunk_counts_only_its_own_bytes():
     assert sparse.sparse_regions([dead], 4 * MiB, size + 1) == {}
 
 
+def test_a_sparse_regions_last_backed_part_stops_at_the_regions_end():
+    """A sparse region ending in the middle of a 2 MiB page whose last (partial) chunk holds
+    data: its page is backed whole, but the region's backed part (what is restored and
+    compared, in the region's own offsets) ends at the region's end, not at the page's."""
+    base = 0x7F00_0000_0000
+    size = 2 * GiB + 1 * MiB  # 512 whole chunks of 4 MiB and one of 1 MiB
+    pre = [None] * 513
+    pre[512] = "a" * 16
+    r = R(0, base, size, pre, list(pre))
+    live = sparse.sparse_regions([r], 4 * MiB, 1)
+    assert live == {0: [(2 * GiB, 1 * MiB)]}
+    plan = plan_address_space([r], PAGE2M, live=live)
+    assert plan.maps == [(base + 2 * GiB, PAGE2M)]  # the whole page holding the last chunk
+    assert plan.segments[0] == [(2 * GiB, 1 * MiB)]
+    assert all(off + n <= size for off, n in plan.segments[0])
+
+
+def test_a_region_whose_base_is_not_8_byte_aligned_replays_whole():
+    """Segment offsets must suit every dtype: a mostly-zero region at an address that is no
+    multiple of 8 is not replayed sparsely, whatever the threshold; the same region at an
+    aligned address is."""
+    dead = [None, None]
+    for misalign in (1, 4):
+        odd = R(0, 0x7F00_0000_0000 + misalign, 8 * MiB, dead, dead)
+        assert sparse.sparse_regions([odd], 4 * MiB, 1) == {}, misalign
+    aligned = R(0, 0x7F00_0000_0000 + 8, 8 * MiB, dead, dead)
+    assert sparse.sparse_regions([aligned], 4 * MiB, 1) == {0: []}
+
+
 def test_spans_keep_off_host_ranges_or_say_why():
     region = R(0, 0x7F00_0000_0000 + 40 * MiB, 1 * MiB)
     host_above = (0x7F00_0000_0000 + 70 * MiB, 4096)  # where upward padding would reach
@@ -318,6 +347,33 @@ def test_host_ranges_merge_where_they_share_a_page():
     assert [(r.base, r.size, r.regions) for r in ranges] == [(0x5000_0000, 2 * page, (0, 1)),
                                                               (0x6000_0000, page, (2,))]
     assert ranges[0].label == "host range 0 (host regions 0, 1)"
+
+
+def test_a_host_range_is_planned_at_its_device_address_where_that_differs_from_its_host_address():
+    """Without host pointers for registered memory, a pinned buffer's device pointer is not
+    its host address: the kernel reaches the range at the device pointer (shifted by the
+    same amount for the page-aligned range), so that is where the plan puts it. Here the
+    device pointer lies among the device regions: the range is restored in device memory
+    there, though its host address is far away."""
+    class H:
+        def __init__(self, id, base, size, device_pointer):
+            self.id, self.base, self.size, self.snapshotted = id, base, size, True
+            self.device_pointer = device_pointer
+
+    far, near = 0x5000_0010, 0x7F00_0000_0000 + 4 * MiB + 0x10
+    h = H(0, far, 100, near)
+    ranges = host_memory.plan_host_ranges([h], 4096)
+    assert host_memory.device_ranges(ranges, [h]) == {0: (near - 0x10, 4096)}
+    unified = H(0, far, 100, None)  # no device pointer recorded: the host address itself
+    assert host_memory.device_ranges(ranges, [unified]) == {0: (far - 0x10, 4096)}
+
+    class Cap:
+        regions = [R(0, 0x7F00_0000_0000, 1 * MiB)]
+        host_regions = [h]
+
+    plan, on_host, backed = host_memory.plan_replay(Cap(), PAGE2M)
+    assert backed == {0} and on_host == []
+    assert any(b <= near - 0x10 and near - 0x10 + 4096 <= b + n for b, n in plan.maps)
 
 
 # -- the replay process: host mappings before CUDA -------------------------------------------------

@@ -72,3 +72,35 @@ def test_a_taken_guard_address_is_skipped_not_fatal():
     finally:
         for g in [taken, *placed]:
             libc.munmap(g, va_guards.GUARD)
+
+
+def test_the_guards_spans_keep_off_the_captures_host_ranges_as_the_servers_do(tmp_path):
+    """A pinned host region 16 MiB past the device regions' 32 MiB neighbourhood: the
+    server pads that span downward, so it covers no host range; the guards must be
+    computed from those spans, not from an upward-padded plan of the device regions alone
+    (whose guard below would sit inside the span the server reserves)."""
+    import shutil
+
+    from kerncap.replay.host_memory import plan_replay
+    from kerncap.reproducer.format import Capture
+
+    repro = tmp_path / "axpy"
+    shutil.copytree(AXPY, repro)
+    manifest = repro / "capture" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    regions_end = max(r["base"] + r["size"] for r in m["regions"])
+    host = regions_end - regions_end % (32 * MiB) + 32 * MiB + 16 * MiB
+    m["host_regions"] = [{"id": 0, "base": host, "size": 16384, "api": "cuMemHostAlloc", "flags": 2,
+                          "device_pointer": host, "snapshotted": True, "written": True, "zero_fraction": 0.0,
+                          "pre": m["regions"][0]["pre"], "post": m["regions"][1]["post"]}]
+    m["closure"] = {"words_checked": 2, "unresolved": []}
+    manifest.write_text(json.dumps(m))
+    capture = Capture.open(repro)
+    server_plan, host_ranges, _ = plan_replay(capture, 2 * MiB)
+    assert [r.base for r in host_ranges] == [host]  # mapped on the host, not device-backed
+    spans = va_guards.spans_of(capture)
+    assert spans == [(s.base, s.size) for s in server_plan.spans]
+    (span,) = spans
+    assert not (host < span[0] + span[1] and span[0] < host + 16384), "a span covers the host range"
+    for g in va_guards.guards_for(spans):
+        assert not any(g < b + s and b < g + va_guards.GUARD for b, s in spans), hex(g)
