@@ -673,3 +673,15 @@ def test_profile_runs_the_app_in_the_cwd_given(tmp_path, monkeypatch):
     assert not r.is_error, r.content[0].text
     assert f"stderr: cwd={work.resolve()}" in r.structured_content["app_output_tail"]
     assert [k["name"] for k in r.structured_content["kernels"]] == ["_Z4gemmPf", "add_kernel"]
+
+
+def test_list_reproducers_finds_those_under_a_roots_reproducers_directory(root):
+    """A root's reproducers/ directory (where `extract --output reproducers/NAME` puts them)
+    is listed with the root's own children. Mutation caught: only the roots themselves
+    searched."""
+    shutil.copytree(FIXTURES / "axpy_small", root / "reproducers" / "nested")
+    [r] = call(build_server([root]), ("list_reproducers", {}))
+    assert not r.is_error, r.content
+    paths = sorted(Path(x["path"]).resolve() for x in r.structured_content["reproducers"])
+    assert root.resolve() / "reproducers" / "nested" in paths, paths
+    assert {p.name for p in paths} == {"axpy_small", "graph_explicit", "nested"}

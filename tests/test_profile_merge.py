@@ -249,3 +249,21 @@ def test_a_process_that_timed_none_of_a_kernels_launches_leaves_its_minimum_alon
     for order in ([timed, untimed], [untimed, timed]):
         (gemm,), _ = merge_profiles(order)
         assert (gemm.min_ns, gemm.max_ns, gemm.timed, gemm.calls) == (800, 1200, 40, 43), order
+
+
+def test_overlapping_streams_are_warned_only_when_a_process_timed_on_more_than_one():
+    """A sampled process that timed its kernels on several streams of one context is warned
+    (a timed launch may include waiting for another stream's kernels); one stream, or no
+    count, is not. Mutation caught: one stream already warned of."""
+    def proc(pid, streams):
+        return {"pid": pid, "kernels": [{**k("fill", 10, 1000, 90, 110), "timed": 10, "preempted": 0,
+                                         "total_var_ns2": 4.0}], "sampling": {"streams": streams}}
+
+    def stream_warnings(p):
+        kernels, _ = merge_profiles([p])
+        return [w for w in sampling_warnings(kernels, [p], []) if "streams of one context" in w]
+
+    (w,) = stream_warnings(proc(7, 2))
+    assert w.startswith("process 7: kernels were timed on 2 streams of one context")
+    assert stream_warnings(proc(8, 1)) == []
+    assert stream_warnings(proc(9, 0)) == []

@@ -319,6 +319,18 @@ def test_api_build_reports_its_progress(tmp_path, monkeypatch, compiles):
     assert heard[-1][1] == "pass" and heard[-1][0].startswith(result.variant.label), heard[-1]
 
 
+def test_a_built_rows_minimum_is_its_fastest_timed_round_not_above_its_median(tmp_path, monkeypatch, compiles):
+    """A History row's min_ms is the fastest of the times its interleaved timing took, for
+    the baseline and the variant alike: never above the median (the simulated kernel's
+    times vary). Mutation caught: the row's minimum taken as the slowest time."""
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    result = api.build(repro, api.BuildRequest(rounds=5, iterations=4))
+    assert result.status == "recorded"
+    for v in (result.baseline, result.variant):
+        assert v.min_ms is not None and v.median_ms is not None, v
+        assert 0 < v.min_ms <= v.median_ms, (v.label, v.min_ms, v.median_ms)
+
+
 def test_cli_build_opens_the_device_asked_for(tmp_path, monkeypatch, capsys, compiles):
     """`kerncap build --device N`: the replay server opens the capture on GPU N, not 0."""
     repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))

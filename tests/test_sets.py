@@ -297,6 +297,21 @@ def test_a_set_json_cannot_point_outside_the_set(fake_set, tmp_path):
         ReproducerSet.open(root)
 
 
+def test_the_set_schema_itself_admits_format_version_1_only(fake_set, tmp_path):
+    """SET_JSON is the declared shape of set.json (docs/capture-format.md): version 1. The
+    schema refuses a later version on its own, not only through ReproducerSet.open's
+    "upgrade kerncap" check before it (which a reader that checks a set.json against
+    the schema alone would not have)."""
+    from kerncap.core.schema import problem
+    from kerncap.reproducer.schemas import SET_JSON
+
+    manifest = json.loads((fake_set(tmp_path / "set").set_dir / "set.json").read_text())
+    assert manifest["format_version"] == 1 and problem(manifest, SET_JSON) is None
+    for version in (2, 99):
+        found = problem({**manifest, "format_version": version}, SET_JSON)
+        assert found is not None and "format_version" in found, (version, found)
+
+
 def test_a_members_weight_is_a_share_between_0_and_1(fake_set, tmp_path):
     """A member's weight is its share of the kernel's in-app time: an edited set.json with a
     weight above 1 (or below 0) would skew the weighted speedup, and is refused on open."""

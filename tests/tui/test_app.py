@@ -280,6 +280,36 @@ async def test_s_sorts_the_kernel_column_a_to_z_and_the_numbers_largest_first(se
 
 
 @sync
+async def test_a_header_sorts_its_column_names_a_to_z_numbers_largest_first_and_again_reverses(settle, make_app):
+    """Selecting a column's header (a click) sorts by it as s does: the kernel names A to
+    Z, a number column largest first; the same header again reverses it. Mutation caught:
+    a new header's direction flipped (names Z to A, numbers smallest first)."""
+    app = make_app()
+    async with app.run_test(size=(140, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("1")
+        pane = app.query_one("ProfilePane")
+        table = app.query_one("#profile-table", DataTable)
+        keys = list(table.columns)
+
+        async def header(key: str) -> list[str]:
+            index = [str(k.value) for k in keys].index(key)
+            table.post_message(DataTable.HeaderSelected(table, keys[index], index, table.columns[keys[index]].label))
+            await pilot.pause()
+            return [str(table.get_cell_at((r, index))).removeprefix("▶ ") for r in range(table.row_count)]
+
+        assert table.row_count >= 2
+        names = await header("kernel")
+        assert pane.sort_column == "kernel" and not pane.sort_reverse, pane.sort_reverse
+        assert names == sorted(names, key=str.lower) and len(set(names)) > 1, names
+        mins = [float(x) for x in await header("min")]
+        assert pane.sort_column == "min" and pane.sort_reverse
+        assert mins == sorted(mins, reverse=True) and len(set(mins)) > 1, mins
+        mins = [float(x) for x in await header("min")]  # the same header again: smallest first
+        assert not pane.sort_reverse and mins == sorted(mins), mins
+
+
+@sync
 async def test_a_build_whose_validation_was_skipped_is_notified_as_information(settle, make_app):
     """A build's row is notified with its verdict: a failed or inconclusive validation is an
     error notification, a pass or a skipped validation (nothing to compare: not a failure)
