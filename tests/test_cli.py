@@ -116,6 +116,25 @@ def test_an_argument_just_inside_its_types_range_is_taken():
     assert (args.first, args.last) == (0, 0)
 
 
+def test_build_takes_one_compile_mode(capsys):
+    """`kerncap build --full --reduced` is a usage error (exit 2) before anything runs; one
+    alone is taken."""
+    assert main(["build", "r", "--full", "--reduced"]) == 2
+    err = capsys.readouterr().err
+    assert "--reduced" in err and "not allowed with argument --full" in err and "Traceback" not in err
+    assert parse(["build", "r", "--reduced"]).reduced and parse(["build", "r", "--full"]).full
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_validate_per_launch_takes_one_reproducer(count, capsys, tmp_path):
+    """--per-launch localizes inside one sequence: two or more DIRs are refused (exit 2) with
+    the message that says so, before any reproducer is opened."""
+    argv = ["validate", *(str(tmp_path / f"r{i}") for i in range(count)), "--per-launch"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--per-launch localizes inside one sequence reproducer" in err and "Traceback" not in err
+
+
 def test_missing_native_library_is_reported(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("KERNCAP_INJECT_LIB", str(tmp_path / "gone.so"))
     rc = main(["extract", "k", "-o", str(tmp_path / "o"), "--", sys.executable, "-c", "pass"])

@@ -187,3 +187,17 @@ def test_an_older_records_speedup_is_the_baselines_median_over_the_variants(tmp_
     assert h.speedup(h.get(1)) == 2.0 and h.speedup(h.get(2)) == 1.8
     assert History(root=tmp_path, variants=[hist.Variant(id=1, time="t", median_ms=1.0)]).speedup(
         hist.Variant(id=1, time="t", median_ms=1.0)) is None  # no baseline: no ratio
+
+
+def test_the_best_significant_variant_lies_strictly_above_one(tmp_path):
+    """An interval whose low end is exactly 1 includes "no faster" (significance's own rule:
+    low <= 1 <= high is within noise), so such a row is never the best significant one,
+    even where its record says significant; one just above 1 is (twenty-first audit:
+    `speedup_low >= 1.0`)."""
+    touching = hist.Variant(id=1, time="t", median_ms=0.5, validation="pass", speedup=1.9,
+                            speedup_low=1.0, speedup_high=2.5, significant=True)
+    above = hist.Variant(id=2, time="t", median_ms=0.8, validation="pass", speedup=1.2,
+                         speedup_low=1.0001, speedup_high=1.4, significant=True)
+    base = hist.Variant(id=0, time="t", median_ms=1.0, validation="pass")
+    assert History(root=tmp_path, variants=[base, touching]).best_significant() is None
+    assert History(root=tmp_path, variants=[base, touching, above]).best_significant() is above

@@ -455,6 +455,12 @@ def test_http_address_is_checked():
         parse_http("localhost")
     with pytest.raises(UsageError):
         parse_http("h:70000")
+    # the port's bounds: 1 and 65535 are ports; 0 (the OS picks one, which no client knows) is not
+    assert parse_http("127.0.0.1:1") == ("127.0.0.1", 1)
+    assert parse_http("127.0.0.1:65535") == ("127.0.0.1", 65535)
+    for text in ("127.0.0.1:0", ":0", "h:65536"):
+        with pytest.raises(UsageError):
+            parse_http(text)
 
 
 def test_cli_refuses_a_missing_root(tmp_path, capsys):

@@ -226,3 +226,15 @@ def test_pointers_at_touching_spans_of_one_region_keep_their_own_types(tmp_path)
     plan = pt.plan(cap)
     assert [(p.span.region, p.span.offset) for p in plan.perturbed] == [(0, 0)]
     assert [(p.span.offset, p.span.role) for p in plan.kept if p.span.region == 0] == [(half, "integer")]
+
+
+def test_the_count_of_perturbed_inputs_takes_both_ends_of_its_range():
+    """--perturb K accepts 1 … MAX_PERTURBATIONS, both ends included, and refuses one past each."""
+    from kerncap.errors import UsageError
+    from kerncap.replay import perturb as pt
+
+    assert pt.check_count(1) == 1
+    assert pt.check_count(pt.MAX_PERTURBATIONS) == pt.MAX_PERTURBATIONS
+    for bad in (0, pt.MAX_PERTURBATIONS + 1):
+        with pytest.raises(UsageError, match=f"--perturb {bad}:"):
+            pt.check_count(bad)

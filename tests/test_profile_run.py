@@ -100,6 +100,23 @@ def test_a_profile_is_sampled_only_when_every_process_sampled(app):
     assert both.processes == 2 and both.timing == "sampled"
 
 
+def test_cupti_detached_is_known_only_when_every_process_that_used_cupti_said_so(app):
+    """cupti_finalized: True when every process that used CUPTI detached ("ok"), False when
+    one did not, and unknown (None) when no process used CUPTI (a sampled run: "not used")
+    or one did not say. Mutation caught: `finalize or None not in finalize`, which read a
+    run without CUPTI as detached and a silent process as a failed detach."""
+    def finalized(parent, child):
+        spec = {"kernels": KERNELS, "child": True, "proc": {"cupti_finalize": parent} if parent else {},
+                "child_proc": {"cupti_finalize": child} if child else {}}
+        return profile(app, spec).cupti_finalized
+
+    assert finalized("ok", "ok") is True
+    assert finalized("ok", "not used") is True
+    assert finalized("ok", "unsubscribed") is False
+    assert finalized("not used", "not used") is None
+    assert finalized("ok", None) is None
+
+
 def test_user_module_loading_is_respected(app):
     res = run_profile([sys.executable, str(app)], output=lambda s, d: None,
                       env={"FAKE_SPEC": json.dumps({"kernels": KERNELS, "loading": "LAZY"}),

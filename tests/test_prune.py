@@ -267,6 +267,21 @@ def test_a_pointer_in_a_later_chunk_is_named_at_its_offset_in_the_region(tmp_pat
     assert c.reasons[3] == f"pointer at region 4+{(8 << 20) + 0x40:#x}" == "pointer at region 4+0x800040"
 
 
+def test_a_single_launchs_closure_does_not_follow_a_pointer_it_wrote(tmp_path):
+    """One launch reads only pre-states: a pointer the kernel stored in its output (the
+    post-state) is nothing it followed, so the region it names is dropped (twenty-first
+    audit: `post or region.post != region.pre` scanned a written region's post-state)."""
+    def store_pointer(m, cap_dir):
+        r = next(r for r in m["regions"] if r["id"] == 1)
+        out = bytearray(b"\x02" * r["size"])
+        out[0x10:0x18] = extra_base(2).to_bytes(8, "little")
+        r["post"], r["written"] = [_put(cap_dir, bytes(out))], True
+
+    c = compute_closure(Capture.open(derive(tmp_path, extra=2, manifest_edit=store_pointer)))
+    assert c.kept == [0, 1] and c.reasons == {0: "argument 1", 1: "argument 2"}
+    assert c.unreached_written == [] and c.refusal == ""
+
+
 def test_written_region_outside_the_closure_is_refused(tmp_path, no_validation):
     root = derive(tmp_path, extra=2, written=(3,))
     c = compute_closure(Capture.open(root))

@@ -43,3 +43,18 @@ def test_only_a_host_to_device_copys_bytes_are_a_sequences_root():
     assert {(n.region, n.why) for n in roots.direct if isinstance(n, R.Named)} == {
         (0, "step 0: h2d copy destination"), (1, "step 1: d2h copy source"), (0, "step 2: d2d copy destination"),
         (1, "step 2: d2d copy source"), (0, "step 3: h2d copy destination")}
+
+
+def test_a_two_row_fill_spans_its_second_row_and_a_one_row_fill_its_width_only():
+    """A 2-D fill of two rows ends one pitch past its first row's end: the region holding
+    that second row is a root too (twenty-first audit: `rows > 2` kept only the first row)."""
+    fill = NS(op="memset", dst=0x1f00, element=4, width=16, height=2, pitch=0x1400)
+    assert R._touched(fill) == [(0x1f00, 0x1400 + 64, "fill")]
+    launch = NS(index=0, params=[], param_buffer=b"", attributes=[])
+    cap = NS(sequence=NS(launches=[launch], steps=[fill], launch_label=lambda i: "k"), regions=[A, B],
+             texture_objects=[], globals=[], snapshotted_host_regions=[])
+    assert {n.region for n in R.sequence_roots(cap).direct if isinstance(n, R.Named)} == {0, 1}
+    assert R._touched(NS(op="memset", dst=0x1f00, element=4, width=16, height=1, pitch=0x1400)) == \
+        [(0x1f00, 64, "fill")]
+    assert R._touched(NS(op="memset", dst=0x1f00, element=2, width=16, height=0, pitch=0x1400)) == \
+        [(0x1f00, 32, "fill")]

@@ -57,6 +57,9 @@ def test_a_sequence_builds_the_kernel_or_fusion_a_save_belongs_to(tmp_path):
     assert s.build_by_hand(0, fusion="f") == api.BuildRequest(fusion="f")
     names = s.launch_names(0, 1)
     assert names == [(seq.kernel_of(i).demangled or seq.kernel_of(i).name).split("(")[0] for i in (0, 1)]
+    # a range reaching past either end names only the launches that exist
+    assert s.launch_names(last, last + 2) == [(seq.kernel_of(last).demangled or seq.kernel_of(last).name).split("(")[0]]
+    assert s.launch_names(-1, 0) == names[:1]
     (repro / "fusions").mkdir()
     assert s.edit_dirs() == [repro / "kernels", repro / "fusions"]
     shutil.rmtree(repro / "kernels")
