@@ -6,8 +6,10 @@
 // sha256 is the captured cubin's) is redirected to the same-named kernel of the variant
 // module, loaded once per context; grid, block, shared memory, attributes and parameters
 // stay the app's. Before each substituted launch the original module's globals are copied
-// into the variant's same-named ones on the launch's stream. What cannot be substituted is
-// refused (the app's own launch runs, untouched) and named in apply-<pid>.json.
+// into the variant's same-named ones on the launch's stream, and after it those the kernel
+// can write are copied back. Under --check each launch's output buffers and written globals
+// are fingerprinted. What cannot be substituted is refused (the app's own launch runs,
+// untouched) and named in apply-<pid>.json.
 #pragma once
 #include <cuda.h>
 #include <cupti.h>
