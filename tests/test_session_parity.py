@@ -236,8 +236,6 @@ def test_build_json_prints_the_documented_keys_and_a_reused_cubin_says_so(tmp_pa
     not run is replayed the next time, not compiled again, and the result says so."""
     import re
 
-    from kerncap.errors import NativeUnavailable
-
     doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text()
     documented = re.findall(r"`(\w+)`", re.search(r"`--json` prints (`status`.*?) lines\.", doc, re.S).group(1))
     assert "reused" in documented, documented
@@ -245,15 +243,7 @@ def test_build_json_prints_the_documented_keys_and_a_reused_cubin_says_so(tmp_pa
     assert status == 0 and sorted(built) == sorted(documented) and built["reused"] is False
 
     again = with_source(sim.axpy_reproducer(tmp_path / "again", monkeypatch, KERNELS))
-    real_start, starts = sim.InProcessClient._start, []
-
-    def no_gpu_the_first_time(self):
-        starts.append(1)
-        if len(starts) == 1:
-            raise NativeUnavailable("replay core not built (stand-in)", "a test's")
-        real_start(self)
-
-    monkeypatch.setattr(sim.InProcessClient, "_start", no_gpu_the_first_time)
+    _no_gpu_the_first_time(monkeypatch)
     with api.open_session(again, compile_worker=False) as session:
         with pytest.raises(api.ReplayNotRun):
             session.build()
@@ -262,22 +252,27 @@ def test_build_json_prints_the_documented_keys_and_a_reused_cubin_says_so(tmp_pa
     assert sorted([*second, "log"]) == sorted(documented)
 
 
-def test_a_cubin_compiled_from_this_source_but_gone_since_is_compiled_again(tmp_path, monkeypatch, compiles):
-    """A build whose replay could not run keeps its cubin for the next build of the same
-    source; when that cubin has been deleted since (variants/ cleaned), the next build
-    compiles again and records the new cubin, not `reused` and not a replay of a missing file."""
+def _no_gpu_the_first_time(monkeypatch) -> None:
+    """The stand-in replay core answers "not built" to the first session start only."""
     from kerncap.errors import NativeUnavailable
 
-    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
     real_start, starts = sim.InProcessClient._start, []
 
-    def no_gpu_the_first_time(self):
+    def start(self):
         starts.append(1)
         if len(starts) == 1:
             raise NativeUnavailable("replay core not built (stand-in)", "a test's")
         real_start(self)
 
-    monkeypatch.setattr(sim.InProcessClient, "_start", no_gpu_the_first_time)
+    monkeypatch.setattr(sim.InProcessClient, "_start", start)
+
+
+def test_a_cubin_compiled_from_this_source_but_gone_since_is_compiled_again(tmp_path, monkeypatch, compiles):
+    """A build whose replay could not run keeps its cubin for the next build of the same
+    source; when that cubin has been deleted since (variants/ cleaned), the next build
+    compiles again and records the new cubin, not `reused` and not a replay of a missing file."""
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, KERNELS))
+    _no_gpu_the_first_time(monkeypatch)
     with api.open_session(repro, compile_worker=False) as session:
         with pytest.raises(api.ReplayNotRun):
             session.build()
