@@ -58,3 +58,21 @@ def test_a_two_row_fill_spans_its_second_row_and_a_one_row_fill_its_width_only()
         [(0x1f00, 64, "fill")]
     assert R._touched(NS(op="memset", dst=0x1f00, element=2, width=16, height=0, pitch=0x1400)) == \
         [(0x1f00, 32, "fill")]
+
+
+def test_a_pointer_in_the_parameter_buffer_is_named_by_the_argument_that_holds_it():
+    """Two adjacent 8-byte arguments: the value at offset 8 is argument 1's, not "argument
+    0+0x8" (twenty-second audit: an inclusive end bound named the byte just past an argument
+    as that argument); offsets inside an argument keep their +offset, offsets past every
+    argument name the buffer."""
+    params = [NS(index=0, offset=0, size=8, region=None), NS(index=1, offset=8, size=8, region=None)]
+    assert R.param_name(params, 0) == "argument 0"
+    assert R.param_name(params, 4) == "argument 0+0x4"
+    assert R.param_name(params, 8) == "argument 1"
+    assert R.param_name(params, 16) == "parameter buffer+0x10"
+    # a sequence launch's reason for a pointer found in its second argument
+    launch = NS(index=0, params=params, param_buffer=bytes(8) + (0x1010).to_bytes(8, "little"), attributes=[])
+    cap = NS(sequence=NS(launches=[launch], steps=[], launch_label=lambda i: "k"), regions=[A, B],
+             texture_objects=[], globals=[], snapshotted_host_regions=[])
+    words = [w for w in R.sequence_roots(cap).direct if isinstance(w, R.Words)]
+    assert words[0].why(8) == "launch 0: argument 1"
