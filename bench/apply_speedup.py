@@ -20,7 +20,12 @@ a difference of the kernel's surroundings (the app's back-to-back launches again
 replay's restores), the reproducer is also replayed under `kerncap profile` (CUPTI, the
 app's clock), the captured cubin and the variant alternating R times, and that speedup (the
 median of the rounds' ratios of mean GPU time per launch, with their range) is printed
-beside the other two."""
+beside the other two.
+
+--launches L runs the app with L launches of the kernel in the apply runs (the capture is of
+its usual 5): with many launches most of them run on a GPU already busy for a while, so an
+in-app speedup that moves towards the replay's says the first launches of a run (a GPU
+still raising its clocks) made the difference."""
 
 from __future__ import annotations
 
@@ -103,6 +108,8 @@ def main() -> int:
     ap.add_argument("--build", type=Path, help="testapps build directory (default: a temporary one, built now)")
     ap.add_argument("--n", type=int, default=1 << 22, help="the smooth app's element count")
     ap.add_argument("--runs", type=int, default=10, help="app runs each way (apply --runs)")
+    ap.add_argument("--launches", type=int, default=5,
+                    help="the app's launches of the kernel in the apply runs (the capture is of its 5-launch run)")
     ap.add_argument("--clock-rounds", type=int, default=5,
                     help="rounds of the replay under kerncap profile (CUPTI, the app's clock); 0 skips it")
     ap.add_argument("--json", help="write both documents here")
@@ -116,6 +123,7 @@ def main() -> int:
         work = Path(tmp)
         build = args.build or build_testapps(work / "testapps")
         command = [str(build / "smooth"), str(args.n)]
+        applied_command = command + ([str(args.launches)] if args.launches != 5 else [])
         repro = work / "smooth"
         extract(SMOOTH_MANGLED, command, output=repro, match="exact", source_dir=REPO / "testapps" / "cuda",
                 build_dir=build, timeout=120)
@@ -130,9 +138,9 @@ def main() -> int:
         compared = {k: compare_interval(kerncap("replay", str(repro), "--compare", str(repro / row["cubin"]),
                                                 "--inputs", str(k), "--rounds", "10", "--json")[1]) for k in (4, 1)}
         status, applied, checked_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--check", "--runs",
-                                             str(args.runs), "--json", "--", *command)
+                                             str(args.runs), "--json", "--", *applied_command)
         _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
-                                    "--json", "--", *command)
+                                    "--json", "--", *applied_command)
         cupti = one_clock(repro, SMOOTH_MANGLED, repro / row["cubin"], args.clock_rounds)
     t, check = applied.get("timing") or {}, applied.get("check") or {}
     replay = {"speedup": row.get("speedup"), "low": row.get("speedup_low"), "high": row.get("speedup_high")}
@@ -146,7 +154,8 @@ def main() -> int:
     if cupti:
         print(f"  replay under kerncap profile (CUPTI, the app's clock; {args.clock_rounds} rounds, "
               f"median [range]): {interval(cupti)}")
-    print(f"  in the app, kernel GPU time ({args.runs} runs each way): {interval(kern)}")
+    print(f"  in the app, kernel GPU time ({args.runs} runs each way, {args.launches} launches a run): "
+          f"{interval(kern)}")
     print(f"  in the app, wall time: {interval(t.get('app_speedup'))}; the kernel's share of GPU time "
           f"{share[0] if share[0] is None else f'{share[0]:.1%}'}")
     print(f"  --check: {check.get('compared')} of {applied.get('launches')} launches compared, "

@@ -1,5 +1,5 @@
 // smooth: y = w (*) x, a 64-tap filter, launched 5 times (n = 1<<22 by default, argv[1]
-// overrides). Inputs are small dyadic numbers so every sum is exact in float32.
+// overrides; argv[2] the launch count, for bench/apply_speedup.py's warm-up runs). Inputs are small dyadic numbers so every sum is exact in float32.
 #include "common/testapp.hpp"
 #include "smooth/smooth_kernel.cuh"
 
@@ -11,9 +11,10 @@ __global__ void init_smooth(float* x, float* w, int n, int taps) {
 
 int main(int argc, char** argv) {
   const int n = argc > 1 ? std::atoi(argv[1]) : (1 << 22);
+  const int launches = argc > 2 ? std::atoi(argv[2]) : 5;
   const int taps = 64;
-  if (n < taps) {
-    std::fprintf(stderr, "smooth: n must be at least %d\n", taps);
+  if (n < taps || launches < 1) {
+    std::fprintf(stderr, "smooth: n must be at least %d and launches at least 1\n", taps);
     return 2;
   }
   float *x = nullptr, *y = nullptr, *w = nullptr;
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   report.add("n", static_cast<unsigned long long>(n));
   report.write();
 
-  for (int it = 0; it < 5; ++it) {
+  for (int it = 0; it < launches; ++it) {
     TA_CHECK(cudaMemsetAsync(y, 0, size_t(n) * sizeof(float)));  // every dispatch changes y
     smooth<<<grid, block>>>(x, y, w, n, taps);
     TA_CHECK(cudaGetLastError());
