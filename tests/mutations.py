@@ -2104,6 +2104,13 @@ MUTATIONS = [
              "kerncap_tui/widgets/profile_pane.py",
              "            for i in range(lo, hi + 1):", "            for i in range(lo, hi):",
              ("tests/tui/test_fusion_view.py",)),
+    # -- the load trial (eighteenth session): a test build in a background thread ran a
+    # -- reproducer's planted g++ that another test had put first on PATH --
+    Mutation("test builds: a background build runs its tools with the live environment", "tests",
+             "tests/native_build.py",
+             "        return subprocess.run(cmd, capture_output=True, text=True, check=False, env=ENV)",
+             "        return subprocess.run(cmd, capture_output=True, text=True, check=False)",
+             ("tests/test_native_build_env.py",)),
 ]
 # Put first on the tests' PYTHONPATH: after site-packages' .pth files ran, take out an
 # editable install's import hook (scikit-build-core's, setuptools'), which would import

@@ -38,6 +38,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The environment as this process began. Builds run in background threads while a test may
+# have changed os.environ (test_adversarial puts planted `g++`s first on PATH, and such a
+# build once ran one): tools are looked up and run with this copy, never the live one.
+ENV = dict(os.environ)
 # One compiler process per core, whichever build asked for it.
 _SLOTS = threading.BoundedSemaphore(os.cpu_count() or 1)
 HEADER_SUFFIXES = {".h", ".hpp", ".cuh", ".inc"}
@@ -76,9 +80,24 @@ def _prune_once(root: Path) -> None:
 
 
 @functools.lru_cache(maxsize=None)
+def which(name: str) -> str | None:
+    """`name` on the PATH this process began with."""
+    return shutil.which(name, path=ENV.get("PATH", os.defpath))
+
+
+def compiler() -> str | None:
+    """The C++ compiler: $CXX or g++, as the process began."""
+    return which(ENV.get("CXX", "g++"))
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment this process began with, and `extra`: for what a build runs."""
+    return {**ENV, **extra}
+
+
 def tool_id(tool: str) -> str:
     """The path and what `--version` says: another compiler is another key."""
-    p = subprocess.run([tool, "--version"], capture_output=True, text=True, check=False)
+    p = subprocess.run([tool, "--version"], capture_output=True, text=True, check=False, env=ENV)
     return f"{Path(tool).resolve()}\n{p.stdout}"
 
 
@@ -140,7 +159,7 @@ def _tmp_beside(final: Path) -> Path:
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     with _SLOTS:
-        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+        return subprocess.run(cmd, capture_output=True, text=True, check=False, env=ENV)
 
 
 def _object(cxx: str, flags: list[str], source: Path) -> Path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import struct
@@ -33,7 +32,7 @@ def built():
 def _build_and_run():
     """The unit test's facts and the cubins it read (cached: tests/native_build.py)."""
     cuda = _cuda_home()
-    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    cxx = native_build.compiler()
     if cuda is None or cxx is None:
         pytest.skip("needs nvcc, cupti.h and a C++ compiler")
     cubins = {sm: native_build.cubin(str(cuda / "bin" / "nvcc"), [f"-arch=sm_{sm}"], TEST_SRC / "tex_kernels.cu")
@@ -43,7 +42,7 @@ def _build_and_run():
         "-fno-sanitize-recover=undefined", f"-I{NATIVE / 'common'}", f"-I{NATIVE / 'capture'}", f"-I{cuda / 'include'}",
     ], [TEST_SRC / "array_units_test.cpp", NATIVE / "capture" / "array_tracker.cpp",
         NATIVE / "common" / "cubin_texture_ops.cpp", NATIVE / "common" / "cubin_elf.cpp"])
-    r = _run([str(exe), str(cubins["90"]), str(cubins["80"])], env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
+    r = _run([str(exe), str(cubins["90"]), str(cubins["80"])], env=native_build.env(ASAN_OPTIONS="detect_leaks=0"))
     assert r.returncode == 0, f"C++ checks failed:\n{r.stderr}\n{r.stdout}"
     return json.loads(r.stdout), cubins
 

@@ -32,8 +32,8 @@ PURE_SOURCES = [
 
 def _cuda_home() -> Path | None:
     """A toolkit root holding bin/nvcc and include/cupti.h."""
-    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    nvcc = shutil.which("nvcc")
+    roots = [native_build.ENV.get("CUDA_HOME"), native_build.ENV.get("CUDA_PATH")]
+    nvcc = native_build.which("nvcc")
     if nvcc:
         roots += [str(Path(nvcc).parent.parent), str(Path(nvcc).resolve().parent.parent)]
     roots.append("/usr/local/cuda")
@@ -61,7 +61,7 @@ def build_units(work: Path):
 
 def _build_cached():
     cuda = _cuda_home()
-    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    cxx = native_build.compiler()
     if cuda is None or cxx is None:
         pytest.skip("needs nvcc, cupti.h and a C++ compiler")
     nvcc = str(cuda / "bin" / "nvcc")
@@ -84,7 +84,7 @@ def test_units_pass_and_agree_with_python(built):
     scratch = work / "scratch"
     scratch.mkdir()
     r = _run([str(exe), str(cubins["a"]), str(cubins["variant"]), str(scratch)],
-             env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
+             env=native_build.env(ASAN_OPTIONS="detect_leaks=0"))
     assert r.returncode == 0, f"C++ checks failed:\n{r.stderr}\n{r.stdout}"
     facts = json.loads(r.stdout)  # also proves the JSON writer's output parses
     assert facts["failures"] == 0

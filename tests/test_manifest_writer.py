@@ -15,7 +15,6 @@ tests/gpu/test_sequence_sections_gpu.py."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -35,7 +34,7 @@ CAPTURE = NATIVE / "capture"
 
 def _build_and_run():
     cuda = _cuda_home()
-    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    cxx = native_build.compiler()
     if cuda is None or cxx is None:
         pytest.skip("needs cuda.h and a C++ compiler")
     exe = native_build.executable("manifest_units_test", cxx, [
@@ -44,7 +43,7 @@ def _build_and_run():
         f"-I{NATIVE / 'common'}", f"-I{CAPTURE}", f"-I{cuda / 'include'}",
     ], [TEST_SRC / "manifest_units_test.cpp", *(CAPTURE / f"{n}.cpp" for n in
                                                 ("manifest_writer", "closure_targets", "config"))])
-    r = _run([str(exe)], env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
+    r = _run([str(exe)], env=native_build.env(ASAN_OPTIONS="detect_leaks=0"))
     assert r.returncode == 0, f"C++ checks failed:\n{r.stderr}\n{r.stdout}"
     return json.loads(r.stdout)
 

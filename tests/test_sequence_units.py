@@ -8,8 +8,6 @@ cubins, parameters) runs in tests/gpu/test_sequences.py."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 
 import native_build
 import pytest
@@ -27,14 +25,14 @@ def facts():
 def _build_and_run():
     """The unit test's facts (its executable cached: tests/native_build.py)."""
     cuda = _cuda_home()
-    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    cxx = native_build.compiler()
     if cuda is None or cxx is None:
         pytest.skip("needs cuda.h and a C++ compiler")
     exe = native_build.executable("sequence_units_test", cxx, [
         "-std=c++17", "-g1", "-O1", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
         "-fno-sanitize-recover=undefined", f"-I{NATIVE / 'common'}", f"-I{NATIVE / 'capture'}", f"-I{cuda / 'include'}",
     ], [TEST_SRC / "sequence_units_test.cpp", NATIVE / "capture" / "sequence_window.cpp"])
-    r = _run([str(exe)], env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
+    r = _run([str(exe)], env=native_build.env(ASAN_OPTIONS="detect_leaks=0"))
     assert r.returncode == 0, f"C++ checks failed:\n{r.stderr}\n{r.stdout}"
     return json.loads(r.stdout)
 
