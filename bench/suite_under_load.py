@@ -36,8 +36,10 @@ def install(clone: Path) -> Path:
     venv = clone / ".load-venv"
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
     py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-    subprocess.run([str(py), "-m", "pip", "install", "-q", ".[test]"], cwd=clone, check=True)
+    for args in (["--upgrade", "pip"], [".[test]"]):
+        p = subprocess.run([str(py), "-m", "pip", "install", "-q", *args], cwd=clone, capture_output=True, text=True)
+        if p.returncode != 0:  # pip's warnings only when it failed
+            raise SystemExit(f"pip install {' '.join(args)} failed:\n{p.stdout}{p.stderr}")
     return py
 
 
