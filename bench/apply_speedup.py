@@ -134,9 +134,12 @@ def main() -> int:
             raise SystemExit(f"the edited variant did not build and pass: {json.dumps(built)[:2000]}")
         # The same variant timed in the reproducer as `replay --compare` does, over the
         # build's 4 rotating inputs and over the captured input alone (an app that launches
-        # the kernel back to back on one buffer keeps its input in L2, as --inputs 1 does).
-        compared = {k: compare_interval(kerncap("replay", str(repro), "--compare", str(repro / row["cubin"]),
-                                                "--inputs", str(k), "--rounds", "10", "--json")[1]) for k in (4, 1)}
+        # the kernel back to back on one buffer keeps its input in L2, as --inputs 1 does),
+        # and with the L2 flushed before each launch: which way a colder L2 moves the
+        # speedup (the replay's launch follows a compare and restores; the app's a memset).
+        ways = {"4": ["--inputs", "4"], "1": ["--inputs", "1"], "4 --flush-l2": ["--inputs", "4", "--flush-l2"]}
+        compared = {k: compare_interval(kerncap("replay", str(repro), "--compare", str(repro / row["cubin"]), *way,
+                                                "--rounds", "10", "--json")[1]) for k, way in ways.items()}
         status, applied, checked_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--check", "--runs",
                                              str(args.runs), "--json", "--", *applied_command)
         _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
