@@ -79,7 +79,6 @@ def _prune_once(root: Path) -> None:
             pass
 
 
-@functools.lru_cache(maxsize=None)
 def which(name: str) -> str | None:
     """`name` on the PATH this process began with."""
     return shutil.which(name, path=ENV.get("PATH", os.defpath))
@@ -95,6 +94,7 @@ def env(**extra: str) -> dict[str, str]:
     return {**ENV, **extra}
 
 
+@functools.lru_cache(maxsize=None)
 def tool_id(tool: str) -> str:
     """The path and what `--version` says: another compiler is another key."""
     p = subprocess.run([tool, "--version"], capture_output=True, text=True, check=False, env=ENV)
