@@ -22,6 +22,11 @@ app's clock), the captured cubin and the variant alternating R times, and that s
 median of the rounds' ratios of mean GPU time per launch, with their range) is printed
 beside the other two.
 
+The replay is also timed with the L2 flushed before each launch (--flush-l2, cold) and
+with the kernel's memory read into it (--warm-l2, as an app that has just produced its
+inputs leaves them): where the in-app speedup falls among these says how much of a gap is
+the cache the launch starts from.
+
 --launches L runs the app with L launches of the kernel in the apply runs (the capture is of
 its usual 5): with many launches most of them run on a GPU already busy for a while, so an
 in-app speedup that moves towards the replay's says the first launches of a run (a GPU
@@ -135,9 +140,11 @@ def main() -> int:
         # The same variant timed in the reproducer as `replay --compare` does, over the
         # build's 4 rotating inputs and over the captured input alone (an app that launches
         # the kernel back to back on one buffer keeps its input in L2, as --inputs 1 does),
-        # and with the L2 flushed before each launch: which way a colder L2 moves the
-        # speedup (the replay's launch follows a compare and restores; the app's a memset).
-        ways = {"4": ["--inputs", "4"], "1": ["--inputs", "1"], "4 --flush-l2": ["--inputs", "4", "--flush-l2"]}
+        # and with the L2 flushed (cold) or the kernel's memory read into it (warm) before
+        # each launch: the replay's launch follows a compare and restores, the app's a
+        # memset of y with x still in L2 from the launch before (docs/facts.md §47, §48).
+        ways = {"4": ["--inputs", "4"], "1": ["--inputs", "1"], "4 --flush-l2": ["--inputs", "4", "--flush-l2"],
+                "4 --warm-l2": ["--inputs", "4", "--warm-l2"], "1 --warm-l2": ["--inputs", "1", "--warm-l2"]}
         compared = {k: compare_interval(kerncap("replay", str(repro), "--compare", str(repro / row["cubin"]), *way,
                                                 "--rounds", "10", "--json")[1]) for k, way in ways.items()}
         status, applied, checked_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--check", "--runs",

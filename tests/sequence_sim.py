@@ -148,10 +148,10 @@ class SimSeqSession(sim.SimSession):
     def sequence_steps(self):
         return len(self._seq().spec.steps)
 
-    def time(self, iterations, warmup, flush_l2):
+    def time(self, iterations, warmup, flush_l2, warm_l2=False):
         prog = self._seq()
         if prog is None:
-            return super().time(iterations, warmup, flush_l2)
+            return super().time(iterations, warmup, flush_l2, warm_l2)
         launches = sum(st.op == "launch" for st in prog.spec.steps)
         return [0.01 * launches] * iterations
 

@@ -698,3 +698,24 @@ def test_dispatch_counts_launches_from_0():
         dispatch_list("0,-1")
     with pytest.raises(UsageError, match="negative launch number"):
         ApplyRequest(command=("app",), cubin="v.cubin", dispatch="-1").checked()
+
+
+@pytest.mark.parametrize("replay_iv,meets", [((1.127, 1.125, 1.129), False), ((1.137, 1.135, 1.139), True),
+                                             ((1.14, 1.1405, 1.145), True), (None, None)])
+def test_an_in_app_interval_apart_from_the_reproducers_is_explained(tmp_path, replay_iv, meets):
+    """In-app and reproducer kernel intervals that do not meet (facts §47–48: the smooth
+    edit's 1.138× in the app against 1.127× replayed) get a note naming the L2 state as the
+    likely difference and the replay flags that bracket it; intervals that touch (a shared
+    end included), or a missing one, get none. `replay_meets` says the same in the JSON."""
+    from kerncap.capture.apply import ApplyResult, Timing
+    from kerncap.replay.significance import Interval
+
+    timing = Timing(runs=8, app_s=([1.0] * 8, [1.0] * 8), kernel_ms=([0.43] * 8, [0.38] * 8), share=(0.975, 0.97),
+                    app_interval=None, kernel_interval=Interval(1.138, 1.136, 1.1405, 0.99), substituted=5)
+    replay = None if replay_iv is None else dict(zip(("speedup", "low", "high"), replay_iv))
+    result = ApplyResult(variant=tmp_path / "v.cubin", launches=5, substituted=5, check=None, timing=timing,
+                         skipped_globals=[], row=1, replay=replay)
+    assert result.replay_meets is meets and result.to_dict()["replay_meets"] is meets
+    assert ("the two intervals do not meet" in result.text()) is (meets is False)
+    if meets is False:
+        assert "--warm-l2" in result.text() and "--flush-l2" in result.text()

@@ -75,8 +75,8 @@ class FakeSession:
     def notes(self):
         return []
 
-    def time(self, iterations, warmup, flush_l2):
-        self.calls.append(("time", iterations, warmup, flush_l2))
+    def time(self, iterations, warmup, flush_l2, warm_l2=False):
+        self.calls.append(("time", iterations, warmup, flush_l2, warm_l2))
         return [1.0] * iterations
 
     def set_gaps(self, gaps):

@@ -407,10 +407,11 @@ DECLARED = [
     ("validate", "validate", api.ValidateRequest, ["runs", "seed", "atol", "rtol", "dtype", "keep", "region_dtypes"]),
     ("validate", "validate", api.SequenceReplay, ["per_launch"]),
     ("replay", "compare", api.CompareRequest, ["rounds", "min_seconds", "max_seconds", "confidence", "inputs"]),
-    ("replay", "replay", api.ReplayRequest, ["per_launch", "flush_l2"]),
+    ("replay", "replay", api.ReplayRequest, ["per_launch", "flush_l2", "warm_l2"]),
     ("build", "build", api.BuildRequest, ["rounds", "iterations", "perturb", "runs", "inputs", "config", "kernel",
                                           "fusion", "intermediates", "trust"]),
-    ("check", None, api.MeasureRequest, ["iterations", "warmup", "runs", "seed", "replay_timeout", "region_dtypes"]),
+    ("check", None, api.MeasureRequest, ["iterations", "warmup", "warm_l2", "runs", "seed", "replay_timeout",
+                                          "region_dtypes"]),
     ("apply", "apply", api.options.ApplyRequest, ["variant", "dispatch", "check", "runs", "identify", "timeout"]),
 ]
 

@@ -239,6 +239,50 @@ def test_replay_compare_min_time_adds_rounds_and_json(axpy_repro, capsys):
     assert doc["programs"][1]["interval"]["significant"] is True and doc["floor_ms"] == pytest.approx(0.002)
 
 
+def axpy(m, _s):
+    y = m.f32(1)
+    y[:] = y + np.float32(0.5) * m.f32(0)
+
+
+axpy.ms = 0.050
+
+
+def test_warm_l2_reaches_the_core_in_replay_and_compare_and_is_said(tmp_path, monkeypatch, capsys):
+    """--warm-l2 (the kernel's memory read into L2 before each launch, issue 46's in-app
+    comparison) reaches the core's timing loop in both verbs (the stand-in's kernels run
+    10 % faster warm), the JSON records it and the text names the state."""
+    axpy_repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "fast.cubin": axpy})
+    fast_ = axpy_repro.parent / "fast.cubin"
+    medians = {}
+    for warm in ([], ["--warm-l2"]):
+        assert cli.main(["replay", str(axpy_repro), "-n", "5", "--json", *warm]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["warm_l2"] is bool(warm) and doc["flush_l2"] is False
+        medians[bool(warm)] = doc["median_ms"]
+    assert medians[True] == pytest.approx(0.9 * medians[False], rel=0.05)
+    assert cli.main(["replay", str(axpy_repro), "--compare", str(fast_), "--rounds", "5", "--warm-l2",
+                     "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["warm_l2"] is True and doc["flush_l2"] is False
+    assert doc["programs"][0]["median_ms"] == pytest.approx(0.9 * medians[False], rel=0.05)
+    assert cli.main(["replay", str(axpy_repro), "--compare", str(fast_), "--rounds", "5", "--warm-l2"]) == 0
+    assert "the kernel's memory read into L2 before each launch" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--compare", "FAST"], []])
+def test_flush_l2_and_warm_l2_together_are_refused_before_any_launch(axpy_repro, args, capsys):
+    args = [str(axpy_repro.parent / "fast.cubin") if a == "FAST" else a for a in args]
+    assert cli.main(["replay", str(axpy_repro), *args, "--flush-l2", "--warm-l2"]) == 2
+    err = capsys.readouterr().err
+    assert "--flush-l2 and --warm-l2 ask for opposite L2 states" in err and "choose one" in err
+
+
+def test_warm_l2_with_ncu_is_refused(axpy_repro, capsys):
+    """Nsight Compute sets the cache itself: a warm L2 it would not honour is refused."""
+    assert cli.main(["replay", str(axpy_repro), "--ncu", "--warm-l2"]) == 2
+    assert "--warm-l2 does not apply with --ncu" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--rounds", "3"], "argument --rounds: must be >= 5 (got 3)"),
     (["--cubin", "X"], "--cubin and --compare do not go together"),

@@ -24,7 +24,10 @@ constexpr unsigned long long kMaxBlocks = 8192;  // grid-stride beyond this
 
 }  // namespace
 
-Filler::Filler() : module_(kc_perturb_fatbin, "the embedded perturbation kernels") { empty_ = function("kc_empty"); }
+Filler::Filler() : module_(kc_perturb_fatbin, "the embedded perturbation kernels") {
+  empty_ = function("kc_empty");
+  touch_ = function("kc_touch");
+}
 
 CUfunction Filler::function(const char* name) {
   CUfunction f = nullptr;
@@ -58,6 +61,16 @@ void Filler::fill(CUstream s, const std::string& dtype, CUdeviceptr dst, unsigne
 
 void Filler::empty(CUstream s) {
   KC_CHECK(cuLaunchKernel, (empty_, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr), "kc_empty (the launch floor)");
+}
+
+void Filler::touch(CUstream s, CUdeviceptr p, unsigned long long n, const std::string& what) {
+  if (n == 0) return;
+  CUdeviceptr sink = 0;  // never written (kc_touch)
+  void* args[] = {&p, &n, &sink};
+  const unsigned long long sectors = (n + 31) / 32;
+  const unsigned blocks =
+      static_cast<unsigned>(std::clamp<unsigned long long>((sectors + kThreads - 1) / kThreads, 1, kMaxBlocks));
+  KC_CHECK(cuLaunchKernel, (touch_, blocks, 1, 1, kThreads, 1, 1, 0, s, args, nullptr), "kc_touch on " + what);
 }
 
 }  // namespace kc::replay

@@ -140,11 +140,12 @@ class Session {
 
   // Warm-up, then one CUDA-event time per iteration (ms). Before each launch only
   // what the baseline wrote is restored (and the selected program's own globals reset);
-  // the optional L2 flush is outside the timing. Launch it (warm-up included) runs on
+  // the optional L2 flush (cold) or L2 warming (the kernel's memory read, up to the L2's
+  // size: as an app that just produced it leaves it) is outside the timing. Launch it (warm-up included) runs on
   // timing input it % K (set_time_inputs), and with the check on (the default) every
   // timed launch is followed, outside the timed interval, by a GPU compare of what it
   // wrote with the expected state of its input: last_check() has the result.
-  std::vector<double> time(int iterations, int warmup, bool flush_l2);
+  std::vector<double> time(int iterations, int warmup, bool flush_l2, bool warm_l2 = false);
   // The inputs time() rotates over: one list of fills per input; an empty list is the
   // captured input (expected: the captured post-state), input j with fills is expected
   // to leave reference slot j (keep_reference(items, j) after running the captured
@@ -292,6 +293,7 @@ class Session {
   DeviceBuffer l2_scratch_;
   DeviceBuffer zero_expected_;  // zeros, for checking a read-write zero backing
   void zero_gaps();
+  void read_into_l2();  // the items' device memory read in their order until the L2's size is read
   std::vector<std::pair<unsigned long long, unsigned long long>> gaps_;
   DeviceBuffer gap_zero_;  // zeros as long as the longest gap, for gap_bytes()
   std::vector<TimeInput> time_inputs_;             // empty: the captured input alone

@@ -33,8 +33,9 @@ export KERNCAP_TESTAPPS_PREBUILT=1
 echo "build: $(( $(date +%s) - t_start )) s" | tee -a "$OUT/summary.txt"
 
 if [ $# -eq 0 ]; then
-  # The profile's timings and the host-memory tests' arenas need the GPU to themselves.
-  KC_ALONE=${KC_ALONE:-tests/gpu/test_hostmem_gpu.py tests/gpu/test_profile.py}
+  # The profile's timings, the host-memory tests' arenas and the L2 states (another shard's
+  # kernels would evict what --warm-l2 read) need the GPU to themselves.
+  KC_ALONE=${KC_ALONE:-tests/gpu/test_hostmem_gpu.py tests/gpu/test_profile.py tests/gpu/test_l2_states_gpu.py}
   # The whole suite as the 2026-12-01 H200 runs split it (docs/testing.md): seven shards at once.
   set -- "tests/gpu/test_capture_apps.py tests/gpu/test_prune_gpu.py tests/gpu/test_store_gpu.py" \
          "tests/gpu/test_scale.py tests/gpu/test_sources_gpu.py tests/gpu/test_sigkill_gpu.py" \

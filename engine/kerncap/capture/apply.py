@@ -669,6 +669,14 @@ class ApplyResult:
     replay: dict[str, float | None] | None = None
 
     @property
+    def replay_meets(self) -> bool | None:
+        """Whether the in-app kernel interval meets the reproducer's (None: one is missing)."""
+        iv, r = self.timing.kernel_interval if self.timing else None, self.replay
+        if iv is None or r is None or r.get("low") is None or r.get("high") is None:
+            return None
+        return iv.low <= r["high"] and r["low"] <= iv.high
+
+    @property
     def exit_status(self) -> int:
         if self.check is None or self.check.passed:
             return 0
@@ -689,6 +697,7 @@ class ApplyResult:
                              "app_speedup": asdict(t.app_interval) if t.app_interval else None,
                              "kernel_speedup": asdict(t.kernel_interval) if t.kernel_interval else None,
                              "notes": t.notes}
+        doc["replay_meets"] = self.replay_meets
         doc["exit_status"] = self.exit_status
         return doc
 
@@ -716,6 +725,11 @@ class ApplyResult:
             r = self.replay
             interval = f" [{r['low']:.3f}–{r['high']:.3f}]" if r.get("low") is not None else ""
             lines.append(f"  in the reproducer (History v{self.row}): kernel speedup {r['speedup']:.3f}×{interval}")
+        if self.replay_meets is False:
+            lines.append("  note: the two intervals do not meet: the app's launches start from another L2 state "
+                         "than the reproducer's (its restores and checks pass through the L2); `kerncap replay "
+                         "DIR --compare CUBIN --warm-l2` times the variant with the kernel's memory cached, "
+                         "--flush-l2 with none (docs/replay.md)")
         if self.row is not None:
             lines.append(f"  recorded on History row v{self.row} (in app)")
         return "\n".join(lines)

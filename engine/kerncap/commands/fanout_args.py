@@ -33,7 +33,7 @@ def add(p: argparse.ArgumentParser) -> None:
                    help="send the reproducers' files with the jobs (default with --scheduler) instead of relying on "
                         "the same path on every worker")
     m = p.add_argument_group("validation and timing")
-    render.add_request(m, api.MeasureRequest, ("iterations", "warmup", "flush_l2", "atol", "rtol", "dtype",
+    render.add_request(m, api.MeasureRequest, ("iterations", "warmup", "flush_l2", "warm_l2", "atol", "rtol", "dtype",
                                                "region_dtypes", "perturb", "seed", "runs", "replay_timeout"))
 
 

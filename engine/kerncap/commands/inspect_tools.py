@@ -61,6 +61,9 @@ def _progress(text: str) -> None:
 
 
 def handle_ncu(args: argparse.Namespace) -> int:
+    if getattr(args, "warm_l2", False):
+        raise UsageError("--warm-l2 does not apply with --ncu",
+                         "Nsight Compute sets the cache itself: --flush-l2 for a cold L2, or neither")
     options = dict(sections=args.section, ncu_set=args.ncu_set, warmup=3 if args.warmup is None else args.warmup,
                    flush_l2=args.flush_l2, timeout=args.timeout or api.NCU_TIMEOUT, progress=_progress)
     if args.compare:

@@ -1,4 +1,4 @@
-"""`kerncap replay DIR|SET [--cubin F] [--iterations N] [--warmup W] [--flush-l2] [--timeout S] [--device D] [--json]`
+"""`kerncap replay DIR|SET [--cubin F] [--iterations N] [--warmup W] [--flush-l2 | --warm-l2] [--timeout S] [--device D] [--json]`
 `kerncap replay DIR --compare A [B ...] [--rounds R] [--min-time S] [--max-time S] [--confidence C] ...`"""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="variant cubin to run instead of the captured one (a set: a cubin or variants/<n>.json)")
     # One flag, two defaults: a replay's own, or per program and round of a comparison.
     O = api.options
-    render.add_request(p, api.ReplayRequest, ("iterations", "warmup", "flush_l2"),
+    render.add_request(p, api.ReplayRequest, ("iterations", "warmup", "flush_l2", "warm_l2"),
                        defaults={"iterations": None, "warmup": None}, helps={
                            "iterations": f"{O.REPLAY_ITERATIONS.help} ({O.REPLAY_ITERATIONS.default}; with --compare: "
                                          f"per program and round, {O.COMPARE_ITERATIONS.default})",

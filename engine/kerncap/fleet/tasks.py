@@ -65,6 +65,7 @@ class MeasureRequest:
     iterations: int = FLEET_ITERATIONS.field()
     warmup: int = FLEET_WARMUP.field()
     flush_l2: bool = opt.FLUSH_L2.field()
+    warm_l2: bool = opt.WARM_L2.field()
     atol: float | None = opt.ATOL.field()
     rtol: float | None = opt.RTOL.field()
     dtype: str | None = opt.DTYPE.field()
@@ -85,6 +86,7 @@ class MeasureRequest:
         """Bounds, and the validation's own policy (per-region dtypes alone compare
         element-wise: ValidateRequest.checked)."""
         check_fields(self)
+        opt.check_l2(self)
         v = self.validation(None).checked()
         return replace(self, dtype=v.dtype, region_dtypes=v.region_dtypes, keep=v.keep)
 
@@ -204,12 +206,12 @@ def measure(reproducer: str | Bundle, label: str, cubin: str | None, options: Me
             return out
     if options.time:
         request = ReplayRequest(cubin=cubin_path, iterations=options.iterations, warmup=options.warmup,
-                                flush_l2=options.flush_l2)
+                                flush_l2=options.flush_l2, warm_l2=options.warm_l2)
         step, r = _step("time", True, pool.run, path, lambda s: s.replay(request))
         if r is not None:
             out.timing = {"median_ms": r.median_ms, "min_ms": r.min_ms, "max_ms": r.max_ms,
                           "spread_pct": r.spread_pct, "iterations": r.iterations, "warmup": r.warmup,
-                          "flush_l2": r.flush_l2}
+                          "flush_l2": r.flush_l2, "warm_l2": r.warm_l2}
         out.steps.append(step)
     return out
 

@@ -224,9 +224,11 @@ class ReplayClient:
 
     # -- API -----------------------------------------------------------------------------
     def replay(self, cubin: str | Path | None = None, iterations: int = 20, warmup: int = 3,
-               flush_l2: bool = False, per_launch: bool = False) -> ReplayResult:
+               flush_l2: bool = False, per_launch: bool = False, warm_l2: bool = False) -> ReplayResult:
         """`per_launch` (a sequence): each launch timed too (ReplayResult.launches)."""
         more = {"per_launch": True} if per_launch else {}
+        if warm_l2:
+            more["warm_l2"] = True
         return ReplayResult.from_dict(self.request(
             "replay", cubin=_path(cubin), iterations=iterations, warmup=warmup, flush_l2=flush_l2, **more))
 
@@ -248,7 +250,7 @@ class ReplayClient:
     def compare_timing(self, cubins: Sequence[str | Path], *, rounds: int = 30, iterations: int = 10,
                        warmup: int = 2, flush_l2: bool = False, min_seconds: float = 0.0,
                        max_seconds: float = 300.0, confidence: float | None = None,
-                       inputs: Sequence[Sequence[dict]] = ()):
+                       inputs: Sequence[Sequence[dict]] = (), warm_l2: bool = False):
         """Interleaved timing of the captured cubin and `cubins`, with the speedup of each
         and its bootstrap interval (kerncap.replay.significance). `inputs`: the fills of the
         perturbed inputs the timed launches rotate over besides the captured one."""
@@ -256,7 +258,7 @@ class ReplayClient:
 
         raw = self.request("time_compare", cubins=[_path(c) for c in cubins], rounds=rounds, iterations=iterations,
                            warmup=warmup, flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds,
-                           inputs=[list(f) for f in inputs])
+                           inputs=[list(f) for f in inputs], **({"warm_l2": True} if warm_l2 else {}))
         return analyse(raw, confidence or DEFAULT_CONFIDENCE)
 
     def load_variant(self, cubin: str | Path) -> dict[str, int]:

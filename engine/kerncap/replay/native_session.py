@@ -502,16 +502,17 @@ class NativeSession:
             out += (program.notes if program else []) + sequence_replay.freed_note(self.capture)
         return out
 
-    def replay(self, cubin: str | None, iterations: int, warmup: int, flush_l2: bool, check: bool = True
-               ) -> ReplayResult:
+    def replay(self, cubin: str | None, iterations: int, warmup: int, flush_l2: bool, check: bool = True,
+               warm_l2: bool = False) -> ReplayResult:
         """`check` False only for bench/check_cost.py (the unchecked baseline of the check's
         cost; the result then says the launches were not checked)."""
         if iterations < 1 or warmup < 0:
             raise KerncapError(f"--iterations must be >= 1 and --warmup >= 0 (got {iterations}, {warmup})")
         self.load(cubin)
         self.configure_check(check)
-        times = list(self.session.time(iterations, warmup, flush_l2))
-        result = ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin, notes=self.notes())
+        times = list(self.session.time(iterations, warmup, flush_l2, warm_l2))
+        result = ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin, notes=self.notes(),
+                                         warm_l2=warm_l2)
         result.check = LaunchCheck.from_rounds([self.session.last_check()], 1).to_dict()
         result.device = self.device
         return result

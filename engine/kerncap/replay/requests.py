@@ -70,6 +70,8 @@ REPLAY_ITERATIONS = Option("iterations", "--iterations", int, 20, "timed launche
 REPLAY_WARMUP = Option("warmup", "--warmup", int, 3, "untimed launches first", minimum=0, maximum=10000,
                        metavar="W", short="-w")
 FLUSH_L2 = Option("flush_l2", "--flush-l2", bool, False, "cold L2: evict it before every launch (outside the timing)")
+WARM_L2 = Option("warm_l2", "--warm-l2", bool, False, "warm L2: read the kernel's memory (up to the L2's size) before "
+                 "every launch (outside the timing), as an app that has just produced it leaves it")
 ROUNDS = Option("rounds", "--rounds", int, 30, f"interleaved rounds (at least {MIN_ROUNDS})", minimum=MIN_ROUNDS,
                 maximum=100000, metavar="R")
 COMPARE_ITERATIONS = Option("iterations", "--iterations", int, 10, "timed launches per program and round",
@@ -116,6 +118,14 @@ REGION_SHAPES = Option("region_shapes", "--region-shape", str, {}, "tensor shape
 
 
 # -- requests ------------------------------------------------------------------------------------------
+
+
+def check_l2(request) -> None:
+    """--flush-l2 and --warm-l2 ask for opposite cache states before each launch."""
+    if request.flush_l2 and request.warm_l2:
+        raise UsageError("--flush-l2 and --warm-l2 ask for opposite L2 states",
+                         "choose one: --flush-l2 (cold), --warm-l2 (the kernel's memory read just before), or "
+                         "neither (as the restores before each launch leave it)")
 
 
 @dataclass(frozen=True)
@@ -165,10 +175,12 @@ class ReplayRequest:
     iterations: int = REPLAY_ITERATIONS.field()
     warmup: int = REPLAY_WARMUP.field()
     flush_l2: bool = FLUSH_L2.field()
+    warm_l2: bool = WARM_L2.field()
     per_launch: bool = PER_LAUNCH.field()  # a sequence: each launch timed too
 
     def checked(self) -> ReplayRequest:
         check_fields(self)
+        check_l2(self)
         return self
 
 
@@ -197,6 +209,7 @@ class CompareRequest:
     iterations: int = COMPARE_ITERATIONS.field()
     warmup: int = COMPARE_WARMUP.field()
     flush_l2: bool = FLUSH_L2.field()
+    warm_l2: bool = WARM_L2.field()
     min_seconds: float = MIN_TIME.field()
     max_seconds: float = MAX_TIME.field()
     confidence: float = CONFIDENCE.field()
@@ -211,4 +224,5 @@ class CompareRequest:
             raise UsageError(f"--rounds {self.rounds} is too few for a confidence interval",
                              f"use at least {MIN_ROUNDS} ({ROUNDS.default} by default)")
         check_fields(self)
+        check_l2(self)
         return self

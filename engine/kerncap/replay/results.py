@@ -51,6 +51,7 @@ class ReplayResult:
     cubin: str | None  # variant path; None for the captured cubin
     notes: list[str] = field(default_factory=list)
     device: dict[str, Any] | None = None  # the GPU it ran on (kerncap.replay.devices)
+    warm_l2: bool = False  # the kernel's memory read into L2 before each launch
     # a sequence with --per-launch: its launches' times (kerncap.replay.sequence_replay.op_sequence_time)
     launches: list[dict[str, Any]] | None = None
     # the check after every timed launch (kerncap.replay.launch_check.LaunchCheck.to_dict); None: not checked
@@ -58,11 +59,11 @@ class ReplayResult:
 
     @classmethod
     def from_times(cls, times_ms: list[float], *, warmup: int, flush_l2: bool, cubin: str | None,
-                   notes: list[str] | None = None) -> "ReplayResult":
+                   notes: list[str] | None = None, warm_l2: bool = False) -> "ReplayResult":
         median = percentile(times_ms, 50)
         spread = (percentile(times_ms, 90) - percentile(times_ms, 10)) / median * 100 if median > 0 else 0.0
         return cls(list(times_ms), median, min(times_ms), max(times_ms), spread, len(times_ms), warmup,
-                   flush_l2, cubin, list(notes or []))
+                   flush_l2, cubin, list(notes or []), warm_l2=warm_l2)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -195,9 +196,16 @@ def format_ms(ms: float, unit: str | None = None) -> str:
     return f"{ms * 1000:.2f} us" if unit == "us" else f"{ms:.3f} ms"
 
 
+def l2_state(flush_l2: bool, warm_l2: bool) -> str:
+    """The L2 state every timed launch started from, as replay and compare print it."""
+    if flush_l2:
+        return "L2 flushed before each launch"
+    return "the kernel's memory read into L2 before each launch" if warm_l2 else "L2 not flushed"
+
+
 def format_replay(r: ReplayResult) -> str:
     what = r.cubin or "captured cubin"
-    flush = "L2 flushed before each launch" if r.flush_l2 else "L2 not flushed"
+    flush = l2_state(r.flush_l2, r.warm_l2)
     unit = time_unit(r.median_ms)
     on = f" on {describe_device(r.device)}" if r.device else ""
     lines = [

@@ -190,7 +190,7 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
         raise KerncapError(f"{len(cubins) - 1} variants: at most {MAX_PROGRAMS - 1} can be compared at once",
                            "compare fewer variants per run")
     rounds, iterations, warmup = int(req.get("rounds", 30)), int(req.get("iterations", 10)), int(req.get("warmup", 2))
-    flush_l2 = bool(req.get("flush_l2", False))
+    flush_l2, warm_l2 = bool(req.get("flush_l2", False)), bool(req.get("warm_l2", False))
     min_seconds, max_seconds = float(req.get("min_seconds", 0.0)), float(req.get("max_seconds", 300.0))
     if rounds < 1 or iterations < 1 or warmup < 0:
         raise KerncapError(f"rounds and iterations must be >= 1 and warmup >= 0 (got {rounds}, {iterations}, {warmup})")
@@ -215,7 +215,7 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
             for j in [(j + done) % len(keys) for j in range(len(keys))]:
                 ns.select(keys[j])
                 ns.session.set_check(True, check_specs[keys[j]])
-                times[j].append([float(t) for t in ns.session.time(iterations, warmup, flush_l2)])
+                times[j].append([float(t) for t in ns.session.time(iterations, warmup, flush_l2, warm_l2)])
                 checks[j].append([[int(i), int(n)] for i, n in ns.session.last_check()])
             sampler.sample()
             done += 1
@@ -233,7 +233,7 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
         "programs": [{"label": lab, "cubin": c, "rounds": t, "checks": k}
                      for lab, c, t, k in zip(labels, cubins, times, checks)],
         "inputs": inputs,
-        "iterations": iterations, "warmup": warmup, "flush_l2": flush_l2, "floor_ms": floor,
+        "iterations": iterations, "warmup": warmup, "flush_l2": flush_l2, "warm_l2": warm_l2, "floor_ms": floor,
         "clock": report, "seconds": time.monotonic() - t0, "notes": notes + list(ns.session.notes()),
     }
 

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from kerncap.core.units import interval_text, speedup_text
 from kerncap.errors import KerncapError
 from kerncap.replay.launch_check import LaunchCheck
-from kerncap.replay.results import format_ms, percentile, time_unit
+from kerncap.replay.results import format_ms, l2_state, percentile, time_unit
 
 DEFAULT_CONFIDENCE = 0.99
 BOOTSTRAP_SAMPLES = 2000
@@ -182,6 +182,7 @@ class TimingComparison:
     seconds: float  # wall time of the measurement
     notes: list[str] = field(default_factory=list)
     inputs: int = 1  # the inputs the timed launches rotated over (1: the captured input alone)
+    warm_l2: bool = False  # the kernel's memory read into L2 before each launch
 
     @property
     def baseline(self) -> ProgramTiming:
@@ -226,7 +227,7 @@ class TimingComparison:
         clock = ClockReport(c["available"], list(c.get("samples_mhz", [])), c.get("max_mhz"),
                             list(c.get("throttle", [])), c.get("unavailable_reason", ""))
         return cls(programs, d["iterations"], d["warmup"], d["flush_l2"], d["confidence"], d.get("floor_ms"), clock,
-                   d.get("seconds", 0.0), list(d.get("notes", [])), int(d.get("inputs", 1)))
+                   d.get("seconds", 0.0), list(d.get("notes", [])), int(d.get("inputs", 1)), bool(d.get("warm_l2")))
 
 
 def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> TimingComparison:
@@ -265,13 +266,13 @@ def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> Timi
                                f"({format_ms(floor)}, an empty kernel timed the same way): differences this small "
                                "are mostly launch and timer overhead")
     return TimingComparison(programs, int(raw["iterations"]), int(raw["warmup"]), bool(raw["flush_l2"]), confidence,
-                            floor, clock, float(raw.get("seconds", 0.0)), notes, inputs)
+                            floor, clock, float(raw.get("seconds", 0.0)), notes, inputs, bool(raw.get("warm_l2")))
 
 
 def format_comparison(c: TimingComparison) -> str:
     """The text `kerncap replay --compare` prints."""
     unit = time_unit(min(p.median_ms for p in c.programs))
-    flush = "L2 flushed before each launch" if c.flush_l2 else "L2 warm"
+    flush = l2_state(c.flush_l2, c.warm_l2)
     on = (f"rotating over {c.inputs} inputs (the captured one and {c.inputs - 1} perturbed)" if c.inputs > 1
           else "on the captured input only")
     lines = [f"{c.rounds} interleaved rounds × {c.iterations} iterations per program (after {c.warmup} warm-up "

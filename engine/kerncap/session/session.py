@@ -337,7 +337,8 @@ class Session(Opened):
             self._sequence_only("--per-launch times the launches of a sequence")
         with self._lock:
             return self._resident().replay(cubin=r.cubin, iterations=r.iterations, warmup=r.warmup,
-                                           flush_l2=r.flush_l2, **({"per_launch": True} if r.per_launch else {}))
+                                           flush_l2=r.flush_l2, **({"per_launch": True} if r.per_launch else {}),
+                                           **({"warm_l2": True} if r.warm_l2 else {}))
 
     def localize(self, cubin: str | Path | None, *, tolerances: dict | None = None) -> dict[str, Any]:
         """A sequence: the first launch after which `cubin`'s state departs from the captured
@@ -416,7 +417,8 @@ class Session(Opened):
             c = self._resident().compare_timing([Path(c) for c in r.cubins], rounds=r.rounds,
                                                 iterations=r.iterations, warmup=r.warmup, flush_l2=r.flush_l2,
                                                 min_seconds=r.min_seconds, max_seconds=r.max_seconds,
-                                                confidence=r.confidence, inputs=inputs)
+                                                confidence=r.confidence, inputs=inputs,
+                                                **({"warm_l2": True} if r.warm_l2 else {}))
         c.notes += notes
         return c
 
