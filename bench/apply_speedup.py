@@ -2,12 +2,15 @@
 46's goal: the kernel's in-app GPU-time speedup within the interval of its replay speedup,
 and the app's wall-time change with its interval).
 
-    python3 bench/apply_speedup.py [--build DIR] [--n 4194304] [--runs 10] [--json FILE]
+    python3 bench/apply_speedup.py [--app cuda|triton] [--build DIR] [--n 4194304] [--runs 10] [--json FILE]
 
-The smooth kernel (testapps/cuda/smooth, a 64-tap filter over --n floats, launched 5
-times) is extracted with its sources; the README's edit (the boundary check hoisted out of
-the inner loop, tests/gpu/smooth_edits.py) is built with `kerncap build` (the History
-row's speedup: timed over 4 rotating inputs, every launch checked); then `kerncap apply
+--app cuda (the default): the smooth kernel (testapps/cuda/smooth, a 64-tap filter over
+--n floats, launched 5 times) is extracted with its sources; the README's edit (the
+boundary check hoisted out of the inner loop, tests/gpu/smooth_edits.py) is built with
+`kerncap build` (the History row's speedup: timed over 4 rotating inputs, every launch
+checked). --app triton: the same filter as a @triton.jit kernel
+(testapps/python/triton_smooth.py), its pinned source edited (TRITON_EDIT: the tap weight's
+volatile load made a plain one) and built the same way. Then `kerncap apply
 --variant N --check --runs R` runs the app R times as it is and R times with the variant,
 interleaved, and reports the kernel's total GPU time (CUPTI, as `kerncap profile`) and the
 app's wall time, each as a speedup with its interval, and --check's verdict over every
@@ -108,15 +111,36 @@ def one_clock(repro: Path, kernel: str, cubin: Path, rounds: int, launches: int 
     return {"speedup": ratios[len(ratios) // 2], "low": ratios[0], "high": ratios[-1], "ratios": ratios}
 
 
+TRITON_APP = REPO / "testapps" / "python" / "triton_smooth.py"
+TRITON_KERNEL = "kc_smooth_taps"
+TRITON_EDIT = ("        w = tl.load(w_ptr + t, volatile=True)\n", "        w = tl.load(w_ptr + t)\n")
+
+
+def triton_edit(repro: Path) -> None:
+    """The Triton app's edit in the reproducer's pinned source (source/kernel.py)."""
+    kernel = repro / "source" / "kernel.py"
+    text = kernel.read_text()
+    if text.count(TRITON_EDIT[0]) != 1:
+        raise SystemExit(f"{kernel} no longer holds the volatile tap load once")
+    kernel.write_text(text.replace(*TRITON_EDIT))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", type=Path, help="testapps build directory (default: a temporary one, built now)")
+    ap.add_argument("--app", choices=("cuda", "triton"), default="cuda",
+                    help="the CUDA C++ smooth app or its Triton twin (triton_smooth.py)")
+    ap.add_argument("--build", type=Path, help="testapps build directory (default: a temporary one, built now; "
+                    "the CUDA app only)")
     ap.add_argument("--n", type=int, default=1 << 22, help="the smooth app's element count")
     ap.add_argument("--runs", type=int, default=10, help="app runs each way (apply --runs)")
     ap.add_argument("--launches", type=int, default=5,
                     help="the app's launches of the kernel in the apply runs (the capture is of its 5-launch run)")
     ap.add_argument("--clock-rounds", type=int, default=5,
                     help="rounds of the replay under kerncap profile (CUPTI, the app's clock); 0 skips it")
+    ap.add_argument("--arms", default="4,1,4 --flush-l2,4 --warm-l2,1 --warm-l2",
+                    help="the replay --compare arms, comma-separated: an input count and its flags")
+    ap.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
+                    help="also apply without --check (its cost: the difference of the two wall times)")
     ap.add_argument("--json", help="write both documents here")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
@@ -126,13 +150,18 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="kc-apply-speedup-") as tmp:
         work = Path(tmp)
-        build = args.build or build_testapps(work / "testapps")
-        command = [str(build / "smooth"), str(args.n)]
-        applied_command = command + ([str(args.launches)] if args.launches != 5 else [])
         repro = work / "smooth"
-        extract(SMOOTH_MANGLED, command, output=repro, match="exact", source_dir=REPO / "testapps" / "cuda",
-                build_dir=build, timeout=120)
-        edit(kernel_header(repro), "fast")
+        if args.app == "cuda":
+            build = args.build or build_testapps(work / "testapps")
+            command, kernel = [str(build / "smooth"), str(args.n)], SMOOTH_MANGLED
+            extract(kernel, command, output=repro, match="exact", source_dir=REPO / "testapps" / "cuda",
+                    build_dir=build, timeout=120)
+            edit(kernel_header(repro), "fast")
+        else:
+            command, kernel = [sys.executable, str(TRITON_APP), str(args.n)], TRITON_KERNEL
+            extract(kernel, command, output=repro, timeout=300)
+            triton_edit(repro)
+        applied_command = command + ([str(args.launches)] if args.launches != 5 else [])
         status, built, _ = kerncap("build", str(repro), "--json")
         row = built.get("variant") or {}
         if status != 0 or row.get("validation") != "pass":
@@ -143,20 +172,22 @@ def main() -> int:
         # and with the L2 flushed (cold) or the kernel's memory read into it (warm) before
         # each launch: the replay's launch follows a compare and restores, the app's a
         # memset of y with x still in L2 from the launch before (docs/facts.md §47, §48).
-        ways = {"4": ["--inputs", "4"], "1": ["--inputs", "1"], "4 --flush-l2": ["--inputs", "4", "--flush-l2"],
-                "4 --warm-l2": ["--inputs", "4", "--warm-l2"], "1 --warm-l2": ["--inputs", "1", "--warm-l2"]}
+        ways = {arm: ["--inputs", *arm.split()] for arm in args.arms.split(",") if arm}
         compared = {k: compare_interval(kerncap("replay", str(repro), "--compare", str(repro / row["cubin"]), *way,
                                                 "--rounds", "10", "--json")[1]) for k, way in ways.items()}
         status, applied, checked_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--check", "--runs",
                                              str(args.runs), "--json", "--", *applied_command)
-        _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
-                                    "--json", "--", *applied_command)
-        cupti = one_clock(repro, SMOOTH_MANGLED, repro / row["cubin"], args.clock_rounds)
+        plain, plain_s = None, None
+        if args.plain:
+            _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
+                                        "--json", "--", *applied_command)
+        cupti = one_clock(repro, kernel, repro / row["cubin"], args.clock_rounds)
     t, check = applied.get("timing") or {}, applied.get("check") or {}
     replay = {"speedup": row.get("speedup"), "low": row.get("speedup_low"), "high": row.get("speedup_high")}
     kern = t.get("kernel_speedup")
     share = t.get("share") or [None]
-    print(f"smooth over {args.n} floats, the README's edit as History row {row['id']} "
+    edit_name = "the README's edit" if args.app == "cuda" else "the plain tap load"
+    print(f"{args.app} smooth over {args.n} floats, {edit_name} as History row {row['id']} "
           f"({row.get('validation')} {row.get('validation_detail')}):")
     print(f"  replay speedup (build, 4 rotating inputs): {interval(replay)}")
     for k, iv in compared.items():
@@ -170,8 +201,9 @@ def main() -> int:
           f"{share[0] if share[0] is None else f'{share[0]:.1%}'}")
     print(f"  --check: {check.get('compared')} of {applied.get('launches')} launches compared, "
           f"mismatch {check.get('mismatch')}; exit {status}")
-    print(f"  kerncap apply wall time: {checked_s:.1f} s with --check, {plain_s:.1f} s without "
-          f"(--check's cost {checked_s - plain_s:+.1f} s: two more runs of the app, fingerprinted)")
+    if plain_s is not None:
+        print(f"  kerncap apply wall time: {checked_s:.1f} s with --check, {plain_s:.1f} s without "
+              f"(--check's cost {checked_s - plain_s:+.1f} s: two more runs of the app, fingerprinted)")
     inside = meets(kern, replay)
     print(f"goal (the in-app interval meets the replay interval): {'met' if inside else 'NOT met'}")
     for k, iv in compared.items():
