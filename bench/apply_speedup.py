@@ -125,7 +125,7 @@ def triton_edit(repro: Path) -> None:
     kernel.write_text(text.replace(*TRITON_EDIT))
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--app", choices=("cuda", "triton"), default="cuda",
                     help="the CUDA C++ smooth app or its Triton twin (triton_smooth.py)")
@@ -142,36 +142,44 @@ def main() -> int:
     ap.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
                     help="also apply without --check (its cost: the difference of the two wall times)")
     ap.add_argument("--json", help="write both documents here")
-    args = ap.parse_args()
-    sys.path.insert(0, str(REPO / "tests" / "gpu"))
-    from smooth_edits import SMOOTH_MANGLED, edit, kernel_header
+    return ap.parse_args()
 
+
+def capture_and_edit(args: argparse.Namespace, work: Path) -> tuple[Path, list[str], str]:
+    """The app's kernel extracted into work/smooth with its sources, and the faster edit
+    made there: (reproducer, the app's command, the kernel's name)."""
     from kerncap.capture.extract import extract
 
+    repro = work / "smooth"
+    if args.app == "cuda":
+        sys.path.insert(0, str(REPO / "tests" / "gpu"))
+        from smooth_edits import SMOOTH_MANGLED, edit, kernel_header
+
+        build = args.build or build_testapps(work / "testapps")
+        command, kernel = [str(build / "smooth"), str(args.n)], SMOOTH_MANGLED
+        extract(kernel, command, output=repro, match="exact", source_dir=REPO / "testapps" / "cuda",
+                build_dir=build, timeout=120)
+        edit(kernel_header(repro), "fast")
+    else:
+        command, kernel = [sys.executable, str(TRITON_APP), str(args.n)], TRITON_KERNEL
+        extract(kernel, command, output=repro, timeout=300)
+        triton_edit(repro)
+    return repro, command, kernel
+
+
+def main() -> int:
+    args = parse_args()
     with tempfile.TemporaryDirectory(prefix="kc-apply-speedup-") as tmp:
-        work = Path(tmp)
-        repro = work / "smooth"
-        if args.app == "cuda":
-            build = args.build or build_testapps(work / "testapps")
-            command, kernel = [str(build / "smooth"), str(args.n)], SMOOTH_MANGLED
-            extract(kernel, command, output=repro, match="exact", source_dir=REPO / "testapps" / "cuda",
-                    build_dir=build, timeout=120)
-            edit(kernel_header(repro), "fast")
-        else:
-            command, kernel = [sys.executable, str(TRITON_APP), str(args.n)], TRITON_KERNEL
-            extract(kernel, command, output=repro, timeout=300)
-            triton_edit(repro)
+        repro, command, kernel = capture_and_edit(args, Path(tmp))
         applied_command = command + ([str(args.launches)] if args.launches != 5 else [])
         status, built, _ = kerncap("build", str(repro), "--json")
         row = built.get("variant") or {}
         if status != 0 or row.get("validation") != "pass":
             raise SystemExit(f"the edited variant did not build and pass: {json.dumps(built)[:2000]}")
-        # The same variant timed in the reproducer as `replay --compare` does, over the
-        # build's 4 rotating inputs and over the captured input alone (an app that launches
-        # the kernel back to back on one buffer keeps its input in L2, as --inputs 1 does),
-        # and with the L2 flushed (cold) or the kernel's memory read into it (warm) before
-        # each launch: the replay's launch follows a compare and restores, the app's a
-        # memset of y with x still in L2 from the launch before (docs/facts.md §47, §48).
+        # The same variant timed in the reproducer as `replay --compare` does, in each arm:
+        # an input count (4: the build's rotation, a fill of x just before each launch; 1:
+        # the captured input alone, nothing refilled) and an L2 state (flushed, or the
+        # kernel's memory read into it): docs/facts.md §47, §48.
         ways = {arm: ["--inputs", *arm.split()] for arm in args.arms.split(",") if arm}
         compared = {k: compare_interval(kerncap("replay", str(repro), "--compare", str(repro / row["cubin"]), *way,
                                                 "--rounds", "10", "--json")[1]) for k, way in ways.items()}
@@ -182,6 +190,14 @@ def main() -> int:
             _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
                                         "--json", "--", *applied_command)
         cupti = one_clock(repro, kernel, repro / row["cubin"], args.clock_rounds)
+    report(args, row, compared, cupti, applied, status, checked_s, plain_s)
+    write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain, "compare": compared, "cupti": cupti,
+                           "seconds": {"checked": checked_s, "plain": plain_s}})
+    return 0
+
+
+def report(args: argparse.Namespace, row: dict, compared: dict, cupti: dict | None, applied: dict, status: int,
+           checked_s: float, plain_s: float | None) -> None:
     t, check = applied.get("timing") or {}, applied.get("check") or {}
     replay = {"speedup": row.get("speedup"), "low": row.get("speedup_low"), "high": row.get("speedup_high")}
     kern = t.get("kernel_speedup")
@@ -210,9 +226,6 @@ def main() -> int:
         print(f"  with --compare --inputs {k}: {'met' if meets(kern, iv) else 'NOT met'}")
     if cupti:
         print(f"  with the replay on CUPTI's clock (its range): {'met' if meets(kern, cupti) else 'NOT met'}")
-    write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain, "compare": compared, "cupti": cupti,
-                           "seconds": {"checked": checked_s, "plain": plain_s}})
-    return 0
 
 
 if __name__ == "__main__":
