@@ -30,6 +30,10 @@ with the kernel's memory read into it (--warm-l2, as an app that has just produc
 inputs leaves them): where the in-app speedup falls among these says how much of a gap is
 the cache the launch starts from.
 
+--alloc vmm runs the CUDA app in the apply runs with x and y mapped as the replay maps its
+regions (cuMemCreate + cuMemMap of whole minimum granules, smooth's argv[3]): if the app's
+speedup then falls to the replay's, the memory's backing is what differs (facts §48).
+
 --launches L runs the app with L launches of the kernel in the apply runs (the capture is of
 its usual 5): with many launches most of them run on a GPU already busy for a while, so an
 in-app speedup that moves towards the replay's says the first launches of a run (a GPU
@@ -137,12 +141,19 @@ def parse_args() -> argparse.Namespace:
                     help="the app's launches of the kernel in the apply runs (the capture is of its 5-launch run)")
     ap.add_argument("--clock-rounds", type=int, default=5,
                     help="rounds of the replay under kerncap profile (CUPTI, the app's clock); 0 skips it")
+    ap.add_argument("--alloc", choices=("malloc", "vmm"), default="malloc",
+                    help="vmm: the CUDA app's x and y from cuMemCreate + cuMemMap in the apply runs, as the replay "
+                         "maps its regions (the capture stays of its cudaMalloc run): does the app's speedup move "
+                         "to the replay's?")
     ap.add_argument("--arms", default="4,1,4 --flush-l2,4 --warm-l2,1 --warm-l2",
                     help="the replay --compare arms, comma-separated: an input count and its flags")
     ap.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
                     help="also apply without --check (its cost: the difference of the two wall times)")
     ap.add_argument("--json", help="write both documents here")
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.alloc == "vmm" and args.app != "cuda":
+        ap.error("--alloc vmm is the CUDA app's (smooth's argv[3])")
+    return args
 
 
 def capture_and_edit(args: argparse.Namespace, work: Path) -> tuple[Path, list[str], str]:
@@ -171,7 +182,8 @@ def main() -> int:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="kc-apply-speedup-") as tmp:
         repro, command, kernel = capture_and_edit(args, Path(tmp))
-        applied_command = command + ([str(args.launches)] if args.launches != 5 else [])
+        vmm = ["vmm"] if args.alloc == "vmm" else []
+        applied_command = command + ([str(args.launches)] if args.launches != 5 or vmm else []) + vmm
         status, built, _ = kerncap("build", str(repro), "--json")
         row = built.get("variant") or {}
         if status != 0 or row.get("validation") != "pass":

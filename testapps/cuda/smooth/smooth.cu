@@ -1,7 +1,47 @@
 // smooth: y = w (*) x, a 64-tap filter, launched 5 times (n = 1<<22 by default, argv[1]
-// overrides; argv[2] the launch count, for bench/apply_speedup.py's warm-up runs). Inputs are small dyadic numbers so every sum is exact in float32.
+// overrides; argv[2] the launch count, for bench/apply_speedup.py's warm-up runs; argv[3]
+// "vmm": x and y from cuMemCreate + cuMemMap, as a replay maps them, instead of cudaMalloc,
+// for bench/apply_speedup.py --alloc vmm). Inputs are small dyadic numbers so every sum is exact in float32.
+#include <cstring>
+
 #include "common/testapp.hpp"
 #include "smooth/smooth_kernel.cuh"
+
+// `bytes` of device memory the way kerncap's replay backs a region: a reservation, one
+// physical allocation of whole minimum granules, mapped read-write (never freed: the
+// process ends). The driver API through cudart's entry points, as vmm_ring.cu.
+static float* vmm_alloc(size_t bytes) {
+  using testapp::cu_check;
+  using testapp::driver_entry;
+  auto granularity_of = reinterpret_cast<CUresult (*)(size_t*, const CUmemAllocationProp*,
+                                                      CUmemAllocationGranularity_flags)>(
+      driver_entry("cuMemGetAllocationGranularity"));
+  auto reserve = reinterpret_cast<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>(
+      driver_entry("cuMemAddressReserve"));
+  auto create = reinterpret_cast<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                                              unsigned long long)>(driver_entry("cuMemCreate"));
+  auto map = reinterpret_cast<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                                           unsigned long long)>(driver_entry("cuMemMap"));
+  auto set_access = reinterpret_cast<CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t)>(
+      driver_entry("cuMemSetAccess"));
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t granularity = 0;
+  cu_check(granularity_of(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity");
+  const size_t size = (bytes + granularity - 1) / granularity * granularity;
+  CUdeviceptr p = 0;
+  cu_check(reserve(&p, size, granularity, 0, 0), "cuMemAddressReserve");
+  CUmemGenericAllocationHandle handle = 0;
+  cu_check(create(&handle, size, &prop, 0), "cuMemCreate");
+  cu_check(map(p, size, 0, handle, 0), "cuMemMap");
+  CUmemAccessDesc access = {};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  cu_check(set_access(p, size, &access, 1), "cuMemSetAccess");
+  return reinterpret_cast<float*>(p);
+}
 
 __global__ void init_smooth(float* x, float* w, int n, int taps) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -17,9 +57,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "smooth: n must be at least %d and launches at least 1\n", taps);
     return 2;
   }
+  const bool vmm = argc > 3 && std::strcmp(argv[3], "vmm") == 0;
+  testapp::app_name() = "smooth";
   float *x = nullptr, *y = nullptr, *w = nullptr;
-  TA_CHECK(cudaMalloc(&x, size_t(n) * sizeof(float)));
-  TA_CHECK(cudaMalloc(&y, size_t(n) * sizeof(float)));
+  if (vmm) {
+    TA_CHECK(cudaSetDevice(0));
+    TA_CHECK(cudaFree(nullptr));  // the primary context, current
+    x = vmm_alloc(size_t(n) * sizeof(float));
+    y = vmm_alloc(size_t(n) * sizeof(float));
+  } else {
+    TA_CHECK(cudaMalloc(&x, size_t(n) * sizeof(float)));
+    TA_CHECK(cudaMalloc(&y, size_t(n) * sizeof(float)));
+  }
   TA_CHECK(cudaMalloc(&w, taps * sizeof(float)));
   const int block = 256, grid = (n + block - 1) / block;
   init_smooth<<<grid, block>>>(x, w, n, taps);
@@ -39,8 +88,10 @@ int main(int argc, char** argv) {
     TA_CHECK(cudaGetLastError());
   }
   TA_CHECK(cudaDeviceSynchronize());
-  TA_CHECK(cudaFree(x));
-  TA_CHECK(cudaFree(y));
+  if (!vmm) {
+    TA_CHECK(cudaFree(x));
+    TA_CHECK(cudaFree(y));
+  }
   TA_CHECK(cudaFree(w));
   testapp::mark_done();
   return 0;
