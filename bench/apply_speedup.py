@@ -9,7 +9,7 @@ and the app's wall-time change with its interval).
 boundary check hoisted out of the inner loop, tests/gpu/smooth_edits.py) is built with
 `kerncap build` (the History row's speedup: timed over 4 rotating inputs, every launch
 checked). --app triton: the same filter as a @triton.jit kernel
-(testapps/python/triton_smooth.py), its pinned source edited (TRITON_EDIT: the tap weight's
+(testapps/python/triton_smooth.py), its pinned source edited (smooth_edits.TRITON_EDIT: the tap weight's
 volatile load made a plain one) and built the same way. Then `kerncap apply
 --variant N --check --runs R` runs the app R times as it is and R times with the variant,
 interleaved, and reports the kernel's total GPU time (CUPTI, as `kerncap profile`) and the
@@ -116,17 +116,6 @@ def one_clock(repro: Path, kernel: str, cubin: Path, rounds: int, launches: int 
 
 
 TRITON_APP = REPO / "testapps" / "python" / "triton_smooth.py"
-TRITON_KERNEL = "kc_smooth_taps"
-TRITON_EDIT = ("        w = tl.load(w_ptr + t, volatile=True)\n", "        w = tl.load(w_ptr + t)\n")
-
-
-def triton_edit(repro: Path) -> None:
-    """The Triton app's edit in the reproducer's pinned source (source/kernel.py)."""
-    kernel = repro / "source" / "kernel.py"
-    text = kernel.read_text()
-    if text.count(TRITON_EDIT[0]) != 1:
-        raise SystemExit(f"{kernel} no longer holds the volatile tap load once")
-    kernel.write_text(text.replace(*TRITON_EDIT))
 
 
 def parse_args() -> argparse.Namespace:
@@ -149,6 +138,9 @@ def parse_args() -> argparse.Namespace:
                     help="the replay --compare arms, comma-separated: an input count and its flags")
     ap.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
                     help="also apply without --check (its cost: the difference of the two wall times)")
+    ap.add_argument("--identity", action="store_true",
+                    help="also apply the captured cubin itself (no edit): its in-app 'speedup' over the app's own "
+                         "module is what substituting alone does to the kernel's time (1.000 if nothing)")
     ap.add_argument("--json", help="write both documents here")
     args = ap.parse_args()
     if args.alloc == "vmm" and args.app != "cuda":
@@ -161,10 +153,11 @@ def capture_and_edit(args: argparse.Namespace, work: Path) -> tuple[Path, list[s
     made there: (reproducer, the app's command, the kernel's name)."""
     from kerncap.capture.extract import extract
 
+    sys.path.insert(0, str(REPO / "tests" / "gpu"))
+    from smooth_edits import SMOOTH_MANGLED, TRITON_SMOOTH_KERNEL, edit, kernel_header, triton_edit
+
     repro = work / "smooth"
     if args.app == "cuda":
-        sys.path.insert(0, str(REPO / "tests" / "gpu"))
-        from smooth_edits import SMOOTH_MANGLED, edit, kernel_header
 
         build = args.build or build_testapps(work / "testapps")
         command, kernel = [str(build / "smooth"), str(args.n)], SMOOTH_MANGLED
@@ -172,10 +165,20 @@ def capture_and_edit(args: argparse.Namespace, work: Path) -> tuple[Path, list[s
                 build_dir=build, timeout=120)
         edit(kernel_header(repro), "fast")
     else:
-        command, kernel = [sys.executable, str(TRITON_APP), str(args.n)], TRITON_KERNEL
+        command, kernel = [sys.executable, str(TRITON_APP), str(args.n)], TRITON_SMOOTH_KERNEL
         extract(kernel, command, output=repro, timeout=300)
         triton_edit(repro)
     return repro, command, kernel
+
+
+def identity_apply(repro: Path, command: list[str], runs: int) -> dict:
+    """`kerncap apply` of the captured cubin itself: the app's own module against the same
+    code loaded and launched by the interposer (facts §48's gap: the module or the launch
+    path, if this is not 1.000)."""
+    from kerncap.reproducer.format import Capture
+
+    cubin = Capture.open(repro).cubin_path
+    return kerncap("apply", str(repro), "--cubin", str(cubin), "--runs", str(runs), "--json", "--", *command)[1]
 
 
 def main() -> int:
@@ -201,10 +204,14 @@ def main() -> int:
         if args.plain:
             _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
                                         "--json", "--", *applied_command)
+        identity = identity_apply(repro, applied_command, args.runs) if args.identity else None
         cupti = one_clock(repro, kernel, repro / row["cubin"], args.clock_rounds)
     report(args, row, compared, cupti, applied, status, checked_s, plain_s)
+    if identity is not None:
+        print(f"  the captured cubin itself substituted in the app (kernel GPU time, as is / substituted): "
+              f"{interval((identity.get('timing') or {}).get('kernel_speedup'))}")
     write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain, "compare": compared, "cupti": cupti,
-                           "seconds": {"checked": checked_s, "plain": plain_s}})
+                           "identity": identity, "seconds": {"checked": checked_s, "plain": plain_s}})
     return 0
 
 

@@ -70,7 +70,7 @@ void Filler::touch(CUstream s, CUdeviceptr p, unsigned long long n, const std::s
   const unsigned long long sectors = (n + 31) / 32;
   const unsigned blocks =
       static_cast<unsigned>(std::clamp<unsigned long long>((sectors + kThreads - 1) / kThreads, 1, kMaxBlocks));
-  KC_CHECK(cuLaunchKernel, (touch_, blocks, 1, 1, kThreads, 1, 1, 0, s, args, nullptr), "kc_touch on " + what);
+  KC_CHECK(cuLaunchKernel, (touch_, blocks, 1, 1, kThreads, 1, 1, 0, s, args, nullptr), "kc_touch warming L2 with " + what);
 }
 
 }  // namespace kc::replay

@@ -508,11 +508,7 @@ std::string Session::program_what() const {
   return "kernel " + current_->launch->spec().kernel_name + " of " + current_->label;
 }
 
-void Session::read_into_l2() {
-  if (!filler_) filler_ = std::make_unique<Filler>();
-  int l2 = 0;
-  KC_CHECK(cuDeviceGetAttribute, (&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ctx_.device()), "the device's L2 size");
-  size_t budget = size_t(l2);  // more would only evict what was read first
+void Session::read_into_l2(size_t budget) {  // budget: the L2's size; more would only evict what was read first
   for (const Item& item : items_) {
     // host memory is not the device's to cache; an array's bytes live in the array
     if (item.spec.host || item.spec.array >= 0) continue;
@@ -521,7 +517,7 @@ void Session::read_into_l2() {
     for (const Segment& g : item.segments) {
       if (!budget) return;
       const size_t n = std::min<size_t>(g.length, budget);
-      filler_->touch(stream_->get(), dst + g.offset, n, "warming L2 with " + item.spec.label);
+      filler_->touch(stream_->get(), dst + g.offset, n, item.spec.label);
       budget -= n;
     }
   }
@@ -532,6 +528,13 @@ std::vector<double> Session::time(int iterations, int warmup, bool flush_l2, boo
   if (iterations < 1 || warmup < 0) throw Error("input", "iterations must be >= 1 and warmup >= 0");
   if (flush_l2 && warm_l2) throw Error("input", "flush_l2 and warm_l2 ask for opposite L2 states: choose one");
   if (flush_l2 && !l2_scratch_.get()) l2_scratch_ = DeviceBuffer(kL2ScratchBytes, "the L2 flush buffer");
+  size_t l2_bytes = 0;  // asked once, not before every launch
+  if (warm_l2) {
+    int l2 = 0;
+    KC_CHECK(cuDeviceGetAttribute, (&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ctx_.device()), "the device's L2 size");
+    l2_bytes = size_t(l2);
+    if (!filler_) filler_ = std::make_unique<Filler>();
+  }
   if (time_inputs_.empty()) set_time_inputs({{}});
   std::vector<Event> start(iterations), stop(iterations);
   const CUstream s = stream_->get();
@@ -565,7 +568,7 @@ std::vector<double> Session::time(int iterations, int warmup, bool flush_l2, boo
     if (flush_l2)
       KC_CHECK(cuMemsetD32Async, (l2_scratch_.get(), static_cast<unsigned>(it + 1), kL2ScratchBytes / 4, s),
                "the L2 flush buffer");
-    if (warm_l2) read_into_l2();
+    if (warm_l2) read_into_l2(l2_bytes);
     const int k = it - warmup;
     if (k >= 0) KC_CHECK(cuEventRecord, (start[k].get(), s), "a timing event");
     launch();

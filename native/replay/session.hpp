@@ -293,7 +293,7 @@ class Session {
   DeviceBuffer l2_scratch_;
   DeviceBuffer zero_expected_;  // zeros, for checking a read-write zero backing
   void zero_gaps();
-  void read_into_l2();  // the items' device memory read in their order until the L2's size is read
+  void read_into_l2(size_t budget);  // the items' device memory read in their order until the L2's size is read
   std::vector<std::pair<unsigned long long, unsigned long long>> gaps_;
   DeviceBuffer gap_zero_;  // zeros as long as the longest gap, for gap_bytes()
   std::vector<TimeInput> time_inputs_;             // empty: the captured input alone

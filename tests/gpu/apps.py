@@ -99,6 +99,10 @@ MOE_SCALE_SMALL = AppSpec("moe_scale", "moe_scale_expert_ffn", python=True, args
                           dispatch=2 * (MOE_SMALL_LAYERS - 1), keep_running=True, timeout=300.0)
 MOE_SCALE_SMALL_SILU = AppSpec("moe_scale", "silu", python=True, args=MOE_SMALL_ARGS, dispatch=MOE_SMALL_LAYERS - 1,
                                timeout=300.0)
+# Issue 46's Triton twin of smooth (testapps/python/triton_smooth.py): 1 Mi floats, 5 launches;
+# extracted by test_apply_gpu.py only (its edit: smooth_edits.triton_edit).
+TRITON_SMOOTH = AppSpec("triton_smooth", "kc_smooth_taps", match="exact", python=True, args=(str(1 << 20),),
+                        timeout=300.0)
 
 # Issue 14 (validation you can trust), extracted by test_trust_gpu.py only (a
 # nondeterministic kernel cannot be in APPS: test_replay_apps validates byte-exact).

@@ -1,6 +1,8 @@
 """Edits of testapps/cuda/smooth/smooth_kernel.cuh used by the source-recompile test and
 the demo: the original, a faster one (boundary check hoisted out of the inner loop,
-common tap count unrolled; same fmaf order, so byte-identical) and a wrong one."""
+common tap count unrolled; same fmaf order, so byte-identical) and a wrong one; and the
+Triton twin's edit (testapps/python/triton_smooth.py: the tap weight's volatile load made a
+plain one)."""
 
 from pathlib import Path
 
@@ -45,3 +47,16 @@ def edit(header: Path, kind: str) -> None:
         header.write_text(text.replace("int j = i + k - taps / 2;", "int j = i + k - taps / 2 + 1;"))
     else:
         raise ValueError(kind)
+
+
+TRITON_SMOOTH_KERNEL = "kc_smooth_taps"
+TRITON_EDIT = ("        w = tl.load(w_ptr + t, volatile=True)\n", "        w = tl.load(w_ptr + t)\n")
+
+
+def triton_edit(reproducer: Path) -> None:
+    """The Triton twin's faster edit in a reproducer's pinned source (source/kernel.py)."""
+    kernel = reproducer / "source" / "kernel.py"
+    text = kernel.read_text()
+    if text.count(TRITON_EDIT[0]) != 1:
+        raise ValueError(f"{kernel} no longer holds the volatile tap load once")
+    kernel.write_text(text.replace(*TRITON_EDIT))
