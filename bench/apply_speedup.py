@@ -23,7 +23,9 @@ a difference of the kernel's surroundings (the app's back-to-back launches again
 replay's restores), the reproducer is also replayed under `kerncap profile` (CUPTI, the
 app's clock), the captured cubin and the variant alternating R times, and that speedup (the
 median of the rounds' ratios of mean GPU time per launch, with their range) is printed
-beside the other two.
+beside the other two. That replay is a plain `kerncap replay`, which times the captured
+input alone (the cold L2 state of `--inputs 1`, facts §48): --clock-l2 warm (the default)
+adds `--warm-l2`, the app's state; --clock-l2 cold leaves it as §47 ran it.
 
 The replay is also timed with the L2 flushed before each launch (--flush-l2, cold) and
 with the kernel's memory read into it (--warm-l2, as an app that has just produced its
@@ -76,6 +78,20 @@ def meets(a: dict | None, b: dict | None) -> bool:
                 and a["low"] <= b["high"] and b["low"] <= a["high"])
 
 
+def found(key: str, doc):
+    """The first value of `key` anywhere in a JSON document (None if absent)."""
+    if isinstance(doc, dict):
+        if key in doc:
+            return doc[key]
+        doc = list(doc.values())
+    if isinstance(doc, list):
+        for v in doc:
+            hit = found(key, v)
+            if hit is not None:
+                return hit
+    return None
+
+
 def compare_interval(doc) -> dict | None:
     """The variant's interval in a `kerncap replay --compare --json` document (its second
     program; the first is the captured cubin)."""
@@ -89,13 +105,13 @@ def compare_interval(doc) -> dict | None:
     return None
 
 
-def replay_under_cupti(repro: Path, kernel: str, cubin: Path | None, launches: int) -> float:
+def replay_under_cupti(repro: Path, kernel: str, cubin: Path | None, launches: int, warm: bool) -> float:
     """Mean GPU time per launch (ns) of `kernel` replayed `launches` times under `kerncap
     profile` (CUPTI activity records: the clock `kerncap apply` times the app with)."""
     with tempfile.TemporaryDirectory(prefix="kc-one-clock-") as tmp:
         out = Path(tmp) / "profile.json"
         replay = [sys.executable, "-m", "kerncap", "replay", str(repro), "-n", str(launches), "-w", "3",
-                  *(["--cubin", str(cubin)] if cubin else [])]
+                  *(["--cubin", str(cubin)] if cubin else []), *(["--warm-l2"] if warm else [])]
         status, _, _ = kerncap("profile", "--json", "--output", str(out), "--", *replay)
         doc = json.loads(out.read_text())
     rows = [k for k in doc["kernels"] if k["name"] == kernel]
@@ -104,13 +120,14 @@ def replay_under_cupti(repro: Path, kernel: str, cubin: Path | None, launches: i
     return rows[0]["total_ns"] / rows[0]["calls"]
 
 
-def one_clock(repro: Path, kernel: str, cubin: Path, rounds: int, launches: int = 200) -> dict | None:
+def one_clock(repro: Path, kernel: str, cubin: Path, rounds: int, warm: bool, launches: int = 200) -> dict | None:
     """The replay speedup on CUPTI's clock: median and range of the per-round ratios."""
     if rounds <= 0:
         return None
     ratios = []
     for _ in range(rounds):
-        ratios.append(replay_under_cupti(repro, kernel, None, launches) / replay_under_cupti(repro, kernel, cubin, launches))
+        ratios.append(replay_under_cupti(repro, kernel, None, launches, warm)
+                      / replay_under_cupti(repro, kernel, cubin, launches, warm))
     ratios.sort()
     return {"speedup": ratios[len(ratios) // 2], "low": ratios[0], "high": ratios[-1], "ratios": ratios}
 
@@ -128,6 +145,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=10, help="app runs each way (apply --runs)")
     ap.add_argument("--launches", type=int, default=5,
                     help="the app's launches of the kernel in the apply runs (the capture is of its 5-launch run)")
+    ap.add_argument("--clock-l2", choices=("warm", "cold"), default="warm",
+                    help="the L2 state of the replay under CUPTI: warm (--warm-l2, the app's) or cold (a plain replay's "
+                         "one captured input, as facts §47 ran it)")
     ap.add_argument("--clock-rounds", type=int, default=5,
                     help="rounds of the replay under kerncap profile (CUPTI, the app's clock); 0 skips it")
     ap.add_argument("--alloc", choices=("malloc", "vmm"), default="malloc",
@@ -196,8 +216,10 @@ def main() -> int:
         # the captured input alone, nothing refilled) and an L2 state (flushed, or the
         # kernel's memory read into it): docs/facts.md §47, §48.
         ways = {arm: ["--inputs", *arm.split()] for arm in args.arms.split(",") if arm}
-        compared = {k: compare_interval(kerncap("replay", str(repro), "--compare", str(repro / row["cubin"]), *way,
-                                                "--rounds", "10", "--json")[1]) for k, way in ways.items()}
+        docs = {k: kerncap("replay", str(repro), "--compare", str(repro / row["cubin"]), *way, "--rounds", "10",
+                           "--json")[1] for k, way in ways.items()}
+        compared = {k: compare_interval(d) for k, d in docs.items()}
+        floors = {k: found("floor_ms", d) for k, d in docs.items()}
         status, applied, checked_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--check", "--runs",
                                              str(args.runs), "--json", "--", *applied_command)
         plain, plain_s = None, None
@@ -205,13 +227,14 @@ def main() -> int:
             _, plain, plain_s = kerncap("apply", str(repro), "--variant", str(row["id"]), "--runs", str(args.runs),
                                         "--json", "--", *applied_command)
         identity = identity_apply(repro, applied_command, args.runs) if args.identity else None
-        cupti = one_clock(repro, kernel, repro / row["cubin"], args.clock_rounds)
+        cupti = one_clock(repro, kernel, repro / row["cubin"], args.clock_rounds, args.clock_l2 == "warm")
     report(args, row, compared, cupti, applied, status, checked_s, plain_s)
+    print(f"  the replay's launch floor (an empty kernel between the same events), ms: {floors}")
     if identity is not None:
         print(f"  the captured cubin itself substituted in the app (kernel GPU time, as is / substituted): "
               f"{interval((identity.get('timing') or {}).get('kernel_speedup'))}")
     write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain, "compare": compared, "cupti": cupti,
-                           "identity": identity, "seconds": {"checked": checked_s, "plain": plain_s}})
+                           "identity": identity, "floor_ms": floors, "seconds": {"checked": checked_s, "plain": plain_s}})
     return 0
 
 
@@ -228,7 +251,7 @@ def report(args: argparse.Namespace, row: dict, compared: dict, cupti: dict | No
     for k, iv in compared.items():
         print(f"  replay --compare --inputs {k}: {interval(iv)}")
     if cupti:
-        print(f"  replay under kerncap profile (CUPTI, the app's clock; {args.clock_rounds} rounds, "
+        print(f"  replay under kerncap profile (CUPTI, the app's clock; L2 {args.clock_l2}; {args.clock_rounds} rounds, "
               f"median [range]): {interval(cupti)}")
     print(f"  in the app, kernel GPU time ({args.runs} runs each way, {args.launches} launches a run): "
           f"{interval(kern)}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench_module import load_bench
 
 
@@ -39,3 +41,23 @@ def test_apply_speedup_prints_a_speedup_with_its_interval_or_says_none():
     assert b.interval({"speedup": 1.0941, "low": 1.0921, "high": 1.0972}) == "1.094x [1.092-1.097]"
     assert b.interval({"speedup": 1.2, "low": None, "high": None}) == "1.200x"
     assert b.interval(None) == "n/a" and b.interval({"speedup": None}) == "n/a"
+
+
+def test_apply_speedup_finds_the_launch_floor_and_replays_warm_under_cupti(monkeypatch, tmp_path):
+    """The floor is read wherever the compare document holds it; the replay under CUPTI
+    gets --warm-l2 only when asked (a plain replay times the cold, captured input alone)."""
+    b = load_bench("apply_speedup")
+    assert b.found("floor_ms", {"comparison": {"programs": [], "floor_ms": 0.0027}}) == 0.0027
+    assert b.found("floor_ms", [{"x": 1}, {"y": {"floor_ms": 2}}]) == 2 and b.found("floor_ms", {"a": 1}) is None
+    seen = []
+
+    def fake(*args):
+        seen.append(args)
+        out = Path(args[args.index("--output") + 1])
+        out.write_text('{"kernels": [{"name": "k", "total_ns": 1000, "calls": 10}]}')
+        return 0, {}, 0.0
+
+    monkeypatch.setattr(b, "kerncap", fake)
+    assert b.replay_under_cupti(tmp_path, "k", None, 10, warm=True) == 100.0
+    assert b.replay_under_cupti(tmp_path, "k", tmp_path / "v.cubin", 10, warm=False) == 100.0
+    assert "--warm-l2" in seen[0] and "--warm-l2" not in seen[1] and "--cubin" in seen[1]

@@ -144,6 +144,23 @@ def test_the_clock_and_floor_warnings_start_at_their_thresholds():
     assert sig.rounds_needed(7, 0.0, [0.0]) == 7 and sig.rounds_needed(7, 0, [2.0]) == 7
 
 
+def test_a_short_variants_speedup_notes_what_the_events_around_its_launch_may_hide():
+    """Triton's smooth at 1 Mi floats on the H100 (facts §49): 12.1× between events,
+    13.5× in the app. Both medians less the floor bound the kernel's own speedup; the note
+    comes where that bound is 1 % or more above the medians' ratio, not for a long kernel
+    (smooth's CUDA edit, 88.6 / 77.9 µs: +0.4 %), nor for a slower variant."""
+    def note(base_ms, variant_ms, floor=0.0025):
+        base = {"label": "captured cubin", "cubin": None, "rounds": [[base_ms] * 3] * 6}
+        var = {"label": "v.cubin", "cubin": "v.cubin", "rounds": [[variant_ms] * 3] * 6}
+        return [n for n in sig.analyse(raw([base, var], floor=floor)).programs[1].notes if "events around" in n]
+
+    short = note(0.320, 0.026)
+    assert len(short) == 1 and "up to 13.511×" in short[0] and "floor, 2.50 us)" in short[0]
+    assert not note(0.0886, 0.0779) and not note(0.026, 0.320) and not note(0.320, 0.026, floor=None)
+    assert sig.bracket_bound(1.0, 0.5, 0.005) is None  # 1.005× the ratio: under BRACKET_NOTE
+    assert sig.bracket_bound(1.0, 0.5, 0.02) == pytest.approx(0.98 / 0.48)
+
+
 def test_a_saved_comparison_keeps_the_inputs_its_launches_rotated_over():
     """A comparison written to JSON (the workbench's History, --json) and read back still
     says it rotated over the captured and perturbed inputs, not "on the captured input

@@ -139,13 +139,16 @@ def test_variant_without_the_kernel_is_refused(vector_capture, tmp_path):
 
 def test_tolerance_mode_and_resident_reuse(vector_capture):
     """float32 tolerance on the captured cubin passes with zero error; the second
-    request reuses the resident state (no second open)."""
+    request reuses the resident state (no second open). Counted from after the first
+    request: opening may take more than one server when a fresh process finds the captured
+    addresses taken (AddressUnavailable, retried), as it did once beside six other shards."""
     from kerncap.replay.client import ReplayClient
 
     with ReplayClient(vector_capture) as rc:
         v = rc.validate(atol=0.0, rtol=0.0, dtype="float32")
+        opened = rc.starts
         assert v.passed and v.mode == "tolerance"
         written = [r for r in v.regions if r.kind == "region" and r.dtype == "float32"]
         assert written and all(r.mismatched_elements == 0 and r.max_abs_err == 0.0 for r in written)
         t = rc.replay(iterations=5, warmup=1, flush_l2=True)
-        assert t.iterations == 5 and t.min_ms > 0 and rc.starts == 1
+        assert t.iterations == 5 and t.min_ms > 0 and rc.starts == opened

@@ -726,10 +726,11 @@ class ApplyResult:
             interval = f" [{r['low']:.3f}–{r['high']:.3f}]" if r.get("low") is not None else ""
             lines.append(f"  in the reproducer (History v{self.row}): kernel speedup {r['speedup']:.3f}×{interval}")
         if self.replay_meets is False:
-            lines.append("  note: the two intervals do not meet: the reproducer times each launch between "
-                         "restores and checks, the app runs its own way; `kerncap replay DIR --compare CUBIN "
-                         "--warm-l2` (or --flush-l2) shows how far the L2's state moves the speedup "
-                         "(docs/replay.md); the rest is the app's surroundings (docs/apply.md)")
+            lines.append("  note: the two intervals do not meet: the reproducer times each launch between CUDA "
+                         "events, after restores and checks; here CUPTI times the kernel alone in the app's own "
+                         "run. `kerncap replay DIR --compare CUBIN --warm-l2` (or --flush-l2) shows how far the "
+                         "L2's state moves the speedup, and its note bounds what the events add to a short "
+                         "variant (docs/replay.md, docs/apply.md)")
         if self.row is not None:
             lines.append(f"  recorded on History row v{self.row} (in app)")
         return "\n".join(lines)

@@ -34,6 +34,8 @@ BOOTSTRAP_SEED = 0  # fixed: the same measurements always give the same interval
 MIN_ROUNDS = 5
 # A kernel within this factor of an empty kernel's time is at the launch/timing floor.
 FLOOR_FACTOR = 3.0
+# A speedup that timing the kernel alone could raise by this much (see bracket_bound) is noted.
+BRACKET_NOTE = 0.01
 # SM clock variation (max/min − 1) above this during a comparison is reported.
 CLOCK_DRIFT_WARN = 0.05
 
@@ -265,8 +267,23 @@ def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> Timi
                 p.notes.append(f"median {format_ms(p.median_ms)} is within {FLOOR_FACTOR:g}× of the launch floor "
                                f"({format_ms(floor)}, an empty kernel timed the same way): differences this small "
                                "are mostly launch and timer overhead")
+            elif p is not base and p.interval and (bound := bracket_bound(base.median_ms, p.median_ms, floor)):
+                p.notes.append(f"each time includes the events around its launch (up to the launch floor, "
+                               f"{format_ms(floor)}): the kernel's own speedup, as a profiler or `kerncap apply` "
+                               f"times it, may be up to {bound:.3f}× (both medians less the floor; docs/replay.md)")
     return TimingComparison(programs, int(raw["iterations"]), int(raw["warmup"]), bool(raw["flush_l2"]), confidence,
                             floor, clock, float(raw.get("seconds", 0.0)), notes, inputs, bool(raw.get("warm_l2")))
+
+
+def bracket_bound(base_ms: float, variant_ms: float, floor_ms: float) -> float | None:
+    """The speedup of both medians less the launch floor, where it is BRACKET_NOTE or more
+    above the medians' own ratio (else None). Events time the launch with what surrounds the
+    kernel on the GPU, about the floor less an empty kernel's own run (docs/facts.md §49:
+    ~2 µs): a constant that a short variant's speedup reads lower by. The floor bounds it."""
+    if variant_ms <= floor_ms or base_ms <= floor_ms:
+        return None
+    bound = (base_ms - floor_ms) / (variant_ms - floor_ms)
+    return bound if bound >= (base_ms / variant_ms) * (1 + BRACKET_NOTE) else None
 
 
 def format_comparison(c: TimingComparison) -> str:
