@@ -146,8 +146,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--launches", type=int, default=5,
                     help="the app's launches of the kernel in the apply runs (the capture is of its 5-launch run)")
     ap.add_argument("--clock-l2", choices=("warm", "cold"), default="warm",
-                    help="the L2 state of the replay under CUPTI: warm (--warm-l2, the app's) or cold (a plain replay's "
-                         "one captured input, as facts §47 ran it)")
+                    help="the L2 state of the replay under CUPTI: warm (--warm-l2, the app's) or cold (a plain "
+                         "replay's one captured input, as facts §47 ran it)")
     ap.add_argument("--clock-rounds", type=int, default=5,
                     help="rounds of the replay under kerncap profile (CUPTI, the app's clock); 0 skips it")
     ap.add_argument("--alloc", choices=("malloc", "vmm"), default="malloc",
@@ -234,7 +234,8 @@ def main() -> int:
         print(f"  the captured cubin itself substituted in the app (kernel GPU time, as is / substituted): "
               f"{interval((identity.get('timing') or {}).get('kernel_speedup'))}")
     write_json(args.json, {"build": built, "apply": applied, "apply_plain": plain, "compare": compared, "cupti": cupti,
-                           "identity": identity, "floor_ms": floors, "seconds": {"checked": checked_s, "plain": plain_s}})
+                           "identity": identity, "floor_ms": floors,
+                           "seconds": {"checked": checked_s, "plain": plain_s}})
     return 0
 
 
@@ -251,8 +252,8 @@ def report(args: argparse.Namespace, row: dict, compared: dict, cupti: dict | No
     for k, iv in compared.items():
         print(f"  replay --compare --inputs {k}: {interval(iv)}")
     if cupti:
-        print(f"  replay under kerncap profile (CUPTI, the app's clock; L2 {args.clock_l2}; {args.clock_rounds} rounds, "
-              f"median [range]): {interval(cupti)}")
+        print(f"  replay under kerncap profile (CUPTI, the app's clock; L2 {args.clock_l2}; "
+              f"{args.clock_rounds} rounds, median [range]): {interval(cupti)}")
     print(f"  in the app, kernel GPU time ({args.runs} runs each way, {args.launches} launches a run): "
           f"{interval(kern)}")
     print(f"  in the app, wall time: {interval(t.get('app_speedup'))}; the kernel's share of GPU time "

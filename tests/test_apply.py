@@ -719,3 +719,26 @@ def test_an_in_app_interval_apart_from_the_reproducers_is_explained(tmp_path, re
     assert ("the two intervals do not meet" in result.text()) is (meets is False)
     if meets is False:
         assert "--warm-l2" in result.text() and "--flush-l2" in result.text()
+
+
+@pytest.mark.parametrize("bound,within", [(13.6, True), (12.3, False), (None, False)])
+def test_an_in_app_speedup_the_events_hid_in_the_replay_is_said_to_lie_within_its_bound(tmp_path, bound, within):
+    """Triton's smooth at 1 Mi floats (facts §49): 12.1× [12.0–12.2] replayed between events,
+    13.5× [13.43–13.53] in the app. The History row's bound (both medians less the launch
+    floor) reaching the app's interval is said so, with the bound in the reproducer's line;
+    a bound short of it, or none, keeps the plain "do not meet" note."""
+    from kerncap.capture.apply import ApplyResult, Timing
+    from kerncap.replay.significance import Interval
+
+    timing = Timing(runs=5, app_s=([7.0] * 5, [7.0] * 5), kernel_ms=([1.6] * 5, [0.12] * 5), share=(0.76, 0.19),
+                    app_interval=None, kernel_interval=Interval(13.52, 13.43, 13.53, 0.99), substituted=5)
+    replay = {"speedup": 12.12, "low": 12.0, "high": 12.2, "bound": bound}
+    result = ApplyResult(variant=tmp_path / "v.cubin", launches=5, substituted=5, check=None, timing=timing,
+                         skipped_globals=[], row=1, replay=replay)
+    text = result.text()
+    assert result.replay_meets is False and result.within_bound is within
+    assert result.to_dict()["within_bound"] is within
+    assert ("reaches the reproducer's speedup without the events" in text) is within
+    assert ("--warm-l2" in text) is not within
+    assert ("× without the events around each timed launch" in text) is (bound is not None)
+    assert bound is None or f"up to {bound:.3f}×" in text

@@ -724,8 +724,8 @@ def test_apply_is_one_result_in_every_front_end(applied_app, tmp_path, capsys, v
     assert from_cli == from_mcp == from_session
     assert from_cli["row"] == variant and from_cli["launches"] == 5
     # the row's speedup in the reproducer beside the in-app one (v2: a ratio of medians, no interval)
-    assert from_cli["replay_speedup"] == ({"speedup": 1.25, "low": 1.21, "high": 1.29} if variant == 1
-                                          else {"speedup": 1.0, "low": None, "high": None})
+    assert from_cli["replay_speedup"] == ({"speedup": 1.25, "low": 1.21, "high": 1.29, "bound": None} if variant == 1
+                                          else {"speedup": 1.0, "low": None, "high": None, "bound": None})
     assert from_cli["substituted"] == (2 if dispatch else 5)
     mismatch = from_cli["check"]["mismatch"]
     assert (mismatch and (mismatch["launch"], mismatch["param"])) == ((2, 0) if variant == 2 else None)
@@ -794,7 +794,8 @@ def test_a_sets_variant_runs_in_the_app_through_its_first_member(applied_app, tm
     assert status == 0, doc
     assert (doc["row"], doc["launches"], doc["substituted"], doc["check"]["compared"]) == (1, 5, 5, 5)
     assert doc["check"]["mismatch"] is None and doc["variant"] == str((root / "variants" / "fast.cubin").resolve())
-    assert doc["replay_speedup"] == {"speedup": 1.25, "low": None, "high": None}  # the set's row: 0.01 / 0.008
+    # the set's row: 0.01 / 0.008
+    assert doc["replay_speedup"] == {"speedup": 1.25, "low": None, "high": None, "bound": None}
     kept = History.load(root).get(1).in_app
     assert kept["check"] == "pass" and kept["substituted"] == 5
     assert History.load(root / "members" / "0").get(1).in_app is None  # the member's own row is not the set's
@@ -907,3 +908,36 @@ def test_a_builds_inputs_are_the_inputs_its_timing_rotates_over(tmp_path, monkey
     result = api.build(repro, api.BuildRequest(inputs=inputs, rounds=5, iterations=2, perturb=1))
     assert result.status == "recorded" and result.variant.speedup_low is not None
     assert given and max(given) == inputs, given  # after each timing: [[]], the captured input again
+
+
+def fast_axpy(m, s):
+    axpy(m, s)
+
+
+fast_axpy.ms = 0.01  # against the captured 0.05 ms: 5× between the stand-in's events
+
+
+def test_a_build_records_the_bound_the_events_may_hide_and_apply_shows_it(tmp_path, monkeypatch, compiles):
+    """A short variant's History row keeps its speedup with both medians less the launch
+    floor (the stand-in's floor 0.002 ms: (0.05 − 0.002) / (0.01 − 0.002) = 6×, above the
+    medians' 5×); a variant as fast as the captured one records none. The row's bound
+    reaches apply's reproducer line (kerncap.session.Session._kept_in_app)."""
+    from kerncap.reproducer.history import History
+
+    kernels = {**KERNELS, "1.cubin": fast_axpy}
+    repro = with_source(sim.axpy_reproducer(tmp_path / "fast", monkeypatch, kernels))
+    result = api.build(repro, api.BuildRequest(rounds=5, iterations=2, perturb=1))
+    v = result.variant
+    assert result.status == "recorded" and v.speedup == pytest.approx(5.0, rel=0.05)
+    assert v.speedup_bound == pytest.approx(6.0, rel=0.05)
+    assert History.load(repro).get(1).speedup_bound == v.speedup_bound
+    assert api.speedup_phrase(v).endswith(f", up to {v.speedup_bound:.2f}× without the events")
+    from kerncap.capture.apply import ApplyRequest, ApplyResult
+
+    applied = ApplyResult(variant=repro / v.cubin, launches=5, substituted=5, check=None, timing=None,
+                          skipped_globals=[], row=1)
+    with api.open(repro) as session:
+        kept = session._kept_in_app(applied, ApplyRequest(command=("app",), variant=1))
+    assert kept.replay["bound"] == v.speedup_bound and f"up to {v.speedup_bound:.3f}×" in kept.text()
+    same = with_source(sim.axpy_reproducer(tmp_path / "same", monkeypatch, KERNELS))
+    assert api.build(same, api.BuildRequest(rounds=5, iterations=2, perturb=1)).variant.speedup_bound is None

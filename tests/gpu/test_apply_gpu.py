@@ -153,7 +153,8 @@ def test_the_triton_twins_faster_edit_is_built_and_applied_faster_in_its_app(tes
                            str(row["id"]), "--check", "--runs", "5", "--json", "--", *command],
                           capture_output=True, text=True, timeout=600)
     doc = json.loads(proc.stdout)
-    print(row["speedup"], json.dumps({k: doc[k] for k in ("launches", "substituted", "check", "timing")}, indent=1))
+    print(row["speedup"], row.get("speedup_bound"), doc.get("within_bound"),
+          json.dumps({k: doc[k] for k in ("launches", "substituted", "check", "timing", "replay_speedup")}, indent=1))
     assert proc.returncode == 0, doc
     assert doc["launches"] == doc["substituted"] == 5 and doc["check"]["compared"] == 5
     assert doc["check"]["mismatch"] is None

@@ -62,6 +62,10 @@ class Variant:
     speedup_high: float | None = None
     confidence: float | None = None
     significant: bool | None = None
+    # The speedup with both medians less the launch floor, where it is 1 % or more above
+    # the medians' ratio (significance.bracket_bound): what the events around each timed
+    # launch may hide of a short variant's own speedup, an upper bound. None: not noted.
+    speedup_bound: float | None = None
     # A sequence (docs/sequences.md): the kernel whose entry was rebuilt (None: the
     # baseline) and every launch's replayed median, in launch order (None: not timed).
     kernel: int | None = None
