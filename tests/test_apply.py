@@ -723,7 +723,7 @@ def test_an_in_app_interval_apart_from_the_reproducers_is_explained(tmp_path, re
 
 @pytest.mark.parametrize("bound,within", [(13.6, True), (12.3, False), (None, False)])
 def test_an_in_app_speedup_the_events_hid_in_the_replay_is_said_to_lie_within_its_bound(tmp_path, bound, within):
-    """Triton's smooth at 1 Mi floats (facts §49): 12.1× [12.0–12.2] replayed between events,
+    """Triton's smooth at 1 Mi floats (facts §49): about 12.2× replayed between events,
     13.5× [13.43–13.53] in the app. The History row's bound (both medians less the launch
     floor) reaching the app's interval is said so, with the bound in the reproducer's line;
     a bound short of it, or none, keeps the plain "do not meet" note."""

@@ -145,7 +145,7 @@ def test_the_clock_and_floor_warnings_start_at_their_thresholds():
 
 
 def test_a_short_variants_speedup_notes_what_the_events_around_its_launch_may_hide():
-    """Triton's smooth at 1 Mi floats on the H100 (facts §49): 12.1× between events,
+    """Triton's smooth at 1 Mi floats on the H100 (facts §49): 12.2× between events,
     13.5× in the app. Both medians less the floor bound the kernel's own speedup; the note
     comes where that bound is 1 % or more above the medians' ratio, not for a long kernel
     (smooth's CUDA edit, 88.6 / 77.9 µs: +0.4 %), nor for a slower variant."""
