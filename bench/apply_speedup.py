@@ -154,6 +154,9 @@ def parse_args() -> argparse.Namespace:
                     help="vmm: the CUDA app's x and y from cuMemCreate + cuMemMap in the apply runs, as the replay "
                          "maps its regions (the capture stays of its cudaMalloc run): does the app's speedup move "
                          "to the replay's?")
+    ap.add_argument("--timer", choices=("events", "kernel"), default="events",
+                    help="what times the build's launches (kerncap build --timer): kernel is CUPTI's records, the "
+                         "app's clock; an arm takes its own (e.g. --arms '4 --timer kernel')")
     ap.add_argument("--arms", default="4,1,4 --flush-l2,4 --warm-l2,1 --warm-l2",
                     help="the replay --compare arms, comma-separated: an input count and its flags")
     ap.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
@@ -207,7 +210,7 @@ def main() -> int:
         repro, command, kernel = capture_and_edit(args, Path(tmp))
         vmm = ["vmm"] if args.alloc == "vmm" else []
         applied_command = command + ([str(args.launches)] if args.launches != 5 or vmm else []) + vmm
-        status, built, _ = kerncap("build", str(repro), "--json")
+        status, built, _ = kerncap("build", str(repro), "--timer", args.timer, "--json")
         row = built.get("variant") or {}
         if status != 0 or row.get("validation") != "pass":
             raise SystemExit(f"the edited variant did not build and pass: {json.dumps(built)[:2000]}")
@@ -248,7 +251,7 @@ def report(args: argparse.Namespace, row: dict, compared: dict, cupti: dict | No
     edit_name = "the README's edit" if args.app == "cuda" else "the plain tap load"
     print(f"{args.app} smooth over {args.n} floats, {edit_name} as History row {row['id']} "
           f"({row.get('validation')} {row.get('validation_detail')}):")
-    print(f"  replay speedup (build, 4 rotating inputs): {interval(replay)}")
+    print(f"  replay speedup (build, 4 rotating inputs, timer {row.get('timer') or 'events'}): {interval(replay)}")
     for k, iv in compared.items():
         print(f"  replay --compare --inputs {k}: {interval(iv)}")
     if cupti:

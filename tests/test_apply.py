@@ -13,6 +13,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -719,6 +720,9 @@ def test_an_in_app_interval_apart_from_the_reproducers_is_explained(tmp_path, re
     assert ("the two intervals do not meet" in result.text()) is (meets is False)
     if meets is False:
         assert "--warm-l2" in result.text() and "--flush-l2" in result.text()
+        assert "`kerncap build --timer kernel` times the reproducer on the app's clock" in result.text()
+        kernel = replace(result, replay={**replay, "timer": "kernel"})
+        assert "do not meet on the same clock" in kernel.text() and "CUPTI's kernel records as here" in kernel.text()
 
 
 @pytest.mark.parametrize("bound,within", [(13.6, True), (12.3, False), (None, False)])

@@ -724,8 +724,9 @@ def test_apply_is_one_result_in_every_front_end(applied_app, tmp_path, capsys, v
     assert from_cli == from_mcp == from_session
     assert from_cli["row"] == variant and from_cli["launches"] == 5
     # the row's speedup in the reproducer beside the in-app one (v2: a ratio of medians, no interval)
-    assert from_cli["replay_speedup"] == ({"speedup": 1.25, "low": 1.21, "high": 1.29, "bound": None} if variant == 1
-                                          else {"speedup": 1.0, "low": None, "high": None, "bound": None})
+    assert from_cli["replay_speedup"] == ({"speedup": 1.25, "low": 1.21, "high": 1.29, "bound": None, "timer": "events"}
+                                          if variant == 1 else
+                                          {"speedup": 1.0, "low": None, "high": None, "bound": None, "timer": "events"})
     assert from_cli["substituted"] == (2 if dispatch else 5)
     mismatch = from_cli["check"]["mismatch"]
     assert (mismatch and (mismatch["launch"], mismatch["param"])) == ((2, 0) if variant == 2 else None)
@@ -795,7 +796,7 @@ def test_a_sets_variant_runs_in_the_app_through_its_first_member(applied_app, tm
     assert (doc["row"], doc["launches"], doc["substituted"], doc["check"]["compared"]) == (1, 5, 5, 5)
     assert doc["check"]["mismatch"] is None and doc["variant"] == str((root / "variants" / "fast.cubin").resolve())
     # the set's row: 0.01 / 0.008
-    assert doc["replay_speedup"] == {"speedup": 1.25, "low": None, "high": None, "bound": None}
+    assert doc["replay_speedup"] == {"speedup": 1.25, "low": None, "high": None, "bound": None, "timer": "events"}
     kept = History.load(root).get(1).in_app
     assert kept["check"] == "pass" and kept["substituted"] == 5
     assert History.load(root / "members" / "0").get(1).in_app is None  # the member's own row is not the set's
@@ -941,3 +942,25 @@ def test_a_build_records_the_bound_the_events_may_hide_and_apply_shows_it(tmp_pa
     assert kept.replay["bound"] == v.speedup_bound and f"up to {v.speedup_bound:.3f}×" in kept.text()
     same = with_source(sim.axpy_reproducer(tmp_path / "same", monkeypatch, KERNELS))
     assert api.build(same, api.BuildRequest(rounds=5, iterations=2, perturb=1)).variant.speedup_bound is None
+
+
+def test_a_build_on_the_kernel_timer_keeps_the_kernels_speedup_and_apply_says_the_clock(
+        tmp_path, monkeypatch, compiles):
+    """`build --timer kernel` times on CUPTI's kernel records (the stand-in: the events add its
+    0.002 ms floor): the row keeps the kernels' own 5× and `timer: "kernel"`, no bound (an
+    events figure), the phrase says the timer, and apply's reproducer line names the clock."""
+    from kerncap.capture.apply import ApplyRequest, ApplyResult
+    from kerncap.reproducer.history import History
+
+    repro = with_source(sim.axpy_reproducer(tmp_path, monkeypatch, {**KERNELS, "1.cubin": fast_axpy}))
+    v = api.build(repro, api.BuildRequest(rounds=5, iterations=2, perturb=1, timer="kernel")).variant
+    assert v.timer == "kernel" and v.speedup == pytest.approx(5.0, rel=0.05) and v.speedup_bound is None
+    assert History.load(repro).get(1).timer == "kernel"
+    assert "(kernel timer)" in api.speedup_phrase(v)
+    applied = ApplyResult(variant=repro / v.cubin, launches=5, substituted=5, check=None, timing=None,
+                          skipped_globals=[], row=1)
+    with api.open(repro) as session:
+        kept = session._kept_in_app(applied, ApplyRequest(command=("app",), variant=1))
+    assert kept.replay["timer"] == "kernel" and "CUPTI's kernel records as here" in kept.text()
+    with pytest.raises(UsageError, match="--timer"):
+        api.build(repro, api.BuildRequest(timer="cupti"))

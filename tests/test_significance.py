@@ -343,3 +343,77 @@ def test_the_programs_take_turns_at_being_timed_first_in_a_round(tmp_path, monke
     blocks = [c for i, c in enumerate(calls) if i == 0 or calls[i - 1] != c]  # one per timed block
     rounds = [blocks[i:i + 3] for i in range(len(blocks) - 15, len(blocks), 3)]
     assert rounds == [["C", "A", "B"], ["A", "B", "C"], ["B", "C", "A"], ["C", "A", "B"], ["A", "B", "C"]]
+
+
+def fast_axpy(m, s):
+    axpy(m, s)
+
+
+fast_axpy.ms = 0.045
+
+
+def hidden(m, s):
+    """Right bytes, but 0.02 ms of its launch outside its kernels' records (a device-side launch)."""
+    axpy(m, s)
+
+
+hidden.ms = 0.030
+hidden.unseen_ms = 0.020
+
+
+def test_the_kernel_timer_reaches_the_core_and_is_said_and_kept(tmp_path, monkeypatch, capsys):
+    """--timer kernel (CUPTI's records, the clock apply times the app with) reaches the core's
+    timing loop, the JSON and the text say which timer, the events' floor notes (an events
+    figure) are left out, and the speedup is of the kernels' own times."""
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "fast.cubin": fast_axpy})
+    fast_ = repro.parent / "fast.cubin"
+    assert cli.main(["replay", str(repro), "--compare", str(fast_), "--rounds", "5", "--timer", "kernel",
+                     "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["timer"] == "kernel"
+    assert all(len(p["event_rounds"]) == 5 for p in doc["programs"])
+    # the events add the stand-in's 0.002 ms floor to each kernel time
+    events = sig.percentile([t for r in doc["programs"][1]["event_rounds"] for t in r], 50)
+    assert events == pytest.approx(doc["programs"][1]["median_ms"] + 0.002, rel=0.01)
+    assert doc["programs"][1]["interval"]["speedup"] == pytest.approx(0.050 / 0.045, rel=0.05)
+    assert cli.main(["replay", str(repro), "--compare", str(fast_), "--rounds", "5", "--timer", "kernel"]) == 0
+    assert "timed by CUPTI's kernel records" in capsys.readouterr().out
+    assert cli.main(["replay", str(repro), "--compare", str(fast_), "--rounds", "5"]) == 0
+    assert "timed by CUDA events" in capsys.readouterr().out
+    assert cli.main(["replay", str(repro), "--compare", str(fast_), "--timer", "cupti"]) == 2
+    assert "--timer" in capsys.readouterr().err
+
+
+def test_a_variant_whose_launch_spans_more_than_its_kernels_gets_no_speedup_on_the_kernel_timer(
+        tmp_path, monkeypatch, capsys):
+    """An optimizer's variant that moves its work where CUPTI's kernel records do not see it
+    (a kernel launched from the device) would read 1.7× faster on the kernel timer: its launch
+    spans 0.02 ms more than its kernels' records, beyond UNSEEN_MS + 5 % of the captured
+    kernel's, so it is void on that timer (exit 1) and the events still time it whole."""
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "hidden.cubin": hidden})
+    hidden_ = repro.parent / "hidden.cubin"
+    assert cli.main(["replay", str(repro), "--compare", str(hidden_), "--rounds", "5", "--timer", "kernel",
+                     "--json"]) == 1
+    p = json.loads(capsys.readouterr().out)["programs"][1]
+    assert p["interval"] is None and p["unseen_ms"] == pytest.approx(0.020, rel=0.05)
+    assert any("kernel timer VOID" in n and "launched from the device" in n for n in p["notes"])
+    assert cli.main(["replay", str(repro), "--compare", str(hidden_), "--rounds", "5", "--timer", "kernel"]) == 1
+    assert "VOID (work outside its kernel records)" in capsys.readouterr().out
+    assert cli.main(["replay", str(repro), "--compare", str(hidden_), "--rounds", "5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["programs"][1]["interval"]["speedup"] < 1.1
+
+
+def test_unseen_work_starts_at_its_threshold():
+    """Beyond the captured kernel's own span outside its records by UNSEEN_MS + 5 % of its
+    event time: at the threshold not void, just above it void."""
+    base_ms, gap = 0.1, 0.001
+    limit = sig.UNSEEN_MS + sig.UNSEEN_FRACTION * (base_ms + gap)
+
+    def program(kernel_ms, outside):
+        return sig.ProgramTiming("p", None, [[kernel_ms]] * 5, event_rounds=[[kernel_ms + outside]] * 5)
+
+    for extra, void in ((limit * 0.99, False), (limit * 1.01, True)):
+        p = program(0.05, gap + extra)
+        assert sig.unseen_work(program(base_ms, gap), p) is void
+        assert (p.unseen_ms is not None) is void
+    assert sig.unseen_work(program(base_ms, gap), sig.ProgramTiming("p", None, [[0.05]] * 5)) is False

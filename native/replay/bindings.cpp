@@ -196,7 +196,8 @@ PYBIND11_MODULE(_replay, m) {
       .def("select_program", &Session::select_program, py::arg("key"))
       .def("drop_program", &Session::drop_program, py::arg("key"), release())
       .def("time", &Session::time, py::arg("iterations"), py::arg("warmup"), py::arg("flush_l2"),
-           py::arg("warm_l2") = false, release())
+           py::arg("warm_l2") = false, py::arg("kernel_timer") = false, release())
+      .def("last_events_ms", &Session::last_events_ms)
       .def("set_time_inputs", &Session::set_time_inputs, py::arg("inputs"), release())
       .def("set_gaps", &Session::set_gaps, py::arg("gaps"), release())
       .def("gap_bytes", &Session::gap_bytes, release())

@@ -145,7 +145,12 @@ class Session {
   // timing input it % K (set_time_inputs), and with the check on (the default) every
   // timed launch is followed, outside the timed interval, by a GPU compare of what it
   // wrote with the expected state of its input: last_check() has the result.
-  std::vector<double> time(int iterations, int warmup, bool flush_l2, bool warm_l2 = false);
+  // kernel_timer: each timed launch's time is its kernels' span in CUPTI's records
+  // (kernel_timer.hpp), the events' times kept in last_events_ms().
+  std::vector<double> time(int iterations, int warmup, bool flush_l2, bool warm_l2 = false,
+                           bool kernel_timer = false);
+  // The events' times of the last kernel-timed time() (empty after an events-timed one).
+  std::vector<double> last_events_ms() const { return last_events_ms_; }
   // The inputs time() rotates over: one list of fills per input; an empty list is the
   // captured input (expected: the captured post-state), input j with fills is expected
   // to leave reference slot j (keep_reference(items, j) after running the captured
@@ -301,6 +306,7 @@ class Session {
   bool check_ = true;
   std::vector<CompareSpec> check_specs_;
   std::vector<std::pair<int, unsigned long long>> last_check_;
+  std::vector<double> last_events_ms_;
   DeviceBuffer check_results_;
 };
 

@@ -736,18 +736,24 @@ class ApplyResult:
             interval = f" [{r['low']:.3f}–{r['high']:.3f}]" if r.get("low") is not None else ""
             bound = (f"; up to {r['bound']:.3f}× without the events around each timed launch (docs/replay.md)"
                      if r.get("bound") else "")
-            lines.append(f"  in the reproducer (History v{self.row}): kernel speedup {r['speedup']:.3f}×{interval}"
-                         + bound)
+            timer = ", CUPTI's kernel records as here" if r.get("timer") == "kernel" else ""
+            lines.append(f"  in the reproducer (History v{self.row}{timer}): kernel speedup {r['speedup']:.3f}×"
+                         f"{interval}" + bound)
         if self.replay_meets is False and self.within_bound:
             lines.append("  note: the two intervals do not meet, but the app's reaches the reproducer's speedup "
                          "without the events around each timed launch: the reproducer times each launch between "
                          "CUDA events, here CUPTI times the kernel alone (docs/apply.md)")
+        elif self.replay_meets is False and (self.replay or {}).get("timer") == "kernel":
+            lines.append("  note: the two intervals do not meet on the same clock (CUPTI's kernel records both "
+                         "ways): the app's launches see other inputs and another L2 state than the reproducer's; "
+                         "`kerncap replay DIR --compare CUBIN --timer kernel --warm-l2` (or --flush-l2) shows how "
+                         "far the L2's state moves the speedup (docs/apply.md)")
         elif self.replay_meets is False:
             lines.append("  note: the two intervals do not meet: the reproducer times each launch between CUDA "
                          "events, after restores and checks; here CUPTI times the kernel alone in the app's own "
-                         "run. `kerncap replay DIR --compare CUBIN --warm-l2` (or --flush-l2) shows how far the "
-                         "L2's state moves the speedup, and its note bounds what the events add to a short "
-                         "variant (docs/replay.md, docs/apply.md)")
+                         "run. `kerncap build --timer kernel` times the reproducer on the app's clock, and "
+                         "`kerncap replay DIR --compare CUBIN --warm-l2` (or --flush-l2) shows how far the L2's "
+                         "state moves the speedup (docs/replay.md, docs/apply.md)")
         if self.row is not None:
             lines.append(f"  recorded on History row v{self.row} (in app)")
         return "\n".join(lines)

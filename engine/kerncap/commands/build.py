@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     how.add_argument("--full", action="store_true", help="CUDA: compile the whole translation unit")
     how.add_argument("--reduced", action="store_true", help="CUDA: compile only what the kernel needs, no fallback")
     render.add_request(p, api.BuildRequest, ("trust", "kernel", "fusion", "intermediates", "rounds", "iterations",
-                                             "perturb", "runs", "inputs"))
+                                             "perturb", "runs", "inputs", "timer"))
     p.add_argument("--device", type=non_negative_int, default=0, help="GPU ordinal (0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=handle)

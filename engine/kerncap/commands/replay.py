@@ -47,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time these variants interleaved with the captured cubin; report each speedup with a "
                         "bootstrap confidence interval, or 'within noise' when it contains 1.0. With --ncu: "
                         "exactly two, A B (a cubin, or `captured`), their metrics side by side with B's change")
-    render.add_request(c, api.CompareRequest, ("rounds", "min_seconds", "max_seconds", "confidence", "inputs", "seed"))
+    render.add_request(c, api.CompareRequest,
+                       ("rounds", "min_seconds", "max_seconds", "confidence", "inputs", "seed", "timer"))
     q = p.add_argument_group("sequences (docs/sequences.md)")
     render.add_request(q, api.SequenceReplay, defaults={"sequence_order": None})
     p.add_argument("--device", type=non_negative_int, default=0,
@@ -88,7 +89,7 @@ def handle_compare(args: argparse.Namespace) -> int:
     with _open(args) as session:
         result = session.compare(request)
     print(json.dumps(result.to_dict(), indent=1) if args.json else api.format_comparison(result))
-    return EXIT_FAILED if any(p.void for p in result.programs) else 0
+    return EXIT_FAILED if any(p.void or p.unseen_ms is not None for p in result.programs) else 0
 
 
 def _open(args: argparse.Namespace):

@@ -465,7 +465,7 @@ def _build_tools(server: MCPServer, state: KerncapMCP) -> None:
     @server.tool()
     @kerncap_tool
     @render.tool_options(api.BuildRequest, ("config", "mode", "rounds", "iterations", "perturb", "runs", "inputs",
-                                            "kernel", "fusion", "intermediates"))
+                                            "timer", "kernel", "fusion", "intermediates"))
     async def build(ctx: Context, reproducer: Reproducer, **options: Any) -> dict[str, Any]:
         """The workbench's build, for an agent (as `kerncap build --json`): recompile the
         edited sources, time the new cubin interleaved with the captured one (speedup with

@@ -250,7 +250,7 @@ class ReplayClient:
     def compare_timing(self, cubins: Sequence[str | Path], *, rounds: int = 30, iterations: int = 10,
                        warmup: int = 2, flush_l2: bool = False, min_seconds: float = 0.0,
                        max_seconds: float = 300.0, confidence: float | None = None,
-                       inputs: Sequence[Sequence[dict]] = (), warm_l2: bool = False):
+                       inputs: Sequence[Sequence[dict]] = (), warm_l2: bool = False, timer: str = "events"):
         """Interleaved timing of the captured cubin and `cubins`, with the speedup of each
         and its bootstrap interval (kerncap.replay.significance). `inputs`: the fills of the
         perturbed inputs the timed launches rotate over besides the captured one."""
@@ -258,7 +258,8 @@ class ReplayClient:
 
         raw = self.request("time_compare", cubins=[_path(c) for c in cubins], rounds=rounds, iterations=iterations,
                            warmup=warmup, flush_l2=flush_l2, min_seconds=min_seconds, max_seconds=max_seconds,
-                           inputs=[list(f) for f in inputs], **({"warm_l2": True} if warm_l2 else {}))
+                           inputs=[list(f) for f in inputs], **({"warm_l2": True} if warm_l2 else {}),
+                           **({"timer": timer} if timer != "events" else {}))
         return analyse(raw, confidence or DEFAULT_CONFIDENCE)
 
     def load_variant(self, cubin: str | Path) -> dict[str, int]:

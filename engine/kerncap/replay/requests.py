@@ -15,7 +15,7 @@ from kerncap.core.option import Option, check_fields
 from kerncap.errors import KerncapError, UsageError
 from kerncap.replay.client import DEFAULT_TIMEOUT
 from kerncap.replay.perturb import MAX_PERTURBATIONS, check_count
-from kerncap.replay.significance import DEFAULT_CONFIDENCE, MIN_ROUNDS
+from kerncap.replay.significance import DEFAULT_CONFIDENCE, MIN_ROUNDS, TIMERS
 from kerncap.replay.tensor_view import parse_shape
 
 check_perturb_count = check_count  # a K given explicitly must be 1..MAX_PERTURBATIONS
@@ -72,6 +72,10 @@ REPLAY_WARMUP = Option("warmup", "--warmup", int, 3, "untimed launches first", m
 FLUSH_L2 = Option("flush_l2", "--flush-l2", bool, False, "cold L2: evict it before every launch (outside the timing)")
 WARM_L2 = Option("warm_l2", "--warm-l2", bool, False, "warm L2: read the kernel's memory (up to the L2's size) before "
                  "every launch (outside the timing), as an app that has just produced it leaves it")
+TIMER = Option("timer", "--timer", str, "events", "what times each launch: events (CUDA events around it: the "
+               "launch with what the stream does between them) or kernel (CUPTI's record of its kernels' own run, "
+               "the clock kerncap profile and kerncap apply time the app with; a variant whose launch spans more "
+               "than its kernels' records gets no speedup on it)", metavar="T", choices=TIMERS)
 ROUNDS = Option("rounds", "--rounds", int, 30, f"interleaved rounds (at least {MIN_ROUNDS})", minimum=MIN_ROUNDS,
                 maximum=100000, metavar="R")
 COMPARE_ITERATIONS = Option("iterations", "--iterations", int, 10, "timed launches per program and round",
@@ -215,6 +219,7 @@ class CompareRequest:
     confidence: float = CONFIDENCE.field()
     inputs: int = TIMING_INPUTS.field()
     seed: int = SEED.field()
+    timer: str = TIMER.field()
     # perturbations (0-based, as validate numbers them minus one) the timing must not use:
     # those that made the captured kernel itself fault in a validation just before
     skip: tuple[int, ...] = ()

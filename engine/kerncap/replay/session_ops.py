@@ -19,7 +19,7 @@ from kerncap.errors import KerncapError
 from kerncap.replay.clocks import ClockSampler
 from kerncap.replay.native_session import MAX_PROGRAMS, item_label
 from kerncap.replay.results import RegionCheck
-from kerncap.replay.significance import rounds_needed
+from kerncap.replay.significance import TIMERS, rounds_needed
 
 FLOOR_ITERATIONS = 50
 MAX_ROUNDS = 100_000
@@ -192,6 +192,7 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
     rounds, iterations, warmup = int(req.get("rounds", 30)), int(req.get("iterations", 10)), int(req.get("warmup", 2))
     flush_l2, warm_l2 = bool(req.get("flush_l2", False)), bool(req.get("warm_l2", False))
     min_seconds, max_seconds = float(req.get("min_seconds", 0.0)), float(req.get("max_seconds", 300.0))
+    timer = _timer(req)
     if rounds < 1 or iterations < 1 or warmup < 0:
         raise KerncapError(f"rounds and iterations must be >= 1 and warmup >= 0 (got {rounds}, {iterations}, {warmup})")
     keys = [ns.program_key(c) for c in cubins]
@@ -200,6 +201,7 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
     floor = statistics.median(ns.session.time_empty(FLOOR_ITERATIONS))
     sampler = _sampler(ns)
     times: list[list[list[float]]] = [[] for _ in keys]
+    events: list[list[list[float]]] = [[] for _ in keys]  # the kernel timer's launches as the events saw them
     checks: list[list[list[list[int]]]] = [[] for _ in keys]
     notes: list[str] = []
     inputs = _timing_inputs(ns, keys[0], req.get("inputs") or [])
@@ -215,7 +217,10 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
             for j in [(j + done) % len(keys) for j in range(len(keys))]:
                 ns.select(keys[j])
                 ns.session.set_check(True, check_specs[keys[j]])
-                times[j].append([float(t) for t in ns.session.time(iterations, warmup, flush_l2, warm_l2)])
+                times[j].append([float(t) for t in ns.session.time(
+                    iterations, warmup, flush_l2, warm_l2, **({"kernel_timer": True} if timer == "kernel" else {}))])
+                if timer == "kernel":
+                    events[j].append([float(t) for t in ns.session.last_events_ms()])
                 checks[j].append([[int(i), int(n)] for i, n in ns.session.last_check()])
             sampler.sample()
             done += 1
@@ -230,12 +235,22 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
     report = sampler.report()
     ns.select(keys[0])
     return {
-        "programs": [{"label": lab, "cubin": c, "rounds": t, "checks": k}
-                     for lab, c, t, k in zip(labels, cubins, times, checks)],
+        "programs": [{"label": lab, "cubin": c, "rounds": t, "checks": k, **({"event_rounds": e} if e else {})}
+                     for lab, c, t, k, e in zip(labels, cubins, times, checks, events)],
+        "timer": timer,
         "inputs": inputs,
         "iterations": iterations, "warmup": warmup, "flush_l2": flush_l2, "warm_l2": warm_l2, "floor_ms": floor,
         "clock": report, "seconds": time.monotonic() - t0, "notes": notes + list(ns.session.notes()),
     }
+
+
+def _timer(req: dict[str, Any]) -> str:
+    """The request's timer (requests.TIMERS), checked: the server is a door of its own."""
+    timer = str(req.get("timer", "events"))
+    if timer not in TIMERS:
+        raise KerncapError(f"timer {timer!r} is none of {', '.join(TIMERS)}",
+                           "events (the default) or kernel (CUPTI's record of the kernel's own run)")
+    return timer
 
 
 def _timing_inputs(ns, captured_key: str, perturbed: list[list[dict[str, Any]]]) -> int:

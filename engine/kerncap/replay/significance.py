@@ -36,6 +36,14 @@ MIN_ROUNDS = 5
 FLOOR_FACTOR = 3.0
 # A speedup that timing the kernel alone could raise by this much (see bracket_bound) is noted.
 BRACKET_NOTE = 0.01
+# What times each launch (requests.TIMER): CUDA events around it, or CUPTI's records of its
+# kernels (native/replay/kernel_timer.hpp). On the kernel timer a variant whose launches span
+# more than its kernels' records by UNSEEN_MS + UNSEEN_FRACTION of the captured kernel's
+# event time beyond what the captured kernel's do (medians) did work the records cannot
+# see (a kernel launched from the device): it gets no speedup on that timer.
+TIMERS = ("events", "kernel")
+UNSEEN_MS = 0.002
+UNSEEN_FRACTION = 0.05
 # SM clock variation (max/min − 1) above this during a comparison is reported.
 CLOCK_DRIFT_WARN = 0.05
 
@@ -118,6 +126,18 @@ class ProgramTiming:
     # a note for this program only ("shorter than the launch floor")
     notes: list[str] = field(default_factory=list)
     check: LaunchCheck | None = None  # what the check after every timed launch found
+    # the kernel timer: the same launches as the events around them saw them (ms, per round)
+    event_rounds: list[list[float]] | None = None
+    # the kernel timer: how much more than the captured kernel's its launches spanned beyond
+    # its kernels' records (ms) where that made its timing void (UNSEEN_MS), else None
+    unseen_ms: float | None = None
+
+    @property
+    def outside_ms(self) -> float | None:
+        """Median event time less median kernel time: what a launch spans beyond its kernels."""
+        if not self.event_rounds:
+            return None
+        return percentile([t for r in self.event_rounds for t in r], 50) - self.median_ms
 
     @property
     def void(self) -> bool:
@@ -185,6 +205,7 @@ class TimingComparison:
     notes: list[str] = field(default_factory=list)
     inputs: int = 1  # the inputs the timed launches rotated over (1: the captured input alone)
     warm_l2: bool = False  # the kernel's memory read into L2 before each launch
+    timer: str = "events"  # TIMERS
 
     @property
     def baseline(self) -> ProgramTiming:
@@ -224,12 +245,14 @@ class TimingComparison:
             iv = p.get("interval")
             interval = None if iv is None else Interval(iv["speedup"], iv["low"], iv["high"], iv["confidence"])
             programs.append(ProgramTiming(p["label"], p.get("cubin"), [list(r) for r in p["rounds"]], interval,
-                                          list(p.get("notes", [])), LaunchCheck.from_dict(p.get("check"))))
+                                          list(p.get("notes", [])), LaunchCheck.from_dict(p.get("check")),
+                                          p.get("event_rounds"), p.get("unseen_ms")))
         c = d["clock"]
         clock = ClockReport(c["available"], list(c.get("samples_mhz", [])), c.get("max_mhz"),
                             list(c.get("throttle", [])), c.get("unavailable_reason", ""))
         return cls(programs, d["iterations"], d["warmup"], d["flush_l2"], d["confidence"], d.get("floor_ms"), clock,
-                   d.get("seconds", 0.0), list(d.get("notes", [])), int(d.get("inputs", 1)), bool(d.get("warm_l2")))
+                   d.get("seconds", 0.0), list(d.get("notes", [])), int(d.get("inputs", 1)), bool(d.get("warm_l2")),
+                   str(d.get("timer", "events")))
 
 
 def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> TimingComparison:
@@ -241,8 +264,10 @@ def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> Timi
                         raw["clock"].get("unavailable_reason", ""))
     inputs = int(raw.get("inputs", 1))
     programs = [ProgramTiming(p["label"], p.get("cubin"), [list(r) for r in p["rounds"]],
-                              check=LaunchCheck.from_rounds(p["checks"], inputs) if "checks" in p else None)
+                              check=LaunchCheck.from_rounds(p["checks"], inputs) if "checks" in p else None,
+                              event_rounds=p.get("event_rounds"))
                 for p in raw["programs"]]
+    timer = str(raw.get("timer", "events"))
     if not programs:
         raise KerncapError("nothing was timed", "give the variants to compare: --compare A.cubin [B.cubin ...]")
     base = programs[0]
@@ -259,9 +284,11 @@ def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> Timi
         if p.void:
             p.notes.append(f"timing VOID: {p.check.wrong()}; no speedup is reported")
             continue
+        if timer == "kernel" and unseen_work(base, p):
+            continue
         p.interval = bootstrap_speedup(base.rounds, p.rounds, confidence)
     floor = raw.get("floor_ms")
-    if floor:
+    if floor and timer == "events":  # the floor is an events figure: a kernel-timed median is not beside it
         for p in programs:
             if p.median_ms < FLOOR_FACTOR * floor:
                 p.notes.append(f"median {format_ms(p.median_ms)} is within {FLOOR_FACTOR:g}× of the launch floor "
@@ -272,7 +299,26 @@ def analyse(raw: dict[str, Any], confidence: float = DEFAULT_CONFIDENCE) -> Timi
                                f"{format_ms(floor)}): the kernel's own speedup, as a profiler or `kerncap apply` "
                                f"times it, may be up to {bound:.3f}× (both medians less the floor; docs/replay.md)")
     return TimingComparison(programs, int(raw["iterations"]), int(raw["warmup"]), bool(raw["flush_l2"]), confidence,
-                            floor, clock, float(raw.get("seconds", 0.0)), notes, inputs, bool(raw.get("warm_l2")))
+                            floor, clock, float(raw.get("seconds", 0.0)), notes, inputs, bool(raw.get("warm_l2")),
+                            timer)
+
+
+def unseen_work(base: ProgramTiming, p: ProgramTiming) -> bool:
+    """The kernel timer: whether `p`'s launches spanned more beyond its kernels' records than
+    the captured kernel's did, by more than UNSEEN_MS + UNSEEN_FRACTION of the captured
+    kernel's event time (then `p.unseen_ms` and a note say so)."""
+    b, v = base.outside_ms, p.outside_ms
+    if b is None or v is None:
+        return False
+    base_events = percentile([t for r in base.event_rounds for t in r], 50)
+    if v - b <= UNSEEN_MS + UNSEEN_FRACTION * base_events:
+        return False
+    p.unseen_ms = v - b
+    p.notes.append(f"kernel timer VOID: its launches spanned {format_ms(v - b)} more beyond its kernels' records "
+                   f"than the captured kernel's (events {format_ms(v + p.median_ms)}, kernels "
+                   f"{format_ms(p.median_ms)}): work the records cannot see, such as a kernel launched from the "
+                   "device; no speedup on this timer (time it with --timer events)")
+    return True
 
 
 def bracket_bound(base_ms: float, variant_ms: float, floor_ms: float) -> float | None:
@@ -292,14 +338,15 @@ def format_comparison(c: TimingComparison) -> str:
     flush = l2_state(c.flush_l2, c.warm_l2)
     on = (f"rotating over {c.inputs} inputs (the captured one and {c.inputs - 1} perturbed)" if c.inputs > 1
           else "on the captured input only")
+    timer = "CUPTI's kernel records" if c.timer == "kernel" else "CUDA events"
     lines = [f"{c.rounds} interleaved rounds × {c.iterations} iterations per program (after {c.warmup} warm-up "
-             f"each), {on}, {flush}; every timed launch checked; {c.confidence * 100:g}% bootstrap intervals over "
-             f"rounds; {c.seconds:.1f} s"]
+             f"each), {on}, {flush}; timed by {timer}; every timed launch checked; {c.confidence * 100:g}% "
+             f"bootstrap intervals over rounds; {c.seconds:.1f} s"]
     width = max(len(p.label) for p in c.programs)
     for p in c.programs:
         head = f"  {p.label:<{width}}  median {format_ms(p.median_ms, unit):>10}  spread {p.spread_pct:5.1f}%"
-        tail = "   VOID (wrong output)" if p.void else "   baseline" if p.interval is None else \
-            f"   speedup {p.interval.text()}"
+        tail = "   VOID (wrong output)" if p.void else "   VOID (work outside its kernel records)" \
+            if p.unseen_ms is not None else "   baseline" if p.interval is None else f"   speedup {p.interval.text()}"
         lines.append(head + tail)
     lines.append(c.clock.text())
     if c.floor_ms:

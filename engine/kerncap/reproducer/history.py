@@ -66,6 +66,9 @@ class Variant:
     # the medians' ratio (significance.bracket_bound): what the events around each timed
     # launch may hide of a short variant's own speedup, an upper bound. None: not noted.
     speedup_bound: float | None = None
+    # What timed it (significance.TIMERS): "kernel" is CUPTI's record of the kernel's own run,
+    # the clock `kerncap apply` times the app with; None: events (rows before the timer existed).
+    timer: str | None = None
     # A sequence (docs/sequences.md): the kernel whose entry was rebuilt (None: the
     # baseline) and every launch's replayed median, in launch order (None: not timed).
     kernel: int | None = None

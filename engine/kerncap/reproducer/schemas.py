@@ -323,6 +323,7 @@ HISTORY_VARIANT = Obj({
     "source_hash?": Opt(Str(pattern=r"[0-9a-f]{64}")), "validation_detail?": Str(max_len=256),
     "speedup?": _RATIO, "speedup_low?": _RATIO, "speedup_high?": _RATIO,
     "confidence?": Opt(Num(min=0.0, max=1.0)), "significant?": Opt(Bool()), "speedup_bound?": _RATIO,
+    "timer?": Opt(Str(choices=("events", "kernel"))),
     "kernel?": Opt(Int(min=0, max=1 << 16)), "launch_ms?": Opt(List(_MS, max_len=1 << 20)),
     # a sequence's fusion (kerncap.session.fusions): the range replaced, what was not compared
     "fusion?": Opt(Obj({

@@ -17,7 +17,7 @@ from kerncap.core.option import Option, check_fields, option_named, options_of  
 from kerncap.errors import UsageError
 from kerncap.replay.requests import *  # noqa: F401,F403  (one namespace of requests and options: api.options)
 from kerncap.replay.sanitize import SanitizeRequest  # noqa: F401  (api.options.SanitizeRequest)
-from kerncap.replay.requests import (MAX_PERTURBATIONS, MIN_ROUNDS, RUNS, TIMING_INPUTS, CompareRequest,
+from kerncap.replay.requests import (MAX_PERTURBATIONS, MIN_ROUNDS, RUNS, TIMER, TIMING_INPUTS, CompareRequest,
                                      ValidateRequest)
 
 # -- a build of the live loop: recompile, timing interleaved with the captured cubin, validation --
@@ -64,6 +64,7 @@ class BuildRequest:
     perturb: int = BUILD_PERTURB.field()
     runs: int = RUNS.field()
     inputs: int = TIMING_INPUTS.field()
+    timer: str = TIMER.field()
     kernel: str | None = KERNEL.field()        # a sequence: the kernel (its number or a part of its name) to rebuild
     fusion: str | None = FUSION.field()        # a sequence: the fusion (fusions/<name>/) to build instead
     intermediates: tuple[str, ...] = INTERMEDIATES.field()  # a fusion: skeleton buffers declared intermediates
@@ -80,7 +81,7 @@ class BuildRequest:
         return self
 
     def timing(self) -> CompareRequest:
-        return CompareRequest(rounds=self.rounds, iterations=self.iterations, inputs=self.inputs)
+        return CompareRequest(rounds=self.rounds, iterations=self.iterations, inputs=self.inputs, timer=self.timer)
 
     def validation(self, cubin: str | None) -> ValidateRequest:
         return ValidateRequest(cubin=cubin, runs=self.runs, perturb=self.perturb if cubin is not None else 0)

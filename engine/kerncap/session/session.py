@@ -92,6 +92,7 @@ class Measured:
     confidence: float | None = None
     significant: bool | None = None
     speedup_bound: float | None = None  # both medians less the launch floor (significance.bracket_bound)
+    timer: str | None = None  # what timed it (significance.TIMERS); None: not timed
     report: TrustReport | None = None
 
     def fields(self) -> dict[str, Any]:
@@ -99,7 +100,8 @@ class Measured:
         return dict(median_ms=self.median_ms, min_ms=self.min_ms, spread_pct=self.spread_pct,
                     validation=self.validation, note=self.detail, validation_detail=self.validation_detail,
                     speedup=self.speedup, speedup_low=self.speedup_low, speedup_high=self.speedup_high,
-                    confidence=self.confidence, significant=self.significant, speedup_bound=self.speedup_bound)
+                    confidence=self.confidence, significant=self.significant, speedup_bound=self.speedup_bound,
+                    timer=self.timer)
 
 
 @dataclass
@@ -244,7 +246,7 @@ class Opened:
         speedup = self.history.speedup(v)
         if speedup is not None:
             result = replace(result, replay={"speedup": speedup, "low": v.speedup_low, "high": v.speedup_high,
-                                             "bound": v.speedup_bound})
+                                             "bound": v.speedup_bound, "timer": v.timer or "events"})
         return result
 
     def _after_baseline(self, request, progress: Progress, built: Path, seconds: float, measure: Callable[[], Any]):
@@ -420,7 +422,8 @@ class Session(Opened):
                                                 iterations=r.iterations, warmup=r.warmup, flush_l2=r.flush_l2,
                                                 min_seconds=r.min_seconds, max_seconds=r.max_seconds,
                                                 confidence=r.confidence, inputs=inputs,
-                                                **({"warm_l2": True} if r.warm_l2 else {}))
+                                                **({"warm_l2": True} if r.warm_l2 else {}),
+                                                **({"timer": r.timer} if r.timer != "events" else {}))
         c.notes += notes
         return c
 
@@ -738,12 +741,12 @@ class Session(Opened):
                 out.validation_detail = report.short() if report is not None else ""
                 return out
             p = c.programs[-1]
-            out = Measured(p.median_ms, min(p.times), p.spread_pct)
+            out = Measured(p.median_ms, min(p.times), p.spread_pct, timer=c.timer)
             if p.interval is not None:
                 iv = p.interval
                 out.speedup, out.speedup_low, out.speedup_high = iv.speedup, iv.low, iv.high
                 out.confidence, out.significant = iv.confidence, iv.significant
-                if c.floor_ms and len(c.programs) > 1:
+                if c.floor_ms and len(c.programs) > 1 and c.timer == "events":
                     out.speedup_bound = bracket_bound(c.programs[0].median_ms, p.median_ms, c.floor_ms)
             if error is not None:
                 out.validation, out.detail = "error", error
@@ -762,6 +765,8 @@ class Session(Opened):
             # not do the work every time it runs. No speedup, and not a pass.
             out.validation = "fail"
             out.detail = "; ".join(x for x in (f"timing void: {p.check.first()}", out.detail) if x)
+        elif p.unseen_ms is not None:  # right bytes, but time the kernel timer cannot see: no speedup
+            out.detail = "; ".join(x for x in (p.notes[-1], out.detail) if x)
         return out
 
     # -- ending ------------------------------------------------------------------------------
@@ -826,7 +831,8 @@ def speedup_phrase(v: Variant) -> str:
         return f"within noise ({speedup_text(v.speedup)}, {span})"
     # a short variant: what the events around each timed launch may hide (docs/replay.md)
     bound = f", up to {speedup_text(v.speedup_bound)} without the events" if v.speedup_bound else ""
-    return f"{speedup_text(v.speedup)} [{span}]{bound}"
+    timer = " (kernel timer)" if v.timer == "kernel" else ""
+    return f"{speedup_text(v.speedup)} [{span}]{timer}{bound}"
 
 
 def _report_compile(rc: RecompileResult, progress: Progress) -> None:
