@@ -133,11 +133,15 @@ class ProgramTiming:
     unseen_ms: float | None = None
 
     @property
+    def event_median_ms(self) -> float | None:
+        """The kernel timer: the median of the same launches as the events around them saw them."""
+        return percentile([t for r in self.event_rounds for t in r], 50) if self.event_rounds else None
+
+    @property
     def outside_ms(self) -> float | None:
         """Median event time less median kernel time: what a launch spans beyond its kernels."""
-        if not self.event_rounds:
-            return None
-        return percentile([t for r in self.event_rounds for t in r], 50) - self.median_ms
+        events = self.event_median_ms
+        return None if events is None else events - self.median_ms
 
     @property
     def void(self) -> bool:
@@ -310,8 +314,7 @@ def unseen_work(base: ProgramTiming, p: ProgramTiming) -> bool:
     b, v = base.outside_ms, p.outside_ms
     if b is None or v is None:
         return False
-    base_events = percentile([t for r in base.event_rounds for t in r], 50)
-    if v - b <= UNSEEN_MS + UNSEEN_FRACTION * base_events:
+    if v - b <= UNSEEN_MS + UNSEEN_FRACTION * base.event_median_ms:
         return False
     p.unseen_ms = v - b
     p.notes.append(f"kernel timer VOID: its launches spanned {format_ms(v - b)} more beyond its kernels' records "
