@@ -32,7 +32,7 @@ class FakeSession:
         self.raise_on_replay = raise_on_replay
         self.session = types.SimpleNamespace(health=lambda: "" if healthy else "CUDA_ERROR_ILLEGAL_ADDRESS (700)")
 
-    def replay(self, cubin, iterations, warmup, flush_l2, check=True, warm_l2=False):
+    def replay(self, cubin, iterations, warmup, flush_l2, check=True, warm_l2=False, timer="events"):
         raise self.raise_on_replay
 
 

@@ -362,6 +362,8 @@ def test_the_api_and_cli_take_a_set_where_they_take_a_reproducer(fake_set, tmp_p
     (tmp_path / "x.cubin").write_bytes(b"x")
     assert main(["replay", str(root), "--compare", str(tmp_path / "x.cubin")]) == 2
     assert "works on one reproducer" in capsys.readouterr().err  # the set's session refuses it itself
+    assert main(["replay", str(root), "--timer", "kernel"]) == 2
+    assert "the set's speedups are timed between CUDA events" in capsys.readouterr().err
     assert main(["replay", str(root), "--ncu"]) == 2
     assert "Nsight Compute profiles one reproducer's launch" in capsys.readouterr().err
 

@@ -403,6 +403,25 @@ def test_a_variant_whose_launch_spans_more_than_its_kernels_gets_no_speedup_on_t
     assert json.loads(capsys.readouterr().out)["programs"][1]["interval"]["speedup"] < 1.1
 
 
+def test_a_plain_replay_on_the_kernel_timer_keeps_the_events_beside_it(tmp_path, monkeypatch, capsys):
+    """`kerncap replay --timer kernel`: the times are the kernels' records and the events around
+    the same launches are kept beside them, so work the records miss shows as their
+    difference; a sequence's per-launch table (events only) is refused on that timer."""
+    repro = sim.axpy_reproducer(tmp_path, monkeypatch, {"captured": axpy, "hidden.cubin": hidden})
+    assert cli.main(["replay", str(repro), "--timer", "kernel", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["timer"] == "kernel" and doc["event_median_ms"] == pytest.approx(doc["median_ms"] + 0.002, rel=0.01)
+    assert cli.main(["replay", str(repro), "--cubin", str(repro.parent / "hidden.cubin"), "--timer", "kernel"]) == 0
+    out = capsys.readouterr().out
+    assert "timed by CUPTI's records of each launch's kernels" in out and "beyond the records" in out
+    assert "(22.00 us beyond the records)" in out, out
+    assert cli.main(["replay", str(repro), "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["timer"] == "events" and plain["event_median_ms"] is None
+    assert cli.main(["replay", str(repro), "--timer", "kernel", "--per-launch"]) == 2
+    assert "--per-launch with --timer kernel" in capsys.readouterr().err
+
+
 def test_unseen_work_starts_at_its_threshold():
     """Beyond the captured kernel's own span outside its records by UNSEEN_MS + 5 % of its
     event time: at the threshold not void, just above it void."""

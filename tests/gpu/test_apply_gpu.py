@@ -172,6 +172,15 @@ def test_the_triton_twins_faster_edit_is_built_and_applied_faster_in_its_app(tes
     print("kernel timer:", iv, "outside (ms):", [sig_outside(p) for p in on_kernel["programs"]])
     assert on_kernel["timer"] == "kernel" and iv["speedup"] > row["speedup"], (iv, row)
     assert abs(iv["speedup"] / kernel["speedup"] - 1) < 0.05, (iv, kernel)
+    # A plain replay on the same clock: its median near the comparison's captured program's,
+    # the events around the same launches kept beside it (longer by the launch).
+    plain = subprocess.run([sys.executable, "-m", "kerncap", "replay", str(res.reproducer_dir), "--timer", "kernel",
+                            "--iterations", "50", "--json"], capture_output=True, text=True, timeout=600)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    one = json.loads(plain.stdout)
+    print("plain replay, kernel timer:", one["median_ms"], "events:", one["event_median_ms"])
+    assert one["timer"] == "kernel" and one["event_median_ms"] > one["median_ms"], one
+    assert abs(one["median_ms"] / on_kernel["programs"][0]["median_ms"] - 1) < 0.05, one
 
 
 def sig_outside(p: dict) -> float:

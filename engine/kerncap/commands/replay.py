@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="variant cubin to run instead of the captured one (a set: a cubin or variants/<n>.json)")
     # One flag, two defaults: a replay's own, or per program and round of a comparison.
     O = api.options
-    render.add_request(p, api.ReplayRequest, ("iterations", "warmup", "flush_l2", "warm_l2"),
+    render.add_request(p, api.ReplayRequest, ("iterations", "warmup", "flush_l2", "warm_l2", "timer"),
                        defaults={"iterations": None, "warmup": None}, helps={
                            "iterations": f"{O.REPLAY_ITERATIONS.help} ({O.REPLAY_ITERATIONS.default}; with --compare: "
                                          f"per program and round, {O.COMPARE_ITERATIONS.default})",
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "bootstrap confidence interval, or 'within noise' when it contains 1.0. With --ncu: "
                         "exactly two, A B (a cubin, or `captured`), their metrics side by side with B's change")
     render.add_request(c, api.CompareRequest,
-                       ("rounds", "min_seconds", "max_seconds", "confidence", "inputs", "seed", "timer"))
+                       ("rounds", "min_seconds", "max_seconds", "confidence", "inputs", "seed"))
     q = p.add_argument_group("sequences (docs/sequences.md)")
     render.add_request(q, api.SequenceReplay, defaults={"sequence_order": None})
     p.add_argument("--device", type=non_negative_int, default=0,

@@ -630,7 +630,7 @@ def _timing_tools(server: MCPServer, state: KerncapMCP) -> None:
 
     @server.tool()
     @kerncap_tool
-    @render.tool_options(api.ReplayRequest, ("iterations", "warmup", "flush_l2", "warm_l2", "per_launch"))
+    @render.tool_options(api.ReplayRequest, ("iterations", "warmup", "flush_l2", "warm_l2", "per_launch", "timer"))
     @render.tool_options(api.SequenceReplay, ("sequence_order",))
     async def replay(ctx: Context, reproducer: Reproducer, cubin: Cubin = None, **options: Any) -> dict[str, Any]:
         """Time the kernel (or the variant) at the captured addresses: per-iteration times,

@@ -224,11 +224,14 @@ class ReplayClient:
 
     # -- API -----------------------------------------------------------------------------
     def replay(self, cubin: str | Path | None = None, iterations: int = 20, warmup: int = 3,
-               flush_l2: bool = False, per_launch: bool = False, warm_l2: bool = False) -> ReplayResult:
+               flush_l2: bool = False, per_launch: bool = False, warm_l2: bool = False,
+               timer: str = "events") -> ReplayResult:
         """`per_launch` (a sequence): each launch timed too (ReplayResult.launches)."""
-        more = {"per_launch": True} if per_launch else {}
+        more: dict[str, Any] = {"per_launch": True} if per_launch else {}
         if warm_l2:
             more["warm_l2"] = True
+        if timer != "events":
+            more["timer"] = timer
         return ReplayResult.from_dict(self.request(
             "replay", cubin=_path(cubin), iterations=iterations, warmup=warmup, flush_l2=flush_l2, **more))
 

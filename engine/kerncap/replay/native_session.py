@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import re
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -503,16 +504,23 @@ class NativeSession:
         return out
 
     def replay(self, cubin: str | None, iterations: int, warmup: int, flush_l2: bool, check: bool = True,
-               warm_l2: bool = False) -> ReplayResult:
+               warm_l2: bool = False, timer: str = "events") -> ReplayResult:
         """`check` False only for bench/check_cost.py (the unchecked baseline of the check's
-        cost; the result then says the launches were not checked)."""
+        cost; the result then says the launches were not checked). `timer` "kernel": the
+        times are CUPTI's records of each launch's kernels; the events around the same
+        launches are kept beside them (ReplayResult.event_median_ms)."""
         if iterations < 1 or warmup < 0:
             raise KerncapError(f"--iterations must be >= 1 and --warmup >= 0 (got {iterations}, {warmup})")
         self.load(cubin)
         self.configure_check(check)
-        times = list(self.session.time(iterations, warmup, flush_l2, warm_l2))
+        kernel = timer == "kernel"
+        times = list(self.session.time(iterations, warmup, flush_l2, warm_l2, **({"kernel_timer": True} if kernel
+                                                                                 else {})))
         result = ReplayResult.from_times(times, warmup=warmup, flush_l2=flush_l2, cubin=cubin, notes=self.notes(),
                                          warm_l2=warm_l2)
+        if kernel:
+            result.timer = timer
+            result.event_median_ms = statistics.median(float(t) for t in self.session.last_events_ms())
         result.check = LaunchCheck.from_rounds([self.session.last_check()], 1).to_dict()
         result.device = self.device
         return result

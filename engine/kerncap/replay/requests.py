@@ -181,10 +181,14 @@ class ReplayRequest:
     flush_l2: bool = FLUSH_L2.field()
     warm_l2: bool = WARM_L2.field()
     per_launch: bool = PER_LAUNCH.field()  # a sequence: each launch timed too
+    timer: str = TIMER.field()
 
     def checked(self) -> ReplayRequest:
         check_fields(self)
         check_l2(self)
+        if self.per_launch and self.timer != "events":
+            raise UsageError("--per-launch with --timer kernel: a sequence's launches are timed one by one between "
+                             "CUDA events only", "leave out --per-launch, or time with --timer events")
         return self
 
 

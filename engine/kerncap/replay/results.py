@@ -56,6 +56,10 @@ class ReplayResult:
     launches: list[dict[str, Any]] | None = None
     # the check after every timed launch (kerncap.replay.launch_check.LaunchCheck.to_dict); None: not checked
     check: dict[str, Any] | None = None
+    timer: str = "events"  # what timed the launches (significance.TIMERS)
+    # the kernel timer: the median of the CUDA events around the same launches (what they
+    # add beyond the kernels' records: the launch, and any work the records do not see)
+    event_median_ms: float | None = None
 
     @classmethod
     def from_times(cls, times_ms: list[float], *, warmup: int, flush_l2: bool, cubin: str | None,
@@ -216,6 +220,10 @@ def format_replay(r: ReplayResult) -> str:
     per = "  ".join(format_ms(t, unit).removesuffix(" " + unit) for t in r.times_ms[:32])
     more = f"  ... ({len(r.times_ms) - 32} more; --json lists all)" if len(r.times_ms) > 32 else ""
     lines.append(f"per iteration ({unit}): {per}{more}")
+    if r.timer == "kernel" and r.event_median_ms is not None:
+        lines.append(f"timed by CUPTI's records of each launch's kernels; between CUDA events around the same "
+                     f"launches: median {format_ms(r.event_median_ms, unit)} "
+                     f"({format_ms(r.event_median_ms - r.median_ms, unit)} beyond the records)")
     check = LaunchCheck.from_dict(r.check)
     if check is not None:
         lines.append(f"check: {check.text()}")

@@ -84,7 +84,7 @@ class Server:
         ns = self.opened()
         result = ns.replay(req.get("cubin"), int(req.get("iterations", 20)), int(req.get("warmup", 3)),
                            bool(req.get("flush_l2", False)), check=bool(req.get("check", True)),
-                           warm_l2=bool(req.get("warm_l2", False)))
+                           warm_l2=bool(req.get("warm_l2", False)), timer=session_ops.timer_of(req))
         if req.get("per_launch") and ns.capture.sequence is not None:
             result.launches = sequence_ops.op_sequence_time(
                 ns, {"cubin": req.get("cubin"), "iterations": min(int(req.get("iterations", 20)), 20),

@@ -192,7 +192,7 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
     rounds, iterations, warmup = int(req.get("rounds", 30)), int(req.get("iterations", 10)), int(req.get("warmup", 2))
     flush_l2, warm_l2 = bool(req.get("flush_l2", False)), bool(req.get("warm_l2", False))
     min_seconds, max_seconds = float(req.get("min_seconds", 0.0)), float(req.get("max_seconds", 300.0))
-    timer = _timer(req)
+    timer = timer_of(req)
     if rounds < 1 or iterations < 1 or warmup < 0:
         raise KerncapError(f"rounds and iterations must be >= 1 and warmup >= 0 (got {rounds}, {iterations}, {warmup})")
     keys = [ns.program_key(c) for c in cubins]
@@ -244,7 +244,7 @@ def op_time_compare(ns, req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _timer(req: dict[str, Any]) -> str:
+def timer_of(req: dict[str, Any]) -> str:
     """The request's timer (requests.TIMERS), checked: the server is a door of its own."""
     timer = str(req.get("timer", "events"))
     if timer not in TIMERS:

@@ -342,7 +342,8 @@ class Session(Opened):
         with self._lock:
             return self._resident().replay(cubin=r.cubin, iterations=r.iterations, warmup=r.warmup,
                                            flush_l2=r.flush_l2, **({"per_launch": True} if r.per_launch else {}),
-                                           **({"warm_l2": True} if r.warm_l2 else {}))
+                                           **({"warm_l2": True} if r.warm_l2 else {}),
+                                           **({"timer": r.timer} if r.timer != "events" else {}))
 
     def localize(self, cubin: str | Path | None, *, tolerances: dict | None = None) -> dict[str, Any]:
         """A sequence: the first launch after which `cubin`'s state departs from the captured

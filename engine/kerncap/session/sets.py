@@ -112,6 +112,12 @@ class SetSession(Opened):
     def replay(self, request: ReplayRequest = ReplayRequest(), **kw: Any) -> SetRun:
         """`kerncap replay SET`: the captured cubin (and request.cubin) timed on every member."""
         r = request.checked()
+        if r.timer != "events":
+            # the set's speedup compares two plain replays per member; the kernel timer's guard
+            # against work its records miss lives in the interleaved comparison only
+            raise UsageError(f"--timer {r.timer} on a reproducer set: the set's speedups are timed between CUDA "
+                             "events", "leave out --timer, or time one member with `kerncap replay MEMBER "
+                             "--compare V --timer kernel`")
         return self.run_members(r.cubin, replay=r, **kw)
 
     def validate(self, request: ValidateRequest = ValidateRequest(), *,
