@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.text import Text
@@ -32,6 +33,7 @@ from textual.worker import get_current_worker
 
 from kerncap import api
 from kerncap.errors import KerncapError
+from kerncap.frontends import render
 from kerncap_tui import demo, panes, replay_limit, terminal, theming
 from kerncap_tui.commands import KerncapCommands
 from kerncap_tui.inspect_actions import InspectActions
@@ -94,13 +96,15 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
     ]
 
     def __init__(self, root: Path, *, demo: bool = False, plain_glyphs: bool = False, dumb: bool = False,
-                 open_after_first_frame: bool = False) -> None:
+                 open_after_first_frame: bool = False, timer: str = "events") -> None:
         """`plain_glyphs`: ASCII only; `dumb`: the 16 standard colours (kerncap_tui.terminal;
         `run` decides both from the terminal, a test gets the defaults whatever its TERM).
         `open_after_first_frame` (what `run` asks for): the panes are painted empty first and
         the reproducer is read right after, so the first frame does not wait for the session,
-        its history and the profile (about half of the time to it; docs/testing.md)."""
+        its history and the profile (about half of the time to it; docs/testing.md).
+        `timer`: what times every build and baseline here (--timer; docs/replay.md)."""
         super().__init__()
+        self.timer = timer
         self.open_after_first_frame = open_after_first_frame
         self.plain_glyphs = plain_glyphs
         # drawn text: control characters never reach the terminal; ASCII where Unicode does not
@@ -419,7 +423,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
 
     def _time_baseline(self) -> None:
         try:
-            v = self.session.baseline(progress=self._progress)
+            v = self.session.baseline(api.BuildRequest(timer=self.timer), progress=self._progress)
         except KerncapError as exc:
             self.call_from_thread(self.report_error, "baseline", exc)
             return
@@ -433,6 +437,7 @@ class KerncapApp(InspectActions, MismatchActions, App[int]):
         asks between steps and drops a superseded result."""
         worker = get_current_worker()
         for request in requests:  # one, or one per saved kernel of a sequence
+            request = replace(request, timer=self.timer)
             try:
                 result = self.session.build(request, progress=self._progress, cancelled=lambda: worker.is_cancelled)
             except api.ReplayNotRun as exc:
@@ -599,6 +604,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reproducer (or workspace holding profile.json); default: the bundled demo")
     parser.add_argument("--no-mouse", action="store_true", help="do not capture the mouse (plain terminal selection over SSH)")
     add_glyphs_argument(parser)
+    render.add(parser, api.options.TIMER)
 
 
 def add_glyphs_argument(parser: argparse.ArgumentParser) -> None:
@@ -612,9 +618,10 @@ def can_open(root: Path) -> bool:
     return api.holds_reproducer(root) or ProfilePane.profile_path(root) is not None
 
 
-def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui", glyphs: str | None = None) -> int:
+def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui", glyphs: str | None = None,
+        timer: str = "events") -> int:
     """Open the workbench; `prog` names the command the user typed in messages; `glyphs`:
-    --glyphs (kerncap_tui.terminal)."""
+    --glyphs (kerncap_tui.terminal); `timer`: --timer, what times its builds."""
     try:
         plain_glyphs = terminal.plain_glyphs(choice=glyphs)
         if directory is None:
@@ -635,7 +642,7 @@ def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
     app = KerncapApp(root, demo=is_demo, plain_glyphs=plain_glyphs, dumb=terminal.is_dumb(),
-                     open_after_first_frame=True)
+                     open_after_first_frame=True, timer=timer)
     api.apps_take_sigint()  # extractions start apps from worker threads
     try:
         app.run(mouse=not no_mouse)
@@ -647,7 +654,7 @@ def run(directory: Path | None, no_mouse: bool = False, prog: str = "kerncap-tui
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return run(args.dir, args.no_mouse, glyphs=args.glyphs)
+    return run(args.dir, args.no_mouse, glyphs=args.glyphs, timer=args.timer)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,9 @@ MUTATIONS = [
              '            return same[0], "exact"', '            return cands[0], "exact"',
              ("tests/test_sources.py", "tests/test_sources_project.py")),
     # -- workbench --------------------------------------------------------------------------------
+    Mutation("workbench: --timer kernel never reaches its builds (the events time them)", "workbench",
+             "kerncap_tui/app.py", "request = replace(request, timer=self.timer)", "request = replace(request)",
+             ("tests/tui/test_app.py", "-k", "on_its_timer")),
     Mutation("workbench: saves are not debounced", "workbench", "kerncap_tui/app.py",
              "        if self._debounce is not None:\n            self._debounce.stop()\n        self._debounce = self.set_timer",
              "        self._debounce = self.set_timer",

@@ -461,3 +461,41 @@ async def test_T_steps_through_every_theme_and_back_to_the_first(settle, make_ap
             app.action_next_theme()
             seen.append(app.theme)
         assert seen[0] != start and seen[-1] == start and set(seen) == set(names)
+
+
+@sync
+async def test_the_workbench_times_its_builds_and_its_baseline_on_its_timer(settle, demo_root, monkeypatch):
+    """`kerncap-tui --timer kernel`: every build (a save's, b's) and the baseline (B) ask the
+    session for the kernel timer (mutation caught: the builds kept the events)."""
+    from types import SimpleNamespace
+
+    from kerncap import api
+    from kerncap.errors import KerncapError
+    from kerncap_tui.app import KerncapApp, parse_args
+
+    assert parse_args([str(demo_root), "--timer", "kernel"]).timer == "kernel"
+    assert parse_args([str(demo_root)]).timer == "events"
+    app = KerncapApp(demo_root, demo=True, timer="kernel")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        asked = []
+
+        def baseline(request, **_):
+            asked.append(request)
+            raise KerncapError("stopped here")
+
+        monkeypatch.setattr(app.session, "build", lambda r, **_: asked.append(r) or SimpleNamespace(status="unchanged"))
+        monkeypatch.setattr(app.session, "baseline", baseline)
+        app.action_build()
+        for _ in range(50):
+            if asked:
+                break
+            await pilot.pause(0.05)
+        app.action_baseline()
+        for _ in range(50):
+            if len(asked) > 1:
+                break
+            await pilot.pause(0.05)
+        await settle(pilot)
+        assert [r.timer for r in asked] == ["kernel", "kernel"], asked
+        assert isinstance(asked[0], api.BuildRequest)
