@@ -298,6 +298,8 @@ def test_warm_l2_with_ncu_is_refused(axpy_repro, capsys):
     """Nsight Compute sets the cache itself: a warm L2 it would not honour is refused."""
     assert cli.main(["replay", str(axpy_repro), "--ncu", "--warm-l2"]) == 2
     assert "--warm-l2 does not apply with --ncu" in capsys.readouterr().err
+    assert cli.main(["replay", str(axpy_repro), "--ncu", "--timer", "kernel"]) == 2
+    assert "--timer kernel does not apply with --ncu" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args,needle", [

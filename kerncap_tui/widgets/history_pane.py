@@ -150,8 +150,8 @@ class HistoryPane(Vertical):
             t.add_row(
                 "●" if v.id == self.marked else " ",
                 Text(v.label, style="bold" if v.id == 0 else ""),
-                # `k`: CUPTI's kernel records timed it (--timer kernel), ~2 µs under an events median
-                f"{v.median_ms:.4f}{' k' if v.timer == 'kernel' else ''}" if v.median_ms is not None else "—",
+                # `kt`: CUPTI's kernel records timed it (--timer kernel), ~2 µs under an events median
+                f"{v.median_ms:.4f}{' kt' if v.timer == 'kernel' else ''}" if v.median_ms is not None else "—",
                 Text(bar(v.median_ms, scale, BAR_WIDTH), style="cyan" if v.id else "magenta"),
                 speedup,
                 interval,
@@ -175,7 +175,7 @@ class HistoryPane(Vertical):
             if any(v.id and not history.has_interval(v) for v in variants):
                 summary += " · (…): no interval"
         if any(v.timer == "kernel" for v in variants):
-            summary += " · k: timed by the kernel's records (--timer kernel)"
+            summary += " · kt: timed by the kernel's records (--timer kernel)"
         status = self.query_one("#history-status", Static)
         status.update(plain(summary + " · space mark · d diff · m metrics diff · n ncu · k sanitize · ctrl+r restore"))
         latest = variants[-1] if variants else None

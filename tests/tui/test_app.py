@@ -504,7 +504,8 @@ async def test_the_workbench_times_its_builds_and_its_baseline_on_its_timer(sett
 @sync
 async def test_history_marks_the_rows_the_kernel_timer_timed(settle, make_app):
     """A row measured on the kernel timer reads ~2 µs under one between events: its median
-    carries `k` and the status line says what that means (mutation caught: no mark)."""
+    carries `kt` (not `k`, History's sanitize key) and the status line says what that means
+    (mutation caught: no mark)."""
     from textual.widgets import Static
 
     app = make_app()
@@ -518,6 +519,6 @@ async def test_history_marks_the_rows_the_kernel_timer_timed(settle, make_app):
         pane.show(pane.history)
         await settle(pilot)
         table = pane.query_one(DataTable)
-        assert str(table.get_row(str(v.id))[2]) == f"{v.median_ms:.4f} k"
+        assert str(table.get_row(str(v.id))[2]) == f"{v.median_ms:.4f} kt"
         assert str(table.get_row("0")[2]) == f"{pane.history.variants[0].median_ms:.4f}"
-        assert "k: timed by the kernel's records (--timer kernel)" in str(status.content)
+        assert "kt: timed by the kernel's records (--timer kernel)" in str(status.content)

@@ -64,6 +64,9 @@ def handle_ncu(args: argparse.Namespace) -> int:
     if getattr(args, "warm_l2", False):
         raise UsageError("--warm-l2 does not apply with --ncu",
                          "Nsight Compute sets the cache itself: --flush-l2 for a cold L2, or neither")
+    if getattr(args, "timer", "events") != "events":
+        raise UsageError(f"--timer {args.timer} does not apply with --ncu",
+                         "Nsight Compute times the launch itself (its gpu__time_duration); drop --timer")
     options = dict(sections=args.section, ncu_set=args.ncu_set, warmup=3 if args.warmup is None else args.warmup,
                    flush_l2=args.flush_l2, timeout=args.timeout or api.NCU_TIMEOUT, progress=_progress)
     if args.compare:
