@@ -36,6 +36,11 @@ the cache the launch starts from.
 regions (cuMemCreate + cuMemMap of whole minimum granules, smooth's argv[3]): if the app's
 speedup then falls to the replay's, the memory's backing is what differs (facts §48).
 
+--idle US runs the CUDA app with the GPU drained after every launch and left idle US
+microseconds (0: drained only); --no-memset without the app's zeroing of y before each
+launch. Where the in-app speedup moves with them, the app's cadence (back-to-back launches
+against launches after an idle GPU) is what differs from the replay (facts §52).
+
 --launches L runs the app with L launches of the kernel in the apply runs (the capture is of
 its usual 5): with many launches most of them run on a GPU already busy for a while, so an
 in-app speedup that moves towards the replay's says the first launches of a run (a GPU
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -154,6 +160,11 @@ def parse_args() -> argparse.Namespace:
                     help="vmm: the CUDA app's x and y from cuMemCreate + cuMemMap in the apply runs, as the replay "
                          "maps its regions (the capture stays of its cudaMalloc run): does the app's speedup move "
                          "to the replay's?")
+    ap.add_argument("--idle", type=int, metavar="US",
+                    help="the CUDA app drains the GPU after every launch and idles US microseconds (smooth's "
+                         "'idle=US'; 0: drained, not idle)")
+    ap.add_argument("--no-memset", action="store_true",
+                    help="the CUDA app does not zero y before each launch (smooth's 'nomemset')")
     ap.add_argument("--timer", choices=("events", "kernel"), default="events",
                     help="what times the build's launches (kerncap build --timer): kernel is CUPTI's records, the "
                          "app's clock; an arm takes its own (e.g. --arms '4 --timer kernel')")
@@ -166,8 +177,8 @@ def parse_args() -> argparse.Namespace:
                          "module is what substituting alone does to the kernel's time (1.000 if nothing)")
     ap.add_argument("--json", help="write both documents here")
     args = ap.parse_args()
-    if args.alloc == "vmm" and args.app != "cuda":
-        ap.error("--alloc vmm is the CUDA app's (smooth's argv[3])")
+    if (args.alloc == "vmm" or args.idle is not None or args.no_memset) and args.app != "cuda":
+        ap.error("--alloc vmm, --idle and --no-memset are the CUDA app's (smooth's modes)")
     return args
 
 
@@ -208,8 +219,9 @@ def main() -> int:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="kc-apply-speedup-") as tmp:
         repro, command, kernel = capture_and_edit(args, Path(tmp))
-        vmm = ["vmm"] if args.alloc == "vmm" else []
-        applied_command = command + ([str(args.launches)] if args.launches != 5 or vmm else []) + vmm
+        modes = (["vmm"] if args.alloc == "vmm" else []) + ([f"idle={args.idle}"] if args.idle is not None else []) \
+            + (["nomemset"] if args.no_memset else [])
+        applied_command = command + ([str(args.launches)] if args.launches != 5 or modes else []) + modes
         status, built, _ = kerncap("build", str(repro), "--timer", args.timer, "--json")
         row = built.get("variant") or {}
         if status != 0 or row.get("validation") != "pass":
@@ -242,6 +254,14 @@ def main() -> int:
     return 0
 
 
+def per_launch_us(timing: dict) -> tuple[float, float] | None:
+    """The kernel's GPU time per launch in the app, median over runs (µs), as is and with the variant."""
+    ms, calls = timing.get("kernel_ms"), timing.get("kernel_calls")
+    if not ms or not calls or not all(ms) or not all(calls):
+        return None
+    return tuple(statistics.median(1e3 * m / c for m, c in zip(ms[i], calls[i]) if c) for i in (0, 1))
+
+
 def report(args: argparse.Namespace, row: dict, compared: dict, cupti: dict | None, applied: dict, status: int,
            checked_s: float, plain_s: float | None) -> None:
     t, check = applied.get("timing") or {}, applied.get("check") or {}
@@ -259,6 +279,9 @@ def report(args: argparse.Namespace, row: dict, compared: dict, cupti: dict | No
               f"{args.clock_rounds} rounds, median [range]): {interval(cupti)}")
     print(f"  in the app, kernel GPU time ({args.runs} runs each way, {args.launches} launches a run): "
           f"{interval(kern)}")
+    per = per_launch_us(t)
+    if per:
+        print(f"  in the app, per launch (median of runs, as is / with the variant): {per[0]:.2f} / {per[1]:.2f} us")
     print(f"  in the app, wall time: {interval(t.get('app_speedup'))}; the kernel's share of GPU time "
           f"{share[0] if share[0] is None else f'{share[0]:.1%}'}")
     print(f"  --check: {check.get('compared')} of {applied.get('launches')} launches compared, "

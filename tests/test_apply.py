@@ -723,6 +723,7 @@ def test_an_in_app_interval_apart_from_the_reproducers_is_explained(tmp_path, re
         assert "`kerncap build --timer kernel` times the reproducer on the app's clock" in result.text()
         kernel = replace(result, replay={**replay, "timer": "kernel"})
         assert "do not meet on the same clock" in kernel.text() and "CUPTI's kernel records as here" in kernel.text()
+        assert "another cadence" in kernel.text() and "facts §52" in kernel.text()
 
 
 @pytest.mark.parametrize("bound,within", [(13.6, True), (12.3, False), (None, False)])

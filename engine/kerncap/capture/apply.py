@@ -745,7 +745,9 @@ class ApplyResult:
                          "CUDA events, here CUPTI times the kernel alone (docs/apply.md)")
         elif self.replay_meets is False and (self.replay or {}).get("timer") == "kernel":
             lines.append("  note: the two intervals do not meet on the same clock (CUPTI's kernel records both "
-                         "ways): the app's launches see other inputs and another L2 state than the reproducer's; "
+                         "ways): the app's launches see other inputs, another L2 state and another cadence than "
+                         "the reproducer's (launched back to back, with no idle GPU before each, the README's "
+                         "edit reads 0.3-0.6 % less than the reproducer says: facts §52); "
                          "`kerncap replay DIR --compare CUBIN --timer kernel --warm-l2` (or --flush-l2) shows how "
                          "far the L2's state moves the speedup (docs/apply.md)")
         elif self.replay_meets is False:

@@ -1,7 +1,10 @@
 // smooth: y = w (*) x, a 64-tap filter, launched 5 times (n = 1<<22 by default, argv[1]
-// overrides; argv[2] the launch count, for bench/apply_speedup.py's warm-up runs; argv[3]
-// "vmm": x and y from cuMemCreate + cuMemMap, as a replay maps them, instead of cudaMalloc,
-// for bench/apply_speedup.py --alloc vmm). Inputs are small dyadic numbers so every sum is exact in float32.
+// overrides; argv[2] the launch count, for bench/apply_speedup.py's warm-up runs; then any of
+// "vmm": x and y from cuMemCreate + cuMemMap, as a replay maps them, instead of cudaMalloc
+// (bench/apply_speedup.py --alloc vmm); "idle=US": the GPU drained after every launch and
+// left idle US microseconds (--idle US); "nomemset": y not zeroed before each launch (--no-memset)). Inputs are small dyadic numbers so every sum is exact in float32.
+#include <unistd.h>
+
 #include <cstring>
 
 #include "common/testapp.hpp"
@@ -57,7 +60,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "smooth: n must be at least %d and launches at least 1\n", taps);
     return 2;
   }
-  const bool vmm = argc > 3 && std::strcmp(argv[3], "vmm") == 0;
+  bool vmm = false, synced = false, memset = true;
+  int idle_us = 0;  // after a drain (synced)
+  for (int a = 3; a < argc; ++a) {
+    if (std::strcmp(argv[a], "vmm") == 0) vmm = true;
+    else if (std::strncmp(argv[a], "idle=", 5) == 0) synced = true, idle_us = std::atoi(argv[a] + 5);
+    else if (std::strcmp(argv[a], "nomemset") == 0) memset = false;
+    else {
+      std::fprintf(stderr, "smooth: unknown mode %s (vmm, idle=US, nomemset)\n", argv[a]);
+      return 2;
+    }
+  }
   testapp::app_name() = "smooth";
   float *x = nullptr, *y = nullptr, *w = nullptr;
   if (vmm) {
@@ -83,9 +96,11 @@ int main(int argc, char** argv) {
   report.write();
 
   for (int it = 0; it < launches; ++it) {
-    TA_CHECK(cudaMemsetAsync(y, 0, size_t(n) * sizeof(float)));  // every dispatch changes y
+    if (memset) TA_CHECK(cudaMemsetAsync(y, 0, size_t(n) * sizeof(float)));  // every dispatch changes y
     smooth<<<grid, block>>>(x, y, w, n, taps);
     TA_CHECK(cudaGetLastError());
+    if (synced) TA_CHECK(cudaDeviceSynchronize());
+    if (idle_us) usleep(idle_us);
   }
   TA_CHECK(cudaDeviceSynchronize());
   if (!vmm) {
