@@ -179,6 +179,8 @@ def parse_args() -> argparse.Namespace:
     args = ap.parse_args()
     if (args.alloc == "vmm" or args.idle is not None or args.no_memset) and args.app != "cuda":
         ap.error("--alloc vmm, --idle and --no-memset are the CUDA app's (smooth's modes)")
+    if args.idle is not None and args.idle < 0:
+        ap.error(f"--idle is microseconds, 0 or more (got {args.idle})")
     return args
 
 
