@@ -221,9 +221,7 @@ def main() -> int:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="kc-apply-speedup-") as tmp:
         repro, command, kernel = capture_and_edit(args, Path(tmp))
-        modes = (["vmm"] if args.alloc == "vmm" else []) + ([f"idle={args.idle}"] if args.idle is not None else []) \
-            + (["nomemset"] if args.no_memset else [])
-        applied_command = command + ([str(args.launches)] if args.launches != 5 or modes else []) + modes
+        applied_command = applied(command, args)
         status, built, _ = kerncap("build", str(repro), "--timer", args.timer, "--json")
         row = built.get("variant") or {}
         if status != 0 or row.get("validation") != "pass":
@@ -254,6 +252,13 @@ def main() -> int:
                            "identity": identity, "floor_ms": floors,
                            "seconds": {"checked": checked_s, "plain": plain_s}})
     return 0
+
+
+def applied(command: list[str], args: argparse.Namespace) -> list[str]:
+    """The app's command for the apply runs: its launch count and modes (smooth's argv[2:])."""
+    modes = (["vmm"] if args.alloc == "vmm" else []) + ([f"idle={args.idle}"] if args.idle is not None else []) \
+        + (["nomemset"] if args.no_memset else [])
+    return command + ([str(args.launches)] if args.launches != 5 or modes else []) + modes
 
 
 def per_launch_us(timing: dict) -> tuple[float, float] | None:

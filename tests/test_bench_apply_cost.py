@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+import pytest
 
 from bench_module import load_bench
 
@@ -61,3 +64,30 @@ def test_apply_speedup_finds_the_launch_floor_and_replays_warm_under_cupti(monke
     assert b.replay_under_cupti(tmp_path, "k", None, 10, warm=True) == 100.0
     assert b.replay_under_cupti(tmp_path, "k", tmp_path / "v.cubin", 10, warm=False) == 100.0
     assert "--warm-l2" in seen[0] and "--warm-l2" not in seen[1] and "--cubin" in seen[1]
+
+
+def test_apply_speedup_runs_the_app_in_the_modes_asked_and_refuses_the_rest(monkeypatch, capsys):
+    """--idle and --no-memset reach smooth as its modes after the launch count (facts §52);
+    a negative idle or a mode for the Triton app is refused before anything runs."""
+    b = load_bench("apply_speedup")
+
+    def parsed(*argv):
+        monkeypatch.setattr(sys, "argv", ["apply_speedup.py", *argv])
+        return b.parse_args()
+
+    app = ["/b/smooth", "4194304"]
+    assert b.applied(app, parsed()) == app
+    assert b.applied(app, parsed("--launches", "50")) == [*app, "50"]
+    assert b.applied(app, parsed("--idle", "0", "--no-memset")) == [*app, "5", "idle=0", "nomemset"]
+    assert b.applied(app, parsed("--alloc", "vmm", "--idle", "20")) == [*app, "5", "vmm", "idle=20"]
+    for argv, says in ((["--idle", "-1"], "0 or more"), (["--app", "triton", "--no-memset"], "the CUDA app's")):
+        with pytest.raises(SystemExit):
+            parsed(*argv)
+        assert says in capsys.readouterr().err
+
+
+def test_apply_speedup_per_launch_time_is_the_median_over_runs():
+    b = load_bench("apply_speedup")
+    timing = {"kernel_ms": [[8.6, 8.7, 8.8], [7.6, 7.5, 7.7]], "kernel_calls": [[100, 100, 100], [100, 100, 100]]}
+    assert b.per_launch_us(timing) == pytest.approx((87.0, 76.0))
+    assert b.per_launch_us({"kernel_ms": [[], []], "kernel_calls": [[], []]}) is None and b.per_launch_us({}) is None
