@@ -2,7 +2,8 @@
 // overrides; argv[2] the launch count, for bench/apply_speedup.py's warm-up runs; then any of
 // "vmm": x and y from cuMemCreate + cuMemMap, as a replay maps them, instead of cudaMalloc
 // (bench/apply_speedup.py --alloc vmm); "idle=US": the GPU drained after every launch and
-// left idle US microseconds (--idle US); "nomemset": y not zeroed before each launch (--no-memset)). Inputs are small dyadic numbers so every sum is exact in float32.
+// left idle US microseconds (--idle US); "nomemset": y not zeroed before each launch
+// (--no-memset); facts §52). Inputs are small dyadic numbers so every sum is exact in float32.
 #include <unistd.h>
 
 #include <cstring>
